@@ -1,0 +1,161 @@
+//! weft-buf: IO-Lite in user space (thesis 004, chapter 2).
+//!
+//! IO-Lite's insight is that one immutable copy of the data can be shared by the
+//! file cache, the application and the network: buffers are never modified
+//! after they are filled, so they can be passed by reference, and a response is
+//! an *aggregate* — an ordered list of (buffer, offset, length) slices —
+//! assembled without copying. Here, immutable segments are `bytes::Bytes`;
+//! [`Aggregate`] is the buffer aggregate (append, prepend, slice, split without
+//! copying; written to a socket as an iovec). The object store that keeps
+//! aggregates under a byte budget with a `weft-policy` replacement policy is
+//! built on top of this by the proxy cache.
+
+use bytes::Bytes;
+use std::io::IoSlice;
+
+/// An ordered list of immutable segments: a response body or a cached object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Aggregate {
+    segs: Vec<Bytes>,
+    len: usize,
+}
+
+impl Aggregate {
+    /// An empty aggregate.
+    pub fn new() -> Aggregate {
+        Aggregate::default()
+    }
+
+    /// Total length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Append a segment (no copy: `Bytes` is reference-counted).
+    pub fn push(&mut self, b: Bytes) {
+        if !b.is_empty() {
+            self.len += b.len();
+            self.segs.push(b);
+        }
+    }
+
+    /// Prepend a segment (e.g. a response head before a cached body).
+    pub fn prepend(&mut self, b: Bytes) {
+        if !b.is_empty() {
+            self.len += b.len();
+            self.segs.insert(0, b);
+        }
+    }
+
+    /// Append another aggregate's segments.
+    pub fn append(&mut self, other: &Aggregate) {
+        for s in &other.segs {
+            self.push(s.clone());
+        }
+    }
+
+    /// The bytes `[start, end)` as a new aggregate sharing the same buffers.
+    pub fn slice(&self, start: usize, end: usize) -> Aggregate {
+        let end = end.min(self.len);
+        let mut out = Aggregate::new();
+        if start >= end {
+            return out;
+        }
+        let mut pos = 0;
+        for s in &self.segs {
+            let (a, b) = (pos, pos + s.len());
+            pos = b;
+            if b <= start {
+                continue;
+            }
+            if a >= end {
+                break;
+            }
+            let lo = start.max(a) - a;
+            let hi = end.min(b) - a;
+            out.push(s.slice(lo..hi));
+        }
+        out
+    }
+
+    /// Drop the first `n` bytes (after a partial write), without copying.
+    pub fn advance(&mut self, mut n: usize) {
+        n = n.min(self.len);
+        self.len -= n;
+        let mut drop_segs = 0;
+        for s in self.segs.iter_mut() {
+            if n == 0 {
+                break;
+            }
+            if n >= s.len() {
+                n -= s.len();
+                drop_segs += 1;
+            } else {
+                *s = s.slice(n..);
+                n = 0;
+            }
+        }
+        self.segs.drain(..drop_segs);
+    }
+
+    /// Fill `iov` with up to `iov.len()` slices from the front; returns how many.
+    pub fn io_slices<'a>(&'a self, iov: &mut [IoSlice<'a>]) -> usize {
+        let n = iov.len().min(self.segs.len());
+        for (slot, s) in iov.iter_mut().zip(self.segs.iter()) {
+            *slot = IoSlice::new(s);
+        }
+        n
+    }
+
+    /// The segments.
+    pub fn segments(&self) -> &[Bytes] {
+        &self.segs
+    }
+
+    /// Copy out into one contiguous vector (tests, small bodies).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len);
+        for s in &self.segs {
+            v.extend_from_slice(s);
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agg(parts: &[&'static [u8]]) -> Aggregate {
+        let mut a = Aggregate::new();
+        for p in parts {
+            a.push(Bytes::from_static(p));
+        }
+        a
+    }
+
+    #[test]
+    fn slice_shares_and_crosses_segments() {
+        let a = agg(&[b"hello ", b"big ", b"world"]);
+        assert_eq!(a.len(), 15);
+        assert_eq!(a.slice(4, 12).to_vec(), b"o big wo");
+        assert_eq!(a.slice(0, 100).to_vec(), a.to_vec());
+        assert!(a.slice(9, 9).is_empty());
+    }
+
+    #[test]
+    fn advance_and_prepend() {
+        let mut a = agg(&[b"abc", b"def"]);
+        a.advance(4);
+        assert_eq!(a.to_vec(), b"ef");
+        a.prepend(Bytes::from_static(b"HEAD "));
+        assert_eq!(a.to_vec(), b"HEAD ef");
+        let mut iov = [IoSlice::new(&[]); 4];
+        assert_eq!(a.io_slices(&mut iov), 2);
+    }
+}

@@ -1,0 +1,267 @@
+//! Event backends: one small type per kernel mechanism, all behind [`Poller`].
+//!
+//! A backend is a table of operations plus capability bits, in the manner of
+//! nginx's event modules: the connection code asks [`Caps`] (edge- or
+//! level-triggered, whether interest must be updated, the descriptor limit), never
+//! the backend's name. The event loop is generic over `P: Poller`, so each backend
+//! gets its own monomorphized loop with no dynamic dispatch per event.
+
+mod epoll;
+mod poll;
+mod select;
+mod uring;
+
+pub use epoll::{Epoll, EpollBatched, EpollEt, EpollOnce};
+pub use poll::Poll;
+pub use select::Select;
+pub use uring::Uring;
+
+use std::fmt;
+use std::io;
+use std::os::fd::RawFd;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Identifies a registration: a slot index and the slot's generation, so an event
+/// for a descriptor that was closed and reused is recognised as stale and dropped
+/// (nginx's "instance" bit, widened).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct Token(pub u64);
+
+impl Token {
+    /// Build from slot index and generation.
+    #[inline]
+    pub const fn new(index: u32, generation: u32) -> Token {
+        Token(((generation as u64) << 32) | index as u64)
+    }
+    /// Slot index.
+    #[inline]
+    pub const fn index(self) -> u32 {
+        self.0 as u32
+    }
+    /// Generation of the slot when the token was issued.
+    #[inline]
+    pub const fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
+/// Which readiness a registration asks for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Interest {
+    /// Wake when readable.
+    pub read: bool,
+    /// Wake when writable.
+    pub write: bool,
+}
+
+impl Interest {
+    /// Readable only.
+    pub const READ: Interest = Interest {
+        read: true,
+        write: false,
+    };
+    /// Writable only.
+    pub const WRITE: Interest = Interest {
+        read: false,
+        write: true,
+    };
+    /// Both.
+    pub const BOTH: Interest = Interest {
+        read: true,
+        write: true,
+    };
+    /// Neither (registered but silent; level-triggered backends use it while a
+    /// connection waits on something else, such as a helper).
+    pub const NONE: Interest = Interest {
+        read: false,
+        write: false,
+    };
+}
+
+/// One readiness notification.
+#[derive(Clone, Copy, Debug)]
+pub struct Event {
+    /// The registration's token.
+    pub token: Token,
+    /// Data (or a FIN, or an error) can be read.
+    pub readable: bool,
+    /// Buffer space is available.
+    pub writable: bool,
+    /// Error or hang-up reported by the kernel.
+    pub error: bool,
+}
+
+/// What a backend can do; the connection code follows these bits.
+#[derive(Clone, Copy, Debug)]
+pub struct Caps {
+    /// Name as given to `--event`.
+    pub name: &'static str,
+    /// Edge-triggered: an event is reported once per change, so a handler must
+    /// read and write until EAGAIN (or a short read/write) before it may wait
+    /// again, and must remember readiness it has not used up.
+    pub edge_triggered: bool,
+    /// Connections are registered once for both directions and their interest
+    /// is never modified (epoll-et, epoll-once, uring); events a connection does
+    /// not need are ignored.
+    pub fixed_interest: bool,
+    /// Descriptors at or above this cannot be registered (select's FD_SETSIZE).
+    pub max_fd: Option<RawFd>,
+    /// Closing a descriptor removes it from the kernel's interest set by itself
+    /// (epoll); otherwise the loop must `delete` it first (select, poll keep
+    /// their sets in user space).
+    pub close_deregisters: bool,
+}
+
+/// An event notification mechanism.
+pub trait Poller: Sized {
+    /// What this backend can do.
+    const CAPS: Caps;
+    /// Create the backend.
+    fn new() -> io::Result<Self>;
+    /// Start watching `fd`.
+    fn add(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()>;
+    /// Change what `fd` is watched for.
+    fn modify(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()>;
+    /// Stop watching `fd`.
+    fn delete(&mut self, fd: RawFd) -> io::Result<()>;
+    /// Wait up to `timeout` (None = forever) and append ready events to `events`.
+    fn wait(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()>;
+    /// `fd` is about to be closed: forget anything queued for it (batched
+    /// backends) so a later registration of the same number is not confused.
+    fn forget(&mut self, _fd: RawFd) {}
+}
+
+/// Milliseconds for poll-style timeouts, rounding up so a timer is never woken early.
+pub(crate) fn timeout_ms(timeout: Option<Duration>) -> i32 {
+    match timeout {
+        None => -1,
+        Some(d) => {
+            let ms = d.as_nanos().div_ceil(1_000_000);
+            ms.min(i32::MAX as u128) as i32
+        }
+    }
+}
+
+/// The backends selectable with `--event`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BackendKind {
+    /// select(2) with a refusal above FD_SETSIZE.
+    Select,
+    /// poll(2).
+    Poll,
+    /// epoll, level-triggered, interest updated as a connection's needs change.
+    #[default]
+    Epoll,
+    /// epoll, edge-triggered, registered once for both directions.
+    EpollEt,
+    /// epoll level-triggered, registered once for both directions and removed
+    /// only at close (the µserver study's epoll2).
+    EpollOnce,
+    /// epoll level-triggered with interest changes queued and applied together
+    /// before each wait, in one io_uring_enter when io_uring works (epoll_ctlv).
+    EpollBatched,
+    /// io_uring multishot polls; completions read from the shared ring without
+    /// a system call whenever it is not empty.
+    Uring,
+}
+
+impl BackendKind {
+    /// Every backend, in the order `weft backends` lists them.
+    pub const ALL: &'static [BackendKind] = &[
+        BackendKind::Select,
+        BackendKind::Poll,
+        BackendKind::Epoll,
+        BackendKind::EpollEt,
+        BackendKind::EpollOnce,
+        BackendKind::EpollBatched,
+        BackendKind::Uring,
+    ];
+
+    /// The `--event` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Select => Select::CAPS.name,
+            BackendKind::Poll => Poll::CAPS.name,
+            BackendKind::Epoll => Epoll::CAPS.name,
+            BackendKind::EpollEt => EpollEt::CAPS.name,
+            BackendKind::EpollOnce => EpollOnce::CAPS.name,
+            BackendKind::EpollBatched => EpollBatched::CAPS.name,
+            BackendKind::Uring => Uring::CAPS.name,
+        }
+    }
+
+    /// Can this backend be created here?
+    pub fn probe(self) -> io::Result<()> {
+        match self {
+            BackendKind::Select => Select::new().map(drop),
+            BackendKind::Poll => Poll::new().map(drop),
+            BackendKind::Epoll => Epoll::new().map(drop),
+            BackendKind::EpollEt => EpollEt::new().map(drop),
+            BackendKind::EpollOnce => EpollOnce::new().map(drop),
+            BackendKind::EpollBatched => EpollBatched::new().map(drop),
+            BackendKind::Uring => Uring::new().map(drop),
+        }
+    }
+
+    /// The accepted names, for error messages.
+    pub fn names() -> String {
+        Self::ALL.iter().map(|b| b.name()).collect::<Vec<_>>().join("|")
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| format!("unknown event backend `{s}` (expected {})", Self::names()))
+    }
+}
+
+/// Call `$body` with the type alias `$P` bound to the backend chosen at run time:
+/// the one place where a run-time choice becomes a compile-time type, so each
+/// backend gets a monomorphized event loop.
+#[macro_export]
+macro_rules! with_backend {
+    ($kind:expr, $P:ident => $body:expr) => {
+        match $kind {
+            $crate::BackendKind::Select => {
+                type $P = $crate::backend::Select;
+                $body
+            }
+            $crate::BackendKind::Poll => {
+                type $P = $crate::backend::Poll;
+                $body
+            }
+            $crate::BackendKind::Epoll => {
+                type $P = $crate::backend::Epoll;
+                $body
+            }
+            $crate::BackendKind::EpollEt => {
+                type $P = $crate::backend::EpollEt;
+                $body
+            }
+            $crate::BackendKind::EpollOnce => {
+                type $P = $crate::backend::EpollOnce;
+                $body
+            }
+            $crate::BackendKind::EpollBatched => {
+                type $P = $crate::backend::EpollBatched;
+                $body
+            }
+            $crate::BackendKind::Uring => {
+                type $P = $crate::backend::Uring;
+                $body
+            }
+        }
+    };
+}

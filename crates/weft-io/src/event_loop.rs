@@ -1,0 +1,169 @@
+//! The event loop: wait, dispatch, expire timers, close deferred descriptors.
+//!
+//! [`run`] is generic over the backend and the handler, so each combination is
+//! compiled into its own loop without dynamic dispatch. One iteration:
+//!
+//! 1. wait for readiness (up to the nearest timer, or the handler's bound);
+//! 2. refresh the cached clock once for the whole batch;
+//! 3. hand each event to the handler (stale tokens are the handler's to drop:
+//!    its [`Slab`](crate::Slab) lookup fails);
+//! 4. fire due timers;
+//! 5. let the handler do deferred work, then close the descriptors it queued
+//!    with [`Ctx::close_later`] — after every event of the batch was seen, so a
+//!    descriptor number is never reused while an event for it is still queued.
+
+use crate::backend::{Event, Interest, Poller, Token};
+use crate::sys::Fd;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant, SystemTime};
+
+/// State the loop shares with its handler.
+pub struct Ctx<P: Poller> {
+    /// The backend.
+    pub poller: P,
+    /// Monotonic time, refreshed once per iteration (cheap and consistent within a batch).
+    pub now: Instant,
+    /// Wall-clock time, refreshed with `now` (Date headers, logs).
+    pub wall: SystemTime,
+    timers: BinaryHeap<Reverse<(Instant, Token)>>,
+    closing: Vec<Fd>,
+}
+
+/// Why a descriptor could not be registered.
+#[derive(Debug)]
+pub enum RegisterError {
+    /// The backend cannot represent it (select's FD_SETSIZE).
+    OutOfRange(RawFd, RawFd),
+    /// The kernel refused.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegisterError::OutOfRange(fd, max) => {
+                write!(f, "descriptor {fd} is at or above the backend's limit {max}")
+            }
+            RegisterError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl<P: Poller> Ctx<P> {
+    /// A context around a new backend.
+    pub fn new() -> io::Result<Ctx<P>> {
+        Ok(Ctx {
+            poller: P::new()?,
+            now: Instant::now(),
+            wall: SystemTime::now(),
+            timers: BinaryHeap::new(),
+            closing: Vec::new(),
+        })
+    }
+
+    /// Register `fd`, refusing descriptors the backend cannot hold.
+    pub fn register(&mut self, fd: RawFd, token: Token, interest: Interest) -> Result<(), RegisterError> {
+        if let Some(max) = P::CAPS.max_fd {
+            if fd >= max {
+                return Err(RegisterError::OutOfRange(fd, max));
+            }
+        }
+        self.poller.add(fd, token, interest).map_err(RegisterError::Io)
+    }
+
+    /// Change interest (level-triggered backends only need this).
+    #[inline]
+    pub fn reregister(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()> {
+        self.poller.modify(fd, token, interest)
+    }
+
+    /// Close `fd` at the end of this iteration. Backends whose interest set lives
+    /// in user space forget it now, so it is never polled again.
+    pub fn close_later(&mut self, fd: Fd, registered: bool) {
+        if registered && !P::CAPS.close_deregisters {
+            let _ = self.poller.delete(fd.raw());
+        }
+        self.poller.forget(fd.raw());
+        self.closing.push(fd);
+    }
+
+    /// Ask for `Handler::on_timer(token)` at `deadline`. Handlers keep at most one
+    /// armed timer per connection and store their real deadline beside it, so
+    /// moving a deadline later costs nothing: the timer fires, sees the new
+    /// deadline, and re-arms.
+    #[inline]
+    pub fn arm_timer(&mut self, token: Token, deadline: Instant) {
+        self.timers.push(Reverse((deadline, token)));
+    }
+
+    /// Number of armed timers (tests and stats).
+    pub fn timers_armed(&self) -> usize {
+        self.timers.len()
+    }
+
+    fn next_timeout(&self, bound: Option<Duration>) -> Option<Duration> {
+        let t = self
+            .timers
+            .peek()
+            .map(|Reverse((d, _))| d.saturating_duration_since(Instant::now()));
+        match (t, bound) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn refresh_clock(&mut self) {
+        self.now = Instant::now();
+        self.wall = SystemTime::now();
+    }
+}
+
+/// What the loop calls back.
+pub trait Handler<P: Poller> {
+    /// A readiness event.
+    fn on_event(&mut self, cx: &mut Ctx<P>, event: Event);
+    /// A timer armed for `token` at `due` came due. Return `Some(later)`, with
+    /// `later > cx.now`, to re-arm it (the owner's deadline moved); `None` when
+    /// handled or stale.
+    fn on_timer(&mut self, cx: &mut Ctx<P>, token: Token, due: Instant) -> Option<Instant>;
+    /// Work after each batch of events and timers (e.g. connections the handler
+    /// knows to be ready without asking the kernel).
+    fn after_batch(&mut self, _cx: &mut Ctx<P>) {}
+    /// Longest the loop may sleep (e.g. to refresh the Date once a second).
+    fn max_wait(&self) -> Option<Duration> {
+        None
+    }
+    /// False ends the loop.
+    fn keep_running(&self) -> bool;
+}
+
+/// Run until the handler says stop.
+pub fn run<P: Poller, H: Handler<P>>(cx: &mut Ctx<P>, handler: &mut H) -> io::Result<()> {
+    let mut events: Vec<Event> = Vec::with_capacity(512);
+    while handler.keep_running() {
+        let timeout = cx.next_timeout(handler.max_wait());
+        events.clear();
+        cx.poller.wait(&mut events, timeout)?;
+        cx.refresh_clock();
+        for ev in events.iter() {
+            handler.on_event(cx, *ev);
+        }
+        while let Some(&Reverse((deadline, token))) = cx.timers.peek() {
+            if deadline > cx.now {
+                break;
+            }
+            cx.timers.pop();
+            if let Some(later) = handler.on_timer(cx, token, deadline) {
+                debug_assert!(later > cx.now, "a re-armed timer must move forward");
+                cx.timers.push(Reverse((later, token)));
+            }
+        }
+        handler.after_batch(cx);
+        cx.closing.clear();
+    }
+    cx.closing.clear();
+    Ok(())
+}

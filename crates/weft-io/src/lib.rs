@@ -1,0 +1,24 @@
+//! weft-io: the event loop and everything that touches the kernel.
+//!
+//! - [`sys`]: every system call weft makes, wrapped and counted by kind per
+//!   thread (the only module in the workspace with `unsafe`);
+//! - [`backend`]: the event mechanisms behind one [`Poller`] trait, each
+//!   declaring its [`Caps`] (select, poll, epoll level- and edge-triggered);
+//! - [`event_loop`]: the generic loop ([`run`]) with its [`Ctx`] (cached clock,
+//!   timers, deferred close) and the [`Handler`] callbacks;
+//! - [`Slab`]: connection table whose [`Token`]s carry a generation;
+//! - [`workers`]: SO_REUSEPORT listener groups and signal-driven shutdown;
+//! - [`features`]: what this kernel supports (`weft backends`).
+
+pub mod backend;
+pub mod event_loop;
+pub mod features;
+pub mod slab;
+pub mod sys;
+pub mod workers;
+
+pub use backend::{BackendKind, Caps, Event, Interest, Poller, Token};
+pub use event_loop::{run, Ctx, Handler, RegisterError};
+pub use slab::Slab;
+pub use sys::{Fd, SysCounts, SysKind};
+pub use workers::{bind_reuseport, Shutdown};

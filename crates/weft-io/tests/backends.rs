@@ -1,0 +1,232 @@
+//! Every backend through the generic loop: readiness delivery, interest changes,
+//! timers, deferred close, and select's descriptor limit.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+use weft_io::sys;
+use weft_io::{BackendKind, Ctx, Event, Handler, Interest, Poller, Token};
+
+struct Probe {
+    seen: Vec<Event>,
+    timers: Vec<Token>,
+    stop_after: usize,
+    deadline: Instant,
+}
+
+impl<P: Poller> Handler<P> for Probe {
+    fn on_event(&mut self, _cx: &mut Ctx<P>, event: Event) {
+        self.seen.push(event);
+    }
+    fn on_timer(&mut self, _cx: &mut Ctx<P>, token: Token, _due: Instant) -> Option<Instant> {
+        self.timers.push(token);
+        None
+    }
+    fn max_wait(&self) -> Option<Duration> {
+        Some(Duration::from_millis(50))
+    }
+    fn keep_running(&self) -> bool {
+        self.seen.len() + self.timers.len() < self.stop_after && Instant::now() < self.deadline
+    }
+}
+
+fn pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    b.set_nonblocking(true).unwrap();
+    (a, b)
+}
+
+fn readiness<P: Poller>() {
+    let mut cx = Ctx::<P>::new().unwrap();
+    let (mut a, b) = pair();
+    let t = Token::new(7, 3);
+    cx.register(b.as_raw_fd(), t, Interest::READ)
+        .map_err(|e| e.to_string())
+        .unwrap();
+    a.write_all(b"ping").unwrap();
+    let mut p = Probe {
+        seen: vec![],
+        timers: vec![],
+        stop_after: 1,
+        deadline: Instant::now() + Duration::from_secs(5),
+    };
+    weft_io::run(&mut cx, &mut p).unwrap();
+    assert_eq!(p.seen.len(), 1, "{}", P::CAPS.name);
+    assert_eq!(p.seen[0].token, t, "the token (with its generation) comes back");
+    assert!(p.seen[0].readable);
+    // Ask for writability instead: a fresh socket is writable at once.
+    cx.reregister(b.as_raw_fd(), t, Interest::WRITE).unwrap();
+    let mut p = Probe {
+        seen: vec![],
+        timers: vec![],
+        stop_after: 1,
+        deadline: Instant::now() + Duration::from_secs(5),
+    };
+    weft_io::run(&mut cx, &mut p).unwrap();
+    assert!(p.seen[0].writable, "{}", P::CAPS.name);
+    // A timer fires with its token.
+    cx.reregister(b.as_raw_fd(), t, Interest::NONE).unwrap();
+    let tt = Token::new(1, 1);
+    cx.arm_timer(tt, Instant::now() + Duration::from_millis(30));
+    let mut p = Probe {
+        seen: vec![],
+        timers: vec![],
+        stop_after: 1,
+        deadline: Instant::now() + Duration::from_secs(5),
+    };
+    let t0 = Instant::now();
+    weft_io::run(&mut cx, &mut p).unwrap();
+    assert_eq!(p.timers, vec![tt]);
+    assert!(t0.elapsed() >= Duration::from_millis(25));
+    if !P::CAPS.close_deregisters {
+        cx.poller.delete(b.as_raw_fd()).unwrap();
+    }
+}
+
+#[test]
+fn select_delivers_events() {
+    readiness::<weft_io::backend::Select>();
+}
+#[test]
+fn poll_delivers_events() {
+    readiness::<weft_io::backend::Poll>();
+}
+#[test]
+fn epoll_delivers_events() {
+    readiness::<weft_io::backend::Epoll>();
+}
+#[test]
+fn epoll_et_delivers_events() {
+    readiness::<weft_io::backend::EpollEt>();
+}
+
+#[test]
+fn select_refuses_descriptors_at_fd_setsize() {
+    let mut cx = Ctx::<weft_io::backend::Select>::new().unwrap();
+    let err = cx
+        .register(sys::FD_SETSIZE, Token::new(0, 0), Interest::READ)
+        .unwrap_err();
+    assert!(err.to_string().contains("1024"), "{err}");
+    let err = cx.poller.add(5000, Token::new(0, 0), Interest::READ).unwrap_err();
+    assert!(err.to_string().contains("FD_SETSIZE"), "{err}");
+}
+
+#[test]
+fn poll_and_select_forget_deleted_descriptors() {
+    fn check<P: Poller>() {
+        let mut p = P::new().unwrap();
+        let (_a, b) = pair();
+        let (_c, d) = pair();
+        p.add(b.as_raw_fd(), Token::new(1, 0), Interest::WRITE).unwrap();
+        p.add(d.as_raw_fd(), Token::new(2, 0), Interest::WRITE).unwrap();
+        p.delete(b.as_raw_fd()).unwrap();
+        let mut ev = Vec::new();
+        p.wait(&mut ev, Some(Duration::from_millis(100))).unwrap();
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].token, Token::new(2, 0));
+        assert!(p.delete(b.as_raw_fd()).is_err());
+    }
+    check::<weft_io::backend::Poll>();
+    check::<weft_io::backend::Select>();
+}
+
+#[test]
+fn backend_names_round_trip() {
+    for b in BackendKind::ALL {
+        assert_eq!(b.name().parse::<BackendKind>().unwrap(), *b);
+    }
+    let e = "kqueue".parse::<BackendKind>().unwrap_err();
+    assert!(e.contains("select|poll|epoll|epoll-et|epoll-once|epoll-batched|uring"));
+}
+
+#[test]
+fn reuseport_group_shares_a_port_zero() {
+    let (ls, addr) = weft_io::bind_reuseport(SocketAddr::from(([127, 0, 0, 1], 0)), 3, 16).unwrap();
+    assert_eq!(ls.len(), 3);
+    assert_ne!(addr.port(), 0);
+    for l in &ls {
+        assert_eq!(sys::local_addr(l.raw()).unwrap(), addr);
+    }
+    TcpStream::connect(addr).unwrap();
+}
+
+#[test]
+fn syscalls_are_counted() {
+    let before = sys::SysCounts::current();
+    let (r, w) = sys::pipe().unwrap();
+    sys::write(w.raw(), b"abc").unwrap();
+    let mut b = [0u8; 3];
+    sys::read(r.raw(), &mut b).unwrap();
+    drop((r, w));
+    let after = sys::SysCounts::current();
+    assert_eq!(after.get(sys::SysKind::Write) - before.get(sys::SysKind::Write), 1);
+    assert_eq!(after.get(sys::SysKind::Read) - before.get(sys::SysKind::Read), 1);
+    assert_eq!(after.get(sys::SysKind::Close) - before.get(sys::SysKind::Close), 2);
+}
+
+#[test]
+fn epoll_once_delivers_events() {
+    readiness::<weft_io::backend::EpollOnce>();
+}
+#[test]
+fn epoll_batched_delivers_events() {
+    readiness::<weft_io::backend::EpollBatched>();
+}
+#[test]
+fn uring_delivers_events() {
+    readiness::<weft_io::backend::Uring>();
+}
+
+/// A ready completion ring is read without entering the kernel.
+#[test]
+fn uring_reads_ready_completions_without_a_syscall() {
+    use weft_io::backend::Uring;
+    let mut p = Uring::new().unwrap();
+    let (mut a, b) = pair();
+    let (mut c, d) = pair();
+    p.add(b.as_raw_fd(), Token::new(1, 0), Interest::READ).unwrap();
+    p.add(d.as_raw_fd(), Token::new(2, 0), Interest::READ).unwrap();
+    a.write_all(b"x").unwrap();
+    c.write_all(b"y").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let mut ev = Vec::new();
+    let before = sys::SysCounts::current().get(sys::SysKind::UringEnter);
+    // First wait submits the polls (one enter) and collects what is ready.
+    p.wait(&mut ev, Some(Duration::from_millis(200))).unwrap();
+    let mid = sys::SysCounts::current().get(sys::SysKind::UringEnter);
+    assert_eq!(mid - before, 1);
+    // Make more events arrive, then read them: the ring is non-empty, no enter.
+    a.write_all(b"x").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let mut ev2 = Vec::new();
+    p.wait(&mut ev2, Some(Duration::from_millis(200))).unwrap();
+    let after = sys::SysCounts::current().get(sys::SysKind::UringEnter);
+    assert!(ev.len() + ev2.len() >= 2, "{ev:?} {ev2:?}");
+    assert!(ev.iter().chain(ev2.iter()).all(|e| e.readable));
+    assert!(after - mid <= 1);
+}
+
+#[test]
+fn batched_epoll_applies_changes_in_one_enter() {
+    use weft_io::backend::EpollBatched;
+    let mut p = EpollBatched::new().unwrap();
+    let pairs: Vec<_> = (0..8).map(|_| pair()).collect();
+    let before = sys::SysCounts::current();
+    for (i, (_, b)) in pairs.iter().enumerate() {
+        p.add(b.as_raw_fd(), Token::new(i as u32, 0), Interest::WRITE).unwrap();
+    }
+    let mut ev = Vec::new();
+    p.wait(&mut ev, Some(Duration::from_millis(200))).unwrap();
+    let after = sys::SysCounts::current();
+    assert_eq!(ev.len(), 8);
+    let ctl = after.get(sys::SysKind::EpollCtl) - before.get(sys::SysKind::EpollCtl);
+    let enter = after.get(sys::SysKind::UringEnter) - before.get(sys::SysKind::UringEnter);
+    if sys::probe_io_uring().is_ok() {
+        assert_eq!((ctl, enter), (0, 1), "eight registrations, one io_uring_enter");
+    } else {
+        assert_eq!(ctl, 8);
+    }
+}

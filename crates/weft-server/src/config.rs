@@ -1,0 +1,121 @@
+//! Settings of `weft serve`, already validated (the CLI and `weft.toml` build it).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+use weft_io::BackendKind;
+
+/// How file bodies reach the socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SendMode {
+    /// sendfile(2): page cache to socket, no byte through user space; the
+    /// head goes first with send(MSG_MORE) so small files leave in one segment.
+    Sendfile,
+    /// pread(2) into a per-worker buffer, then writev(2) of head and data.
+    Copy,
+    /// Small files from an in-memory copy (one write per response, pipelined
+    /// responses coalesced); larger files by copy to loopback peers — where the
+    /// kernel's sendfile path costs more than a copy — and by sendfile to
+    /// everyone else, where it saves the copy to the NIC.
+    #[default]
+    Auto,
+}
+
+impl SendMode {
+    /// The `--send` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SendMode::Sendfile => "sendfile",
+            SendMode::Copy => "copy",
+            SendMode::Auto => "auto",
+        }
+    }
+}
+
+impl FromStr for SendMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sendfile" => Ok(SendMode::Sendfile),
+            "copy" => Ok(SendMode::Copy),
+            "auto" => Ok(SendMode::Auto),
+            _ => Err(format!("unknown send mode `{s}` (expected sendfile|copy|auto)")),
+        }
+    }
+}
+
+/// Everything `weft serve` needs.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Document root; `None` serves the built-in demo site.
+    pub root: Option<PathBuf>,
+    /// Address to listen on (port 0 picks one).
+    pub listen: SocketAddr,
+    /// Event backend.
+    pub event: BackendKind,
+    /// Worker threads, each with its own SO_REUSEPORT listener and loop.
+    pub workers: usize,
+    /// Connections accepted per listener readiness event (`None` = until EAGAIN).
+    pub accept_limit: Option<usize>,
+    /// Listen backlog.
+    pub backlog: i32,
+    /// Close a keep-alive connection idle this long.
+    pub idle_timeout: Duration,
+    /// Close a connection whose request head is not complete this long after it began.
+    pub header_timeout: Duration,
+    /// Close a connection that makes no write progress this long.
+    pub send_timeout: Duration,
+    /// Requests per connection before it is closed (0 = unlimited).
+    pub max_requests: u64,
+    /// Body transfer path.
+    pub send: SendMode,
+    /// Files up to this size are kept in memory in `auto` mode.
+    pub small_file_max: u64,
+    /// Open files cached per worker (pathname → descriptor, metadata, header fields).
+    pub file_cache_entries: usize,
+    /// Revalidate cached file metadata after this long.
+    pub file_cache_valid: Duration,
+    /// Serve directory listings when there is no index.html.
+    pub autoindex: bool,
+    /// Let symlinks lead outside the root.
+    pub follow_symlinks: bool,
+    /// Combined Log Format access log.
+    pub access_log: Option<PathBuf>,
+    /// How long in-flight responses may take to finish after SIGTERM/SIGINT.
+    pub grace: Duration,
+    /// Request limits.
+    pub limits: weft_http::Limits,
+    /// Print counters (requests, bytes per path, syscalls by kind) at exit.
+    pub stats_on_exit: bool,
+    /// Serve live counters as JSON on this address.
+    pub admin: Option<SocketAddr>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            root: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            event: BackendKind::Epoll,
+            workers: weft_io::sys::available_cpus(),
+            accept_limit: None,
+            backlog: 4096,
+            idle_timeout: Duration::from_secs(60),
+            header_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(60),
+            max_requests: 0,
+            send: SendMode::Auto,
+            small_file_max: 16 * 1024,
+            file_cache_entries: 1000,
+            file_cache_valid: Duration::from_secs(1),
+            autoindex: false,
+            follow_symlinks: false,
+            access_log: None,
+            grace: Duration::from_secs(10),
+            limits: weft_http::Limits::default(),
+            stats_on_exit: false,
+            admin: None,
+        }
+    }
+}

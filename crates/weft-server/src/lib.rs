@@ -1,0 +1,194 @@
+//! weft-server: the static web server behind `weft serve`.
+//!
+//! Flash's design on a modern kernel: a single-process event-driven server per
+//! worker thread (SPED), with Flash's caches folded into one per-worker
+//! [`files::FileCache`] (pathname → open descriptor, metadata, ready-made header
+//! fields, and the bytes of small files), bodies sent with sendfile or
+//! pread + writev ([`config::SendMode`]), strict HTTP/1.1 from `weft-http`, and
+//! the event backend chosen at start-up from `weft-io`.
+//!
+//! - [`config`]: [`ServeConfig`], the validated settings;
+//! - [`worker`]: one event loop's connections and the request cycle;
+//! - `conn`, `files`, `respond`: connection state, the file cache, response heads;
+//! - `path`, `mime`, `autoindex`, `accesslog`, `demo`: request-path safety,
+//!   content types, directory listings, Combined Log Format, the built-in site;
+//! - [`stats`]: per-worker counters (bytes by send path, syscalls by kind).
+
+pub mod accesslog;
+pub mod admin;
+pub mod autoindex;
+pub mod config;
+mod conn;
+pub mod demo;
+mod files;
+pub mod mime;
+pub mod path;
+mod respond;
+pub mod stats;
+pub mod worker;
+
+pub use config::{SendMode, ServeConfig};
+pub use stats::ServeStats;
+
+use std::ffi::CString;
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+use weft_io::sys::{self, Fd};
+use weft_io::{bind_reuseport, Shutdown};
+
+/// A running server: its address, its shutdown switch, and its workers.
+pub struct Server {
+    addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
+    shutdown: Shutdown,
+    workers: Vec<JoinHandle<io::Result<ServeStats>>>,
+}
+
+impl Server {
+    /// Bind, spawn the workers and return at once. Call [`Server::wait`] to
+    /// block until shutdown.
+    pub fn start(cfg: ServeConfig) -> io::Result<Server> {
+        let nofile = sys::raise_nofile_limit().unwrap_or(1024);
+        weft_core::debug!("descriptor limit {nofile}");
+        let workers = cfg.workers.max(1);
+        // Fail early, with the path in the message, if the root is unusable.
+        let root_path = match &cfg.root {
+            Some(p) => {
+                let c = CString::new(p.as_os_str().as_bytes())
+                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "root path contains NUL"))?;
+                let fd = sys::open_dir(&c)
+                    .map_err(|e| io::Error::new(e.kind(), format!("cannot open document root {}: {e}", p.display())))?;
+                drop(fd);
+                Some(c)
+            }
+            None => None,
+        };
+        let log_fd = match &cfg.access_log {
+            Some(p) => {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(|e| io::Error::new(e.kind(), format!("cannot open access log {}: {e}", p.display())))?;
+                Some(Arc::new(Fd::from_raw(std::os::fd::IntoRawFd::into_raw_fd(f))))
+            }
+            None => None,
+        };
+        let (listeners, addr) = bind_reuseport(cfg.listen, workers, cfg.backlog)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
+        for l in &listeners {
+            // Accepted sockets inherit TCP_NODELAY from the listener on Linux: a
+            // second small write on a connection (pipelined responses) must not
+            // wait for the delayed ACK of the first.
+            let _ = sys::setsockopt_int(l.raw(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+        }
+        let shutdown = Shutdown::new(workers)?;
+        let slots: Arc<Vec<admin::Slot>> = Arc::new((0..workers).map(|_| admin::Slot::default()).collect());
+        let admin_addr = match cfg.admin {
+            Some(a) => Some(
+                admin::start(a, cfg.event.name(), slots.clone())
+                    .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}")))?,
+            ),
+            None => None,
+        };
+        let cfg = Arc::new(cfg);
+        let mut handles = Vec::with_capacity(workers);
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let cfg = cfg.clone();
+            let shutdown = shutdown.clone();
+            let root_path = root_path.clone();
+            let log_fd = log_fd.clone();
+            let slots = slots.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("weft-worker-{i}"))
+                .spawn(move || run_worker(&cfg, i, listener, shutdown, root_path, log_fd, &slots[i]))?;
+            handles.push(h);
+        }
+        Ok(Server {
+            addr,
+            admin_addr,
+            shutdown,
+            workers: handles,
+        })
+    }
+
+    /// The bound address (the real port when port 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The admin endpoint's address, when `--admin` was given.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// The switch that stops the server gracefully.
+    pub fn shutdown_handle(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    /// Wait for every worker to finish; returns the summed counters.
+    pub fn wait(self) -> io::Result<ServeStats> {
+        let mut total = ServeStats::default();
+        let mut first_err = None;
+        for h in self.workers {
+            match h.join() {
+                Ok(Ok(s)) => total.add(&s),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(io::Error::other("worker thread panicked"));
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(total),
+        }
+    }
+}
+
+fn run_worker(
+    cfg: &ServeConfig,
+    index: usize,
+    listener: Fd,
+    shutdown: Shutdown,
+    root: Option<CString>,
+    log_fd: Option<Arc<Fd>>,
+    slot: &admin::Slot,
+) -> io::Result<ServeStats> {
+    let files = match root {
+        Some(c) => {
+            let dir = sys::open_dir(&c)?;
+            let small = match cfg.send {
+                SendMode::Auto => Some(cfg.small_file_max),
+                _ => None,
+            };
+            Some(files::FileCache::new(
+                dir,
+                cfg.follow_symlinks,
+                cfg.file_cache_entries,
+                cfg.file_cache_valid,
+                small,
+            ))
+        }
+        None => None,
+    };
+    let log = log_fd.as_ref().map(|f| worker::AccessLog::new(f.raw(), Instant::now()));
+    let waker = shutdown.waker(index);
+    let mut w = worker::Worker::new(cfg, listener, files, shutdown, waker, log, slot);
+    let stats = weft_io::with_backend!(cfg.event, P => {
+        let mut cx = weft_io::Ctx::<P>::new()?;
+        w.register(&mut cx)?;
+        weft_io::run(&mut cx, &mut w)?;
+        w.stats()
+    });
+    drop(w);
+    drop(log_fd);
+    Ok(stats)
+}

@@ -1,0 +1,444 @@
+//! Command-line definitions and the `weft.toml` merge.
+//!
+//! Every long flag of a subcommand is also a key of that subcommand's table in
+//! the config file. A file setting is validated by running it through the same
+//! clap parser as the flag (`--key value`), so both accept exactly the same
+//! values and report errors the same way; then the file's settings are placed
+//! before the command line's, and the command line wins (`args_override_self`).
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// weft: a web server, caching proxy and cluster front-end built from twenty
+/// years of web-server research, and the instruments that measure it.
+#[derive(Parser, Debug)]
+#[command(name = "weft", version, about, long_about = None, args_override_self = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve static files (or the built-in demo site when no DIR is given).
+    Serve(Box<ServeArgs>),
+    /// Show which event backends and kernel features work on this machine.
+    Backends,
+    /// Validate a config file and exit (like `nginx -t`).
+    Check(CheckArgs),
+}
+
+/// `weft check`.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The config file to validate.
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    pub config: PathBuf,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    weft_core::units::parse_duration(s)
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    weft_core::units::parse_size(s)
+}
+
+fn parse_size_usize(s: &str) -> Result<usize, String> {
+    parse_size(s).and_then(|n| usize::try_from(n).map_err(|_| format!("size `{s}` is too large")))
+}
+
+/// `--accept-limit N|inf` (a newtype: clap reads `Option<Option<T>>` as a flag
+/// with an optional value, which is not what this is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AcceptLimit(pub Option<usize>);
+
+fn parse_accept_limit(s: &str) -> Result<AcceptLimit, String> {
+    if s == "inf" {
+        return Ok(AcceptLimit(None));
+    }
+    match s.parse::<usize>() {
+        Ok(0) | Err(_) => Err(format!(
+            "invalid accept limit `{s}` (expected a positive number or `inf`)"
+        )),
+        Ok(n) => Ok(AcceptLimit(Some(n))),
+    }
+}
+
+fn parse_workers(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("invalid worker count `{s}` (expected 1..1024)")),
+    }
+}
+
+/// A path or `off`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffPath(pub Option<PathBuf>);
+
+fn parse_off_path(s: &str) -> Result<OffPath, String> {
+    match s {
+        "off" => Ok(OffPath(None)),
+        "" => Err("empty path (use `off` to disable)".into()),
+        p => Ok(OffPath(Some(PathBuf::from(p)))),
+    }
+}
+
+/// `weft serve`.
+#[derive(Args, Debug, Default)]
+pub struct ServeArgs {
+    /// Document root. Without it, weft serves its built-in demo site.
+    #[arg(value_name = "DIR")]
+    pub root: Option<PathBuf>,
+
+    /// Address to listen on; port 0 picks a free port. The bound address is
+    /// printed on stdout as `listening on ADDR:PORT`.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+
+    /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll].
+    #[arg(long, value_name = "BACKEND")]
+    pub event: Option<weft_io::BackendKind>,
+
+    /// Worker threads, one event loop and SO_REUSEPORT listener each [default: number of CPUs].
+    #[arg(long, value_name = "N", value_parser = parse_workers)]
+    pub workers: Option<usize>,
+
+    /// Connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: inf].
+    #[arg(long, value_name = "N|inf", value_parser = parse_accept_limit)]
+    pub accept_limit: Option<AcceptLimit>,
+
+    /// Listen backlog [default: 4096].
+    #[arg(long, value_name = "N")]
+    pub backlog: Option<i32>,
+
+    /// Close keep-alive connections idle this long [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+
+    /// Close connections whose request head is incomplete this long after it began, with 408 [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub header_timeout: Option<Duration>,
+
+    /// Close connections that make no write progress this long [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub send_timeout: Option<Duration>,
+
+    /// Requests per connection before it is closed; 0 = unlimited [default: 0].
+    #[arg(long, value_name = "N")]
+    pub max_requests: Option<u64>,
+
+    /// How file bodies are sent: sendfile (no byte through user space), copy
+    /// (pread + writev), or auto (small files from memory; larger ones copied to
+    /// loopback peers, sendfile otherwise) [default: auto].
+    #[arg(long, value_name = "sendfile|copy|auto")]
+    pub send: Option<weft_server::SendMode>,
+
+    /// In auto mode, files up to this size are kept in memory [default: 16KiB].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub small_file_max: Option<u64>,
+
+    /// Open files cached per worker [default: 1000].
+    #[arg(long, value_name = "N")]
+    pub file_cache_entries: Option<usize>,
+
+    /// Re-check a cached file's metadata after this long [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub file_cache_valid: Option<Duration>,
+
+    /// List directories that have no index.html.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub autoindex: Option<bool>,
+
+    /// Follow symlinks that lead outside the document root.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub follow_symlinks: Option<bool>,
+
+    /// Combined Log Format access log, or `off` [default: off].
+    #[arg(long, value_name = "FILE|off", value_parser = parse_off_path)]
+    pub access_log: Option<OffPath>,
+
+    /// After SIGTERM/SIGINT, how long in-flight responses may take to finish [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub grace: Option<Duration>,
+
+    /// Longest request line; longer gets 414 [default: 8KiB].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_usize)]
+    pub max_request_line: Option<usize>,
+
+    /// Largest request head; larger gets 431 [default: 64KiB].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_usize)]
+    pub max_header_bytes: Option<usize>,
+
+    /// Most header fields in a request; more gets 431 [default: 100].
+    #[arg(long, value_name = "N")]
+    pub max_headers: Option<usize>,
+
+    /// Print counters (requests, bytes by send path, system calls by kind) as JSON on stderr at exit.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub stats_on_exit: Option<bool>,
+
+    /// Serve live counters (per worker and total: requests, bytes by send path,
+    /// system calls by kind) as JSON at http://ADDR/stats.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub admin: Option<SocketAddr>,
+
+    /// Log level: error, warn, info or debug [default: info].
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<weft_core::log::Level>,
+
+    /// Read settings from this TOML file's [serve] table; flags override it.
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// The validated server configuration.
+    pub fn to_config(&self) -> weft_server::ServeConfig {
+        let mut c = weft_server::ServeConfig {
+            root: self.root.clone(),
+            ..Default::default()
+        };
+        macro_rules! set {
+            ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { c.$field = v; } )* };
+        }
+        set!(
+            listen,
+            event,
+            workers,
+            backlog,
+            idle_timeout,
+            header_timeout,
+            send_timeout,
+            max_requests,
+            send,
+            small_file_max,
+            file_cache_entries,
+            file_cache_valid,
+            autoindex,
+            follow_symlinks,
+            grace,
+            stats_on_exit
+        );
+        if let Some(v) = self.accept_limit {
+            c.accept_limit = v.0;
+        }
+        if let Some(v) = &self.access_log {
+            c.access_log = v.0.clone();
+        }
+        if let Some(v) = self.max_request_line {
+            c.limits.max_request_line = v;
+        }
+        if let Some(v) = self.max_header_bytes {
+            c.limits.max_head = v;
+        }
+        if self.admin.is_some() {
+            c.admin = self.admin;
+        }
+        if let Some(v) = self.max_headers {
+            c.limits.max_headers = v;
+        }
+        c
+    }
+}
+
+/// Sections a config file may have.
+pub const SECTIONS: &[&str] = &["serve"];
+
+/// Find `-c FILE` / `--config FILE` / `--config=FILE` after the subcommand name.
+fn find_config(args: &[OsString]) -> Option<PathBuf> {
+    let mut it = args.iter().skip(2);
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy();
+        if s == "--" {
+            break;
+        }
+        if s == "-c" || s == "--config" {
+            return it.next().map(PathBuf::from);
+        }
+        if let Some(v) = s.strip_prefix("--config=") {
+            return Some(PathBuf::from(v));
+        }
+    }
+    None
+}
+
+/// A one-line error with exit code 2.
+pub struct UsageError(pub String);
+
+/// Expand `argv` with the settings of `--config FILE` for the subcommand `sub`.
+/// Returns the argv clap should parse.
+pub fn merge_config(args: Vec<OsString>) -> Result<Vec<OsString>, UsageError> {
+    let Some(sub) = args.get(1).and_then(|s| s.to_str()).map(str::to_string) else {
+        return Ok(args);
+    };
+    if !SECTIONS.contains(&sub.as_str()) {
+        return Ok(args);
+    }
+    let Some(path) = find_config(&args) else {
+        return Ok(args);
+    };
+    let settings = weft_core::config::load_section(&path, &sub, SECTIONS).map_err(|e| UsageError(e.to_string()))?;
+    let file = path.display().to_string();
+    let cmd = Cli::command();
+    let subcmd = cmd.find_subcommand(&sub).expect("listed sections are subcommands");
+    let mut from_file: Vec<OsString> = Vec::new();
+    let mut positional: Option<String> = None;
+    for s in settings {
+        let arg = subcmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some(s.key.as_str()) || (a.is_positional() && a.get_id() == s.key.as_str()));
+        let Some(arg) = arg else {
+            let mut keys: Vec<String> = subcmd
+                .get_arguments()
+                .filter_map(|a| {
+                    if a.is_positional() {
+                        Some(a.get_id().to_string())
+                    } else {
+                        a.get_long()
+                            .filter(|l| *l != "config" && *l != "help")
+                            .map(str::to_string)
+                    }
+                })
+                .collect();
+            keys.sort();
+            return Err(UsageError(format!(
+                "{file}: key `{sub}.{}`: unknown key (known: {})",
+                s.key,
+                keys.join(", ")
+            )));
+        };
+        if arg.get_long() == Some("config") {
+            return Err(UsageError(format!(
+                "{file}: key `{sub}.config`: a config file cannot include another"
+            )));
+        }
+        // Validate with the flag's own parser.
+        let probe: Vec<OsString> = if arg.is_positional() {
+            vec!["weft".into(), sub.clone().into(), s.value.clone().into()]
+        } else {
+            vec![
+                "weft".into(),
+                sub.clone().into(),
+                format!("--{}={}", s.key, s.value).into(),
+            ]
+        };
+        if let Err(e) = Cli::try_parse_from(&probe) {
+            let msg = e.to_string();
+            let first = msg
+                .lines()
+                .next()
+                .unwrap_or("invalid value")
+                .trim_start_matches("error: ")
+                .to_string();
+            return Err(UsageError(format!("{file}: key `{sub}.{}`: {first}", s.key)));
+        }
+        if arg.is_positional() {
+            positional = Some(s.value);
+        } else {
+            from_file.push(format!("--{}={}", s.key, s.value).into());
+        }
+    }
+    // argv: weft SUB <file settings> <command line> [<positional from file>]
+    let mut out: Vec<OsString> = args[..2].to_vec();
+    out.extend(from_file);
+    out.extend(args[2..].iter().cloned());
+    if let Some(p) = positional {
+        let cli_has_positional = Cli::try_parse_from(&args)
+            .ok()
+            .map(|c| matches!(c.command, Command::Serve(ref s) if s.root.is_some()))
+            .unwrap_or(false);
+        if !cli_has_positional {
+            out.push(p.into());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn write(text: &str) -> (tempdir::Dir, PathBuf) {
+        let d = tempdir::Dir::new();
+        let p = d.path.join("weft.toml");
+        std::fs::write(&p, text).unwrap();
+        (d, p)
+    }
+
+    mod tempdir {
+        pub struct Dir {
+            pub path: std::path::PathBuf,
+        }
+        impl Dir {
+            pub fn new() -> Dir {
+                use std::sync::atomic::{AtomicU32, Ordering};
+                static N: AtomicU32 = AtomicU32::new(0);
+                let path = std::env::temp_dir().join(format!(
+                    "weft-cli-{}-{}",
+                    std::process::id(),
+                    N.fetch_add(1, Ordering::SeqCst)
+                ));
+                std::fs::create_dir_all(&path).unwrap();
+                Dir { path }
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.path);
+            }
+        }
+    }
+
+    fn argv(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn file_settings_apply_and_flags_win() {
+        let (_d, p) = write("[serve]\nevent = \"poll\"\nworkers = 3\nautoindex = true\nroot = \"/tmp\"\n");
+        let args = merge_config(argv(&["weft", "serve", "-c", p.to_str().unwrap(), "--workers", "1"]))
+            .ok()
+            .unwrap();
+        let cli = Cli::try_parse_from(args).unwrap();
+        let Command::Serve(s) = cli.command else { panic!() };
+        let c = s.to_config();
+        assert_eq!(c.event, weft_io::BackendKind::Poll);
+        assert_eq!(c.workers, 1, "the command line overrides the file");
+        assert!(c.autoindex);
+        assert_eq!(c.root.as_deref(), Some(std::path::Path::new("/tmp")));
+    }
+
+    #[test]
+    fn unknown_key_and_bad_value_name_the_key() {
+        let (_d, p) = write("[serve]\nwrokers = 3\n");
+        let e = merge_config(argv(&["weft", "serve", "--config", p.to_str().unwrap()]))
+            .err()
+            .unwrap();
+        assert!(e.0.contains("key `serve.wrokers`: unknown key"), "{}", e.0);
+        assert!(!e.0.contains('\n'));
+        let (_d, p) = write("[serve]\nevent = \"kqueue\"\n");
+        let e = merge_config(argv(&["weft", "serve", "--config", p.to_str().unwrap()]))
+            .err()
+            .unwrap();
+        assert!(e.0.contains("key `serve.event`"), "{}", e.0);
+        assert!(e.0.contains("kqueue"), "{}", e.0);
+        assert!(!e.0.contains('\n'));
+    }
+
+    #[test]
+    fn accept_limit_and_access_log_values() {
+        assert_eq!(parse_accept_limit("inf").unwrap(), AcceptLimit(None));
+        assert_eq!(parse_accept_limit("10").unwrap(), AcceptLimit(Some(10)));
+        assert!(parse_accept_limit("0").is_err());
+        assert_eq!(parse_off_path("off").unwrap(), OffPath(None));
+    }
+}

@@ -1,0 +1,146 @@
+//! The `weft` binary: subcommands over the library crates.
+
+mod cli;
+
+use clap::Parser;
+use cli::{Cli, Command};
+use std::io::Write;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<_> = std::env::args_os().collect();
+    let args = match cli::merge_config(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("weft: {}", e.0);
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            // Help and version go to stdout with status 0; usage errors are
+            // one line (clap's first) with status 2.
+            if e.use_stderr() {
+                let msg = e.to_string();
+                let first = msg.lines().next().unwrap_or("invalid arguments");
+                eprintln!("weft: {}", first.trim_start_matches("error: "));
+                eprintln!("(see `weft --help`)");
+                return ExitCode::from(2);
+            }
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    match cli.command {
+        Command::Serve(args) => serve(*args),
+        Command::Backends => backends(),
+        Command::Check(args) => check(args),
+    }
+}
+
+fn serve(args: cli::ServeArgs) -> ExitCode {
+    if let Some(l) = args.log_level {
+        weft_core::log::set_level(l);
+    }
+    let cfg = args.to_config();
+    // Shutdown signals are taken by one dedicated thread: block them before any
+    // worker exists so every thread inherits the mask.
+    if let Err(e) = weft_io::sys::block_shutdown_signals() {
+        eprintln!("weft: cannot block signals: {e}");
+        return ExitCode::from(1);
+    }
+    let stats_on_exit = cfg.stats_on_exit;
+    let what = match &cfg.root {
+        Some(p) => p.display().to_string(),
+        None => "the built-in demo site".to_string(),
+    };
+    let (event, workers, send) = (cfg.event, cfg.workers, cfg.send);
+    let server = match weft_server::Server::start(cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("weft: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(e) = server.shutdown_handle().on_signals() {
+        eprintln!("weft: cannot start the signal thread: {e}");
+        return ExitCode::from(1);
+    }
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on {}", server.local_addr());
+        if let Some(a) = server.admin_addr() {
+            let _ = writeln!(out, "admin on {a}");
+        }
+        let _ = out.flush();
+    }
+    weft_core::info!(
+        "serving {what} with {workers} worker(s), event backend {event}, send {}",
+        send.name()
+    );
+    match server.wait() {
+        Ok(stats) => {
+            if stats_on_exit {
+                eprintln!("{}", stats.to_json());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("weft: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn backends() -> ExitCode {
+    println!("event backends (--event):");
+    for (kind, r) in weft_io::features::backends() {
+        match r {
+            Ok(()) => println!("  {:<14} works", kind.name()),
+            Err(e) => println!("  {:<14} unavailable: {e}", kind.name()),
+        }
+    }
+    println!("kernel features:");
+    for f in weft_io::features::kernel_features() {
+        match &f.result {
+            Ok(()) => println!("  {:<14} works         {}", f.name, f.used_for),
+            Err(e) => println!("  {:<14} unavailable   {} ({e})", f.name, f.used_for),
+        }
+    }
+    match weft_io::sys::raise_nofile_limit() {
+        Ok(n) => println!("descriptor limit: {n}"),
+        Err(e) => println!("descriptor limit: unknown ({e})"),
+    }
+    ExitCode::SUCCESS
+}
+
+fn check(args: cli::CheckArgs) -> ExitCode {
+    let path = args.config.display().to_string();
+    for section in cli::SECTIONS {
+        let argv = vec![
+            "weft".into(),
+            (*section).into(),
+            "--config".into(),
+            args.config.clone().into_os_string(),
+        ];
+        match cli::merge_config(argv) {
+            Ok(full) => {
+                if let Err(e) = Cli::try_parse_from(full) {
+                    let msg = e.to_string();
+                    eprintln!(
+                        "weft: {path}: [{section}]: {}",
+                        msg.lines().next().unwrap_or("invalid").trim_start_matches("error: ")
+                    );
+                    return ExitCode::from(2);
+                }
+            }
+            Err(e) => {
+                eprintln!("weft: {}", e.0);
+                return ExitCode::from(2);
+            }
+        }
+    }
+    println!("{path}: ok");
+    ExitCode::SUCCESS
+}

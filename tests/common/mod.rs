@@ -1,0 +1,311 @@
+//! Test support: start the real `weft` binary on port 0 and talk to it over
+//! raw sockets, byte for byte.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Path to the weft binary under test.
+pub fn weft_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_weft")
+}
+
+/// A scratch directory removed on drop.
+pub struct TempDir {
+    pub path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "weft-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir { path }
+    }
+
+    pub fn write(&self, rel: &str, data: &[u8]) -> PathBuf {
+        let p = self.path.join(rel);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(&p, data).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Deterministic test content.
+pub fn pattern(len: usize) -> Vec<u8> {
+    let mut x: u32 = 0x9e37_79b9 ^ len as u32;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// A running `weft` process, stopped (SIGKILL) on drop if still alive.
+pub struct Weft {
+    pub child: Child,
+    pub addr: SocketAddr,
+    stderr_path: PathBuf,
+    _log_dir: TempDir,
+}
+
+impl Weft {
+    /// Start `weft serve <args> --listen 127.0.0.1:0` and wait for its address.
+    pub fn serve(args: &[&str]) -> Weft {
+        let mut full = vec!["serve", "--listen", "127.0.0.1:0"];
+        full.extend_from_slice(args);
+        Weft::start(&full)
+    }
+
+    /// Start `weft <args>`; the process must print `listening on ADDR`.
+    pub fn start(args: &[&str]) -> Weft {
+        let log_dir = TempDir::new("stderr");
+        let stderr_path = log_dir.path.join("stderr.txt");
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
+        let mut child = Command::new(weft_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("start weft");
+        let stdout = child.stdout.take().unwrap();
+        // From here on the guard owns the child: any panic kills and reaps it.
+        let mut w = Weft {
+            child,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            stderr_path,
+            _log_dir: log_dir,
+        };
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            line.clear();
+            let n = reader.read_line(&mut line).unwrap_or(0);
+            if n == 0 {
+                let _ = w.child.wait();
+                panic!("weft exited before listening: {}", w.stderr());
+            }
+            if let Some(a) = line.trim().strip_prefix("listening on ") {
+                w.addr = a.parse().expect("address");
+                // Keep draining stdout so the child never blocks on a full pipe.
+                std::thread::spawn(move || {
+                    let mut sink = Vec::new();
+                    let _ = reader.read_to_end(&mut sink);
+                });
+                return w;
+            }
+            assert!(Instant::now() < deadline, "weft did not report its address");
+        }
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// Send SIGTERM.
+    pub fn terminate(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Wait for exit up to `limit`; returns the exit code (None if killed or still running).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Weft {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A parsed response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads responses from a stream, keeping leftover bytes between calls.
+pub struct Reader {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Reader {
+    pub fn new(stream: TcpStream) -> Reader {
+        Reader {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, data: &[u8]) {
+        self.stream.write_all(data).unwrap();
+    }
+
+    fn fill(&mut self) -> usize {
+        let mut tmp = [0u8; 65536];
+        match self.stream.read(&mut tmp) {
+            Ok(n) => {
+                self.buf.extend_from_slice(&tmp[..n]);
+                n
+            }
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+
+    /// Read one response. `head_request`: no body follows.
+    pub fn response(&mut self, head_request: bool) -> Response {
+        let head_end = loop {
+            if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            if self.fill() == 0 {
+                panic!(
+                    "connection closed before a full response head: {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                );
+            }
+        };
+        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap();
+        assert!(status_line.starts_with("HTTP/1.1 "), "status line {status_line:?}");
+        let status: u16 = status_line[9..12].parse().unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (n, v) = l.split_once(':').unwrap();
+                (n.trim().to_string(), v.trim().to_string())
+            })
+            .collect();
+        self.buf.drain(..head_end);
+        let mut r = Response {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        let no_body = head_request || status == 204 || status == 304 || (100..200).contains(&status);
+        if !no_body {
+            let len: usize = r
+                .header("content-length")
+                .expect("weft always sends Content-Length")
+                .parse()
+                .unwrap();
+            while self.buf.len() < len {
+                if self.fill() == 0 {
+                    panic!("connection closed after {} of {len} body bytes", self.buf.len());
+                }
+            }
+            r.body = self.buf.drain(..len).collect();
+        }
+        r
+    }
+
+    /// True when the peer closed (EOF, or reset) within the read timeout, with no more bytes.
+    pub fn closed(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        let mut tmp = [0u8; 4096];
+        loop {
+            match self.stream.read(&mut tmp) {
+                Ok(0) => return true,
+                Ok(_) => return false,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// One request on a fresh connection; returns the response.
+pub fn get(w: &Weft, path: &str) -> Response {
+    let mut r = Reader::new(w.connect());
+    r.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    r.response(false)
+}
+
+/// Send raw bytes on a fresh connection; returns the response and whether the
+/// server closed the connection afterwards.
+pub fn raw(w: &Weft, request: &[u8]) -> (Response, bool) {
+    let mut r = Reader::new(w.connect());
+    r.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    r.send(request);
+    let resp = r.response(false);
+    let closed = r.closed();
+    (resp, closed)
+}
+
+/// A document root with the files most tests use.
+pub fn site() -> TempDir {
+    let d = TempDir::new("site");
+    d.write("index.html", b"<h1>home</h1>\n");
+    d.write("hello.txt", b"hello, weft\n");
+    d.write("one.bin", b"x");
+    d.write("empty.bin", b"");
+    d.write("sub/index.html", b"<p>sub</p>\n");
+    d.write("sub/page.css", b"body{}\n");
+    d.write("noindex/a.txt", b"a\n");
+    d.write("noindex/b <odd>.txt", b"b\n");
+    d.write("big.bin", &pattern(3 * 1024 * 1024 + 17));
+    d
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
