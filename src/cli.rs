@@ -29,6 +29,10 @@ pub enum Command {
     Backends,
     /// Validate a config file and exit (like `nginx -t`).
     Check(CheckArgs),
+    /// Generate load: open or closed loop, idle connections, classic workloads (httperf-style).
+    Load(Box<crate::load::LoadArgs>),
+    /// The workload origin server: sizes, cacheability and think times per URL or header.
+    Origin(Box<crate::origin::OriginArgs>),
 }
 
 /// `weft check`.
@@ -246,7 +250,7 @@ impl ServeArgs {
 }
 
 /// Sections a config file may have.
-pub const SECTIONS: &[&str] = &["serve"];
+pub const SECTIONS: &[&str] = &["serve", "load", "origin"];
 
 /// Find `-c FILE` / `--config FILE` / `--config=FILE` after the subcommand name.
 fn find_config(args: &[OsString]) -> Option<PathBuf> {
@@ -349,7 +353,11 @@ pub fn merge_config(args: Vec<OsString>) -> Result<Vec<OsString>, UsageError> {
     if let Some(p) = positional {
         let cli_has_positional = Cli::try_parse_from(&args)
             .ok()
-            .map(|c| matches!(c.command, Command::Serve(ref s) if s.root.is_some()))
+            .map(|c| match c.command {
+                Command::Serve(ref s) => s.root.is_some(),
+                Command::Load(ref l) => l.url.is_some(),
+                _ => false,
+            })
             .unwrap_or(false);
         if !cli_has_positional {
             out.push(p.into());

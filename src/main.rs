@@ -1,6 +1,8 @@
 //! The `weft` binary: subcommands over the library crates.
 
 mod cli;
+mod load;
+mod origin;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -36,6 +38,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args),
         Command::Backends => backends(),
         Command::Check(args) => check(args),
+        Command::Load(args) => load::run(*args),
+        Command::Origin(args) => origin::run(*args),
     }
 }
 

@@ -1,0 +1,407 @@
+//! PolyMix-4-like proxy workload (Web Polygraph; workloads.md §3), the steady
+//! "top" phase.
+//!
+//! Robots (`rate / 0.4` of them) each issue requests as a Poisson process at
+//! 0.4/s (together: Poisson at `--rate`), keep at most 4 connections open and
+//! close a connection after zipf(64) requests. A request re-references an
+//! already seen URL with probability 55 % / 80 % = 68.75 % (1 % of the working
+//! set, the hot set, draws 10 % of those), else it names a new object on a
+//! random origin: HTML 15 %, download 0.5 %, other 19.5 % (images are fetched
+//! only as the zipf(13) embedded objects of HTML pages). Sizes: image
+//! exp(4.5KB), HTML exp(8.5KB), download logn(300KB,300KB), other
+//! logn(25KB,10KB); cacheable 80/90/95/72 %. Request types: basic 80 %,
+//! IMS→200 5 %, IMS→304 10 %, reload 5 %; methods: POST 1.5 % (body
+//! unif(0,8KB)), HEAD 0.1 %, GET the rest.
+//!
+//! Objects are `weft origin` URLs (`/size/N/c|nc/pm/ID.EXT`), so the origin
+//! answers with the right size and cacheability; IMS dates are derived from
+//! the same hash the origin uses for Last-Modified, so IMS→304 requests really
+//! get 304 from an origin (or a cache that kept the object). Not modelled: the
+//! phase schedule (ramps, fill), WAN delay and loss (`weft wan`), the 0.1 %
+//! aborts, DNS names.
+
+use super::{Arrival, Out, Params, ReqMeta};
+use crate::content;
+use crate::dist::{Dist, Table};
+use crate::urls::{self, CacheFlag};
+use rand::rngs::SmallRng;
+use rand::Rng;
+use std::time::Duration;
+use weft_http::Method;
+
+/// Kinds of content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Embedded images.
+    Image = 0,
+    /// HTML pages (with embedded images).
+    Html = 1,
+    /// Downloads.
+    Download = 2,
+    /// Everything else.
+    Other = 3,
+}
+
+/// Parameters (defaults from the PGL files).
+#[derive(Clone, Debug)]
+pub struct PolymixConfig {
+    /// Requests per second of one robot.
+    pub robot_rate: f64,
+    /// Connections a robot keeps open at most.
+    pub conns_per_robot: usize,
+    /// Requests per client-side persistent connection.
+    pub pconn: Dist,
+    /// Share of requests that re-reference a seen URL.
+    pub recurrence: f64,
+    /// Share of the working set that is hot.
+    pub hot_frac: f64,
+    /// Share of re-references that go to the hot set.
+    pub hot_prob: f64,
+    /// Origin authorities to spread objects over.
+    pub servers: usize,
+}
+
+impl PolymixConfig {
+    /// From `--param robot_rate=, conns=, pconn=, recurrence=, hot_frac=, hot_prob=`.
+    pub fn from_params(p: &mut Params, servers: usize) -> Result<PolymixConfig, String> {
+        let c = PolymixConfig {
+            robot_rate: p.f64("robot_rate", 0.4)?,
+            conns_per_robot: p.u64("conns", 4, 1..=64)? as usize,
+            pconn: p.dist("pconn", Dist::Zipf(64.0), crate::dist::Unit::Count)?,
+            recurrence: p.f64("recurrence", 0.55 / 0.80)?,
+            hot_frac: p.f64("hot_frac", 0.01)?,
+            hot_prob: p.f64("hot_prob", 0.10)?,
+            servers: servers.max(1),
+        };
+        if c.robot_rate <= 0.0 {
+            return Err("--param robot_rate must be positive".into());
+        }
+        for (k, v) in [
+            ("recurrence", c.recurrence),
+            ("hot_frac", c.hot_frac),
+            ("hot_prob", c.hot_prob),
+        ] {
+            if v > 1.0 {
+                return Err(format!("invalid --param {k}={v} (expected 0..1)"));
+            }
+        }
+        p.finish(
+            "polymix",
+            &[
+                "robot_rate",
+                "conns",
+                "pconn",
+                "recurrence",
+                "hot_frac",
+                "hot_prob",
+                "servers",
+            ],
+        )?;
+        Ok(c)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Obj {
+    size: u32,
+    kind: Kind,
+    cacheable: bool,
+    server: u16,
+    /// First embedded image (index into objects) and count, for HTML.
+    emb_start: u32,
+    emb_count: u16,
+}
+
+/// Request types.
+const TYPES: [f64; 4] = [0.80, 0.05, 0.10, 0.05];
+/// Directly requested kinds: HTML, download, other (15 / 0.5 / 19.5).
+const DIRECT: [f64; 3] = [0.15, 0.005, 0.195];
+
+/// One thread's robots and working set.
+pub struct Polymix {
+    cfg: PolymixConfig,
+    robots: usize,
+    thread: u64,
+    threads: u64,
+    objects: Vec<Obj>,
+    /// Directly requestable objects seen so far (the working set).
+    ws: Vec<u32>,
+    types: Table,
+    direct: Table,
+    sizes: [Dist; 4],
+    cacheable: [f64; 4],
+    embedded: Dist,
+    post_body: Dist,
+    path: Vec<u8>,
+    extra: Vec<u8>,
+    /// Requests by type (basic, ims200, ims304, reload) and method (post, head).
+    pub counts: [u64; 6],
+}
+
+impl Polymix {
+    /// Robots for this thread's share of the rate.
+    pub fn new(cfg: PolymixConfig, thread: usize, threads: usize, rate: f64) -> Polymix {
+        let robots = ((rate / cfg.robot_rate).round() as usize).max(1);
+        Polymix {
+            robots,
+            thread: thread as u64,
+            threads: threads.max(1) as u64,
+            objects: Vec::new(),
+            ws: Vec::new(),
+            types: Table::new(&TYPES),
+            direct: Table::new(&DIRECT),
+            sizes: [
+                Dist::Exp(4.5 * 1024.0),
+                Dist::Exp(8.5 * 1024.0),
+                Dist::LognMean(300.0 * 1024.0, 300.0 * 1024.0),
+                Dist::LognMean(25.0 * 1024.0, 10.0 * 1024.0),
+            ],
+            cacheable: [0.80, 0.90, 0.95, 0.72],
+            embedded: Dist::Zipf(13.0),
+            post_body: Dist::Unif(0.0, 8192.0),
+            path: Vec::with_capacity(96),
+            extra: Vec::with_capacity(128),
+            counts: [0; 6],
+            cfg,
+        }
+    }
+
+    /// Robots on this thread.
+    pub fn robots(&self) -> usize {
+        self.robots
+    }
+
+    /// Connections per robot.
+    pub fn conns_per_robot(&self) -> usize {
+        self.cfg.conns_per_robot
+    }
+
+    /// Requests a new robot connection carries before the robot closes it.
+    pub fn conn_use_limit(&mut self, rng: &mut SmallRng) -> u32 {
+        (self.cfg.pconn.sample(rng) as u32).max(1)
+    }
+
+    fn mint(&mut self, kind: Kind, rng: &mut SmallRng) -> u32 {
+        let k = kind as usize;
+        let size = (self.sizes[k].sample(rng) as u64).clamp(0, u32::MAX as u64) as u32;
+        let cacheable = rng.gen::<f64>() < self.cacheable[k];
+        let server = rng.gen_range(0..self.cfg.servers) as u16;
+        let idx = self.objects.len() as u32;
+        self.objects.push(Obj {
+            size,
+            kind,
+            cacheable,
+            server,
+            emb_start: 0,
+            emb_count: 0,
+        });
+        if kind == Kind::Html {
+            let n = self.embedded.sample(rng) as u16;
+            let start = self.objects.len() as u32;
+            for _ in 0..n {
+                self.mint(Kind::Image, rng);
+            }
+            self.objects[idx as usize].emb_start = start;
+            self.objects[idx as usize].emb_count = n;
+        }
+        idx
+    }
+
+    /// A request arrives at a random robot: a re-reference or a new object.
+    pub fn next_arrival(&mut self, rng: &mut SmallRng) -> Arrival {
+        let agent = rng.gen_range(0..self.robots) as u32;
+        let obj = if !self.ws.is_empty() && rng.gen::<f64>() < self.cfg.recurrence {
+            let hot = ((self.ws.len() as f64 * self.cfg.hot_frac).ceil() as usize).max(1);
+            let i = if rng.gen::<f64>() < self.cfg.hot_prob {
+                rng.gen_range(0..hot)
+            } else {
+                rng.gen_range(0..self.ws.len())
+            };
+            self.ws[i]
+        } else {
+            let kind = match self.direct.sample(rng) {
+                0 => Kind::Html,
+                1 => Kind::Download,
+                _ => Kind::Other,
+            };
+            let o = self.mint(kind, rng);
+            self.ws.push(o);
+            o
+        };
+        Arrival {
+            at: None,
+            agent,
+            item: obj as u64,
+        }
+    }
+
+    /// `/size/N/c|nc/pm/ID.EXT`; IDs are unique across threads.
+    fn write_path(&mut self, obj: u32) {
+        let o = self.objects[obj as usize];
+        self.path.clear();
+        urls::push_size_path(
+            &mut self.path,
+            o.size as u64,
+            if o.cacheable {
+                CacheFlag::Cacheable
+            } else {
+                CacheFlag::NoStore
+            },
+        );
+        self.path.extend_from_slice(b"/pm/");
+        let id = obj as u64 * self.threads + self.thread;
+        weft_http::push_decimal(&mut self.path, id);
+        let ext: &[u8] = match o.kind {
+            Kind::Image => [&b".gif"[..], b".jpeg", b".png"][(id % 3) as usize],
+            Kind::Html => {
+                if id % 10 < 6 {
+                    b".html"
+                } else {
+                    b".htm"
+                }
+            }
+            Kind::Download => [&b".exe"[..], b".exe", b".zip", b".zip", b".gz"][(id % 5) as usize],
+            Kind::Other => b"",
+        };
+        self.path.extend_from_slice(ext);
+    }
+
+    /// Write the request for object `item`.
+    pub fn render(&mut self, item: u64, rng: &mut SmallRng, out: &mut Out<'_>) -> ReqMeta {
+        let obj = item as u32;
+        self.write_path(obj);
+        let server = self.objects[obj as usize].server as usize;
+        self.extra.clear();
+        let ty = self.types.sample(rng);
+        self.counts[ty] += 1;
+        match ty {
+            1 | 2 => {
+                // IMS→200 asks with a date a day before Last-Modified; IMS→304
+                // with Last-Modified itself.
+                let lm = content::last_modified(content::path_hash(&self.path));
+                let when = if ty == 1 { lm - Duration::from_secs(86_400) } else { lm };
+                self.extra.extend_from_slice(b"If-Modified-Since: ");
+                self.extra.extend_from_slice(&weft_http::fmt_http_date(when));
+                self.extra.extend_from_slice(b"\r\n");
+            }
+            3 => self
+                .extra
+                .extend_from_slice(b"Cache-Control: no-cache\r\nPragma: no-cache\r\n"),
+            _ => {}
+        }
+        let u: f64 = rng.gen();
+        let (method, body): (Method, &[u8]) = if u < 0.015 {
+            self.counts[4] += 1;
+            let n = self.post_body.sample(rng) as usize;
+            (Method::Post, content::slice(item as usize % content::PERIOD, 0, n))
+        } else if u < 0.016 {
+            self.counts[5] += 1;
+            (Method::Head, b"")
+        } else {
+            (Method::Get, b"")
+        };
+        out.request(method, server, &self.path, &self.extra, body, item)
+    }
+
+    /// An HTML page arrived: its embedded images follow on the robot's connections.
+    pub fn on_reply(&mut self, meta: &ReqMeta, status: u16, queue: &mut Vec<u64>) {
+        let Some(o) = self.objects.get(meta.tag as usize) else {
+            return;
+        };
+        if o.kind == Kind::Html && status == 200 && meta.method != Method::Head {
+            for i in 0..o.emb_count as u32 {
+                queue.push((o.emb_start + i) as u64);
+            }
+        }
+    }
+
+    /// Objects minted so far.
+    pub fn objects(&self) -> usize {
+        self.objects.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::Writer;
+    use rand::SeedableRng;
+    use std::time::Instant;
+
+    fn cfg() -> PolymixConfig {
+        PolymixConfig::from_params(&mut Params::default(), 2).unwrap()
+    }
+
+    #[test]
+    fn recurrence_mix_and_embedded_objects() {
+        let mut p = Polymix::new(cfg(), 0, 1, 40.0);
+        assert_eq!(p.robots(), 100);
+        let mut rng = SmallRng::seed_from_u64(11);
+        let w = Writer::new(
+            &["a:1".into(), "b:2".into()],
+            None,
+            weft_http::Version::Http10,
+            &[],
+            false,
+            true,
+        );
+        let n = 50_000;
+        let mut seen = std::collections::HashSet::new();
+        let mut repeats = 0;
+        let mut buf = Vec::new();
+        let mut follow = Vec::new();
+        let mut cacheable_replies = 0;
+        let mut total = 0;
+        for _ in 0..n {
+            let a = p.next_arrival(&mut rng);
+            assert!((a.agent as usize) < 100);
+            if !seen.insert(a.item) {
+                repeats += 1;
+            }
+            buf.clear();
+            let mut out = Out {
+                buf: &mut buf,
+                writer: &w,
+                keep_alive: true,
+                verify: false,
+                now: Instant::now(),
+            };
+            let meta = p.render(a.item, &mut rng, &mut out);
+            assert!(buf.starts_with(b"GET http://") || buf.starts_with(b"POST ") || buf.starts_with(b"HEAD "));
+            follow.clear();
+            p.on_reply(&meta, 200, &mut follow);
+            for &img in &follow {
+                let o = p.objects[img as usize];
+                assert_eq!(o.kind, Kind::Image);
+                total += 1;
+                cacheable_replies += o.cacheable as usize;
+            }
+            let o = p.objects[a.item as usize];
+            assert_ne!(o.kind, Kind::Image, "images are only embedded");
+            total += 1;
+            cacheable_replies += o.cacheable as usize;
+        }
+        let r = repeats as f64 / n as f64;
+        assert!((r - 0.6875).abs() < 0.01, "recurrence {r}");
+        // About 80 % of replies are cacheable (images dominate via embedding).
+        let c = cacheable_replies as f64 / total as f64;
+        assert!((c - 0.80).abs() < 0.03, "cacheable share {c}");
+        let ims304 = p.counts[2] as f64 / n as f64;
+        assert!((ims304 - 0.10).abs() < 0.01, "IMS304 share {ims304}");
+        let post = p.counts[4] as f64 / n as f64;
+        assert!((post - 0.015).abs() < 0.003, "POST share {post}");
+    }
+
+    #[test]
+    fn ims_dates_match_the_origin() {
+        let mut p = Polymix::new(cfg(), 0, 1, 4.0);
+        let mut rng = SmallRng::seed_from_u64(2);
+        let a = p.next_arrival(&mut rng);
+        p.write_path(a.item as u32);
+        let lm = content::last_modified(content::path_hash(&p.path));
+        assert!(urls::parse(&p.path).is_some());
+        let text = weft_http::fmt_http_date(lm);
+        assert_eq!(weft_http::parse_http_date(&text), Some(lm));
+    }
+}

@@ -1,0 +1,139 @@
+//! `weft origin`: the command line over weft-load's origin emulator.
+
+use clap::Args;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use weft_load::dist::{Dist, Unit};
+use weft_load::OriginConfig;
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    weft_core::units::parse_duration(s)
+}
+
+fn parse_think(s: &str) -> Result<Dist, String> {
+    Dist::parse(s, Unit::Seconds)
+}
+
+fn parse_count(s: &str) -> Result<Dist, String> {
+    Dist::parse(s, Unit::Count)
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    weft_core::units::parse_size(s)
+}
+
+fn parse_workers(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("invalid worker count `{s}` (expected 1..1024)")),
+    }
+}
+
+fn parse_cache_control(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.bytes().any(|b| !(b' '..0x7f).contains(&b)) {
+        return Err(format!("invalid Cache-Control value `{s}`"));
+    }
+    Ok(s.to_string())
+}
+
+/// `weft origin`.
+#[derive(Args, Debug, Default)]
+pub struct OriginArgs {
+    /// Address to listen on; port 0 picks a free port (printed as `listening on ADDR:PORT`) [default: 127.0.0.1:9090].
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+
+    /// Worker threads [default: 1].
+    #[arg(long, value_name = "N", value_parser = parse_workers)]
+    pub workers: Option<usize>,
+
+    /// Event backend [default: epoll].
+    #[arg(long, value_name = "BACKEND")]
+    pub event: Option<weft_io::BackendKind>,
+
+    /// Think time before each response, e.g. `norm(2.5s,1s)` (PolyMix-4) or `100ms` [default: none].
+    #[arg(long, value_name = "DIST", value_parser = parse_think)]
+    pub think: Option<Dist>,
+
+    /// Close a persistent connection after this many requests, e.g. `zipf(16)` [default: unlimited].
+    #[arg(long, value_name = "DIST", value_parser = parse_count)]
+    pub conn_requests: Option<Dist>,
+
+    /// Close connections idle this long [default: 15s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+
+    /// Cache-Control of URLs without a cacheability flag [default: max-age=3600].
+    #[arg(long, value_name = "VALUE", value_parser = parse_cache_control)]
+    pub cache_control: Option<String>,
+
+    /// Largest body served [default: 1GiB].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_size: Option<u64>,
+
+    /// Seed of think-time and connection-limit draws [default: 1].
+    #[arg(long, value_name = "S")]
+    pub seed: Option<u64>,
+
+    /// Print counters as JSON on stderr at exit.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub stats_on_exit: Option<bool>,
+
+    /// Read settings from this TOML file's [origin] table; flags override it.
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+impl OriginArgs {
+    /// The origin's configuration.
+    pub fn to_config(&self) -> OriginConfig {
+        let mut c = OriginConfig::default();
+        macro_rules! set {
+            ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { c.$field = v; } )* };
+        }
+        set!(listen, workers, event, idle_timeout, cache_control, max_size, seed);
+        c.think = self.think;
+        c.conn_requests = self.conn_requests;
+        c
+    }
+}
+
+/// Run `weft origin` until SIGINT/SIGTERM.
+pub fn run(args: OriginArgs) -> ExitCode {
+    let cfg = args.to_config();
+    if let Err(e) = weft_io::sys::block_shutdown_signals() {
+        eprintln!("weft: cannot block signals: {e}");
+        return ExitCode::from(1);
+    }
+    let origin = match weft_load::Origin::start(cfg) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("weft: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(e) = origin.shutdown_handle().on_signals() {
+        eprintln!("weft: cannot start the signal thread: {e}");
+        return ExitCode::from(1);
+    }
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on {}", origin.local_addr());
+        let _ = out.flush();
+    }
+    match origin.wait() {
+        Ok(stats) => {
+            if args.stats_on_exit == Some(true) {
+                eprintln!("{}", stats.to_json());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("weft: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
