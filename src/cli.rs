@@ -346,10 +346,10 @@ pub fn merge_config(args: Vec<OsString>) -> Result<Vec<OsString>, UsageError> {
             from_file.push(format!("--{}={}", s.key, s.value).into());
         }
     }
-    // argv: weft SUB <file settings> <command line> [<positional from file>]
+    // argv: weft SUB [<positional from file>] <file settings> <command line>.
+    // The file's positional goes first: after a flag with an optional value
+    // (`--autoindex`, `--quiet`) it would be taken for that value.
     let mut out: Vec<OsString> = args[..2].to_vec();
-    out.extend(from_file);
-    out.extend(args[2..].iter().cloned());
     if let Some(p) = positional {
         let cli_has_positional = Cli::try_parse_from(&args)
             .ok()
@@ -363,6 +363,8 @@ pub fn merge_config(args: Vec<OsString>) -> Result<Vec<OsString>, UsageError> {
             out.push(p.into());
         }
     }
+    out.extend(from_file);
+    out.extend(args[2..].iter().cloned());
     Ok(out)
 }
 

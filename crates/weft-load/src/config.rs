@@ -282,11 +282,28 @@ impl LoadConfig {
         if self.pipeline > 1 && matches!(drive, Drive::Requests { .. }) {
             return Err("--pipeline applies to session workloads only".into());
         }
-        // Every run stops by itself: a time limit unless a count (or a
-        // finite trace at logged timing) bounds it.
-        let finite_trace = matches!(drive, Drive::Requests { timed: true })
-            && !self.params.iter().any(|p| p.replace(' ', "") == "loop=1");
-        if self.duration.is_none() && self.num_conns.is_none() && !finite_trace {
+        // Every run stops by itself: a time limit applies unless the run is
+        // finite anyway (a count of finite sessions, or a trace that runs out).
+        let looping = self.params.iter().any(|p| p.replace(' ', "") == "loop=1");
+        let counted = self.num_conns.is_some();
+        let finite = match (drive, &self.workload) {
+            (Drive::Requests { timed: true }, _) => !looping,
+            (Drive::Requests { timed: false }, _) => counted,
+            (Drive::Sessions, Spec::Trace(_)) => !looping,
+            (Drive::Sessions, Spec::Surge) => false,
+            (Drive::Sessions, Spec::SpecWeb99) => counted,
+            // Sessions of --calls requests; closed-loop clients default to
+            // unlimited (keep-alive, like wrk), open-loop sessions to one.
+            (Drive::Sessions, _) => {
+                counted
+                    && match self.calls {
+                        Some(0) => false,
+                        Some(_) => true,
+                        None => self.rate.is_some(),
+                    }
+            }
+        };
+        if self.duration.is_none() && !finite {
             self.duration = Some(Duration::from_secs(10));
         }
         if self.duration.is_some_and(|d| d.is_zero()) {

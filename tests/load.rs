@@ -1,0 +1,817 @@
+//! Integration tests of `weft load` and `weft origin`: the real binaries on
+//! loopback, every workload in a short bounded form against `weft origin` and
+//! `weft serve`, checking counts, errors and byte-for-byte verification.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Start `weft origin` on port 0.
+fn origin(args: &[&str]) -> Weft {
+    let mut a = vec!["origin", "--listen", "127.0.0.1:0"];
+    a.extend_from_slice(args);
+    Weft::start(&a)
+}
+
+fn url(w: &Weft, path: &str) -> String {
+    format!("http://{}{path}", w.addr)
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    json: Option<Value>,
+}
+
+/// Run `weft <args>` (bounded by 60 s) and read its --json report if any.
+fn weft_run(args: &[&str], shell_prefix: Option<&str>) -> Run {
+    let dir = TempDir::new("load-json");
+    let json = dir.path.join("out.json");
+    let mut full: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    if args.first() == Some(&"load") && args.get(1) != Some(&"gen") {
+        full.push("--json".into());
+        full.push(json.display().to_string());
+        full.push("--quiet".into());
+    }
+    let mut cmd = match shell_prefix {
+        Some(prefix) => {
+            let quoted: Vec<String> = full.iter().map(|a| format!("'{a}'")).collect();
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(format!("{prefix}; exec '{}' {}", weft_bin(), quoted.join(" ")));
+            c
+        }
+        None => {
+            let mut c = Command::new(weft_bin());
+            c.args(&full);
+            c
+        }
+    };
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start weft");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("weft {args:?} did not finish in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stdout = t_out.join().unwrap();
+    let stderr = t_err.join().unwrap();
+    let json = std::fs::read_to_string(&json)
+        .ok()
+        .map(|t| serde_json::from_str(&t).expect("valid JSON report"));
+    Run {
+        code: status.code(),
+        stdout,
+        stderr,
+        json,
+    }
+}
+
+/// `weft load ...` that must succeed; returns its JSON report.
+fn load(args: &[&str]) -> Value {
+    let mut full = vec!["load"];
+    full.extend_from_slice(args);
+    let r = weft_run(&full, None);
+    assert_eq!(r.code, Some(0), "weft {full:?} failed: {}", r.stderr);
+    assert!(r.stdout.contains("Reply rate"), "{}", r.stdout);
+    r.json.expect("a JSON report")
+}
+
+fn n(v: &Value, path: &str) -> u64 {
+    let mut cur = v;
+    for k in path.split('.') {
+        cur = &cur[k];
+    }
+    cur.as_u64().unwrap_or_else(|| panic!("{path} is not a count: {cur}"))
+}
+
+fn no_errors(v: &Value) {
+    assert_eq!(n(v, "errors.total"), 0, "errors: {}", v["errors"]);
+}
+
+#[test]
+fn one_byte_open_loop_against_origin() {
+    let o = origin(&[]);
+    let v = load(&[
+        &url(&o, "/"),
+        "--workload",
+        "one-byte",
+        "--rate",
+        "400",
+        "--num-conns",
+        "200",
+        "--verify",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "requests"), 200);
+    assert_eq!(n(&v, "replies.2xx"), 200);
+    assert_eq!(n(&v, "replies.total"), 200);
+    assert_eq!(n(&v, "connections"), 200);
+    assert_eq!(n(&v, "verified"), 200);
+    assert_eq!(n(&v, "bytes.reply_body"), 200);
+    // 200 connections at 400/s take half a second, scheduled from the start.
+    let d = v["duration_s"].as_f64().unwrap();
+    assert!((0.45..2.0).contains(&d), "duration {d}");
+    for k in ["mean", "p50", "p90", "p99", "p999", "max"] {
+        assert!(v["response_time_ms"][k].as_f64().unwrap() > 0.0, "{k}");
+    }
+    assert!(v["cpu"]["user_s"].is_number() && v["cpu"]["sys_s"].is_number());
+    assert_eq!(v["config"]["rate"].as_f64(), Some(400.0));
+}
+
+#[test]
+fn closed_loop_keepalive_and_pipelining_against_serve() {
+    let site = site();
+    let w = Weft::serve(&[path_str(&site.path), "--workers", "1"]);
+    let v = load(&[
+        &url(&w, "/one.bin"),
+        "--clients",
+        "4",
+        "--pipeline",
+        "8",
+        "--duration",
+        "500ms",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "connections"), 4, "keep-alive: one connection per client");
+    assert!(n(&v, "replies.2xx") > 100);
+    assert_eq!(n(&v, "requests"), n(&v, "replies.total"));
+    // Two threads share the clients.
+    let v = load(&[
+        &url(&w, "/hello.txt"),
+        "--clients",
+        "4",
+        "--calls",
+        "5",
+        "--num-conns",
+        "40",
+        "--threads",
+        "2",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "sessions"), 40);
+    assert_eq!(n(&v, "replies.2xx"), 200);
+}
+
+#[test]
+fn http10_close_and_large_bodies_are_verified() {
+    let o = origin(&[]);
+    let v = load(&[
+        &url(&o, "/"),
+        "--workload",
+        "file:300KiB",
+        "--http10",
+        "--rate",
+        "500",
+        "--num-conns",
+        "40",
+        "--verify",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "verified"), 40);
+    assert_eq!(n(&v, "bytes.reply_body"), 40 * 300 * 1024);
+    // --close: every request on its own connection.
+    let v = load(&[
+        &url(&o, "/size/1000/x"),
+        "--close",
+        "--clients",
+        "2",
+        "--calls",
+        "3",
+        "--num-conns",
+        "10",
+        "--verify",
+        "--header",
+        "X-Test: 1",
+        "--host",
+        "example.test",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "replies.2xx"), 30);
+    assert_eq!(n(&v, "connections"), 30);
+}
+
+#[test]
+fn specweb99_against_origin_and_against_a_generated_file_set() {
+    let o = origin(&[]);
+    let v = load(&[
+        &url(&o, "/"),
+        "--workload",
+        "specweb99",
+        "--param",
+        "dirs=3",
+        "--rate",
+        "300",
+        "--num-conns",
+        "60",
+        "--verify",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "sessions"), 60);
+    assert_eq!(n(&v, "requests"), n(&v, "replies.2xx"));
+    assert_eq!(n(&v, "verified"), n(&v, "replies.2xx"));
+    assert!(n(&v, "requests") >= 60);
+
+    let dir = TempDir::new("specweb");
+    let g = weft_run(
+        &[
+            "load",
+            "gen",
+            "specweb99",
+            "--out",
+            path_str(&dir.path),
+            "--param",
+            "dirs=1",
+        ],
+        None,
+    );
+    assert_eq!(g.code, Some(0), "{}", g.stderr);
+    assert!(g.stdout.contains("36 files, 5119484 bytes"), "{}", g.stdout);
+    let w = Weft::serve(&[path_str(&dir.path), "--workers", "1"]);
+    let v = load(&[
+        &url(&w, "/"),
+        "--workload",
+        "specweb99",
+        "--param",
+        "dirs=1",
+        "--clients",
+        "3",
+        "--num-conns",
+        "30",
+        "--verify",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "verified"), n(&v, "replies.2xx"));
+    assert!(n(&v, "verified") >= 30);
+}
+
+#[test]
+fn surge_against_origin_and_serve() {
+    let o = origin(&[]);
+    let params = ["--param", "files=40", "--param", "think_scale=0.001"];
+    let mut args = vec![url(&o, "/")];
+    args.extend(
+        [
+            "--workload",
+            "surge",
+            "--clients",
+            "5",
+            "--duration",
+            "500ms",
+            "--verify",
+        ]
+        .map(String::from),
+    );
+    args.extend(params.map(String::from));
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let v = load(&a);
+    no_errors(&v);
+    assert!(n(&v, "replies.2xx") > 20);
+    assert_eq!(n(&v, "verified"), n(&v, "replies.2xx"));
+    assert_eq!(n(&v, "connections"), 5);
+
+    let dir = TempDir::new("surge");
+    let g = weft_run(
+        &[
+            "load",
+            "gen",
+            "surge",
+            "--out",
+            path_str(&dir.path),
+            "--param",
+            "files=40",
+        ],
+        None,
+    );
+    assert_eq!(g.code, Some(0), "{}", g.stderr);
+    let w = Weft::serve(&[path_str(&dir.path), "--workers", "1"]);
+    let mut args = vec![url(&w, "/")];
+    args.extend(
+        [
+            "--workload",
+            "surge",
+            "--clients",
+            "3",
+            "--num-conns",
+            "3",
+            "--duration",
+            "400ms",
+            "--verify",
+        ]
+        .map(String::from),
+    );
+    args.extend(params.map(String::from));
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let v = load(&a);
+    no_errors(&v);
+    assert!(n(&v, "verified") > 5);
+}
+
+#[test]
+fn polymix_through_a_proxy_gets_hits_misses_and_304s() {
+    let o = origin(&[]);
+    let addr = o.addr.to_string();
+    let v = load(&[
+        &url(&o, "/"),
+        "--workload",
+        "polymix",
+        "--rate",
+        "200",
+        "--num-conns",
+        "200",
+        "--proxy",
+        &addr,
+        "--http10",
+        "--verify",
+    ]);
+    no_errors(&v);
+    // Embedded images follow HTML pages: more replies than arrivals.
+    assert!(n(&v, "replies.total") > 200, "{}", v["replies"]);
+    assert!(n(&v, "replies.3xx") > 0, "IMS requests get 304s");
+    assert_eq!(n(&v, "requests"), n(&v, "replies.total"));
+    assert!(n(&v, "connections") < n(&v, "requests"), "robots reuse connections");
+    // Without a proxy it is refused with a one-line error.
+    let r = weft_run(&["load", &url(&o, "/"), "--workload", "polymix", "--rate", "10"], None);
+    assert_eq!(r.code, Some(2));
+    assert!(r.stderr.contains("--proxy"), "{}", r.stderr);
+}
+
+#[test]
+fn trace_replay_fast_and_at_logged_timing() {
+    let o = origin(&[]);
+    let dir = TempDir::new("trace");
+    let g = weft_run(
+        &[
+            "load",
+            "gen",
+            "trace",
+            "--out",
+            path_str(&dir.path),
+            "--param",
+            "requests=300",
+            "--param",
+            "duration=30s",
+        ],
+        None,
+    );
+    assert_eq!(g.code, Some(0), "{}", g.stderr);
+    let log = dir.path.join("access.log");
+    let wl = format!("trace:{}", log.display());
+    let v = load(&[&url(&o, "/"), "--workload", &wl, "--clients", "3", "--verify"]);
+    no_errors(&v);
+    assert_eq!(n(&v, "requests"), 300);
+    assert_eq!(n(&v, "replies.total"), 300);
+    assert!(n(&v, "replies.4xx") > 0, "the trace has missing objects");
+    assert_eq!(v["workload"]["exhausted"], Value::Bool(true));
+    assert_eq!(n(&v, "connections"), 3);
+    // Logged timing, 100× faster: 30 s of log in about 0.3 s.
+    let v = load(&[
+        &url(&o, "/"),
+        "--workload",
+        &wl,
+        "--param",
+        "timing=logged",
+        "--param",
+        "speed=100",
+        "--verify",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "requests"), 300);
+    let d = v["duration_s"].as_f64().unwrap();
+    assert!((0.1..3.0).contains(&d), "duration {d}");
+    // A hand-written log with malformed lines: counted and skipped.
+    let bad = dir.write(
+        "bad.log",
+        b"h - - [01/Jul/1995:00:00:01 -0400] \"GET /size/10/a HTTP/1.0\" 200 10\n\
+          this is not a log line\n\
+          h - - [01/Jul/1995:00:00:02 -0400] \"GET /size/20/b HTTP/1.0\" 2000 10\n\
+          h - - [01/Jul/1995:00:00:03 -0400] \"POST /size/5/c HTTP/1.0\" 200 5\n\
+          h - - [01/Jul/1995:00:00:04 -0400] \"HEAD /size/30/d HTTP/1.0\" 200 -\n",
+    );
+    let wl = format!("trace:{}", bad.display());
+    let v = load(&[&url(&o, "/"), "--workload", &wl, "--clients", "1", "--verify"]);
+    no_errors(&v);
+    assert_eq!(n(&v, "requests"), 2);
+    assert_eq!(n(&v, "workload.trace_malformed"), 2);
+    assert_eq!(n(&v, "workload.trace_other_methods"), 1);
+    assert_eq!(n(&v, "workload.trace_lines"), 5);
+}
+
+#[test]
+fn ssl_emulation_through_connect_and_direct() {
+    let o = origin(&[]);
+    let addr = o.addr.to_string();
+    let v = load(&[
+        &url(&o, "/"),
+        "--workload",
+        "ssl-emulation",
+        "--param",
+        "size=5000",
+        "--rate",
+        "200",
+        "--num-conns",
+        "100",
+        "--proxy",
+        &addr,
+        "--verify",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "replies.2xx"), 100);
+    assert_eq!(n(&v, "verified"), 100);
+    let (full, abbr) = (n(&v, "ssl.full"), n(&v, "ssl.abbreviated"));
+    assert_eq!(full + abbr, 100);
+    assert!((40..=80).contains(&abbr), "about 60 % abbreviated: {abbr}");
+    // The handshake bytes crossed the tunnel: 2239 from a full one alone.
+    assert!(n(&v, "bytes.received") > full * 2239 + 100 * 5000);
+    let v = load(&[
+        &url(&o, "/"),
+        "--workload",
+        "ssl-emulation",
+        "--rate",
+        "200",
+        "--num-conns",
+        "20",
+        "--verify",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "ssl.full") + n(&v, "ssl.abbreviated"), 20);
+}
+
+#[test]
+fn idle_connections_are_held_and_reopened() {
+    let o = origin(&["--idle-timeout", "200ms"]);
+    let v = load(&[&url(&o, "/"), "--idle", "20", "--duration", "700ms"]);
+    no_errors(&v);
+    assert_eq!(n(&v, "requests"), 0);
+    assert_eq!(n(&v, "idle.held"), 20);
+    assert!(n(&v, "idle.reopened") >= 20, "{}", v["idle"]);
+    assert!(n(&v, "connections") >= 40);
+    // Alongside a load.
+    let v = load(&[&url(&o, "/"), "--idle", "10", "--rate", "100", "--duration", "300ms"]);
+    no_errors(&v);
+    assert_eq!(n(&v, "replies.2xx"), 30);
+}
+
+#[test]
+fn every_event_backend_drives_the_client() {
+    let o = origin(&[]);
+    for e in [
+        "select",
+        "poll",
+        "epoll",
+        "epoll-et",
+        "epoll-once",
+        "epoll-batched",
+        "uring",
+    ] {
+        let v = load(&[
+            &url(&o, "/size/100/x"),
+            "--clients",
+            "2",
+            "--calls",
+            "5",
+            "--num-conns",
+            "20",
+            "--event",
+            e,
+            "--verify",
+        ]);
+        no_errors(&v);
+        assert_eq!(n(&v, "replies.2xx"), 100, "{e}");
+    }
+}
+
+#[test]
+fn errors_are_counted_by_kind() {
+    // Refused: a port nobody listens on.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let v = load(&[
+        &format!("http://127.0.0.1:{port}/"),
+        "--rate",
+        "200",
+        "--num-conns",
+        "20",
+    ]);
+    assert_eq!(n(&v, "errors.refused"), 20);
+    assert_eq!(n(&v, "replies.total"), 0);
+
+    // Client timeout: a server that accepts and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming().flatten() {
+            held.push(s);
+            if held.len() > 100 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    });
+    let v = load(&[
+        &format!("http://{addr}/"),
+        "--rate",
+        "100",
+        "--num-conns",
+        "5",
+        "--timeout",
+        "300ms",
+    ]);
+    assert_eq!(n(&v, "errors.timeout"), 5);
+
+    // Malformed replies, and a reset before any reply.
+    let bad = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = bad.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for (i, s) in bad.incoming().enumerate() {
+            let Ok(mut s) = s else { continue };
+            let mut b = [0u8; 1024];
+            let _ = s.read(&mut b);
+            if i % 2 == 0 {
+                let _ = s.write_all(b"HTTP/1.1 2000 Nope\r\n\r\n");
+            } else {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort");
+            }
+            drop(s);
+            if i >= 9 {
+                break;
+            }
+        }
+    });
+    let v = load(&[
+        &format!("http://{addr}/"),
+        "--clients",
+        "1",
+        "--calls",
+        "1",
+        "--num-conns",
+        "10",
+    ]);
+    assert_eq!(n(&v, "errors.bad_response"), 10, "{}", v["errors"]);
+
+    // Verification against content that is not the origin's.
+    let site = site();
+    let w = Weft::serve(&[path_str(&site.path), "--workers", "1"]);
+    let v = load(&[
+        &url(&w, "/hello.txt"),
+        "--clients",
+        "1",
+        "--calls",
+        "1",
+        "--num-conns",
+        "3",
+        "--verify",
+    ]);
+    assert_eq!(n(&v, "errors.verify"), 3);
+    assert_eq!(n(&v, "replies.2xx"), 3);
+
+    // Out of descriptors: reported with the limit hit.
+    let o = origin(&[]);
+    let r = weft_run(
+        &["load", &url(&o, "/"), "--idle", "200", "--duration", "300ms"],
+        Some("ulimit -n 48"),
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let v = r.json.unwrap();
+    assert!(n(&v, "errors.fd_unavailable") > 0);
+    assert_eq!(n(&v, "errors.fd_limit"), 48);
+    assert!(r.stdout.contains("ran out of descriptors (limit 48)"), "{}", r.stdout);
+}
+
+#[test]
+fn bad_input_is_a_one_line_error() {
+    let o = origin(&[]);
+    let u = url(&o, "/");
+    let dir = TempDir::new("badinput");
+    let junk = dir.write("junk.log", b"not a log\n");
+    let junk_wl = format!("trace:{}", junk.display());
+    for (args, want) in [
+        (vec!["load"], "needs a URL"),
+        (vec!["load", &u, "--workload", "webstone"], "unknown workload"),
+        (vec!["load", &u, "--rate", "0"], "invalid rate"),
+        (vec!["load", &u, "--pipeline", "0"], "--pipeline"),
+        (vec!["load", &u, "--rate", "10", "--clients", "2"], "exclude"),
+        (
+            vec!["load", &u, "--workload", "one-byte", "--param", "x=1"],
+            "unknown --param `x`",
+        ),
+        (vec!["load", &u, "--workload", "specweb99", "--param", "dirs=0"], "dirs"),
+        (
+            vec!["load", &u, "--workload", "trace:/nonexistent/a.log"],
+            "cannot read trace",
+        ),
+        (vec!["load", &u, "--workload", &junk_wl], "no replayable"),
+        (vec!["load", &u, "--urls", "/nonexistent/urls"], "cannot read --urls"),
+        (vec!["load", &u, "--header", "no colon"], "--header"),
+        (vec!["load", &u, "--workload", "surge", "--rate", "5"], "--clients"),
+        (vec!["load", "https://x/"], "only http://"),
+        (vec!["load", &u, "--event", "kqueue"], "kqueue"),
+        (vec!["load", &u, "--think", "gauss(1)"], "gauss"),
+        (vec!["load", "gen", "polymix", "--out", "/tmp/x"], "weft origin"),
+        (vec!["origin", "--think", "norm(1"], "norm"),
+        (vec!["origin", "--workers", "0"], "worker"),
+    ] {
+        let r = weft_run(&args, None);
+        assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
+        let first = r.stderr.lines().next().unwrap_or("");
+        assert!(first.starts_with("weft: "), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(want), "{args:?}: want {want:?} in {}", r.stderr);
+        assert!(r.stderr.lines().count() <= 2, "{args:?}: {}", r.stderr);
+    }
+}
+
+#[test]
+fn repeated_runs_report_confidence_intervals() {
+    let o = origin(&[]);
+    let v = load(&[
+        &url(&o, "/size/10/r"),
+        "--rate",
+        "200",
+        "--num-conns",
+        "20",
+        "--repeat",
+        "3",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "repeat.k"), 3);
+    assert_eq!(n(&v, "replies.total"), 60);
+    let rr = &v["repeat"]["ci90"]["reply_rate"];
+    assert!(rr["mean"].as_f64().unwrap() > 0.0);
+    assert!(rr["ci90_half_width"].is_number());
+    assert_eq!(v["repeat"]["runs"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn config_file_load_section() {
+    let o = origin(&[]);
+    let dir = TempDir::new("loadcfg");
+    let cfg = dir.write(
+        "weft.toml",
+        format!(
+            "[load]\nurl = \"{}\"\nrate = 100\nnum-conns = 10\nverify = true\nheader = [\"X-A: 1\", \"X-B: 2\"]\n\n[origin]\nthink = \"10ms\"\n",
+            url(&o, "/size/5/c")
+        )
+        .as_bytes(),
+    );
+    let c = weft_run(&["check", "-c", path_str(&cfg)], None);
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    let r = weft_run(&["load", "-c", path_str(&cfg)], None);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let v = r.json.unwrap();
+    assert_eq!(n(&v, "replies.2xx"), 10);
+    assert_eq!(n(&v, "verified"), 10);
+    assert_eq!(v["config"]["headers"].as_array().unwrap().len(), 2);
+    // The command line's URL wins over the file's.
+    let r = weft_run(
+        &["load", "-c", path_str(&cfg), &url(&o, "/size/7/d"), "--num-conns", "4"],
+        None,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let v = r.json.unwrap();
+    assert_eq!(n(&v, "bytes.reply_body"), 28);
+    let bad = dir.write("bad.toml", b"[load]\nrat = 5\n");
+    let r = weft_run(&["load", "-c", path_str(&bad)], None);
+    assert_eq!(r.code, Some(2));
+    assert!(r.stderr.contains("load.rat"), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------------------
+// weft origin, byte by byte
+
+fn request(o: &Weft, req: &str) -> Response {
+    let mut r = Reader::new(o.connect());
+    r.send(req.as_bytes());
+    r.response(req.starts_with("HEAD"))
+}
+
+#[test]
+fn origin_sizes_validators_and_conditionals() {
+    let o = origin(&[]);
+    let r = request(&o, "GET /size/1000/a.gif HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 1000);
+    assert_eq!(r.header("content-type"), Some("image/gif"));
+    assert_eq!(r.header("cache-control"), Some("max-age=3600"));
+    let etag = r.header("etag").unwrap().to_string();
+    let lm = r.header("last-modified").unwrap().to_string();
+    // Same URL, same bytes; the header overrides the size.
+    let again = request(&o, "GET /size/1000/a.gif HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(again.body, r.body);
+    let h = request(&o, "GET /size/1000/a.gif HTTP/1.1\r\nHost: t\r\nX-Weft-Size: 7\r\n\r\n");
+    assert_eq!(h.body.len(), 7);
+    let nm = request(
+        &o,
+        &format!("GET /size/1000/a.gif HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n"),
+    );
+    assert_eq!(nm.status, 304);
+    let ims = request(
+        &o,
+        &format!("GET /size/1000/a.gif HTTP/1.1\r\nHost: t\r\nIf-Modified-Since: {lm}\r\n\r\n"),
+    );
+    assert_eq!(ims.status, 304);
+    let nc = request(&o, "GET /size/10/nc/x HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(nc.header("cache-control"), Some("no-store"));
+    let c60 = request(&o, "GET /size/10/c60/x HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c60.header("cache-control"), Some("max-age=60"));
+    let xc = request(
+        &o,
+        "GET /size/10/x HTTP/1.1\r\nHost: t\r\nX-Weft-Cache: private\r\n\r\n",
+    );
+    assert_eq!(xc.header("cache-control"), Some("private"));
+    let sw = request(&o, "GET /file_set/dir00003/class2_4 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(sw.body.len(), 51_200);
+    let head = request(&o, "HEAD /size/99/x HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(head.header("content-length"), Some("99"));
+    assert_eq!(request(&o, "GET /nothing HTTP/1.1\r\nHost: t\r\n\r\n").status, 404);
+    assert_eq!(request(&o, "GET /size/2GiB/x HTTP/1.1\r\nHost: t\r\n\r\n").status, 400);
+    let abs = request(&o, "GET http://elsewhere:1/size/1000/a.gif HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(abs.body, r.body, "absolute form names the same content");
+    // POST bodies are read and discarded; the connection stays usable.
+    let mut c = Reader::new(o.connect());
+    c.send(b"POST /size/3/p HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello");
+    assert_eq!(c.response(false).body.len(), 3);
+    c.send(b"GET /size/4/p HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).body.len(), 4);
+    c.send(b"GARBAGE\r\n\r\n");
+    assert_eq!(c.response(false).status, 400);
+}
+
+#[test]
+fn origin_think_time_and_connection_limits() {
+    let o = origin(&["--conn-requests", "3"]);
+    let mut c = Reader::new(o.connect());
+    for i in 0..3 {
+        c.send(b"GET /size/1/x HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = c.response(false);
+        assert_eq!(r.header("connection") == Some("close"), i == 2, "request {i}");
+    }
+    assert!(c.closed(), "closed after 3 requests");
+    let t = Instant::now();
+    let r = request(&o, "GET /size/1/x HTTP/1.1\r\nHost: t\r\nX-Weft-Think: 200ms\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert!(t.elapsed() >= Duration::from_millis(190), "{:?}", t.elapsed());
+    let r = request(&o, "GET /size/1/x HTTP/1.1\r\nHost: t\r\nX-Weft-Think: soon\r\n\r\n");
+    assert_eq!(r.status, 400);
+    // Server-wide think time, measured by weft load.
+    let slow = origin(&["--think", "50ms"]);
+    let v = load(&[&url(&slow, "/size/1/x"), "--rate", "100", "--num-conns", "5"]);
+    no_errors(&v);
+    assert!(v["response_time_ms"]["p50"].as_f64().unwrap() >= 45.0);
+}
+
+#[test]
+fn origin_answers_connect_and_the_handshake_by_hand() {
+    let o = origin(&[]);
+    let mut s = TcpStream::connect(o.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"CONNECT backend:443 HTTP/1.1\r\nHost: backend:443\r\n\r\n")
+        .unwrap();
+    let mut buf = vec![0u8; 39];
+    s.read_exact(&mut buf).unwrap();
+    assert!(buf.starts_with(b"HTTP/1.1 200 Connection established\r\n\r\n"));
+    // An abbreviated handshake: ClientHello with a session id.
+    let mut hello = vec![0u8; 98];
+    hello[0] = 0x16;
+    hello[1] = 3;
+    hello[2] = 1;
+    hello[5] = 1;
+    hello[43] = 32;
+    s.write_all(&hello).unwrap();
+    let mut srv = vec![0u8; 146];
+    s.read_exact(&mut srv).unwrap();
+    assert_eq!(srv[0], 0x16);
+    assert_eq!(srv[79], 0x14, "ChangeCipherSpec");
+    s.write_all(&[0u8; 67]).unwrap();
+    s.write_all(b"GET /size/5/s HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut r = Reader::new(s);
+    assert_eq!(r.response(false).body.len(), 5);
+}
