@@ -54,6 +54,52 @@ const MAX_PENDING: usize = 10_000;
 /// Recycled buffer sets kept per thread.
 const MAX_SPARE: usize = 4096;
 
+/// Open-loop arrival times, in seconds after the start: a running sum of
+/// inter-arrival draws counted from the start (never from when the previous
+/// arrival was handled), so the offered rate does not drift.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    kind: Arrivals,
+    rate: f64,
+    phase: f64,
+    count: u64,
+    next: f64,
+}
+
+impl Schedule {
+    /// Arrivals at `rate` per second, the first at `phase` seconds.
+    pub fn new(kind: Arrivals, rate: f64, phase: f64) -> Schedule {
+        Schedule {
+            kind,
+            rate,
+            phase,
+            count: 0,
+            next: phase,
+        }
+    }
+
+    /// When the next arrival is due.
+    #[inline]
+    pub fn due(&self) -> f64 {
+        self.next
+    }
+
+    /// The next arrival was made: draw the one after.
+    pub fn advance<R: Rng>(&mut self, rng: &mut R) {
+        self.count += 1;
+        match self.kind {
+            // The k-th arrival at phase + k/R, computed from the count so no
+            // rounding error accumulates.
+            Arrivals::Fixed => self.next = self.phase + self.count as f64 / self.rate,
+            Arrivals::Exp => {
+                let e: f64 = rand_distr::Distribution::sample(&rand_distr::Exp1, rng);
+                self.next += e / self.rate;
+            }
+            Arrivals::Uniform => self.next += 2.0 * rng.gen::<f64>() / self.rate,
+        }
+    }
+}
+
 /// Live counters of one thread, read by the progress line.
 #[derive(Default)]
 #[repr(align(64))]
@@ -291,8 +337,8 @@ struct Core<'a> {
     stop_at: Option<Instant>,
     stopping: bool,
     hard_stop: Option<Instant>,
-    /// Next arrival, seconds after t0.
-    next_due: f64,
+    /// Open-loop arrival times.
+    schedule: Schedule,
     /// Arrivals made (for the fixed schedule and the budget).
     arrivals: u64,
     arrivals_done: bool,
@@ -333,7 +379,7 @@ impl<'a> Engine<'a> {
             core: Core {
                 sh,
                 rng: SmallRng::seed_from_u64(plan.seed),
-                next_due: plan.phase,
+                schedule: Schedule::new(sh.cfg.arrivals, plan.rate.unwrap_or(1.0), plan.phase),
                 plan,
                 wl,
                 drive,
@@ -402,7 +448,7 @@ impl<'a> Engine<'a> {
                     None => self.core.arrivals_done = true,
                 }
             }
-            _ => cx.arm_timer(ARRIVAL, t0 + Duration::from_secs_f64(self.core.next_due)),
+            _ => cx.arm_timer(ARRIVAL, t0 + Duration::from_secs_f64(self.core.schedule.due())),
         }
         if let Some(at) = self.core.stop_at {
             cx.arm_timer(TICK, at);
@@ -411,27 +457,6 @@ impl<'a> Engine<'a> {
 
     fn budget_allows(&self) -> bool {
         self.core.plan.budget.is_none_or(|b| self.core.arrivals < b)
-    }
-
-    /// Draw the next inter-arrival gap and advance the schedule.
-    fn advance_schedule(&mut self) {
-        let rate = self.core.plan.rate.unwrap_or(1.0);
-        match self.core.sh.cfg.arrivals {
-            // k-th arrival of this thread at phase + k·T/R: computed from the
-            // count, so no rounding error accumulates.
-            Arrivals::Fixed => {
-                let period = 1.0 / rate;
-                self.core.next_due = self.core.plan.phase + self.core.arrivals as f64 * period;
-            }
-            Arrivals::Exp => {
-                let e: f64 = rand_distr::Distribution::sample(&rand_distr::Exp1, &mut self.core.rng);
-                self.core.next_due += e / rate;
-            }
-            Arrivals::Uniform => {
-                let u: f64 = self.core.rng.gen();
-                self.core.next_due += 2.0 * u / rate;
-            }
-        }
     }
 
     fn arrive<P: Poller>(&mut self, cx: &mut Ctx<P>) -> Option<Instant> {
@@ -454,7 +479,7 @@ impl<'a> Engine<'a> {
             self.core.arrivals_done = true;
             return None;
         }
-        while self.core.next_due <= elapsed {
+        while self.core.schedule.due() <= elapsed {
             if self.core.stopping || !self.budget_allows() {
                 self.core.arrivals_done = true;
                 return None;
@@ -468,9 +493,9 @@ impl<'a> Engine<'a> {
                     }
                 }
             }
-            self.advance_schedule();
+            self.core.schedule.advance(&mut self.core.rng);
         }
-        let due = t0 + Duration::from_secs_f64(self.core.next_due);
+        let due = t0 + Duration::from_secs_f64(self.core.schedule.due());
         // The loop's clock is refreshed once per batch; never re-arm in its past.
         Some(due.max(cx.now + Duration::from_micros(1)))
     }
@@ -1534,4 +1559,47 @@ pub fn run_thread<P: Poller>(sh: &Shared<'_>, plan: Plan, slot: &Slot) -> io::Re
     let end = Instant::now();
     let dropped = engine.arrivals_dropped();
     Ok((engine.into_stats(), dropped, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_schedule_does_not_drift() {
+        let mut s = Schedule::new(Arrivals::Fixed, 3000.0, 0.5 / 3000.0);
+        let mut rng = SmallRng::seed_from_u64(1);
+        for _ in 0..3_000_000 {
+            s.advance(&mut rng);
+        }
+        // Arrival 3,000,000 of a 3000/s schedule is due at exactly 1000 s (+ phase).
+        assert!((s.due() - (1000.0 + 0.5 / 3000.0)).abs() < 1e-9, "{}", s.due());
+    }
+
+    #[test]
+    fn random_schedules_keep_the_rate() {
+        for kind in [Arrivals::Exp, Arrivals::Uniform] {
+            let mut s = Schedule::new(kind, 1000.0, 0.0);
+            let mut rng = SmallRng::seed_from_u64(7);
+            let n = 1_000_000;
+            let mut gaps = Vec::with_capacity(n);
+            let mut last = 0.0;
+            for _ in 0..n {
+                s.advance(&mut rng);
+                gaps.push(s.due() - last);
+                last = s.due();
+            }
+            // n arrivals take n/R seconds within 0.5 %.
+            assert!((s.due() - 1000.0).abs() < 5.0, "{kind:?}: {}", s.due());
+            let mean = gaps.iter().sum::<f64>() / n as f64;
+            let var = gaps.iter().map(|g| (g - mean) * (g - mean)).sum::<f64>() / n as f64;
+            // Exponential: sd = mean; uniform on [0, 2/R): sd = mean/sqrt(3).
+            let want = if kind == Arrivals::Exp {
+                mean
+            } else {
+                mean / 3f64.sqrt()
+            };
+            assert!((var.sqrt() - want).abs() < 0.01 * want, "{kind:?}: sd {}", var.sqrt());
+        }
+    }
 }
