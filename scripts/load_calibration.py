@@ -127,6 +127,48 @@ class Hung(Exception):
     pass
 
 
+class WeftOrigin:
+    """`weft origin` on a free port, with the same interface as Nginx."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([WEFT, "origin", "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        addr = line.strip().removeprefix("listening on ")
+        self.port = int(addr.rsplit(":", 1)[1])
+        self.url = f"http://{addr}/size/1/x"
+        self.pids = [self.proc.pid]
+
+    def cpu(self):
+        return proc_cpu(self.pids)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def origin_vs_nginx(a):
+    """Server CPU per reply: weft origin vs nginx, both driven by weft load."""
+    rows = {("nginx", False): [], ("origin", False): [], ("nginx", True): [], ("origin", True): []}
+    nginx, origin = Nginx(), WeftOrigin()
+    try:
+        for rep in range(a.reps):
+            print(f"# origin vs nginx, repetition {rep + 1}", file=sys.stderr)
+            for close in (False, True):
+                extra = ["--close"] if close else []
+                for name, srv in (("nginx", nginx), ("origin", origin)):
+                    rows[(name, close)].append(run_weft(srv, ["--clients", "50", "--duration", f"{a.secs}s"] + extra))
+    finally:
+        nginx.stop()
+        origin.stop()
+    print(f"### weft origin vs nginx as the server (1 worker each, 1-byte body, weft load --clients 50, {a.secs} s)\n")
+    print("| server | connections | replies/s | server CPU µs/reply | errors |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for (name, close), r in rows.items():
+        print(f"| {name} | {'one per request (--close)' if close else 'keep-alive'} | {med(r, 'rate'):.0f} | "
+              f"{us_per(r, 'ncpu'):.2f} | {med(r, 'errors'):.0f} |")
+
+
 def timed(cmd, nginx, limit):
     """Run cmd; return (stdout, client cpu seconds, nginx cpu seconds, wall).
     A tool that runs past `limit` seconds is killed (raises Hung)."""
@@ -227,14 +269,21 @@ def main():
     ap.add_argument("--secs", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="1 repetition of 3 s, a short sweep")
     ap.add_argument("--rates", default="1000,2000,5000,10000,15000,20000")
+    ap.add_argument("--rates10", default="15000,20000,25000",
+                    help="rates also swept over HTTP/1.0, where the server closes first")
+    ap.add_argument("--only", choices=["all", "origin"], default="all",
+                    help="origin: only compare weft origin's CPU per reply with nginx's")
     a = ap.parse_args()
     if a.quick:
-        a.reps, a.secs, a.rates = 1, 3, "1000,5000"
+        a.reps, a.secs, a.rates, a.rates10 = 1, 3, "1000,5000", "10000"
     if not os.path.exists(WEFT):
         subprocess.run(["cargo", "build", "--release"], cwd=ROOT, check=True)
     for tool in ("nginx", "wrk", "httperf"):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is not installed (apt-get install {tool})")
+    if a.only == "origin":
+        origin_vs_nginx(a)
+        return
     nginx = Nginx()
     thinks = [10, 2]
     lua = {}
@@ -271,7 +320,17 @@ def main():
                 print(f"# sweep {r}/s repetition {rep + 1}", file=sys.stderr)
                 rows_w.append(run_weft(nginx, ["--rate", str(r), "--duration", f"{secs}s", "--timeout", "5s"]))
                 rows_h.append(run_httperf(nginx, ["--rate", str(r), "--num-conns", str(r * secs), "--timeout", "5"]))
-            sweep.append((r, secs, rows_w, rows_h))
+            sweep.append((r, secs, rows_w, rows_h, ""))
+        for r in [int(x) for x in a.rates10.split(",") if x]:
+            secs = max(3, a.secs // 2)
+            rows_w, rows_h = [], []
+            for rep in range(a.reps):
+                print(f"# sweep {r}/s HTTP/1.0 repetition {rep + 1}", file=sys.stderr)
+                rows_w.append(run_weft(nginx, ["--rate", str(r), "--duration", f"{secs}s", "--timeout", "5s",
+                                               "--http10"]))
+                rows_h.append(run_httperf(nginx, ["--rate", str(r), "--num-conns", str(r * secs), "--timeout", "5",
+                                                  "--http-version=1.0"]))
+            sweep.append((r, secs, rows_w, rows_h, " (HTTP/1.0)"))
     finally:
         nginx.stop()
 
@@ -334,18 +393,20 @@ def main():
     print(f"\nweft load CPU per reply / wrk's: **{ratio:.3f}**\n")
     print("### Open-loop sweep: a new connection per request (httperf style)\n")
     print("`weft load URL --rate R --duration Ds --timeout 5s` and "
-          "`httperf --rate R --num-conns R·D --timeout 5`, same run.\n")
+          "`httperf --rate R --num-conns R·D --timeout 5`, same run; HTTP/1.1, the client closes each "
+          "connection after its reply (httperf's way). Rows marked HTTP/1.0 add `--http10` / "
+          "`--http-version=1.0`: the server closes first, so the client keeps no TIME_WAIT ports.\n")
     print("| target req/s | weft achieved | weft / target | weft per-second min–max | weft errors | "
           "httperf achieved | httperf / target | httperf errors | nginx CPU (share of a core) |")
     print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
-    for r, secs, rw, rh in sweep:
+    for r, secs, rw, rh, label in sweep:
         wr = med(rw, "req_rate")
         hr = med(rh, "req_rate")
         mins = statistics.median(min(x["samples"]) if x["samples"] else 0 for x in ok(rw))
         maxs = statistics.median(max(x["samples"]) if x["samples"] else 0 for x in ok(rw))
         share = statistics.median(x["ncpu"] / secs for x in ok(rw))
         hung = sum(1 for x in rh if x is None)
-        print(f"| {r} | {wr:.1f} | {wr / r:.4f} | {mins:.0f}–{maxs:.0f} | {med(rw, 'errors'):.0f} | "
+        print(f"| {r}{label} | {wr:.1f} | {wr / r:.4f} | {mins:.0f}–{maxs:.0f} | {med(rw, 'errors'):.0f} | "
               f"{hr:.1f} | {hr / r:.4f} | {med(rh, 'errors'):.0f}{f' ({hung} hung)' if hung else ''} | {share:.2f} |")
 
 

@@ -462,10 +462,21 @@ impl<'a> Engine<'a> {
     fn arrive<P: Poller>(&mut self, cx: &mut Ctx<P>) -> Option<Instant> {
         let t0 = self.core.sh.t0;
         let now = Instant::now();
-        let elapsed = now.saturating_duration_since(t0).as_secs_f64();
+        let mut elapsed = now.saturating_duration_since(t0).as_secs_f64();
+        // Nothing due at or after --duration starts, even when the loop runs
+        // late: R·D arrivals in D seconds, as httperf's --num-conns makes.
+        if let Some(d) = self.core.sh.cfg.duration {
+            let end = d.as_secs_f64();
+            if elapsed >= end {
+                elapsed = end * (1.0 - f64::EPSILON);
+                if self.core.schedule.due() > end && self.core.timed_next.is_none_or(|a| a.at.unwrap_or(0.0) > end) {
+                    self.core.arrivals_done = true;
+                }
+            }
+        }
         if let Drive::Requests { timed: true } = self.core.drive {
             while let Some(a) = self.core.timed_next {
-                if self.core.stopping || !self.budget_allows() {
+                if self.core.stopping || self.core.arrivals_done || !self.budget_allows() {
                     self.core.arrivals_done = true;
                     return None;
                 }
@@ -480,7 +491,7 @@ impl<'a> Engine<'a> {
             return None;
         }
         while self.core.schedule.due() <= elapsed {
-            if self.core.stopping || !self.budget_allows() {
+            if self.core.stopping || self.core.arrivals_done || !self.budget_allows() {
                 self.core.arrivals_done = true;
                 return None;
             }
@@ -494,6 +505,9 @@ impl<'a> Engine<'a> {
                 }
             }
             self.core.schedule.advance(&mut self.core.rng);
+        }
+        if self.core.arrivals_done {
+            return None;
         }
         let due = t0 + Duration::from_secs_f64(self.core.schedule.due());
         // The loop's clock is refreshed once per batch; never re-arm in its past.
