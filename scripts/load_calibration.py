@@ -271,11 +271,13 @@ def main():
     ap.add_argument("--rates", default="1000,2000,5000,10000,15000,20000")
     ap.add_argument("--rates10", default="15000,20000,25000",
                     help="rates also swept over HTTP/1.0, where the server closes first")
-    ap.add_argument("--only", choices=["all", "origin"], default="all",
-                    help="origin: only compare weft origin's CPU per reply with nginx's")
+    ap.add_argument("--rates-local", default="15000,20000",
+                    help="rates swept with weft load --local-addrs 127.0.0.2-127.0.0.17 (httperf as usual)")
+    ap.add_argument("--only", choices=["all", "origin", "sweep"], default="all",
+                    help="origin: only compare weft origin's CPU per reply with nginx's; sweep: only the sweep")
     a = ap.parse_args()
     if a.quick:
-        a.reps, a.secs, a.rates, a.rates10 = 1, 3, "1000,5000", "10000"
+        a.reps, a.secs, a.rates, a.rates10, a.rates_local = 1, 3, "1000,5000", "10000", "10000"
     if not os.path.exists(WEFT):
         subprocess.run(["cargo", "build", "--release"], cwd=ROOT, check=True)
     for tool in ("nginx", "wrk", "httperf"):
@@ -295,7 +297,7 @@ def main():
         eq = {t: {"wrk": [], "weft": [], "httperf": []} for t in thinks}
         ka = {"wrk": [], "weft": [], "httperf": []}
         cl = {"wrk": [], "weft": []}
-        for rep in range(a.reps):
+        for rep in range(a.reps if a.only == "all" else 0):
             print(f"# repetition {rep + 1}/{a.reps}", file=sys.stderr)
             for t in thinks:
                 calls = int(a.secs * 1000 / t)
@@ -313,7 +315,7 @@ def main():
             cl["wrk"].append(run_wrk(nginx, a.secs, close=True))
             cl["weft"].append(run_weft(nginx, ["--clients", "50", "--close", "--duration", f"{a.secs}s"]))
         sweep = []
-        for r in [int(x) for x in a.rates.split(",")]:
+        for r in [int(x) for x in a.rates.split(",") if x]:
             secs = max(3, a.secs // 2)
             rows_w, rows_h = [], []
             for rep in range(a.reps):
@@ -331,6 +333,15 @@ def main():
                 rows_h.append(run_httperf(nginx, ["--rate", str(r), "--num-conns", str(r * secs), "--timeout", "5",
                                                   "--http-version=1.0"]))
             sweep.append((r, secs, rows_w, rows_h, " (HTTP/1.0)"))
+        for r in [int(x) for x in a.rates_local.split(",") if x]:
+            secs = max(3, a.secs // 2)
+            rows_w, rows_h = [], []
+            for rep in range(a.reps):
+                print(f"# sweep {r}/s --local-addrs repetition {rep + 1}", file=sys.stderr)
+                rows_w.append(run_weft(nginx, ["--rate", str(r), "--duration", f"{secs}s", "--timeout", "5s",
+                                               "--local-addrs", "127.0.0.2-127.0.0.17"]))
+                rows_h.append(run_httperf(nginx, ["--rate", str(r), "--num-conns", str(r * secs), "--timeout", "5"]))
+            sweep.append((r, secs, rows_w, rows_h, " (weft --local-addrs)"))
     finally:
         nginx.stop()
 
@@ -341,6 +352,9 @@ def main():
     print(f"Versions: {version(['nginx', '-v'])}; {version(['wrk', '-v'])}; "
           f"httperf {version(['httperf', '--version'])}; weft {commit}.")
     print(f"Server: nginx anchor `nginx_static_w1.conf` (1 worker) serving a 1-byte file on 127.0.0.1.\n")
+    if a.only == "sweep":
+        print_sweep(sweep)
+        return
     print(f"### Equal load: 50 keep-alive connections with a think time, {a.secs} s\n")
     print("| think | client | command | replies/s | vs wrk | client CPU µs/reply | weft / wrk CPU | errors |")
     print("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |")
@@ -391,11 +405,16 @@ def main():
     ratio = statistics.median(w["cpu"] / w["replies"] / (k["cpu"] / k["replies"])
                               for w, k in zip(cl["weft"], cl["wrk"]))
     print(f"\nweft load CPU per reply / wrk's: **{ratio:.3f}**\n")
+    print_sweep(sweep)
+
+
+def print_sweep(sweep):
     print("### Open-loop sweep: a new connection per request (httperf style)\n")
     print("`weft load URL --rate R --duration Ds --timeout 5s` and "
           "`httperf --rate R --num-conns R·D --timeout 5`, same run; HTTP/1.1, the client closes each "
           "connection after its reply (httperf's way). Rows marked HTTP/1.0 add `--http10` / "
-          "`--http-version=1.0`: the server closes first, so the client keeps no TIME_WAIT ports.\n")
+          "`--http-version=1.0`: the server closes first, so the client keeps no TIME_WAIT ports. Rows "weft "
+          "--local-addrs" spread weft's connections over 16 source addresses (httperf unchanged).\n")
     print("| target req/s | weft achieved | weft / target | weft per-second min–max | weft errors | "
           "httperf achieved | httperf / target | httperf errors | nginx CPU (share of a core) |")
     print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")

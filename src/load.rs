@@ -27,6 +27,14 @@ fn parse_think(s: &str) -> Result<Dist, String> {
     Dist::parse(s, Unit::Seconds)
 }
 
+/// `--local-addrs` (a newtype: clap reads `Option<Vec<T>>` as a repeated flag).
+#[derive(Clone, Debug)]
+pub struct LocalAddrs(pub Vec<std::net::IpAddr>);
+
+fn parse_local_addrs(s: &str) -> Result<LocalAddrs, String> {
+    weft_load::config::parse_local_addrs(s).map(LocalAddrs)
+}
+
 fn parse_workload(s: &str) -> Result<Spec, String> {
     Spec::parse(s)
 }
@@ -142,6 +150,11 @@ pub struct LoadArgs {
     #[arg(long, value_name = "BYTES", value_parser = parse_size_usize)]
     pub recv_buffer: Option<usize>,
 
+    /// Source addresses for connections, used in turn: `127.0.0.2-127.0.0.17,127.0.1.1` (each
+    /// has its own ports; spreads TIME_WAIT on loopback at high connection rates).
+    #[arg(long, value_name = "ADDRS", value_parser = parse_local_addrs)]
+    pub local_addrs: Option<LocalAddrs>,
+
     /// No live progress line.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub quiet: Option<bool>,
@@ -205,6 +218,7 @@ impl LoadArgs {
         c.params = self.params.clone();
         c.json = self.json.clone();
         c.recv_buffer = self.recv_buffer;
+        c.local_addrs = self.local_addrs.clone().map(|l| l.0).unwrap_or_default();
         Ok(c)
     }
 }

@@ -475,6 +475,18 @@ fn idle_connections_are_held_and_reopened() {
     assert_eq!(n(&v, "idle.held"), 20);
     assert!(n(&v, "idle.reopened") >= 20, "{}", v["idle"]);
     assert!(n(&v, "connections") >= 40);
+    // Spread over source addresses (each with its own ports).
+    let v = load(&[
+        &url(&o, "/size/3/x"),
+        "--rate",
+        "500",
+        "--num-conns",
+        "50",
+        "--local-addrs",
+        "127.0.0.2-127.0.0.5",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "replies.2xx"), 50);
     // Alongside a load.
     let v = load(&[&url(&o, "/"), "--idle", "10", "--rate", "100", "--duration", "300ms"]);
     no_errors(&v);
@@ -636,6 +648,7 @@ fn bad_input_is_a_one_line_error() {
         (vec!["load", "https://x/"], "only http://"),
         (vec!["load", &u, "--event", "kqueue"], "kqueue"),
         (vec!["load", &u, "--think", "gauss(1)"], "gauss"),
+        (vec!["load", &u, "--local-addrs", "127.0.0.9-127.0.0.1"], "range"),
         (vec!["load", "gen", "polymix", "--out", "/tmp/x"], "weft origin"),
         (vec!["origin", "--think", "norm(1"], "norm"),
         (vec!["origin", "--workers", "0"], "worker"),

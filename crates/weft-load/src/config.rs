@@ -106,6 +106,9 @@ pub struct LoadConfig {
     pub recv_buffer: Option<usize>,
     /// `--quiet`: no live progress line.
     pub quiet: bool,
+    /// `--local-addrs`: source addresses used in turn (each has its own
+    /// ports and TIME_WAIT space).
+    pub local_addrs: Vec<std::net::IpAddr>,
 }
 
 impl Default for LoadConfig {
@@ -138,6 +141,7 @@ impl Default for LoadConfig {
             event: BackendKind::Epoll,
             recv_buffer: None,
             quiet: false,
+            local_addrs: Vec::new(),
         }
     }
 }
@@ -212,6 +216,40 @@ impl Url {
     pub fn resolve(&self) -> Result<SocketAddr, String> {
         resolve(&self.authority)
     }
+}
+
+/// Parse `--local-addrs`: addresses and IPv4 ranges, comma-separated
+/// (`127.0.0.2-127.0.0.17,127.0.1.1`), at most 65536 of them.
+pub fn parse_local_addrs(s: &str) -> Result<Vec<std::net::IpAddr>, String> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        if let Some((a, b)) = item.split_once('-') {
+            let a: std::net::Ipv4Addr = a
+                .trim()
+                .parse()
+                .map_err(|_| format!("invalid address `{a}` in `{s}`"))?;
+            let b: std::net::Ipv4Addr = b
+                .trim()
+                .parse()
+                .map_err(|_| format!("invalid address `{b}` in `{s}`"))?;
+            let (a, b) = (u32::from(a), u32::from(b));
+            if b < a || b - a >= 65536 {
+                return Err(format!(
+                    "invalid address range `{item}` (at most 65536 addresses, low to high)"
+                ));
+            }
+            out.extend((a..=b).map(|x| std::net::IpAddr::V4(x.into())));
+        } else {
+            out.push(item.parse().map_err(|_| format!("invalid address `{item}` in `{s}`"))?);
+        }
+        if out.len() > 65536 {
+            return Err(format!("`{s}`: more than 65536 addresses"));
+        }
+    }
+    if out.is_empty() {
+        return Err("--local-addrs: no address given".into());
+    }
+    Ok(out)
 }
 
 /// Resolve `host:port` to its first address.
@@ -343,6 +381,7 @@ impl LoadConfig {
             "think": self.think.to_string(),
             "event": self.event.name(),
             "recv_buffer": self.recv_buffer,
+            "local_addrs": self.local_addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
         })
     }
 }
@@ -400,6 +439,11 @@ mod tests {
         c.validate(Drive::Requests { timed: true }).unwrap();
         assert_eq!(c.duration, None, "a finite trace bounds itself");
         assert_eq!("exp".parse::<Arrivals>().unwrap(), Arrivals::Exp);
+        let a = parse_local_addrs("127.0.0.2-127.0.0.4, ::1").unwrap();
+        assert_eq!(a.len(), 4);
+        assert_eq!(a[2].to_string(), "127.0.0.4");
+        assert!(parse_local_addrs("127.0.0.9-127.0.0.1").is_err());
+        assert!(parse_local_addrs("x").is_err());
         assert!("gamma".parse::<Arrivals>().is_err());
     }
 }
