@@ -284,6 +284,10 @@ mod tests {
             );
         }
         assert_eq!(h.parse(b"HTTP/1.1 200 OK\r\nX: y\r\n", &l), Ok(None));
+        // No reason phrase at all (found by the response_head fuzz target).
+        let data = b"HTTP/1.1 200\r\n\r\n";
+        assert_eq!(h.parse(data, &l), Ok(Some(data.len())));
+        assert_eq!(h.reason(data), b"");
     }
 
     #[test]
