@@ -319,7 +319,11 @@ pub fn run(args: ProxyArgs) -> ExitCode {
     weft_core::info!(
         "{mode} with {workers} worker(s), event backend {event}, splice {}, cache {}",
         splice.name(),
-        if cache > 0 { format!("{} MiB", cache >> 20) } else { "off".into() }
+        if cache > 0 {
+            format!("{} MiB", cache >> 20)
+        } else {
+            "off".into()
+        }
     );
     match proxy.wait() {
         Ok((stats, store)) => {

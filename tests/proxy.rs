@@ -152,7 +152,10 @@ fn read_origin_request(r: &mut BufReader<TcpStream>) -> Option<OriginRequest> {
     let target = parts.next()?.to_string();
     let headers: Vec<(String, String)> = lines
         .filter(|l| !l.is_empty())
-        .filter_map(|l| l.split_once(':').map(|(n, v)| (n.trim().to_string(), v.trim().to_string())))
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+        })
         .collect();
     let (path, q) = target.split_once('?').unwrap_or((&target, ""));
     let query = q
@@ -256,7 +259,10 @@ fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
     }
     let (framing, body): (&str, Vec<u8>) = match req.path.as_str() {
         "/echo" => ("cl", req.head.clone().into_bytes()),
-        "/lang" => ("cl", format!("lang={}", req.header("accept-language").unwrap_or("none")).into_bytes()),
+        "/lang" => (
+            "cl",
+            format!("lang={}", req.header("accept-language").unwrap_or("none")).into_bytes(),
+        ),
         p => {
             let mut it = p.trim_start_matches('/').split('/');
             let f = it.next().unwrap_or("cl");
@@ -505,7 +511,12 @@ fn stop_stats(mut p: Weft) -> String {
 fn counter(json: &str, name: &str) -> u64 {
     let key = format!("\"{name}\":");
     let i = json.find(&key).unwrap_or_else(|| panic!("{name} not in {json}")) + key.len();
-    json[i..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    json[i..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 // ---------------------------------------------------------------------------
@@ -616,7 +627,15 @@ mod scenarios {
         });
         for splice in ["on", "off"] {
             let port = eaddr.port().to_string();
-            let p = start_proxy(&["--event", event, "--splice", splice, "--connect-ports", &port, "--stats-on-exit"]);
+            let p = start_proxy(&[
+                "--event",
+                event,
+                "--splice",
+                splice,
+                "--connect-ports",
+                &port,
+                "--stats-on-exit",
+            ]);
             let mut c = Conn::to(p.addr);
             c.send(format!("CONNECT {eaddr} HTTP/1.1\r\nHost: {eaddr}\r\n\r\nearly").as_bytes());
             let r = c.read(true).unwrap();
@@ -643,7 +662,11 @@ mod scenarios {
             assert_eq!(c.read(false).unwrap().status, 403);
             let stats = stop_stats(p);
             assert_eq!(counter(&stats, "tunnels"), 1, "{stats}");
-            let key = if splice == "on" { "tunnel_bytes_spliced" } else { "tunnel_bytes_copied" };
+            let key = if splice == "on" {
+                "tunnel_bytes_spliced"
+            } else {
+                "tunnel_bytes_copied"
+            };
             assert!(counter(&stats, key) >= 2 * (3 << 20) as u64, "{stats}");
         }
     }
@@ -698,13 +721,20 @@ mod scenarios {
                 c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
                 match c.read(false) {
                     Err(ReadErr::Truncated) => {}
-                    Ok(r) => panic!("{url}: a truncated body was relayed as complete ({} bytes)", r.body.len()),
+                    Ok(r) => panic!(
+                        "{url}: a truncated body was relayed as complete ({} bytes)",
+                        r.body.len()
+                    ),
                 }
                 let before = o.count(&format!("/{framing}/500000"));
                 let mut c = Conn::to(p.addr);
                 c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
                 let _ = c.read(false);
-                assert_eq!(o.count(&format!("/{framing}/500000")), before + 1, "{url}: partial object not cached");
+                assert_eq!(
+                    o.count(&format!("/{framing}/500000")),
+                    before + 1,
+                    "{url}: partial object not cached"
+                );
             }
         }
     }
@@ -758,7 +788,14 @@ fn large_bodies_64mib() {
         ("on", "chunked", "max-age%3D60"),
         ("on", "close", "no-store"),
     ] {
-        let p = start_proxy(&["--splice", splice, "--cache-size", "200MiB", "--max-object-size", "64MiB"]);
+        let p = start_proxy(&[
+            "--splice",
+            splice,
+            "--cache-size",
+            "200MiB",
+            "--max-object-size",
+            "64MiB",
+        ]);
         let url = o.url(&format!("/{framing}/{n}?cc={cc}&chunk=1048576"));
         let r = fetch(&p, &url, "");
         assert_eq!(r.status, 200);
@@ -909,7 +946,10 @@ fn forwarded_request_headers() {
         "Connection: keep-alive, X-Private\r\nX-Private: secret\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nKeep-Alive: 5\r\nX-Keep: 1\r\n",
     );
     let head = String::from_utf8(r.body).unwrap();
-    assert!(head.starts_with("GET /echo?cc=no-store HTTP/1.1\r\n"), "origin-form upstream: {head}");
+    assert!(
+        head.starts_with("GET /echo?cc=no-store HTTP/1.1\r\n"),
+        "origin-form upstream: {head}"
+    );
     assert!(head.contains(&format!("Host: {}\r\n", o.addr)), "{head}");
     assert!(head.contains("Via: 1.1 testproxy (weft)\r\n"), "{head}");
     assert!(head.contains("X-Forwarded-For: 127.0.0.1\r\n"), "{head}");
@@ -1141,7 +1181,14 @@ fn nginx_origin() {
     }
     let _nginx = Kill(
         std::process::Command::new(nginx)
-            .args(["-p", &dir, "-e", &format!("{dir}/error.log"), "-c", conf_path.to_str().unwrap()])
+            .args([
+                "-p",
+                &dir,
+                "-e",
+                &format!("{dir}/error.log"),
+                "-c",
+                conf_path.to_str().unwrap(),
+            ])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -1170,5 +1217,9 @@ fn nginx_origin() {
     let stats = stop_stats(p);
     assert_eq!(counter(&stats, "stored"), 3, "two files and the 404: {stats}");
     assert_eq!(counter(&stats, "hits"), 4, "{stats}");
-    assert_eq!(counter(&stats, "revalidated"), 1, "no-cache revalidated with nginx: {stats}");
+    assert_eq!(
+        counter(&stats, "revalidated"),
+        1,
+        "no-cache revalidated with nginx: {stats}"
+    );
 }

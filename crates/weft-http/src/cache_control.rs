@@ -223,7 +223,14 @@ mod tests {
 
     #[test]
     fn malformed_freshness_makes_it_invalid() {
-        for v in ["max-age", "max-age=", "max-age=-1", "max-age=1.5", "max-age=abc", "s-maxage=x"] {
+        for v in [
+            "max-age",
+            "max-age=",
+            "max-age=-1",
+            "max-age=1.5",
+            "max-age=abc",
+            "s-maxage=x",
+        ] {
             let c = cc(v);
             assert!(c.invalid_freshness, "{v}");
             assert_eq!(c.max_age, None, "{v}");

@@ -36,7 +36,25 @@ pub fn heuristically_cacheable(status: u16) -> bool {
 pub fn understood_status(status: u16) -> bool {
     matches!(
         status,
-        200 | 203 | 204 | 300 | 301 | 302 | 303 | 307 | 308 | 400 | 403 | 404 | 405 | 410 | 414 | 500 | 501 | 502 | 503 | 504
+        200 | 203
+            | 204
+            | 300
+            | 301
+            | 302
+            | 303
+            | 307
+            | 308
+            | 400
+            | 403
+            | 404
+            | 405
+            | 410
+            | 414
+            | 500
+            | 501
+            | 502
+            | 503
+            | 504
     )
 }
 
@@ -328,7 +346,10 @@ pub fn merge_304(
     let replaced = |name: &[u8]| {
         !kept_from_stored(name)
             && !fresh_head.connection_has_bytes(fresh, name)
-            && fresh_head.fields().iter().any(|f| f.name(fresh).eq_ignore_ascii_case(name))
+            && fresh_head
+                .fields()
+                .iter()
+                .any(|f| f.name(fresh).eq_ignore_ascii_case(name))
     };
     for f in stored_head.fields() {
         let name = f.name(stored);
@@ -373,7 +394,11 @@ mod tests {
     fn storable_statuses_and_methods() {
         assert_eq!(store(200, "", ""), Ok(()), "200 is heuristically cacheable");
         assert_eq!(store(404, "", ""), Ok(()));
-        assert_eq!(store(302, "", ""), Err(NotStorable::NoFreshness), "302 needs explicit freshness");
+        assert_eq!(
+            store(302, "", ""),
+            Err(NotStorable::NoFreshness),
+            "302 needs explicit freshness"
+        );
         assert_eq!(store(302, "", "max-age=10"), Ok(()));
         assert_eq!(store(206, "", "max-age=10"), Err(NotStorable::Status));
         assert_eq!(store(304, "", "max-age=10"), Err(NotStorable::Status));
@@ -389,7 +414,10 @@ mod tests {
             vary_star: false,
         };
         assert_eq!(storable(&q), Err(NotStorable::Method));
-        let q = StoreQuery { method: Method::Post, ..q };
+        let q = StoreQuery {
+            method: Method::Post,
+            ..q
+        };
         assert_eq!(storable(&q), Err(NotStorable::Method));
     }
 
@@ -398,7 +426,11 @@ mod tests {
         assert_eq!(store(200, "no-store", ""), Err(NotStorable::NoStore));
         assert_eq!(store(200, "", "no-store, max-age=60"), Err(NotStorable::NoStore));
         assert_eq!(store(200, "", "private, max-age=60"), Err(NotStorable::Private));
-        assert_eq!(store(200, "", "no-cache"), Ok(()), "no-cache may be stored (validated on use)");
+        assert_eq!(
+            store(200, "", "no-cache"),
+            Ok(()),
+            "no-cache may be stored (validated on use)"
+        );
     }
 
     #[test]
@@ -433,8 +465,21 @@ mod tests {
         };
         assert_eq!(storable(&base), Ok(()));
         let public = cc("public");
-        assert_eq!(storable(&StoreQuery { expires: false, response: &public, ..base }), Ok(()));
-        assert_eq!(storable(&StoreQuery { vary_star: true, ..base }), Err(NotStorable::VaryStar));
+        assert_eq!(
+            storable(&StoreQuery {
+                expires: false,
+                response: &public,
+                ..base
+            }),
+            Ok(())
+        );
+        assert_eq!(
+            storable(&StoreQuery {
+                vary_star: true,
+                ..base
+            }),
+            Err(NotStorable::VaryStar)
+        );
     }
 
     fn lifetime(resp: &str, expires: Option<&str>, date: Option<u64>, lm: Option<u64>, status: u16) -> u64 {
@@ -460,9 +505,9 @@ mod tests {
             60
         );
         // Expires - Date: Date 1,000,000 s; Expires 1,000,100 s after the epoch.
-        let exp = String::from_utf8(crate::fmt_http_date(
-            std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_100),
-        ).to_vec())
+        let exp = String::from_utf8(
+            crate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_100)).to_vec(),
+        )
         .unwrap();
         assert_eq!(lifetime("", Some(&exp), Some(1_000_000), Some(0), 200), 100);
         // Without Date, the response time stands in for it.
@@ -482,7 +527,10 @@ mod tests {
         assert_eq!(lifetime("", None, Some(1_000_000), None, 200), 0);
         // Not heuristically cacheable (302) unless public.
         assert_eq!(lifetime("", None, Some(1_000_000), Some(1_000_000 - 5000), 302), 0);
-        assert_eq!(lifetime("public", None, Some(1_000_000), Some(1_000_000 - 5000), 302), 500);
+        assert_eq!(
+            lifetime("public", None, Some(1_000_000), Some(1_000_000 - 5000), 302),
+            500
+        );
         // Last-Modified in the future: zero, not negative.
         assert_eq!(lifetime("", None, Some(1_000_000), Some(2_000_000), 200), 0);
     }
@@ -514,7 +562,11 @@ mod tests {
     fn decide_fresh_and_stale() {
         let none = CacheControl::default();
         assert_eq!(decide(60, 10, &none, &none), Usable::Fresh);
-        assert_eq!(decide(60, 60, &none, &none), Usable::Revalidate, "age == lifetime is stale");
+        assert_eq!(
+            decide(60, 60, &none, &none),
+            Usable::Revalidate,
+            "age == lifetime is stale"
+        );
         assert_eq!(decide(0, 0, &none, &none), Usable::Revalidate);
     }
 
@@ -585,7 +637,11 @@ mod tests {
         assert_eq!(key(a, b"Accept-Encoding"), b"accept-encoding:gzip\n");
         assert_eq!(key(a, b"accept-encoding"), key(b, b"Accept-Encoding"));
         assert_ne!(key(a, b"Accept-Encoding"), key(c, b"Accept-Encoding"));
-        assert_ne!(key(a, b"Accept-Encoding"), key(d, b"Accept-Encoding"), "absent differs from present");
+        assert_ne!(
+            key(a, b"Accept-Encoding"),
+            key(d, b"Accept-Encoding"),
+            "absent differs from present"
+        );
         assert_eq!(key(d, b"Accept-Encoding"), b"accept-encoding:\n");
         // Several names; a name the request lacks.
         assert_eq!(

@@ -318,7 +318,8 @@ pub fn is_hop_by_hop(name: &[u8]) -> bool {
         b"proxy-authorization",
         b"proxy-authenticate",
     ];
-    HOP.iter().any(|h| h.len() == name.len() && h.eq_ignore_ascii_case(name))
+    HOP.iter()
+        .any(|h| h.len() == name.len() && h.eq_ignore_ascii_case(name))
 }
 
 /// Split an absolute-form target `scheme://authority/path?query` into

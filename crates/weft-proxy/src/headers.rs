@@ -72,6 +72,9 @@ pub fn via_lists(req: &RequestHead, data: &[u8], name: &[u8]) -> bool {
     })
 }
 
+/// A stored response's validators: (ETag, Last-Modified).
+pub type Validators<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 /// What [`write_request`] adds or changes.
 pub struct Forward<'a> {
     /// The method to send.
@@ -88,7 +91,7 @@ pub struct Forward<'a> {
     pub chunked_body: bool,
     /// Revalidating a stored response: drop the client's conditionals and
     /// Range (the full response refreshes the store) and send these validators.
-    pub validators: Option<(Option<&'a [u8]>, Option<&'a [u8]>)>,
+    pub validators: Option<Validators<'a>>,
 }
 
 fn skip_request_field(name: &[u8], req: &RequestHead, data: &[u8], f: &Forward<'_>) -> bool {
@@ -246,11 +249,23 @@ mod tests {
     #[test]
     fn authorities() {
         assert_eq!(split_authority(b"example.com", 80), Some((&b"example.com"[..], 80)));
-        assert_eq!(split_authority(b"example.com:8080", 80), Some((&b"example.com"[..], 8080)));
+        assert_eq!(
+            split_authority(b"example.com:8080", 80),
+            Some((&b"example.com"[..], 8080))
+        );
         assert_eq!(split_authority(b"[::1]:443", 80), Some((&b"::1"[..], 443)));
         assert_eq!(split_authority(b"[::1]", 80), Some((&b"::1"[..], 80)));
         assert_eq!(split_authority(b"h:", 80), Some((&b"h"[..], 80)));
-        for bad in [&b""[..], b":80", b"h:0", b"h:70000", b"h:x", b"a b:1", b"u@h:1", b"[::1]x"] {
+        for bad in [
+            &b""[..],
+            b":80",
+            b"h:0",
+            b"h:70000",
+            b"h:x",
+            b"a b:1",
+            b"u@h:1",
+            b"[::1]x",
+        ] {
             assert_eq!(split_authority(bad, 80), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }

@@ -72,8 +72,13 @@ impl Proxy {
         }
         let shutdown = Shutdown::new(workers)?;
         let resolver = resolve::Resolver::start(workers, cfg.resolver_threads)?;
-        let store =
-            (cfg.cache_size > 0).then(|| Arc::new(Mutex::new(store::Store::new(cfg.cache_size, cfg.max_object_size, cfg.cache_policy))));
+        let store = (cfg.cache_size > 0).then(|| {
+            Arc::new(Mutex::new(store::Store::new(
+                cfg.cache_size,
+                cfg.max_object_size,
+                cfg.cache_policy,
+            )))
+        });
         let budget = PipeBudget::new(cfg.max_pipes, cfg.pipe_size);
         let slots: Arc<Vec<stats::Slot>> = Arc::new((0..workers).map(|_| stats::Slot::default()).collect());
         let admin_addr = match cfg.admin {
@@ -89,7 +94,10 @@ impl Proxy {
             }
             None => None,
         };
-        let via_name = cfg.via_name.clone().unwrap_or_else(|| format!("{}:{}", hostname(), addr.port()));
+        let via_name = cfg
+            .via_name
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", hostname(), addr.port()));
         let cfg = Arc::new(cfg);
         let mut handles = Vec::with_capacity(workers);
         for (i, listener) in listeners.into_iter().enumerate() {
@@ -100,9 +108,21 @@ impl Proxy {
             let resolver = resolver.clone();
             let via_name = via_name.clone();
             let pipes = PipePool::new(budget.clone(), IDLE_PIPES);
-            let h = std::thread::Builder::new().name(format!("weft-proxy-{i}")).spawn(move || {
-                run_worker(&cfg, i, listener, shutdown, store.as_deref(), pipes, &resolver, via_name, &slots[i])
-            })?;
+            let h = std::thread::Builder::new()
+                .name(format!("weft-proxy-{i}"))
+                .spawn(move || {
+                    run_worker(
+                        &cfg,
+                        i,
+                        listener,
+                        shutdown,
+                        store.as_deref(),
+                        pipes,
+                        &resolver,
+                        via_name,
+                        &slots[i],
+                    )
+                })?;
             handles.push(h);
         }
         Ok(Proxy {

@@ -147,11 +147,14 @@ fn helper(inner: &Inner) {
     }
 }
 
+/// Addresses known for one port of a host, and when they expire.
+type Resolved = (u16, Vec<SocketAddr>, Instant);
+
 /// One worker's resolved names and the requests waiting for names. Keyed by
 /// host (then port) so a lookup borrows the name instead of building a key.
 pub struct DnsCache {
     ttl: Duration,
-    entries: HashMap<Box<str>, Vec<(u16, Vec<SocketAddr>, Instant)>>,
+    entries: HashMap<Box<str>, Vec<Resolved>>,
     waiting: HashMap<Box<str>, Vec<(u16, Token)>>,
     count: usize,
 }
@@ -264,7 +267,10 @@ mod tests {
         let t = Token::new(1, 0);
         assert!(matches!(c.lookup("localhost", 80, now, t, &r, 0), Lookup::Waiting));
         // A second waiter for the same name does not submit again.
-        assert!(matches!(c.lookup("localhost", 80, now, Token::new(2, 0), &r, 0), Lookup::Waiting));
+        assert!(matches!(
+            c.lookup("localhost", 80, now, Token::new(2, 0), &r, 0),
+            Lookup::Waiting
+        ));
         let mut answers = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
         while answers.is_empty() && Instant::now() < deadline {

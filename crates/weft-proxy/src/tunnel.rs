@@ -165,10 +165,7 @@ impl Direction {
                         }
                         if *end < buf.len() {
                             let e = *end;
-                            sys::read(src.fd, &mut buf[e..]).map(|n| {
-                                *end += n;
-                                n
-                            })
+                            sys::read(src.fd, &mut buf[e..]).inspect(|&n| *end += n)
                         } else {
                             Ok(usize::MAX)
                         }

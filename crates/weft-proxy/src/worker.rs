@@ -673,7 +673,11 @@ impl<'a> Worker<'a> {
             _ => ReqBody::None,
         };
         txn.req_cc = CacheControl::parse(req.header_all(data, "cache-control"));
-        if !txn.req_cc.present && req.header_all(data, "pragma").any(|v| v.eq_ignore_ascii_case(b"no-cache")) {
+        if !txn.req_cc.present
+            && req
+                .header_all(data, "pragma")
+                .any(|v| v.eq_ignore_ascii_case(b"no-cache"))
+        {
             txn.req_cc.no_cache = true;
         }
         txn.cacheable = sh.store.is_some() && matches!(method, Method::Get | Method::Head) && !txn.connect;
@@ -682,13 +686,16 @@ impl<'a> Worker<'a> {
             let now = unix_secs(cx.wall);
             let store = sh.store.expect("cacheable implies a store");
             let vary_scratch = &mut sh.vary_scratch;
-            let found = store.lock().unwrap_or_else(|e| e.into_inner()).lookup(&c.key, |o| match &o.vary {
-                None => true,
-                Some(v) => {
-                    caching::vary_key([&v[..]], req, data, vary_scratch);
-                    vary_scratch[..] == o.vary_key[..]
-                }
-            });
+            let found = store
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .lookup(&c.key, |o| match &o.vary {
+                    None => true,
+                    Some(v) => {
+                        caching::vary_key([&v[..]], req, data, vary_scratch);
+                        vary_scratch[..] == o.vary_key[..]
+                    }
+                });
             match found {
                 Some((id, obj)) => {
                     let age = obj.age(now);
@@ -753,10 +760,7 @@ impl<'a> Worker<'a> {
             txn.phase = Phase::Connect;
             return;
         }
-        match sh
-            .dns
-            .lookup(&txn.host, txn.port, cx.now, ct, sh.resolver, sh.index)
-        {
+        match sh.dns.lookup(&txn.host, txn.port, cx.now, ct, sh.resolver, sh.index) {
             Lookup::Ready(addrs) => {
                 txn.addrs.extend_from_slice(addrs);
                 txn.phase = Phase::Connect;
@@ -772,7 +776,9 @@ impl<'a> Worker<'a> {
             let (host, port) = (a.host.clone(), a.port);
             let (waiters, err) = self.sh.dns.answer(a, cx.now);
             for ct in waiters {
-                let Some(c) = client_of(&mut self.slab, ct) else { continue };
+                let Some(c) = client_of(&mut self.slab, ct) else {
+                    continue;
+                };
                 let Some(txn) = c.txn.as_mut() else { continue };
                 if txn.phase != Phase::Resolve || txn.host != host || txn.port != port {
                     continue;
@@ -887,7 +893,9 @@ impl<'a> Worker<'a> {
         // A pooled connection to the same address (most recently used first).
         if use_pool {
             while let Some(ut) = self.sh.pool.get_mut(&addr).and_then(|l| l.pop()) {
-                let Some(u) = upstream_of(&mut self.slab, ut) else { continue };
+                let Some(u) = upstream_of(&mut self.slab, ut) else {
+                    continue;
+                };
                 u.owner = Some(ct);
                 u.last_activity = cx.now;
                 u.want = Interest::NONE;
@@ -979,12 +987,10 @@ impl<'a> Worker<'a> {
             return Flow::Again;
         }
         let data = &c.req_data;
-        let validators = txn.stored.as_ref().map(|(_, o)| {
-            (
-                o.etag.as_deref(),
-                o.last_modified.as_ref().map(|(v, _)| &v[..]),
-            )
-        });
+        let validators = txn
+            .stored
+            .as_ref()
+            .map(|(_, o)| (o.etag.as_deref(), o.last_modified.as_ref().map(|(v, _)| &v[..])));
         let client_ip = c.peer.map(|p| p.ip());
         let chunked = matches!(txn.body, ReqBody::Chunked(_));
         let head = &c.req;
@@ -1010,7 +1016,10 @@ impl<'a> Worker<'a> {
 
     /// Send the request (and body), read the response head.
     fn txn_exchange<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
-        let Some(ut) = client_of(&mut self.slab, ct).and_then(|c| c.txn.as_ref()).and_then(|t| t.up) else {
+        let Some(ut) = client_of(&mut self.slab, ct)
+            .and_then(|c| c.txn.as_ref())
+            .and_then(|t| t.up)
+        else {
             return Flow::Closed;
         };
         let limits = self.sh.cfg.limits;
@@ -1099,7 +1108,9 @@ impl<'a> Worker<'a> {
             if c.start < c.end && !moved {
                 continue;
             }
-            let Some(cfd) = c.fd.as_ref().map(|f| f.raw()) else { break };
+            let Some(cfd) = c.fd.as_ref().map(|f| f.raw()) else {
+                break;
+            };
             if !c.may_read {
                 c.want.read = true;
                 break;
@@ -1229,7 +1240,9 @@ impl<'a> Worker<'a> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        let Some(mut txn) = c.txn.take() else { return Flow::Again };
+        let Some(mut txn) = c.txn.take() else {
+            return Flow::Again;
+        };
         let ut = txn.up.take();
         if let Some(relay) = txn.relay.take() {
             relay.abandon(&mut self.sh.stats, true);
@@ -1488,7 +1501,10 @@ impl<'a> Worker<'a> {
     }
 
     fn txn_body<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
-        let Some(ut) = client_of(&mut self.slab, ct).and_then(|c| c.txn.as_ref()).and_then(|t| t.up) else {
+        let Some(ut) = client_of(&mut self.slab, ct)
+            .and_then(|c| c.txn.as_ref())
+            .and_then(|t| t.up)
+        else {
             return Flow::Closed;
         };
         let sh = &mut self.sh;
@@ -1592,7 +1608,9 @@ impl<'a> Worker<'a> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        let Some(mut txn) = c.txn.take() else { return Flow::Again };
+        let Some(mut txn) = c.txn.take() else {
+            return Flow::Again;
+        };
         let ut = txn.up.take();
         let reusable = txn.up_keep_alive;
         if txn.client_close {
@@ -1619,7 +1637,9 @@ impl<'a> Worker<'a> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        let Some(mut txn) = c.txn.take() else { return Flow::Again };
+        let Some(mut txn) = c.txn.take() else {
+            return Flow::Again;
+        };
         txn.up = None;
         c.spare = Some(txn);
         let mut tunnel = Box::new(Tunnel::new(splice, &mut sh.pipes, &mut sh.stats));
@@ -1636,7 +1656,10 @@ impl<'a> Worker<'a> {
     }
 
     fn step_tunnel<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
-        let Some(ut) = client_of(&mut self.slab, ct).and_then(|c| c.tunnel.as_ref()).map(|t| t.1) else {
+        let Some(ut) = client_of(&mut self.slab, ct)
+            .and_then(|c| c.tunnel.as_ref())
+            .map(|t| t.1)
+        else {
             return Flow::Closed;
         };
         let sh = &mut self.sh;
@@ -1702,7 +1725,9 @@ impl<'a> Worker<'a> {
             }
         }
         for t in self.slab.tokens() {
-            let Some(c) = client_of(&mut self.slab, t) else { continue };
+            let Some(c) = client_of(&mut self.slab, t) else {
+                continue;
+            };
             if c.is_idle() && !c.lingering {
                 self.close_client(cx, t);
             } else {
@@ -1732,7 +1757,10 @@ fn push_lower(s: &mut String, b: &[u8]) {
 fn pick_route<'c>(cfg: &'c ProxyConfig, host_value: &[u8]) -> Option<&'c crate::config::HostPort> {
     if !cfg.routes.is_empty() && !host_value.is_empty() {
         let bare = headers::split_authority(host_value, 80).map(|(h, _)| h).unwrap_or(b"");
-        let found = cfg.routes.iter().find(|r| r.host.as_bytes().eq_ignore_ascii_case(host_value));
+        let found = cfg
+            .routes
+            .iter()
+            .find(|r| r.host.as_bytes().eq_ignore_ascii_case(host_value));
         let found = found.or_else(|| cfg.routes.iter().find(|r| r.host.as_bytes().eq_ignore_ascii_case(bare)));
         if let Some(r) = found {
             return Some(&r.upstream);
@@ -1744,7 +1772,11 @@ fn pick_route<'c>(cfg: &'c ProxyConfig, host_value: &[u8]) -> Option<&'c crate::
 /// The cache key of a Location / Content-Location value when it names the same
 /// origin as `key` (RFC 9111 §4.4: only same-origin URIs are invalidated).
 fn same_origin_key(key: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<Vec<u8>> {
-    let origin_end = key[7..].iter().position(|&b| b == b'/').map(|i| i + 7).unwrap_or(key.len());
+    let origin_end = key[7..]
+        .iter()
+        .position(|&b| b == b'/')
+        .map(|i| i + 7)
+        .unwrap_or(key.len());
     let origin = &key[..origin_end];
     out.clear();
     if value.starts_with(b"/") {
@@ -2037,7 +2069,8 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         match who {
             Who::Client => {
                 let c = client_of(&mut self.slab, token)?;
-                if !c.lingering && c.txn.is_none() && c.tunnel.is_none() && c.out.is_empty() && c.head_started.is_some() {
+                if !c.lingering && c.txn.is_none() && c.tunnel.is_none() && c.out.is_empty() && c.head_started.is_some()
+                {
                     if let Some(fd) = &c.fd {
                         let mut out = Vec::with_capacity(256);
                         respond::simple(
