@@ -222,6 +222,7 @@ impl Relay {
         fill_max: Option<u64>,
         pipe_min: u64,
         framing_read: usize,
+        spare: Option<BytesMut>,
         pool: &mut PipePool,
         st: &mut ProxyStats,
     ) -> Relay {
@@ -263,6 +264,10 @@ impl Relay {
         if let (Some(f), Framing::Length(n)) = (&fill, &framing) {
             // One allocation for the whole object: it becomes one segment.
             acc.reserve((*n).min(f.max) as usize);
+        } else if fill.is_none() {
+            // The worker's recycled relay buffer (no allocation per request).
+            acc = spare.unwrap_or_default();
+            acc.clear();
         }
         Relay {
             framing,
@@ -613,8 +618,9 @@ impl Relay {
                     if self.acc.len() - self.sent >= RELAY_BUF {
                         return Ok(0);
                     }
-                    if self.acc.capacity() < RELAY_BUF {
-                        self.acc.reserve(RELAY_BUF);
+                    let size = RELAY_BUF.min(left.min(RELAY_BUF as u64) as usize);
+                    if self.acc.capacity() < size {
+                        self.acc.reserve(size);
                     }
                     (RELAY_BUF - (self.acc.len() - self.sent)).min(left.min(usize::MAX as u64) as usize)
                 };
@@ -872,6 +878,15 @@ impl Relay {
         Ok(())
     }
 
+    /// The relay buffer, for the next session, when it is not part of a
+    /// cached object.
+    pub fn take_buffer(&mut self) -> Option<BytesMut> {
+        if self.fill.is_some() || self.acc.capacity() == 0 {
+            return None;
+        }
+        Some(std::mem::take(&mut self.acc))
+    }
+
     /// End of a completed session: give the pipes back and hand over the
     /// filled object's body (None when not filling or the client aborted a
     /// non-filling session).
@@ -979,7 +994,16 @@ mod tests {
     ) -> (Vec<u8>, Option<Vec<u8>>, ProxyStats) {
         let mut r = rig();
         let up = up_fd.unwrap_or(r.up_r.as_raw_fd());
-        let mut relay = Relay::new(framing, want, fill.then_some(1 << 30), 1, 4096, &mut r.pool, &mut r.st);
+        let mut relay = Relay::new(
+            framing,
+            want,
+            fill.then_some(1 << 30),
+            1,
+            4096,
+            None,
+            &mut r.pool,
+            &mut r.st,
+        );
         let mut w = r.up_w.try_clone().unwrap();
         let feeder = std::thread::spawn(move || {
             for c in wire.chunks(100_000) {
@@ -1104,7 +1128,16 @@ mod tests {
     fn close_delimited_ends_at_eof_and_short_length_fails() {
         let b = body(200_000);
         let mut r = rig();
-        let mut relay = Relay::new(Framing::Close, Want::Splice, None, 1, 4096, &mut r.pool, &mut r.st);
+        let mut relay = Relay::new(
+            Framing::Close,
+            Want::Splice,
+            None,
+            1,
+            4096,
+            None,
+            &mut r.pool,
+            &mut r.st,
+        );
         r.up_w.write_all(&b).unwrap();
         drop(r.up_w);
         let mut cl_r = r.cl_r.try_clone().unwrap();
@@ -1142,6 +1175,7 @@ mod tests {
             Some(1 << 20),
             1,
             4096,
+            None,
             &mut r.pool,
             &mut r.st,
         );

@@ -118,6 +118,8 @@ struct Shared<'a> {
     resp: ResponseHead,
     scratch: Vec<u8>,
     vary_scratch: Vec<u8>,
+    /// Recycled relay buffers (copy path).
+    relay_bufs: Vec<bytes::BytesMut>,
     heuristic: Heuristic,
     draining: bool,
 }
@@ -172,6 +174,7 @@ impl<'a> Worker<'a> {
                 resp: ResponseHead::new(),
                 scratch: Vec::with_capacity(1024),
                 vary_scratch: Vec::new(),
+                relay_bufs: Vec::new(),
                 heuristic: Heuristic::default(),
                 draining: false,
             },
@@ -994,22 +997,16 @@ impl<'a> Worker<'a> {
         let client_ip = c.peer.map(|p| p.ip());
         let chunked = matches!(txn.body, ReqBody::Chunked(_));
         let head = &c.req;
-        sh.scratch.clear();
-        headers::write_request(
-            &mut sh.scratch,
-            head,
-            data,
-            &Forward {
-                method: txn.method,
-                path: &txn.path,
-                host: &txn.host_value,
-                via: &sh.via,
-                client: client_ip,
-                chunked_body: chunked,
-                validators,
-            },
-        );
-        u.out.push_copy(&sh.scratch);
+        let fwd = Forward {
+            method: txn.method,
+            path: &txn.path,
+            host: &txn.host_value,
+            via: &sh.via,
+            client: client_ip,
+            chunked_body: chunked,
+            validators,
+        };
+        u.out.write_own(|v| headers::write_request(v, head, data, &fwd));
         let _ = cx;
         Flow::Again
     }
@@ -1474,12 +1471,14 @@ impl<'a> Worker<'a> {
             SpliceMode::Auto => cfg.splice_threshold,
         };
         let fill_max = plan.as_ref().map(|_| cfg.max_object_size);
+        let spare = if fill_max.is_none() { sh.relay_bufs.pop() } else { None };
         let mut relay = Relay::new(
             relay_framing,
             want,
             fill_max,
             pipe_min,
             cfg.first_read,
+            spare,
             &mut sh.pipes,
             &mut sh.stats,
         );
@@ -1535,7 +1534,12 @@ impl<'a> Worker<'a> {
         }
         match result {
             Pump::Done => {
-                let relay = txn.relay.take().expect("present");
+                let mut relay = txn.relay.take().expect("present");
+                if let Some(b) = relay.take_buffer() {
+                    if sh.relay_bufs.len() < 16 {
+                        sh.relay_bufs.push(b);
+                    }
+                }
                 let body = relay.finish(&mut sh.pipes, &mut sh.stats);
                 if let (Some(plan), Some(body)) = (txn.plan.take(), body) {
                     store_object(sh, &c.key, plan, body, txn.request_time);
