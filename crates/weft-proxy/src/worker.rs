@@ -2069,7 +2069,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 Who::Upstream(u.owner, u.connecting, u.want.read || u.want.write)
             }
         };
-        self.sh.stats.timeouts += 1;
+        if !matches!(who, Who::Upstream(None, _, _)) {
+            // An idle pooled connection expiring is housekeeping, not a timeout.
+            self.sh.stats.timeouts += 1;
+        }
         match who {
             Who::Client => {
                 let c = client_of(&mut self.slab, token)?;
