@@ -57,6 +57,7 @@ struct OriginRequest {
     query: HashMap<String, String>,
     headers: Vec<(String, String)>,
     head: String,
+    body: Vec<u8>,
 }
 
 impl OriginRequest {
@@ -166,17 +167,19 @@ fn read_origin_request(r: &mut BufReader<TcpStream>) -> Option<OriginRequest> {
             (k.to_string(), pct_decode(v))
         })
         .collect();
-    let req = OriginRequest {
+    let mut req = OriginRequest {
         method,
         path: path.to_string(),
         query,
         headers,
         head: head.clone(),
+        body: Vec::new(),
     };
-    // Consume a request body (Content-Length or chunked).
+    // Read a request body (Content-Length or chunked).
     if let Some(n) = req.header("content-length").and_then(|v| v.parse::<usize>().ok()) {
         let mut b = vec![0u8; n];
         r.read_exact(&mut b).ok()?;
+        req.body = b;
     } else if req
         .header("transfer-encoding")
         .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
@@ -192,6 +195,7 @@ fn read_origin_request(r: &mut BufReader<TcpStream>) -> Option<OriginRequest> {
             }
             let mut b = vec![0u8; size + 2];
             r.read_exact(&mut b).ok()?;
+            req.body.extend_from_slice(&b[..size]);
         }
     }
     Some(req)
@@ -259,6 +263,7 @@ fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
     }
     let (framing, body): (&str, Vec<u8>) = match req.path.as_str() {
         "/echo" => ("cl", req.head.clone().into_bytes()),
+        "/sink" => ("cl", req.body.clone()),
         "/lang" => (
             "cl",
             format!("lang={}", req.header("accept-language").unwrap_or("none")).into_bytes(),
@@ -320,7 +325,8 @@ fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
     if framing == "chunked" && w.write_all(b"0\r\n\r\n").is_err() {
         return false;
     }
-    !close && framing != "close"
+    // `drop`: close silently after a keep-alive response (the race a pool meets).
+    !close && framing != "close" && !q.contains_key("drop")
 }
 
 // ---------------------------------------------------------------------------
@@ -937,6 +943,50 @@ fn unsafe_methods_invalidate() {
 }
 
 #[test]
+fn request_bodies_are_streamed_upstream() {
+    let o = Origin::start();
+    let p = start_proxy(&[]);
+    let body = pattern(3 << 20);
+    let url = o.url("/sink?cc=no-store");
+    // Content-Length body, written while the proxy forwards it.
+    let mut c = Conn::to(p.addr);
+    c.send(
+        format!(
+            "POST {url} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    c.send(&body);
+    let r = c.read(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body == body, "the origin received the body intact");
+    // Chunked, after Expect: 100-continue, on the same connection.
+    c.send(
+        format!("PUT {url} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n")
+            .as_bytes(),
+    );
+    let interim = c.read(true).unwrap();
+    assert_eq!(interim.status, 100);
+    let mut wire = Vec::new();
+    for part in body[..500_000].chunks(33_333) {
+        wire.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+        wire.extend_from_slice(part);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire.extend_from_slice(b"0\r\n\r\n");
+    c.send(&wire);
+    let r = c.read(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body == body[..500_000], "chunked request body forwarded");
+    // HEAD misses are forwarded and leave the connection in step.
+    c.send(format!("HEAD {} HTTP/1.1\r\nHost: x\r\n\r\n", o.url("/cl/1234?cc=no-store")).as_bytes());
+    let h = c.read(true).unwrap();
+    assert_eq!(h.header("content-length"), Some("1234"));
+    assert_eq!(c.get(&o.url("/cl/10?cc=no-store"), "").body, pattern(10));
+}
+
+#[test]
 fn forwarded_request_headers() {
     let o = Origin::start();
     let p = start_proxy(&["--via-name", "testproxy"]);
@@ -969,10 +1019,19 @@ fn upstream_connections_are_pooled() {
         assert_eq!(r.status, 200);
     }
     assert_eq!(o.connections(), 1, "one upstream connection served five clients");
+    // An upstream that closes an idle pooled connection: the next request
+    // still succeeds (closed pooled connections are dropped or retried once).
+    for pause in [0, 30, 0, 30] {
+        let r = fetch(&p, &o.url("/cl/3?cc=no-store&drop=1"), "");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, pattern(3));
+        std::thread::sleep(Duration::from_millis(pause));
+    }
+    let before = o.connections();
     // An upstream that closes after a response is not reused.
     fetch(&p, &o.url("/cl/1?cc=no-store&close=1"), "");
     fetch(&p, &o.url("/cl/2?cc=no-store"), "");
-    assert_eq!(o.connections(), 2);
+    assert_eq!(o.connections(), before + 2);
 }
 
 #[test]

@@ -208,6 +208,8 @@ pub struct Txn {
     /// A stored response being revalidated.
     pub stored: Option<(u64, Arc<Object>)>,
     pub body: ReqBody,
+    /// The request came with a body (it cannot be sent again).
+    pub had_body: bool,
     pub request_time: u64,
     pub retried: bool,
     /// Response bytes (head) have been queued for the client.
@@ -240,6 +242,7 @@ impl Txn {
             cacheable: false,
             stored: None,
             body: ReqBody::None,
+            had_body: false,
             request_time: 0,
             retried: false,
             responded: false,
@@ -273,6 +276,7 @@ impl Txn {
     /// May the request be sent again on a fresh connection after a pooled one
     /// failed before any response byte?
     pub fn retryable(&self) -> bool {
-        !self.retried && !self.responded && matches!(self.body, ReqBody::None) && !self.connect
+        let idempotent = self.method.is_safe() || matches!(self.method, Method::Put | Method::Delete);
+        !self.retried && !self.responded && !self.had_body && idempotent && !self.connect
     }
 }

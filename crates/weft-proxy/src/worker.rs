@@ -675,6 +675,7 @@ impl<'a> Worker<'a> {
             BodyFraming::Chunked => ReqBody::Chunked(ChunkedDecoder::new()),
             _ => ReqBody::None,
         };
+        txn.had_body = !matches!(txn.body, ReqBody::None);
         txn.req_cc = CacheControl::parse(req.header_all(data, "cache-control"));
         if !txn.req_cc.present
             && req
