@@ -904,7 +904,7 @@ impl<'a> Worker<'a> {
                 u.last_activity = cx.now;
                 u.want = Interest::NONE;
                 self.sh.stats.upstream_reused += 1;
-                return self.begin_exchange(cx, ct, ut);
+                return self.begin_exchange(ct, ut);
             }
         }
         let fd = match sys::tcp_socket(&addr) {
@@ -948,7 +948,7 @@ impl<'a> Worker<'a> {
                 timer_at: None,
             }))
         });
-        self.begin_exchange(cx, ct, ut)
+        self.begin_exchange(ct, ut)
     }
 
     fn connect_failed<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, e: io::Error) -> Flow {
@@ -979,7 +979,7 @@ impl<'a> Worker<'a> {
     }
 
     /// Attach the upstream and queue the request.
-    fn begin_exchange<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, ut: Token) -> Flow {
+    fn begin_exchange(&mut self, ct: Token, ut: Token) -> Flow {
         let sh = &mut self.sh;
         let Some((c, u)) = pair(&mut self.slab, ct, ut) else {
             return Flow::Closed;
@@ -1008,7 +1008,6 @@ impl<'a> Worker<'a> {
             validators,
         };
         u.out.write_own(|v| headers::write_request(v, head, data, &fwd));
-        let _ = cx;
         Flow::Again
     }
 
