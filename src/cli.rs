@@ -25,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve static files (or the built-in demo site when no DIR is given).
     Serve(Box<ServeArgs>),
+    /// Caching forward and reverse HTTP proxy with kernel splicing (KeepCopy, CONNECT tunnels).
+    Proxy(Box<crate::proxy::ProxyArgs>),
     /// Show which event backends and kernel features work on this machine.
     Backends,
     /// Validate a config file and exit (like `nginx -t`).
@@ -246,7 +248,7 @@ impl ServeArgs {
 }
 
 /// Sections a config file may have.
-pub const SECTIONS: &[&str] = &["serve"];
+pub const SECTIONS: &[&str] = &["serve", "proxy"];
 
 /// Find `-c FILE` / `--config FILE` / `--config=FILE` after the subcommand name.
 fn find_config(args: &[OsString]) -> Option<PathBuf> {

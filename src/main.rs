@@ -1,6 +1,7 @@
 //! The `weft` binary: subcommands over the library crates.
 
 mod cli;
+mod proxy;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Serve(args) => serve(*args),
+        Command::Proxy(args) => proxy::run(*args),
         Command::Backends => backends(),
         Command::Check(args) => check(args),
     }

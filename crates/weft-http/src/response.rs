@@ -227,8 +227,13 @@ impl ResponseHead {
     }
     /// Does a Connection field list `token`?
     pub fn connection_has(&self, data: &[u8], token: &str) -> bool {
+        self.connection_has_bytes(data, token.as_bytes())
+    }
+    /// [`connection_has`](Self::connection_has) for a token given as bytes
+    /// (a field name read from another message).
+    pub fn connection_has_bytes(&self, data: &[u8], token: &[u8]) -> bool {
         self.header_all(data, "connection")
-            .any(|v| list_items(v).any(|t| t.eq_ignore_ascii_case(token.as_bytes())))
+            .any(|v| list_items(v).any(|t| t.eq_ignore_ascii_case(token)))
     }
 }
 
