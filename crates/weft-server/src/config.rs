@@ -54,6 +54,9 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// Event backend.
     pub event: BackendKind,
+    /// `tracked` backends: passes served from the readiness table before the
+    /// kernel is asked anyway.
+    pub max_pass: u32,
     /// Worker threads, each with its own SO_REUSEPORT listener and loop.
     pub workers: usize,
     /// Connections accepted per listener readiness event (`None` = until EAGAIN).
@@ -98,6 +101,7 @@ impl Default for ServeConfig {
             root: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             event: BackendKind::Epoll,
+            max_pass: weft_io::backend::DEFAULT_MAX_PASS,
             workers: weft_io::sys::available_cpus(),
             accept_limit: None,
             backlog: 4096,
