@@ -147,8 +147,8 @@ pub struct ServeArgs {
     pub max_requests: Option<u64>,
 
     /// How file bodies are sent: sendfile (no byte through user space), copy
-    /// (pread + writev), or auto (small files from memory; larger ones copied to
-    /// loopback peers, sendfile otherwise) [default: auto].
+    /// (pread + writev), or auto (small files from memory, larger ones with
+    /// sendfile) [default: auto].
     #[arg(long, value_name = "sendfile|copy|auto")]
     pub send: Option<weft_server::SendMode>,
 

@@ -15,9 +15,8 @@ pub enum SendMode {
     /// pread(2) into a per-worker buffer, then writev(2) of head and data.
     Copy,
     /// Small files from an in-memory copy (one write per response, pipelined
-    /// responses coalesced); larger files by copy to loopback peers — where the
-    /// kernel's sendfile path costs more than a copy — and by sendfile to
-    /// everyone else, where it saves the copy to the NIC.
+    /// responses coalesced); larger files by sendfile, which on this kernel
+    /// costs no more CPU than a copy even to loopback peers (lab `send-path`).
     #[default]
     Auto,
 }

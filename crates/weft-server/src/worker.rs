@@ -933,9 +933,9 @@ fn serve_file(
     let path = match s.cfg.send {
         SendMode::Sendfile => BodyPath::Sendfile,
         SendMode::Copy => BodyPath::Copy,
-        // Loopback: the copy is cheaper than sendfile's page-reference path for
-        // large bodies (measured in docs/results.md); elsewhere sendfile saves it.
-        SendMode::Auto if c.loopback => BodyPath::Copy,
+        // Past the in-memory size, sendfile: on loopback too it costs no more
+        // CPU than pread + writev at 16 KiB and half as much from 512 KiB up
+        // (lab `send-path`, docs/results.md), and over a NIC it saves the copy.
         SendMode::Auto => BodyPath::Sendfile,
     };
     if path == BodyPath::Copy && s.scratch.is_empty() {
