@@ -64,10 +64,9 @@ impl TrackedInner for Uring {
     const TRACKED_NAME: &'static str = "tracked";
     /// io_uring queues a poll change in the submission ring, where it rides
     /// with the next io_uring_enter: no system call of its own. Mirroring keeps
-    /// the multishot polls to what is wanted, so the socket's every
-    /// write-space wake-up (each ACK) does not post a completion that only
-    /// wakes the loop to discard it; measured, registering both directions
-    /// made 3.6x the io_uring_enter calls on the one-byte workload.
+    /// the multishot polls to what is wanted, so the socket's write-space
+    /// wake-ups (each ACK) do not post completions the loop would take only to
+    /// discard (docs/events.md has the measured effect on enters).
     const MIRROR_INTEREST: bool = true;
 }
 impl TrackedInner for EpollEt {
