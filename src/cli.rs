@@ -70,6 +70,13 @@ fn parse_accept_limit(s: &str) -> Result<AcceptLimit, String> {
     }
 }
 
+fn parse_max_pass(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if n <= 1_000_000 => Ok(n),
+        _ => Err(format!("invalid pass count `{s}` (expected 0..1000000)")),
+    }
+}
+
 fn parse_workers(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=1024).contains(&n) => Ok(n),
@@ -101,9 +108,17 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
 
-    /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll].
+    /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched, uring, or tracked
+    /// (user-level readiness tracking over uring; tracked:epoll-et, tracked:epoll, tracked:poll and
+    /// tracked:select wrap those instead) [default: epoll].
     #[arg(long, value_name = "BACKEND")]
     pub event: Option<weft_io::BackendKind>,
+
+    /// tracked backends: consecutive passes served from the user-level readiness table before the
+    /// kernel is asked anyway, so descriptors not known to be ready are not starved; 0 asks the
+    /// kernel at every pass [default: 8].
+    #[arg(long, value_name = "N", value_parser = parse_max_pass)]
+    pub max_pass: Option<u32>,
 
     /// Worker threads, one event loop and SO_REUSEPORT listener each [default: number of CPUs].
     #[arg(long, value_name = "N", value_parser = parse_workers)]
@@ -134,8 +149,8 @@ pub struct ServeArgs {
     pub max_requests: Option<u64>,
 
     /// How file bodies are sent: sendfile (no byte through user space), copy
-    /// (pread + writev), or auto (small files from memory; larger ones copied to
-    /// loopback peers, sendfile otherwise) [default: auto].
+    /// (pread + writev), or auto (small files from memory, larger ones with
+    /// sendfile) [default: auto].
     #[arg(long, value_name = "sendfile|copy|auto")]
     pub send: Option<weft_server::SendMode>,
 
@@ -210,6 +225,7 @@ impl ServeArgs {
         set!(
             listen,
             event,
+            max_pass,
             workers,
             backlog,
             idle_timeout,

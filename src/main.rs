@@ -99,8 +99,8 @@ fn backends() -> ExitCode {
     println!("event backends (--event):");
     for (kind, r) in weft_io::features::backends() {
         match r {
-            Ok(()) => println!("  {:<14} works", kind.name()),
-            Err(e) => println!("  {:<14} unavailable: {e}", kind.name()),
+            Ok(()) => println!("  {:<18} works", kind.name()),
+            Err(e) => println!("  {:<18} unavailable: {e}", kind.name()),
         }
     }
     println!("kernel features:");

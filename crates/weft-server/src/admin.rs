@@ -16,7 +16,7 @@ use std::sync::Arc;
 use weft_io::sys::counters::KINDS;
 use weft_io::SysCounts;
 
-const FIELDS: usize = 8;
+const FIELDS: usize = 13;
 
 /// One worker's published counters.
 pub struct Slot {
@@ -45,6 +45,11 @@ impl Slot {
             s.bytes_memory,
             s.timeouts,
             s.bad_requests,
+            u64::from(s.tracker.is_some()),
+            s.tracker.map_or(0, |t| t.user_passes),
+            s.tracker.map_or(0, |t| t.user_events),
+            s.tracker.map_or(0, |t| t.kernel_polls),
+            s.tracker.map_or(0, |t| t.forced_polls),
         ];
         for (a, v) in self.fields.iter().zip(f) {
             a.store(v, Ordering::Relaxed);
@@ -71,6 +76,12 @@ impl Slot {
             timeouts: f[6],
             bad_requests: f[7],
             syscalls: sc,
+            tracker: (f[8] != 0).then_some(weft_io::TrackerStats {
+                user_passes: f[9],
+                user_events: f[10],
+                kernel_polls: f[11],
+                forced_polls: f[12],
+            }),
         }
     }
 }
