@@ -25,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve static files (or the built-in demo site when no DIR is given).
     Serve(Box<ServeArgs>),
+    /// Caching forward and reverse HTTP proxy with kernel splicing (KeepCopy, CONNECT tunnels).
+    Proxy(Box<crate::proxy::ProxyArgs>),
     /// Show which event backends and kernel features work on this machine.
     Backends,
     /// Validate a config file and exit (like `nginx -t`).
@@ -72,6 +74,13 @@ fn parse_accept_limit(s: &str) -> Result<AcceptLimit, String> {
     }
 }
 
+fn parse_max_pass(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if n <= 1_000_000 => Ok(n),
+        _ => Err(format!("invalid pass count `{s}` (expected 0..1000000)")),
+    }
+}
+
 fn parse_workers(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=1024).contains(&n) => Ok(n),
@@ -103,9 +112,17 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
 
-    /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll].
+    /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched, uring, or tracked
+    /// (user-level readiness tracking over uring; tracked:epoll-et, tracked:epoll, tracked:poll and
+    /// tracked:select wrap those instead) [default: epoll].
     #[arg(long, value_name = "BACKEND")]
     pub event: Option<weft_io::BackendKind>,
+
+    /// tracked backends: consecutive passes served from the user-level readiness table before the
+    /// kernel is asked anyway, so descriptors not known to be ready are not starved; 0 asks the
+    /// kernel at every pass [default: 8].
+    #[arg(long, value_name = "N", value_parser = parse_max_pass)]
+    pub max_pass: Option<u32>,
 
     /// Worker threads, one event loop and SO_REUSEPORT listener each [default: number of CPUs].
     #[arg(long, value_name = "N", value_parser = parse_workers)]
@@ -136,8 +153,8 @@ pub struct ServeArgs {
     pub max_requests: Option<u64>,
 
     /// How file bodies are sent: sendfile (no byte through user space), copy
-    /// (pread + writev), or auto (small files from memory; larger ones copied to
-    /// loopback peers, sendfile otherwise) [default: auto].
+    /// (pread + writev), or auto (small files from memory, larger ones with
+    /// sendfile) [default: auto].
     #[arg(long, value_name = "sendfile|copy|auto")]
     pub send: Option<weft_server::SendMode>,
 
@@ -212,6 +229,7 @@ impl ServeArgs {
         set!(
             listen,
             event,
+            max_pass,
             workers,
             backlog,
             idle_timeout,
@@ -250,7 +268,7 @@ impl ServeArgs {
 }
 
 /// Sections a config file may have.
-pub const SECTIONS: &[&str] = &["serve", "load", "origin"];
+pub const SECTIONS: &[&str] = &["serve", "proxy", "load", "origin"];
 
 /// Find `-c FILE` / `--config FILE` / `--config=FILE` after the subcommand name.
 fn find_config(args: &[OsString]) -> Option<PathBuf> {

@@ -3,6 +3,7 @@
 mod cli;
 mod load;
 mod origin;
+mod proxy;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Serve(args) => serve(*args),
+        Command::Proxy(args) => proxy::run(*args),
         Command::Backends => backends(),
         Command::Check(args) => check(args),
         Command::Load(args) => load::run(*args),
@@ -101,8 +103,8 @@ fn backends() -> ExitCode {
     println!("event backends (--event):");
     for (kind, r) in weft_io::features::backends() {
         match r {
-            Ok(()) => println!("  {:<14} works", kind.name()),
-            Err(e) => println!("  {:<14} unavailable: {e}", kind.name()),
+            Ok(()) => println!("  {:<18} works", kind.name()),
+            Err(e) => println!("  {:<18} unavailable: {e}", kind.name()),
         }
     }
     println!("kernel features:");

@@ -473,6 +473,9 @@ macro_rules! per_backend {
         per_backend!(@backend epoll_once, "epoll-once", $($scenario),*);
         per_backend!(@backend epoll_batched, "epoll-batched", $($scenario),*);
         per_backend!(@backend uring, "uring", $($scenario),*);
+        per_backend!(@backend tracked, "tracked", $($scenario),*);
+        per_backend!(@backend tracked_epoll_et, "tracked:epoll-et", $($scenario),*);
+        per_backend!(@backend tracked_select, "tracked:select", $($scenario),*);
     };
     (@backend $module:ident, $name:literal, $($scenario:ident),*) => {
         mod $module {
@@ -600,4 +603,48 @@ fn stats_on_exit_counts_paths_and_syscalls() {
     );
     assert!(json.contains("\"sendfile\":"), "{json}");
     assert!(json.contains("\"epoll_wait\":"), "{json}");
+}
+
+/// Under `tracked`, a listener the accept limit left unfinished stays ready in
+/// the user-level table and is served again without asking the kernel; the
+/// counters say so.
+#[test]
+fn tracked_serves_known_ready_descriptors_without_the_kernel() {
+    let site = site();
+    let mut w = Weft::serve(&[
+        path_str(&site.path),
+        "--workers",
+        "1",
+        "--event",
+        "tracked",
+        "--accept-limit",
+        "1",
+        "--stats-on-exit",
+    ]);
+    let mut conns: Vec<Reader> = (0..20).map(|_| Reader::new(w.connect())).collect();
+    for c in conns.iter_mut() {
+        c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    }
+    for c in conns.iter_mut() {
+        assert_eq!(c.response(false).body, b"hello, weft\n");
+    }
+    drop(conns);
+    w.terminate();
+    assert_eq!(w.wait_exit(Duration::from_secs(10)), Some(0));
+    let err = w.stderr();
+    let json = err.lines().find(|l| l.starts_with('{')).expect("stats line");
+    let field = |name: &str| -> u64 {
+        let at = json
+            .find(&format!("\"{name}\":"))
+            .unwrap_or_else(|| panic!("{name} in {json}"));
+        json[at + name.len() + 3..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<String>()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(field("requests"), 20, "{json}");
+    assert!(field("user_passes") >= 1, "{json}");
+    assert!(field("kernel_polls") >= 1, "{json}");
 }

@@ -13,19 +13,27 @@
 //! - [`date`]: HTTP dates, and a Date value formatted once per second;
 //! - [`conditional`]: strong ETags, If-Match / If-None-Match /
 //!   If-Modified-Since / If-Unmodified-Since / If-Range (RFC 9110 §13);
-//! - [`range`]: single byte ranges (RFC 9110 §14).
+//! - [`range`]: single byte ranges (RFC 9110 §14);
+//! - [`cache_control`] and [`caching`]: the Cache-Control parser and the rules
+//!   of a shared cache (RFC 9111: storability, freshness, age, Vary, 304
+//!   merging, invalidation), with the clock passed in;
+//! - [`respond`]: writing response heads and short generated responses.
 //!
 //! Heads are parsed into offsets, not copies: a [`RequestHead`] or
 //! [`ResponseHead`] is reused across messages and answers questions about the
 //! buffer it was parsed from, so parsing allocates nothing per request.
 
+pub mod cache_control;
+pub mod caching;
 pub mod chunked;
 pub mod conditional;
 pub mod date;
 pub mod range;
 pub mod request;
+pub mod respond;
 pub mod response;
 
+pub use cache_control::CacheControl;
 pub use chunked::{ChunkError, ChunkedDecoder, Decoded};
 pub use conditional::{evaluate_preconditions, if_range_allows, make_etag, Precondition};
 pub use date::{fmt_http_date, parse_http_date, DateCache};
@@ -291,6 +299,27 @@ pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
         }
     }
     out.extend_from_slice(&tmp[i..]);
+}
+
+/// Hop-by-hop fields (RFC 9110 §7.6.1): they describe one connection and are
+/// never forwarded by a proxy nor stored by a cache. Besides the fields named
+/// by Connection: Connection, Keep-Alive, Proxy-Connection, TE, Trailer,
+/// Transfer-Encoding, Upgrade, and the proxy authentication fields that are
+/// meant for the next hop only.
+pub fn is_hop_by_hop(name: &[u8]) -> bool {
+    const HOP: [&[u8]; 9] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+    ];
+    HOP.iter()
+        .any(|h| h.len() == name.len() && h.eq_ignore_ascii_case(name))
 }
 
 /// Split an absolute-form target `scheme://authority/path?query` into

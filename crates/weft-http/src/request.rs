@@ -24,9 +24,13 @@ pub(crate) struct Span {
 
 impl Span {
     pub(crate) fn of(buf: &[u8], part: &[u8]) -> Span {
-        // Both slices come from the same buffer: the offset is a subtraction of
-        // addresses, no unsafe needed.
-        let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+        // `part` normally lies inside `buf` (the offset is a subtraction of
+        // addresses, no unsafe needed), but httparse hands back a static ""
+        // for a missing reason phrase: anything outside `buf` is an empty span.
+        let start = (part.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+        if part.is_empty() || start > buf.len() || buf.len() - start < part.len() {
+            return Span::default();
+        }
         Span {
             start: start as u32,
             len: part.len() as u32,
@@ -368,8 +372,12 @@ impl RequestHead {
     }
     /// Does a Connection field list `token`?
     pub fn connection_has(&self, data: &[u8], token: &str) -> bool {
+        self.connection_has_bytes(data, token.as_bytes())
+    }
+    /// [`connection_has`](Self::connection_has) for a token given as bytes.
+    pub fn connection_has_bytes(&self, data: &[u8], token: &[u8]) -> bool {
         self.header_all(data, "connection")
-            .any(|v| list_items(v).any(|t| t.eq_ignore_ascii_case(token.as_bytes())))
+            .any(|v| list_items(v).any(|t| t.eq_ignore_ascii_case(token)))
     }
 }
 

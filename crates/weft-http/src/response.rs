@@ -227,8 +227,13 @@ impl ResponseHead {
     }
     /// Does a Connection field list `token`?
     pub fn connection_has(&self, data: &[u8], token: &str) -> bool {
+        self.connection_has_bytes(data, token.as_bytes())
+    }
+    /// [`connection_has`](Self::connection_has) for a token given as bytes
+    /// (a field name read from another message).
+    pub fn connection_has_bytes(&self, data: &[u8], token: &[u8]) -> bool {
         self.header_all(data, "connection")
-            .any(|v| list_items(v).any(|t| t.eq_ignore_ascii_case(token.as_bytes())))
+            .any(|v| list_items(v).any(|t| t.eq_ignore_ascii_case(token)))
     }
 }
 
@@ -284,6 +289,10 @@ mod tests {
             );
         }
         assert_eq!(h.parse(b"HTTP/1.1 200 OK\r\nX: y\r\n", &l), Ok(None));
+        // No reason phrase at all (found by the response_head fuzz target).
+        let data = b"HTTP/1.1 200\r\n\r\n";
+        assert_eq!(h.parse(data, &l), Ok(Some(data.len())));
+        assert_eq!(h.reason(data), b"");
     }
 
     #[test]

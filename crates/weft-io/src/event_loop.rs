@@ -12,7 +12,7 @@
 //!    with [`Ctx::close_later`] — after every event of the batch was seen, so a
 //!    descriptor number is never reused while an event for it is still queued.
 
-use crate::backend::{Event, Interest, Poller, Token};
+use crate::backend::{BackendOptions, Event, Interest, Poller, Readiness, Token};
 use crate::sys::Fd;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -53,10 +53,17 @@ impl std::fmt::Display for RegisterError {
 }
 
 impl<P: Poller> Ctx<P> {
-    /// A context around a new backend.
+    /// A context around a new backend with default options.
     pub fn new() -> io::Result<Ctx<P>> {
+        Self::with_options(&BackendOptions::default())
+    }
+
+    /// A context around a new backend configured with `opts`.
+    pub fn with_options(opts: &BackendOptions) -> io::Result<Ctx<P>> {
+        let mut poller = P::new()?;
+        poller.configure(opts);
         Ok(Ctx {
-            poller: P::new()?,
+            poller,
             now: Instant::now(),
             wall: SystemTime::now(),
             timers: BinaryHeap::new(),
@@ -78,6 +85,20 @@ impl<P: Poller> Ctx<P> {
     #[inline]
     pub fn reregister(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()> {
         self.poller.modify(fd, token, interest)
+    }
+
+    /// Tell the backend what the handler's I/O on `fd` showed: after a read
+    /// that returned EAGAIN or short, `readable: false`; after a short write,
+    /// `writable: false`; `true` for a direction the handler left unfinished
+    /// on purpose. A handler that may run under `tracked` must report every
+    /// EAGAIN and short transfer, since that backend hands a token out again
+    /// until told it is used up. For every other backend this is a constant
+    /// `false` branch and compiles to nothing.
+    #[inline(always)]
+    pub fn learned(&mut self, fd: RawFd, ready: Readiness) {
+        if P::CAPS.tracks_readiness {
+            self.poller.learned(fd, ready);
+        }
     }
 
     /// Close `fd` at the end of this iteration. Backends whose interest set lives

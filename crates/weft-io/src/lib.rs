@@ -3,22 +3,28 @@
 //! - [`sys`]: every system call weft makes, wrapped and counted by kind per
 //!   thread (the only module in the workspace with `unsafe`);
 //! - [`backend`]: the event mechanisms behind one [`Poller`] trait, each
-//!   declaring its [`Caps`] (select, poll, epoll level- and edge-triggered);
+//!   declaring its [`Caps`] (select, poll, epoll variants, io_uring, and
+//!   `tracked`, the user-level readiness table over one of them);
 //! - [`event_loop`]: the generic loop ([`run`]) with its [`Ctx`] (cached clock,
 //!   timers, deferred close) and the [`Handler`] callbacks;
 //! - [`Slab`]: connection table whose [`Token`]s carry a generation;
 //! - [`workers`]: SO_REUSEPORT listener groups and signal-driven shutdown;
-//! - [`features`]: what this kernel supports (`weft backends`).
+//! - [`features`]: what this kernel supports (`weft backends`);
+//! - [`pipes`]: pipes for splice and tee, pooled per worker under a global cap;
+//! - [`admin`]: the `--admin` JSON endpoint's listener thread.
 
+pub mod admin;
 pub mod backend;
 pub mod event_loop;
 pub mod features;
+pub mod pipes;
 pub mod slab;
 pub mod sys;
 pub mod workers;
 
-pub use backend::{BackendKind, Caps, Event, Interest, Poller, Token};
+pub use backend::{BackendKind, BackendOptions, Caps, Event, Interest, Poller, Readiness, Token, TrackerStats};
 pub use event_loop::{run, Ctx, Handler, RegisterError};
+pub use pipes::{Pipe, PipeBudget, PipeError, PipePool};
 pub use slab::Slab;
 pub use sys::{Fd, SysCounts, SysKind};
 pub use workers::{bind_reuseport, Shutdown};

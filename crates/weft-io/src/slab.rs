@@ -90,6 +90,27 @@ impl<T> Slab<T> {
         s.value.as_mut()
     }
 
+    /// Mutable access to two different occupants at once (a proxy session
+    /// drives its client and upstream connections together). None if either
+    /// token is stale or both name the same slot.
+    pub fn get2_mut(&mut self, a: Token, b: Token) -> Option<(&mut T, &mut T)> {
+        let (ia, ib) = (a.index() as usize, b.index() as usize);
+        if ia == ib || ia >= self.slots.len() || ib >= self.slots.len() {
+            return None;
+        }
+        let (sa, sb) = if ia < ib {
+            let (lo, hi) = self.slots.split_at_mut(ib);
+            (&mut lo[ia], &mut hi[0])
+        } else {
+            let (lo, hi) = self.slots.split_at_mut(ia);
+            (&mut hi[0], &mut lo[ib])
+        };
+        if sa.generation != a.generation() || sb.generation != b.generation() {
+            return None;
+        }
+        Some((sa.value.as_mut()?, sb.value.as_mut()?))
+    }
+
     /// Remove and return the value; the slot's generation moves on.
     pub fn remove(&mut self, token: Token) -> Option<T> {
         let s = self.slots.get_mut(token.index() as usize)?;
@@ -131,6 +152,22 @@ mod tests {
         assert_eq!(s.get(b), Some(&"b"));
         assert_eq!(s.remove(a), None);
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn two_at_once() {
+        let mut s = Slab::new();
+        let a = s.insert_with(|_| 1);
+        let b = s.insert_with(|_| 2);
+        {
+            let (x, y) = s.get2_mut(b, a).unwrap();
+            std::mem::swap(x, y);
+        }
+        assert_eq!(s.get(a), Some(&2));
+        assert_eq!(s.get(b), Some(&1));
+        assert!(s.get2_mut(a, a).is_none());
+        s.remove(b);
+        assert!(s.get2_mut(a, b).is_none(), "stale token");
     }
 
     #[test]

@@ -139,7 +139,8 @@ fn backend_names_round_trip() {
         assert_eq!(b.name().parse::<BackendKind>().unwrap(), *b);
     }
     let e = "kqueue".parse::<BackendKind>().unwrap_err();
-    assert!(e.contains("select|poll|epoll|epoll-et|epoll-once|epoll-batched|uring"));
+    assert!(e.contains("select|poll|epoll|epoll-et|epoll-once|epoll-batched|uring|tracked"));
+    assert_eq!("tracked:uring".parse::<BackendKind>().unwrap(), BackendKind::Tracked);
 }
 
 #[test]
@@ -229,4 +230,169 @@ fn batched_epoll_applies_changes_in_one_enter() {
     } else {
         assert_eq!(ctl, 8);
     }
+}
+
+#[test]
+fn tracked_delivers_events_over_every_inner_backend() {
+    use weft_io::backend::{Epoll, EpollEt, Poll, Select, Tracked, Uring};
+    readiness::<Tracked<Uring>>();
+    readiness::<Tracked<EpollEt>>();
+    readiness::<Tracked<Epoll>>();
+    readiness::<Tracked<Poll>>();
+    readiness::<Tracked<Select>>();
+}
+
+fn event_syscalls() -> u64 {
+    let c = sys::SysCounts::current();
+    [
+        sys::SysKind::EpollWait,
+        sys::SysKind::EpollCtl,
+        sys::SysKind::Poll,
+        sys::SysKind::Select,
+        sys::SysKind::UringEnter,
+    ]
+    .iter()
+    .map(|k| c.get(*k))
+    .sum()
+}
+
+/// A descriptor known ready is handed out again from the table, without any
+/// system call, until the handler reports it used up; then the kernel is asked.
+#[test]
+fn tracked_serves_known_ready_descriptors_from_user_space() {
+    use weft_io::backend::{EpollEt, Tracked, Uring};
+    fn check<P: Poller>() {
+        let mut p = P::new().unwrap();
+        let (mut a, b) = pair();
+        let t = Token::new(4, 9);
+        p.add(b.as_raw_fd(), t, Interest::READ).unwrap();
+        a.write_all(b"ping").unwrap();
+        let mut ev = Vec::new();
+        p.wait(&mut ev, Some(Duration::from_secs(2))).unwrap();
+        assert_eq!(ev.len(), 1, "{}", P::CAPS.name);
+        assert!(ev[0].readable && ev[0].token == t);
+        // Not drained and not reported: still ready, served from user space.
+        let before = event_syscalls();
+        for _ in 0..3 {
+            ev.clear();
+            p.wait(&mut ev, Some(Duration::from_secs(2))).unwrap();
+            assert_eq!(ev.len(), 1);
+            assert!(ev[0].readable && ev[0].token == t);
+        }
+        assert_eq!(
+            event_syscalls(),
+            before,
+            "{}: no system call for known readiness",
+            P::CAPS.name
+        );
+        let st = p.tracker_stats().unwrap();
+        assert_eq!((st.user_passes, st.user_events), (3, 3));
+        // Drain and report EAGAIN: the kernel is asked again (and has nothing).
+        let mut buf = [0u8; 16];
+        assert_eq!(sys::read(b.as_raw_fd(), &mut buf).unwrap(), 4);
+        p.learned(b.as_raw_fd(), weft_io::Readiness::default());
+        ev.clear();
+        p.wait(&mut ev, Some(Duration::from_millis(30))).unwrap();
+        assert!(ev.is_empty(), "{ev:?}");
+        assert!(event_syscalls() > before);
+        // Readiness the handler itself reports (it stopped before EAGAIN) is
+        // served without the kernel too.
+        p.learned(
+            b.as_raw_fd(),
+            weft_io::Readiness {
+                readable: true,
+                writable: false,
+            },
+        );
+        let before = event_syscalls();
+        ev.clear();
+        p.wait(&mut ev, Some(Duration::from_secs(2))).unwrap();
+        assert_eq!(ev.len(), 1);
+        assert_eq!(event_syscalls(), before);
+        p.delete(b.as_raw_fd()).unwrap();
+    }
+    check::<Tracked<EpollEt>>();
+    check::<Tracked<Uring>>();
+}
+
+/// After `max_pass` passes from the table the kernel is asked, so a descriptor
+/// the table does not know about is not starved by one that stays ready.
+#[test]
+fn tracked_asks_the_kernel_after_max_pass() {
+    use weft_io::backend::{EpollEt, Tracked};
+    let mut p = Tracked::<EpollEt>::new().unwrap();
+    p.configure(&weft_io::BackendOptions { max_pass: 2 });
+    let (mut a, b) = pair();
+    let (mut c, d) = pair();
+    let (tb, td) = (Token::new(1, 0), Token::new(2, 0));
+    p.add(b.as_raw_fd(), tb, Interest::READ).unwrap();
+    p.add(d.as_raw_fd(), td, Interest::READ).unwrap();
+    a.write_all(b"x").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut ev = Vec::new();
+    p.wait(&mut ev, Some(Duration::from_secs(2))).unwrap();
+    assert_eq!(ev.iter().map(|e| e.token).collect::<Vec<_>>(), vec![tb]);
+    c.write_all(b"y").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    for pass in 0..2 {
+        ev.clear();
+        p.wait(&mut ev, Some(Duration::from_secs(2))).unwrap();
+        assert_eq!(ev.iter().map(|e| e.token).collect::<Vec<_>>(), vec![tb], "pass {pass}");
+    }
+    ev.clear();
+    p.wait(&mut ev, Some(Duration::from_secs(2))).unwrap();
+    let mut got: Vec<Token> = ev.iter().map(|e| e.token).collect();
+    got.sort();
+    assert_eq!(got, vec![tb, td], "the third pass asks the kernel (zero timeout)");
+    let st = p.tracker_stats().unwrap();
+    assert_eq!((st.user_passes, st.kernel_polls, st.forced_polls), (2, 2, 1));
+}
+
+/// Over edge-triggered epoll, interest changes stay in user space and a
+/// remembered edge answers them.
+#[test]
+fn tracked_changes_interest_without_system_calls() {
+    use weft_io::backend::{EpollEt, Tracked};
+    let mut p = Tracked::<EpollEt>::new().unwrap();
+    let (_a, b) = pair();
+    let t = Token::new(3, 1);
+    p.add(b.as_raw_fd(), t, Interest::READ).unwrap();
+    let mut ev = Vec::new();
+    // The registration's writable edge is remembered, not reported (interest is READ).
+    p.wait(&mut ev, Some(Duration::from_millis(30))).unwrap();
+    assert!(ev.is_empty(), "{ev:?}");
+    let before = event_syscalls();
+    p.modify(b.as_raw_fd(), t, Interest::WRITE).unwrap();
+    p.wait(&mut ev, Some(Duration::from_secs(2))).unwrap();
+    assert_eq!(event_syscalls(), before);
+    assert_eq!(ev.len(), 1);
+    assert!(ev[0].writable && !ev[0].readable);
+    // A short write clears it; the table then waits for the kernel.
+    p.learned(b.as_raw_fd(), weft_io::Readiness::default());
+    ev.clear();
+    p.wait(&mut ev, Some(Duration::from_millis(30))).unwrap();
+    assert!(ev.is_empty(), "{ev:?}");
+}
+
+/// An event for an earlier registration of the same descriptor is dropped.
+#[test]
+fn tracked_drops_events_of_earlier_registrations() {
+    use weft_io::backend::{Tracked, Uring};
+    let mut p = Tracked::<Uring>::new().unwrap();
+    let (mut a, b) = pair();
+    let (old, new) = (Token::new(5, 1), Token::new(5, 2));
+    p.add(b.as_raw_fd(), old, Interest::READ).unwrap();
+    a.write_all(b"x").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    // The first poll is still queued (or completes) when it is replaced.
+    p.delete(b.as_raw_fd()).unwrap();
+    p.add(b.as_raw_fd(), new, Interest::READ).unwrap();
+    let mut ev = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while ev.is_empty() && Instant::now() < deadline {
+        p.wait(&mut ev, Some(Duration::from_millis(100))).unwrap();
+    }
+    assert!(!ev.is_empty());
+    assert!(ev.iter().all(|e| e.token == new), "{ev:?}");
+    p.delete(b.as_raw_fd()).unwrap();
 }

@@ -1,6 +1,7 @@
 //! The admin endpoint (`--admin ADDR`): live counters as JSON, per worker and
 //! in total, so an experiment can read system calls per request while the
-//! server runs.
+//! server runs. The listener thread is `weft_io::admin`'s; this module holds
+//! the server's counter slots and renders them.
 //!
 //! Each worker publishes its counters into its own slot of relaxed atomics at
 //! the end of every event-loop batch (a few dozen plain stores, no lock, no
@@ -9,15 +10,13 @@
 //! it off the workers keeps their system-call counts exactly the server's.
 
 use crate::stats::ServeStats;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use weft_io::sys::counters::KINDS;
 use weft_io::SysCounts;
 
-const FIELDS: usize = 8;
+const FIELDS: usize = 13;
 
 /// One worker's published counters.
 pub struct Slot {
@@ -46,6 +45,11 @@ impl Slot {
             s.bytes_memory,
             s.timeouts,
             s.bad_requests,
+            u64::from(s.tracker.is_some()),
+            s.tracker.map_or(0, |t| t.user_passes),
+            s.tracker.map_or(0, |t| t.user_events),
+            s.tracker.map_or(0, |t| t.kernel_polls),
+            s.tracker.map_or(0, |t| t.forced_polls),
         ];
         for (a, v) in self.fields.iter().zip(f) {
             a.store(v, Ordering::Relaxed);
@@ -72,6 +76,12 @@ impl Slot {
             timeouts: f[6],
             bad_requests: f[7],
             syscalls: sc,
+            tracker: (f[8] != 0).then_some(weft_io::TrackerStats {
+                user_passes: f[9],
+                user_events: f[10],
+                kernel_polls: f[11],
+                forced_polls: f[12],
+            }),
         }
     }
 }
@@ -94,26 +104,5 @@ pub fn render(backend: &str, slots: &[Slot]) -> String {
 
 /// Start the admin listener on `addr`; returns the bound address.
 pub fn start(addr: SocketAddr, backend: &'static str, slots: Arc<Vec<Slot>>) -> std::io::Result<SocketAddr> {
-    let l = TcpListener::bind(addr)?;
-    let bound = l.local_addr()?;
-    std::thread::Builder::new().name("weft-admin".into()).spawn(move || {
-        for conn in l.incoming() {
-            let Ok(mut c) = conn else { continue };
-            let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut buf = [0u8; 2048];
-            let n = c.read(&mut buf).unwrap_or(0);
-            let req = &buf[..n];
-            let (status, body) = if req.starts_with(b"GET / ") || req.starts_with(b"GET /stats ") {
-                ("200 OK", render(backend, &slots))
-            } else {
-                ("404 Not Found", "{\"error\":\"try GET /stats\"}\n".to_string())
-            };
-            let _ = write!(
-                c,
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    })?;
-    Ok(bound)
+    weft_io::admin::start(addr, Arc::new(move || render(backend, &slots)))
 }

@@ -15,9 +15,8 @@ pub enum SendMode {
     /// pread(2) into a per-worker buffer, then writev(2) of head and data.
     Copy,
     /// Small files from an in-memory copy (one write per response, pipelined
-    /// responses coalesced); larger files by copy to loopback peers — where the
-    /// kernel's sendfile path costs more than a copy — and by sendfile to
-    /// everyone else, where it saves the copy to the NIC.
+    /// responses coalesced); larger files by sendfile, which on this kernel
+    /// costs no more CPU than a copy even to loopback peers (lab `send-path`).
     #[default]
     Auto,
 }
@@ -54,6 +53,9 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// Event backend.
     pub event: BackendKind,
+    /// `tracked` backends: passes served from the readiness table before the
+    /// kernel is asked anyway.
+    pub max_pass: u32,
     /// Worker threads, each with its own SO_REUSEPORT listener and loop.
     pub workers: usize,
     /// Connections accepted per listener readiness event (`None` = until EAGAIN).
@@ -98,6 +100,7 @@ impl Default for ServeConfig {
             root: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             event: BackendKind::Epoll,
+            max_pass: weft_io::backend::DEFAULT_MAX_PASS,
             workers: weft_io::sys::available_cpus(),
             accept_limit: None,
             backlog: 4096,

@@ -43,8 +43,6 @@ pub struct Conn {
     pub fd: Fd,
     pub token: Token,
     pub peer: Option<SocketAddr>,
-    /// Loopback peer: `auto` copies large files instead of sendfile.
-    pub loopback: bool,
     /// Input bytes live in `buf[start..end]`; `buf.len()` is the capacity in use.
     pub buf: Vec<u8>,
     pub start: usize,
@@ -82,12 +80,10 @@ pub struct Conn {
 
 impl Conn {
     pub fn new(fd: Fd, token: Token, peer: Option<SocketAddr>, interest: Interest, now: Instant) -> Conn {
-        let loopback = peer.map(|p| p.ip().is_loopback()).unwrap_or(false);
         Conn {
             fd,
             token,
             peer,
-            loopback,
             buf: Vec::new(),
             start: 0,
             end: 0,

@@ -1,6 +1,6 @@
 //! Per-worker counters: what was served and by which path.
 
-use weft_io::SysCounts;
+use weft_io::{SysCounts, TrackerStats};
 
 /// Counters one worker keeps; summed over workers at exit.
 #[derive(Clone, Copy, Debug, Default)]
@@ -23,6 +23,9 @@ pub struct ServeStats {
     pub bad_requests: u64,
     /// System calls by kind.
     pub syscalls: SysCounts,
+    /// What the `tracked` backend's readiness table answered (None for the
+    /// other backends).
+    pub tracker: Option<TrackerStats>,
 }
 
 impl ServeStats {
@@ -37,6 +40,9 @@ impl ServeStats {
         self.timeouts += o.timeouts;
         self.bad_requests += o.bad_requests;
         self.syscalls.add(&o.syscalls);
+        if let Some(t) = &o.tracker {
+            self.tracker.get_or_insert_with(TrackerStats::default).add(t);
+        }
     }
 
     /// A JSON object (hand-written: a few integers, no need for a serializer here).
@@ -60,7 +66,14 @@ impl ServeStats {
             first = false;
             s.push_str(&format!("\"{name}\":{n}"));
         }
-        s.push_str("}}");
+        s.push('}');
+        if let Some(t) = &self.tracker {
+            s.push_str(&format!(
+                ",\"tracker\":{{\"user_passes\":{},\"user_events\":{},\"kernel_polls\":{},\"forced_polls\":{}}}",
+                t.user_passes, t.user_events, t.kernel_polls, t.forced_polls
+            ));
+        }
+        s.push('}');
         s
     }
 }

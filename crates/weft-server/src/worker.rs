@@ -22,7 +22,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime};
 use weft_http::{BodyFraming, Method, Precondition, RangeOutcome, RequestHead, Version};
 use weft_io::sys::{self, Fd};
-use weft_io::{Ctx, Event, Handler, Interest, Poller, RegisterError, Shutdown, Slab, Token};
+use weft_io::{Ctx, Event, Handler, Interest, Poller, Readiness, RegisterError, Shutdown, Slab, Token, TrackerStats};
 
 const LISTENER: Token = Token::new(u32::MAX, 0);
 const WAKER: Token = Token::new(u32::MAX - 1, 0);
@@ -108,6 +108,8 @@ pub struct Worker<'a> {
     accept_paused_until: Option<Instant>,
     grace_deadline: Option<Instant>,
     refused_logged: u64,
+    /// The `tracked` backend's counters, copied after each batch.
+    tracker: Option<TrackerStats>,
 }
 
 impl<'a> Worker<'a> {
@@ -142,6 +144,7 @@ impl<'a> Worker<'a> {
             accept_paused_until: None,
             grace_deadline: None,
             refused_logged: 0,
+            tracker: None,
         }
     }
 
@@ -160,6 +163,7 @@ impl<'a> Worker<'a> {
     pub fn stats(&self) -> ServeStats {
         let mut s = self.shared.stats;
         s.syscalls = sys::SysCounts::current();
+        s.tracker = self.tracker;
         s
     }
 
@@ -177,7 +181,12 @@ impl<'a> Worker<'a> {
                     self.add_conn(cx, fd, peer);
                 }
                 Err(e) => match e.raw_os_error() {
-                    Some(libc::EAGAIN) => return,
+                    Some(libc::EAGAIN) => {
+                        // The accept queue is empty (the limit, when reached
+                        // first, leaves the listener ready for the next pass).
+                        cx.learned(lfd, Readiness::default());
+                        return;
+                    }
                     Some(libc::EINTR) | Some(libc::ECONNABORTED) => continue,
                     Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
                         // Out of descriptors: stop watching the listener for a
@@ -258,6 +267,16 @@ impl<'a> Worker<'a> {
                 } else {
                     Interest::WRITE
                 };
+                // `may_read` is this connection's readiness view (cleared by
+                // EAGAIN or a short read); waiting to write means a write came
+                // up short. A readiness-tracking backend keeps both.
+                cx.learned(
+                    c.fd.raw(),
+                    Readiness {
+                        readable: c.may_read,
+                        writable: matches!(next, Next::Read),
+                    },
+                );
                 if !P::CAPS.fixed_interest && c.interest != want {
                     if cx.reregister(c.fd.raw(), token, want).is_err() {
                         self.close(cx, token);
@@ -307,6 +326,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             }
             WAKER => {
                 sys::eventfd_drain(self.waker);
+                cx.learned(self.waker, Readiness::default());
                 if self.shutdown.requested() {
                     self.start_draining(cx);
                 }
@@ -357,6 +377,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
 
     fn after_batch(&mut self, cx: &mut Ctx<P>) {
         self.shared.date.update(cx.wall);
+        if P::CAPS.tracks_readiness {
+            self.tracker = cx.poller.tracker_stats();
+        }
         self.slot.publish(&self.stats());
         if let Some(until) = self.accept_paused_until {
             if cx.now >= until {
@@ -450,7 +473,10 @@ fn linger_read(c: &mut Conn) -> Next {
                     return Next::Close;
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Read,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                c.may_read = false;
+                return Next::Read;
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return Next::Close,
         }
@@ -907,9 +933,9 @@ fn serve_file(
     let path = match s.cfg.send {
         SendMode::Sendfile => BodyPath::Sendfile,
         SendMode::Copy => BodyPath::Copy,
-        // Loopback: the copy is cheaper than sendfile's page-reference path for
-        // large bodies (measured in docs/results.md); elsewhere sendfile saves it.
-        SendMode::Auto if c.loopback => BodyPath::Copy,
+        // Past the in-memory size, sendfile: on loopback too it costs no more
+        // CPU than pread + writev at 16 KiB and half as much from 512 KiB up
+        // (lab `send-path`, docs/results.md), and over a NIC it saves the copy.
         SendMode::Auto => BodyPath::Sendfile,
     };
     if path == BodyPath::Copy && s.scratch.is_empty() {

@@ -68,6 +68,7 @@ impl Poller for Epoll {
         fixed_interest: false,
         max_fd: None,
         close_deregisters: true,
+        tracks_readiness: false,
     };
     fn new() -> io::Result<Self> {
         Inner::new().map(Epoll)
@@ -109,6 +110,7 @@ impl Poller for EpollEt {
         fixed_interest: true,
         max_fd: None,
         close_deregisters: true,
+        tracks_readiness: false,
     };
     fn new() -> io::Result<Self> {
         Inner::new().map(EpollEt)
@@ -153,6 +155,7 @@ impl Poller for EpollOnce {
         fixed_interest: true,
         max_fd: None,
         close_deregisters: true,
+        tracks_readiness: false,
     };
     fn new() -> io::Result<Self> {
         Inner::new().map(EpollOnce)
@@ -238,6 +241,7 @@ impl Poller for EpollBatched {
         fixed_interest: false,
         max_fd: None,
         close_deregisters: true,
+        tracks_readiness: false,
     };
     fn new() -> io::Result<Self> {
         Ok(EpollBatched {

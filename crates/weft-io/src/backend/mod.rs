@@ -5,15 +5,21 @@
 //! level-triggered, whether interest must be updated, the descriptor limit), never
 //! the backend's name. The event loop is generic over `P: Poller`, so each backend
 //! gets its own monomorphized loop with no dynamic dispatch per event.
+//!
+//! [`Tracked`] wraps another backend with a user-level readiness table
+//! (uselect): the one backend that listens to [`Poller::learned`], the
+//! handler's report of what its reads and writes showed.
 
 mod epoll;
 mod poll;
 mod select;
+mod tracked;
 mod uring;
 
 pub use epoll::{Epoll, EpollBatched, EpollEt, EpollOnce};
 pub use poll::Poll;
 pub use select::Select;
+pub use tracked::{Tracked, TrackedInner, DEFAULT_MAX_PASS};
 pub use uring::Uring;
 
 use std::fmt;
@@ -92,6 +98,58 @@ pub struct Event {
     pub error: bool,
 }
 
+/// What a handler's own I/O taught it about a descriptor's readiness: a read
+/// that returned EAGAIN or fewer bytes than asked means not readable, a short
+/// write means not writable. Only backends with
+/// [`Caps::tracks_readiness`] listen (see `Ctx::learned`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Readiness {
+    /// More input may be waiting.
+    pub readable: bool,
+    /// The send buffer may have room.
+    pub writable: bool,
+}
+
+/// Settings a backend may take after creation (only `tracked` has any today).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendOptions {
+    /// `tracked`: passes served from its readiness table before the kernel is
+    /// asked anyway, so descriptors it does not know to be ready are not starved.
+    pub max_pass: u32,
+}
+
+impl Default for BackendOptions {
+    fn default() -> Self {
+        BackendOptions {
+            max_pass: tracked::DEFAULT_MAX_PASS,
+        }
+    }
+}
+
+/// What the `tracked` backend did (zeros elsewhere).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrackerStats {
+    /// Passes answered from the readiness table, without the kernel.
+    pub user_passes: u64,
+    /// Events handed out by those passes.
+    pub user_events: u64,
+    /// Times the inner backend was asked.
+    pub kernel_polls: u64,
+    /// Of those, asked only because `max_pass` was reached while descriptors
+    /// were known ready (with a zero timeout).
+    pub forced_polls: u64,
+}
+
+impl TrackerStats {
+    /// Add another worker's counters.
+    pub fn add(&mut self, o: &TrackerStats) {
+        self.user_passes += o.user_passes;
+        self.user_events += o.user_events;
+        self.kernel_polls += o.kernel_polls;
+        self.forced_polls += o.forced_polls;
+    }
+}
+
 /// What a backend can do; the connection code follows these bits.
 #[derive(Clone, Copy, Debug)]
 pub struct Caps {
@@ -111,6 +169,10 @@ pub struct Caps {
     /// (epoll); otherwise the loop must `delete` it first (select, poll keep
     /// their sets in user space).
     pub close_deregisters: bool,
+    /// Keeps readiness in user space and wants to hear what the handler's I/O
+    /// learned (`Ctx::learned`); handlers may skip computing it otherwise (the
+    /// bit is a constant, so the call compiles away for every other backend).
+    pub tracks_readiness: bool,
 }
 
 /// An event notification mechanism.
@@ -130,6 +192,16 @@ pub trait Poller: Sized {
     /// `fd` is about to be closed: forget anything queued for it (batched
     /// backends) so a later registration of the same number is not confused.
     fn forget(&mut self, _fd: RawFd) {}
+    /// Apply settings (default: none apply).
+    fn configure(&mut self, _opts: &BackendOptions) {}
+    /// What the handler's I/O on `fd` taught it (backends with
+    /// `CAPS.tracks_readiness`; the others ignore it).
+    #[inline(always)]
+    fn learned(&mut self, _fd: RawFd, _ready: Readiness) {}
+    /// The tracker's counters, for backends that track readiness.
+    fn tracker_stats(&self) -> Option<TrackerStats> {
+        None
+    }
 }
 
 /// Milliseconds for poll-style timeouts, rounding up so a timer is never woken early.
@@ -164,6 +236,16 @@ pub enum BackendKind {
     /// io_uring multishot polls; completions read from the shared ring without
     /// a system call whenever it is not empty.
     Uring,
+    /// User-level readiness tracking (uselect) over `uring`.
+    Tracked,
+    /// User-level readiness tracking over edge-triggered epoll.
+    TrackedEpollEt,
+    /// User-level readiness tracking over level-triggered epoll.
+    TrackedEpoll,
+    /// User-level readiness tracking over poll(2).
+    TrackedPoll,
+    /// User-level readiness tracking over select(2) (the paper's uselect).
+    TrackedSelect,
 }
 
 impl BackendKind {
@@ -176,6 +258,11 @@ impl BackendKind {
         BackendKind::EpollOnce,
         BackendKind::EpollBatched,
         BackendKind::Uring,
+        BackendKind::Tracked,
+        BackendKind::TrackedEpollEt,
+        BackendKind::TrackedEpoll,
+        BackendKind::TrackedPoll,
+        BackendKind::TrackedSelect,
     ];
 
     /// The `--event` name.
@@ -188,6 +275,11 @@ impl BackendKind {
             BackendKind::EpollOnce => EpollOnce::CAPS.name,
             BackendKind::EpollBatched => EpollBatched::CAPS.name,
             BackendKind::Uring => Uring::CAPS.name,
+            BackendKind::Tracked => Tracked::<Uring>::CAPS.name,
+            BackendKind::TrackedEpollEt => Tracked::<EpollEt>::CAPS.name,
+            BackendKind::TrackedEpoll => Tracked::<Epoll>::CAPS.name,
+            BackendKind::TrackedPoll => Tracked::<Poll>::CAPS.name,
+            BackendKind::TrackedSelect => Tracked::<Select>::CAPS.name,
         }
     }
 
@@ -201,6 +293,11 @@ impl BackendKind {
             BackendKind::EpollOnce => EpollOnce::new().map(drop),
             BackendKind::EpollBatched => EpollBatched::new().map(drop),
             BackendKind::Uring => Uring::new().map(drop),
+            BackendKind::Tracked => Tracked::<Uring>::new().map(drop),
+            BackendKind::TrackedEpollEt => Tracked::<EpollEt>::new().map(drop),
+            BackendKind::TrackedEpoll => Tracked::<Epoll>::new().map(drop),
+            BackendKind::TrackedPoll => Tracked::<Poll>::new().map(drop),
+            BackendKind::TrackedSelect => Tracked::<Select>::new().map(drop),
         }
     }
 
@@ -219,6 +316,9 @@ impl fmt::Display for BackendKind {
 impl FromStr for BackendKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        if s == "tracked:uring" {
+            return Ok(BackendKind::Tracked);
+        }
         Self::ALL
             .iter()
             .copied()
@@ -260,6 +360,26 @@ macro_rules! with_backend {
             }
             $crate::BackendKind::Uring => {
                 type $P = $crate::backend::Uring;
+                $body
+            }
+            $crate::BackendKind::Tracked => {
+                type $P = $crate::backend::Tracked<$crate::backend::Uring>;
+                $body
+            }
+            $crate::BackendKind::TrackedEpollEt => {
+                type $P = $crate::backend::Tracked<$crate::backend::EpollEt>;
+                $body
+            }
+            $crate::BackendKind::TrackedEpoll => {
+                type $P = $crate::backend::Tracked<$crate::backend::Epoll>;
+                $body
+            }
+            $crate::BackendKind::TrackedPoll => {
+                type $P = $crate::backend::Tracked<$crate::backend::Poll>;
+                $body
+            }
+            $crate::BackendKind::TrackedSelect => {
+                type $P = $crate::backend::Tracked<$crate::backend::Select>;
                 $body
             }
         }

@@ -42,6 +42,7 @@ impl Poller for Poll {
         fixed_interest: false,
         max_fd: None,
         close_deregisters: false,
+        tracks_readiness: false,
     };
     fn new() -> io::Result<Self> {
         Ok(Poll {

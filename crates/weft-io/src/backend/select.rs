@@ -35,6 +35,7 @@ impl Poller for Select {
         fixed_interest: false,
         max_fd: Some(FD_SETSIZE),
         close_deregisters: false,
+        tracks_readiness: false,
     };
     fn new() -> io::Result<Self> {
         Ok(Select {

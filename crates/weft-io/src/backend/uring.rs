@@ -56,6 +56,7 @@ impl Poller for Uring {
         fixed_interest: true,
         max_fd: None,
         close_deregisters: false,
+        tracks_readiness: false,
     };
     fn new() -> io::Result<Self> {
         Ok(Uring {

@@ -6,6 +6,7 @@
 //! (retry on EINTR, what EAGAIN means) stays with the caller, which knows.
 
 pub mod counters;
+pub mod splice;
 pub mod uring;
 
 use std::ffi::CStr;
@@ -16,6 +17,7 @@ use std::os::fd::RawFd;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use counters::{bump, SysCounts, SysKind};
+pub use splice::{bytes_readable, pipe_capacity, read_to_bytes};
 
 #[inline]
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {

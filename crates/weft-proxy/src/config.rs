@@ -1,0 +1,314 @@
+//! Settings of `weft proxy`, already validated (the CLI and `weft.toml` build them).
+
+use crate::acl::Cidr;
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+use weft_io::BackendKind;
+
+/// When response bodies and tunnels move through the kernel with splice(2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SpliceMode {
+    /// Every body still to come after the response head, and every tunnel.
+    On,
+    /// Never: bodies are read into user space and written out.
+    Off,
+    /// Bodies of at least `--splice-threshold` bytes (and bodies of unknown
+    /// length), and tunnels; smaller bodies are copied.
+    #[default]
+    Auto,
+}
+
+impl SpliceMode {
+    /// The `--splice` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SpliceMode::On => "on",
+            SpliceMode::Off => "off",
+            SpliceMode::Auto => "auto",
+        }
+    }
+}
+
+impl FromStr for SpliceMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "on" => Ok(SpliceMode::On),
+            "off" => Ok(SpliceMode::Off),
+            "auto" => Ok(SpliceMode::Auto),
+            _ => Err(format!("unknown splice mode `{s}` (expected on|off|auto)")),
+        }
+    }
+}
+
+/// The cache's replacement policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// Least recently used.
+    #[default]
+    Lru,
+    /// Greedy-Dual-Size with cost 1 (favours small objects: hit ratio).
+    Gds,
+}
+
+impl CachePolicy {
+    /// The `--cache-policy` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CachePolicy::Lru => "lru",
+            CachePolicy::Gds => "gds",
+        }
+    }
+}
+
+impl FromStr for CachePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "lru" => Ok(CachePolicy::Lru),
+            "gds" => Ok(CachePolicy::Gds),
+            _ => Err(format!("unknown cache policy `{s}` (expected lru|gds)")),
+        }
+    }
+}
+
+/// `host:port` of an upstream (a name is resolved off the event loop).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostPort {
+    /// Host name or address literal (IPv6 without brackets), lowercased.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+impl FromStr for HostPort {
+    type Err = String;
+    fn from_str(s: &str) -> Result<HostPort, String> {
+        let bad = || format!("invalid upstream `{s}` (expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:80)");
+        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+            let (h, p) = rest.split_once("]:").ok_or_else(bad)?;
+            (h, p)
+        } else {
+            s.rsplit_once(':').ok_or_else(bad)?
+        };
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        if host.is_empty() || port == 0 || host.contains(|c: char| c.is_whitespace() || c == '/') {
+            return Err(bad());
+        }
+        Ok(HostPort {
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// A reverse-proxy route: requests whose Host is `host` go to `upstream`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// The Host value, lowercased (with or without a port).
+    pub host: String,
+    /// Where its requests go.
+    pub upstream: HostPort,
+}
+
+impl FromStr for Route {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Route, String> {
+        let (h, u) = s
+            .split_once('=')
+            .ok_or_else(|| format!("invalid route `{s}` (expected HOST=UPSTREAM_HOST:PORT)"))?;
+        let host = h.trim().to_ascii_lowercase();
+        if host.is_empty() {
+            return Err(format!("invalid route `{s}`: empty host"));
+        }
+        Ok(Route {
+            host,
+            upstream: u.trim().parse()?,
+        })
+    }
+}
+
+/// Everything `weft proxy` needs.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// Address to listen on (port 0 picks one).
+    pub listen: SocketAddr,
+    /// Event backend.
+    pub event: BackendKind,
+    /// Worker threads, each with its own SO_REUSEPORT listener and loop.
+    pub workers: usize,
+    /// Listen backlog.
+    pub backlog: i32,
+    /// Reverse mode: every request goes here (unless a route matches).
+    pub upstream: Option<HostPort>,
+    /// Reverse mode: Host → upstream.
+    pub routes: Vec<Route>,
+    /// Clients allowed; empty means the default (loopback in forward mode,
+    /// everyone in reverse mode).
+    pub allow: Vec<Cidr>,
+    /// Ports CONNECT may reach.
+    pub connect_ports: Vec<u16>,
+    /// Close a keep-alive client connection (or an idle tunnel) idle this long.
+    pub idle_timeout: Duration,
+    /// Close a client whose request head is incomplete this long after it began.
+    pub header_timeout: Duration,
+    /// Close a client that makes no write progress this long.
+    pub send_timeout: Duration,
+    /// Give up connecting to an upstream after this long (504).
+    pub connect_timeout: Duration,
+    /// Give up on an upstream that sends nothing for this long (504 before
+    /// the response head; the client connection is closed after it).
+    pub upstream_timeout: Duration,
+    /// Close pooled idle upstream connections after this long.
+    pub pool_idle_timeout: Duration,
+    /// Idle connections kept per upstream address, per worker.
+    pub pool_size: usize,
+    /// Memory cache budget in bytes; 0 disables the cache.
+    pub cache_size: u64,
+    /// Largest object stored (and filled after a client abort).
+    pub max_object_size: u64,
+    /// Replacement policy.
+    pub cache_policy: CachePolicy,
+    /// Splice mode.
+    pub splice: SpliceMode,
+    /// In `auto` mode, bodies smaller than this are copied.
+    pub splice_threshold: u64,
+    /// Tee cacheable bodies (forward in the kernel and keep a copy).
+    pub keep_copy: bool,
+    /// Pipe size asked for with F_SETPIPE_SZ.
+    pub pipe_size: usize,
+    /// Most pipes alive in the process.
+    pub max_pipes: usize,
+    /// Bytes of an upstream response read into user space before deciding
+    /// how the body moves (the paper reads two segments, 2896 bytes).
+    pub first_read: usize,
+    /// How long resolved host names are kept.
+    pub dns_ttl: Duration,
+    /// Threads resolving host names.
+    pub resolver_threads: usize,
+    /// This proxy's name in Via (`received-by`); loops are detected by it.
+    /// `None`: `hostname:port`.
+    pub via_name: Option<String>,
+    /// Request (and response head) limits.
+    pub limits: weft_http::Limits,
+    /// How long in-flight transfers may take to finish after SIGTERM/SIGINT.
+    pub grace: Duration,
+    /// Print counters as JSON on stderr at exit.
+    pub stats_on_exit: bool,
+    /// Serve live counters as JSON on this address.
+    pub admin: Option<SocketAddr>,
+}
+
+impl ProxyConfig {
+    /// Reverse mode (an upstream or routes are configured)?
+    pub fn is_reverse(&self) -> bool {
+        self.upstream.is_some() || !self.routes.is_empty()
+    }
+
+    /// The clients allowed, with the mode's default applied.
+    pub fn effective_allow(&self) -> Vec<Cidr> {
+        if !self.allow.is_empty() {
+            self.allow.clone()
+        } else if self.is_reverse() {
+            vec!["0.0.0.0/0".parse().expect("valid"), "::/0".parse().expect("valid")]
+        } else {
+            Cidr::loopback()
+        }
+    }
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 3128)),
+            event: BackendKind::Epoll,
+            workers: weft_io::sys::available_cpus(),
+            backlog: 4096,
+            upstream: None,
+            routes: Vec::new(),
+            allow: Vec::new(),
+            connect_ports: vec![443],
+            idle_timeout: Duration::from_secs(60),
+            header_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
+            upstream_timeout: Duration::from_secs(60),
+            pool_idle_timeout: Duration::from_secs(15),
+            pool_size: 64,
+            cache_size: 256 << 20,
+            max_object_size: 64 << 20,
+            cache_policy: CachePolicy::Lru,
+            splice: SpliceMode::Auto,
+            splice_threshold: 16 * 1024,
+            keep_copy: true,
+            pipe_size: 1 << 20,
+            max_pipes: 1024,
+            first_read: 4096,
+            dns_ttl: Duration::from_secs(60),
+            resolver_threads: 2,
+            via_name: None,
+            limits: weft_http::Limits::default(),
+            grace: Duration::from_secs(10),
+            stats_on_exit: false,
+            admin: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_ports_and_routes() {
+        let h: HostPort = "Origin.Example:8080".parse().unwrap();
+        assert_eq!(h.host, "origin.example");
+        assert_eq!(h.port, 8080);
+        let h: HostPort = "[::1]:80".parse().unwrap();
+        assert_eq!(h.host, "::1");
+        assert_eq!(h.to_string(), "[::1]:80");
+        for bad in ["nohost", ":80", "h:0", "h:99999", "h:x", "[::1]80"] {
+            assert!(bad.parse::<HostPort>().is_err(), "{bad}");
+        }
+        let r: Route = "www.example=127.0.0.1:9000".parse().unwrap();
+        assert_eq!(r.host, "www.example");
+        assert_eq!(r.upstream.port, 9000);
+        assert!("nohost".parse::<Route>().is_err());
+        assert!("=1.2.3.4:5".parse::<Route>().is_err());
+    }
+
+    #[test]
+    fn default_acl_depends_on_mode() {
+        let mut c = ProxyConfig::default();
+        assert!(!c.is_reverse());
+        assert_eq!(c.effective_allow(), Cidr::loopback());
+        c.upstream = Some("127.0.0.1:1".parse().unwrap());
+        assert!(c.is_reverse());
+        assert_eq!(c.effective_allow().len(), 2);
+        c.allow = vec!["10.0.0.0/8".parse().unwrap()];
+        assert_eq!(c.effective_allow().len(), 1);
+    }
+
+    #[test]
+    fn mode_names_round_trip() {
+        for m in [SpliceMode::On, SpliceMode::Off, SpliceMode::Auto] {
+            assert_eq!(m.name().parse::<SpliceMode>().unwrap(), m);
+        }
+        for p in [CachePolicy::Lru, CachePolicy::Gds] {
+            assert_eq!(p.name().parse::<CachePolicy>().unwrap(), p);
+        }
+        assert!("maybe".parse::<SpliceMode>().is_err());
+    }
+}

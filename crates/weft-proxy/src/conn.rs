@@ -1,0 +1,282 @@
+//! Connection state: client connections, upstream connections, and the
+//! transaction a client connection has in flight.
+//!
+//! Each socket has its own slot (and token) in the worker's slab. An upstream
+//! connection is either attached to one client's transaction (`owner`) or idle
+//! in the pool. Readiness is tracked per socket in user space (`may_read`,
+//! `may_write`): set by events, cleared by EAGAIN, so the code never issues a
+//! call it knows would block and edge-triggered backends lose no event.
+
+use crate::outq::OutQueue;
+use crate::relay::{Relay, UpBuf};
+use crate::store::Object;
+use crate::tunnel::Tunnel;
+use bytes::Bytes;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+use weft_http::{CacheControl, ChunkedDecoder, Method, RequestHead};
+use weft_io::{Fd, Interest, Token};
+
+/// Input buffer size at first read.
+pub const INITIAL_INPUT: usize = 4096;
+
+/// A slab slot.
+pub enum Entry {
+    /// A client connection.
+    Client(Box<Client>),
+    /// An upstream connection.
+    Upstream(Box<Upstream>),
+}
+
+/// A client connection.
+pub struct Client {
+    /// The socket; None once closed while an orphaned cache fill finishes.
+    pub fd: Option<Fd>,
+    pub peer: Option<SocketAddr>,
+    /// Passed access control.
+    pub allowed: bool,
+    pub buf: Vec<u8>,
+    pub start: usize,
+    pub end: usize,
+    pub may_read: bool,
+    pub may_write: bool,
+    pub eof: bool,
+    pub out: OutQueue,
+    /// Registered interest (level-triggered backends).
+    pub interest: Interest,
+    /// What the last step waits for.
+    pub want: Interest,
+    pub requests: u64,
+    pub close_after: bool,
+    pub linger_on_close: bool,
+    pub lingering: bool,
+    pub head_started: Option<Instant>,
+    pub last_activity: Instant,
+    pub deadline: Option<Instant>,
+    pub timer_at: Option<Instant>,
+    /// The request being forwarded (one at a time; pipelined requests wait).
+    pub txn: Option<Box<Txn>>,
+    /// A finished transaction kept for its buffers' capacity.
+    pub spare: Option<Box<Txn>>,
+    /// A CONNECT tunnel and its upstream.
+    pub tunnel: Option<(Box<Tunnel>, Token)>,
+    /// The request head being handled (spans into `req_data` during a txn,
+    /// into `buf[start..]` while answering from the cache).
+    pub req: RequestHead,
+    /// A copy of the forwarded request's head (the input buffer moves on).
+    pub req_data: Vec<u8>,
+    /// The primary cache key of the request being handled.
+    pub key: Vec<u8>,
+}
+
+impl Client {
+    pub fn new(fd: Fd, peer: Option<SocketAddr>, allowed: bool, interest: Interest, now: Instant) -> Client {
+        Client {
+            fd: Some(fd),
+            peer,
+            allowed,
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            may_read: true,
+            may_write: true,
+            eof: false,
+            out: OutQueue::new(),
+            interest,
+            want: Interest::NONE,
+            requests: 0,
+            close_after: false,
+            linger_on_close: false,
+            lingering: false,
+            head_started: None,
+            last_activity: now,
+            deadline: None,
+            timer_at: None,
+            txn: None,
+            spare: None,
+            tunnel: None,
+            req: RequestHead::new(),
+            req_data: Vec::new(),
+            key: Vec::with_capacity(128),
+        }
+    }
+
+    /// Nothing in flight: no output, no transaction, no partial request.
+    pub fn is_idle(&self) -> bool {
+        self.out.is_empty()
+            && self.txn.is_none()
+            && self.tunnel.is_none()
+            && self.start == self.end
+            && self.head_started.is_none()
+    }
+
+    /// Make room to read (see weft-server's connection: compact, grow up to `max`).
+    pub fn reserve_input(&mut self, max: usize) -> bool {
+        if self.buf.is_empty() {
+            self.buf = vec![0u8; INITIAL_INPUT];
+        }
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.end == self.buf.len() && self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            if self.buf.len() >= max {
+                return false;
+            }
+            let n = (self.buf.len() * 2).min(max);
+            self.buf.resize(n, 0);
+        }
+        true
+    }
+}
+
+/// An upstream connection.
+pub struct Upstream {
+    pub fd: Fd,
+    pub addr: SocketAddr,
+    /// The client whose transaction uses it (None: idle in the pool).
+    pub owner: Option<Token>,
+    pub connecting: bool,
+    pub buf: UpBuf,
+    /// Request bytes to send.
+    pub out: OutQueue,
+    pub may_read: bool,
+    pub may_write: bool,
+    pub interest: Interest,
+    pub want: Interest,
+    /// Has carried an earlier request (a failure before any response byte
+    /// may be a keep-alive race: retry once).
+    pub reused: bool,
+    pub last_activity: Instant,
+    pub deadline: Option<Instant>,
+    pub timer_at: Option<Instant>,
+}
+
+/// Where a transaction is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the resolver.
+    Resolve,
+    /// Connecting (or about to pick a pooled connection).
+    Connect,
+    /// Sending the request (and its body), reading the response head.
+    Exchange,
+    /// Relaying the response body.
+    Body,
+}
+
+/// The request body still to forward.
+pub enum ReqBody {
+    None,
+    Length(u64),
+    Chunked(ChunkedDecoder),
+}
+
+/// What a stored response needs once its body is complete.
+pub struct StorePlan {
+    pub head: Bytes,
+    pub vary_key: Vec<u8>,
+    pub response_time: u64,
+}
+
+/// One forwarded request.
+pub struct Txn {
+    pub phase: Phase,
+    pub method: Method,
+    pub connect: bool,
+    pub http10: bool,
+    pub client_keep_alive: bool,
+    /// Upstream host (lowercased, no brackets) and port.
+    pub host: String,
+    pub port: u16,
+    /// Candidate addresses, tried in order on connection errors.
+    pub addrs: Vec<SocketAddr>,
+    pub addr_index: usize,
+    /// origin-form target and Host value to send.
+    pub path: Vec<u8>,
+    pub host_value: Vec<u8>,
+    pub up: Option<Token>,
+    pub req_cc: CacheControl,
+    /// GET/HEAD with the cache on: responses may be stored.
+    pub cacheable: bool,
+    /// A stored response being revalidated.
+    pub stored: Option<(u64, Arc<Object>)>,
+    pub body: ReqBody,
+    /// The request came with a body (it cannot be sent again).
+    pub had_body: bool,
+    pub request_time: u64,
+    pub retried: bool,
+    /// Response bytes (head) have been queued for the client.
+    pub responded: bool,
+    /// The upstream may be reused after this exchange.
+    pub up_keep_alive: bool,
+    /// Close the client connection after this response.
+    pub client_close: bool,
+    pub relay: Option<Relay>,
+    pub plan: Option<StorePlan>,
+    pub status: u16,
+}
+
+impl Txn {
+    pub fn new() -> Txn {
+        Txn {
+            phase: Phase::Resolve,
+            method: Method::Get,
+            connect: false,
+            http10: false,
+            client_keep_alive: true,
+            host: String::new(),
+            port: 0,
+            addrs: Vec::new(),
+            addr_index: 0,
+            path: Vec::new(),
+            host_value: Vec::new(),
+            up: None,
+            req_cc: CacheControl::default(),
+            cacheable: false,
+            stored: None,
+            body: ReqBody::None,
+            had_body: false,
+            request_time: 0,
+            retried: false,
+            responded: false,
+            up_keep_alive: false,
+            client_close: false,
+            relay: None,
+            plan: None,
+            status: 0,
+        }
+    }
+
+    /// Reset for reuse, keeping the buffers' capacity.
+    pub fn reset(&mut self) {
+        let mut host = std::mem::take(&mut self.host);
+        let mut addrs = std::mem::take(&mut self.addrs);
+        let mut path = std::mem::take(&mut self.path);
+        let mut host_value = std::mem::take(&mut self.host_value);
+        host.clear();
+        addrs.clear();
+        path.clear();
+        host_value.clear();
+        *self = Txn {
+            host,
+            addrs,
+            path,
+            host_value,
+            ..Txn::new()
+        };
+    }
+
+    /// May the request be sent again on a fresh connection after a pooled one
+    /// failed before any response byte?
+    pub fn retryable(&self) -> bool {
+        let idempotent = self.method.is_safe() || matches!(self.method, Method::Put | Method::Delete);
+        !self.retried && !self.responded && !self.had_body && idempotent && !self.connect
+    }
+}

@@ -1,0 +1,375 @@
+//! Heads the proxy writes: the request it forwards upstream, the response head
+//! it relays to the client, the head it stores, and the cache key.
+//!
+//! Forwarding follows RFC 9110 §7.6: hop-by-hop fields (Connection and every
+//! field it names, Keep-Alive, Proxy-Connection, TE, Trailer, Upgrade, the
+//! proxy authentication fields) are removed; `Via` gets this proxy's entry;
+//! `X-Forwarded-For` gets the client's address. The request goes upstream as
+//! HTTP/1.1 in origin-form whatever the client spoke.
+
+use std::net::IpAddr;
+use weft_http::{is_hop_by_hop, list_items, trim, Method, RequestHead, ResponseHead};
+
+/// `host[:port]` → (host, port); IPv6 literals keep their brackets off.
+/// None for an empty host or a bad port.
+pub fn split_authority(a: &[u8], default_port: u16) -> Option<(&[u8], u16)> {
+    let (host, port) = if a.first() == Some(&b'[') {
+        let close = a.iter().position(|&b| b == b']')?;
+        let host = &a[1..close];
+        match &a[close + 1..] {
+            [] => (host, None),
+            [b':', p @ ..] => (host, Some(p)),
+            _ => return None,
+        }
+    } else {
+        match a.iter().rposition(|&b| b == b':') {
+            Some(i) => (&a[..i], Some(&a[i + 1..])),
+            None => (a, None),
+        }
+    };
+    if host.is_empty() || host.iter().any(|&b| b <= b' ' || b == b'/' || b == b'@' || b >= 0x7f) {
+        return None;
+    }
+    let port = match port {
+        None | Some([]) => default_port,
+        Some(p) => match weft_http::parse_decimal(p) {
+            Some(n @ 1..=65535) => n as u16,
+            _ => return None,
+        },
+    };
+    Some((host, port))
+}
+
+/// The primary cache key: `http://host[:port]path`, host lowercased and the
+/// default port left out, so equivalent URIs share an entry.
+pub fn cache_key(out: &mut Vec<u8>, host: &[u8], port: u16, path: &[u8]) {
+    out.clear();
+    out.extend_from_slice(b"http://");
+    let v6 = host.contains(&b':');
+    if v6 {
+        out.push(b'[');
+    }
+    out.extend(host.iter().map(|b| b.to_ascii_lowercase()));
+    if v6 {
+        out.push(b']');
+    }
+    if port != 80 {
+        out.push(b':');
+        weft_http::push_decimal(out, port as u64);
+    }
+    out.extend_from_slice(path);
+}
+
+/// Does a Via field of the request already list `name` as a recipient (the
+/// request went round in a loop)?
+pub fn via_lists(req: &RequestHead, data: &[u8], name: &[u8]) -> bool {
+    req.header_all(data, "via").any(|v| {
+        list_items(v).any(|item| {
+            let mut parts = item.split(|&b| b == b' ' || b == b'\t').filter(|p| !p.is_empty());
+            parts.next();
+            parts.next().is_some_and(|by| by.eq_ignore_ascii_case(name))
+        })
+    })
+}
+
+/// A stored response's validators: (ETag, Last-Modified).
+pub type Validators<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// What [`write_request`] adds or changes.
+pub struct Forward<'a> {
+    /// The method to send.
+    pub method: Method,
+    /// origin-form target (`/path?query`).
+    pub path: &'a [u8],
+    /// The Host value to send.
+    pub host: &'a [u8],
+    /// This proxy's Via entry value (`1.1 name`).
+    pub via: &'a [u8],
+    /// The client's address, for X-Forwarded-For.
+    pub client: Option<IpAddr>,
+    /// Keep `Transfer-Encoding: chunked` (the body is forwarded as it came).
+    pub chunked_body: bool,
+    /// Revalidating a stored response: drop the client's conditionals and
+    /// Range (the full response refreshes the store) and send these validators.
+    pub validators: Option<Validators<'a>>,
+}
+
+fn skip_request_field(name: &[u8], req: &RequestHead, data: &[u8], f: &Forward<'_>) -> bool {
+    if name.eq_ignore_ascii_case(b"host") || name.eq_ignore_ascii_case(b"expect") {
+        return true;
+    }
+    if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        return !f.chunked_body;
+    }
+    if is_hop_by_hop(name) || req.connection_has_bytes(data, name) {
+        return true;
+    }
+    if f.validators.is_some() {
+        const CONDITIONAL: [&[u8]; 6] = [
+            b"if-none-match",
+            b"if-modified-since",
+            b"if-match",
+            b"if-unmodified-since",
+            b"if-range",
+            b"range",
+        ];
+        return CONDITIONAL.iter().any(|c| c.eq_ignore_ascii_case(name));
+    }
+    false
+}
+
+/// Write the request to send upstream into `out`.
+pub fn write_request(out: &mut Vec<u8>, req: &RequestHead, data: &[u8], f: &Forward<'_>) {
+    out.extend_from_slice(f.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(f.path);
+    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    out.extend_from_slice(f.host);
+    out.extend_from_slice(b"\r\n");
+    for field in req.fields() {
+        let name = field.name(data);
+        if skip_request_field(name, req, data, f) {
+            continue;
+        }
+        out.extend_from_slice(field.line(data));
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some((etag, lm)) = f.validators {
+        if let Some(e) = etag {
+            out.extend_from_slice(b"If-None-Match: ");
+            out.extend_from_slice(e);
+            out.extend_from_slice(b"\r\n");
+        }
+        if let Some(l) = lm {
+            out.extend_from_slice(b"If-Modified-Since: ");
+            out.extend_from_slice(l);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(b"Via: ");
+    out.extend_from_slice(f.via);
+    out.extend_from_slice(b"\r\n");
+    if let Some(ip) = f.client {
+        use std::io::Write;
+        let _ = write!(out, "X-Forwarded-For: {ip}\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Which response fields a relayed or stored head keeps.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum HeadFor {
+    /// Relayed to the client now (Age passes through).
+    Client,
+    /// Stored (Age is recomputed on every hit, Date added if missing).
+    Store,
+}
+
+/// Status line and end-to-end fields of `resp`, plus this proxy's Via entry;
+/// no Content-Length / Transfer-Encoding (the caller frames the body), no
+/// blank line. A response without Date gets `date` (RFC 9110 §6.6.1).
+pub fn write_response_fields(
+    out: &mut Vec<u8>,
+    resp: &ResponseHead,
+    data: &[u8],
+    via: &[u8],
+    date: &[u8],
+    for_: HeadFor,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    weft_http::push_decimal(out, resp.status() as u64);
+    out.push(b' ');
+    let reason = resp.reason(data);
+    if reason.is_empty() || reason.iter().any(|&b| b < b' ' && b != b'\t') {
+        out.extend_from_slice(weft_http::reason_phrase(resp.status()).as_bytes());
+    } else {
+        out.extend_from_slice(reason);
+    }
+    out.extend_from_slice(b"\r\n");
+    let mut has_date = false;
+    for field in resp.fields() {
+        let name = field.name(data);
+        if is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"content-length") || resp.connection_has_bytes(data, name)
+        {
+            continue;
+        }
+        if for_ == HeadFor::Store && name.eq_ignore_ascii_case(b"age") {
+            continue;
+        }
+        if name.eq_ignore_ascii_case(b"date") {
+            has_date = true;
+        }
+        out.extend_from_slice(field.line(data));
+        out.extend_from_slice(b"\r\n");
+    }
+    if !has_date {
+        out.extend_from_slice(b"Date: ");
+        out.extend_from_slice(date);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Via: ");
+    out.extend_from_slice(via);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Fields of a stored head that a 304 answer to a client carries (RFC 9110
+/// §15.4.5: the validators and caching fields a 200 would have had).
+pub fn write_304_fields(out: &mut Vec<u8>, stored: &[u8], status_line_len: usize) {
+    const KEEP: [&[u8]; 9] = [
+        b"cache-control",
+        b"content-location",
+        b"date",
+        b"etag",
+        b"expires",
+        b"last-modified",
+        b"vary",
+        b"via",
+        b"server",
+    ];
+    out.extend_from_slice(b"HTTP/1.1 304 Not Modified\r\n");
+    let fields = &stored[status_line_len.min(stored.len())..];
+    for line in fields.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let name = trim(&line[..colon]);
+        if KEEP.iter().any(|k| k.eq_ignore_ascii_case(name)) {
+            out.extend_from_slice(line);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_http::Limits;
+
+    #[test]
+    fn authorities() {
+        assert_eq!(split_authority(b"example.com", 80), Some((&b"example.com"[..], 80)));
+        assert_eq!(
+            split_authority(b"example.com:8080", 80),
+            Some((&b"example.com"[..], 8080))
+        );
+        assert_eq!(split_authority(b"[::1]:443", 80), Some((&b"::1"[..], 443)));
+        assert_eq!(split_authority(b"[::1]", 80), Some((&b"::1"[..], 80)));
+        assert_eq!(split_authority(b"h:", 80), Some((&b"h"[..], 80)));
+        for bad in [
+            &b""[..],
+            b":80",
+            b"h:0",
+            b"h:70000",
+            b"h:x",
+            b"a b:1",
+            b"u@h:1",
+            b"[::1]x",
+        ] {
+            assert_eq!(split_authority(bad, 80), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn cache_keys_normalize_host_and_port() {
+        let mut k = Vec::new();
+        cache_key(&mut k, b"Example.COM", 80, b"/a?b");
+        assert_eq!(k, b"http://example.com/a?b");
+        cache_key(&mut k, b"h", 8080, b"/");
+        assert_eq!(k, b"http://h:8080/");
+        cache_key(&mut k, b"::1", 81, b"/");
+        assert_eq!(k, b"http://[::1]:81/");
+    }
+
+    fn req(s: &[u8]) -> RequestHead {
+        let mut h = RequestHead::new();
+        h.parse(s, &Limits::default()).unwrap().unwrap();
+        h
+    }
+
+    #[test]
+    fn via_loops() {
+        let d = b"GET / HTTP/1.1\r\nHost: h\r\nVia: 1.0 fred, 1.1 me:3128 (weft)\r\n\r\n";
+        let r = req(d);
+        assert!(via_lists(&r, d, b"me:3128"));
+        assert!(via_lists(&r, d, b"FRED"));
+        assert!(!via_lists(&r, d, b"other"));
+        assert!(!via_lists(&r, d, b"1.1"));
+    }
+
+    #[test]
+    fn forwarded_request_drops_hop_by_hop_fields() {
+        let d = b"GET http://o.example/x?y HTTP/1.1\r\nHost: wrong\r\nConnection: close, X-Secret\r\nX-Secret: s\r\nKeep-Alive: 5\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nTrailer: X\r\nUpgrade: h2c\r\nProxy-Authorization: Basic x\r\nAccept: */*\r\nVia: 1.0 a\r\nX-Forwarded-For: 10.0.0.1\r\nIf-None-Match: \"c\"\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n";
+        let r = req(d);
+        let mut out = Vec::new();
+        write_request(
+            &mut out,
+            &r,
+            d,
+            &Forward {
+                method: Method::Get,
+                path: b"/x?y",
+                host: b"o.example",
+                via: b"1.1 me",
+                client: Some("127.0.0.1".parse().unwrap()),
+                chunked_body: false,
+                validators: None,
+            },
+        );
+        let s = String::from_utf8(out).unwrap();
+        assert_eq!(
+            s,
+            "GET /x?y HTTP/1.1\r\nHost: o.example\r\nAccept: */*\r\nVia: 1.0 a\r\nX-Forwarded-For: 10.0.0.1\r\nIf-None-Match: \"c\"\r\nContent-Length: 0\r\nVia: 1.1 me\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n"
+        );
+        // Revalidation replaces the client's conditionals with the stored validators.
+        let mut out = Vec::new();
+        write_request(
+            &mut out,
+            &r,
+            d,
+            &Forward {
+                method: Method::Get,
+                path: b"/x?y",
+                host: b"o.example",
+                via: b"1.1 me",
+                client: None,
+                chunked_body: false,
+                validators: Some((Some(b"\"v1\""), Some(b"Thu, 01 Jan 1970 00:00:00 GMT"))),
+            },
+        );
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("If-None-Match: \"v1\"\r\n") && !s.contains("\"c\""));
+        assert!(s.contains("If-Modified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n"));
+    }
+
+    fn resp(s: &[u8]) -> ResponseHead {
+        let mut h = ResponseHead::new();
+        h.parse(s, &Limits::default()).unwrap().unwrap();
+        h
+    }
+
+    #[test]
+    fn relayed_and_stored_response_heads() {
+        let d = b"HTTP/1.1 200 Fine\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nAge: 3\r\nETag: \"e\"\r\n\r\n";
+        let r = resp(d);
+        let mut out = Vec::new();
+        write_response_fields(&mut out, &r, d, b"1.1 me", b"DATE", HeadFor::Client);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 Fine\r\nAge: 3\r\nETag: \"e\"\r\nDate: DATE\r\nVia: 1.1 me\r\n"
+        );
+        let mut out = Vec::new();
+        write_response_fields(&mut out, &r, d, b"1.1 me", b"DATE", HeadFor::Store);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 Fine\r\nETag: \"e\"\r\nDate: DATE\r\nVia: 1.1 me\r\n"
+        );
+        let stored = b"HTTP/1.1 200 OK\r\nDate: d\r\nETag: \"e\"\r\nContent-Type: text/plain\r\nCache-Control: max-age=5\r\n\r\n";
+        let mut out = Vec::new();
+        write_304_fields(&mut out, stored, 17);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 304 Not Modified\r\nDate: d\r\nETag: \"e\"\r\nCache-Control: max-age=5\r\n"
+        );
+    }
+}

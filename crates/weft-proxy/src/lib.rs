@@ -1,0 +1,237 @@
+//! weft-proxy: the caching forward and reverse HTTP/1.1 proxy behind
+//! `weft proxy`, with kernel data-stream splicing (papers 000 §3 and 001).
+//!
+//! The control path — request and response heads, cache decisions, the
+//! connection pool — runs in user space; the data path of misses,
+//! uncacheable responses and CONNECT tunnels runs in the kernel with
+//! splice(2), and cacheable responses are tee'd so the cache still fills
+//! (KeepCopy). Cache hits are written from shared buffers with writev.
+//!
+//! - [`config`]: [`ProxyConfig`], the validated settings;
+//! - [`worker`]: one event loop's clients, upstreams and transactions;
+//! - `relay`, `tunnel`: body transfers (copy, splice, tee) and CONNECT tunnels;
+//! - [`store`]: the memory cache (weft-buf aggregates, LRU or GDS);
+//! - `headers`: forwarded and relayed heads, Via, cache keys;
+//! - [`resolve`]: host names resolved on helper threads, cached with a TTL;
+//! - [`acl`]: which clients may use the proxy;
+//! - [`stats`]: counters (`--stats-on-exit`, `--admin`).
+
+pub mod acl;
+pub mod config;
+mod conn;
+mod headers;
+mod outq;
+mod relay;
+pub mod resolve;
+pub mod stats;
+pub mod store;
+mod tunnel;
+pub mod worker;
+
+pub use config::{CachePolicy, ProxyConfig, SpliceMode};
+pub use stats::ProxyStats;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use weft_io::sys::{self, Fd};
+use weft_io::{bind_reuseport, PipeBudget, PipePool, Shutdown};
+
+/// Idle pipes kept per worker (HAProxy keeps a similar per-thread cache).
+const IDLE_PIPES: usize = 64;
+
+/// A running proxy: its address, its shutdown switch, and its workers.
+pub struct Proxy {
+    addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
+    shutdown: Shutdown,
+    resolver: resolve::Resolver,
+    workers: Vec<JoinHandle<io::Result<ProxyStats>>>,
+    store: Option<Arc<Mutex<store::Store>>>,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or_else(|| "weft".to_string())
+}
+
+impl Proxy {
+    /// Bind, spawn the workers and return at once.
+    pub fn start(cfg: ProxyConfig) -> io::Result<Proxy> {
+        let nofile = sys::raise_nofile_limit().unwrap_or(1024);
+        weft_core::debug!("descriptor limit {nofile}");
+        let workers = cfg.workers.max(1);
+        let (listeners, addr) = bind_reuseport(cfg.listen, workers, cfg.backlog)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
+        for l in &listeners {
+            let _ = sys::setsockopt_int(l.raw(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+        }
+        let shutdown = Shutdown::new(workers)?;
+        let resolver = resolve::Resolver::start(workers, cfg.resolver_threads)?;
+        let store = (cfg.cache_size > 0).then(|| {
+            Arc::new(Mutex::new(store::Store::new(
+                cfg.cache_size,
+                cfg.max_object_size,
+                cfg.cache_policy,
+            )))
+        });
+        let budget = PipeBudget::new(cfg.max_pipes, cfg.pipe_size);
+        let slots: Arc<Vec<stats::Slot>> = Arc::new((0..workers).map(|_| stats::Slot::default()).collect());
+        let admin_addr = match cfg.admin {
+            Some(a) => {
+                let slots = slots.clone();
+                let store = store.clone();
+                let backend = cfg.event.name();
+                let render = Arc::new(move || render_stats(backend, &slots, store.as_deref()));
+                Some(
+                    weft_io::admin::start(a, render)
+                        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}")))?,
+                )
+            }
+            None => None,
+        };
+        let via_name = cfg
+            .via_name
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", hostname(), addr.port()));
+        let cfg = Arc::new(cfg);
+        let mut handles = Vec::with_capacity(workers);
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let cfg = cfg.clone();
+            let shutdown = shutdown.clone();
+            let slots = slots.clone();
+            let store = store.clone();
+            let resolver = resolver.clone();
+            let via_name = via_name.clone();
+            let pipes = PipePool::new(budget.clone(), IDLE_PIPES);
+            let h = std::thread::Builder::new()
+                .name(format!("weft-proxy-{i}"))
+                .spawn(move || {
+                    run_worker(
+                        &cfg,
+                        i,
+                        listener,
+                        shutdown,
+                        store.as_deref(),
+                        pipes,
+                        &resolver,
+                        via_name,
+                        &slots[i],
+                    )
+                })?;
+            handles.push(h);
+        }
+        Ok(Proxy {
+            addr,
+            admin_addr,
+            shutdown,
+            resolver,
+            workers: handles,
+            store,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The admin endpoint's address, when `--admin` was given.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// The switch that stops the proxy gracefully.
+    pub fn shutdown_handle(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    /// Wait for every worker; returns the summed counters and the store's as JSON.
+    pub fn wait(self) -> io::Result<(ProxyStats, String)> {
+        let mut total = ProxyStats::default();
+        let mut first_err = None;
+        for h in self.workers {
+            match h.join() {
+                Ok(Ok(s)) => total.add(&s),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(io::Error::other("worker thread panicked"));
+                }
+            }
+        }
+        self.resolver.stop();
+        let store = store_json(self.store.as_deref());
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok((total, store)),
+        }
+    }
+}
+
+fn store_json(store: Option<&Mutex<store::Store>>) -> String {
+    match store {
+        None => "null".to_string(),
+        Some(s) => {
+            let st = s.lock().unwrap_or_else(|e| e.into_inner()).stats();
+            format!(
+                "{{\"objects\":{},\"bytes\":{},\"inserted\":{},\"evicted\":{},\"invalidated\":{},\"rejected\":{}}}",
+                st.objects, st.bytes, st.inserted, st.evicted, st.invalidated, st.rejected
+            )
+        }
+    }
+}
+
+/// The JSON served by `--admin` and printed by `--stats-on-exit`.
+pub fn render_stats(backend: &str, slots: &[stats::Slot], store: Option<&Mutex<store::Store>>) -> String {
+    let mut total = ProxyStats::default();
+    let mut workers = Vec::with_capacity(slots.len());
+    for (i, s) in slots.iter().enumerate() {
+        let st = s.read();
+        total.add(&st);
+        workers.push(format!("{{\"worker\":{i},\"stats\":{}}}", st.to_json()));
+    }
+    format!(
+        "{{\"backend\":\"{backend}\",\"workers\":[{}],\"total\":{},\"store\":{}}}\n",
+        workers.join(","),
+        total.to_json(),
+        store_json(store)
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_worker(
+    cfg: &ProxyConfig,
+    index: usize,
+    listener: Fd,
+    shutdown: Shutdown,
+    store: Option<&Mutex<store::Store>>,
+    pipes: PipePool,
+    resolver: &resolve::Resolver,
+    via_name: String,
+    slot: &stats::Slot,
+) -> io::Result<ProxyStats> {
+    let mut w = worker::Worker::new(worker::WorkerSetup {
+        cfg,
+        index,
+        listener,
+        shutdown,
+        store,
+        pipes,
+        resolver,
+        via_name,
+        slot,
+    });
+    let stats = weft_io::with_backend!(cfg.event, P => {
+        let mut cx = weft_io::Ctx::<P>::new()?;
+        w.register(&mut cx)?;
+        weft_io::run(&mut cx, &mut w)?;
+        w.stats()
+    });
+    Ok(stats)
+}

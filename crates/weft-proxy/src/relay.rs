@@ -1,0 +1,1195 @@
+//! Moving one response body from the upstream to the client: a *splice
+//! session* (papers 000 §3 and 001).
+//!
+//! The response head has been read into user space (the first segment, as the
+//! paper's Squid reads 2896 bytes); the body then moves one of three ways:
+//!
+//! - **Copy**: read(2) into a buffer, write(2) out. For a cacheable response
+//!   the buffer *is* the cache object being filled (one `BytesMut` reserved to
+//!   the Content-Length, frozen into the object at the end), so a copied body
+//!   is still read only once.
+//! - **Splice**: upstream socket → pipe → client socket with splice(2); no
+//!   byte enters user space. Unidirectional, ending at the Content-Length or
+//!   when the upstream closes.
+//! - **Tee** (KeepCopy): upstream → *intake* pipe; tee(2) intake → *output*
+//!   pipe; read the tee'd bytes from the intake into the cache object; splice
+//!   output → client. The intake pattern matters: tee duplicates from the head
+//!   of its source, so bytes must leave the intake exactly as they are tee'd
+//!   (`linux-mechanisms.md`). If the client goes away, the body keeps coming
+//!   into the cache (tee stops, reads go on) up to `--max-object-size`.
+//!
+//! Chunked bodies alternate: framing is read and parsed in user space
+//! (`ChunkedDecoder`), chunk data of at least the splice threshold goes
+//! through the pipe (`data_remaining` / `consume_data`). Framing is forwarded
+//! verbatim to HTTP/1.1 clients and dropped for HTTP/1.0 ones.
+//!
+//! Order on the client socket is: the connection's output queue, then the
+//! copy buffer's unsent bytes, then the pipe. Bytes are appended to the queue
+//! only while the pipe is empty, so nothing overtakes anything.
+//!
+//! Readiness is tracked in user space (`may_read`/`may_write`), cleared only
+//! by EAGAIN: a short splice from a socket can mean the pipe ran out of slots
+//! rather than the socket out of data, so EAGAIN with bytes in the pipe is
+//! taken as "drain the pipe first", never as "the socket is empty".
+//!
+//! Any splice or tee failure other than EAGAIN and peer errors (EINVAL,
+//! ENOSYS, ENOMEM...) moves the bytes already in the pipes into the output
+//! queue and the session continues by copying (counted as a fallback).
+
+use crate::outq::OutQueue;
+use crate::stats::ProxyStats;
+use bytes::{Buf, BytesMut};
+use std::io;
+use std::os::fd::RawFd;
+use weft_buf::Aggregate;
+use weft_http::ChunkedDecoder;
+use weft_io::sys;
+use weft_io::{Pipe, PipePool};
+
+/// Copy-path read size (and relay buffer) when not filling the cache.
+const RELAY_BUF: usize = 128 * 1024;
+/// Growth step of a cache fill of unknown length.
+const FILL_STEP: usize = 256 * 1024;
+/// Bytes one `pump` call may move before yielding to other connections.
+const PUMP_BUDGET: u64 = 4 << 20;
+/// Output queue size above which a chunked relay stops reading.
+const OUTQ_HIGH: usize = 256 * 1024;
+
+/// An upstream connection's input buffer (`buf[start..end]` unread).
+#[derive(Default)]
+pub struct UpBuf {
+    /// Storage.
+    pub buf: Vec<u8>,
+    /// First unread byte.
+    pub start: usize,
+    /// One past the last byte read.
+    pub end: usize,
+}
+
+impl UpBuf {
+    /// Unread bytes.
+    #[inline]
+    pub fn pending(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+    /// Consume `n` bytes.
+    #[inline]
+    pub fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+    /// Make room for `want` more bytes (compacting first), growing up to `max`.
+    /// Returns the room available.
+    pub fn reserve(&mut self, want: usize, max: usize) -> usize {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.buf.len() - self.end < want && self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() - self.end < want && self.buf.len() < max {
+            let n = (self.end + want).min(max).max(self.buf.len());
+            self.buf.resize(n, 0);
+        }
+        self.buf.len() - self.end
+    }
+}
+
+/// How the body is delimited.
+pub enum Framing {
+    /// This many bytes still to read from the upstream.
+    Length(u64),
+    /// Chunked; `keep_framing`: forward the framing (HTTP/1.1 client).
+    Chunked {
+        /// The decoder.
+        dec: ChunkedDecoder,
+        /// Forward framing bytes (false: de-chunk for an HTTP/1.0 client).
+        keep_framing: bool,
+    },
+    /// Until the upstream closes.
+    Close,
+}
+
+enum Path {
+    Copy,
+    Splice {
+        pipe: Pipe,
+        bytes: usize,
+    },
+    Tee {
+        intake: Pipe,
+        in_intake: usize,
+        out: Pipe,
+        in_out: usize,
+    },
+}
+
+/// Which path a session asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// Copy through user space.
+    Copy,
+    /// Splice through one pipe.
+    Splice,
+    /// Splice with tee into the cache (needs a fill).
+    Tee,
+}
+
+/// The two sockets, as a session sees them.
+pub struct Ends<'a> {
+    /// The client socket (None once the client is gone).
+    pub client: Option<RawFd>,
+    /// The client socket may accept writes.
+    pub client_may_write: &'a mut bool,
+    /// The client's output queue (heads before the body, framing).
+    pub out: &'a mut OutQueue,
+    /// The upstream socket.
+    pub up: RawFd,
+    /// The upstream socket may have input.
+    pub up_may_read: &'a mut bool,
+    /// The upstream's input buffer (the first body bytes arrive with the head).
+    pub up_buf: &'a mut UpBuf,
+}
+
+/// What a pump call ended with.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Pump {
+    /// The body is complete and handed to the client socket (the output queue
+    /// may still hold some of it) or, after a client abort, to the cache.
+    Done,
+    /// Waiting for readiness.
+    Wait {
+        /// On the upstream being readable.
+        up_read: bool,
+        /// On the client being writable.
+        client_write: bool,
+    },
+    /// Budget used: drive again after other connections had their turn.
+    Yield,
+    /// The client went away and nothing is left to do for it.
+    ClientAborted,
+    /// The upstream closed or failed before the end of the body.
+    UpstreamFailed(&'static str),
+}
+
+struct Fill {
+    segs: Aggregate,
+    size: u64,
+    max: u64,
+}
+
+/// One body transfer.
+pub struct Relay {
+    framing: Framing,
+    path: Path,
+    /// Copy buffer; while filling, the object being filled.
+    acc: BytesMut,
+    /// `acc[..sent]` needs no more sending (sent, or not the client's path).
+    sent: usize,
+    fill: Option<Fill>,
+    client_gone: bool,
+    body_done: bool,
+    /// Chunk data runs at least this long go through the pipe.
+    pipe_min: u64,
+    /// Upstream read size while parsing chunk framing with a pipe available.
+    framing_read: usize,
+    fell_back: bool,
+}
+
+fn is_peer_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ETIMEDOUT | libc::ECONNABORTED | libc::EHOSTUNREACH
+        )
+    )
+}
+
+impl Relay {
+    /// Start a session. `fill_max`: fill the cache, up to this many bytes;
+    /// `want`: the path asked for (a Tee without a fill is a Splice); pipes
+    /// come from `pool` and a shortage means copying (counted).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        framing: Framing,
+        want: Want,
+        fill_max: Option<u64>,
+        pipe_min: u64,
+        framing_read: usize,
+        spare: Option<BytesMut>,
+        pool: &mut PipePool,
+        st: &mut ProxyStats,
+    ) -> Relay {
+        let want = match (want, fill_max) {
+            (Want::Tee, None) => Want::Splice,
+            (w, _) => w,
+        };
+        let path = match want {
+            Want::Copy => Path::Copy,
+            Want::Splice => match pool.get() {
+                Ok(pipe) => Path::Splice { pipe, bytes: 0 },
+                Err(_) => {
+                    st.sessions_no_pipe += 1;
+                    Path::Copy
+                }
+            },
+            Want::Tee => match (pool.get(), pool.get()) {
+                (Ok(intake), Ok(out)) => Path::Tee {
+                    intake,
+                    in_intake: 0,
+                    out,
+                    in_out: 0,
+                },
+                (a, b) => {
+                    for p in [a, b].into_iter().flatten() {
+                        pool.put(p, 0);
+                    }
+                    st.sessions_no_pipe += 1;
+                    Path::Copy
+                }
+            },
+        };
+        let fill = fill_max.map(|max| Fill {
+            segs: Aggregate::new(),
+            size: 0,
+            max,
+        });
+        let mut acc = BytesMut::new();
+        if let (Some(f), Framing::Length(n)) = (&fill, &framing) {
+            // One allocation for the whole object: it becomes one segment.
+            acc.reserve((*n).min(f.max) as usize);
+        } else if fill.is_none() {
+            // The worker's recycled relay buffer (no allocation per request).
+            acc = spare.unwrap_or_default();
+            acc.clear();
+        }
+        Relay {
+            framing,
+            path,
+            acc,
+            sent: 0,
+            fill,
+            client_gone: false,
+            body_done: false,
+            pipe_min: pipe_min.max(1),
+            framing_read,
+            fell_back: false,
+        }
+    }
+
+    /// Has the client gone away (the session only fills the cache)?
+    pub fn client_gone(&self) -> bool {
+        self.client_gone
+    }
+
+    fn tail_mode(&self) -> bool {
+        matches!(self.path, Path::Copy) && !matches!(self.framing, Framing::Chunked { .. })
+    }
+
+    /// Bytes waiting in pipes on their way to the client.
+    fn piped(&self) -> usize {
+        match &self.path {
+            Path::Copy => 0,
+            Path::Splice { bytes, .. } => *bytes,
+            Path::Tee { in_intake, in_out, .. } => in_intake + in_out,
+        }
+    }
+
+    /// Consume body bytes that arrived with the head (Length and Close bodies;
+    /// chunked ones are decoded from the upstream buffer by the pump).
+    pub fn start(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) {
+        if matches!(self.framing, Framing::Chunked { .. }) {
+            return;
+        }
+        let pending = e.up_buf.pending();
+        let take = match self.framing {
+            Framing::Length(n) => (n.min(pending.len() as u64)) as usize,
+            _ => pending.len(),
+        };
+        if take == 0 {
+            return;
+        }
+        let data = &pending[..take];
+        if self.tail_mode() {
+            self.acc.extend_from_slice(data);
+            if let Some(f) = &mut self.fill {
+                f.size += take as u64;
+                st.bytes_filled += take as u64;
+            }
+        } else {
+            e.out.push_copy(data);
+            st.bytes_copied += take as u64;
+            self.keep_for_cache(data, st);
+        }
+        if let Framing::Length(n) = &mut self.framing {
+            *n -= take as u64;
+            if *n == 0 {
+                self.body_done = true;
+            }
+        }
+        e.up_buf.consume(take);
+        self.check_fill_limit();
+    }
+
+    /// Append body bytes to the object being filled (paths where the client
+    /// gets them some other way).
+    fn keep_for_cache(&mut self, data: &[u8], st: &mut ProxyStats) {
+        if let Some(f) = &mut self.fill {
+            self.acc.extend_from_slice(data);
+            self.sent = self.acc.len();
+            f.size += data.len() as u64;
+            st.bytes_filled += data.len() as u64;
+        }
+    }
+
+    fn check_fill_limit(&mut self) {
+        let over = self.fill.as_ref().is_some_and(|f| f.size > f.max);
+        if over {
+            // Too big to keep: stop filling. The relay buffer keeps only what
+            // the client still needs.
+            self.fill = None;
+            if self.tail_mode() {
+                self.acc.advance(self.sent);
+            } else {
+                self.acc = BytesMut::new();
+            }
+            self.sent = 0;
+        }
+    }
+
+    /// Move the body along as far as readiness allows.
+    pub fn pump(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Pump {
+        let mut moved: u64 = 0;
+        loop {
+            let mut progress = false;
+            if !self.client_gone {
+                match self.push_client(e, st) {
+                    Ok(n) => {
+                        progress |= n > 0;
+                        moved += n as u64;
+                    }
+                    Err(r) => {
+                        if let Some(r) = self.on_client_error(r, e) {
+                            return r;
+                        }
+                        progress = true;
+                    }
+                }
+            }
+            match self.tee_step(e, st) {
+                Ok(n) => progress |= n > 0,
+                Err(()) => {
+                    if let Err(r) = self.fallback(e, st) {
+                        return r;
+                    }
+                    progress = true;
+                }
+            }
+            match self.pull(e, st) {
+                Ok(n) => {
+                    progress |= n > 0;
+                    moved += n as u64;
+                }
+                Err(Some(r)) => return r,
+                Err(None) => {
+                    if let Err(r) = self.fallback(e, st) {
+                        return r;
+                    }
+                    progress = true;
+                }
+            }
+            let intake_left = matches!(self.path, Path::Tee { in_intake, .. } if in_intake > 0);
+            if self.body_done
+                && !intake_left
+                && (self.client_gone || (self.piped() == 0 && self.sent == self.acc.len()))
+            {
+                return Pump::Done;
+            }
+            if self.client_gone && self.fill.is_none() {
+                return Pump::ClientAborted;
+            }
+            if moved >= PUMP_BUDGET {
+                return Pump::Yield;
+            }
+            if !progress {
+                let client_pending = !self.client_gone
+                    && (!e.out.is_empty()
+                        || (self.tail_mode() && self.sent < self.acc.len())
+                        || self.client_piped() > 0);
+                return Pump::Wait {
+                    up_read: !self.body_done && !*e.up_may_read,
+                    client_write: client_pending && !*e.client_may_write,
+                };
+            }
+        }
+    }
+
+    fn client_piped(&self) -> usize {
+        match &self.path {
+            Path::Copy => 0,
+            Path::Splice { bytes, .. } => *bytes,
+            Path::Tee { in_out, .. } => *in_out,
+        }
+    }
+
+    /// The client hung up (seen by a read): keep filling the cache without it
+    /// if there is a fill; false when nothing is left to do.
+    pub fn client_left(&mut self, out: &mut OutQueue) -> bool {
+        self.client_gone = true;
+        out.clear();
+        self.sent = self.acc.len();
+        self.fill.is_some()
+    }
+
+    /// Client write failed: keep filling without it, or give up.
+    fn on_client_error(&mut self, _e: io::Error, ends: &mut Ends<'_>) -> Option<Pump> {
+        self.client_gone = true;
+        ends.out.clear();
+        if self.fill.is_none() {
+            return Some(Pump::ClientAborted);
+        }
+        self.sent = self.acc.len();
+        None
+    }
+
+    /// Output queue and copy tail, then the pipe, to the client.
+    fn push_client(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<usize, io::Error> {
+        let Some(cfd) = e.client else { return Ok(0) };
+        let mut total = 0;
+        let tail_mode = self.tail_mode();
+        let has_tail = tail_mode && self.sent < self.acc.len();
+        if !e.out.is_empty() || has_tail {
+            if !*e.client_may_write {
+                return Ok(0);
+            }
+            let tail: &[u8] = if has_tail { &self.acc[self.sent..] } else { &[] };
+            let mut would_block = false;
+            let (q, t) = e.out.flush(cfd, tail, &mut would_block)?;
+            self.sent += t;
+            st.bytes_copied += t as u64;
+            total += q + t;
+            if would_block {
+                *e.client_may_write = false;
+            }
+            if tail_mode && self.fill.is_none() {
+                if self.sent == self.acc.len() {
+                    // Everything relayed: reuse the buffer from its start.
+                    self.acc.clear();
+                } else {
+                    // Drop the sent prefix so the next read can reuse its room.
+                    self.acc.advance(self.sent);
+                }
+                self.sent = 0;
+            }
+            if !e.out.is_empty() || (tail_mode && self.sent < self.acc.len()) {
+                return Ok(total);
+            }
+        }
+        let more = !self.body_done;
+        let (pipe, bytes) = match &mut self.path {
+            Path::Copy => return Ok(total),
+            Path::Splice { pipe, bytes } => (pipe, bytes),
+            Path::Tee { out, in_out, .. } => (out, in_out),
+        };
+        while *bytes > 0 && *e.client_may_write {
+            match sys::splice(pipe.read_fd(), cfd, *bytes, more) {
+                Ok(0) => return Err(io::Error::from_raw_os_error(libc::EPIPE)),
+                Ok(n) => {
+                    *bytes -= n;
+                    st.bytes_spliced += n as u64;
+                    total += n;
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => *e.client_may_write = false,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(total)
+    }
+
+    /// KeepCopy: duplicate intake bytes into the output pipe and read them
+    /// into the cache (or, without a client, only read them; without a fill,
+    /// only move them). Err: tee failed (fall back).
+    fn tee_step(&mut self, _e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<usize, ()> {
+        let Path::Tee {
+            intake,
+            in_intake,
+            out,
+            in_out,
+        } = &mut self.path
+        else {
+            return Ok(0);
+        };
+        if *in_intake == 0 {
+            return Ok(0);
+        }
+        let n = if self.client_gone {
+            *in_intake
+        } else if self.fill.is_none() {
+            // Filling stopped (object too large): move, do not duplicate.
+            match sys::splice(intake.read_fd(), out.write_fd(), *in_intake, false) {
+                Ok(k) => {
+                    *in_intake -= k;
+                    *in_out += k;
+                    return Ok(k);
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(_) => return Err(()),
+            }
+        } else {
+            match sys::tee(intake.read_fd(), out.write_fd(), *in_intake) {
+                Ok(0) => return Ok(0),
+                Ok(t) => {
+                    *in_out += t;
+                    st.bytes_teed += t as u64;
+                    t
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => return Ok(0),
+                Err(_) => return Err(()),
+            }
+        };
+        // Consume exactly the duplicated bytes from the intake into the object.
+        let mut got = 0;
+        while got < n {
+            match sys::read_to_bytes(intake.read_fd(), &mut self.acc, n - got) {
+                Ok(0) => return Err(()),
+                Ok(k) => got += k,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(()),
+            }
+        }
+        *in_intake -= n;
+        self.sent = self.acc.len();
+        if let Some(f) = &mut self.fill {
+            f.size += n as u64;
+            st.bytes_filled += n as u64;
+        }
+        self.check_fill_limit();
+        Ok(n)
+    }
+
+    /// Read from the upstream. Err(Some): finished badly; Err(None): splice
+    /// failed, fall back to copying.
+    fn pull(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<usize, Option<Pump>> {
+        if self.body_done {
+            return Ok(0);
+        }
+        if let Framing::Chunked { .. } = self.framing {
+            // Framing bytes may already be buffered (they came with the head).
+            return self.pull_chunked(e, st);
+        }
+        if !*e.up_may_read {
+            return Ok(0);
+        }
+        let left = match self.framing {
+            Framing::Length(n) => n,
+            _ => u64::MAX,
+        };
+        let got = match &mut self.path {
+            Path::Copy => {
+                if self.client_gone && self.fill.is_none() {
+                    return Ok(0);
+                }
+                let want = if let Some(f) = &self.fill {
+                    let room = self.acc.capacity() - self.acc.len();
+                    if room == 0 {
+                        // Unknown length: hand the full part to the object and
+                        // start another block (no reallocation of filled bytes).
+                        let frozen = self.acc.split().freeze();
+                        if self.sent < frozen.len() && !self.client_gone {
+                            e.out.push_shared(frozen.slice(self.sent..));
+                        }
+                        self.sent = 0;
+                        let step = (f.max.saturating_sub(f.size) as usize).clamp(1, FILL_STEP);
+                        self.acc.reserve(step);
+                        if let Some(f) = &mut self.fill {
+                            f.segs.push(frozen);
+                        }
+                    }
+                    (self.acc.capacity() - self.acc.len()).min(left.min(usize::MAX as u64) as usize)
+                } else {
+                    if self.acc.len() - self.sent >= RELAY_BUF {
+                        return Ok(0);
+                    }
+                    let size = RELAY_BUF.min(left.min(RELAY_BUF as u64) as usize);
+                    if self.acc.capacity() < size {
+                        self.acc.reserve(size);
+                    }
+                    (RELAY_BUF - (self.acc.len() - self.sent)).min(left.min(usize::MAX as u64) as usize)
+                };
+                if want == 0 {
+                    return Ok(0);
+                }
+                match sys::read_to_bytes(e.up, &mut self.acc, want) {
+                    Ok(n) => {
+                        if n > 0 {
+                            if let Some(f) = &mut self.fill {
+                                f.size += n as u64;
+                                st.bytes_filled += n as u64;
+                            }
+                            if self.client_gone {
+                                self.sent = self.acc.len();
+                            }
+                        }
+                        Ok(n)
+                    }
+                    Err(err) => Err(err),
+                }
+            }
+            Path::Splice { pipe, bytes } => {
+                let room = pipe.capacity().saturating_sub(*bytes);
+                if room == 0 {
+                    return Ok(0);
+                }
+                let want = (left.min(room as u64)) as usize;
+                match sys::splice(e.up, pipe.write_fd(), want, false) {
+                    Ok(n) => {
+                        *bytes += n;
+                        Ok(n)
+                    }
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock && *bytes > 0 => return Ok(0),
+                    Err(err) => Err(err),
+                }
+            }
+            Path::Tee { intake, in_intake, .. } => {
+                let room = intake.capacity().saturating_sub(*in_intake);
+                if room == 0 {
+                    return Ok(0);
+                }
+                let want = (left.min(room as u64)) as usize;
+                match sys::splice(e.up, intake.write_fd(), want, false) {
+                    Ok(n) => {
+                        *in_intake += n;
+                        Ok(n)
+                    }
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock && *in_intake > 0 => return Ok(0),
+                    Err(err) => Err(err),
+                }
+            }
+        };
+        match got {
+            Ok(0) => {
+                // End of stream.
+                if matches!(self.framing, Framing::Close) {
+                    self.body_done = true;
+                    Ok(1)
+                } else {
+                    Err(Some(Pump::UpstreamFailed("upstream closed the connection mid-body")))
+                }
+            }
+            Ok(n) => {
+                if let Framing::Length(l) = &mut self.framing {
+                    *l -= n as u64;
+                    if *l == 0 {
+                        self.body_done = true;
+                    }
+                }
+                self.check_fill_limit();
+                Ok(n)
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                *e.up_may_read = false;
+                Ok(0)
+            }
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => Ok(0),
+            Err(err) if is_peer_error(&err) || matches!(self.path, Path::Copy) => {
+                Err(Some(Pump::UpstreamFailed("upstream connection failed mid-body")))
+            }
+            Err(_) => Err(None),
+        }
+    }
+
+    /// Chunked bodies: framing through user space, long data runs through the pipe.
+    fn pull_chunked(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<usize, Option<Pump>> {
+        let Framing::Chunked { dec, keep_framing } = &mut self.framing else {
+            return Ok(0);
+        };
+        let keep_framing = *keep_framing && !self.client_gone;
+        let data_left = dec.data_remaining();
+        let buffered = e.up_buf.start < e.up_buf.end;
+        if !buffered && !*e.up_may_read {
+            return Ok(0);
+        }
+        // Data phase through the pipe.
+        if data_left >= self.pipe_min && !buffered {
+            let target = match &mut self.path {
+                Path::Copy => None,
+                Path::Splice { pipe, bytes } => Some((pipe.write_fd(), pipe.capacity(), bytes)),
+                Path::Tee { intake, in_intake, .. } => Some((intake.write_fd(), intake.capacity(), in_intake)),
+            };
+            if let Some((wfd, cap, bytes)) = target {
+                let room = cap.saturating_sub(*bytes);
+                if room == 0 {
+                    return Ok(0);
+                }
+                let want = data_left.min(room as u64) as usize;
+                return match sys::splice(e.up, wfd, want, false) {
+                    Ok(0) => Err(Some(Pump::UpstreamFailed("upstream closed the connection mid-body"))),
+                    Ok(n) => {
+                        *bytes += n;
+                        dec.consume_data(n as u64);
+                        Ok(n)
+                    }
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                        if *bytes == 0 {
+                            *e.up_may_read = false;
+                        }
+                        Ok(0)
+                    }
+                    Err(err) if err.kind() == io::ErrorKind::Interrupted => Ok(0),
+                    Err(err) if is_peer_error(&err) => {
+                        Err(Some(Pump::UpstreamFailed("upstream connection failed mid-body")))
+                    }
+                    Err(_) => Err(None),
+                };
+            }
+        }
+        // Framing (and short data) in user space: only once the pipe is empty,
+        // so the output queue never overtakes piped bytes.
+        let piped = match &self.path {
+            Path::Copy => 0,
+            Path::Splice { bytes, .. } => *bytes,
+            Path::Tee { in_intake, in_out, .. } => in_intake + in_out,
+        };
+        if piped > 0 || (!self.client_gone && e.out.len() >= OUTQ_HIGH) {
+            return Ok(0);
+        }
+        if !buffered {
+            let read_size = if matches!(self.path, Path::Copy) {
+                RELAY_BUF
+            } else {
+                self.framing_read
+            };
+            let room = e.up_buf.reserve(read_size, RELAY_BUF.max(self.framing_read));
+            let end = e.up_buf.end;
+            match sys::read(e.up, &mut e.up_buf.buf[end..end + room]) {
+                Ok(0) => return Err(Some(Pump::UpstreamFailed("upstream closed the connection mid-body"))),
+                Ok(n) => e.up_buf.end += n,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    *e.up_may_read = false;
+                    return Ok(0);
+                }
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => return Ok(0),
+                Err(_) => return Err(Some(Pump::UpstreamFailed("upstream connection failed mid-body"))),
+            }
+        }
+        let mut total = 0;
+        while e.up_buf.start < e.up_buf.end && !dec.is_done() {
+            let input = &e.up_buf.buf[e.up_buf.start..e.up_buf.end];
+            let d = match dec.decode(input) {
+                Ok(d) => d,
+                Err(_) => return Err(Some(Pump::UpstreamFailed("invalid chunked body from upstream"))),
+            };
+            if d.consumed == 0 {
+                break;
+            }
+            let consumed = &input[..d.consumed];
+            if keep_framing {
+                e.out.push_copy(consumed);
+            }
+            if let Some(r) = d.data.clone() {
+                let data = &consumed[r];
+                if !keep_framing && !self.client_gone {
+                    e.out.push_copy(data);
+                }
+                if !self.client_gone {
+                    st.bytes_copied += data.len() as u64;
+                }
+                if let Some(f) = &mut self.fill {
+                    self.acc.extend_from_slice(data);
+                    f.size += data.len() as u64;
+                    st.bytes_filled += data.len() as u64;
+                }
+            }
+            total += d.consumed;
+            e.up_buf.consume(d.consumed);
+            // Leave long data runs to the pipe.
+            if dec.data_remaining() >= self.pipe_min && !matches!(self.path, Path::Copy) {
+                break;
+            }
+        }
+        self.sent = self.acc.len();
+        if dec.is_done() {
+            self.body_done = true;
+        }
+        self.check_fill_limit();
+        Ok(total.max(1))
+    }
+
+    /// A splice or tee failed: move what the pipes hold into the output queue
+    /// (and the cache) and continue by copying.
+    fn fallback(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<(), Pump> {
+        let path = std::mem::replace(&mut self.path, Path::Copy);
+        if !self.fell_back {
+            self.fell_back = true;
+            st.sessions_fallback += 1;
+        }
+        let drain = |fd: RawFd, n: usize, out: &mut Vec<u8>| -> bool {
+            let mut got = 0;
+            let mut tmp = [0u8; 16 * 1024];
+            while got < n {
+                let want = (n - got).min(16 * 1024);
+                match sys::read(fd, &mut tmp[..want]) {
+                    Ok(0) => return false,
+                    Ok(k) => {
+                        out.extend_from_slice(&tmp[..k]);
+                        got += k;
+                    }
+                    Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
+            }
+            true
+        };
+        let mut client_bytes: Vec<u8> = Vec::new();
+        let mut uncached: Vec<u8> = Vec::new();
+        let ok = match &path {
+            Path::Copy => true,
+            Path::Splice { pipe, bytes } => drain(pipe.read_fd(), *bytes, &mut client_bytes),
+            Path::Tee {
+                intake,
+                in_intake,
+                out,
+                in_out,
+            } => drain(out.read_fd(), *in_out, &mut client_bytes) && drain(intake.read_fd(), *in_intake, &mut uncached),
+        };
+        drop(path);
+        if !ok {
+            return Err(Pump::UpstreamFailed("splice failed and the pipe could not be drained"));
+        }
+        if !self.client_gone {
+            e.out.push_copy(&client_bytes);
+            e.out.push_copy(&uncached);
+            st.bytes_copied += (client_bytes.len() + uncached.len()) as u64;
+        }
+        if !uncached.is_empty() {
+            self.keep_for_cache(&uncached, st);
+        }
+        // From here on the copy path's tail follows the output queue.
+        self.sent = self.acc.len();
+        self.check_fill_limit();
+        Ok(())
+    }
+
+    /// The relay buffer, for the next session, when it is not part of a
+    /// cached object.
+    pub fn take_buffer(&mut self) -> Option<BytesMut> {
+        if self.fill.is_some() || self.acc.capacity() == 0 {
+            return None;
+        }
+        Some(std::mem::take(&mut self.acc))
+    }
+
+    /// End of a completed session: give the pipes back and hand over the
+    /// filled object's body (None when not filling or the client aborted a
+    /// non-filling session).
+    pub fn finish(mut self, pool: &mut PipePool, st: &mut ProxyStats) -> Option<Aggregate> {
+        match std::mem::replace(&mut self.path, Path::Copy) {
+            Path::Copy => st.sessions_copy += 1,
+            Path::Splice { pipe, bytes } => {
+                st.sessions_splice += 1;
+                pool.put(pipe, bytes);
+            }
+            Path::Tee {
+                intake,
+                in_intake,
+                out,
+                in_out,
+            } => {
+                st.sessions_keep_copy += 1;
+                pool.put(intake, in_intake);
+                // After a client abort the output pipe may hold unsent bytes:
+                // it is then closed, not pooled.
+                pool.put(out, if self.client_gone { in_out.max(1) } else { in_out });
+            }
+        }
+        if self.client_gone {
+            st.sessions_client_abort += 1;
+        }
+        let mut fill = self.fill.take()?;
+        if !self.body_done {
+            return None;
+        }
+        if !self.acc.is_empty() {
+            fill.segs.push(self.acc.split().freeze());
+        }
+        if fill.segs.len() as u64 != fill.size {
+            // Never store an object whose bytes do not add up.
+            debug_assert!(false, "fill of {} bytes holds {}", fill.size, fill.segs.len());
+            return None;
+        }
+        if self.client_gone {
+            st.sessions_orphan_fill += 1;
+        }
+        Some(fill.segs)
+    }
+
+    /// Abandon the session (errors): pipes are closed, nothing is cached.
+    pub fn abandon(self, st: &mut ProxyStats, upstream_failed: bool) {
+        if upstream_failed {
+            st.sessions_upstream_abort += 1;
+        } else {
+            st.sessions_client_abort += 1;
+        }
+        // Dropping the pipes closes them (they may hold bytes).
+        drop(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    use weft_io::PipeBudget;
+
+    fn body(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+    }
+
+    struct Rig {
+        up_w: UnixStream,
+        up_r: UnixStream,
+        cl_w: UnixStream,
+        cl_r: UnixStream,
+        out: OutQueue,
+        up_buf: UpBuf,
+        pool: PipePool,
+        st: ProxyStats,
+    }
+
+    fn rig() -> Rig {
+        let (up_w, up_r) = UnixStream::pair().unwrap();
+        let (cl_w, cl_r) = UnixStream::pair().unwrap();
+        up_r.set_nonblocking(true).unwrap();
+        cl_w.set_nonblocking(true).unwrap();
+        Rig {
+            up_w,
+            up_r,
+            cl_w,
+            cl_r,
+            out: OutQueue::new(),
+            up_buf: UpBuf::default(),
+            pool: PipePool::new(PipeBudget::new(8, 1 << 20), 8),
+            st: ProxyStats::default(),
+        }
+    }
+
+    /// Feed `wire` from a thread, pump until done, return what the client got
+    /// and the filled object.
+    fn run(
+        framing: Framing,
+        want: Want,
+        fill: bool,
+        wire: Vec<u8>,
+        up_fd: Option<RawFd>,
+    ) -> (Vec<u8>, Option<Vec<u8>>, ProxyStats) {
+        let mut r = rig();
+        let up = up_fd.unwrap_or(r.up_r.as_raw_fd());
+        let mut relay = Relay::new(
+            framing,
+            want,
+            fill.then_some(1 << 30),
+            1,
+            4096,
+            None,
+            &mut r.pool,
+            &mut r.st,
+        );
+        let mut w = r.up_w.try_clone().unwrap();
+        let feeder = std::thread::spawn(move || {
+            for c in wire.chunks(100_000) {
+                w.write_all(c).unwrap();
+            }
+        });
+        let mut cl_r = r.cl_r.try_clone().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            cl_r.read_to_end(&mut got).unwrap();
+            got
+        });
+        let (mut may_read, mut may_write) = (true, true);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let mut e = Ends {
+                client: Some(r.cl_w.as_raw_fd()),
+                client_may_write: &mut may_write,
+                out: &mut r.out,
+                up,
+                up_may_read: &mut may_read,
+                up_buf: &mut r.up_buf,
+            };
+            match relay.pump(&mut e, &mut r.st) {
+                Pump::Done => break,
+                Pump::Yield => {}
+                Pump::Wait { .. } => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    may_read = true;
+                    may_write = true;
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(std::time::Instant::now() < deadline, "relay stuck");
+        }
+        // Whatever the output queue still holds.
+        while !r.out.is_empty() {
+            let mut wb = false;
+            r.out.flush(r.cl_w.as_raw_fd(), &[], &mut wb).unwrap();
+        }
+        feeder.join().unwrap();
+        let cached = relay.finish(&mut r.pool, &mut r.st).map(|a| a.to_vec());
+        drop(r.cl_w);
+        let got = reader.join().unwrap();
+        (got, cached, r.st)
+    }
+
+    #[test]
+    fn length_bodies_by_every_path() {
+        let b = body(3_000_000);
+        for (want, fill) in [
+            (Want::Copy, false),
+            (Want::Copy, true),
+            (Want::Splice, false),
+            (Want::Tee, true),
+        ] {
+            let (got, cached, st) = run(Framing::Length(b.len() as u64), want, fill, b.clone(), None);
+            assert!(got == b, "{want:?} fill={fill}");
+            if fill {
+                assert!(cached.as_deref() == Some(&b[..]), "{want:?}: cached copy");
+            } else {
+                assert!(cached.is_none());
+            }
+            match want {
+                Want::Splice => assert_eq!(st.bytes_spliced, b.len() as u64),
+                Want::Tee => {
+                    assert_eq!(st.bytes_spliced, b.len() as u64);
+                    assert_eq!(st.bytes_teed, b.len() as u64);
+                }
+                Want::Copy => assert_eq!(st.bytes_copied, b.len() as u64),
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_framing_is_kept_and_data_cached() {
+        let b = body(500_000);
+        let mut wire = Vec::new();
+        for c in b.chunks(70_001) {
+            weft_http::chunked::encode_chunk_head(c.len(), &mut wire);
+            wire.extend_from_slice(c);
+            wire.extend_from_slice(b"\r\n");
+        }
+        wire.extend_from_slice(b"0\r\n\r\n");
+        for want in [Want::Copy, Want::Splice, Want::Tee] {
+            let f = Framing::Chunked {
+                dec: ChunkedDecoder::new(),
+                keep_framing: true,
+            };
+            let (got, cached, _) = run(f, want, want != Want::Splice, wire.clone(), None);
+            assert!(got == wire, "{want:?}: framing forwarded verbatim");
+            if want != Want::Splice {
+                assert!(
+                    cached.as_deref() == Some(&b[..]),
+                    "{want:?}: data cached without framing"
+                );
+            }
+            // HTTP/1.0 client: de-chunked.
+            let f = Framing::Chunked {
+                dec: ChunkedDecoder::new(),
+                keep_framing: false,
+            };
+            let (got, _, _) = run(f, want, false, wire.clone(), None);
+            assert!(got == b, "{want:?}: de-chunked");
+        }
+    }
+
+    #[test]
+    fn splice_failure_falls_back_to_copying() {
+        // splice(2) from an eventfd fails with EINVAL; read(2) of it works
+        // (8 bytes: the counter). The session must finish by copying.
+        let ev = weft_io::sys::eventfd().unwrap();
+        weft_io::sys::eventfd_signal(ev.raw()).unwrap();
+        let (got, cached, st) = run(Framing::Length(8), Want::Tee, true, Vec::new(), Some(ev.raw()));
+        assert_eq!(got, 1u64.to_ne_bytes());
+        assert_eq!(cached.as_deref(), Some(&1u64.to_ne_bytes()[..]));
+        assert_eq!(st.sessions_fallback, 1);
+        assert_eq!(st.sessions_copy, 1);
+    }
+
+    #[test]
+    fn close_delimited_ends_at_eof_and_short_length_fails() {
+        let b = body(200_000);
+        let mut r = rig();
+        let mut relay = Relay::new(
+            Framing::Close,
+            Want::Splice,
+            None,
+            1,
+            4096,
+            None,
+            &mut r.pool,
+            &mut r.st,
+        );
+        r.up_w.write_all(&b).unwrap();
+        drop(r.up_w);
+        let mut cl_r = r.cl_r.try_clone().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            cl_r.read_to_end(&mut got).unwrap();
+            got
+        });
+        let (mut mr, mut mw) = (true, true);
+        loop {
+            let mut e = Ends {
+                client: Some(r.cl_w.as_raw_fd()),
+                client_may_write: &mut mw,
+                out: &mut r.out,
+                up: r.up_r.as_raw_fd(),
+                up_may_read: &mut mr,
+                up_buf: &mut r.up_buf,
+            };
+            match relay.pump(&mut e, &mut r.st) {
+                Pump::Done => break,
+                Pump::Wait { .. } | Pump::Yield => {
+                    mr = true;
+                    mw = true;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        drop(r.cl_w);
+        assert!(reader.join().unwrap() == b);
+        // A Content-Length body cut short is a failure, not a completion.
+        let mut r = rig();
+        let mut relay = Relay::new(
+            Framing::Length(1000),
+            Want::Copy,
+            Some(1 << 20),
+            1,
+            4096,
+            None,
+            &mut r.pool,
+            &mut r.st,
+        );
+        r.up_w.write_all(&b[..10]).unwrap();
+        drop(r.up_w);
+        let (mut mr, mut mw) = (true, true);
+        let mut e = Ends {
+            client: Some(r.cl_w.as_raw_fd()),
+            client_may_write: &mut mw,
+            out: &mut r.out,
+            up: r.up_r.as_raw_fd(),
+            up_may_read: &mut mr,
+            up_buf: &mut r.up_buf,
+        };
+        assert!(matches!(relay.pump(&mut e, &mut r.st), Pump::UpstreamFailed(_)));
+    }
+}

@@ -1,0 +1,407 @@
+//! The memory store: cached responses under a byte budget, evicted by a
+//! `weft-policy` replacement policy (LRU or Greedy-Dual-Size).
+//!
+//! An [`Object`] is immutable once stored: its head is one `Bytes`, its body a
+//! weft-buf [`Aggregate`] of `Bytes` segments, so a hit hands out reference
+//! counts and the worker sends them with writev — the bytes are never copied
+//! again after the fill (IO-Lite's single copy). A 304 that refreshes an
+//! object replaces it with a new `Object` sharing the same body segments.
+//!
+//! The store is shared by the workers behind one mutex held only for an index
+//! lookup or update (no I/O, no copy under the lock). Each primary key (the
+//! request URI) maps to its variants (`Vary`); variants are chosen by the
+//! caller, which knows the request.
+
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::Arc;
+use weft_buf::Aggregate;
+use weft_http::caching::{self, Heuristic, LifetimeQuery};
+use weft_http::date::{parse_http_date, unix_secs};
+use weft_http::{CacheControl, Limits, ResponseHead};
+use weft_policy::{Gds, Lru, Replacement};
+
+use crate::config::CachePolicy;
+
+/// Fixed per-object bookkeeping counted against the budget besides head and body.
+const OVERHEAD: u64 = 256;
+
+/// A stored response.
+#[derive(Debug)]
+pub struct Object {
+    /// Status line and fields, ending with the blank line; no Content-Length,
+    /// no Age, no hop-by-hop fields.
+    pub head: Bytes,
+    /// Length of the status line including its CRLF.
+    pub status_line_len: usize,
+    /// The body.
+    pub body: Aggregate,
+    /// Status code.
+    pub status: u16,
+    /// Response Cache-Control.
+    pub cc: CacheControl,
+    /// The Vary field values joined by `, ` (None without Vary).
+    pub vary: Option<Box<[u8]>>,
+    /// The request's secondary key for `vary` when stored.
+    pub vary_key: Box<[u8]>,
+    /// ETag value (a slice of `head`).
+    pub etag: Option<Bytes>,
+    /// Last-Modified value (a slice of `head`) and its time in seconds.
+    pub last_modified: Option<(Bytes, u64)>,
+    /// Date in seconds (the response time when absent).
+    pub date: u64,
+    /// The Age field received.
+    pub age_value: u64,
+    /// When the request that fetched it was sent.
+    pub request_time: u64,
+    /// When the response arrived.
+    pub response_time: u64,
+    /// Freshness lifetime in seconds.
+    pub lifetime: u64,
+}
+
+impl Object {
+    /// Build an object from a stored head (as described on [`Object::head`]),
+    /// its body, the request's secondary key, and the exchange's times.
+    pub fn build(
+        head: Bytes,
+        body: Aggregate,
+        vary_key: &[u8],
+        request_time: u64,
+        response_time: u64,
+        heuristic: &Heuristic,
+    ) -> Option<Object> {
+        let mut h = ResponseHead::new();
+        let limits = Limits {
+            max_head: head.len() + 1,
+            max_headers: weft_http::MAX_HEADERS_CAP,
+            ..Limits::default()
+        };
+        let n = h.parse(&head, &limits).ok()??;
+        if n != head.len() {
+            return None;
+        }
+        let data: &[u8] = &head;
+        let cc = CacheControl::parse(h.header_all(data, "cache-control"));
+        let vary = {
+            let mut v: Vec<u8> = Vec::new();
+            for val in h.header_all(data, "vary") {
+                if !v.is_empty() {
+                    v.extend_from_slice(b", ");
+                }
+                v.extend_from_slice(val);
+            }
+            (!v.is_empty()).then(|| v.into_boxed_slice())
+        };
+        let slice_of = |v: &[u8]| {
+            let start = v.as_ptr() as usize - data.as_ptr() as usize;
+            head.slice(start..start + v.len())
+        };
+        let etag = h.header(data, "etag").map(slice_of);
+        let last_modified = h
+            .header(data, "last-modified")
+            .and_then(|v| parse_http_date(v).map(|t| (slice_of(v), unix_secs(t))));
+        let date = h
+            .header(data, "date")
+            .and_then(parse_http_date)
+            .map(unix_secs)
+            .unwrap_or(response_time);
+        let age_value = caching::parse_age(h.header(data, "age"));
+        let lifetime = caching::freshness_lifetime(
+            &LifetimeQuery {
+                response: &cc,
+                expires: h.header(data, "expires"),
+                date: Some(date),
+                last_modified: last_modified.as_ref().map(|(_, t)| *t),
+                status: h.status(),
+                response_time,
+            },
+            heuristic,
+        );
+        let status_line_len = memchr::memmem::find(data, b"\r\n").map(|i| i + 2).unwrap_or(0);
+        Some(Object {
+            status: h.status(),
+            status_line_len,
+            cc,
+            vary,
+            vary_key: vary_key.into(),
+            etag,
+            last_modified,
+            date,
+            age_value,
+            request_time,
+            response_time,
+            lifetime,
+            head,
+            body,
+        })
+    }
+
+    /// Current age in seconds at `now` (seconds since the epoch).
+    pub fn age(&self, now: u64) -> u64 {
+        caching::current_age(self.date, self.age_value, self.request_time, self.response_time, now)
+    }
+
+    /// Bytes counted against the budget.
+    pub fn size(&self) -> u64 {
+        self.head.len() as u64 + self.body.len() as u64 + OVERHEAD
+    }
+}
+
+enum Policy {
+    Lru(Lru<u64>),
+    Gds(Gds<u64>),
+}
+
+impl Policy {
+    fn inner(&mut self) -> &mut dyn Replacement<u64> {
+        match self {
+            Policy::Lru(p) => p,
+            Policy::Gds(p) => p,
+        }
+    }
+}
+
+struct Slot {
+    key: Box<[u8]>,
+    obj: Arc<Object>,
+    size: u64,
+}
+
+/// Counters of the store.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StoreStats {
+    /// Objects held.
+    pub objects: u64,
+    /// Bytes held (with bookkeeping).
+    pub bytes: u64,
+    /// Objects stored.
+    pub inserted: u64,
+    /// Objects evicted by the policy.
+    pub evicted: u64,
+    /// Objects removed by invalidation.
+    pub invalidated: u64,
+    /// Objects refused (larger than the budget or the object limit).
+    pub rejected: u64,
+}
+
+/// The store.
+pub struct Store {
+    budget: u64,
+    max_object: u64,
+    index: HashMap<Box<[u8]>, Vec<u64>>,
+    slots: HashMap<u64, Slot>,
+    policy: Policy,
+    next_id: u64,
+    stats: StoreStats,
+}
+
+impl Store {
+    /// A store of `budget` bytes holding objects up to `max_object` bytes.
+    pub fn new(budget: u64, max_object: u64, policy: CachePolicy) -> Store {
+        Store {
+            budget,
+            max_object,
+            index: HashMap::new(),
+            slots: HashMap::new(),
+            policy: match policy {
+                CachePolicy::Lru => Policy::Lru(Lru::new()),
+                CachePolicy::Gds => Policy::Gds(Gds::new()),
+            },
+            next_id: 1,
+            stats: StoreStats::default(),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> StoreStats {
+        let mut s = self.stats;
+        s.objects = self.slots.len() as u64;
+        s
+    }
+
+    /// The first variant of `key` that `select` accepts; a hit for the policy.
+    pub fn lookup(&mut self, key: &[u8], mut select: impl FnMut(&Object) -> bool) -> Option<(u64, Arc<Object>)> {
+        let ids = self.index.get(key)?;
+        let id = *ids
+            .iter()
+            .find(|id| self.slots.get(id).is_some_and(|s| select(&s.obj)))?;
+        self.policy.inner().touch(&id);
+        Some((id, self.slots[&id].obj.clone()))
+    }
+
+    /// Store `obj` under `key`, replacing the variant with the same Vary and
+    /// secondary key; evicts until it fits. False if it can never fit.
+    pub fn insert(&mut self, key: &[u8], obj: Object) -> bool {
+        let size = obj.size();
+        if size > self.budget || obj.body.len() as u64 > self.max_object {
+            self.stats.rejected += 1;
+            return false;
+        }
+        let same: Vec<u64> = self
+            .index
+            .get(key)
+            .map(|ids| {
+                ids.iter()
+                    .copied()
+                    .filter(|id| {
+                        self.slots
+                            .get(id)
+                            .is_some_and(|s| s.obj.vary == obj.vary && s.obj.vary_key == obj.vary_key)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for id in same {
+            self.remove_id(id);
+        }
+        while self.stats.bytes + size > self.budget {
+            let Some(victim) = self.policy.inner().evict() else {
+                break;
+            };
+            self.remove_slot(victim);
+            self.stats.evicted += 1;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.policy.inner().insert(id, size, 1.0);
+        self.index.entry(key.into()).or_default().push(id);
+        self.slots.insert(
+            id,
+            Slot {
+                key: key.into(),
+                obj: Arc::new(obj),
+                size,
+            },
+        );
+        self.stats.bytes += size;
+        self.stats.inserted += 1;
+        true
+    }
+
+    /// Replace object `id` (a 304 refreshed it). False if it is gone.
+    pub fn replace(&mut self, id: u64, obj: Arc<Object>) -> bool {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return false;
+        };
+        let size = obj.size();
+        self.stats.bytes = self.stats.bytes - slot.size + size;
+        slot.size = size;
+        slot.obj = obj;
+        self.policy.inner().touch(&id);
+        true
+    }
+
+    /// Remove every variant of `key`; returns how many.
+    pub fn invalidate(&mut self, key: &[u8]) -> usize {
+        let Some(ids) = self.index.remove(key) else {
+            return 0;
+        };
+        for &id in &ids {
+            self.policy.inner().remove(&id);
+            if let Some(s) = self.slots.remove(&id) {
+                self.stats.bytes -= s.size;
+            }
+        }
+        self.stats.invalidated += ids.len() as u64;
+        ids.len()
+    }
+
+    fn remove_id(&mut self, id: u64) {
+        self.policy.inner().remove(&id);
+        self.remove_slot(id);
+    }
+
+    fn remove_slot(&mut self, id: u64) {
+        if let Some(s) = self.slots.remove(&id) {
+            self.stats.bytes -= s.size;
+            if let Some(ids) = self.index.get_mut(&s.key) {
+                ids.retain(|&i| i != id);
+                if ids.is_empty() {
+                    self.index.remove(&s.key);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(head: &str, body: &'static [u8], vary_key: &[u8]) -> Object {
+        let mut b = Aggregate::new();
+        b.push(Bytes::from_static(body));
+        Object::build(
+            Bytes::copy_from_slice(head.as_bytes()),
+            b,
+            vary_key,
+            1000,
+            1000,
+            &Heuristic::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn object_metadata() {
+        let o = obj(
+            "HTTP/1.1 200 OK\r\nDate: Thu, 01 Jan 1970 00:16:40 GMT\r\nETag: \"x\"\r\nLast-Modified: Thu, 01 Jan 1970 00:00:00 GMT\r\nCache-Control: max-age=60\r\nAge: 5\r\nVary: Accept\r\n\r\n",
+            b"hello",
+            b"accept:\n",
+        );
+        assert_eq!(o.status, 200);
+        assert_eq!(o.date, 1000);
+        assert_eq!(o.age_value, 5);
+        assert_eq!(o.lifetime, 60);
+        assert_eq!(o.etag.as_deref(), Some(&b"\"x\""[..]));
+        assert_eq!(o.last_modified.as_ref().map(|l| l.1), Some(0));
+        assert_eq!(o.vary.as_deref(), Some(&b"Accept"[..]));
+        assert_eq!(o.age(1010), 15);
+        assert_eq!(o.status_line_len, 17);
+    }
+
+    #[test]
+    fn variants_budget_and_eviction() {
+        let head = "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\r\n";
+        let mut s = Store::new(3 * (OVERHEAD + 100), 1 << 20, CachePolicy::Lru);
+        assert!(s.insert(b"a", obj(head, b"A", b"")));
+        assert!(s.insert(b"b", obj(head, b"B", b"")));
+        assert!(s.lookup(b"a", |_| true).is_some(), "a touched");
+        assert!(s.insert(b"c", obj(head, b"C", b"")));
+        // Budget of three objects: inserting a fourth evicts the LRU one (b).
+        assert!(s.insert(b"d", obj(head, b"D", b"")));
+        assert!(s.lookup(b"b", |_| true).is_none());
+        assert!(s.lookup(b"a", |_| true).is_some());
+        assert_eq!(s.stats().evicted, 1);
+        // Same key and secondary key: replaced, not duplicated.
+        assert!(s.insert(b"a", obj(head, b"A2", b"")));
+        assert_eq!(s.lookup(b"a", |_| true).unwrap().1.body.to_vec(), b"A2");
+        assert_eq!(s.stats().objects, 3);
+        // Variants coexist and the selector picks one.
+        let vhead = "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nVary: X\r\n\r\n";
+        let mut s = Store::new(1 << 20, 1 << 20, CachePolicy::Gds);
+        assert!(s.insert(b"k", obj(vhead, b"one", b"x:1\n")));
+        assert!(s.insert(b"k", obj(vhead, b"two", b"x:2\n")));
+        let got = s.lookup(b"k", |o| &*o.vary_key == b"x:2\n").unwrap();
+        assert_eq!(got.1.body.to_vec(), b"two");
+        assert_eq!(s.invalidate(b"k"), 2);
+        assert!(s.lookup(b"k", |_| true).is_none());
+        assert_eq!(s.stats().bytes, 0);
+    }
+
+    #[test]
+    fn oversized_objects_are_rejected_and_replace_keeps_accounting() {
+        let head = "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\r\n";
+        let mut s = Store::new(1 << 20, 3, CachePolicy::Lru);
+        assert!(!s.insert(b"big", obj(head, b"toolong", b"")));
+        assert_eq!(s.stats().rejected, 1);
+        assert!(s.insert(b"k", obj(head, b"ok", b"")));
+        let (id, _) = s.lookup(b"k", |_| true).unwrap();
+        let before = s.stats().bytes;
+        let new_head = "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nX: y\r\n\r\n";
+        assert!(s.replace(id, Arc::new(obj(new_head, b"ok", b""))));
+        assert_eq!(s.stats().bytes, before + (new_head.len() - head.len()) as u64);
+        assert_eq!(s.lookup(b"k", |_| true).unwrap().1.lifetime, 600);
+    }
+}

@@ -1,0 +1,318 @@
+//! CONNECT tunnels: the bidirectional splice of paper 000 §3 (and the SSL
+//! tunnels of paper 001), built from two unidirectional relays.
+//!
+//! Each direction moves bytes source → pipe → destination with splice(2), or
+//! through a user-space buffer when splicing is off, no pipe is available or
+//! a splice fails (the pipe's bytes are read out first, so nothing is lost
+//! or reordered). An end of stream is forwarded as a half-close
+//! (shutdown(SHUT_WR)) once everything before it has been delivered; the tunnel
+//! ends when both directions have been closed this way, or at the first error.
+
+use crate::outq::OutQueue;
+use crate::stats::ProxyStats;
+use std::io;
+use std::os::fd::RawFd;
+use weft_io::sys;
+use weft_io::{Pipe, PipePool};
+
+const BUF: usize = 64 * 1024;
+const PUMP_BUDGET: usize = 4 << 20;
+
+enum Path {
+    Copy { buf: Vec<u8>, start: usize, end: usize },
+    Splice { pipe: Pipe, bytes: usize },
+}
+
+/// One direction of a tunnel.
+pub struct Direction {
+    path: Path,
+    eof: bool,
+    shut: bool,
+}
+
+/// One side's sockets and readiness, as a direction sees it.
+pub struct Side<'a> {
+    /// Descriptor.
+    pub fd: RawFd,
+    /// May have input.
+    pub may_read: &'a mut bool,
+    /// May accept output.
+    pub may_write: &'a mut bool,
+}
+
+/// What a pump call ended with.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TunnelState {
+    /// Both directions ended cleanly.
+    Done,
+    /// Waiting: (client read, client write, upstream read, upstream write).
+    Wait {
+        /// Client readable.
+        client_read: bool,
+        /// Client writable.
+        client_write: bool,
+        /// Upstream readable.
+        up_read: bool,
+        /// Upstream writable.
+        up_write: bool,
+    },
+    /// Budget used; drive again later.
+    Yield,
+    /// A socket failed: close both.
+    Failed,
+}
+
+impl Direction {
+    fn new(splice: bool, pool: &mut PipePool, st: &mut ProxyStats) -> Direction {
+        let path = if splice {
+            match pool.get() {
+                Ok(pipe) => Path::Splice { pipe, bytes: 0 },
+                Err(_) => {
+                    st.sessions_no_pipe += 1;
+                    copy_path()
+                }
+            }
+        } else {
+            copy_path()
+        };
+        Direction {
+            path,
+            eof: false,
+            shut: false,
+        }
+    }
+
+    fn pending(&self) -> usize {
+        match &self.path {
+            Path::Copy { start, end, .. } => end - start,
+            Path::Splice { bytes, .. } => *bytes,
+        }
+    }
+
+    /// Move bytes `src` → `dst`, after `pre` (bytes queued for `dst` first).
+    /// Returns bytes moved; Err on a socket error.
+    fn pump(
+        &mut self,
+        src: &mut Side<'_>,
+        dst: &mut Side<'_>,
+        pre: &mut OutQueue,
+        st: &mut ProxyStats,
+    ) -> Result<usize, ()> {
+        let mut moved = 0;
+        loop {
+            let mut progress = false;
+            if !pre.is_empty() {
+                if !*dst.may_write {
+                    return Ok(moved);
+                }
+                let mut wb = false;
+                let (n, _) = pre.flush(dst.fd, &[], &mut wb).map_err(drop)?;
+                moved += n;
+                if wb {
+                    *dst.may_write = false;
+                }
+                if !pre.is_empty() {
+                    return Ok(moved);
+                }
+            }
+            // Deliver what is buffered.
+            if self.pending() > 0 && *dst.may_write {
+                let r = match &mut self.path {
+                    Path::Copy { buf, start, end } => match sys::send(dst.fd, &buf[*start..*end], false) {
+                        Ok(n) => {
+                            *start += n;
+                            if start == end {
+                                *start = 0;
+                                *end = 0;
+                            }
+                            st.tunnel_bytes_copied += n as u64;
+                            Ok(n)
+                        }
+                        Err(e) => Err(e),
+                    },
+                    Path::Splice { pipe, bytes } => match sys::splice(pipe.read_fd(), dst.fd, *bytes, false) {
+                        Ok(n) => {
+                            *bytes -= n;
+                            st.tunnel_bytes_spliced += n as u64;
+                            Ok(n)
+                        }
+                        Err(e) => Err(e),
+                    },
+                };
+                match r {
+                    Ok(0) => return Err(()),
+                    Ok(n) => {
+                        moved += n;
+                        progress = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => *dst.may_write = false,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if matches!(self.path, Path::Splice { .. }) && is_splice_failure(&e) => {
+                        self.fallback(st)?;
+                        progress = true;
+                    }
+                    Err(_) => return Err(()),
+                }
+            }
+            // Take more from the source.
+            if !self.eof && *src.may_read {
+                let r = match &mut self.path {
+                    Path::Copy { buf, start, end } => {
+                        if *end == buf.len() && *start > 0 {
+                            buf.copy_within(*start..*end, 0);
+                            *end -= *start;
+                            *start = 0;
+                        }
+                        if *end < buf.len() {
+                            let e = *end;
+                            sys::read(src.fd, &mut buf[e..]).inspect(|&n| *end += n)
+                        } else {
+                            Ok(usize::MAX)
+                        }
+                    }
+                    Path::Splice { pipe, bytes } => {
+                        let room = pipe.capacity().saturating_sub(*bytes);
+                        if room == 0 {
+                            Ok(usize::MAX)
+                        } else {
+                            match sys::splice(src.fd, pipe.write_fd(), room, false) {
+                                Ok(n) => {
+                                    *bytes += n;
+                                    Ok(n)
+                                }
+                                // Slots may be full rather than the socket empty.
+                                Err(e) if e.kind() == io::ErrorKind::WouldBlock && *bytes > 0 => Ok(usize::MAX),
+                                Err(e) => Err(e),
+                            }
+                        }
+                    }
+                };
+                match r {
+                    Ok(usize::MAX) => {}
+                    Ok(0) => {
+                        self.eof = true;
+                        progress = true;
+                    }
+                    Ok(n) => {
+                        moved += n;
+                        progress = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => *src.may_read = false,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if matches!(self.path, Path::Splice { .. }) && is_splice_failure(&e) => {
+                        self.fallback(st)?;
+                        progress = true;
+                    }
+                    Err(_) => return Err(()),
+                }
+            }
+            if self.eof && self.pending() == 0 && !self.shut {
+                // Forward the end of stream as a half-close.
+                let _ = sys::shutdown_write(dst.fd);
+                self.shut = true;
+                progress = true;
+            }
+            if !progress || moved >= PUMP_BUDGET {
+                return Ok(moved);
+            }
+        }
+    }
+
+    fn fallback(&mut self, st: &mut ProxyStats) -> Result<(), ()> {
+        st.sessions_fallback += 1;
+        let old = std::mem::replace(&mut self.path, copy_path());
+        if let (Path::Splice { pipe, bytes }, Path::Copy { buf, end, .. }) = (old, &mut self.path) {
+            if bytes > buf.len() {
+                buf.resize(bytes, 0);
+            }
+            let mut got = 0;
+            while got < bytes {
+                match sys::read(pipe.read_fd(), &mut buf[got..bytes]) {
+                    Ok(0) => return Err(()),
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return Err(()),
+                }
+            }
+            *end = bytes;
+        }
+        Ok(())
+    }
+
+    fn give_back(self, pool: &mut PipePool) {
+        if let Path::Splice { pipe, bytes } = self.path {
+            pool.put(pipe, bytes);
+        }
+    }
+}
+
+fn copy_path() -> Path {
+    Path::Copy {
+        buf: vec![0u8; BUF],
+        start: 0,
+        end: 0,
+    }
+}
+
+fn is_splice_failure(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::ENOSYS | libc::ENOMEM | libc::EOPNOTSUPP)
+    )
+}
+
+/// A tunnel between the client and an upstream.
+pub struct Tunnel {
+    c2u: Direction,
+    u2c: Direction,
+    /// Bytes for the upstream before the tunnel's own (what the client sent
+    /// right after its CONNECT head).
+    pub to_upstream: OutQueue,
+}
+
+impl Tunnel {
+    /// A tunnel splicing both directions (or copying when `splice` is false
+    /// or pipes are short).
+    pub fn new(splice: bool, pool: &mut PipePool, st: &mut ProxyStats) -> Tunnel {
+        st.tunnels += 1;
+        Tunnel {
+            c2u: Direction::new(splice, pool, st),
+            u2c: Direction::new(splice, pool, st),
+            to_upstream: OutQueue::new(),
+        }
+    }
+
+    /// Move bytes both ways. `client_out`: queued client output (the
+    /// `200 Connection established`), delivered before upstream bytes.
+    pub fn pump(
+        &mut self,
+        client: &mut Side<'_>,
+        up: &mut Side<'_>,
+        client_out: &mut OutQueue,
+        st: &mut ProxyStats,
+    ) -> TunnelState {
+        let a = self.u2c.pump(up, client, client_out, st);
+        let b = self.c2u.pump(client, up, &mut self.to_upstream, st);
+        let (Ok(a), Ok(b)) = (a, b) else {
+            return TunnelState::Failed;
+        };
+        if self.c2u.shut && self.u2c.shut {
+            return TunnelState::Done;
+        }
+        if a + b >= PUMP_BUDGET {
+            return TunnelState::Yield;
+        }
+        TunnelState::Wait {
+            client_read: !self.c2u.eof && !*client.may_read,
+            client_write: (self.u2c.pending() > 0 || !client_out.is_empty()) && !*client.may_write,
+            up_read: !self.u2c.eof && !*up.may_read,
+            up_write: (self.c2u.pending() > 0 || !self.to_upstream.is_empty()) && !*up.may_write,
+        }
+    }
+
+    /// Return the pipes (closed if they still hold bytes).
+    pub fn close(self, pool: &mut PipePool) {
+        self.c2u.give_back(pool);
+        self.u2c.give_back(pool);
+    }
+}

@@ -1,0 +1,66 @@
+"""`python3 -m lab list` and `python3 -m lab run NAME [--quick]`."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import traceback
+
+from . import core, drivers, env, servers
+from .experiments import EXPERIMENTS
+
+
+def _terminate(signum, frame):
+    # SIGTERM/SIGHUP take the same path as Ctrl-C: unwind, stopping servers.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m lab", description="weft's lab: run an experiment end to end.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="list the experiments")
+    r = sub.add_parser("run", help="run one experiment")
+    r.add_argument("name", help="experiment name (see `list`)")
+    r.add_argument("--quick", action="store_true", help="short form (under two minutes): one repetition, short runs")
+    r.add_argument("--driver", default="wrk", choices=["wrk", "weft-load"], help="load generator (default wrk)")
+    r.add_argument("--strict", action="store_true", help="exit 3 when a run saw non-2xx responses, socket errors or short bodies")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "list":
+        for name, mod in EXPERIMENTS.items():
+            print(f"{name:<18} {mod.DESCRIPTION}")
+        return 0
+
+    mod = EXPERIMENTS.get(args.name)
+    if mod is None:
+        print(f"lab: unknown experiment {args.name!r} (known: {', '.join(EXPERIMENTS)})", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    lab = core.Lab(args.name, args.quick, driver=args.driver)
+    lab.log(f"{args.name}: {'quick' if args.quick else 'full'} run, results in {lab.results_dir}")
+    try:
+        outcome = mod.run(lab) or {}
+    except KeyboardInterrupt:
+        lab.log("interrupted: servers stopped, partial results (if any) left in place")
+        return 130
+    except (env.EnvError, servers.ServerError, drivers.DriverError) as e:
+        lab.log(f"error: {e}")
+        return 1
+    except Exception:
+        traceback.print_exc()
+        lab.log("failed: servers stopped")
+        return 1
+    finally:
+        lab.cleanup()
+    lab.log(f"done in {lab.elapsed():.0f}s: {lab.results_dir}/summary.md")
+    if outcome.get("problems"):
+        lab.log(f"warning: {outcome['problems']} run(s) had non-2xx responses, socket errors or short bodies (see summary.md)")
+        if args.strict:
+            return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

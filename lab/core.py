@@ -1,0 +1,129 @@
+"""What every experiment shares: progress output, the results folder, the
+scratch directory, the weft binary, the load driver, and one measured run
+(server CPU from /proc before and after, weft's counters from its admin
+endpoint, the driver's totals).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from . import drivers, env, proc, servers
+
+LAB_DIR = os.path.dirname(os.path.abspath(__file__))
+RESULTS_DIR = os.path.join(LAB_DIR, "results")
+
+# Event-related system calls (the µserver study's concern).
+EVENT_SYSCALLS = ("epoll_wait", "epoll_ctl", "poll", "select", "io_uring_enter")
+
+
+class Lab:
+    """One experiment's run: where to write, how to report progress."""
+
+    def __init__(self, name: str, quick: bool, driver: str = "wrk", results_root: str = RESULTS_DIR):
+        self.name = name
+        self.quick = quick
+        self.driver_name = driver
+        self.t0 = time.monotonic()
+        self.results_dir = os.path.join(results_root, name)
+        self.scratch = tempfile.mkdtemp(prefix=f"weft-lab-{name}-")
+        # Anchors started as root drop to an unprivileged user (nginx's and
+        # h2o's `nobody`): the document root must be readable by everyone.
+        os.chmod(self.scratch, 0o755)
+        self.weft = ""
+        self.driver = None
+        self.versions: dict = {}
+        self.load_command: list[str] = []
+
+    def log(self, msg: str) -> None:
+        print(f"[{time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def prepare(self, commands=()) -> None:
+        """Requirements, weft release build, the anchors and tools `commands`."""
+        env.ensure_python_requirements(self.log)
+        self.weft = env.build_weft(self.log)
+        tools = list(commands)
+        if self.driver_name == "wrk":
+            tools.append("wrk")
+        env.ensure_commands(tools, self.log)
+        self.driver = drivers.make_driver(self.driver_name, self.weft)
+        if not self.driver.available():
+            raise env.EnvError(f"load driver {self.driver_name} is not available here")
+        self.versions = env.versions(self.weft, tools)
+        os.makedirs(self.results_dir, exist_ok=True)
+
+    def pool(self, www: str) -> servers.ServerPool:
+        return servers.ServerPool(self.scratch, www, self.weft, log=self.log)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def make_file(path: str, size: int) -> None:
+    """A file of `size` deterministic bytes (same content for every server)."""
+    pattern = bytes((i * 31 + 7) % 251 for i in range(4096))
+    with open(path, "wb") as f:
+        os.fchmod(f.fileno(), 0o644)
+        left = size
+        while left > 0:
+            n = min(left, len(pattern))
+            f.write(pattern[:n])
+            left -= n
+
+
+def fetch(url: str, timeout_s: float = 10.0) -> tuple[int, int]:
+    """GET `url`; returns (status, body length)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return r.status, len(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, 0
+
+
+@dataclass
+class Measurement:
+    """One load run against one server."""
+
+    server: str
+    load: drivers.LoadResult
+    cpu_ticks: int
+    weft: dict = field(default_factory=dict)  # counter deltas from /stats (weft only)
+
+    @property
+    def cpu_us_per_request(self) -> float | None:
+        return proc.cpu_us_per_request(self.cpu_ticks, self.load.requests)
+
+    def syscalls_per_request(self) -> dict[str, float]:
+        n = self.load.requests
+        calls = self.weft.get("syscalls", {}) if self.weft else {}
+        return {k: v / n for k, v in calls.items()} if n else {}
+
+    def event_syscalls_per_request(self) -> float | None:
+        if not self.weft or not self.load.requests:
+            return None
+        calls = self.weft.get("syscalls", {})
+        return sum(calls.get(k, 0) for k in EVENT_SYSCALLS) / self.load.requests
+
+
+def measure(lab: Lab, rs: servers.RunningServer, url: str, *, connections: int, duration_s: float, threads: int = 1) -> Measurement:
+    """Load `url` once; server CPU and weft counters sampled just before and after."""
+    if not rs.alive():
+        raise servers.ServerError(f"{rs.spec.label} is not running")
+    before_stats = rs.admin_stats()
+    before = rs.cpu_ticks()
+    load = lab.driver.run(url, connections=connections, duration_s=duration_s, threads=threads)
+    after = rs.cpu_ticks()
+    after_stats = rs.admin_stats()
+    weft = {}
+    if before_stats and after_stats:
+        weft = servers.stats_delta(before_stats["total"], after_stats["total"])
+    return Measurement(rs.spec.label, load, after - before, weft)

@@ -1,0 +1,140 @@
+"""Results: aggregation (medians over repetitions), raw data as JSON and CSV,
+markdown tables, and PNG plots.
+
+Everything but `plot_grouped_bars` is pure and unit-tested; plotting imports
+matplotlib (Agg backend) only when called.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import statistics
+from collections import OrderedDict
+from typing import Callable, Iterable, Sequence
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """Median of the values that are not None (None when there are none)."""
+    v = [x for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return statistics.median(v) if v else None
+
+
+def group_medians(rows: Sequence[dict], keys: Sequence[str], fields: Sequence[str]) -> list[dict]:
+    """One row per distinct combination of `keys` (first-seen order) with the
+    median of each of `fields` and the number of repetitions `n`."""
+    groups: "OrderedDict[tuple, list[dict]]" = OrderedDict()
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    out = []
+    for key, members in groups.items():
+        row = dict(zip(keys, key))
+        row["n"] = len(members)
+        for f in fields:
+            row[f] = median(m.get(f) for m in members)
+        out.append(row)
+    return out
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    """Nested dicts to one level with dotted keys (for CSV)."""
+    out = {}
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, name + "."))
+        elif isinstance(v, (list, tuple)):
+            out[name] = " ".join(str(x) for x in v)
+        else:
+            out[name] = v
+    return out
+
+
+def write_json(path: str, doc) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def write_csv(path: str, rows: Sequence[dict]) -> None:
+    """Rows (possibly nested) as CSV; columns are the union, in first-seen order."""
+    flat = [flatten(r) for r in rows]
+    cols: list[str] = []
+    for r in flat:
+        for k in r:
+            if k not in cols:
+                cols.append(k)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for r in flat:
+            w.writerow(r)
+
+
+def fmt_num(v: float | None, digits: int = 1) -> str:
+    """Human figures: thousands separated, `digits` decimals under 100, '–' for None."""
+    if v is None:
+        return "–"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str | None = None) -> str:
+    """A GitHub markdown table; `align` is one of l/r per column (default: first l, rest r)."""
+    if align is None:
+        align = "l" + "r" * (len(header) - 1)
+    sep = ["---:" if a == "r" else ":---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
+    for r in rows:
+        lines.append("| " + " | ".join(str(c) for c in r) + " |")
+    return "\n".join(lines)
+
+
+def pivot(rows: Sequence[dict], row_key: str, col_key: str, value: str, fmt: Callable[[float | None], str] = fmt_num):
+    """Rows × columns table of `value` (cells missing → '–'); keys in first-seen order."""
+    row_names: list = []
+    col_names: list = []
+    cell: dict = {}
+    for r in rows:
+        if r[row_key] not in row_names:
+            row_names.append(r[row_key])
+        if r[col_key] not in col_names:
+            col_names.append(r[col_key])
+        cell[(r[row_key], r[col_key])] = r.get(value)
+    table = [[str(rn)] + [fmt(cell.get((rn, cn))) for cn in col_names] for rn in row_names]
+    return [str(c) for c in col_names], table
+
+
+def plot_grouped_bars(path: str, groups: Sequence[str], series: "OrderedDict[str, list[float | None]]", *, ylabel: str, title: str, log: bool = False) -> None:
+    """One group of bars per entry of `groups`, one bar per series."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(len(series), 1)
+    width = 0.8 / n
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(groups) + 2), 4.2))
+    for i, (name, values) in enumerate(series.items()):
+        xs = [g + (i - (n - 1) / 2) * width for g in range(len(groups))]
+        ys = [v if v is not None else 0 for v in values]
+        ax.bar(xs, ys, width, label=name)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if log:
+        ax.set_yscale("log")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

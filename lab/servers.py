@@ -1,0 +1,308 @@
+"""Starting and stopping the servers under test: weft and the anchors.
+
+Every server runs in its own session (process group) so the whole tree (nginx's
+master and worker) can be signalled and, if it ignores SIGTERM, killed. A
+`ServerPool` remembers what it started and stops all of it on exit, on error
+and on Ctrl-C. Ports are picked free on 127.0.0.1 (weft binds port 0 itself and
+prints the address). Anchor configurations come from `lab/anchors/` (copies of
+the shared templates with `@PORT@` added) rendered into a scratch directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+from . import proc
+
+LAB_DIR = os.path.dirname(os.path.abspath(__file__))
+ANCHOR_DIR = os.path.join(LAB_DIR, "anchors")
+
+# Anchor kinds: config template, command line, Debian package, version command.
+ANCHORS = {
+    "nginx": {
+        "template": "nginx_static_w1.conf",
+        "cmd": ["nginx", "-c", "{conf}", "-p", "{run}"],
+        "package": "nginx-light",
+        "binary": "nginx",
+    },
+    "nginx-nosendfile": {
+        "template": "nginx_static_w1_nosendfile.conf",
+        "cmd": ["nginx", "-c", "{conf}", "-p", "{run}"],
+        "package": "nginx-light",
+        "binary": "nginx",
+    },
+    "h2o": {
+        "template": "h2o_static.conf",
+        "cmd": ["h2o", "-c", "{conf}"],
+        "package": "h2o",
+        "binary": "h2o",
+    },
+    "lighttpd": {
+        "template": "lighttpd_static.conf",
+        "cmd": ["lighttpd", "-D", "-f", "{conf}"],
+        "package": "lighttpd",
+        "binary": "lighttpd",
+    },
+}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (the kernel's choice for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def render_template(text: str, values: dict[str, str]) -> str:
+    """Replace @KEY@ placeholders; every placeholder must have a value."""
+    out = text
+    for k, v in values.items():
+        out = out.replace(f"@{k}@", str(v))
+    left = re.findall(r"@[A-Z]+@", out)
+    if left:
+        raise ValueError(f"unreplaced placeholders: {sorted(set(left))}")
+    return out
+
+
+def slug(label: str) -> str:
+    """A file-name-safe form of a server label."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "server"
+
+
+def wait_for_port(host: str, port: int, timeout_s: float, popen: subprocess.Popen | None = None) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if popen is not None and popen.poll() is not None:
+            return False
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+@dataclass
+class ServerSpec:
+    """One configuration to measure: a label, the server kind, and its options.
+
+    kind is "weft" (options: event, send, extra = list of flags) or an anchor
+    name from ANCHORS."""
+
+    label: str
+    kind: str
+    options: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        if self.kind == "weft":
+            o = self.options
+            return f"weft serve --event {o.get('event', 'epoll')} --send {o.get('send', 'auto')}"
+        return self.kind
+
+
+@dataclass
+class RunningServer:
+    spec: ServerSpec
+    popen: subprocess.Popen
+    port: int
+    command: list[str]
+    admin: tuple[str, int] | None = None
+    log_path: str = ""
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def cpu_ticks(self) -> int:
+        return proc.tree_cpu_ticks(self.pid)
+
+    def admin_stats(self) -> dict | None:
+        """weft's /stats document (None for anchors or without --admin)."""
+        if not self.admin:
+            return None
+        url = f"http://{self.admin[0]}:{self.admin[1]}/stats"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return json.loads(r.read())
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+class ServerPool:
+    """Starts servers and guarantees they are stopped (context manager)."""
+
+    def __init__(self, run_dir: str, www: str, weft_binary: str, log=print):
+        self.run_dir = run_dir
+        self.www = www
+        self.weft_binary = weft_binary
+        self.log = log
+        self.running: list[RunningServer] = []
+
+    def __enter__(self) -> "ServerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_all()
+
+    def start(self, spec: ServerSpec, timeout_s: float = 15.0) -> RunningServer:
+        if spec.kind == "weft":
+            return self._start_weft(spec, timeout_s)
+        return self._start_anchor(spec, timeout_s)
+
+    def _spawn(self, cmd: list[str], log_path: str, capture_stdout: bool = False) -> subprocess.Popen:
+        logf = open(log_path, "wb")
+        try:
+            return subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if capture_stdout else logf,
+                stderr=logf,
+                start_new_session=True,
+            )
+        finally:
+            logf.close()
+
+    def _start_weft(self, spec: ServerSpec, timeout_s: float) -> RunningServer:
+        o = spec.options
+        cmd = [
+            self.weft_binary, "serve", self.www,
+            "--listen", "127.0.0.1:0",
+            "--workers", str(o.get("workers", 1)),
+            "--event", o.get("event", "epoll"),
+            "--send", o.get("send", "auto"),
+            "--admin", "127.0.0.1:0",
+            "--stats-on-exit",
+        ] + list(o.get("extra", []))  # fmt: skip
+        log_path = os.path.join(self.run_dir, f"{slug(spec.label)}.log")
+        p = self._spawn(cmd, log_path, capture_stdout=True)
+        rs = RunningServer(spec, p, 0, cmd, log_path=log_path)
+        self.running.append(rs)
+        # weft prints `listening on ADDR` then `admin on ADDR` on stdout.
+        deadline = time.monotonic() + timeout_s
+        assert p.stdout is not None
+        os.set_blocking(p.stdout.fileno(), False)
+        buf = b""
+        while time.monotonic() < deadline and (rs.port == 0 or rs.admin is None):
+            if p.poll() is not None:
+                raise ServerError(f"{spec.label} exited with {p.returncode}: {_tail(log_path)}")
+            chunk = p.stdout.read()
+            if chunk:
+                buf += chunk
+                m = re.search(rb"listening on 127\.0\.0\.1:(\d+)", buf)
+                if m:
+                    rs.port = int(m.group(1))
+                a = re.search(rb"admin on ([\d.]+):(\d+)", buf)
+                if a:
+                    rs.admin = (a.group(1).decode(), int(a.group(2)))
+            else:
+                time.sleep(0.02)
+        if rs.port == 0:
+            raise ServerError(f"{spec.label} did not report its address in {timeout_s:g}s")
+        return rs
+
+    def _start_anchor(self, spec: ServerSpec, timeout_s: float) -> RunningServer:
+        a = ANCHORS.get(spec.kind)
+        if a is None:
+            raise ServerError(f"unknown server kind {spec.kind!r}")
+        run = os.path.join(self.run_dir, slug(spec.label))
+        os.makedirs(run, exist_ok=True)
+        # Anchors started as root write pid and log files after dropping to
+        # an unprivileged user (h2o): their scratch directory is open to it.
+        os.chmod(run, 0o777)
+        port = free_port()
+        with open(os.path.join(ANCHOR_DIR, a["template"])) as f:
+            text = f.read()
+        conf = os.path.join(run, a["template"])
+        with open(conf, "w") as f:
+            f.write(render_template(text, {"WWW": self.www, "RUN": run, "CONF": run, "PORT": str(port)}))
+        cmd = [c.format(conf=conf, run=run) for c in a["cmd"]]
+        log_path = os.path.join(run, "stdout-stderr.log")
+        p = self._spawn(cmd, log_path)
+        rs = RunningServer(spec, p, port, cmd, log_path=log_path)
+        self.running.append(rs)
+        if not wait_for_port("127.0.0.1", port, timeout_s, p):
+            if p.poll() is not None:
+                raise ServerError(f"{spec.label} exited with {p.returncode}: {_tail(log_path)}")
+            raise ServerError(f"{spec.label} is not listening on {port} after {timeout_s:g}s: {_tail(log_path)}")
+        return rs
+
+    def stop(self, rs: RunningServer, timeout_s: float = 10.0) -> str:
+        """SIGTERM the server's process group, SIGKILL it if it lingers.
+        Returns what the server printed on stderr (weft: the exit counters)."""
+        if rs in self.running:
+            self.running.remove(rs)
+        if rs.alive():
+            _signal_group(rs.pid, signal.SIGTERM)
+            try:
+                rs.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.log(f"  {rs.spec.label} ignored SIGTERM for {timeout_s:g}s: killing it")
+                _signal_group(rs.pid, signal.SIGKILL)
+                rs.popen.wait(timeout=5)
+        # The group may hold children that outlived the leader (nginx workers).
+        _signal_group(rs.pid, signal.SIGKILL)
+        if rs.popen.stdout:
+            rs.popen.stdout.close()
+        try:
+            with open(rs.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def stop_all(self) -> None:
+        for rs in list(self.running):
+            try:
+                self.stop(rs)
+            except Exception as e:  # keep stopping the others
+                self.log(f"  could not stop {rs.spec.label}: {e}")
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(path: str, n: int = 600) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:].strip()
+    except OSError:
+        return ""
+
+
+def weft_exit_stats(stderr_text: str) -> dict | None:
+    """The JSON line `weft serve --stats-on-exit` prints at exit."""
+    for line in reversed(stderr_text.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and '"syscalls"' in line:
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def stats_delta(before: dict, after: dict) -> dict:
+    """Counters that moved between two weft /stats totals (nested dicts)."""
+    out: dict = {}
+    for k, v in after.items():
+        b = before.get(k)
+        if isinstance(v, dict):
+            out[k] = stats_delta(b if isinstance(b, dict) else {}, v)
+        elif isinstance(v, (int, float)):
+            out[k] = v - (b if isinstance(b, (int, float)) else 0)
+    return out

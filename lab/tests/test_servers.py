@@ -1,0 +1,76 @@
+import os
+import socket
+import time
+
+import pytest
+
+from lab import servers
+
+
+def test_render_template_replaces_every_placeholder():
+    out = servers.render_template("root @WWW@; listen 127.0.0.1:@PORT@; pid @RUN@/x.pid;", {"WWW": "/w", "PORT": 8, "RUN": "/r"})
+    assert out == "root /w; listen 127.0.0.1:8; pid /r/x.pid;"
+    with pytest.raises(ValueError, match="@CONF@"):
+        servers.render_template("include @CONF@/a;", {"WWW": "/w"})
+
+
+def test_anchor_templates_have_a_port_placeholder_and_nothing_fixed():
+    for kind, a in servers.ANCHORS.items():
+        with open(os.path.join(servers.ANCHOR_DIR, a["template"])) as f:
+            text = f.read()
+        assert "@PORT@" in text, kind
+        rendered = servers.render_template(text, {"WWW": "/w", "RUN": "/r", "CONF": "/c", "PORT": "1"})
+        assert "1808" not in rendered, kind
+
+
+def test_free_port_is_bindable():
+    p = servers.free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", p))
+
+
+def test_slug():
+    assert servers.slug("nginx no-sendfile") == "nginx-no-sendfile"
+    assert servers.slug("weft tracked:epoll-et") == "weft-tracked-epoll-et"
+
+
+def test_stats_delta_and_exit_stats():
+    before = {"requests": 10, "syscalls": {"read": 5}, "tracker": {"user_passes": 1}}
+    after = {"requests": 25, "syscalls": {"read": 9, "write": 4}, "tracker": {"user_passes": 3}}
+    assert servers.stats_delta(before, after) == {"requests": 15, "syscalls": {"read": 4, "write": 4}, "tracker": {"user_passes": 2}}
+    text = "weft: info something\n{\"requests\":3,\"syscalls\":{\"read\":1}}\n"
+    assert servers.weft_exit_stats(text) == {"requests": 3, "syscalls": {"read": 1}}
+    assert servers.weft_exit_stats("no json here") is None
+
+
+def test_pool_stops_a_process_group_that_ignores_sigterm(tmp_path):
+    # A stand-in "anchor": a shell that ignores SIGTERM and has a child.
+    pool = servers.ServerPool(str(tmp_path), str(tmp_path), "/nonexistent/weft", log=lambda m: None)
+    script = "trap '' TERM; sleep 60 & sleep 60"
+    log = tmp_path / "log"
+    p = pool._spawn(["sh", "-c", script], str(log))
+    rs = servers.RunningServer(servers.ServerSpec("stub", "stub"), p, 0, ["sh"], log_path=str(log))
+    pool.running.append(rs)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    pool.stop(rs, timeout_s=0.5)
+    assert time.monotonic() - t0 < 5
+    assert p.poll() is not None
+    # Nothing of the group is left running (zombies wait for init to reap them).
+    assert live_members(p.pid) == []
+    assert pool.running == []
+
+
+def live_members(pgid):
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            text = open(f"/proc/{name}/stat").read()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(name))
+    return out

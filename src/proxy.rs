@@ -1,0 +1,340 @@
+//! `weft proxy`: the argument struct, its mapping onto `ProxyConfig`, and the
+//! run function (start, print the address, wait, report).
+
+use clap::{ArgAction, Args};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use weft_proxy::acl::Cidr;
+use weft_proxy::config::{HostPort, Route};
+
+fn duration(s: &str) -> Result<Duration, String> {
+    weft_core::units::parse_duration(s)
+}
+
+fn size(s: &str) -> Result<u64, String> {
+    weft_core::units::parse_size(s)
+}
+
+fn size_usize(s: &str) -> Result<usize, String> {
+    size(s).and_then(|n| usize::try_from(n).map_err(|_| format!("size `{s}` is too large")))
+}
+
+fn workers(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("invalid worker count `{s}` (expected 1..1024)")),
+    }
+}
+
+fn pipe_size(s: &str) -> Result<usize, String> {
+    let n = size_usize(s)?;
+    if !(4096..=(1 << 30)).contains(&n) {
+        return Err(format!("pipe size `{s}` out of range (4KiB..1GiB)"));
+    }
+    Ok(n)
+}
+
+fn first_read(s: &str) -> Result<usize, String> {
+    let n = size_usize(s)?;
+    if !(512..=(1 << 20)).contains(&n) {
+        return Err(format!("first read `{s}` out of range (512..1MiB)"));
+    }
+    Ok(n)
+}
+
+fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("invalid number `{s}` (expected a positive integer)")),
+    }
+}
+
+/// `--connect-ports 443,8443`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortList(pub Vec<u16>);
+
+fn port_list(s: &str) -> Result<PortList, String> {
+    let mut v = Vec::new();
+    for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match p.parse::<u16>() {
+            Ok(n) if n > 0 => v.push(n),
+            _ => return Err(format!("invalid port `{p}` in `{s}` (expected e.g. 443,8443)")),
+        }
+    }
+    if v.is_empty() {
+        return Err(format!("empty port list `{s}`"));
+    }
+    Ok(PortList(v))
+}
+
+/// `weft proxy`.
+#[derive(Args, Debug, Default)]
+pub struct ProxyArgs {
+    /// Address to listen on; port 0 picks a free port. The bound address is
+    /// printed on stdout as `listening on ADDR:PORT` [default: 127.0.0.1:3128].
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+
+    /// Reverse mode: send every request to this upstream (a name is resolved
+    /// off the event loop). Without it (and without --route) weft is a forward proxy.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub upstream: Option<HostPort>,
+
+    /// Reverse mode: requests for Host HOST go to UPSTREAM (repeatable; the
+    /// config file takes a list). Unmatched hosts go to --upstream, or get 421.
+    #[arg(long, value_name = "HOST=HOST:PORT", action = ArgAction::Append)]
+    pub route: Vec<Route>,
+
+    /// Clients allowed to use the proxy (repeatable) [default: 127.0.0.0/8 and
+    /// ::1 in forward mode, everyone in reverse mode].
+    #[arg(long, value_name = "CIDR", action = ArgAction::Append)]
+    pub allow: Vec<Cidr>,
+
+    /// Ports CONNECT may reach, comma-separated [default: 443].
+    #[arg(long, value_name = "PORTS", value_parser = port_list)]
+    pub connect_ports: Option<PortList>,
+
+    /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll].
+    #[arg(long, value_name = "BACKEND")]
+    pub event: Option<weft_io::BackendKind>,
+
+    /// Worker threads, one event loop and SO_REUSEPORT listener each [default: number of CPUs].
+    #[arg(long, value_name = "N", value_parser = workers)]
+    pub workers: Option<usize>,
+
+    /// Listen backlog [default: 4096].
+    #[arg(long, value_name = "N")]
+    pub backlog: Option<i32>,
+
+    /// Body path: `on` splices every body and tunnel through the kernel,
+    /// `off` copies through user space, `auto` splices bodies of at least
+    /// --splice-threshold (and bodies of unknown length) [default: auto].
+    #[arg(long, value_name = "on|off|auto")]
+    pub splice: Option<weft_proxy::SpliceMode>,
+
+    /// In auto mode, smaller bodies are copied [default: 16KiB].
+    #[arg(long, value_name = "SIZE", value_parser = size)]
+    pub splice_threshold: Option<u64>,
+
+    /// KeepCopy: splice cacheable bodies too, duplicating them with tee(2)
+    /// into the cache [default: true].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub keep_copy: Option<bool>,
+
+    /// Pipe size for splice (F_SETPIPE_SZ) [default: 1MiB].
+    #[arg(long, value_name = "SIZE", value_parser = pipe_size)]
+    pub pipe_size: Option<usize>,
+
+    /// Most pipes alive in the process; beyond it bodies are copied [default: 1024].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub max_pipes: Option<usize>,
+
+    /// Bytes of an upstream response read into user space before the body is
+    /// spliced (the paper read 2896) [default: 4KiB].
+    #[arg(long, value_name = "SIZE", value_parser = first_read)]
+    pub first_read: Option<usize>,
+
+    /// Memory cache size; 0 turns the cache off [default: 256MiB].
+    #[arg(long, value_name = "SIZE", value_parser = size)]
+    pub cache_size: Option<u64>,
+
+    /// Largest object cached (and completed after a client abort) [default: 64MiB].
+    #[arg(long, value_name = "SIZE", value_parser = size)]
+    pub max_object_size: Option<u64>,
+
+    /// Replacement policy: lru or gds (Greedy-Dual-Size) [default: lru].
+    #[arg(long, value_name = "lru|gds")]
+    pub cache_policy: Option<weft_proxy::CachePolicy>,
+
+    /// Close keep-alive client connections (and idle tunnels) idle this long [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub idle_timeout: Option<Duration>,
+
+    /// Close clients whose request head is incomplete this long after it began, with 408 [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub header_timeout: Option<Duration>,
+
+    /// Close clients that make no write progress this long [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub send_timeout: Option<Duration>,
+
+    /// Give up connecting to an upstream after this long: 504 [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub connect_timeout: Option<Duration>,
+
+    /// Give up on an upstream silent this long: 504 before the response head,
+    /// the client connection is closed after it [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub upstream_timeout: Option<Duration>,
+
+    /// Close pooled idle upstream connections after this long [default: 15s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub pool_idle_timeout: Option<Duration>,
+
+    /// Idle connections kept per upstream address and worker [default: 64].
+    #[arg(long, value_name = "N")]
+    pub pool_size: Option<usize>,
+
+    /// How long resolved host names are kept [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub dns_ttl: Option<Duration>,
+
+    /// Threads resolving host names [default: 2].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub resolver_threads: Option<usize>,
+
+    /// This proxy's name in Via, used to detect loops [default: hostname:port].
+    #[arg(long, value_name = "NAME")]
+    pub via_name: Option<String>,
+
+    /// Longest request line; longer gets 414 [default: 8KiB].
+    #[arg(long, value_name = "SIZE", value_parser = size_usize)]
+    pub max_request_line: Option<usize>,
+
+    /// Largest request (and response) head; larger gets 431 (502 for responses) [default: 64KiB].
+    #[arg(long, value_name = "SIZE", value_parser = size_usize)]
+    pub max_header_bytes: Option<usize>,
+
+    /// Most header fields in a request; more gets 431 [default: 100].
+    #[arg(long, value_name = "N")]
+    pub max_headers: Option<usize>,
+
+    /// After SIGTERM/SIGINT, how long in-flight transfers may take to finish [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub grace: Option<Duration>,
+
+    /// Print counters (cache, bytes by path, sessions by outcome, system calls) as JSON on stderr at exit.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub stats_on_exit: Option<bool>,
+
+    /// Serve live counters as JSON at http://ADDR/stats.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub admin: Option<SocketAddr>,
+
+    /// Log level: error, warn, info or debug [default: info].
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<weft_core::log::Level>,
+
+    /// Read settings from this TOML file's [proxy] table; flags override it.
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+impl ProxyArgs {
+    /// The validated configuration.
+    pub fn to_config(&self) -> weft_proxy::ProxyConfig {
+        let mut c = weft_proxy::ProxyConfig::default();
+        macro_rules! set {
+            ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { c.$field = v; } )* };
+        }
+        set!(
+            listen,
+            event,
+            workers,
+            backlog,
+            splice,
+            splice_threshold,
+            keep_copy,
+            pipe_size,
+            max_pipes,
+            first_read,
+            cache_size,
+            max_object_size,
+            cache_policy,
+            idle_timeout,
+            header_timeout,
+            send_timeout,
+            connect_timeout,
+            upstream_timeout,
+            pool_idle_timeout,
+            pool_size,
+            dns_ttl,
+            resolver_threads,
+            grace,
+            stats_on_exit
+        );
+        c.upstream = self.upstream.clone();
+        c.routes = self.route.clone();
+        c.allow = self.allow.clone();
+        c.via_name = self.via_name.clone();
+        c.admin = self.admin;
+        if let Some(p) = &self.connect_ports {
+            c.connect_ports = p.0.clone();
+        }
+        if let Some(v) = self.max_request_line {
+            c.limits.max_request_line = v;
+        }
+        if let Some(v) = self.max_header_bytes {
+            c.limits.max_head = v;
+        }
+        if let Some(v) = self.max_headers {
+            c.limits.max_headers = v;
+        }
+        c
+    }
+}
+
+/// Run `weft proxy` until a shutdown signal.
+pub fn run(args: ProxyArgs) -> ExitCode {
+    if let Some(l) = args.log_level {
+        weft_core::log::set_level(l);
+    }
+    let cfg = args.to_config();
+    if let Err(e) = weft_io::sys::block_shutdown_signals() {
+        eprintln!("weft: cannot block signals: {e}");
+        return ExitCode::from(1);
+    }
+    let stats_on_exit = cfg.stats_on_exit;
+    let mode = match (&cfg.upstream, cfg.routes.len()) {
+        (None, 0) => "forward proxy".to_string(),
+        (Some(u), 0) => format!("reverse proxy to {u}"),
+        (u, n) => format!(
+            "reverse proxy with {n} route(s){}",
+            u.as_ref().map(|u| format!(", default {u}")).unwrap_or_default()
+        ),
+    };
+    let (event, workers, splice, cache) = (cfg.event, cfg.workers, cfg.splice, cfg.cache_size);
+    let proxy = match weft_proxy::Proxy::start(cfg) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("weft: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(e) = proxy.shutdown_handle().on_signals() {
+        eprintln!("weft: cannot start the signal thread: {e}");
+        return ExitCode::from(1);
+    }
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on {}", proxy.local_addr());
+        if let Some(a) = proxy.admin_addr() {
+            let _ = writeln!(out, "admin on {a}");
+        }
+        let _ = out.flush();
+    }
+    weft_core::info!(
+        "{mode} with {workers} worker(s), event backend {event}, splice {}, cache {}",
+        splice.name(),
+        if cache > 0 {
+            format!("{} MiB", cache >> 20)
+        } else {
+            "off".into()
+        }
+    );
+    match proxy.wait() {
+        Ok((stats, store)) => {
+            if stats_on_exit {
+                eprintln!("{{\"total\":{},\"store\":{store}}}", stats.to_json());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("weft: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

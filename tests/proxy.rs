@@ -1,0 +1,1284 @@
+//! Integration tests of `weft proxy`: the real binary between raw-socket
+//! clients (and curl) and origins — a controllable origin written here (thread
+//! per connection, std::net) and nginx. Data-path scenarios run under several
+//! event backends and with splicing on and off, and compare every body byte
+//! for byte.
+
+mod common;
+
+use common::{pattern, weft_bin, TempDir, Weft};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------
+// The test origin
+
+/// A small HTTP/1.1 origin whose behaviour is chosen by the request path and
+/// query: `/cl/N`, `/chunked/N`, `/close/N` answer N deterministic bytes
+/// with that framing; query options (values %-encoded):
+/// `cc` Cache-Control, `etag`, `lm` (Last-Modified, seconds ago), `vary`,
+/// `abort` (close after that many body bytes), `slow` (ms between 64 KiB
+/// blocks), `chunk` (chunk size), `close` (Connection: close). Special paths:
+/// `/raw/both`, `/raw/twocl` (smuggling-style responses), `/silent` (never
+/// answers), `/echo` (the request head as body), `/lang` (Vary on
+/// Accept-Language). Conditional requests get 304 when the validator matches.
+struct Origin {
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+    conns: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+fn pct_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+struct OriginRequest {
+    method: String,
+    path: String,
+    query: HashMap<String, String>,
+    headers: Vec<(String, String)>,
+    head: String,
+    body: Vec<u8>,
+}
+
+impl OriginRequest {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn http_date(secs_ago: u64) -> String {
+    let t = std::time::SystemTime::now() - Duration::from_secs(secs_ago);
+    String::from_utf8(weft_http::fmt_http_date(t).to_vec()).unwrap()
+}
+
+impl Origin {
+    fn start() -> Origin {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let conns = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (log2, conns2, stop2) = (log.clone(), conns.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                if stop2.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(s) = s else { continue };
+                conns2.fetch_add(1, Ordering::SeqCst);
+                let log = log2.clone();
+                let stop = stop2.clone();
+                std::thread::spawn(move || serve_origin_conn(s, log, stop));
+            }
+        });
+        Origin { addr, log, conns, stop }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Requests seen whose path (without query) is `path`.
+    fn count(&self, path: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|h| {
+                let target = h.split(' ').nth(1).unwrap_or("");
+                target.split('?').next() == Some(path) || target.contains(&format!("{path}?"))
+            })
+            .count()
+    }
+
+    fn last_head(&self) -> String {
+        self.log.lock().unwrap().last().cloned().unwrap_or_default()
+    }
+
+    fn connections(&self) -> usize {
+        self.conns.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn read_origin_request(r: &mut BufReader<TcpStream>) -> Option<OriginRequest> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        let n = r.read_line(&mut line).ok()?;
+        if n == 0 {
+            return None;
+        }
+        if head.is_empty() && line == "\r\n" {
+            continue;
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut lines = head.split("\r\n");
+    let first = lines.next()?;
+    let mut parts = first.split(' ');
+    let method = parts.next()?.to_string();
+    let target = parts.next()?.to_string();
+    let headers: Vec<(String, String)> = lines
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+        })
+        .collect();
+    let (path, q) = target.split_once('?').unwrap_or((&target, ""));
+    let query = q
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (k.to_string(), pct_decode(v))
+        })
+        .collect();
+    let mut req = OriginRequest {
+        method,
+        path: path.to_string(),
+        query,
+        headers,
+        head: head.clone(),
+        body: Vec::new(),
+    };
+    // Read a request body (Content-Length or chunked).
+    if let Some(n) = req.header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        let mut b = vec![0u8; n];
+        r.read_exact(&mut b).ok()?;
+        req.body = b;
+    } else if req
+        .header("transfer-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+    {
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).ok()?;
+            let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or("0"), 16).ok()?;
+            if size == 0 {
+                let mut end = String::new();
+                r.read_line(&mut end).ok()?;
+                break;
+            }
+            let mut b = vec![0u8; size + 2];
+            r.read_exact(&mut b).ok()?;
+            req.body.extend_from_slice(&b[..size]);
+        }
+    }
+    Some(req)
+}
+
+fn serve_origin_conn(s: TcpStream, log: Arc<Mutex<Vec<String>>>, stop: Arc<AtomicBool>) {
+    let _ = s.set_nodelay(true);
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    while let Some(req) = read_origin_request(&mut r) {
+        log.lock().unwrap().push(req.head.clone());
+        if !answer(&req, &mut w, &stop) {
+            break;
+        }
+    }
+}
+
+/// Write one response; false: the connection must close.
+fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
+    let q = &req.query;
+    match req.path.as_str() {
+        "/raw/both" => {
+            let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+            return true;
+        }
+        "/raw/twocl" => {
+            let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!");
+            return true;
+        }
+        "/silent" => {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            return false;
+        }
+        _ => {}
+    }
+    let mut extra = String::new();
+    if let Some(cc) = q.get("cc") {
+        extra.push_str(&format!("Cache-Control: {cc}\r\n"));
+    }
+    if let Some(e) = q.get("etag") {
+        extra.push_str(&format!("ETag: \"{e}\"\r\n"));
+    }
+    if let Some(lm) = q.get("lm") {
+        extra.push_str(&format!("Last-Modified: {}\r\n", http_date(lm.parse().unwrap_or(0))));
+    }
+    if let Some(v) = q.get("vary") {
+        extra.push_str(&format!("Vary: {v}\r\n"));
+    }
+    let close = q.contains_key("close");
+    if close {
+        extra.push_str("Connection: close\r\n");
+    }
+    extra.push_str(&format!("Date: {}\r\n", http_date(0)));
+    // Conditionals.
+    let etag_hit = q
+        .get("etag")
+        .is_some_and(|e| req.header("if-none-match") == Some(&format!("\"{e}\"")));
+    let lm_hit = !q.contains_key("etag") && q.contains_key("lm") && req.header("if-modified-since").is_some();
+    if etag_hit || lm_hit {
+        let _ = w.write_all(format!("HTTP/1.1 304 Not Modified\r\n{extra}\r\n").as_bytes());
+        return !close;
+    }
+    let (framing, body): (&str, Vec<u8>) = match req.path.as_str() {
+        "/echo" => ("cl", req.head.clone().into_bytes()),
+        "/sink" => ("cl", req.body.clone()),
+        "/lang" => (
+            "cl",
+            format!("lang={}", req.header("accept-language").unwrap_or("none")).into_bytes(),
+        ),
+        p => {
+            let mut it = p.trim_start_matches('/').split('/');
+            let f = it.next().unwrap_or("cl");
+            let n: usize = it.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            let f = match f {
+                "chunked" => "chunked",
+                "close" => "close",
+                _ => "cl",
+            };
+            (f, pattern(n))
+        }
+    };
+    let status: u16 = q.get("status").and_then(|s| s.parse().ok()).unwrap_or(200);
+    let head_only = req.method == "HEAD";
+    let mut head = format!("HTTP/1.1 {status} X\r\n{extra}");
+    match framing {
+        "cl" => head.push_str(&format!("Content-Length: {}\r\n", body.len())),
+        "chunked" => head.push_str("Transfer-Encoding: chunked\r\n"),
+        _ => head.push_str("Connection: close\r\n"),
+    }
+    head.push_str("\r\n");
+    if w.write_all(head.as_bytes()).is_err() {
+        return false;
+    }
+    if head_only {
+        return !close && framing != "close";
+    }
+    let abort: Option<usize> = q.get("abort").and_then(|a| a.parse().ok());
+    let slow: u64 = q.get("slow").and_then(|a| a.parse().ok()).unwrap_or(0);
+    let chunk: usize = q.get("chunk").and_then(|a| a.parse().ok()).unwrap_or(65536).max(1);
+    let limit = abort.unwrap_or(body.len()).min(body.len());
+    let mut sent = 0;
+    while sent < limit {
+        let n = chunk.min(limit - sent);
+        let piece = &body[sent..sent + n];
+        let r = if framing == "chunked" {
+            w.write_all(format!("{n:x}\r\n").as_bytes())
+                .and_then(|_| w.write_all(piece))
+                .and_then(|_| w.write_all(b"\r\n"))
+        } else {
+            w.write_all(piece)
+        };
+        if r.is_err() {
+            return false;
+        }
+        sent += n;
+        if slow > 0 {
+            std::thread::sleep(Duration::from_millis(slow));
+        }
+    }
+    if abort.is_some() {
+        let _ = w.flush();
+        return false;
+    }
+    if framing == "chunked" && w.write_all(b"0\r\n\r\n").is_err() {
+        return false;
+    }
+    // `drop`: close silently after a keep-alive response (the race a pool meets).
+    !close && framing != "close" && !q.contains_key("drop")
+}
+
+// ---------------------------------------------------------------------------
+// The client side
+
+/// A parsed response.
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    /// The body ended by the connection closing.
+    close_delimited: bool,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Responses from a stream: Content-Length, chunked and close-delimited bodies.
+struct Conn {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum ReadErr {
+    /// The connection closed (or reset) before the response was complete.
+    Truncated,
+}
+
+impl Conn {
+    fn to(addr: SocketAddr) -> Conn {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.set_nodelay(true).unwrap();
+        Conn { s, buf: Vec::new() }
+    }
+
+    fn send(&mut self, data: &[u8]) {
+        self.s.write_all(data).unwrap();
+    }
+
+    fn get(&mut self, url: &str, extra: &str) -> Resp {
+        self.send(format!("GET {url} HTTP/1.1\r\nHost: ignored\r\n{extra}\r\n").as_bytes());
+        self.read(false).unwrap()
+    }
+
+    fn fill(&mut self) -> usize {
+        let mut tmp = vec![0u8; 256 * 1024];
+        match self.s.read(&mut tmp) {
+            Ok(n) => {
+                self.buf.extend_from_slice(&tmp[..n]);
+                n
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+
+    fn read(&mut self, head_request: bool) -> Result<Resp, ReadErr> {
+        let head_end = loop {
+            if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            if self.fill() == 0 {
+                return Err(ReadErr::Truncated);
+            }
+        };
+        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap();
+        assert!(status_line.starts_with("HTTP/1.1 "), "status line {status_line:?}");
+        let status: u16 = status_line[9..12].parse().unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (n, v) = l.split_once(':').unwrap();
+                (n.trim().to_string(), v.trim().to_string())
+            })
+            .collect();
+        self.buf.drain(..head_end);
+        let mut r = Resp {
+            status,
+            headers,
+            body: Vec::new(),
+            close_delimited: false,
+        };
+        if head_request || status == 204 || status == 304 || (100..200).contains(&status) {
+            return Ok(r);
+        }
+        if let Some(len) = r.header("content-length") {
+            let len: usize = len.parse().unwrap();
+            while self.buf.len() < len {
+                if self.fill() == 0 {
+                    return Err(ReadErr::Truncated);
+                }
+            }
+            r.body = self.buf.drain(..len).collect();
+        } else if r
+            .header("transfer-encoding")
+            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+        {
+            let mut pos = 0;
+            loop {
+                let line_end = loop {
+                    if let Some(i) = self.buf[pos..].windows(2).position(|w| w == b"\r\n") {
+                        break pos + i;
+                    }
+                    if self.fill() == 0 {
+                        return Err(ReadErr::Truncated);
+                    }
+                };
+                let size_s = String::from_utf8_lossy(&self.buf[pos..line_end]).into_owned();
+                let size = usize::from_str_radix(size_s.split(';').next().unwrap().trim(), 16).unwrap();
+                pos = line_end + 2;
+                if size == 0 {
+                    while !self.buf[pos..].starts_with(b"\r\n") {
+                        if self.buf.len() < pos + 2 && self.fill() == 0 {
+                            return Err(ReadErr::Truncated);
+                        }
+                        if self.buf.len() >= pos + 2 && !self.buf[pos..].starts_with(b"\r\n") {
+                            panic!("trailers are not expected in these tests");
+                        }
+                    }
+                    pos += 2;
+                    break;
+                }
+                while self.buf.len() < pos + size + 2 {
+                    if self.fill() == 0 {
+                        return Err(ReadErr::Truncated);
+                    }
+                }
+                r.body.extend_from_slice(&self.buf[pos..pos + size]);
+                assert_eq!(&self.buf[pos + size..pos + size + 2], b"\r\n");
+                pos += size + 2;
+            }
+            self.buf.drain(..pos);
+        } else {
+            while self.fill() > 0 {}
+            r.body = std::mem::take(&mut self.buf);
+            r.close_delimited = true;
+        }
+        Ok(r)
+    }
+
+    /// True when the peer closes within the read timeout with no more bytes.
+    fn closed(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        let mut tmp = [0u8; 1024];
+        match self.s.read(&mut tmp) {
+            Ok(0) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => true,
+            _ => false,
+        }
+    }
+}
+
+fn start_proxy(args: &[&str]) -> Weft {
+    let mut full = vec!["proxy", "--listen", "127.0.0.1:0", "--workers", "1"];
+    full.extend_from_slice(args);
+    Weft::start(&full)
+}
+
+/// GET `url` through the proxy on a fresh connection.
+fn fetch(p: &Weft, url: &str, extra: &str) -> Resp {
+    Conn::to(p.addr).get(url, extra)
+}
+
+/// Stop the proxy with SIGTERM and return its `--stats-on-exit` JSON total.
+fn stop_stats(mut p: Weft) -> String {
+    p.terminate();
+    assert_eq!(p.wait_exit(Duration::from_secs(15)), Some(0), "{}", p.stderr());
+    let err = p.stderr();
+    err.lines()
+        .find(|l| l.starts_with("{\"total\""))
+        .unwrap_or_else(|| panic!("no stats in: {err}"))
+        .to_string()
+}
+
+fn counter(json: &str, name: &str) -> u64 {
+    let key = format!("\"{name}\":");
+    let i = json.find(&key).unwrap_or_else(|| panic!("{name} not in {json}")) + key.len();
+    json[i..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Scenarios run per event backend
+
+mod scenarios {
+    use super::*;
+
+    /// Bodies of many sizes and all three framings, cacheable and not,
+    /// byte-exact through the proxy (misses, then hits for the cacheable ones).
+    pub fn bodies_byte_exact(event: &str, splice: &str) {
+        let o = Origin::start();
+        let p = start_proxy(&["--event", event, "--splice", splice, "--stats-on-exit"]);
+        let sizes = [0usize, 1, 100, 4095, 5000, 70_000, (1 << 20) + 3];
+        let mut c = Conn::to(p.addr);
+        for framing in ["cl", "chunked", "close"] {
+            for &n in &sizes {
+                for cacheable in [false, true] {
+                    let cc = if cacheable { "max-age%3D60" } else { "no-store" };
+                    let url = o.url(&format!("/{framing}/{n}?cc={cc}&chunk=20000&v={splice}"));
+                    eprintln!("GET {url}");
+                    let r = c.get(&url, "");
+                    assert_eq!(r.status, 200, "{url}");
+                    assert_eq!(r.body.len(), n, "{url}");
+                    assert!(r.body == pattern(n), "{url}: body differs");
+                    if r.close_delimited {
+                        c = Conn::to(p.addr);
+                    }
+                    if cacheable {
+                        let before = o.count(&format!("/{framing}/{n}"));
+                        let h = fetch(&p, &url, "");
+                        assert_eq!(h.status, 200);
+                        assert!(h.body == pattern(n), "{url}: cached body differs");
+                        assert!(h.header("age").is_some(), "{url}: a hit carries Age");
+                        assert_eq!(h.header("content-length"), Some(n.to_string().as_str()));
+                        assert_eq!(o.count(&format!("/{framing}/{n}")), before, "{url}: served from cache");
+                    }
+                }
+            }
+        }
+        let stats = stop_stats(p);
+        if splice == "off" {
+            assert_eq!(counter(&stats, "bytes_spliced"), 0, "{stats}");
+            assert_eq!(counter(&stats, "bytes_teed"), 0, "{stats}");
+        } else {
+            assert!(counter(&stats, "bytes_spliced") > 0, "{stats}");
+            assert!(counter(&stats, "bytes_teed") > 0, "{stats}");
+            assert!(counter(&stats, "sessions_keep_copy") > 0, "{stats}");
+        }
+        assert_eq!(counter(&stats, "sessions_upstream_abort"), 0, "{stats}");
+    }
+
+    pub fn bodies_splice_on(event: &str) {
+        bodies_byte_exact(event, "on");
+    }
+
+    pub fn bodies_splice_off(event: &str) {
+        bodies_byte_exact(event, "off");
+    }
+
+    pub fn bodies_splice_auto(event: &str) {
+        bodies_byte_exact(event, "auto");
+    }
+
+    /// Pipelined requests are answered in order: hits, misses and
+    /// uncacheable responses mixed.
+    pub fn pipelining(event: &str) {
+        let o = Origin::start();
+        let p = start_proxy(&["--event", event]);
+        let cached = o.url("/cl/300?cc=max-age%3D60");
+        assert_eq!(fetch(&p, &cached, "").status, 200);
+        let mut c = Conn::to(p.addr);
+        let mut batch = String::new();
+        let urls: Vec<String> = (0..12)
+            .map(|i| match i % 4 {
+                0 => cached.clone(),
+                1 => o.url(&format!("/cl/{}?cc=no-store", 1000 + i)),
+                2 => o.url(&format!("/chunked/{}?cc=no-store&chunk=333", 50_000 + i)),
+                _ => o.url(&format!("/cl/{}?cc=max-age%3D60", 70_000 + i)),
+            })
+            .collect();
+        for u in &urls {
+            batch.push_str(&format!("GET {u} HTTP/1.1\r\nHost: x\r\n\r\n"));
+        }
+        c.send(batch.as_bytes());
+        for (i, u) in urls.iter().enumerate() {
+            let r = c.read(false).unwrap();
+            assert_eq!(r.status, 200, "{u}");
+            let n: usize = u.split('/').nth(4).unwrap().split('?').next().unwrap().parse().unwrap();
+            assert!(r.body == pattern(n), "response {i} ({u}) out of order or corrupt");
+        }
+    }
+
+    /// CONNECT to a local echo server: bytes both ways, a large transfer,
+    /// half-close forwarding, and refused ports.
+    pub fn connect_tunnel(event: &str) {
+        let echo = TcpListener::bind("127.0.0.1:0").unwrap();
+        let eaddr = echo.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in echo.incoming() {
+                let Ok(mut s) = s else { continue };
+                std::thread::spawn(move || {
+                    let mut r = s.try_clone().unwrap();
+                    let _ = std::io::copy(&mut r, &mut s);
+                    let _ = s.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        for splice in ["on", "off"] {
+            let port = eaddr.port().to_string();
+            let p = start_proxy(&[
+                "--event",
+                event,
+                "--splice",
+                splice,
+                "--connect-ports",
+                &port,
+                "--stats-on-exit",
+            ]);
+            let mut c = Conn::to(p.addr);
+            c.send(format!("CONNECT {eaddr} HTTP/1.1\r\nHost: {eaddr}\r\n\r\nearly").as_bytes());
+            let r = c.read(true).unwrap();
+            assert_eq!(r.status, 200);
+            let big = pattern(3 << 20);
+            let writer = {
+                let mut s = c.s.try_clone().unwrap();
+                let big = big.clone();
+                std::thread::spawn(move || {
+                    s.write_all(&big).unwrap();
+                    s.shutdown(Shutdown::Write).unwrap();
+                })
+            };
+            let mut got = std::mem::take(&mut c.buf);
+            c.s.read_to_end(&mut got).unwrap();
+            writer.join().unwrap();
+            let mut want = b"early".to_vec();
+            want.extend_from_slice(&big);
+            assert_eq!(got.len(), want.len(), "splice={splice}");
+            assert!(got == want, "tunnel bytes differ (splice={splice})");
+            // A port not in --connect-ports is refused.
+            let mut c = Conn::to(p.addr);
+            c.send(b"CONNECT 127.0.0.1:25 HTTP/1.1\r\nHost: 127.0.0.1:25\r\n\r\n");
+            assert_eq!(c.read(false).unwrap().status, 403);
+            let stats = stop_stats(p);
+            assert_eq!(counter(&stats, "tunnels"), 1, "{stats}");
+            let key = if splice == "on" {
+                "tunnel_bytes_spliced"
+            } else {
+                "tunnel_bytes_copied"
+            };
+            assert!(counter(&stats, key) >= 2 * (3 << 20) as u64, "{stats}");
+        }
+    }
+
+    /// A client that goes away during a KeepCopy transfer still leaves a
+    /// complete object in the cache.
+    pub fn client_abort_keep_copy_fills_cache(event: &str) {
+        let o = Origin::start();
+        let p = start_proxy(&["--event", event, "--splice", "on", "--keep-copy", "--stats-on-exit"]);
+        let n = 6 << 20;
+        let url = o.url(&format!("/cl/{n}?cc=max-age%3D600&slow=15"));
+        {
+            let mut c = Conn::to(p.addr);
+            c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            // Read the head and a little body, then hang up.
+            while !c.buf.windows(4).any(|w| w == b"\r\n\r\n") || c.buf.len() < 100_000 {
+                assert!(c.fill() > 0);
+            }
+            let _ = c.s.shutdown(Shutdown::Both);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = fetch(&p, &url, "Cache-Control: only-if-cached\r\n");
+            if r.status == 200 {
+                let want = pattern(n);
+                let first_diff = r.body.iter().zip(want.iter()).position(|(a, b)| a != b);
+                assert!(
+                    r.body == want,
+                    "the object filled after the abort is complete: len {} first diff {first_diff:?}",
+                    r.body.len()
+                );
+                break;
+            }
+            assert_eq!(r.status, 504);
+            assert!(Instant::now() < deadline, "cache never filled");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(o.count(&format!("/cl/{n}")), 1, "the origin was asked once");
+        let stats = stop_stats(p);
+        assert_eq!(counter(&stats, "sessions_orphan_fill"), 1, "{stats}");
+    }
+
+    /// An upstream that closes mid-body: the client connection is closed
+    /// (never a short response that looks complete) and nothing is cached.
+    pub fn upstream_close_mid_body(event: &str) {
+        let o = Origin::start();
+        for splice in ["on", "off"] {
+            let p = start_proxy(&["--event", event, "--splice", splice]);
+            for framing in ["cl", "chunked"] {
+                let url = o.url(&format!("/{framing}/500000?cc=max-age%3D60&abort=200000&s={splice}"));
+                let mut c = Conn::to(p.addr);
+                c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+                match c.read(false) {
+                    Err(ReadErr::Truncated) => {}
+                    Ok(r) => panic!(
+                        "{url}: a truncated body was relayed as complete ({} bytes)",
+                        r.body.len()
+                    ),
+                }
+                let before = o.count(&format!("/{framing}/500000"));
+                let mut c = Conn::to(p.addr);
+                c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+                let _ = c.read(false);
+                assert_eq!(
+                    o.count(&format!("/{framing}/500000")),
+                    before + 1,
+                    "{url}: partial object not cached"
+                );
+            }
+        }
+    }
+}
+
+macro_rules! per_backend {
+    ($($scenario:ident),* $(,)?) => {
+        per_backend!(@backend epoll, "epoll", $($scenario),*);
+        per_backend!(@backend epoll_et, "epoll-et", $($scenario),*);
+        per_backend!(@backend poll, "poll", $($scenario),*);
+        per_backend!(@backend uring, "uring", $($scenario),*);
+    };
+    (@backend $module:ident, $name:literal, $($scenario:ident),*) => {
+        mod $module {
+            $(
+                #[test]
+                fn $scenario() {
+                    super::scenarios::$scenario($name);
+                }
+            )*
+        }
+    };
+}
+
+per_backend!(
+    bodies_splice_on,
+    bodies_splice_off,
+    pipelining,
+    connect_tunnel,
+    client_abort_keep_copy_fills_cache,
+    upstream_close_mid_body
+);
+
+#[test]
+fn bodies_splice_auto_epoll() {
+    scenarios::bodies_splice_auto("epoll");
+}
+
+// ---------------------------------------------------------------------------
+// Single-backend scenarios
+
+/// 64 MiB bodies, byte-exact, spliced and copied (few, to keep the suite fast).
+#[test]
+fn large_bodies_64mib() {
+    let o = Origin::start();
+    let n = 64 << 20;
+    let want = pattern(n);
+    for (splice, framing, cc) in [
+        ("on", "cl", "no-store"),
+        ("off", "cl", "no-store"),
+        ("on", "chunked", "max-age%3D60"),
+        ("on", "close", "no-store"),
+    ] {
+        let p = start_proxy(&[
+            "--splice",
+            splice,
+            "--cache-size",
+            "200MiB",
+            "--max-object-size",
+            "64MiB",
+        ]);
+        let url = o.url(&format!("/{framing}/{n}?cc={cc}&chunk=1048576"));
+        let r = fetch(&p, &url, "");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body.len(), n, "{url}");
+        assert!(r.body == want, "{url}: body differs");
+        if cc != "no-store" {
+            let h = fetch(&p, &url, "");
+            assert!(h.body == want, "{url}: cached body differs");
+            assert_eq!(o.count(&format!("/{framing}/{n}")), 1);
+        }
+    }
+}
+
+#[test]
+fn revalidation_with_etag_and_last_modified() {
+    let o = Origin::start();
+    let p = start_proxy(&["--stats-on-exit"]);
+    // Stale at once (max-age=0) with a validator: each use is revalidated.
+    let url = o.url("/cl/2000?cc=max-age%3D0&etag=v1");
+    assert_eq!(fetch(&p, &url, "").body, pattern(2000));
+    let r = fetch(&p, &url, "");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, pattern(2000));
+    assert_eq!(o.count("/cl/2000"), 2);
+    assert!(
+        o.last_head().contains("If-None-Match: \"v1\""),
+        "conditional request sent: {}",
+        o.last_head()
+    );
+    // The client's own conditional is answered from the refreshed object.
+    let r = fetch(&p, &url, "If-None-Match: \"v1\"\r\n");
+    assert_eq!(r.status, 304);
+    assert_eq!(r.header("etag"), Some("\"v1\""));
+    // Last-Modified only.
+    let url = o.url("/cl/2001?cc=no-cache&lm=100");
+    assert_eq!(fetch(&p, &url, "").body, pattern(2001));
+    assert_eq!(fetch(&p, &url, "").body, pattern(2001));
+    assert!(o.last_head().contains("If-Modified-Since: "), "{}", o.last_head());
+    let stats = stop_stats(p);
+    assert_eq!(counter(&stats, "revalidated"), 3, "{stats}");
+}
+
+#[test]
+fn heuristic_freshness_and_no_store() {
+    let o = Origin::start();
+    let p = start_proxy(&[]);
+    // Last-Modified a day ago, no explicit freshness: fresh for ~2.4 h.
+    let url = o.url("/cl/10?lm=86400");
+    fetch(&p, &url, "");
+    fetch(&p, &url, "");
+    assert_eq!(o.count("/cl/10"), 1, "heuristically fresh");
+    let url = o.url("/cl/11?cc=no-store");
+    fetch(&p, &url, "");
+    fetch(&p, &url, "");
+    assert_eq!(o.count("/cl/11"), 2, "no-store is never cached");
+    let url = o.url("/cl/12?cc=private%2C%20max-age%3D60");
+    fetch(&p, &url, "");
+    fetch(&p, &url, "");
+    assert_eq!(o.count("/cl/12"), 2, "private is not stored by a shared cache");
+    // A request's no-cache forces validation; no validator means a refetch.
+    let url = o.url("/cl/13?cc=max-age%3D60");
+    fetch(&p, &url, "");
+    fetch(&p, &url, "Cache-Control: no-cache\r\n");
+    assert_eq!(o.count("/cl/13"), 2);
+    fetch(&p, &url, "Pragma: no-cache\r\n");
+    assert_eq!(o.count("/cl/13"), 3, "Pragma: no-cache without Cache-Control");
+    // max-stale lets a stale response through; must-revalidate forbids it.
+    let url = o.url("/cl/14?cc=max-age%3D0");
+    fetch(&p, &url, "");
+    std::thread::sleep(Duration::from_millis(1100));
+    let r = fetch(&p, &url, "Cache-Control: max-stale=100\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(o.count("/cl/14"), 1, "stale served under max-stale");
+    let url = o.url("/cl/15?cc=max-age%3D0%2C%20must-revalidate");
+    fetch(&p, &url, "");
+    fetch(&p, &url, "Cache-Control: max-stale=100\r\n");
+    assert_eq!(o.count("/cl/15"), 2, "must-revalidate is never served stale");
+    // only-if-cached.
+    let r = fetch(&p, &o.url("/cl/16"), "Cache-Control: only-if-cached\r\n");
+    assert_eq!(r.status, 504);
+    assert_eq!(o.count("/cl/16"), 0);
+}
+
+#[test]
+fn vary_selects_variants() {
+    let o = Origin::start();
+    let p = start_proxy(&[]);
+    let url = o.url("/lang?cc=max-age%3D60&vary=Accept-Language");
+    for lang in ["en", "fr", "en", "fr", "de"] {
+        let r = fetch(&p, &url, &format!("Accept-Language: {lang}\r\n"));
+        assert_eq!(r.body, format!("lang={lang}").into_bytes());
+    }
+    assert_eq!(o.count("/lang"), 3, "one fetch per variant");
+    let r = fetch(&p, &o.url("/lang?cc=max-age%3D60&vary=*"), "");
+    assert_eq!(r.status, 200);
+    fetch(&p, &o.url("/lang?cc=max-age%3D60&vary=*"), "");
+    assert_eq!(o.count("/lang"), 5, "Vary: * is not stored");
+}
+
+#[test]
+fn range_and_head_from_cache() {
+    let o = Origin::start();
+    let p = start_proxy(&[]);
+    let url = o.url("/cl/100000?cc=max-age%3D60&etag=r1");
+    fetch(&p, &url, "");
+    let r = fetch(&p, &url, "Range: bytes=10-19\r\n");
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, pattern(100_000)[10..20].to_vec());
+    assert_eq!(r.header("content-range"), Some("bytes 10-19/100000"));
+    let r = fetch(&p, &url, "Range: bytes=-5\r\n");
+    assert_eq!(r.body, pattern(100_000)[99_995..].to_vec());
+    let r = fetch(&p, &url, "Range: bytes=200000-\r\n");
+    assert_eq!(r.status, 416);
+    let r = fetch(&p, &url, "Range: bytes=0-0\r\nIf-Range: \"other\"\r\n");
+    assert_eq!(r.status, 200, "If-Range mismatch sends everything");
+    let mut c = Conn::to(p.addr);
+    c.send(format!("HEAD {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+    let h = c.read(true).unwrap();
+    assert_eq!(h.status, 200);
+    assert_eq!(h.header("content-length"), Some("100000"));
+    // The connection is still in step: the next response parses.
+    assert_eq!(c.get(&url, "").body.len(), 100_000);
+    assert_eq!(o.count("/cl/100000"), 1);
+}
+
+#[test]
+fn unsafe_methods_invalidate() {
+    let o = Origin::start();
+    let p = start_proxy(&[]);
+    let url = o.url("/cl/50?cc=max-age%3D60");
+    fetch(&p, &url, "");
+    fetch(&p, &url, "");
+    assert_eq!(o.count("/cl/50"), 1);
+    let mut c = Conn::to(p.addr);
+    c.send(format!("POST {url} HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello").as_bytes());
+    assert_eq!(c.read(false).unwrap().status, 200);
+    fetch(&p, &url, "");
+    assert_eq!(o.count("/cl/50"), 3, "POST then GET: refetched");
+}
+
+#[test]
+fn request_bodies_are_streamed_upstream() {
+    let o = Origin::start();
+    let p = start_proxy(&[]);
+    let body = pattern(3 << 20);
+    let url = o.url("/sink?cc=no-store");
+    // Content-Length body, written while the proxy forwards it.
+    let mut c = Conn::to(p.addr);
+    c.send(
+        format!(
+            "POST {url} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    c.send(&body);
+    let r = c.read(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body == body, "the origin received the body intact");
+    // Chunked, after Expect: 100-continue, on the same connection.
+    c.send(
+        format!("PUT {url} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n")
+            .as_bytes(),
+    );
+    let interim = c.read(true).unwrap();
+    assert_eq!(interim.status, 100);
+    let mut wire = Vec::new();
+    for part in body[..500_000].chunks(33_333) {
+        wire.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+        wire.extend_from_slice(part);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire.extend_from_slice(b"0\r\n\r\n");
+    c.send(&wire);
+    let r = c.read(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body == body[..500_000], "chunked request body forwarded");
+    // HEAD misses are forwarded and leave the connection in step.
+    c.send(format!("HEAD {} HTTP/1.1\r\nHost: x\r\n\r\n", o.url("/cl/1234?cc=no-store")).as_bytes());
+    let h = c.read(true).unwrap();
+    assert_eq!(h.header("content-length"), Some("1234"));
+    assert_eq!(c.get(&o.url("/cl/10?cc=no-store"), "").body, pattern(10));
+}
+
+#[test]
+fn forwarded_request_headers() {
+    let o = Origin::start();
+    let p = start_proxy(&["--via-name", "testproxy"]);
+    let r = fetch(
+        &p,
+        &o.url("/echo?cc=no-store"),
+        "Connection: keep-alive, X-Private\r\nX-Private: secret\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nKeep-Alive: 5\r\nX-Keep: 1\r\n",
+    );
+    let head = String::from_utf8(r.body).unwrap();
+    assert!(
+        head.starts_with("GET /echo?cc=no-store HTTP/1.1\r\n"),
+        "origin-form upstream: {head}"
+    );
+    assert!(head.contains(&format!("Host: {}\r\n", o.addr)), "{head}");
+    assert!(head.contains("Via: 1.1 testproxy (weft)\r\n"), "{head}");
+    assert!(head.contains("X-Forwarded-For: 127.0.0.1\r\n"), "{head}");
+    assert!(head.contains("X-Keep: 1\r\n"), "{head}");
+    for gone in ["X-Private", "Proxy-Connection", "TE:", "Keep-Alive", "Connection:"] {
+        assert!(!head.contains(gone), "{gone} must not be forwarded: {head}");
+    }
+    assert!(r.headers.iter().any(|(n, v)| n == "Via" && v == "1.1 testproxy (weft)"));
+}
+
+#[test]
+fn upstream_connections_are_pooled() {
+    let o = Origin::start();
+    let p = start_proxy(&[]);
+    for i in 0..5 {
+        let r = fetch(&p, &o.url(&format!("/cl/{}?cc=no-store", 10 + i)), "");
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(o.connections(), 1, "one upstream connection served five clients");
+    // An upstream that closes an idle pooled connection: the next request
+    // still succeeds (closed pooled connections are dropped or retried once).
+    for pause in [0, 30, 0, 30] {
+        let r = fetch(&p, &o.url("/cl/3?cc=no-store&drop=1"), "");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, pattern(3));
+        std::thread::sleep(Duration::from_millis(pause));
+    }
+    let before = o.connections();
+    // An upstream that closes after a response is not reused.
+    fetch(&p, &o.url("/cl/1?cc=no-store&close=1"), "");
+    fetch(&p, &o.url("/cl/2?cc=no-store"), "");
+    assert_eq!(o.connections(), before + 2);
+}
+
+#[test]
+fn smuggling_responses_are_502() {
+    let o = Origin::start();
+    let p = start_proxy(&[]);
+    for path in ["/raw/both", "/raw/twocl"] {
+        let r = fetch(&p, &o.url(path), "");
+        assert_eq!(r.status, 502, "{path}");
+        assert!(String::from_utf8_lossy(&r.body).contains("Content-Length"), "{path}");
+    }
+}
+
+#[test]
+fn upstream_errors_name_the_cause() {
+    let o = Origin::start();
+    let p = start_proxy(&["--upstream-timeout", "300ms", "--connect-timeout", "300ms"]);
+    // Refused: a port nobody listens on.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = closed.local_addr().unwrap();
+    drop(closed);
+    let r = fetch(&p, &format!("http://{dead}/"), "");
+    assert_eq!(r.status, 502);
+    assert!(String::from_utf8_lossy(&r.body).contains("refused"), "{:?}", r.body);
+    // DNS failure.
+    let r = fetch(&p, "http://no-such-host.invalid/", "");
+    assert_eq!(r.status, 502);
+    assert!(String::from_utf8_lossy(&r.body).contains("resolve"));
+    // Timeout.
+    let t = Instant::now();
+    let r = fetch(&p, &o.url("/silent"), "");
+    assert_eq!(r.status, 504);
+    assert!(String::from_utf8_lossy(&r.body).contains("timed out"));
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn access_control_and_bad_requests() {
+    let o = Origin::start();
+    let p = start_proxy(&["--allow", "10.0.0.0/8"]);
+    let r = fetch(&p, &o.url("/cl/1"), "");
+    assert_eq!(r.status, 403);
+    assert_eq!(o.count("/cl/1"), 0);
+    let p = start_proxy(&[]);
+    // Origin-form to a forward proxy, other schemes, loops.
+    let mut c = Conn::to(p.addr);
+    c.send(b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().status, 400);
+    assert_eq!(fetch(&p, "ftp://example.com/x", "").status, 400);
+    let r = fetch(&p, &format!("http://{}/loop", p.addr), "");
+    assert_eq!(r.status, 508, "a request to the proxy itself is a loop");
+    // Request smuggling from the client side.
+    let mut c = Conn::to(p.addr);
+    c.send(
+        format!(
+            "POST {} HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            o.url("/cl/1")
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.read(false).unwrap().status, 400);
+    assert!(c.closed());
+}
+
+#[test]
+fn reverse_mode_with_routes() {
+    let a = Origin::start();
+    let b = Origin::start();
+    let route = format!("b.example={}", b.addr);
+    let p = start_proxy(&["--upstream", &a.addr.to_string(), "--route", &route]);
+    let mut c = Conn::to(p.addr);
+    c.send(b"GET /cl/77?cc=max-age%3D60 HTTP/1.1\r\nHost: a.example\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().body, pattern(77));
+    c.send(b"GET /cl/77?cc=max-age%3D60 HTTP/1.1\r\nHost: b.example:80\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().body, pattern(77));
+    c.send(b"GET /cl/77?cc=max-age%3D60 HTTP/1.1\r\nHost: a.example\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().body, pattern(77));
+    assert_eq!(a.count("/cl/77"), 1, "cached per Host");
+    assert_eq!(b.count("/cl/77"), 1);
+    // CONNECT is not served by a reverse proxy.
+    c.send(b"CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().status, 405);
+}
+
+#[test]
+fn only_routes_without_default_answer_421() {
+    let b = Origin::start();
+    let route = format!("b.example={}", b.addr);
+    let p = start_proxy(&["--route", &route]);
+    let mut c = Conn::to(p.addr);
+    c.send(b"GET /cl/5 HTTP/1.1\r\nHost: other.example\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().status, 421);
+}
+
+#[test]
+fn admin_endpoint_and_config_file() {
+    let o = Origin::start();
+    let d = TempDir::new("proxy-conf");
+    let admin = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let conf = d.write(
+        "weft.toml",
+        format!(
+            "[proxy]\nsplice = \"on\"\nadmin = \"{admin}\"\nallow = [\"127.0.0.0/8\", \"::1\"]\nupstream = \"{}\"\n",
+            o.addr
+        )
+        .as_bytes(),
+    );
+    let out = std::process::Command::new(weft_bin())
+        .args(["check", "-c", conf.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let p = start_proxy(&["-c", conf.to_str().unwrap()]);
+    let mut c = Conn::to(p.addr);
+    c.send(b"GET /cl/200000?cc=no-store HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(c.read(false).unwrap().body == pattern(200_000));
+    // Workers publish their counters at the end of each loop iteration:
+    // the response may reach us a moment before they do.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let json = loop {
+        let mut a = Conn::to(admin);
+        let r = a.get("/stats", "");
+        assert_eq!(r.status, 200);
+        let json = String::from_utf8(r.body).unwrap();
+        if counter(&json, "sessions_splice") == 1 || Instant::now() > deadline {
+            break json;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(json.starts_with("{\"backend\":\"epoll\""), "{json}");
+    assert!(counter(&json, "bytes_spliced") >= 200_000 - 4096, "{json}");
+    assert_eq!(counter(&json, "sessions_splice"), 1, "{json}");
+    // A bad key in the [proxy] table is a one-line error, exit code 2.
+    let bad = d.write("bad.toml", b"[proxy]\nsplice = \"sometimes\"\n");
+    let out = std::process::Command::new(weft_bin())
+        .args(["proxy", "-c", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("proxy.splice") && err.lines().count() == 1, "{err}");
+}
+
+#[test]
+fn curl_through_forward_proxy() {
+    let o = Origin::start();
+    let p = start_proxy(&[]);
+    let url = o.url("/chunked/300000?cc=max-age%3D60&chunk=7777");
+    for _ in 0..2 {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "--fail", "-x", &format!("http://{}", p.addr), &url])
+            .output();
+        let Ok(out) = out else {
+            panic!("curl is required for this test (scripts/test installs it)");
+        };
+        assert!(out.status.success());
+        assert!(out.stdout == pattern(300_000));
+    }
+    assert_eq!(o.count("/chunked/300000"), 1);
+}
+
+/// nginx as the origin: files with ETag and Last-Modified, through the
+/// reverse proxy, byte-exact, cached heuristically and revalidated.
+#[test]
+fn nginx_origin() {
+    let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("nginx is required for this test (scripts/test installs nginx-light)");
+    let d = TempDir::new("nginx");
+    let www = d.path.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("small.txt"), b"small file\n").unwrap();
+    std::fs::write(www.join("big.bin"), pattern(5 << 20)).unwrap();
+    // Old enough for a heuristic lifetime of minutes.
+    let old = std::time::SystemTime::now() - Duration::from_secs(86_400);
+    for f in ["small.txt", "big.bin"] {
+        std::fs::File::options()
+            .write(true)
+            .open(www.join(f))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = d.path.display().to_string();
+    let conf = format!(
+        "daemon off; master_process off; worker_processes 1; pid {dir}/nginx.pid; error_log {dir}/error.log;\n\
+         events {{ worker_connections 64; }}\n\
+         http {{ access_log off; client_body_temp_path {dir}/cb; proxy_temp_path {dir}/pt; fastcgi_temp_path {dir}/ft; uwsgi_temp_path {dir}/ut; scgi_temp_path {dir}/st;\n\
+         server {{ listen 127.0.0.1:{port}; root {dir}/www; }} }}\n"
+    );
+    let conf_path = d.write("nginx.conf", conf.as_bytes());
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _nginx = Kill(
+        std::process::Command::new(nginx)
+            .args([
+                "-p",
+                &dir,
+                "-e",
+                &format!("{dir}/error.log"),
+                "-c",
+                conf_path.to_str().unwrap(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nginx did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let upstream = format!("127.0.0.1:{port}");
+    let p = start_proxy(&["--upstream", &upstream, "--stats-on-exit"]);
+    let mut c = Conn::to(p.addr);
+    for _ in 0..3 {
+        c.send(b"GET /big.bin HTTP/1.1\r\nHost: static.example\r\n\r\n");
+        let r = c.read(false).unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.body == pattern(5 << 20));
+        c.send(b"GET /small.txt HTTP/1.1\r\nHost: static.example\r\n\r\n");
+        assert_eq!(c.read(false).unwrap().body, b"small file\n");
+    }
+    c.send(b"GET /small.txt HTTP/1.1\r\nHost: static.example\r\nCache-Control: no-cache\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().body, b"small file\n");
+    c.send(b"GET /missing HTTP/1.1\r\nHost: static.example\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().status, 404);
+    let stats = stop_stats(p);
+    assert_eq!(counter(&stats, "stored"), 3, "two files and the 404: {stats}");
+    assert_eq!(counter(&stats, "hits"), 4, "{stats}");
+    assert_eq!(
+        counter(&stats, "revalidated"),
+        1,
+        "no-cache revalidated with nginx: {stats}"
+    );
+}
