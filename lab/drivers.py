@@ -7,9 +7,8 @@ for D seconds against one URL) and gets a `LoadResult` whatever tool ran it.
   exact totals as one JSON line (no per-request Lua, so wrk keeps its fast
   path); the human summary is parsed as a fallback.
 - `WeftLoadDriver` runs `weft load URL --clients N --duration D --json FILE`
-  and reads the JSON contract of the brief. It is written against that
-  contract only: `weft load` is built on another branch and could not be run
-  when this adapter was written; it is deliberately small.
+  and reads the JSON contract of the brief (docs/load.md lists every key;
+  `errors` holds counts only). It is deliberately small.
 """
 
 from __future__ import annotations

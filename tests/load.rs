@@ -115,7 +115,7 @@ fn n(v: &Value, path: &str) -> u64 {
 }
 
 fn no_errors(v: &Value) {
-    assert_eq!(n(v, "errors.total"), 0, "errors: {}", v["errors"]);
+    assert_eq!(n(v, "error_details.total"), 0, "errors: {}", v["errors"]);
 }
 
 #[test]
@@ -615,7 +615,7 @@ fn errors_are_counted_by_kind() {
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let v = r.json.unwrap();
     assert!(n(&v, "errors.fd_unavailable") > 0);
-    assert_eq!(n(&v, "errors.fd_limit"), 48);
+    assert_eq!(n(&v, "error_details.fd_limit"), 48);
     assert!(r.stdout.contains("ran out of descriptors (limit 48)"), "{}", r.stdout);
 }
 

@@ -116,11 +116,14 @@ pub fn run_json(cfg: &LoadConfig, r: &RunResult) -> Value {
         "connect_time_ms": { "mean": mean(c), "p50": q(c, 0.5), "p99": q(c, 0.99) },
         "connection_time_ms": { "mean": mean(l), "p50": q(l, 0.5), "max": if l.is_empty() { 0.0 } else { ms(l.max() as f64) } },
         "bytes": { "sent": s.bytes_sent, "received": s.bytes_received, "reply_head": s.head_bytes, "reply_body": s.body_bytes },
+        // Counts only, so a consumer may sum them; details live beside.
         "errors": {
-            "total": e.total(),
             "refused": e.refused, "reset": e.reset, "timeout": e.timeout,
             "fd_unavailable": e.fd_unavailable, "addr_unavailable": e.addr_unavailable,
             "bad_response": e.bad_response, "verify": e.verify, "other": e.other,
+        },
+        "error_details": {
+            "total": e.total(),
             "other_errno": s.other_errno,
             "fd_limit": s.fd_limit,
             "local_port_range": if e.addr_unavailable > 0 { local_port_range() } else { None },
@@ -522,6 +525,12 @@ mod tests {
         ] {
             assert!(v["errors"][k].is_u64(), "errors.{k}");
         }
+        assert_eq!(
+            v["errors"].as_object().unwrap().len(),
+            8,
+            "errors holds the eight counts only"
+        );
+        assert_eq!(v["error_details"]["total"].as_u64(), Some(0));
         assert_eq!(v["reply_rate"]["samples"].as_array().unwrap().len(), 3);
         assert_eq!(v["reply_rate"]["avg"].as_f64().unwrap(), 1000.0);
         assert!((v["cpu_per_request_us"].as_f64().unwrap() - 100.0).abs() < 1e-9);
