@@ -37,6 +37,14 @@ fn pipe_size(s: &str) -> Result<usize, String> {
     Ok(n)
 }
 
+fn notsent_lowat(s: &str) -> Result<usize, String> {
+    let n = size_usize(s)?;
+    if n > (64 << 20) {
+        return Err(format!("notsent-lowat `{s}` out of range (0..64MiB)"));
+    }
+    Ok(n)
+}
+
 fn first_read(s: &str) -> Result<usize, String> {
     let n = size_usize(s)?;
     if !(512..=(1 << 20)).contains(&n) {
@@ -127,6 +135,13 @@ pub struct ProxyArgs {
     /// Pipe size for splice (F_SETPIPE_SZ) [default: 1MiB].
     #[arg(long, value_name = "SIZE", value_parser = pipe_size)]
     pub pipe_size: Option<usize>,
+
+    /// Unsent bytes a client socket may hold before it stops taking more
+    /// (TCP_NOTSENT_LOWAT): bodies wait in the pipe and the upstream socket
+    /// instead of piling up in the client socket; 0 leaves the kernel's
+    /// default (no limit) [default: 32KiB].
+    #[arg(long, value_name = "SIZE", value_parser = notsent_lowat)]
+    pub notsent_lowat: Option<usize>,
 
     /// Most pipes alive in the process; beyond it bodies are copied [default: 1024].
     #[arg(long, value_name = "N", value_parser = positive)]
@@ -239,6 +254,7 @@ impl ProxyArgs {
             splice_threshold,
             keep_copy,
             pipe_size,
+            notsent_lowat,
             max_pipes,
             first_read,
             cache_size,

@@ -43,6 +43,7 @@ fn bad_flag_values_are_one_line_errors_with_status_2() {
         vec!["serve", "--send", "mmap"],
         vec!["serve", "--idle-timeout", "soon"],
         vec!["serve", "--no-such-flag"],
+        vec!["proxy", "--notsent-lowat", "1GiB"],
     ] {
         let out = weft(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

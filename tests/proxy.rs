@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{pattern, weft_bin, TempDir, Weft};
+use common::{pattern, send_with_fin, weft_bin, TempDir, Weft};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -282,6 +282,10 @@ fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
     };
     let status: u16 = q.get("status").and_then(|s| s.parse().ok()).unwrap_or(200);
     let head_only = req.method == "HEAD";
+    // `wait`: think before answering (milliseconds).
+    if let Some(ms) = q.get("wait").and_then(|w| w.parse().ok()) {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
     let mut head = format!("HTTP/1.1 {status} X\r\n{extra}");
     match framing {
         "cl" => head.push_str(&format!("Content-Length: {}\r\n", body.len())),
@@ -715,6 +719,62 @@ mod scenarios {
         assert_eq!(counter(&stats, "sessions_orphan_fill"), 1, "{stats}");
     }
 
+    /// A client that half-closes after pipelined requests still gets every
+    /// answer, and the proxy closes as soon as it has answered — not at the
+    /// idle timeout (edge-triggered backends report a FIN that comes with the
+    /// last data only once). The FIN arrives with the requests (answered from
+    /// the cache, or forwarded while the upstream thinks), and during a
+    /// spliced body.
+    pub fn half_close_after_pipelining(event: &str) {
+        let o = Origin::start();
+        let p = start_proxy(&["--event", event, "--idle-timeout", "60s", "--stats-on-exit"]);
+        let cached = o.url("/cl/700?cc=max-age%3D60");
+        assert_eq!(fetch(&p, &cached, "").status, 200);
+        let late = o.url("/cl/1000?cc=no-store&wait=100");
+        let slow = o.url("/cl/300000?cc=no-store&slow=10&chunk=60000");
+        let cases: [(&[&str], bool); 3] = [
+            (&[&cached, &cached], false),
+            (&[&cached, &late, &slow], false),
+            (&[&slow], true),
+        ];
+        for (urls, during_body) in cases {
+            let mut c = Conn::to(p.addr);
+            let batch: String = urls
+                .iter()
+                .map(|u| format!("GET {u} HTTP/1.1\r\nHost: x\r\n\r\n"))
+                .collect();
+            if during_body {
+                // Let the body start flowing first.
+                c.send(batch.as_bytes());
+                while c.buf.len() < 1000 {
+                    assert!(c.fill() > 0);
+                }
+                c.s.shutdown(Shutdown::Write).unwrap();
+            } else {
+                // Once the proxy has accepted and found nothing to read, the
+                // requests and the FIN arrive in one segment: one event.
+                std::thread::sleep(Duration::from_millis(50));
+                send_with_fin(&mut c.s, batch.as_bytes());
+            }
+            let t0 = Instant::now();
+            for (i, u) in urls.iter().enumerate() {
+                let r = c
+                    .read(false)
+                    .unwrap_or_else(|e| panic!("{event}: response {i} ({u}): {e:?}"));
+                assert_eq!(r.status, 200, "{event}: {u}");
+                let n: usize = u.split('/').nth(4).unwrap().split('?').next().unwrap().parse().unwrap();
+                assert!(r.body == pattern(n), "{event}: response {i} ({u}) whole and in order");
+            }
+            assert!(c.closed(), "{event}: the proxy closes after answering {urls:?}");
+            let took = t0.elapsed();
+            assert!(
+                took < Duration::from_secs(10),
+                "{event}: closed after {took:?}, not promptly"
+            );
+        }
+        assert_eq!(counter(&stop_stats(p), "sessions_client_abort"), 0);
+    }
+
     /// An upstream that closes mid-body: the client connection is closed
     /// (never a short response that looks complete) and nothing is cached.
     pub fn upstream_close_mid_body(event: &str) {
@@ -766,6 +826,7 @@ macro_rules! per_backend {
 }
 
 per_backend!(
+    half_close_after_pipelining,
     bodies_splice_on,
     bodies_splice_off,
     pipelining,
@@ -773,6 +834,22 @@ per_backend!(
     client_abort_keep_copy_fills_cache,
     upstream_close_mid_body
 );
+
+/// The half-close scenario under the backends the list above leaves out.
+mod half_close_after_pipelining_more_backends {
+    #[test]
+    fn select() {
+        super::scenarios::half_close_after_pipelining("select");
+    }
+    #[test]
+    fn epoll_once() {
+        super::scenarios::half_close_after_pipelining("epoll-once");
+    }
+    #[test]
+    fn epoll_batched() {
+        super::scenarios::half_close_after_pipelining("epoll-batched");
+    }
+}
 
 #[test]
 fn bodies_splice_auto_epoll() {

@@ -13,6 +13,36 @@ use std::time::{Duration, Instant};
 mod scenarios {
     use super::*;
 
+    /// A client that half-closes right after its pipelined requests (the FIN
+    /// arrives with them): every response is still delivered, and the server
+    /// closes as soon as it has answered, not at the idle timeout
+    /// (edge-triggered backends report that FIN only once).
+    pub fn half_close_after_pipelining(event: &str) {
+        let site = site();
+        let args = [path_str(&site.path), "--event", event, "--workers", "1"];
+        let w = Weft::serve(&[&args[..], &["--idle-timeout", "60s"]].concat());
+        let mut c = Reader::new(w.connect());
+        c.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        // Once the server has accepted and found nothing to read, the requests
+        // and the FIN arrive in one segment: one event.
+        std::thread::sleep(Duration::from_millis(50));
+        send_with_fin(
+            &mut c.stream,
+            b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n",
+        );
+        let t0 = Instant::now();
+        assert_eq!(c.response(false).body, b"hello, weft\n");
+        let last = c.response(false);
+        assert_eq!(last.status, 200);
+        assert!(last.body == pattern(3 * 1024 * 1024 + 17), "the last response is whole");
+        assert!(c.closed(), "{event}: the server closes after answering");
+        let took = t0.elapsed();
+        assert!(
+            took < Duration::from_secs(10),
+            "{event}: closed after {took:?}, not promptly"
+        );
+    }
+
     pub fn get_and_head(event: &str) {
         let site = site();
         let w = Weft::serve(&[path_str(&site.path), "--event", event, "--workers", "1"]);
@@ -490,6 +520,7 @@ macro_rules! per_backend {
 }
 
 per_backend!(
+    half_close_after_pipelining,
     get_and_head,
     keepalive_and_pipelining,
     max_requests_per_connection,

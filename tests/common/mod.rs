@@ -309,3 +309,13 @@ pub fn site() -> TempDir {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// Send `data` and a FIN in the same segment (TCP_CORK holds the data until
+/// shutdown(SHUT_WR) puts the FIN on it), so the server sees both in one
+/// readiness event: the case an edge-triggered backend reports only once.
+pub fn send_with_fin(stream: &mut TcpStream, data: &[u8]) {
+    use std::os::fd::AsRawFd;
+    weft_io::sys::setsockopt_int(stream.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CORK, 1).expect("TCP_CORK");
+    stream.write_all(data).unwrap();
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+}

@@ -396,3 +396,53 @@ fn tracked_drops_events_of_earlier_registrations() {
     assert!(ev.iter().all(|e| e.token == new), "{ev:?}");
     p.delete(b.as_raw_fd()).unwrap();
 }
+
+/// Data and a FIN that arrive together: the event says the read side is
+/// closed, so a handler that stops at a short read knows one more read will
+/// return end-of-file (edge-triggered backends report this only once).
+fn half_close_is_reported<P: Poller>() {
+    let mut cx = Ctx::<P>::new().unwrap();
+    let (mut a, b) = pair();
+    let t = Token::new(3, 1);
+    cx.register(b.as_raw_fd(), t, Interest::READ)
+        .map_err(|e| e.to_string())
+        .unwrap();
+    a.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    a.shutdown(std::net::Shutdown::Write).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut p = Probe {
+        seen: vec![],
+        timers: vec![],
+        stop_after: 1,
+        deadline: Instant::now() + Duration::from_secs(5),
+    };
+    weft_io::run(&mut cx, &mut p).unwrap();
+    let name = P::CAPS.name;
+    assert!(
+        !p.seen.is_empty() && p.seen.iter().all(|e| e.token == t && e.readable),
+        "{name}"
+    );
+    let said = p.seen.iter().any(|e| e.read_closed);
+    if name == "select" {
+        assert!(!said, "select cannot tell a FIN from data");
+    } else {
+        assert!(said, "{name}: {:?}", p.seen);
+        assert!(p.seen.iter().all(|e| !e.error), "{name}: a half-close is not an error");
+    }
+    if !P::CAPS.close_deregisters {
+        cx.poller.delete(b.as_raw_fd()).unwrap();
+    }
+}
+
+#[test]
+fn every_backend_reports_a_half_close() {
+    half_close_is_reported::<weft_io::backend::Select>();
+    half_close_is_reported::<weft_io::backend::Poll>();
+    half_close_is_reported::<weft_io::backend::Epoll>();
+    half_close_is_reported::<weft_io::backend::EpollEt>();
+    half_close_is_reported::<weft_io::backend::EpollOnce>();
+    half_close_is_reported::<weft_io::backend::EpollBatched>();
+    half_close_is_reported::<weft_io::backend::Uring>();
+    half_close_is_reported::<weft_io::backend::Tracked<weft_io::backend::Uring>>();
+    half_close_is_reported::<weft_io::backend::Tracked<weft_io::backend::EpollEt>>();
+}

@@ -189,6 +189,9 @@ pub struct ProxyConfig {
     pub keep_copy: bool,
     /// Pipe size asked for with F_SETPIPE_SZ.
     pub pipe_size: usize,
+    /// TCP_NOTSENT_LOWAT of client sockets (0: the kernel's default, no
+    /// limit). See `Proxy::start` for why the proxy bounds unsent bytes.
+    pub notsent_lowat: usize,
     /// Most pipes alive in the process.
     pub max_pipes: usize,
     /// Bytes of an upstream response read into user space before deciding
@@ -254,6 +257,7 @@ impl Default for ProxyConfig {
             splice_threshold: 16 * 1024,
             keep_copy: true,
             pipe_size: 1 << 20,
+            notsent_lowat: 32 * 1024,
             max_pipes: 1024,
             first_read: 4096,
             dns_ttl: Duration::from_secs(60),

@@ -41,6 +41,12 @@ pub struct Client {
     pub end: usize,
     pub may_read: bool,
     pub may_write: bool,
+    /// The client's FIN has been seen by the event backend (RDHUP): a short
+    /// read no longer means "drained", since one more read returns EOF and an
+    /// edge-triggered backend will not report it again.
+    pub read_closed: bool,
+    /// A read returned end-of-file: no more requests; those already received
+    /// are still answered (a half-closed client may be reading).
     pub eof: bool,
     pub out: OutQueue,
     /// Registered interest (level-triggered backends).
@@ -81,6 +87,7 @@ impl Client {
             end: 0,
             may_read: true,
             may_write: true,
+            read_closed: false,
             eof: false,
             out: OutQueue::new(),
             interest,

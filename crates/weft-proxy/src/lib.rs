@@ -51,6 +51,28 @@ pub struct Proxy {
     store: Option<Arc<Mutex<store::Store>>>,
 }
 
+/// Options every accepted client socket inherits from its listener, so they
+/// cost nothing per connection: TCP_NODELAY, and TCP_NOTSENT_LOWAT.
+///
+/// Without a bound on unsent bytes, a relay pours every body byte it can read
+/// into the client socket (whose buffer autotunes to megabytes), and the queue
+/// of a transfer lives there: with a pacing congestion control (BBR, the
+/// default on weft's machines) the kernel then releases it segment by segment
+/// from a pacing hrtimer in the proxy's context — most of the proxy's CPU on a
+/// 1 MiB miss. Bounded, the socket takes a segment or two at a time, the pipe
+/// fills, the proxy stops reading, and the body waits in the upstream socket
+/// until the client drains: the flow control HAProxy gets from reading one
+/// pipe per wake-up.
+fn tune_listener(fd: std::os::fd::RawFd, cfg: &ProxyConfig) {
+    let _ = sys::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+    if cfg.notsent_lowat > 0 {
+        let v = cfg.notsent_lowat.min(i32::MAX as usize) as i32;
+        if let Err(e) = sys::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v) {
+            weft_core::warn!("TCP_NOTSENT_LOWAT not set: {e}");
+        }
+    }
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
@@ -68,7 +90,7 @@ impl Proxy {
         let (listeners, addr) = bind_reuseport(cfg.listen, workers, cfg.backlog)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
         for l in &listeners {
-            let _ = sys::setsockopt_int(l.raw(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+            tune_listener(l.raw(), &cfg);
         }
         let shutdown = Shutdown::new(workers)?;
         let resolver = resolve::Resolver::start(workers, cfg.resolver_threads)?;
@@ -234,4 +256,28 @@ fn run_worker(
         w.stats()
     });
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepted_sockets_inherit_the_listener_options() {
+        for (lowat, want) in [(32 * 1024, 32 * 1024), (0, 0)] {
+            let cfg = ProxyConfig {
+                notsent_lowat: lowat,
+                ..ProxyConfig::default()
+            };
+            let l = sys::tcp_listener(&SocketAddr::from(([127, 0, 0, 1], 0)), false, 16).unwrap();
+            tune_listener(l.raw(), &cfg);
+            let addr = sys::local_addr(l.raw()).unwrap();
+            let _client = std::net::TcpStream::connect(addr).unwrap();
+            let (accepted, _) = sys::accept(l.raw()).unwrap();
+            let fd = accepted.raw();
+            let get = |name| sys::getsockopt_int(fd, libc::IPPROTO_TCP, name).unwrap();
+            assert_eq!(get(libc::TCP_NOTSENT_LOWAT), want, "0 reads back as the kernel default");
+            assert_eq!(get(libc::TCP_NODELAY), 1);
+        }
+    }
 }

@@ -512,7 +512,10 @@ impl<'a> Worker<'a> {
                 if c.head_started.is_none() {
                     c.head_started = Some(cx.now);
                 }
-                c.may_read = n == space;
+                // A short read drained the socket, unless the FIN came with
+                // the data: then the next read returns EOF and no new event
+                // would announce it on an edge-triggered backend.
+                c.may_read = n == space || c.read_closed;
                 Flow::Again
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -810,8 +813,7 @@ impl<'a> Worker<'a> {
         };
         let phase = c.txn.as_ref().map(|t| t.phase).unwrap_or(Phase::Resolve);
         if phase != Phase::Body {
-            // Keep earlier pipelined answers moving, and notice a client that
-            // hangs up while its request is being forwarded.
+            // Keep earlier pipelined answers moving, and read ahead.
             if let Some(f) = self.client_side_while_waiting(cx, ct) {
                 return f;
             }
@@ -825,8 +827,10 @@ impl<'a> Worker<'a> {
     }
 
     /// Flush queued client output and read ahead (bounded) while a
-    /// transaction waits on its upstream. A client that closes meanwhile
-    /// aborts the transaction (as Squid does with half-closed clients).
+    /// transaction waits on its upstream. A FIN from the client only ends its
+    /// requests: a half-closed client still reads, so what it asked for is
+    /// answered (as HAProxy and weft serve do); a client that is really gone
+    /// shows up as a write error, which aborts the transaction.
     fn client_side_while_waiting<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Option<Flow> {
         let c = client_of(&mut self.slab, ct)?;
         let fd = c.fd.as_ref()?.raw();
@@ -865,8 +869,8 @@ impl<'a> Worker<'a> {
         match sys::read(fd, &mut c.buf[c.end..]) {
             Ok(0) => {
                 c.eof = true;
-                self.close_client(cx, ct);
-                Some(Flow::Closed)
+                c.may_read = false;
+                None
             }
             Ok(n) => {
                 c.end += n;
@@ -1564,7 +1568,15 @@ impl<'a> Worker<'a> {
                 }
                 let end = c.end;
                 match sys::read(cfd, &mut c.buf[end..]) {
-                    Ok(n) if n > 0 => {
+                    Ok(0) => {
+                        // A FIN: no more requests, but a half-closed client
+                        // still reads this response (a gone one makes the
+                        // next write fail).
+                        c.eof = true;
+                        c.may_read = false;
+                        Flow::Wait
+                    }
+                    Ok(n) => {
                         c.end += n;
                         Flow::Again
                     }
@@ -1574,8 +1586,8 @@ impl<'a> Worker<'a> {
                         Flow::Wait
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => Flow::Again,
-                    _ => {
-                        // EOF or error: the client is gone.
+                    Err(_) => {
+                        // A reset: the client is gone.
                         c.eof = true;
                         let relay = c.txn.as_mut().and_then(|t| t.relay.as_mut()).expect("body has a relay");
                         if relay.client_left(&mut c.out) {
@@ -1647,6 +1659,13 @@ impl<'a> Worker<'a> {
         txn.up = None;
         c.spare = Some(txn);
         let mut tunnel = Box::new(Tunnel::new(splice, &mut sh.pipes, &mut sh.stats));
+        // A FIN seen while the tunnel was being set up is the tunnel's to
+        // forward: reading again returns EOF, which the tunnel turns into a
+        // half-close towards the upstream.
+        if c.eof {
+            c.eof = false;
+            c.may_read = true;
+        }
         // What the client sent after its CONNECT head belongs to the tunnel.
         if c.start < c.end {
             tunnel.to_upstream.push_copy(&c.buf[c.start..c.end]);
@@ -2009,6 +2028,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                         if ev.readable || ev.error {
                             c.may_read = true;
                         }
+                        c.read_closed |= ev.read_closed;
                         if ev.writable || ev.error {
                             c.may_write = true;
                         }

@@ -4,8 +4,12 @@
 //! set by a readable event, cleared by a short read or EAGAIN. A short read means
 //! the kernel's queue was empty at that moment and any later arrival raises a new
 //! event, so the connection never issues a read that is bound to return EAGAIN.
-//! That is user-level readiness tracking in its simplest form, and it is correct
-//! for both level- and edge-triggered backends.
+//! The one arrival that raises no new event is a FIN that came with the last
+//! data: the event that reported the data also said the peer closed its side
+//! (`read_closed`, from RDHUP), and from then on a short read is not taken as
+//! "drained" — the next read returns the end-of-file. That is user-level
+//! readiness tracking in its simplest form, and it is correct for both level-
+//! and edge-triggered backends.
 
 use crate::files::CachedFile;
 use std::net::SocketAddr;
@@ -49,6 +53,8 @@ pub struct Conn {
     pub end: usize,
     /// The socket may have unread input (see the module doc).
     pub may_read: bool,
+    /// The backend reported the peer's FIN (see the module doc).
+    pub read_closed: bool,
     /// The peer closed its side.
     pub eof: bool,
     /// Response bytes queued in `out[out_pos..]`, sent before `body`.
@@ -88,6 +94,7 @@ impl Conn {
             start: 0,
             end: 0,
             may_read: false,
+            read_closed: false,
             eof: false,
             out: Vec::new(),
             out_pos: 0,

@@ -339,6 +339,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 if ev.readable || ev.error {
                     c.may_read = true;
                 }
+                c.read_closed |= ev.read_closed;
                 self.drive(cx, token);
             }
         }
@@ -540,8 +541,9 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
                 if c.head_started.is_none() && c.discard == 0 {
                     c.head_started = Some(now);
                 }
-                // A short read drained the socket (see conn.rs).
-                c.may_read = n == space;
+                // A short read drained the socket, unless the FIN is known
+                // to follow (see conn.rs).
+                c.may_read = n == space || c.read_closed;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 c.may_read = false;

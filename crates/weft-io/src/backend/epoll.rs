@@ -51,6 +51,7 @@ impl Inner {
                 readable: e & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP) as u32 != 0,
                 writable: e & libc::EPOLLOUT as u32 != 0,
                 error: e & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0,
+                read_closed: e & (libc::EPOLLRDHUP | libc::EPOLLHUP) as u32 != 0,
             });
         }
         Ok(())

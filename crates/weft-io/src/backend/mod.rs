@@ -96,6 +96,13 @@ pub struct Event {
     pub writable: bool,
     /// Error or hang-up reported by the kernel.
     pub error: bool,
+    /// The peer has closed its sending side (RDHUP or HUP): once the bytes
+    /// already queued are read, a read returns end-of-file. Edge-triggered
+    /// backends report a FIN that arrives with the last data only once, so a
+    /// handler that stops reading at a short read must keep this in mind and
+    /// read once more. Backends that cannot tell (select) leave it false;
+    /// they are level-triggered, so the end-of-file is reported again anyway.
+    pub read_closed: bool,
 }
 
 /// What a handler's own I/O taught it about a descriptor's readiness: a read

@@ -108,6 +108,7 @@ impl Poller for Poll {
                 readable: r & (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP) != 0,
                 writable: r & libc::POLLOUT != 0,
                 error: r & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0,
+                read_closed: r & (libc::POLLRDHUP | libc::POLLHUP) != 0,
             });
         }
         Ok(())

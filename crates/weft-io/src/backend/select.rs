@@ -118,6 +118,7 @@ impl Poller for Select {
                         readable,
                         writable,
                         error: false,
+                        read_closed: false,
                     });
                 }
             }

@@ -43,6 +43,9 @@ use std::time::Duration;
 const READ: u8 = 1;
 const WRITE: u8 = 2;
 const ERROR: u8 = 4;
+/// The peer's FIN was seen (sticky: it cannot be taken back). Never a reason
+/// to hand a descriptor out by itself; carried on the read events it rides with.
+const READ_CLOSED: u8 = 8;
 
 /// Default number of consecutive passes served from the table before the
 /// kernel is asked anyway (uselect's `MaxPass`).
@@ -157,7 +160,8 @@ impl<P: TrackedInner> Tracked<P> {
         }
         s.ready |= (if ev.readable { READ } else { 0 })
             | (if ev.writable { WRITE } else { 0 })
-            | (if ev.error { ERROR } else { 0 });
+            | (if ev.error { ERROR } else { 0 })
+            | (if ev.read_closed { READ_CLOSED } else { 0 });
         Self::enqueue(&mut self.candidates, fd, s);
     }
 
@@ -182,6 +186,7 @@ impl<P: TrackedInner> Tracked<P> {
                 readable: error || hit & READ != 0,
                 writable: error || hit & WRITE != 0,
                 error,
+                read_closed: s.ready & READ_CLOSED != 0,
             });
             true
         });
@@ -281,7 +286,9 @@ impl<P: TrackedInner> Poller for Tracked<P> {
         if let Some(s) = self.slot(fd) {
             // The handler's I/O is the freshest word on both directions (an
             // error would have been its result, so it clears the error bit).
-            s.ready = (if ready.readable { READ } else { 0 }) | (if ready.writable { WRITE } else { 0 });
+            s.ready = (if ready.readable { READ } else { 0 })
+                | (if ready.writable { WRITE } else { 0 })
+                | (s.ready & READ_CLOSED);
             let s = &mut self.slots[fd as usize];
             Self::enqueue(&mut self.candidates, fd, s);
         }

@@ -144,6 +144,7 @@ impl Poller for Uring {
                         readable: true,
                         writable: true,
                         error: true,
+                        read_closed: false,
                     });
                 }
                 return;
@@ -154,6 +155,7 @@ impl Poller for Uring {
                 readable: r & (libc::POLLIN | libc::POLLRDHUP | libc::POLLHUP) as u32 != 0,
                 writable: r & libc::POLLOUT as u32 != 0,
                 error: r & (libc::POLLERR | libc::POLLHUP) as u32 != 0,
+                read_closed: r & (libc::POLLRDHUP | libc::POLLHUP) as u32 != 0,
             });
         });
         for (fd, t, m) in rearm {
