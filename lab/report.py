@@ -138,3 +138,58 @@ def plot_grouped_bars(path: str, groups: Sequence[str], series: "OrderedDict[str
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def series_style(label: str, i: int) -> dict:
+    """weft's lines solid with round markers, anchors dashed with squares;
+    colours from a 20-colour cycle in series order."""
+    anchor = not label.startswith("weft")
+    return {"linestyle": "--" if anchor else "-", "marker": "s" if anchor else "o", "color_index": i % 20}
+
+
+def plot_lines(path: str, panels, *, xlabel: str, ylabel: str, title: str = "", diagonal: bool = False,
+               logx: bool = False, logy: bool = False, width: float = 5.2, height: float = 3.9) -> None:
+    """Line plots side by side: `panels` is [(panel title, {series label:
+    [(x, y), ...]})]; points with y None are left out. `diagonal` draws y = x
+    (reply rate = request rate). Small files: the docs embed them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("tab20")
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False, sharey=True)
+    for ax, (ptitle, series) in zip(axes[0], panels):
+        top = 0.0
+        for i, (label, pts) in enumerate(series.items()):
+            pts = sorted((x, y) for x, y in pts if x is not None and y is not None)
+            if not pts:
+                continue
+            st = series_style(label, i)
+            xs, ys = zip(*pts)
+            top = max(top, max(xs), max(ys))
+            ax.plot(xs, ys, linestyle=st["linestyle"], marker=st["marker"], markersize=3.5, linewidth=1.2,
+                    color=cmap(st["color_index"]), label=label)  # fmt: skip
+        if diagonal and top:
+            ax.plot([0, top], [0, top], color="0.75", linewidth=0.8, zorder=0)
+        ax.set_title(ptitle, fontsize=10)
+        ax.set_xlabel(xlabel)
+        if logx:
+            ax.set_xscale("log")
+        if logy:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(ylabel)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0][1:]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, fontsize=7, loc="center right", frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0, 0.84, 1))
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
