@@ -140,15 +140,21 @@ def plot_grouped_bars(path: str, groups: Sequence[str], series: "OrderedDict[str
     plt.close(fig)
 
 
+# Fifteen distinct colours (tab10, then five more) for up to fifteen series.
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+           "#000000", "#b8860b", "#000080", "#ff1493", "#556b2f"]  # fmt: skip
+
+
 def series_style(label: str, i: int) -> dict:
     """weft's lines solid with round markers, anchors dashed with squares;
-    colours from a 20-colour cycle in series order."""
+    colours in series order."""
     anchor = not label.startswith("weft")
-    return {"linestyle": "--" if anchor else "-", "marker": "s" if anchor else "o", "color_index": i % 20}
+    return {"linestyle": "--" if anchor else "-", "marker": "s" if anchor else "o", "color": PALETTE[i % len(PALETTE)]}
 
 
 def plot_lines(path: str, panels, *, xlabel: str, ylabel: str, title: str = "", diagonal: bool = False,
-               logx: bool = False, logy: bool = False, width: float = 5.2, height: float = 3.9) -> None:
+               logx: bool = False, logy: bool = False, width: float = 5.2, height: float = 3.9, sharey: bool = True,
+               ylabels: list[str] | None = None) -> None:
     """Line plots side by side: `panels` is [(panel title, {series label:
     [(x, y), ...]})]; points with y None are left out. `diagonal` draws y = x
     (reply rate = request rate). Small files: the docs embed them."""
@@ -157,29 +163,38 @@ def plot_lines(path: str, panels, *, xlabel: str, ylabel: str, title: str = "", 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cmap = plt.get_cmap("tab20")
-    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False, sharey=True)
-    for ax, (ptitle, series) in zip(axes[0], panels):
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False, sharey=sharey)
+    for k, (ax, (ptitle, series)) in enumerate(zip(axes[0], panels)):
         top = 0.0
+        xs_all: set = set()
         for i, (label, pts) in enumerate(series.items()):
             pts = sorted((x, y) for x, y in pts if x is not None and y is not None)
             if not pts:
                 continue
             st = series_style(label, i)
             xs, ys = zip(*pts)
+            xs_all.update(xs)
             top = max(top, max(xs), max(ys))
             ax.plot(xs, ys, linestyle=st["linestyle"], marker=st["marker"], markersize=3.5, linewidth=1.2,
-                    color=cmap(st["color_index"]), label=label)  # fmt: skip
+                    color=st["color"], label=label)  # fmt: skip
         if diagonal and top:
             ax.plot([0, top], [0, top], color="0.75", linewidth=0.8, zorder=0)
         ax.set_title(ptitle, fontsize=10)
         ax.set_xlabel(xlabel)
         if logx:
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(FixedLocator(sorted(xs_all)))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xticklabels([f"{x:,g}" for x in sorted(xs_all)], fontsize=8)
         if logy:
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(ylabel)
+        if ylabels:
+            ax.set_ylabel(ylabels[k])
+    if not ylabels:
+        axes[0][0].set_ylabel(ylabel)
     handles, labels = axes[0][0].get_legend_handles_labels()
     for ax in axes[0][1:]:
         for h, lab in zip(*ax.get_legend_handles_labels()):

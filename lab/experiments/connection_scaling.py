@@ -28,6 +28,7 @@ only at the connection counts it can hold.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import OrderedDict
@@ -135,6 +136,7 @@ def measure_point(lab, runner: Runner, rs: servers.RunningServer, *, conns: int,
         "errors": sum(errors.values()),
         "client_errors": sum(errors.get(k, 0) for k in loadgen.CLIENT_ERRORS),
         "client_cpu_util": (doc["cpu"]["user_s"] + doc["cpu"]["sys_s"]) / max(doc.get("duration_s", 1), 1e-9),
+        "loadavg_1m": os.getloadavg()[0],  # the machine is shared: how busy it was
     }
     row["cpu_us_per_reply"] = row["cpu_util"] * 1e6 / replies_window if replies_window else None
     if s0 and s1:
@@ -191,13 +193,21 @@ def run(lab: core.Lab) -> dict:
                     rows.append(row)
             pool.stop(rs)
     lab.log(f"measurements took {time.monotonic() - t_start:.0f}s")
-    return summarize(lab, plan, rows, runner)
+    return summarize(lab, plan, rows, runner.commands, runner.load_commands)
 
 
-def summarize(lab, plan: Plan, rows: list[dict], runner: Runner) -> dict:
+def resummarize(lab: core.Lab) -> dict:
+    """Summary, tables and plots again from runs.json (no measurement)."""
+    with open(os.path.join(lab.results_dir, "runs.json")) as f:
+        doc = json.load(f)
+    lab.versions = doc["versions"]
+    return summarize(lab, Plan(doc["quick"]), doc["runs"], doc["commands"], doc["load_commands"])
+
+
+def summarize(lab, plan: Plan, rows: list[dict], commands: dict, load_commands: dict) -> dict:
     d = lab.results_dir
     report.write_json(os.path.join(d, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "rate": plan.rate,
-                                                     "calls": CALLS, "commands": runner.commands, "load_commands": runner.load_commands,
+                                                     "calls": CALLS, "commands": commands, "load_commands": load_commands,
                                                      "runs": rows})  # fmt: skip
     report.write_csv(os.path.join(d, "runs.csv"), rows)
     names = list(dict.fromkeys(r["server"] for r in rows))
@@ -209,11 +219,13 @@ def summarize(lab, plan: Plan, rows: list[dict], runner: Runner) -> dict:
     report.plot_lines(os.path.join(d, "cpu_vs_connections.png"),
                       [(f"CPU, {plan.rate:,} req/s of {FIG4_SIZE_KIB} KiB", series("connections", "conns", "cpu_util")),
                        ("mean response time", series("connections", "conns", "rt_mean_ms"))],
-                      xlabel="concurrent connections", ylabel="server CPU (% of one core) | response time (ms)", logx=True, logy=True)  # fmt: skip
+                      xlabel="concurrent connections", ylabel="", logx=True, logy=True, sharey=False,
+                      ylabels=["server CPU, % of one core", "mean response time, ms"])  # fmt: skip
     report.plot_lines(os.path.join(d, "cpu_vs_size.png"),
                       [(f"CPU, {plan.fig5_conns:,} connections, {plan.rate:,} req/s", series("size", "size_kib", "cpu_util")),
                        ("mean response time", series("size", "size_kib", "rt_mean_ms"))],
-                      xlabel="file size (KiB)", ylabel="server CPU (% of one core) | response time (ms)", logx=True, logy=True)  # fmt: skip
+                      xlabel="file size (KiB)", ylabel="", logx=True, logy=True, sharey=False,
+                      ylabels=["server CPU, % of one core", "mean response time, ms"])  # fmt: skip
     md = [f"# {NAME}", ""]
     md.append(f"{'Quick' if lab.quick else 'Full'} run, one pass. Offered {plan.rate:,} requests/s as open-loop sessions of {CALLS} requests "
               f"(exponential arrivals and think times; T = C·k/(X·(k−1))), {CLIENT_PROCESSES} `weft load` processes; each point measured "
@@ -250,8 +262,8 @@ def summarize(lab, plan: Plan, rows: list[dict], runner: Runner) -> dict:
     non2xx = [r for r in rows if r["replies"] != r["replies_2xx"]]
     md.append(f"- runs with non-2xx replies: {len(non2xx)}")
     md += ["", "## Commands", "", "```"]
-    md += [f"{k}: {' '.join(v)}" for k, v in runner.commands.items()]
-    md += [f"weft load: {' '.join(v)}" for v in runner.load_commands.values()]
+    md += [f"{k}: {' '.join(v)}" for k, v in commands.items()]
+    md += [f"weft load: {' '.join(v)}" for v in load_commands.values()]
     md += ["```", "", "## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()]
     md += ["", "Plots: `cpu_vs_connections.png`, `cpu_vs_size.png`. Raw data: `runs.json`, `runs.csv`.", ""]
     with open(os.path.join(d, "summary.md"), "w") as f:

@@ -165,6 +165,7 @@ class Runner:
         self.load_commands.setdefault(key, loadgen.shown(doc["_command"]))
         row = loadgen.point(doc, target=target, duration_s=duration_s, calls_per_session=calls, processes=processes)
         row["server_cpu_util"] = proc.ticks_to_seconds(c1 - c0) / row["run_s"] if row["run_s"] else None
+        row["loadavg_1m"] = os.getloadavg()[0]  # the machine is shared: how busy it was
         row["server_cpu_s"] = proc.ticks_to_seconds(c1 - c0)
         row["server_cpu_us_per_reply"] = row["server_cpu_s"] * 1e6 / row["replies"] if row["replies"] else None
         if s0 and s1:
@@ -324,7 +325,17 @@ def run(lab: core.Lab) -> dict:
                         log_point(lab, row)
                 pool.stop(rs)
     lab.log(f"measurements took {time.monotonic() - t_start:.0f}s")
-    return summarize(lab, plan, rows, runner, peaks, rates, t1_rate, idle_info)
+    return summarize(lab, plan, rows, runner.commands, runner.load_commands, peaks, rates, t1_rate, idle_info)
+
+
+def resummarize(lab: core.Lab) -> dict:
+    """Summary, tables and plots again from runs.json (no measurement)."""
+    with open(os.path.join(lab.results_dir, "runs.json")) as f:
+        doc = json.load(f)
+    lab.versions = doc["versions"]
+    plan = Plan(doc["quick"])
+    return summarize(lab, plan, doc["runs"], doc["commands"], doc["load_commands"], doc["peaks"], doc["rates"], doc["table1_rate"],
+                     doc["idle_holders"])  # fmt: skip
 
 
 def log_point(lab: core.Lab, row: dict) -> None:
@@ -404,11 +415,11 @@ def best_ratio(ka: list[dict]) -> tuple:
     return w["server"], w["cpu"], a["server"], a["cpu"], w["cpu"] / a["cpu"]
 
 
-def summarize(lab, plan, rows, runner, peaks, rates, t1_rate, idle_info) -> dict:
+def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, idle_info) -> dict:
     d = lab.results_dir
     report.write_json(os.path.join(d, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "peaks": peaks,
                                                      "rates": rates, "table1_rate": t1_rate, "idle_holders": idle_info,
-                                                     "commands": runner.commands, "load_commands": runner.load_commands, "runs": rows})  # fmt: skip
+                                                     "commands": commands, "load_commands": load_commands, "runs": rows})  # fmt: skip
     report.write_csv(os.path.join(d, "runs.csv"), rows)
     servers_in = list(dict.fromkeys(r["server"] for r in rows if r["phase"] == "sweep"))
     pngs = []
@@ -511,8 +522,8 @@ def summarize(lab, plan, rows, runner, peaks, rates, t1_rate, idle_info) -> dict
     if cl:
         md.append(f"- client CPU during the sweeps: median {100 * report.median(cl):.0f} %, max {100 * max(cl):.0f} % of one core")
     md += ["", "## Commands", "", "```"]
-    md += [f"{k}: {' '.join(v)}" for k, v in runner.commands.items()]
-    md += [f"weft load ({k}): {' '.join(v)}" for k, v in runner.load_commands.items()]
+    md += [f"{k}: {' '.join(v)}" for k, v in commands.items()]
+    md += [f"weft load ({k}): {' '.join(v)}" for k, v in load_commands.items()]
     md += ["```", "", "## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()]
     md += ["", "Plots: " + ", ".join(f"`{p}`" for p in pngs) + ". Raw data: `runs.json`, `runs.csv`.", ""]
     with open(os.path.join(d, "summary.md"), "w") as f:
