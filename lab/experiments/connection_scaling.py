@@ -138,7 +138,10 @@ def measure_point(lab, runner: Runner, rs: servers.RunningServer, *, conns: int,
         "client_cpu_util": (doc["cpu"]["user_s"] + doc["cpu"]["sys_s"]) / max(doc.get("duration_s", 1), 1e-9),
         "loadavg_1m": os.getloadavg()[0],  # the machine is shared: how busy it was
     }
-    row["cpu_us_per_reply"] = row["cpu_util"] * 1e6 / replies_window if replies_window else None
+    if row["cpu_util"] < 0:  # a process of the server died (nginx respawning a crashed worker): CPU unknown
+        row["cpu_util"] = None
+        row["server_restarted"] = True
+    row["cpu_us_per_reply"] = row["cpu_util"] * 1e6 / replies_window if replies_window and row["cpu_util"] is not None else None
     if s0 and s1:
         d = servers.stats_delta(s0["total"], s1["total"])
         n = d.get("requests", 0)
@@ -191,7 +194,7 @@ def run(lab: core.Lab) -> dict:
                     row = measure_point(lab, runner, rs, conns=plan.fig5_conns, size_kib=kib, plan=plan)
                     row["figure"] = "size"
                     rows.append(row)
-            pool.stop(rs)
+            runner.stop(rs)
     lab.log(f"measurements took {time.monotonic() - t_start:.0f}s")
     return summarize(lab, plan, rows, runner.commands, runner.load_commands)
 
@@ -201,6 +204,7 @@ def resummarize(lab: core.Lab) -> dict:
     with open(os.path.join(lab.results_dir, "runs.json")) as f:
         doc = json.load(f)
     lab.versions = doc["versions"]
+    lab.quick = doc["quick"]
     return summarize(lab, Plan(doc["quick"]), doc["runs"], doc["commands"], doc["load_commands"])
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -145,6 +146,7 @@ class Runner:
         self.n = 0
         self.commands: dict[str, list[str]] = {}
         self.load_commands: dict[str, list[str]] = {}
+        shutil.rmtree(os.path.join(lab.results_dir, "logs"), ignore_errors=True)
 
     def json_path(self) -> str:
         self.n += 1
@@ -179,6 +181,27 @@ class Runner:
             if d.get("tracker"):
                 row["tracker"] = d["tracker"]
         return row
+
+    def stop(self, rs: servers.RunningServer) -> None:
+        """Stop a server; keep the tail of an anchor's error log in the
+        results (nginx's select module aborts past FD_SETSIZE: that is where
+        it shows)."""
+        self.pool.stop(rs)
+        if rs.spec.kind == "weft":
+            return
+        run = os.path.dirname(rs.log_path)
+        logs = os.path.join(self.lab.results_dir, "logs")
+        for name in sorted(os.listdir(run)) if os.path.isdir(run) else []:
+            if name.endswith((".err", ".log")):
+                try:
+                    with open(os.path.join(run, name), errors="replace") as f:
+                        lines = f.readlines()
+                except OSError:
+                    continue
+                if lines:
+                    os.makedirs(logs, exist_ok=True)
+                    with open(os.path.join(logs, f"{servers.slug(rs.spec.label)}-{name}"), "a") as f:
+                        f.writelines(lines[-300:])
 
     def start(self, spec: servers.ServerSpec) -> servers.RunningServer:
         rs = self.pool.start(spec)
@@ -254,7 +277,7 @@ def run(lab: core.Lab) -> dict:
         runner = Runner(lab, pool)
         rs = runner.start(weft("epoll"))
         peaks = {w: probe_peak(lab, runner, rs, w) for w in plan.workloads}
-        pool.stop(rs)
+        runner.stop(rs)
         rates = {w: loadgen.sweep_rates(peaks[w], plan.fractions, step=500 if w == "one-byte" else 100) for w in plan.workloads}
         for w in plan.workloads:
             lab.log(f"  {w}: offered rates {rates[w]} requests/s, {plan.point_s:g}s each")
@@ -279,7 +302,7 @@ def run(lab: core.Lab) -> dict:
                         log_point(lab, row)
                 if holder:
                     idle_info[spec.label] = runner.release_idle(holder, hpath)
-            pool.stop(rs)
+            runner.stop(rs)
         for backend, limit in plan.accept:
             spec = weft(backend, limit)
             rs = runner.start(spec)
@@ -289,7 +312,7 @@ def run(lab: core.Lab) -> dict:
                 row.update(phase="accept", server=spec.label, backend=backend, accept_limit=limit, workload="one-byte", idle=0, rep=1)
                 rows.append(row)
                 log_point(lab, row)
-            pool.stop(rs)
+            runner.stop(rs)
         lab.log(f"phase 1 (curves) took {time.monotonic() - t_start:.0f}s")
 
         # Phase 2: the targets, repeated with the order rotated.
@@ -323,7 +346,7 @@ def run(lab: core.Lab) -> dict:
                             row["idle_holder"] = runner.release_idle(holder, hpath)
                         rows.append(row)
                         log_point(lab, row)
-                pool.stop(rs)
+                runner.stop(rs)
     lab.log(f"measurements took {time.monotonic() - t_start:.0f}s")
     return summarize(lab, plan, rows, runner.commands, runner.load_commands, peaks, rates, t1_rate, idle_info)
 
@@ -333,6 +356,7 @@ def resummarize(lab: core.Lab) -> dict:
     with open(os.path.join(lab.results_dir, "runs.json")) as f:
         doc = json.load(f)
     lab.versions = doc["versions"]
+    lab.quick = doc["quick"]
     plan = Plan(doc["quick"])
     return summarize(lab, plan, doc["runs"], doc["commands"], doc["load_commands"], doc["peaks"], doc["rates"], doc["table1_rate"],
                      doc["idle_holders"])  # fmt: skip
@@ -356,6 +380,14 @@ TABLE1_KINDS = ["accept", "read", "write", "writev", "sendfile", "close", "epoll
 
 def curve(rows, server, workload, idle, phase="sweep"):
     return [(r["target"], r["reply_rate"]) for r in rows if r["phase"] == phase and r["server"] == server and r["workload"] == workload and r["idle"] == idle]
+
+
+def sustained(points: list[dict], tolerance: float = 0.97) -> dict | None:
+    """The highest offered rate the server kept up with (reply rate at least
+    `tolerance` of the offered rate, no client timeouts), and that point."""
+    ok = [r for r in points if r.get("target") and r.get("reply_rate") is not None
+          and r["reply_rate"] >= tolerance * r["target"] and not r.get("timeouts")]  # fmt: skip
+    return max(ok, key=lambda r: r["target"]) if ok else None
 
 
 def saturation_table(rows: list[dict]) -> list[dict]:
@@ -415,8 +447,22 @@ def best_ratio(ka: list[dict]) -> tuple:
     return w["server"], w["cpu"], a["server"], a["cpu"], w["cpu"] / a["cpu"]
 
 
+def sanitize(rows: list[dict]) -> int:
+    """A server whose process tree lost CPU time between two samples had a
+    process die (nginx's master respawning a crashed worker): its CPU figure
+    for that run is unknown. Returns how many runs that hit."""
+    n = 0
+    for r in rows:
+        if r.get("server_cpu_s") is not None and r["server_cpu_s"] < 0:
+            r["server_cpu_s"] = r["server_cpu_us_per_reply"] = r["server_cpu_util"] = None
+            r["server_restarted"] = True
+            n += 1
+    return n
+
+
 def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, idle_info) -> dict:
     d = lab.results_dir
+    restarted = sanitize(rows)
     report.write_json(os.path.join(d, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "peaks": peaks,
                                                      "rates": rates, "table1_rate": t1_rate, "idle_holders": idle_info,
                                                      "commands": commands, "load_commands": load_commands, "runs": rows})  # fmt: skip
@@ -457,19 +503,26 @@ def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, i
                                     [[r["server"], report.fmt_num(r["no_idle"]), report.fmt_num(r["idle"]),
                                       f"{100 * r['drop']:.1f} %" if r["drop"] is not None else "–",
                                       report.fmt_num(r["cpu_no_idle"], 2), report.fmt_num(r["cpu_idle"], 2)] for r in sat]))  # fmt: skip
-    md += ["", "Peak of each open-loop curve (one pass; max over the offered rates):", ""]
+    md += ["", "Each open-loop curve (one pass): the peak (max reply rate over the offered rates) and the highest offered rate "
+           "sustained (replies ≥ 97 % of it, no timeouts), with the server's and the load processes' CPU there "
+           "(% of one core; the load is two processes) and the 1-minute load average:", ""]  # fmt: skip
     peak_rows = []
-    for s in servers_in:
-        cells = [s]
-        for w in plan.workloads:
-            a = loadgen.peak_of([{"reply_rate": y} for _, y in curve(rows, s, w, 0)])
-            b = loadgen.peak_of([{"reply_rate": y} for _, y in curve(rows, s, w, plan.idle)])
-            cells += [report.fmt_num(a), report.fmt_num(b), f"{100 * (1 - b / a):.1f} %" if a and b is not None else "–"]
-        peak_rows.append(cells)
-    hdr = ["server"]
     for w in plan.workloads:
-        hdr += [f"{w} peak", f"{w} peak, idle", "drop"]
-    md.append(report.markdown_table(hdr, peak_rows))
+        for s in servers_in:
+            cells = [w, s]
+            for idle in (0, plan.idle):
+                pts = [r for r in rows if r["phase"] == "sweep" and r["server"] == s and r["workload"] == w and r["idle"] == idle]
+                pk = loadgen.peak_of(pts)
+                st = sustained(pts)
+                cells += [report.fmt_num(pk), report.fmt_num(st["target"]) if st else "–",
+                          f"{100 * st.get('server_cpu_util', 0):.0f} / {100 * st['client_cpu_s'] / st['run_s']:.0f} / {st.get('loadavg_1m', 0):.1f}"
+                          if st and st.get("server_cpu_util") is not None else "–"]  # fmt: skip
+            a = loadgen.peak_of([r for r in rows if r["phase"] == "sweep" and r["server"] == s and r["workload"] == w and not r["idle"]])
+            b = loadgen.peak_of([r for r in rows if r["phase"] == "sweep" and r["server"] == s and r["workload"] == w and r["idle"]])
+            cells.append(f"{100 * (1 - b / a):.1f} %" if a and b is not None else "–")
+            peak_rows.append(cells)
+    md.append(report.markdown_table(["workload", "server", "peak", "sustained", "server / load CPU %, load avg", f"peak, {plan.idle:,} idle",
+                                     "sustained, idle", "server / load CPU %, load avg", "peak drop"], peak_rows, "llrrlrrlr"))  # fmt: skip
     held = [f"{k}: {v.get('held', '?')} held, {v.get('reopened', '?')} reopened" for k, v in idle_info.items()]
     md += ["", "Idle holders (sweeps): " + "; ".join(held) + "."]
 
@@ -518,9 +571,16 @@ def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, i
         md.append(f"  - {r['phase']} {r['server']} {r['workload']} idle {r['idle']} target {r.get('target')}: {r['client_limited']}")
     non2xx = [r for r in rows if r["replies"] != r["replies_2xx"]]
     md.append(f"- runs with non-2xx replies: {len(non2xx)}")
+    if restarted:
+        who = sorted({r["server"] for r in rows if r.get("server_restarted")})
+        md.append(f"- runs where a server process died and was restarted (CPU unknown): {restarted} ({', '.join(who)}; see logs/)")
     cl = [r["client_cpu_s"] / r["run_s"] for r in rows if r["phase"] == "sweep" and r["run_s"]]
     if cl:
-        md.append(f"- client CPU during the sweeps: median {100 * report.median(cl):.0f} %, max {100 * max(cl):.0f} % of one core")
+        md.append(f"- load processes' CPU during the sweeps (both together): median {100 * report.median(cl):.0f} %, "
+                  f"max {100 * max(cl):.0f} % of one core (two processes: up to 200 %)")  # fmt: skip
+    kept = [r["offered"] / r["target"] for r in rows if r["phase"] in ("sweep", "accept", "table1") and r.get("target")]
+    if kept:
+        md.append(f"- sessions started on schedule: offered/target between {min(kept):.4f} and {max(kept):.4f} at every point")
     md += ["", "## Commands", "", "```"]
     md += [f"{k}: {' '.join(v)}" for k, v in commands.items()]
     md += [f"weft load ({k}): {' '.join(v)}" for k, v in load_commands.items()]

@@ -137,3 +137,10 @@ def test_line_plot_writes_a_png(tmp_path):
     assert p.stat().st_size > 1000
     assert report.series_style("nginx", 16) == {"linestyle": "--", "marker": "s", "color": report.PALETTE[1]}
     report.plot_lines(str(p), panels, xlabel="x", ylabel="", logx=True, sharey=False, ylabels=["a", "b"])
+
+
+def test_sustained_is_the_highest_rate_kept_up_with():
+    pts = [{"target": 1000, "reply_rate": 1000, "timeouts": 0}, {"target": 2000, "reply_rate": 1990, "timeouts": 0},
+           {"target": 3000, "reply_rate": 2980, "timeouts": 4}, {"target": 4000, "reply_rate": 2000, "timeouts": 0}]
+    assert es.sustained(pts)["target"] == 2000
+    assert es.sustained([{"target": 1000, "reply_rate": None}]) is None
