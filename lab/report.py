@@ -112,7 +112,8 @@ def pivot(rows: Sequence[dict], row_key: str, col_key: str, value: str, fmt: Cal
     return [str(c) for c in col_names], table
 
 
-def plot_grouped_bars(path: str, groups: Sequence[str], series: "OrderedDict[str, list[float | None]]", *, ylabel: str, title: str, log: bool = False) -> None:
+def plot_grouped_bars(path: str, groups: Sequence[str], series: "OrderedDict[str, list[float | None]]", *, ylabel: str, title: str, log: bool = False,
+                      dpi: int = 110) -> None:
     """One group of bars per entry of `groups`, one bar per series."""
     import matplotlib
 
@@ -121,13 +122,13 @@ def plot_grouped_bars(path: str, groups: Sequence[str], series: "OrderedDict[str
 
     n = max(len(series), 1)
     width = 0.8 / n
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(groups) + 2), 4.2))
+    fig, ax = plt.subplots(figsize=(min(max(6.0, 1.6 * len(groups) + 2), 12.0), 4.2))
     for i, (name, values) in enumerate(series.items()):
         xs = [g + (i - (n - 1) / 2) * width for g in range(len(groups))]
         ys = [v if v is not None else 0 for v in values]
         ax.bar(xs, ys, width, label=name)
     ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels(groups)
+    ax.set_xticklabels(groups, fontsize=8 if len(groups) > 6 else None, rotation=20 if len(groups) > 6 else 0)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if log:
@@ -136,7 +137,7 @@ def plot_grouped_bars(path: str, groups: Sequence[str], series: "OrderedDict[str
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
 
 

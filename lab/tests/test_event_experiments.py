@@ -64,11 +64,12 @@ def rows():
     out = []
     for rep in (1, 2, 3):
         for server, base, idle in (("weft epoll", 40000, 39000), ("weft poll", 38000, 9000), ("h2o", 30000, 29500)):
-            out.append({"phase": "saturation", "server": server, "idle": 0, "reply_rate": base + rep, "server_cpu_us_per_reply": 10.0})
-            out.append({"phase": "saturation", "server": server, "idle": 10000, "reply_rate": idle + rep, "server_cpu_us_per_reply": 11.0})
+            out.append({"phase": "saturation", "server": server, "idle": 0, "reply_rate": base + rep, "server_cpu_us_per_reply": 10.0, "rep": rep})
+            out.append({"phase": "saturation", "server": server, "idle": 10000, "reply_rate": idle + rep, "server_cpu_us_per_reply": 11.0,
+                        "rep": rep})
         for server, cpu, ev in (("weft epoll", 3.0, 1.4), ("weft uring", 2.5 + rep, 0.7), ("nginx", 5.0, None), ("h2o", 4.0, None)):
             sc = {"epoll_wait": ev} if ev else {}
-            out.append({"phase": "table1", "server": server, "reply_rate": 20000, "server_cpu_us_per_reply": cpu,
+            out.append({"phase": "table1", "server": server, "reply_rate": 20000, "server_cpu_us_per_reply": cpu, "target": 20000, "timeouts": 0,
                         "event_syscalls_per_reply": ev, "errors": 0, **({"syscalls_per_reply": sc} if ev else {})})
             out.append({"phase": "keepalive", "server": server, "replies": 100000, "run_s": 1.0, "server_cpu_us_per_reply": cpu,
                         "event_syscalls_per_reply": ev})
@@ -80,11 +81,18 @@ def test_saturation_table_medians_and_drop():
     assert t["weft epoll"]["no_idle"] == 40002 and t["weft epoll"]["idle"] == 39002
     assert t["weft epoll"]["drop"] == pytest.approx(1 - 39002 / 40002)
     assert t["weft poll"]["drop"] > 0.7
+    assert t["h2o"]["pairs"] == pytest.approx([29501 / 30001, 29502 / 30002, 29503 / 30003])
 
 
 def test_table1_and_keepalive_best_ratio():
     t = {r["server"]: r for r in es.table1(rows())}
     assert t["weft uring"]["cpu"] == 4.5 and t["weft uring"]["event"] == 0.7
+    assert t["weft uring"]["kept_up"] == "3/3"
+    # A repetition where the server fell behind is left out of the medians.
+    rs = rows()
+    rs[[i for i, r in enumerate(rs) if r["phase"] == "table1" and r["server"] == "weft uring"][0]].update(reply_rate=9000, timeouts=5)
+    t = {r["server"]: r for r in es.table1(rs)}
+    assert t["weft uring"]["kept_up"] == "2/3" and t["weft uring"]["cpu"] == 5.0
     assert t["weft epoll"]["epoll_wait"] == 1.4 and t["nginx"]["epoll_wait"] is None
     ka = es.keepalive(rows())
     best = es.best_ratio(ka)
