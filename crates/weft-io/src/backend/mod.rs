@@ -265,6 +265,20 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    /// A user-level readiness tracker: only for handlers that report every
+    /// EAGAIN and short transfer (`Ctx::learned`); any other handler would be
+    /// handed its descriptors again at every pass.
+    pub fn is_tracked(self) -> bool {
+        matches!(
+            self,
+            BackendKind::Tracked
+                | BackendKind::TrackedEpollEt
+                | BackendKind::TrackedEpoll
+                | BackendKind::TrackedPoll
+                | BackendKind::TrackedSelect
+        )
+    }
+
     /// Every backend, in the order `weft backends` lists them.
     pub const ALL: &'static [BackendKind] = &[
         BackendKind::Select,
