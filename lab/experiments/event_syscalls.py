@@ -14,7 +14,9 @@ weft's admin counters before and after each run. Three workloads:
 - `1 MiB, wrk -t1 -c50`: writes block, so level-triggered epoll changes
   interest twice per blocked write.
 
-nginx and h2o run in the same repetitions as the CPU anchors. Median of 3,
+`uring` and `tracked` also run with `--wake-interval 200us` (io_uring
+wake-up batching). nginx and h2o run in the same repetitions as the CPU
+anchors. Median of 3,
 6 s runs (1 repetition of 2 s runs with --quick).
 
 This is a closed-loop stand-in for the open-loop `epoll-study` (which needs
@@ -34,6 +36,9 @@ DESCRIPTION = "event syscalls and CPU per request for each weft backend (wrk -c5
 
 BACKENDS = ["epoll", "epoll-et", "epoll-once", "epoll-batched", "uring", "tracked", "tracked:epoll-et", "poll", "select"]
 QUICK_BACKENDS = ["epoll", "uring", "tracked", "tracked:epoll-et"]
+# io_uring wake-up batching (`--wake-interval`, docs/events.md), beside the plain forms.
+WAKE_INTERVAL = "200us"
+WAKE_BACKENDS = ["uring", "tracked"]
 FILES = [("1 B", 1), ("1 MiB", 1024 * 1024)]
 # (label, file size, wrk threads, connections)
 WORKLOADS = [("1 B, wrk -t1 -c50", 1, 1, 50), ("1 B, wrk -t2 -c100", 1, 2, 100), ("1 MiB, wrk -t1 -c50", 1024 * 1024, 1, 50)]
@@ -41,6 +46,7 @@ WORKLOADS = [("1 B, wrk -t1 -c50", 1, 1, 50), ("1 B, wrk -t2 -c100", 1, 2, 100),
 
 def specs(quick: bool) -> list[servers.ServerSpec]:
     out = [servers.ServerSpec(f"weft {b}", "weft", {"event": b, "send": "copy"}) for b in (QUICK_BACKENDS if quick else BACKENDS)]
+    out += [servers.ServerSpec(f"weft {b} wake {WAKE_INTERVAL}", "weft", {"event": b, "send": "copy", "extra": ["--wake-interval", WAKE_INTERVAL]}) for b in WAKE_BACKENDS]
     out += [servers.ServerSpec("nginx", "nginx"), servers.ServerSpec("h2o", "h2o")]
     return out
 
