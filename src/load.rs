@@ -136,7 +136,7 @@ pub struct LoadArgs {
     pub think: Option<Dist>,
 
     /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll].
-    #[arg(long, value_name = "BACKEND")]
+    #[arg(long, value_name = "BACKEND", value_parser = crate::args::event_untracked)]
     pub event: Option<weft_io::BackendKind>,
 
     /// SO_RCVBUF of each connection (httperf's --recv-buffer) [default: the kernel's].

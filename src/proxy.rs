@@ -82,7 +82,7 @@ pub struct ProxyArgs {
     pub connect_ports: Option<PortList>,
 
     /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll].
-    #[arg(long, value_name = "BACKEND")]
+    #[arg(long, value_name = "BACKEND", value_parser = crate::args::event_untracked)]
     pub event: Option<weft_io::BackendKind>,
 
     /// Worker threads, one event loop and SO_REUSEPORT listener each [default: number of CPUs].

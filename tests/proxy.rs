@@ -931,7 +931,6 @@ macro_rules! per_backend {
         per_backend!(@backend epoll_once, "epoll-once", $($scenario),*);
         per_backend!(@backend epoll_batched, "epoll-batched", $($scenario),*);
         per_backend!(@backend uring, "uring", $($scenario),*);
-        per_backend!(@backend tracked, "tracked", $($scenario),*);
     };
     (@backend $module:ident, $name:literal, $($scenario:ident),*) => {
         mod $module {

@@ -14,8 +14,11 @@ weft's admin counters before and after each run. Three workloads:
 - `1 MiB, wrk -t1 -c50`: writes block, so level-triggered epoll changes
   interest twice per blocked write.
 
-nginx and h2o run in the same repetitions as the CPU anchors. Median of 3,
-6 s runs (1 repetition of 2 s runs with --quick).
+`uring` and `tracked` also run with `--wake-interval 200us` (io_uring
+wake-up batching). nginx, h2o and lighttpd run in the same repetitions as the
+CPU anchors (issue 4's CPU target compares weft's best backend with the best
+of them on the one-byte keep-alive workload). Median of 3,
+5 s runs (1 repetition of 2 s runs with --quick).
 
 This is a closed-loop stand-in for the open-loop `epoll-study` (which needs
 `weft load --rate`): at saturation every backend runs at its own rate, so the
@@ -30,10 +33,13 @@ from collections import OrderedDict
 from .. import core, report, servers
 
 NAME = "event-syscalls"
-DESCRIPTION = "event syscalls and CPU per request for each weft backend (wrk -c50, 1 B and 1 MiB), nginx/h2o beside"
+DESCRIPTION = "event syscalls and CPU per request for each weft backend (wrk -c50, 1 B and 1 MiB), nginx/h2o/lighttpd beside"
 
 BACKENDS = ["epoll", "epoll-et", "epoll-once", "epoll-batched", "uring", "tracked", "tracked:epoll-et", "poll", "select"]
 QUICK_BACKENDS = ["epoll", "uring", "tracked", "tracked:epoll-et"]
+# io_uring wake-up batching (`--wake-interval`, docs/events.md), beside the plain forms.
+WAKE_INTERVAL = "200us"
+WAKE_BACKENDS = ["uring", "tracked"]
 FILES = [("1 B", 1), ("1 MiB", 1024 * 1024)]
 # (label, file size, wrk threads, connections)
 WORKLOADS = [("1 B, wrk -t1 -c50", 1, 1, 50), ("1 B, wrk -t2 -c100", 1, 2, 100), ("1 MiB, wrk -t1 -c50", 1024 * 1024, 1, 50)]
@@ -41,14 +47,15 @@ WORKLOADS = [("1 B, wrk -t1 -c50", 1, 1, 50), ("1 B, wrk -t2 -c100", 1, 2, 100),
 
 def specs(quick: bool) -> list[servers.ServerSpec]:
     out = [servers.ServerSpec(f"weft {b}", "weft", {"event": b, "send": "copy"}) for b in (QUICK_BACKENDS if quick else BACKENDS)]
-    out += [servers.ServerSpec("nginx", "nginx"), servers.ServerSpec("h2o", "h2o")]
+    out += [servers.ServerSpec(f"weft {b} wake {WAKE_INTERVAL}", "weft", {"event": b, "send": "copy", "extra": ["--wake-interval", WAKE_INTERVAL]}) for b in WAKE_BACKENDS]
+    out += [servers.ServerSpec("nginx", "nginx"), servers.ServerSpec("h2o", "h2o"), servers.ServerSpec("lighttpd", "lighttpd")]
     return out
 
 
 def run(lab: core.Lab) -> dict:
     reps = 1 if lab.quick else 3
-    duration = 2.0 if lab.quick else 6.0
-    lab.prepare(commands=["nginx", "h2o"])
+    duration = 2.0 if lab.quick else 5.0
+    lab.prepare(commands=["nginx", "h2o", "lighttpd"])
     www = os.path.join(lab.scratch, "www")
     os.makedirs(www)
     for _, size in FILES:

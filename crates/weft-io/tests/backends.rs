@@ -40,7 +40,11 @@ fn pair() -> (TcpStream, TcpStream) {
 }
 
 fn readiness<P: Poller>() {
-    let mut cx = Ctx::<P>::new().unwrap();
+    readiness_with::<P>(&weft_io::BackendOptions::default());
+}
+
+fn readiness_with<P: Poller>(opts: &weft_io::BackendOptions) {
+    let mut cx = Ctx::<P>::with_options(opts).unwrap();
     let (mut a, b) = pair();
     let t = Token::new(7, 3);
     cx.register(b.as_raw_fd(), t, Interest::READ)
@@ -179,6 +183,61 @@ fn epoll_batched_delivers_events() {
 #[test]
 fn uring_delivers_events() {
     readiness::<weft_io::backend::Uring>();
+}
+
+/// Wake-up batching changes when a wait returns, never what it returns.
+#[test]
+fn uring_and_tracked_deliver_events_with_wake_batching() {
+    let opts = weft_io::BackendOptions {
+        wake_interval: Duration::from_millis(1),
+        ..Default::default()
+    };
+    readiness_with::<weft_io::backend::Uring>(&opts);
+    readiness_with::<weft_io::backend::Tracked<weft_io::backend::Uring>>(&opts);
+}
+
+/// Once the completion rate is high enough for the backend to wait for a
+/// batch, a lone completion is still delivered: the min-wait bound (ten
+/// intervals) ends the wait, not the caller's long timeout.
+#[test]
+fn uring_batched_wait_returns_a_lone_completion() {
+    use weft_io::backend::Uring;
+    let mut p = Uring::new().unwrap();
+    p.configure(&weft_io::BackendOptions {
+        wake_interval: Duration::from_millis(2),
+        ..Default::default()
+    });
+    let pairs: Vec<(TcpStream, TcpStream)> = (0..16).map(|_| pair()).collect();
+    for (i, (_, b)) in pairs.iter().enumerate() {
+        p.add(b.as_raw_fd(), Token::new(i as u32, 0), Interest::READ).unwrap();
+    }
+    let mut buf = [0u8; 64];
+    let mut ev = Vec::new();
+    // Bursts of 16 completions, back to back, for ~50 ms: a high rate.
+    let until = Instant::now() + Duration::from_millis(50);
+    while Instant::now() < until {
+        for (a, _) in &pairs {
+            (&*a).write_all(b"x").unwrap();
+        }
+        let mut got = 0;
+        while got < pairs.len() {
+            ev.clear();
+            p.wait(&mut ev, Some(Duration::from_secs(5))).unwrap();
+            got += ev.len();
+        }
+        for (_, b) in &pairs {
+            while sys::read(b.as_raw_fd(), &mut buf).is_ok() {}
+        }
+    }
+    (&pairs[3].0).write_all(b"x").unwrap();
+    let t0 = Instant::now();
+    ev.clear();
+    while ev.is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        p.wait(&mut ev, Some(Duration::from_secs(5))).unwrap();
+    }
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0].token, Token::new(3, 0));
+    assert!(t0.elapsed() < Duration::from_secs(2), "held back {:?}", t0.elapsed());
 }
 
 /// A ready completion ring is read without entering the kernel.
@@ -321,7 +380,10 @@ fn tracked_serves_known_ready_descriptors_from_user_space() {
 fn tracked_asks_the_kernel_after_max_pass() {
     use weft_io::backend::{EpollEt, Tracked};
     let mut p = Tracked::<EpollEt>::new().unwrap();
-    p.configure(&weft_io::BackendOptions { max_pass: 2 });
+    p.configure(&weft_io::BackendOptions {
+        max_pass: 2,
+        ..Default::default()
+    });
     let (mut a, b) = pair();
     let (mut c, d) = pair();
     let (tb, td) = (Token::new(1, 0), Token::new(2, 0));

@@ -56,6 +56,9 @@ pub struct ServeConfig {
     /// `tracked` backends: passes served from the readiness table before the
     /// kernel is asked anyway.
     pub max_pass: u32,
+    /// `uring` and `tracked` (over uring): wake-up batching interval (zero:
+    /// off); see `weft_io::BackendOptions::wake_interval`.
+    pub wake_interval: Duration,
     /// Worker threads, each with its own SO_REUSEPORT listener and loop.
     pub workers: usize,
     /// Connections accepted per listener readiness event (`None` = until EAGAIN).
@@ -101,6 +104,7 @@ impl Default for ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             event: BackendKind::Epoll,
             max_pass: weft_io::backend::DEFAULT_MAX_PASS,
+            wake_interval: Duration::ZERO,
             workers: weft_io::sys::available_cpus(),
             accept_limit: None,
             backlog: 4096,

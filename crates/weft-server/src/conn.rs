@@ -82,6 +82,9 @@ pub struct Conn {
     pub deadline: Instant,
     /// When the earliest timer entry for this connection is due (see `Worker::schedule`).
     pub timer_at: Option<Instant>,
+    /// In the worker's list of connections to resume after this pass (it
+    /// used up its request budget with work left).
+    pub resume_queued: bool,
 }
 
 impl Conn {
@@ -109,6 +112,7 @@ impl Conn {
             last_activity: now,
             deadline: now,
             timer_at: None,
+            resume_queued: false,
         }
     }
 

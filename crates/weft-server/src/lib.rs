@@ -183,7 +183,10 @@ fn run_worker(
     let waker = shutdown.waker(index);
     let mut w = worker::Worker::new(cfg, listener, files, shutdown, waker, log, slot);
     let stats = weft_io::with_backend!(cfg.event, P => {
-        let opts = weft_io::BackendOptions { max_pass: cfg.max_pass };
+        let opts = weft_io::BackendOptions {
+            max_pass: cfg.max_pass,
+            wake_interval: cfg.wake_interval,
+        };
         let mut cx = weft_io::Ctx::<P>::with_options(&opts)?;
         w.register(&mut cx)?;
         weft_io::run(&mut cx, &mut w)?;

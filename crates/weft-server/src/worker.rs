@@ -40,10 +40,20 @@ const COPY_CHUNK: usize = 256 * 1024;
 /// Largest sendfile count per call.
 const SENDFILE_CHUNK: usize = 0x7fff_f000;
 
+/// Requests one connection may have answered per pass of the loop: a client
+/// with a long pipelined backlog (or one that keeps its socket full) is
+/// served in slices, so the other connections of the batch are not starved.
+/// Large enough that ordinary pipelining (a browser's few requests, wrk's
+/// `--pipeline 16`) finishes in one pass.
+const REQUESTS_PER_PASS: u32 = 64;
+
 /// What a connection waits for after `drive`.
 enum Next {
     Read,
     Write,
+    /// Used up its budget of requests for this pass with work left: drive it
+    /// again after the batch (no kernel event may come for input already read).
+    Resume,
     Close,
 }
 
@@ -110,6 +120,9 @@ pub struct Worker<'a> {
     refused_logged: u64,
     /// The `tracked` backend's counters, copied after each batch.
     tracker: Option<TrackerStats>,
+    /// Connections that used up their budget of requests in this pass with
+    /// work left ([`REQUESTS_PER_PASS`]); driven again after the batch.
+    resume: Vec<Token>,
 }
 
 impl<'a> Worker<'a> {
@@ -145,6 +158,7 @@ impl<'a> Worker<'a> {
             grace_deadline: None,
             refused_logged: 0,
             tracker: None,
+            resume: Vec::new(),
         }
     }
 
@@ -261,11 +275,11 @@ impl<'a> Worker<'a> {
         };
         match next {
             Next::Close => self.close(cx, token),
-            Next::Read | Next::Write => {
-                let want = if matches!(next, Next::Read) {
-                    Interest::READ
-                } else {
+            Next::Read | Next::Write | Next::Resume => {
+                let want = if matches!(next, Next::Write) {
                     Interest::WRITE
+                } else {
+                    Interest::READ
                 };
                 // `may_read` is this connection's readiness view (cleared by
                 // EAGAIN or a short read); waiting to write means a write came
@@ -274,7 +288,7 @@ impl<'a> Worker<'a> {
                     c.fd.raw(),
                     Readiness {
                         readable: c.may_read,
-                        writable: matches!(next, Next::Read),
+                        writable: !matches!(next, Next::Write),
                     },
                 );
                 if !P::CAPS.fixed_interest && c.interest != want {
@@ -283,6 +297,10 @@ impl<'a> Worker<'a> {
                         return;
                     }
                     c.interest = want;
+                }
+                if matches!(next, Next::Resume) && !c.resume_queued {
+                    c.resume_queued = true;
+                    self.resume.push(token);
                 }
                 schedule(c, self.shared.cfg, cx);
             }
@@ -378,6 +396,21 @@ impl<P: Poller> Handler<P> for Worker<'_> {
 
     fn after_batch(&mut self, cx: &mut Ctx<P>) {
         self.shared.date.update(cx.wall);
+        if !self.resume.is_empty() {
+            // One more slice for each connection that used up its budget;
+            // those that use it up again wait for the next pass.
+            let mut resume = std::mem::take(&mut self.resume);
+            for &t in &resume {
+                if let Some(c) = self.conns.get_mut(t) {
+                    c.resume_queued = false;
+                    self.drive(cx, t);
+                }
+            }
+            resume.clear();
+            if self.resume.is_empty() {
+                self.resume = resume;
+            }
+        }
         if P::CAPS.tracks_readiness {
             self.tracker = cx.poller.tracker_stats();
         }
@@ -415,6 +448,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     fn max_wait(&self) -> Option<Duration> {
         let mut w: Option<Duration> = None;
         let mut bound = |d: Duration| w = Some(w.map_or(d, |x| x.min(d)));
+        if !self.resume.is_empty() {
+            bound(Duration::ZERO);
+        }
         if self.accept_paused_until.is_some() || self.listener_ready {
             bound(Duration::from_millis(if self.listener_ready { 0 } else { 100 }));
         }
@@ -486,6 +522,7 @@ fn linger_read(c: &mut Conn) -> Next {
 
 /// The connection cycle (see the module doc).
 fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) -> Next {
+    let mut budget = REQUESTS_PER_PASS;
     loop {
         if c.has_output() {
             match flush(c, s) {
@@ -510,7 +547,11 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
             }
             return Next::Close;
         }
-        if c.start < c.end && answer_buffered(c, s, now, wall) {
+        if budget == 0 && (c.start < c.end || c.may_read) {
+            // Everything answered so far is sent; the rest waits its turn.
+            return Next::Resume;
+        }
+        if c.start < c.end && answer_buffered(c, s, now, wall, &mut budget) {
             continue;
         }
         if c.eof {
@@ -557,9 +598,9 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
 
 /// Answer every complete request in the buffer (stopping at a file body, a
 /// close, or when enough output is queued). True when output was produced.
-fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) -> bool {
+fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime, budget: &mut u32) -> bool {
     let mut produced = false;
-    while c.body.is_none() && !c.close_after && c.out.len() - c.out_pos < COALESCE_MAX {
+    while *budget > 0 && c.body.is_none() && !c.close_after && c.out.len() - c.out_pos < COALESCE_MAX {
         if c.discard > 0 {
             let n = c.discard.min((c.end - c.start) as u64);
             c.start += n as usize;
@@ -604,6 +645,7 @@ fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemT
                 c.start = next;
                 c.head_started = None;
                 c.requests += 1;
+                *budget -= 1;
                 s.stats.requests += 1;
                 produced = true;
             }

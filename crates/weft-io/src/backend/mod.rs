@@ -117,18 +117,27 @@ pub struct Readiness {
     pub writable: bool,
 }
 
-/// Settings a backend may take after creation (only `tracked` has any today).
+/// Settings a backend may take after creation (`tracked` and `uring`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackendOptions {
     /// `tracked`: passes served from its readiness table before the kernel is
     /// asked anyway, so descriptors it does not know to be ready are not starved.
     pub max_pass: u32,
+    /// `uring` (and `tracked` over it): wake-up batching. Under load, a
+    /// sleeping wait asks for the completions expected within this interval
+    /// at the recent rate, and the kernel holds the first one back until they
+    /// are there (io_uring's min-wait, Linux 6.12, bounded at ten intervals;
+    /// ignored where the kernel lacks it). Fewer io_uring_enter calls for
+    /// up to about one interval of added latency. Zero: wake at the first
+    /// completion.
+    pub wake_interval: Duration,
 }
 
 impl Default for BackendOptions {
     fn default() -> Self {
         BackendOptions {
             max_pass: tracked::DEFAULT_MAX_PASS,
+            wake_interval: Duration::ZERO,
         }
     }
 }
@@ -256,6 +265,20 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    /// A user-level readiness tracker: only for handlers that report every
+    /// EAGAIN and short transfer (`Ctx::learned`); any other handler would be
+    /// handed its descriptors again at every pass.
+    pub fn is_tracked(self) -> bool {
+        matches!(
+            self,
+            BackendKind::Tracked
+                | BackendKind::TrackedEpollEt
+                | BackendKind::TrackedEpoll
+                | BackendKind::TrackedPoll
+                | BackendKind::TrackedSelect
+        )
+    }
+
     /// Every backend, in the order `weft backends` lists them.
     pub const ALL: &'static [BackendKind] = &[
         BackendKind::Select,

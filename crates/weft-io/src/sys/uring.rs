@@ -24,22 +24,65 @@ pub struct Completion {
     pub more: bool,
 }
 
+/// How the kernel runs the task work that posts readiness completions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TaskRun {
+    /// `IORING_SETUP_COOP_TASKRUN`: posted at the task's next transition into
+    /// or out of the kernel (any system call), so completions show up in the
+    /// shared ring while the worker does its reads and writes, without an
+    /// io_uring_enter of their own. Each arrival while the worker sleeps wakes
+    /// it (a context switch), also when it waits for several completions.
+    #[default]
+    Coop,
+    /// `IORING_SETUP_DEFER_TASKRUN` (with `SINGLE_ISSUER`): posted only inside
+    /// io_uring_enter, so the ring is never filled behind the worker's back
+    /// (every pass costs an enter), but a worker waiting for N completions is
+    /// woken once, when the N-th arrives, not at each of them.
+    Defer,
+}
+
 /// An io_uring with its submission and completion queues mapped in.
 pub struct Ring {
     ring: IoUring,
 }
 
+/// Longest single wait handed to the kernel when the caller has no bound: a
+/// min-wait enter needs an overall timeout (without one the kernel ends the
+/// wait at the min-wait deadline even with no completion), and the loop simply
+/// waits again after it.
+const NO_TIMEOUT: Duration = Duration::from_secs(3600);
+
 impl Ring {
-    /// A ring with `entries` submission slots.
+    /// A ring with `entries` submission slots and cooperative task running.
     pub fn new(entries: u32) -> io::Result<Ring> {
+        Self::with_task_run(entries, TaskRun::Coop)
+    }
+
+    /// A ring with `entries` submission slots whose completions are posted as
+    /// `mode` says.
+    pub fn with_task_run(entries: u32, mode: TaskRun) -> io::Result<Ring> {
         // COOP_TASKRUN: a readiness completion is posted at the task's next
         // transition to or from the kernel (our reads and writes provide plenty)
         // instead of interrupting the running thread with an IPI to post it at
         // once. Without it every wake-up of a polled socket interrupts the
         // worker, which measured as less than half the reply rate of epoll on the
-        // one-byte workload. Kernels older than 5.19 reject the flag: fall back.
+        // one-byte workload. Kernels older than 5.19 reject the flag (and older
+        // than 6.1 DEFER_TASKRUN): fall back to the plain ring.
         bump(SysKind::Other);
-        let ring = match IoUring::builder().setup_clamp().setup_coop_taskrun().build(entries) {
+        let mut b = IoUring::builder();
+        b.setup_clamp();
+        match mode {
+            TaskRun::Coop => {
+                b.setup_coop_taskrun();
+            }
+            TaskRun::Defer => {
+                b.setup_single_issuer().setup_defer_taskrun();
+            }
+        }
+        // TASKRUN_FLAG: the kernel raises a flag in the shared ring while
+        // completions wait to be posted ([`Ring::work_pending`]).
+        b.setup_taskrun_flag();
+        let ring = match b.build(entries) {
             Ok(r) => r,
             Err(_) => {
                 bump(SysKind::Other);
@@ -47,6 +90,11 @@ impl Ring {
             }
         };
         Ok(Ring { ring })
+    }
+
+    /// Does the kernel honour a min-wait (`IORING_FEAT_MIN_TIMEOUT`, 6.12)?
+    pub fn supports_min_wait(&self) -> bool {
+        self.ring.params().is_feature_min_timeout()
     }
 
     fn push(&mut self, e: squeue::Entry) -> io::Result<()> {
@@ -84,6 +132,12 @@ impl Ring {
         self.ring.submission().len()
     }
 
+    /// Are completions waiting to be posted (their task work not run yet)?
+    /// A memory read of the ring's flags; no system call.
+    pub fn work_pending(&mut self) -> bool {
+        self.ring.submission().taskrun()
+    }
+
     /// Is the completion queue (shared memory) non-empty? No system call.
     pub fn has_completions(&mut self) -> bool {
         !self.ring.completion().is_empty()
@@ -92,14 +146,34 @@ impl Ring {
     /// Hand queued submissions to the kernel and wait for at least `want`
     /// completions, up to `timeout` — one io_uring_enter.
     pub fn submit_and_wait(&mut self, want: usize, timeout: Option<Duration>) -> io::Result<usize> {
+        self.submit_and_wait_batched(want, Duration::ZERO, timeout)
+    }
+
+    /// Hand queued submissions to the kernel and wait — one io_uring_enter.
+    /// With a zero `min_wait`: until `want` completions or `timeout`. With a
+    /// min-wait (kernels with [`Ring::supports_min_wait`]): until `want`
+    /// completions, or until `min_wait` has passed since the call began and
+    /// at least one completion is there, or `timeout`; so `want` > 1 batches
+    /// wake-ups at a latency of at most `min_wait`.
+    pub fn submit_and_wait_batched(
+        &mut self,
+        want: usize,
+        min_wait: Duration,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
         bump(SysKind::UringEnter);
-        let r = match timeout {
-            Some(t) if want > 0 => {
-                let ts = types::Timespec::new().sec(t.as_secs()).nsec(t.subsec_nanos());
-                let args = types::SubmitArgs::new().timespec(&ts);
-                self.ring.submitter().submit_with_args(want, &args)
-            }
-            _ => self.ring.submit_and_wait(want),
+        let r = if want == 0 {
+            self.ring.submit()
+        } else if min_wait.is_zero() && timeout.is_none() {
+            self.ring.submit_and_wait(want)
+        } else {
+            let t = timeout.unwrap_or(NO_TIMEOUT);
+            let ts = types::Timespec::new().sec(t.as_secs()).nsec(t.subsec_nanos());
+            // The kernel arms its min-wait timer before looking at the overall
+            // timeout: never ask for a min-wait longer than the timeout.
+            let mw = min_wait.min(t).as_micros().min(u32::MAX as u128) as u32;
+            let args = types::SubmitArgs::new().timespec(&ts).min_wait_usec(mw);
+            self.ring.submitter().submit_with_args(want, &args)
         };
         match r {
             Ok(n) => Ok(n),
