@@ -600,7 +600,8 @@ def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, i
         kinds = [k for k in core.EVENT_SYSCALLS if any(r[k] for r in t1_rows)]
         report.plot_grouped_bars(os.path.join(d, "table1_event_calls.png"), [r["server"].removeprefix("weft ") for r in t1_rows],
                                  OrderedDict((k, [r[k] for r in t1_rows]) for k in kinds),
-                                 ylabel="calls per reply (median)", title=f"event system calls per reply at {t1_rate:,.0f} requests/s (one-byte)",
+                                 ylabel="calls per reply (median, log scale)", log=True,
+                                 title=f"event system calls per reply at {t1_rate:,.0f} requests/s (one-byte, a connection per request)",
                                  dpi=80)  # fmt: skip
         pngs.append("table1_event_calls.png")
     ev = OrderedDict()
