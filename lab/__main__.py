@@ -30,6 +30,7 @@ def main(argv=None) -> int:
                         "the results' runs.json, the rest is kept, and the summary and plots cover everything")  # fmt: skip
     s = sub.add_parser("summarize", help="rewrite an experiment's summary and plots from its runs.json (no measurement)")
     s.add_argument("name", help="experiment name")
+    s.add_argument("--quick", action="store_true", help="the quick run's results (lab/results/NAME-quick/)")
     args = ap.parse_args(argv)
 
     if args.cmd == "list":
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
         if not hasattr(mod, "resummarize"):
             print(f"lab: {args.name} cannot be summarized again (run it)", file=sys.stderr)
             return 2
-        lab = core.Lab(args.name, False)
+        lab = core.Lab(args.name, args.quick)
         try:
             mod.resummarize(lab)
         except FileNotFoundError as e:

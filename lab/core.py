@@ -32,7 +32,10 @@ class Lab:
         self.quick = quick
         self.driver_name = driver
         self.t0 = time.monotonic()
-        self.results_dir = os.path.join(results_root, name)
+        # Quick runs (CI's smoke tests, scripts/test) write beside the full
+        # results, never over them: a full experiment is assembled from
+        # several locked runs and costs an hour to measure again.
+        self.results_dir = os.path.join(results_root, name + ("-quick" if quick else ""))
         self.scratch = tempfile.mkdtemp(prefix=f"weft-lab-{name}-")
         # Anchors started as root drop to an unprivileged user (nginx's and
         # h2o's `nobody`): the document root must be readable by everyone.

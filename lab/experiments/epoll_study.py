@@ -16,7 +16,7 @@ fixed schedule whatever the server does; a request without progress for
   process (a process may hold at most 20,000 descriptors: never the one that
   measures), started after the server and waited for;
 - accept-limit 1, 10, inf for weft epoll, epoll-batched and tracked
-  (Figure 7).
+  (Figure 7), beside nginx with multi_accept off (its default) and on.
 
 weft runs with each backend (`--workers 1`); beside it, in the same run, nginx
 (Debian's binary, `use epoll`, the anchor) and nginx `use poll` / `use select`
@@ -363,10 +363,20 @@ def run_sweep(lab, plan, runner, nginx_built, w: str, rates: list[int], rows: li
         runner.stop(rs)
 
 
+def accept_anchors() -> list[servers.ServerSpec]:
+    """nginx beside the accept limits: `multi_accept off` (its default: one
+    accept per readiness event of the listener, like limit 1) and `on`
+    (accept until EAGAIN, like inf)."""
+    on = nginx_edits("epoll") + [("use epoll;", "use epoll; multi_accept on;")]
+    return [servers.ServerSpec("nginx multi_accept off", "nginx", {"edits": nginx_edits("epoll")}),
+            servers.ServerSpec("nginx multi_accept on", "nginx", {"edits": on})]  # fmt: skip
+
+
 def run_accept(lab, plan, runner, rates: list[int], rows: list[dict]) -> None:
-    """Figure 7: the one-byte curve with accept limits 1, 10, inf."""
-    for backend, limit in plan.accept:
-        spec = weft(backend, limit)
+    """Figure 7: the one-byte curve with accept limits 1, 10, inf; nginx
+    with multi_accept off and on as the anchor."""
+    specs = [(weft(b, limit), b, limit) for b, limit in plan.accept] + [(s, "nginx", s.label.split()[-1]) for s in accept_anchors()]
+    for spec, backend, limit in specs:
         rs = runner.start(spec)
         for r in rates:
             args, calls = load_args("one-byte", r, plan.point_s)

@@ -214,3 +214,19 @@ def test_only_is_checked_against_the_experiments_parts(capsys):
     assert "unknown part nope" in capsys.readouterr().err
     assert main(["run", "static-baseline", "--only", "x"]) == 2
     assert "has no parts" in capsys.readouterr().err
+
+
+def test_accept_anchors_are_nginx_with_multi_accept_off_and_on():
+    off, on = es.accept_anchors()
+    text = rendered("nginx")
+    assert "multi_accept" not in servers.edit_config(text, off.options["edits"])
+    assert "use epoll; multi_accept on;" in servers.edit_config(text, on.options["edits"])
+
+
+def test_quick_results_never_overwrite_the_full_ones(tmp_path):
+    full, quick = core.Lab("e", False, results_root=str(tmp_path)), core.Lab("e", True, results_root=str(tmp_path))
+    try:
+        assert full.results_dir == str(tmp_path / "e") and quick.results_dir == str(tmp_path / "e-quick")
+    finally:
+        full.cleanup()
+        quick.cleanup()
