@@ -25,13 +25,19 @@ def main(argv=None) -> int:
     r.add_argument("--quick", action="store_true", help="short form (under two minutes): one repetition, short runs")
     r.add_argument("--driver", default="wrk", choices=["wrk", "weft-load"], help="load generator (default wrk)")
     r.add_argument("--strict", action="store_true", help="exit 3 when a run saw non-2xx responses, socket errors or short bodies")
+    r.add_argument("--only", metavar="PART[,PART]",
+                   help="run only these parts of the experiment (see `list`); their rows replace the same parts' rows in "
+                        "the results' runs.json, the rest is kept, and the summary and plots cover everything")  # fmt: skip
     s = sub.add_parser("summarize", help="rewrite an experiment's summary and plots from its runs.json (no measurement)")
     s.add_argument("name", help="experiment name")
+    s.add_argument("--quick", action="store_true", help="the quick run's results (lab/results/NAME-quick/)")
     args = ap.parse_args(argv)
 
     if args.cmd == "list":
         for name, mod in EXPERIMENTS.items():
             print(f"{name:<18} {mod.DESCRIPTION}")
+            if getattr(mod, "PARTS", None):
+                print(f"{'':<18} parts (--only): {', '.join(mod.PARTS)}")
         return 0
 
     mod = EXPERIMENTS.get(args.name)
@@ -42,7 +48,7 @@ def main(argv=None) -> int:
         if not hasattr(mod, "resummarize"):
             print(f"lab: {args.name} cannot be summarized again (run it)", file=sys.stderr)
             return 2
-        lab = core.Lab(args.name, False)
+        lab = core.Lab(args.name, args.quick)
         try:
             mod.resummarize(lab)
         except FileNotFoundError as e:
@@ -51,10 +57,23 @@ def main(argv=None) -> int:
         finally:
             lab.cleanup()
         return 0
+    only = None
+    if args.only:
+        parts = getattr(mod, "PARTS", None)
+        if not parts:
+            print(f"lab: --only: {args.name} has no parts (it runs whole)", file=sys.stderr)
+            return 2
+        only = [p.strip() for p in args.only.split(",") if p.strip()]
+        bad = [p for p in only if p not in parts]
+        if bad or not only:
+            print(f"lab: --only: unknown part {', '.join(bad) or repr(args.only)} of {args.name} (parts: {', '.join(parts)})", file=sys.stderr)
+            return 2
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
     lab = core.Lab(args.name, args.quick, driver=args.driver)
-    lab.log(f"{args.name}: {'quick' if args.quick else 'full'} run, results in {lab.results_dir}")
+    lab.only = only
+    what = f"parts {', '.join(only)} of the " if only else ""
+    lab.log(f"{args.name}: {what}{'quick' if args.quick else 'full'} run, results in {lab.results_dir}")
     try:
         outcome = mod.run(lab) or {}
     except KeyboardInterrupt:

@@ -6,6 +6,7 @@ endpoint, the driver's totals).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -31,7 +32,10 @@ class Lab:
         self.quick = quick
         self.driver_name = driver
         self.t0 = time.monotonic()
-        self.results_dir = os.path.join(results_root, name)
+        # Quick runs (CI's smoke tests, scripts/test) write beside the full
+        # results, never over them: a full experiment is assembled from
+        # several locked runs and costs an hour to measure again.
+        self.results_dir = os.path.join(results_root, name + ("-quick" if quick else ""))
         self.scratch = tempfile.mkdtemp(prefix=f"weft-lab-{name}-")
         # Anchors started as root drop to an unprivileged user (nginx's and
         # h2o's `nobody`): the document root must be readable by everyone.
@@ -40,6 +44,24 @@ class Lab:
         self.driver = None
         self.versions: dict = {}
         self.load_command: list[str] = []
+        self.only: list[str] | None = None  # `--only`: the parts to run (experiments with PARTS), None = all
+
+    def parts(self, all_parts) -> list[str]:
+        """The parts this run measures, in the experiment's order."""
+        return [p for p in all_parts if self.only is None or p in self.only]
+
+    def previous_runs(self) -> dict | None:
+        """The results' runs.json when this run adds parts to it (`--only`)
+        and it is of the same form (quick or full); otherwise None: a whole
+        run starts afresh."""
+        if self.only is None:
+            return None
+        try:
+            with open(os.path.join(self.results_dir, "runs.json")) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return doc if doc.get("quick") == self.quick and doc.get("experiment") == self.name else None
 
     def log(self, msg: str) -> None:
         print(f"[{time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
@@ -66,6 +88,17 @@ class Lab:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime())
+
+
+def merge_parts(previous: dict | None, parts_run: list[str], rows: list[dict], part_of) -> list[dict]:
+    """Rows of a run that measured `parts_run`, after the previous run's rows
+    of every other part (`part_of(row)` names a row's part)."""
+    kept = [r for r in (previous or {}).get("runs", []) if part_of(r) not in parts_run]
+    return kept + rows
 
 
 def make_file(path: str, size: int) -> None:

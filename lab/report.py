@@ -86,6 +86,17 @@ def fmt_num(v: float | None, digits: int = 1) -> str:
     return f"{v:.{digits}f}"
 
 
+def parts_table(parts: dict, name: str, quick: bool) -> str:
+    """When and how long each part of an experiment ran (`--only`), and the
+    command that runs it again."""
+    if not parts:
+        return ""
+    q = " --quick" if quick else ""
+    rows = [[f"`{p}`", v.get("at", "?"), f"{v.get('duration_s', 0):.0f} s", v.get("weft") or "?",
+             f"`python3 -m lab run {name}{q} --only {p}`"] for p, v in parts.items()]  # fmt: skip
+    return "Parts:\n\n" + markdown_table(["part", "measured (UTC)", "took", "weft", "again"], rows, "llrll")
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str | None = None) -> str:
     """A GitHub markdown table; `align` is one of l/r per column (default: first l, rest r)."""
     if align is None:

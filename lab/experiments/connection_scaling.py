@@ -39,6 +39,9 @@ from .epoll_study import BACKENDS, Runner, anchors, weft
 NAME = "connection-scaling"
 DESCRIPTION = "uselect microbenchmarks (000 Figs 4-5): server CPU at a fixed rate vs connections (250-10k) and file size (4-128 KiB)"
 
+# Parts (`--only`): one figure each, ~10 minutes each in the full form; their
+# rows merge into the same runs.json and summary.
+PARTS = ["connections", "size"]
 RATE = 10000  # requests/s offered
 CALLS = 5  # requests per connection (session)
 CONNS = [250, 1000, 2500, 5000, 10000]
@@ -161,6 +164,8 @@ def measure_point(lab, runner: Runner, rs: servers.RunningServer, *, conns: int,
 
 def run(lab: core.Lab) -> dict:
     plan = Plan(lab.quick)
+    parts = lab.parts(PARTS)
+    prev = lab.previous_runs()
     lab.prepare(commands=["nginx", "h2o", "lighttpd"])
     nginx_built = None
     if plan.anchor_labels is None or any("select" in a or "poll" in a for a in plan.anchor_labels):
@@ -177,26 +182,38 @@ def run(lab: core.Lab) -> dict:
     all_anchors = anchors(nginx_built)
     specs += all_anchors if plan.anchor_labels is None else [s for s in all_anchors if s.label in plan.anchor_labels]
     rows: list[dict] = []
+    parts_info: dict = dict((prev or {}).get("parts", {}))
     t_start = time.monotonic()
     with lab.pool(www) as pool:
-        runner = Runner(lab, pool)
-        for spec in specs:
-            is_select = "select" in spec.label
-            rs = runner.start(spec)
-            for conns in plan.conns:
-                if is_select and conns > SELECT_MAX:
+        runner = Runner(lab, pool, keep_logs=prev is not None)
+        for part in parts:
+            t0 = time.monotonic()
+            lab.log(f"part {part} ...")
+            for spec in specs:
+                is_select = "select" in spec.label
+                if part == "connections":
+                    points = [c for c in plan.conns if not (is_select and c > SELECT_MAX)]
+                else:
+                    points = [] if is_select and plan.fig5_conns > SELECT_MAX else plan.sizes
+                if not points:
                     continue
-                row = measure_point(lab, runner, rs, conns=conns, size_kib=FIG4_SIZE_KIB, plan=plan)
-                row["figure"] = "connections"
-                rows.append(row)
-            if not (is_select and plan.fig5_conns > SELECT_MAX):
-                for kib in plan.sizes:
-                    row = measure_point(lab, runner, rs, conns=plan.fig5_conns, size_kib=kib, plan=plan)
-                    row["figure"] = "size"
+                rs = runner.start(spec)
+                for x in points:
+                    if part == "connections":
+                        row = measure_point(lab, runner, rs, conns=x, size_kib=FIG4_SIZE_KIB, plan=plan)
+                    else:
+                        row = measure_point(lab, runner, rs, conns=plan.fig5_conns, size_kib=x, plan=plan)
+                    row["figure"] = part
                     rows.append(row)
-            runner.stop(rs)
+                runner.stop(rs)
+            took = time.monotonic() - t0
+            parts_info[part] = {"at": core.utc_now(), "duration_s": round(took), "weft": lab.versions.get("weft")}
+            lab.log(f"part {part} took {took:.0f}s")
     lab.log(f"measurements took {time.monotonic() - t_start:.0f}s")
-    return summarize(lab, plan, rows, runner.commands, runner.load_commands)
+    rows = core.merge_parts(prev, parts, rows, lambda r: r["figure"])
+    commands = {**(prev or {}).get("commands", {}), **runner.commands}
+    load_commands = {**(prev or {}).get("load_commands", {}), **runner.load_commands}
+    return summarize(lab, plan, rows, commands, load_commands, parts_info)
 
 
 def resummarize(lab: core.Lab) -> dict:
@@ -205,14 +222,16 @@ def resummarize(lab: core.Lab) -> dict:
         doc = json.load(f)
     lab.versions = doc["versions"]
     lab.quick = doc["quick"]
-    return summarize(lab, Plan(doc["quick"]), doc["runs"], doc["commands"], doc["load_commands"])
+    return summarize(lab, Plan(doc["quick"]), doc["runs"], doc["commands"], doc["load_commands"], doc.get("parts", {}))
 
 
-def summarize(lab, plan: Plan, rows: list[dict], commands: dict, load_commands: dict) -> dict:
+def summarize(lab, plan: Plan, rows: list[dict], commands: dict, load_commands: dict, parts_info: dict) -> dict:
     d = lab.results_dir
+    for r in rows:  # runs.json of before the parts: the figure was "size" or "connections" already
+        r.setdefault("figure", "connections")
     report.write_json(os.path.join(d, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "rate": plan.rate,
-                                                     "calls": CALLS, "commands": commands, "load_commands": load_commands,
-                                                     "runs": rows})  # fmt: skip
+                                                     "calls": CALLS, "parts": parts_info, "commands": commands,
+                                                     "load_commands": load_commands, "runs": rows})  # fmt: skip
     report.write_csv(os.path.join(d, "runs.csv"), rows)
     names = list(dict.fromkeys(r["server"] for r in rows))
 
@@ -220,24 +239,32 @@ def summarize(lab, plan: Plan, rows: list[dict], commands: dict, load_commands: 
         return OrderedDict((s, [(r[x], r[y] * (100 if y == "cpu_util" else 1) if r[y] is not None else None)
                                 for r in rows if r["server"] == s and r["figure"] == fig]) for s in names)  # fmt: skip
 
-    report.plot_lines(os.path.join(d, "cpu_vs_connections.png"),
-                      [(f"CPU, {plan.rate:,} req/s of {FIG4_SIZE_KIB} KiB", series("connections", "conns", "cpu_util")),
-                       ("mean response time", series("connections", "conns", "rt_mean_ms"))],
-                      xlabel="concurrent connections", ylabel="", logx=True, logy=True, sharey=False,
-                      ylabels=["server CPU, % of one core", "mean response time, ms"])  # fmt: skip
-    report.plot_lines(os.path.join(d, "cpu_vs_size.png"),
-                      [(f"CPU, {plan.fig5_conns:,} connections, {plan.rate:,} req/s", series("size", "size_kib", "cpu_util")),
-                       ("mean response time", series("size", "size_kib", "rt_mean_ms"))],
-                      xlabel="file size (KiB)", ylabel="", logx=True, logy=True, sharey=False,
-                      ylabels=["server CPU, % of one core", "mean response time, ms"])  # fmt: skip
+    pngs = []
+    if any(r["figure"] == "connections" for r in rows):
+        pngs.append("cpu_vs_connections.png")
+        report.plot_lines(os.path.join(d, "cpu_vs_connections.png"),
+                          [(f"CPU, {plan.rate:,} req/s of {FIG4_SIZE_KIB} KiB", series("connections", "conns", "cpu_util")),
+                           ("mean response time", series("connections", "conns", "rt_mean_ms"))],
+                          xlabel="concurrent connections", ylabel="", logx=True, logy=True, sharey=False,
+                          ylabels=["server CPU, % of one core", "mean response time, ms"])  # fmt: skip
+    if any(r["figure"] == "size" for r in rows):
+        pngs.append("cpu_vs_size.png")
+        report.plot_lines(os.path.join(d, "cpu_vs_size.png"),
+                          [(f"CPU, {plan.fig5_conns:,} connections, {plan.rate:,} req/s", series("size", "size_kib", "cpu_util")),
+                           ("mean response time", series("size", "size_kib", "rt_mean_ms"))],
+                          xlabel="file size (KiB)", ylabel="", logx=True, logy=True, sharey=False,
+                          ylabels=["server CPU, % of one core", "mean response time, ms"])  # fmt: skip
     md = [f"# {NAME}", ""]
     md.append(f"{'Quick' if lab.quick else 'Full'} run, one pass. Offered {plan.rate:,} requests/s as open-loop sessions of {CALLS} requests "
               f"(exponential arrivals and think times; T = C·k/(X·(k−1))), {CLIENT_PROCESSES} `weft load` processes; each point measured "
               f"over a {plan.window_s:g} s window after the connections ramped up. CPU = server process tree utime+stime in the window / "
               f"window (100 % = one core). Response time: mean over the whole run.")  # fmt: skip
+    md += ["", report.parts_table(parts_info, NAME, lab.quick)]
     for fig, x, title in (("connections", "conns", f"Server CPU vs concurrent connections ({FIG4_SIZE_KIB} KiB)"),
                           ("size", "size_kib", f"Server CPU vs file size ({plan.fig5_conns:,} connections)")):  # fmt: skip
-        xs = list(dict.fromkeys(r[x] for r in rows if r["figure"] == fig))
+        xs = sorted({r[x] for r in rows if r["figure"] == fig})
+        if not xs:
+            continue
         by = {(r["server"], r[x]): r for r in rows if r["figure"] == fig}
         md += ["", f"## {title}", "", "CPU % of one core (mean response time ms; event calls per reply for weft; `!` = offered rate not achieved):", ""]
         tab = []
@@ -249,7 +276,8 @@ def summarize(lab, plan: Plan, rows: list[dict], commands: dict, load_commands: 
                     cells.append("–")
                     continue
                 ev = r.get("event_syscalls_per_reply")
-                cells.append(f"{100 * r['cpu_util']:.1f} ({report.fmt_num(r['rt_mean_ms'], 2)} ms"
+                cpu = f"{100 * r['cpu_util']:.1f}" if r["cpu_util"] is not None else "– (restarted)"
+                cells.append(f"{cpu} ({report.fmt_num(r['rt_mean_ms'], 2)} ms"
                              + (f"; {ev:.2f}" if ev is not None else "") + ")" + ("" if r["rate_achieved"] else " !"))  # fmt: skip
             tab.append(cells)
         md.append(report.markdown_table(["server"] + [f"{v:,}" + (" KiB" if x == "size_kib" else "") for v in xs], tab))
@@ -269,7 +297,7 @@ def summarize(lab, plan: Plan, rows: list[dict], commands: dict, load_commands: 
     md += [f"{k}: {' '.join(v)}" for k, v in commands.items()]
     md += [f"weft load: {' '.join(v)}" for v in load_commands.values()]
     md += ["```", "", "## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()]
-    md += ["", "Plots: `cpu_vs_connections.png`, `cpu_vs_size.png`. Raw data: `runs.json`, `runs.csv`.", ""]
+    md += ["", "Plots: " + ", ".join(f"`{p}`" for p in pngs) + ". Raw data: `runs.json`, `runs.csv`.", ""]
     with open(os.path.join(d, "summary.md"), "w") as f:
         f.write("\n".join(md))
     print("\n".join(md))

@@ -16,7 +16,7 @@ fixed schedule whatever the server does; a request without progress for
   process (a process may hold at most 20,000 descriptors: never the one that
   measures), started after the server and waited for;
 - accept-limit 1, 10, inf for weft epoll, epoll-batched and tracked
-  (Figure 7).
+  (Figure 7), beside nginx with multi_accept off (its default) and on.
 
 weft runs with each backend (`--workers 1`); beside it, in the same run, nginx
 (Debian's binary, `use epoll`, the anchor) and nginx `use poll` / `use select`
@@ -51,11 +51,22 @@ from .. import core, env, loadgen, proc, report, servers
 NAME = "epoll-study"
 DESCRIPTION = "µserver study (002 Figs 1-7, Table 1): open-loop reply rate per backend, 10k idle conns, accept limits, syscalls/reply"
 
+# Parts (`--only`), each short enough for one locked measurement slot; their
+# rows merge into the same runs.json and summary.
+PARTS = ["sweep-one-byte", "sweep-specweb99", "accept", "table1", "idle-peak"]
+WORKLOADS = ["one-byte", "specweb99"]
+PART_WORKLOADS = {"sweep-one-byte": ["one-byte"], "sweep-specweb99": ["specweb99"], "accept": ["one-byte"], "table1": ["one-byte"],
+                  "idle-peak": []}  # fmt: skip
 BACKENDS = ["select", "poll", "epoll", "epoll-et", "epoll-once", "epoll-batched", "uring", "tracked"]
 SPECWEB_CALLS = 0.3 * 1 + 0.7 * 10  # mean requests per SPECweb99 session
 SPECWEB_DIRS = 10  # 360 files, 51 MB: the whole set stays in memory, as in the study
 IDLE = 10000
-FRACTIONS = [0.3, 0.6, 0.8, 0.95, 1.1, 1.25]  # of the probed (closed-loop) peak
+# Of the probed (closed-loop) peak. Five points: with 13 servers x 2 idle
+# settings x 3 s a point, one workload's sweep fits a ~12-minute locked slot.
+# The points go where the knees are (0.6-1.25 of weft epoll's peak); a server
+# that is off the diagonal already at 0.6 (select and poll with 10,000 idle
+# connections) shows that as a flat curve, which is the finding.
+FRACTIONS = [0.6, 0.8, 0.95, 1.1, 1.25]
 ACCEPT_LIMITS = ["1", "10", "inf"]
 ACCEPT_BACKENDS = ["epoll", "epoll-batched", "tracked"]
 TABLE1_FRACTION = 0.5  # fixed rate for Table 1, of the probed peak: below every knee
@@ -109,6 +120,7 @@ class Plan:
         self.idle = 2000 if quick else IDLE
         self.fractions = [0.5, 0.95] if quick else FRACTIONS
         self.workloads = ["one-byte"] if quick else ["one-byte", "specweb99"]
+        self.parts = [p for p in PARTS if all(w in self.workloads for w in PART_WORKLOADS[p])]
         self.sweep_backends = ["epoll", "select"] if quick else BACKENDS
         self.sweep_anchor_labels = ["nginx select"] if quick else None  # None: every anchor
         self.accept = [("epoll", "10")] if quick else [(b, a) for b in ACCEPT_BACKENDS for a in ACCEPT_LIMITS]
@@ -139,14 +151,15 @@ def url_for(rs: servers.RunningServer, workload: str) -> str:
 
 
 class Runner:
-    def __init__(self, lab: core.Lab, pool: servers.ServerPool):
+    def __init__(self, lab: core.Lab, pool: servers.ServerPool, keep_logs: bool = False):
         self.lab = lab
         self.pool = pool
         self.tmp = tempfile.mkdtemp(prefix="load-", dir=lab.scratch)
         self.n = 0
         self.commands: dict[str, list[str]] = {}
         self.load_commands: dict[str, list[str]] = {}
-        shutil.rmtree(os.path.join(lab.results_dir, "logs"), ignore_errors=True)
+        if not keep_logs:  # a whole run starts afresh; parts added to earlier ones keep their logs
+            shutil.rmtree(os.path.join(lab.results_dir, "logs"), ignore_errors=True)
 
     def json_path(self) -> str:
         self.n += 1
@@ -252,8 +265,20 @@ def probe_peak(lab: core.Lab, runner: Runner, rs: servers.RunningServer, workloa
     return peak
 
 
+def part_of(row: dict) -> str:
+    """The part (`--only`) a row belongs to."""
+    phase = row["phase"]
+    if phase == "sweep":
+        return f"sweep-{row['workload']}"
+    return {"accept": "accept", "table1": "table1", "keepalive": "table1", "saturation": "idle-peak"}[phase]
+
+
 def run(lab: core.Lab) -> dict:
     plan = Plan(lab.quick)
+    parts = lab.parts(plan.parts)
+    if not parts:
+        raise env.EnvError(f"--only {','.join(lab.only or [])}: not part of the {'quick' if lab.quick else 'full'} form (its parts: {', '.join(plan.parts)})")
+    prev = lab.previous_runs()
     lab.prepare(commands=["nginx", "h2o", "lighttpd"])
     nginx_built = env.ensure_nginx_select_poll(lab.log)
     lab.versions["nginx (built with select+poll)"] = env._first_line([nginx_built, "-v"]) + f" ({nginx_built})"
@@ -270,85 +295,145 @@ def run(lab: core.Lab) -> dict:
             os.chmod(os.path.join(root, name), 0o755)
         for name in files:
             os.chmod(os.path.join(root, name), 0o644)
+    # Rates: fractions of weft epoll's probed peak. Parts run later reuse the
+    # peaks stored with the earlier parts, so every curve of a figure has the
+    # same offered rates.
+    peaks: dict = dict((prev or {}).get("peaks", {}))
+    need = {w for part in parts for w in PART_WORKLOADS[part]}
     rows: list[dict] = []
-    idle_info: dict = {}
+    idle_info: dict = dict((prev or {}).get("idle_holders", {}))
+    parts_info: dict = dict((prev or {}).get("parts", {}))
     t_start = time.monotonic()
     with lab.pool(www) as pool:
-        runner = Runner(lab, pool)
-        rs = runner.start(weft("epoll"))
-        peaks = {w: probe_peak(lab, runner, rs, w) for w in plan.workloads}
-        runner.stop(rs)
-        rates = {w: loadgen.sweep_rates(peaks[w], plan.fractions, step=500 if w == "one-byte" else 100) for w in plan.workloads}
-        for w in plan.workloads:
-            lab.log(f"  {w}: offered rates {rates[w]} requests/s, {plan.point_s:g}s each")
+        runner = Runner(lab, pool, keep_logs=prev is not None)
+        missing = [w for w in WORKLOADS if w in need and w not in peaks]
+        if missing:
+            rs = runner.start(weft("epoll"))
+            for w in missing:
+                peaks[w] = probe_peak(lab, runner, rs, w)
+            runner.stop(rs)
+        rates = {w: loadgen.sweep_rates(peaks[w], plan.fractions, step=500 if w == "one-byte" else 100) for w in WORKLOADS if w in peaks}
+        t1_rate = float(loadgen.sweep_rates(peaks["one-byte"], [TABLE1_FRACTION])[0]) if "one-byte" in peaks else None
+        for part in parts:
+            t0 = time.monotonic()
+            lab.log(f"part {part} ...")
+            if part.startswith("sweep-"):
+                w = part.removeprefix("sweep-")
+                lab.log(f"  {w}: offered rates {rates[w]} requests/s, {plan.point_s:g}s each")
+                run_sweep(lab, plan, runner, nginx_built, w, rates[w], rows, idle_info)
+            elif part == "accept":
+                run_accept(lab, plan, runner, rates["one-byte"], rows)
+            elif part == "table1":
+                run_table1(lab, plan, runner, nginx_built, t1_rate, rows)
+            elif part == "idle-peak":
+                run_idle_peak(lab, plan, runner, nginx_built, rows)
+            took = time.monotonic() - t0
+            parts_info[part] = {"at": core.utc_now(), "duration_s": round(took), "weft": lab.versions.get("weft")}
+            lab.log(f"part {part} took {took:.0f}s")
+    lab.log(f"measurements took {time.monotonic() - t_start:.0f}s")
+    rows = core.merge_parts(prev, parts, rows, part_of)
+    commands = {**(prev or {}).get("commands", {}), **runner.commands}
+    load_commands = {**(prev or {}).get("load_commands", {}), **runner.load_commands}
+    if prev and not set(prev.get("versions", {}).items()) <= set(lab.versions.items()):
+        lab.log("  note: earlier parts ran with other versions: runs.json keeps each part's weft version under `parts`")
+    return summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, idle_info, parts_info)
 
-        # Phase 1: the curves (Figures 1-6), then the accept limits (Figure 7).
-        sweep_specs = [weft(b) for b in plan.sweep_backends] + pick(anchors(nginx_built), plan.sweep_anchor_labels)
-        for i, spec in enumerate(sweep_specs):
+
+def run_sweep(lab, plan, runner, nginx_built, w: str, rates: list[int], rows: list[dict], idle_info: dict) -> None:
+    """Figures 1-6 for workload `w`: every server's curve without and with
+    idle connections (same server instance, the order alternating)."""
+    sweep_specs = [weft(b) for b in plan.sweep_backends] + pick(anchors(nginx_built), plan.sweep_anchor_labels)
+    for i, spec in enumerate(sweep_specs):
+        rs = runner.start(spec)
+        for idle in ((0, plan.idle) if i % 2 == 0 else (plan.idle, 0)):
+            holder = None
+            if idle:
+                bound = len(rates) * (plan.point_s + 4) + 60
+                holder, hpath, held = runner.hold_idle(rs, idle, bound)
+            for r in rates:
+                args, calls = load_args(w, r, plan.point_s)
+                row = runner.measured(rs, url_for(rs, w), args, target=r, duration_s=plan.point_s, calls=calls, key=w)
+                row.update(phase="sweep", server=spec.label, workload=w, idle=idle, rep=1)
+                if idle:
+                    row["idle_established"] = held
+                rows.append(row)
+                log_point(lab, row)
+            if holder:
+                idle_info[f"{spec.label} ({w})"] = runner.release_idle(holder, hpath)
+        runner.stop(rs)
+
+
+def accept_anchors() -> list[servers.ServerSpec]:
+    """nginx beside the accept limits: `multi_accept off` (its default: one
+    accept per readiness event of the listener, like limit 1) and `on`
+    (accept until EAGAIN, like inf)."""
+    on = nginx_edits("epoll") + [("use epoll;", "use epoll; multi_accept on;")]
+    return [servers.ServerSpec("nginx multi_accept off", "nginx", {"edits": nginx_edits("epoll")}),
+            servers.ServerSpec("nginx multi_accept on", "nginx", {"edits": on})]  # fmt: skip
+
+
+def run_accept(lab, plan, runner, rates: list[int], rows: list[dict]) -> None:
+    """Figure 7: the one-byte curve with accept limits 1, 10, inf; nginx
+    with multi_accept off and on as the anchor."""
+    specs = [(weft(b, limit), b, limit) for b, limit in plan.accept] + [(s, "nginx", s.label.split()[-1]) for s in accept_anchors()]
+    for spec, backend, limit in specs:
+        rs = runner.start(spec)
+        for r in rates:
+            args, calls = load_args("one-byte", r, plan.point_s)
+            row = runner.measured(rs, url_for(rs, "one-byte"), args, target=r, duration_s=plan.point_s, calls=calls, key="one-byte")
+            row.update(phase="accept", server=spec.label, backend=backend, accept_limit=limit, workload="one-byte", idle=0, rep=1)
+            rows.append(row)
+            log_point(lab, row)
+        runner.stop(rs)
+
+
+def rotated(specs: list, rep: int) -> list:
+    k = (rep - 1) % len(specs)
+    return specs[k:] + specs[:k]
+
+
+def run_table1(lab, plan, runner, nginx_built, t1_rate: float, rows: list[dict]) -> None:
+    """Targets (b) and (c): Table 1 at a fixed open-loop rate, then one-byte
+    keep-alive, on the same server instance; repeated, order rotated."""
+    specs = [weft(b) for b in plan.target_backends] + pick(anchors(nginx_built, with_built_epoll=True), plan.target_anchor_labels)
+    for rep in range(1, plan.reps + 1):
+        for spec in rotated(specs, rep):
             rs = runner.start(spec)
-            for idle in ((0, plan.idle) if i % 2 == 0 else (plan.idle, 0)):
+            args, _ = load_args("one-byte", t1_rate, plan.target_s)
+            row = runner.measured(rs, url_for(rs, "one-byte"), args, target=t1_rate, duration_s=plan.target_s, calls=1.0, key="table1")
+            row.update(phase="table1", server=spec.label, workload="one-byte", idle=0, rep=rep)
+            rows.append(row)
+            log_point(lab, row)
+            ka = ["--clients", "50", "--duration", f"{plan.target_s:g}s"]
+            row = runner.measured(rs, url_for(rs, "one-byte"), ka, target=0, duration_s=plan.target_s, calls=1.0, key="keepalive", processes=1)
+            row.update(phase="keepalive", server=spec.label, workload="one-byte keep-alive", idle=0, rep=rep)
+            rows.append(row)
+            log_point(lab, row)
+            runner.stop(rs)
+
+
+def run_idle_peak(lab, plan, runner, nginx_built, rows: list[dict]) -> None:
+    """Target (a): closed-loop saturation without and with idle connections,
+    same server instance, back to back (order alternating); repeated, order
+    of the servers rotated."""
+    specs = [weft(b) for b in plan.sat_backends] + pick(anchors(nginx_built), plan.sat_anchor_labels)
+    sat = ["--clients", "64", "--calls", "1", "--http10", "--local-addrs", loadgen.LOCAL_ADDRS, "--duration", f"{plan.target_s:g}s",
+           "--timeout", "2s"]  # fmt: skip
+    for rep in range(1, plan.reps + 1):
+        for spec in rotated(specs, rep):
+            rs = runner.start(spec)
+            for idle in ((0, plan.idle) if rep % 2 else (plan.idle, 0)):
                 holder = None
                 if idle:
-                    bound = len(plan.workloads) * len(plan.fractions) * (plan.point_s + 4) + 60
-                    holder, hpath, held = runner.hold_idle(rs, idle, bound)
-                for w in plan.workloads:
-                    for r in rates[w]:
-                        args, calls = load_args(w, r, plan.point_s)
-                        row = runner.measured(rs, url_for(rs, w), args, target=r, duration_s=plan.point_s, calls=calls, key=w)
-                        row.update(phase="sweep", server=spec.label, workload=w, idle=idle, rep=1)
-                        if idle:
-                            row["idle_established"] = held
-                        rows.append(row)
-                        log_point(lab, row)
+                    holder, hpath, held = runner.hold_idle(rs, idle, plan.target_s + 60)
+                row = runner.measured(rs, url_for(rs, "one-byte"), sat, target=0, duration_s=plan.target_s, calls=1.0, key="saturation")
+                row.update(phase="saturation", server=spec.label, workload="one-byte", idle=idle, rep=rep)
                 if holder:
-                    idle_info[spec.label] = runner.release_idle(holder, hpath)
-            runner.stop(rs)
-        for backend, limit in plan.accept:
-            spec = weft(backend, limit)
-            rs = runner.start(spec)
-            for r in rates["one-byte"]:
-                args, calls = load_args("one-byte", r, plan.point_s)
-                row = runner.measured(rs, url_for(rs, "one-byte"), args, target=r, duration_s=plan.point_s, calls=calls, key="one-byte")
-                row.update(phase="accept", server=spec.label, backend=backend, accept_limit=limit, workload="one-byte", idle=0, rep=1)
+                    row["idle_established"] = held
+                    row["idle_holder"] = runner.release_idle(holder, hpath)
                 rows.append(row)
                 log_point(lab, row)
             runner.stop(rs)
-        lab.log(f"phase 1 (curves) took {time.monotonic() - t_start:.0f}s")
-
-        # Phase 2: the targets, repeated with the order rotated.
-        t1_rate = float(loadgen.sweep_rates(peaks["one-byte"], [TABLE1_FRACTION])[0])
-        target_specs = [weft(b) for b in plan.target_backends] + pick(anchors(nginx_built, with_built_epoll=True), plan.target_anchor_labels)
-        sat_labels = {f"weft {b}" for b in plan.sat_backends} | set(plan.sat_anchor_labels)
-        for rep in range(1, plan.reps + 1):
-            k = (rep - 1) % len(target_specs)
-            for spec in target_specs[k:] + target_specs[:k]:
-                rs = runner.start(spec)
-                args, _ = load_args("one-byte", t1_rate, plan.target_s)
-                row = runner.measured(rs, url_for(rs, "one-byte"), args, target=t1_rate, duration_s=plan.target_s, calls=1.0, key="table1")
-                row.update(phase="table1", server=spec.label, workload="one-byte", idle=0, rep=rep)
-                rows.append(row)
-                log_point(lab, row)
-                ka = ["--clients", "50", "--duration", f"{plan.target_s:g}s"]
-                row = runner.measured(rs, url_for(rs, "one-byte"), ka, target=0, duration_s=plan.target_s, calls=1.0, key="keepalive", processes=1)
-                row.update(phase="keepalive", server=spec.label, workload="one-byte keep-alive", idle=0, rep=rep)
-                rows.append(row)
-                log_point(lab, row)
-                if spec.label in sat_labels:
-                    sat = ["--clients", "64", "--calls", "1", "--http10", "--local-addrs", loadgen.LOCAL_ADDRS, "--duration", f"{plan.target_s:g}s", "--timeout", "2s"]
-                    for idle in ((0, plan.idle) if rep % 2 else (plan.idle, 0)):
-                        holder = None
-                        if idle:
-                            holder, hpath, held = runner.hold_idle(rs, idle, plan.target_s + 60)
-                        row = runner.measured(rs, url_for(rs, "one-byte"), sat, target=0, duration_s=plan.target_s, calls=1.0, key="saturation")
-                        row.update(phase="saturation", server=spec.label, workload="one-byte", idle=idle, rep=rep)
-                        if holder:
-                            row["idle_established"] = held
-                            row["idle_holder"] = runner.release_idle(holder, hpath)
-                        rows.append(row)
-                        log_point(lab, row)
-                runner.stop(rs)
-    lab.log(f"measurements took {time.monotonic() - t_start:.0f}s")
-    return summarize(lab, plan, rows, runner.commands, runner.load_commands, peaks, rates, t1_rate, idle_info)
 
 
 def resummarize(lab: core.Lab) -> dict:
@@ -359,7 +444,7 @@ def resummarize(lab: core.Lab) -> dict:
     lab.quick = doc["quick"]
     plan = Plan(doc["quick"])
     return summarize(lab, plan, doc["runs"], doc["commands"], doc["load_commands"], doc["peaks"], doc["rates"], doc["table1_rate"],
-                     doc["idle_holders"])  # fmt: skip
+                     doc["idle_holders"], doc.get("parts", {}))  # fmt: skip
 
 
 def log_point(lab: core.Lab, row: dict) -> None:
@@ -409,6 +494,18 @@ def saturation_table(rows: list[dict]) -> list[dict]:
                     "cpu_no_idle": report.median(r["server_cpu_us_per_reply"] for r in sat if r["server"] == server and not r["idle"]),
                     "cpu_idle": report.median(r["server_cpu_us_per_reply"] for r in sat if r["server"] == server and r["idle"])})  # fmt: skip
     return out
+
+
+def curve_table(pts: list[dict]) -> str:
+    """Reply rate per server (rows) and offered rate (columns, from the
+    points themselves); `*` marks a point where the client may have been the limit."""
+    targets = sorted({r["target"] for r in pts})
+    tab = []
+    for s in dict.fromkeys(r["server"] for r in pts):
+        by = {r["target"]: r for r in pts if r["server"] == s}
+        tab.append([s] + [report.fmt_num(by[t]["reply_rate"]) + ("*" if by[t].get("client_limited") else "") if t in by else "–"
+                          for t in targets])  # fmt: skip
+    return report.markdown_table(["server"] + [f"{t:,.0f}" for t in targets], tab)
 
 
 def table1(rows: list[dict]) -> list[dict]:
@@ -470,16 +567,21 @@ def sanitize(rows: list[dict]) -> int:
     return n
 
 
-def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, idle_info) -> dict:
+def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, idle_info, parts_info) -> dict:
     d = lab.results_dir
     restarted = sanitize(rows)
     report.write_json(os.path.join(d, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "peaks": peaks,
                                                      "rates": rates, "table1_rate": t1_rate, "idle_holders": idle_info,
-                                                     "commands": commands, "load_commands": load_commands, "runs": rows})  # fmt: skip
+                                                     "parts": parts_info, "commands": commands, "load_commands": load_commands,
+                                                     "runs": rows})  # fmt: skip
+    # Table 1's rate as measured (the rows'), not as the current plan would pick it.
+    t1_rate = next((r["target"] for r in rows if r["phase"] == "table1"), t1_rate)
+    # The workloads whose curves were measured (a run of some parts only may lack one).
+    workloads = [w for w in WORKLOADS if any(r["phase"] == "sweep" and r["workload"] == w for r in rows)]
     report.write_csv(os.path.join(d, "runs.csv"), rows)
     servers_in = list(dict.fromkeys(r["server"] for r in rows if r["phase"] == "sweep"))
     pngs = []
-    for w in plan.workloads:
+    for w in workloads:
         panels = []
         for idle in (0, plan.idle):
             series = OrderedDict((s, curve(rows, s, w, idle)) for s in servers_in)
@@ -508,21 +610,24 @@ def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, i
         kinds = [k for k in core.EVENT_SYSCALLS if any(r[k] for r in t1_rows)]
         report.plot_grouped_bars(os.path.join(d, "table1_event_calls.png"), [r["server"].removeprefix("weft ") for r in t1_rows],
                                  OrderedDict((k, [r[k] for r in t1_rows]) for k in kinds),
-                                 ylabel="calls per reply (median)", title=f"event system calls per reply at {t1_rate:,.0f} requests/s (one-byte)",
+                                 ylabel="calls per reply (median, log scale)", log=True,
+                                 title=f"event system calls per reply at {t1_rate:,.0f} requests/s (one-byte, a connection per request)",
                                  dpi=80)  # fmt: skip
         pngs.append("table1_event_calls.png")
     ev = OrderedDict()
     for idle in (0, plan.idle):
         ev[idle] = OrderedDict((s, [(r["target"], r.get("event_syscalls_per_reply")) for r in rows if r["phase"] == "sweep" and r["server"] == s
                                     and r["workload"] == "one-byte" and r["idle"] == idle]) for s in servers_in if s.startswith("weft"))  # fmt: skip
-    report.plot_lines(os.path.join(d, "event_syscalls.png"), [(f"one-byte, {k:,} idle", v) for k, v in ev.items()],
-                      xlabel="offered requests/s", ylabel="event system calls per reply", logy=True)  # fmt: skip
-    pngs.append("event_syscalls.png")
+    if "one-byte" in workloads:
+        report.plot_lines(os.path.join(d, "event_syscalls.png"), [(f"one-byte, {k:,} idle", v) for k, v in ev.items()],
+                          xlabel="offered requests/s", ylabel="event system calls per reply", logy=True)  # fmt: skip
+        pngs.append("event_syscalls.png")
 
     md = [f"# {NAME}", ""]
     md.append(f"{'Quick' if lab.quick else 'Full'} run. Curves: one pass, {plan.point_s:g} s per point, reply rate = mean of the per-second "
               f"samples inside the arrival period (the first second skipped). Targets: {plan.reps} repetition(s), servers rotated, median. "
               f"One worker each. Probed peaks (closed loop, weft epoll): " + ", ".join(f"{w} {p:,.0f}/s" for w, p in peaks.items()) + ".")
+    md += ["", report.parts_table(parts_info, NAME, lab.quick)]
     md += ["", "## (a) Peak reply rate with idle connections (one-byte, closed-loop saturation, 64 clients)", ""]
     sat = saturation_table(rows)
     md.append(report.markdown_table(["server", "replies/s, no idle", f"replies/s, {plan.idle:,} idle", "drop (medians)",
@@ -535,7 +640,7 @@ def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, i
            "sustained (replies ≥ 97 % of it, no timeouts), with the server's and the load processes' CPU there "
            "(% of one core; the load is two processes) and the 1-minute load average:", ""]  # fmt: skip
     peak_rows = []
-    for w in plan.workloads:
+    for w in workloads:
         for s in servers_in:
             cells = [w, s]
             for idle in (0, plan.idle):
@@ -555,7 +660,7 @@ def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, i
     held = [f"{k}: {v.get('held', '?')} held, {v.get('reopened', '?')} reopened" for k, v in idle_info.items()]
     md += ["", "Idle holders (sweeps): " + "; ".join(held) + "."]
 
-    md += ["", f"## (b) Table 1: system calls per reply at {t1_rate:,.0f} requests/s (one-byte, a connection per request)", "",
+    md += ["", f"## (b) Table 1: system calls per reply at {t1_rate or 0:,.0f} requests/s (one-byte, a connection per request)", "",
            "Medians over the repetitions in which the server kept up with the offered rate (`kept up`: replies ≥ 97 % of it, "
            "no timeouts); over all of them when none did.", ""]  # fmt: skip
     t1 = table1(rows)
@@ -580,20 +685,14 @@ def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, i
         md += ["", f"Best weft ({br[0]}, {br[1]:.2f} µs) / best anchor ({br[2]}, {br[3]:.2f} µs) = **{br[4]:.2f}**"]
 
     md += ["", "## Curves (reply rate against offered rate)", ""]
-    for w in plan.workloads:
+    for w in workloads:
         for idle in (0, plan.idle):
             md += [f"### {w}, {idle:,} idle connections", ""]
-            tab = []
-            for s in servers_in:
-                pts = [r for r in rows if r["phase"] == "sweep" and r["server"] == s and r["workload"] == w and r["idle"] == idle]
-                tab.append([s] + [f"{report.fmt_num(r['reply_rate'])}" + ("*" if r["client_limited"] else "") for r in pts])
-            md += [report.markdown_table(["server"] + [f"{r:,}" for r in rates[w]], tab), ""]
+            pts = [r for r in rows if r["phase"] == "sweep" and r["workload"] == w and r["idle"] == idle]
+            md += [curve_table(pts), ""]
     acc_rows = [r for r in rows if r["phase"] == "accept"]
     if acc_rows:
-        md += ["### accept limits (one-byte, no idle)", ""]
-        names = list(dict.fromkeys(r["server"] for r in acc_rows))
-        md += [report.markdown_table(["server"] + [f"{r:,}" for r in rates["one-byte"]],
-                                     [[s] + [report.fmt_num(r["reply_rate"]) for r in acc_rows if r["server"] == s] for s in names]), ""]  # fmt: skip
+        md += ["### accept limits (one-byte, no idle)", "", curve_table(acc_rows), ""]
 
     limited = [r for r in rows if r["client_limited"]]
     md += ["## Checks", ""]

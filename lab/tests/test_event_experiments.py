@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from lab import env, report, servers
+from lab import core, env, report, servers
 from lab.experiments import connection_scaling as cs
 from lab.experiments import epoll_study as es
 
@@ -152,3 +152,81 @@ def test_sustained_is_the_highest_rate_kept_up_with():
            {"target": 3000, "reply_rate": 2980, "timeouts": 4}, {"target": 4000, "reply_rate": 2000, "timeouts": 0}]
     assert es.sustained(pts)["target"] == 2000
     assert es.sustained([{"target": 1000, "reply_rate": None}]) is None
+
+
+def test_parts_merge_replaces_only_the_parts_run():
+    prev = {"runs": [{"phase": "sweep", "workload": "one-byte", "n": 1}, {"phase": "sweep", "workload": "specweb99", "n": 2},
+                     {"phase": "table1", "n": 3}, {"phase": "keepalive", "n": 4}, {"phase": "saturation", "n": 5}]}
+    new = [{"phase": "table1", "n": 6}, {"phase": "keepalive", "n": 7}]
+    merged = core.merge_parts(prev, ["table1"], new, es.part_of)
+    assert [r["n"] for r in merged] == [1, 2, 5, 6, 7]
+    assert core.merge_parts(None, ["table1"], new, es.part_of) == new
+    assert {es.part_of(r) for r in prev["runs"]} <= set(es.PARTS)
+    assert [r["n"] for r in core.merge_parts({"runs": [{"figure": "size", "n": 1}]}, ["connections"], [], lambda r: r["figure"])] == [1]
+
+
+def test_quick_plan_has_no_specweb_part_and_lab_parts_keep_the_order():
+    assert "sweep-specweb99" not in es.Plan(True).parts and es.Plan(False).parts == es.PARTS
+    lab = core.Lab("x", False, results_root="/nonexistent")
+    try:
+        assert lab.parts(es.PARTS) == es.PARTS and lab.previous_runs() is None
+        lab.only = ["idle-peak", "table1"]
+        assert lab.parts(es.PARTS) == ["table1", "idle-peak"]
+        assert lab.previous_runs() is None  # nothing measured yet
+    finally:
+        lab.cleanup()
+
+
+def test_previous_runs_only_of_the_same_form(tmp_path):
+    lab = core.Lab("epoll-study", False, results_root=str(tmp_path))
+    try:
+        os.makedirs(lab.results_dir)
+        report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": "epoll-study", "quick": True, "runs": []})
+        lab.only = ["table1"]
+        assert lab.previous_runs() is None  # a quick run's rows never mix with a full run's
+        report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": "epoll-study", "quick": False, "runs": [1]})
+        assert lab.previous_runs()["runs"] == [1]
+        lab.only = None
+        assert lab.previous_runs() is None  # a whole run starts afresh
+    finally:
+        lab.cleanup()
+
+
+def test_curve_table_columns_come_from_the_points():
+    pts = [{"server": "a", "target": 2000, "reply_rate": 1990.0, "client_limited": ""},
+           {"server": "a", "target": 1000, "reply_rate": 1000.0, "client_limited": ""},
+           {"server": "b", "target": 2000, "reply_rate": 1500.0, "client_limited": "x"}]
+    lines = es.curve_table(pts).splitlines()
+    assert lines[0] == "| server | 1,000 | 2,000 |"
+    assert lines[2] == "| a | 1,000 | 1,990 |" and lines[3] == "| b | – | 1,500* |"
+
+
+def test_parts_table_names_the_command_again():
+    t = report.parts_table({"table1": {"at": "2026-01-01 00:00:00Z", "duration_s": 480, "weft": "weft 0.1.0"}}, "epoll-study", False)
+    assert "`python3 -m lab run epoll-study --only table1`" in t and "480 s" in t
+    assert report.parts_table({}, "x", True) == ""
+
+
+def test_only_is_checked_against_the_experiments_parts(capsys):
+    from lab.__main__ import main
+
+    assert main(["run", "epoll-study", "--only", "nope"]) == 2
+    assert "unknown part nope" in capsys.readouterr().err
+    assert main(["run", "static-baseline", "--only", "x"]) == 2
+    assert "has no parts" in capsys.readouterr().err
+
+
+def test_accept_anchors_are_nginx_with_multi_accept_off_and_on():
+    off, on = es.accept_anchors()
+    text = rendered("nginx")
+    assert "multi_accept" not in servers.edit_config(text, off.options["edits"])
+    assert "use epoll; multi_accept on;" in servers.edit_config(text, on.options["edits"])
+
+
+def test_quick_results_never_overwrite_the_full_ones(tmp_path):
+    full, quick = core.Lab("e", False, results_root=str(tmp_path)), core.Lab("e", True, results_root=str(tmp_path))
+    try:
+        assert full.results_dir == str(tmp_path / "e") and quick.results_dir == str(tmp_path / "e-quick")
+    finally:
+        full.cleanup()
+        quick.cleanup()
