@@ -44,6 +44,12 @@ fn bad_flag_values_are_one_line_errors_with_status_2() {
         vec!["serve", "--idle-timeout", "soon"],
         vec!["serve", "--no-such-flag"],
         vec!["proxy", "--notsent-lowat", "1GiB"],
+        vec!["serve", "--wake-interval", "1s"],
+        vec!["serve", "--wake-interval", "soon"],
+        // Only serve's handler reports its EAGAINs, which tracked needs.
+        vec!["origin", "--event", "tracked"],
+        vec!["proxy", "--event", "tracked:epoll-et"],
+        vec!["load", "http://127.0.0.1:9/", "--event", "tracked"],
     ] {
         let out = weft(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

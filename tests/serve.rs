@@ -71,8 +71,12 @@ mod scenarios {
     }
 
     pub fn keepalive_and_pipelining(event: &str) {
+        keepalive_and_pipelining_with(event, &[]);
+    }
+
+    pub fn keepalive_and_pipelining_with(event: &str, extra: &[&str]) {
         let site = site();
-        let w = Weft::serve(&[path_str(&site.path), "--event", event, "--workers", "1"]);
+        let w = Weft::serve(&[&[path_str(&site.path), "--event", event, "--workers", "1"], extra].concat());
         let mut c = Reader::new(w.connect());
         let mut batch = Vec::new();
         for i in 0..100 {
@@ -371,8 +375,12 @@ mod scenarios {
     }
 
     pub fn many_connections(event: &str) {
+        many_connections_with(event, &[]);
+    }
+
+    pub fn many_connections_with(event: &str, extra: &[&str]) {
         let site = site();
-        let w = Weft::serve(&[path_str(&site.path), "--event", event, "--workers", "1"]);
+        let w = Weft::serve(&[&[path_str(&site.path), "--event", event, "--workers", "1"], extra].concat());
         // select can hold fewer than 1024 descriptors: stay well below for it.
         let n = if event == "select" { 900 } else { 1000 };
         let mut conns: Vec<Reader> = (0..n).map(|_| Reader::new(w.connect())).collect();
@@ -533,6 +541,16 @@ macro_rules! per_backend {
             )*
         }
     };
+}
+
+/// Wake-up batching changes when the loop wakes, never what it answers:
+/// keep-alive, pipelining and many connections under uring and tracked.
+#[test]
+fn wake_interval_serves_every_request() {
+    for event in ["uring", "tracked"] {
+        scenarios::keepalive_and_pipelining_with(event, &["--wake-interval", "200us"]);
+        scenarios::many_connections_with(event, &["--wake-interval", "200us"]);
+    }
 }
 
 per_backend!(
