@@ -493,6 +493,75 @@ fn idle_connections_are_held_and_reopened() {
     assert_eq!(n(&v, "replies.2xx"), 30);
 }
 
+/// TIME_WAIT entries on this machine whose remote port is `port` (client
+/// sockets of connections to a server on that port), from /proc/net/tcp.
+fn time_wait_to(port: u16) -> usize {
+    let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3
+                && f[3] == "06"
+                && f[2].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
+        })
+        .count()
+}
+
+#[test]
+fn client_closed_connections_reset_after_complete_replies() {
+    let o = origin(&["--stats-on-exit"]);
+    // Default: the client ends each HTTP/1.1 connection itself and resets it
+    // once its reply is in, so its port keeps no TIME_WAIT entry.
+    let v = load(&[
+        &url(&o, "/size/10/x"),
+        "--rate",
+        "1000",
+        "--num-conns",
+        "100",
+        "--verify",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "replies.2xx"), 100);
+    assert_eq!(v["config"]["client_close"], "reset");
+    assert_eq!(time_wait_to(o.addr.port()), 0, "reset connections leave no TIME_WAIT");
+    // Explicit source ports (httperf's --hog), still reset.
+    let v = load(&[
+        &url(&o, "/size/10/x"),
+        "--rate",
+        "1000",
+        "--num-conns",
+        "30",
+        "--local-ports",
+        "45000-45999",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "replies.2xx"), 30);
+    // A normal close (FIN), as httperf does.
+    let v = load(&[
+        &url(&o, "/size/10/x"),
+        "--rate",
+        "1000",
+        "--num-conns",
+        "50",
+        "--client-close",
+        "fin",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "replies.2xx"), 50);
+    // The server saw every reply delivered: the resets came on idle
+    // connections, none with a reply unsent or a request unanswered.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut o = o;
+    o.terminate();
+    assert_eq!(o.wait_exit(Duration::from_secs(15)), Some(0), "{}", o.stderr());
+    let err = o.stderr();
+    let stats: Value = serde_json::from_str(err.lines().find(|l| l.starts_with('{')).expect("stats")).unwrap();
+    assert_eq!(stats["requests"], 180, "{stats}");
+    assert_eq!(stats["reset_unfinished"], 0, "{stats}");
+    assert_eq!(stats["reset_idle"], 130, "{stats}");
+}
+
 #[test]
 fn every_event_backend_drives_the_client() {
     let o = origin(&[]);

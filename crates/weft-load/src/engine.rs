@@ -26,7 +26,7 @@
 //! buffer. `--verify` compares body bytes with slices of the deterministic
 //! content pattern as they arrive.
 
-use crate::config::{Arrivals, LoadConfig};
+use crate::config::{Arrivals, ClientClose, LoadConfig};
 use crate::request::Writer;
 use crate::ssl::{Handshake, Side};
 use crate::stats::Stats;
@@ -351,6 +351,8 @@ struct Core<'a> {
     idle_only: bool,
     /// Next `--local-addrs` entry.
     next_local: usize,
+    /// Next `--local-ports` offset (advances by the thread count).
+    next_port: u32,
     slot: &'a Slot,
 }
 
@@ -407,6 +409,7 @@ impl<'a> Engine<'a> {
                 arrivals_dropped: 0,
                 idle_only,
                 next_local: first_local,
+                next_port: first_local as u32,
                 slot,
             },
         }
@@ -639,36 +642,13 @@ impl<'a> Engine<'a> {
         }
         let target = self.core.sh.target;
         self.core.stats.connections += 1;
-        let fd = match sys::tcp_socket(&target) {
+        let fd = match self.core.connect_socket(&target) {
             Ok(fd) => fd,
             Err(e) => {
                 self.core.fail_open(e);
                 return None;
             }
         };
-        if let Some(n) = self.core.sh.cfg.recv_buffer {
-            let _ = sys::setsockopt_int(fd.raw(), libc::SOL_SOCKET, libc::SO_RCVBUF, n as i32);
-        }
-        let locals = &self.core.sh.cfg.local_addrs;
-        if !locals.is_empty() {
-            // --local-addrs: spread connections over source addresses, each
-            // with its own port space. IP_BIND_ADDRESS_NO_PORT defers the port
-            // choice to connect, where the whole 4-tuple is known. Two more
-            // system calls per connection, paid only when asked for: on
-            // loopback they save connect's search through TIME_WAIT ports,
-            // which dominates past ~10,000 client-closed connections/s.
-            let ip = locals[self.core.next_local % locals.len()];
-            self.core.next_local = self.core.next_local.wrapping_add(1);
-            let _ = sys::setsockopt_int(fd.raw(), libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1);
-            if let Err(e) = sys::bind(fd.raw(), &SocketAddr::new(ip, 0)) {
-                self.core.fail_open(e);
-                return None;
-            }
-        }
-        if let Err(e) = sys::connect(fd.raw(), &target) {
-            self.core.fail_open(e);
-            return None;
-        }
         let now = Instant::now();
         let bufs = self.core.spare.pop().unwrap_or_else(|| Bufs {
             out: Vec::with_capacity(512),
@@ -823,6 +803,15 @@ impl<'a> Engine<'a> {
         // Unsent requests (rendered but never written) go back to the session.
         let unsent = (c.inflight.len() - c.sent) as u32;
         let (owner, connected) = (c.owner, c.connected);
+        if matches!(end, End::Done) && connected && self.core.sh.cfg.client_close == ClientClose::Reset {
+            // The client ends a connection whose replies are all in: close
+            // with RST (SO_LINGER 0) so its port keeps no TIME_WAIT entry. One
+            // system call per client-closed connection; without it connect()
+            // spends its time searching ports still in TIME_WAIT past ~10,000
+            // connections/s on loopback. The server sees ECONNRESET where it
+            // would have read EOF, after every reply was delivered.
+            let _ = sys::set_linger_zero(c.fd.raw());
+        }
         let Conn {
             fd,
             mut out,
@@ -936,6 +925,71 @@ fn nofile_limit() -> u64 {
 }
 
 impl Core<'_> {
+    /// socket, the source address or port asked for, and a non-blocking connect.
+    fn connect_socket(&mut self, target: &SocketAddr) -> io::Result<Fd> {
+        let cfg = self.sh.cfg;
+        // --local-ports: a refused port (a listener on it, or a TIME_WAIT
+        // entry for the same 4-tuple that cannot be reused yet) costs a new
+        // socket and the next port; bounded, then the connect counts as
+        // addr_unavailable.
+        let attempts = if cfg.local_ports.is_some() { 64 } else { 1 };
+        let mut last = None;
+        for _ in 0..attempts {
+            let fd = sys::tcp_socket(target)?;
+            if let Some(n) = cfg.recv_buffer {
+                let _ = sys::setsockopt_int(fd.raw(), libc::SOL_SOCKET, libc::SO_RCVBUF, n as i32);
+            }
+            let ip = if cfg.local_addrs.is_empty() {
+                None
+            } else {
+                let ip = cfg.local_addrs[self.next_local % cfg.local_addrs.len()];
+                self.next_local = self.next_local.wrapping_add(1);
+                Some(ip)
+            };
+            let port = cfg.local_ports.map(|(lo, hi)| {
+                // Threads take interleaved ports so they never pick the same one.
+                let span = (hi - lo) as u32 + 1;
+                let p = lo as u32 + self.next_port % span;
+                self.next_port = self.next_port.wrapping_add(self.plan.threads as u32);
+                p as u16
+            });
+            match (ip, port) {
+                (None, None) => {}
+                (ip, None) => {
+                    // --local-addrs: each source address has its own port
+                    // space. IP_BIND_ADDRESS_NO_PORT defers the port choice to
+                    // connect, where the whole 4-tuple is known. Two more
+                    // system calls per connection, paid only when asked for.
+                    let _ = sys::setsockopt_int(fd.raw(), libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1);
+                    sys::bind(fd.raw(), &SocketAddr::new(ip.expect("an address"), 0))?;
+                }
+                (ip, Some(port)) => {
+                    // SO_REUSEADDR lets bind take a port whose earlier
+                    // connection is in TIME_WAIT; connect then reuses that
+                    // entry when the kernel allows it (tcp_tw_reuse).
+                    let _ = sys::setsockopt_int(fd.raw(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1);
+                    let ip = ip.unwrap_or(match target {
+                        SocketAddr::V4(_) => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                        SocketAddr::V6(_) => std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                    });
+                    if let Err(e) = sys::bind(fd.raw(), &SocketAddr::new(ip, port)) {
+                        if e.raw_os_error() == Some(libc::EADDRINUSE) {
+                            last = Some(e);
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            match sys::connect(fd.raw(), target) {
+                Ok(_) => return Ok(fd),
+                Err(e) if port.is_some() && e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EADDRNOTAVAIL)))
+    }
+
     fn fail_open(&mut self, e: io::Error) {
         let errno = e.raw_os_error();
         if matches!(errno, Some(libc::EMFILE) | Some(libc::ENFILE)) && self.stats.fd_limit.is_none() {

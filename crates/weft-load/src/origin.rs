@@ -107,6 +107,12 @@ pub struct OriginStats {
     pub handshakes: AtomicU64,
     /// Requests refused (4xx/5xx other than 404).
     pub refused: AtomicU64,
+    /// Connections the client reset (or broke) with every reply delivered
+    /// and no request pending: how `weft load --client-close reset` ends.
+    pub reset_idle: AtomicU64,
+    /// Connections that broke with output unsent or a request unanswered:
+    /// replies the client did not get.
+    pub reset_unfinished: AtomicU64,
 }
 
 impl OriginStats {
@@ -120,6 +126,8 @@ impl OriginStats {
             "body_bytes": g(&self.body_bytes),
             "handshakes": g(&self.handshakes),
             "refused": g(&self.refused),
+            "reset_idle": g(&self.reset_idle),
+            "reset_unfinished": g(&self.reset_unfinished),
         })
     }
 }
@@ -484,7 +492,10 @@ fn drive_conn(
                     c.deadline = now + cfg.idle_timeout;
                     return Next::Wait;
                 }
-                Err(_) => return Next::Close,
+                Err(_) => {
+                    stats.reset_unfinished.fetch_add(1, Ordering::Relaxed);
+                    return Next::Close;
+                }
             }
         }
         if c.close_after {
@@ -533,7 +544,15 @@ fn drive_conn(
                 return Next::Wait;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return Next::Close,
+            Err(_) => {
+                let counter = if c.start == c.end && !c.has_output() {
+                    &stats.reset_idle
+                } else {
+                    &stats.reset_unfinished
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                return Next::Close;
+            }
         }
     }
 }
