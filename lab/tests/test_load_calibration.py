@@ -48,3 +48,15 @@ def test_lab_driver_reads_the_weft_load_contract():
 def test_wrk_summary():
     out = "  1000 requests in 1.00s, 1.00MB read\n  Non-2xx or 3xx responses: 3\nRequests/sec:   1000.00\n"
     assert lc.parse_wrk(out) == {"rate": 1000.0, "replies": 1000, "errors": 3}
+
+
+def test_spread_is_the_largest_distance_from_the_median():
+    assert abs(lc.spread([100.0, 103.0, 98.0]) - 0.03) < 1e-9
+    assert lc.spread([100.0]) != lc.spread([100.0])  # nan: nothing to compare
+    assert lc.spread([100.0, float("nan"), 100.0]) == 0.0
+
+
+def test_sweep_rows_are_well_formed():
+    keys = [k for k, *_ in lc.SWEEP]
+    assert keys[-1] == "fin", "FIN rows last: their TIME_WAIT entries would slow the others"
+    assert set(lc.QUICK_SWEEP) == set(keys)

@@ -53,6 +53,13 @@ const READ_BUF: usize = 64 * 1024;
 const MAX_PENDING: usize = 10_000;
 /// Recycled buffer sets kept per thread.
 const MAX_SPARE: usize = 4096;
+/// Most arrivals started per timer callback. A loop that runs behind catches
+/// up in slices of this many, with a round of I/O events between them: when
+/// connect() itself slows down (thousands of connections piled up behind a
+/// stalled server make the kernel's port search long), starting every due
+/// arrival at once would starve the replies that let connections close, and
+/// the client would never recover.
+const ARRIVAL_BATCH: u32 = 64;
 
 /// Open-loop arrival times, in seconds after the start: a running sum of
 /// inter-arrival draws counted from the start (never from when the previous
@@ -462,6 +469,19 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Arrivals due before --duration ended are still to be started.
+    fn arrivals_behind(&self) -> bool {
+        let (Some(d), false) = (self.core.sh.cfg.duration, self.core.arrivals_done || self.core.stopping) else {
+            return false;
+        };
+        let next = match self.core.drive {
+            Drive::Requests { timed: true } => self.core.timed_next.map(|a| a.at.unwrap_or(0.0)),
+            _ if self.core.plan.rate.is_some() => Some(self.core.schedule.due()),
+            _ => None,
+        };
+        next.is_some_and(|t| t < d.as_secs_f64()) && self.budget_allows()
+    }
+
     fn budget_allows(&self) -> bool {
         self.core.plan.budget.is_none_or(|b| self.core.arrivals < b)
     }
@@ -481,6 +501,10 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        // After ARRIVAL_BATCH arrivals the rest wait for the next round
+        // (already due: the timer fires right after the loop's next poll).
+        let mut made = 0u32;
+        let resume = cx.now + Duration::from_micros(1);
         if let Drive::Requests { timed: true } = self.core.drive {
             while let Some(a) = self.core.timed_next {
                 if self.core.stopping || self.core.arrivals_done || !self.budget_allows() {
@@ -490,6 +514,10 @@ impl<'a> Engine<'a> {
                 if a.at.unwrap_or(0.0) > elapsed {
                     return Some(t0 + Duration::from_secs_f64(a.at.unwrap_or(0.0)));
                 }
+                if made == ARRIVAL_BATCH {
+                    return Some(resume);
+                }
+                made += 1;
                 self.core.arrivals += 1;
                 self.pool_arrival(cx, a.agent, a.item);
                 self.core.timed_next = self.core.wl.next_arrival(&mut self.core.rng);
@@ -502,6 +530,10 @@ impl<'a> Engine<'a> {
                 self.core.arrivals_done = true;
                 return None;
             }
+            if made == ARRIVAL_BATCH {
+                return Some(resume);
+            }
+            made += 1;
             self.core.arrivals += 1;
             match self.core.drive {
                 Drive::Sessions => self.start_session(cx, false, None),
@@ -1568,8 +1600,16 @@ impl<P: Poller> Handler<P> for Engine<'_> {
                     return None;
                 }
             }
-            if self.core.stop_at.is_some_and(|s| now >= s) {
-                self.begin_stop(cx);
+            if let Some(s) = self.core.stop_at {
+                if now >= s {
+                    // A loop running late finishes the arrivals due before
+                    // --duration first (R·D of them, as httperf's --num-conns
+                    // makes), for at most --timeout more.
+                    if self.arrivals_behind() && now < s + self.core.timeout {
+                        return Some(now.max(cx.now) + Duration::from_millis(1));
+                    }
+                    self.begin_stop(cx);
+                }
             }
             return None;
         }
