@@ -686,6 +686,38 @@ fn errors_are_counted_by_kind() {
     assert!(n(&v, "errors.fd_unavailable") > 0);
     assert_eq!(n(&v, "error_details.fd_limit"), 48);
     assert!(r.stdout.contains("ran out of descriptors (limit 48)"), "{}", r.stdout);
+
+    // Out of ports: four source ports for ten connections held open.
+    let lo = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .clamp(1024, 65000);
+    let ports = format!("{lo}-{}", lo + 3);
+    let r = weft_run(
+        &[
+            "load",
+            &url(&o, "/"),
+            "--idle",
+            "10",
+            "--local-ports",
+            &ports,
+            "--duration",
+            "300ms",
+        ],
+        None,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let v = r.json.unwrap();
+    assert!(n(&v, "errors.addr_unavailable") >= 6, "{}", v["errors"]);
+    let range = format!("{ports} (--local-ports)");
+    assert_eq!(v["error_details"]["local_port_range"], Value::String(range.clone()));
+    assert!(
+        r.stdout.contains(&format!("ran out of local ports ({range})")),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]

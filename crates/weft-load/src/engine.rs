@@ -965,7 +965,6 @@ impl Core<'_> {
         // socket and the next port; bounded, then the connect counts as
         // addr_unavailable.
         let attempts = if cfg.local_ports.is_some() { 64 } else { 1 };
-        let mut last = None;
         for _ in 0..attempts {
             let fd = sys::tcp_socket(target)?;
             if let Some(n) = cfg.recv_buffer {
@@ -1006,7 +1005,6 @@ impl Core<'_> {
                     });
                     if let Err(e) = sys::bind(fd.raw(), &SocketAddr::new(ip, port)) {
                         if e.raw_os_error() == Some(libc::EADDRINUSE) {
-                            last = Some(e);
                             continue;
                         }
                         return Err(e);
@@ -1015,11 +1013,12 @@ impl Core<'_> {
             }
             match sys::connect(fd.raw(), target) {
                 Ok(_) => return Ok(fd),
-                Err(e) if port.is_some() && e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => last = Some(e),
+                Err(e) if port.is_some() && e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {}
                 Err(e) => return Err(e),
             }
         }
-        Err(last.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EADDRNOTAVAIL)))
+        // Every port tried was taken (EADDRINUSE or EADDRNOTAVAIL): out of ports.
+        Err(io::Error::from_raw_os_error(libc::EADDRNOTAVAIL))
     }
 
     fn fail_open(&mut self, e: io::Error) {
