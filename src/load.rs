@@ -264,6 +264,9 @@ fn gen(g: GenArgs) -> ExitCode {
         Ok(w) => {
             if w.lines > 0 {
                 println!("wrote {} ({} lines)", w.path.display(), w.lines);
+                if w.files > 0 {
+                    println!("wrote {} files, {} bytes under {}", w.files, w.bytes, g.out.display());
+                }
             } else {
                 println!("wrote {} files, {} bytes under {}", w.files, w.bytes, g.out.display());
             }

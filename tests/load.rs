@@ -393,6 +393,16 @@ fn trace_replay_fast_and_at_logged_timing() {
     assert!(n(&v, "replies.4xx") > 0, "the trace has missing objects");
     assert_eq!(v["workload"]["exhausted"], Value::Bool(true));
     assert_eq!(n(&v, "connections"), 3);
+    // The same log against weft serve over the file set gen wrote: the same
+    // replies, every body verified, the missing objects 404.
+    let w = Weft::serve(&[path_str(&dir.path), "--workers", "1"]);
+    let s = load(&[&url(&w, "/"), "--workload", &wl, "--clients", "3", "--verify"]);
+    no_errors(&s);
+    assert_eq!(n(&s, "requests"), 300);
+    for key in ["replies.total", "replies.2xx", "replies.4xx", "verified"] {
+        assert_eq!(n(&s, key), n(&v, key), "{key}");
+    }
+    assert!(n(&s, "verified") > 0);
     // Logged timing, 100× faster: 30 s of log in about 0.3 s.
     let v = load(&[
         &url(&o, "/"),
