@@ -359,6 +359,28 @@ fn polymix_through_a_proxy_gets_hits_misses_and_304s() {
     assert!(n(&v, "replies.3xx") > 0, "IMS requests get 304s");
     assert_eq!(n(&v, "requests"), n(&v, "replies.total"));
     assert!(n(&v, "connections") < n(&v, "requests"), "robots reuse connections");
+    // The phase schedule with 1 s tops (ramps of 1/12 s) ends by itself after
+    // about 2.6 s, having offered about 2.27 s of the peak rate.
+    let v = load(&[
+        &url(&o, "/"),
+        "--workload",
+        "polymix",
+        "--param",
+        "phases=polymix4",
+        "--param",
+        "plat=1s",
+        "--rate",
+        "200",
+        "--proxy",
+        &addr,
+        "--http10",
+        "--verify",
+    ]);
+    no_errors(&v);
+    let d = v["duration_s"].as_f64().unwrap();
+    assert!((2.4..6.0).contains(&d), "duration {d}");
+    let replies = n(&v, "replies.total");
+    assert!((360..3000).contains(&replies), "{}", v["replies"]);
     // Without a proxy it is refused with a one-line error.
     let r = weft_run(&["load", &url(&o, "/"), "--workload", "polymix", "--rate", "10"], None);
     assert_eq!(r.code, Some(2));
@@ -760,6 +782,21 @@ fn bad_input_is_a_one_line_error() {
         (vec!["load", &u, "--event", "kqueue"], "kqueue"),
         (vec!["load", &u, "--think", "gauss(1)"], "gauss"),
         (vec!["load", &u, "--local-addrs", "127.0.0.9-127.0.0.1"], "range"),
+        (
+            vec![
+                "load",
+                &u,
+                "--workload",
+                "polymix",
+                "--rate",
+                "5",
+                "--proxy",
+                "127.0.0.1:1",
+                "--param",
+                "phases=ramp",
+            ],
+            "phases=ramp",
+        ),
         (vec!["load", "gen", "polymix", "--out", "/tmp/x"], "weft origin"),
         (vec!["origin", "--think", "norm(1"], "norm"),
         (vec!["origin", "--workers", "0"], "worker"),

@@ -363,7 +363,10 @@ impl LoadConfig {
                     "workload polymix sends absolute-form requests through a proxy: give --proxy HOST:PORT".into(),
                 )
             }
-            (_, Drive::Requests { timed: true }) if self.rate.is_some() || self.clients.is_some() => {
+            (Spec::Polymix, _) if self.clients.is_some() => {
+                return Err("workload polymix is driven by --rate, not --clients".into())
+            }
+            (Spec::Trace(_), Drive::Requests { timed: true }) if self.rate.is_some() || self.clients.is_some() => {
                 return Err("a trace replayed at logged timing sets its own pace: drop --rate/--clients".into())
             }
             _ => {}
@@ -376,6 +379,11 @@ impl LoadConfig {
         let looping = self.params.iter().any(|p| p.replace(' ', "") == "loop=1");
         let counted = self.num_conns.is_some();
         let finite = match (drive, &self.workload) {
+            // A phase schedule ends by itself unless its fill phase waits for
+            // a byte count (cache=), which a slow proxy may never reach.
+            (Drive::Requests { timed: true }, Spec::Polymix) => {
+                !self.params.iter().any(|p| p.trim_start().starts_with("cache="))
+            }
             (Drive::Requests { timed: true }, _) => !looping,
             (Drive::Requests { timed: false }, _) => counted,
             (Drive::Sessions, Spec::Trace(_)) => !looping,
