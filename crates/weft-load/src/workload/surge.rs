@@ -370,6 +370,69 @@ mod tests {
     }
 
     #[test]
+    fn a_user_walks_pages_with_active_and_inactive_off_times() {
+        let set = SurgeSet::generate(500, 20_000, 0.07, 1 << 30, 1.0, 3600.0, 2);
+        let (pages, sequence, sizes) = (set.pages.clone(), set.sequence.clone(), set.sizes.clone());
+        let shared = Arc::new(Prepared::Surge(set));
+        let mut user = SurgeThread::new(shared, 0, 1);
+        let w = crate::request::Writer::new(&["h:1".into()], None, weft_http::Version::Http11, &[], false, true);
+        let mut rng = SmallRng::seed_from_u64(8);
+        let mut cur = Cursor::default();
+        let mut buf = Vec::new();
+        let (mut active, mut inactive) = (Vec::new(), Vec::new());
+        let mut prev_page = None;
+        for _ in 0..8000 {
+            buf.clear();
+            let mut out = Out {
+                buf: &mut buf,
+                writer: &w,
+                keep_alive: true,
+                verify: false,
+                now: std::time::Instant::now(),
+            };
+            let Next::Request(meta, think) = user.next_request(&mut cur, &mut rng, &mut out) else {
+                panic!("a SURGE user never runs out");
+            };
+            // The requests follow the reference sequence, page by page, and
+            // name the file's size.
+            let pos = cur.b as usize - 1;
+            assert_eq!(meta.tag, sequence[pos] as u64);
+            let f = sequence[pos];
+            let path = format!("/size/{}/surge/f{f}", sizes[f as usize]);
+            assert!(buf.windows(path.len()).any(|x| x == path.as_bytes()), "{path}");
+            let page = cur.a as usize;
+            let t = think.as_secs_f64();
+            match prev_page {
+                None => assert_eq!(t, 0.0, "the first request waits for nothing"),
+                Some(p) if p == page => active.push(t),
+                Some(_) => {
+                    assert_eq!(pos, pages[page] as usize, "a new page starts with its base file");
+                    inactive.push(t);
+                }
+            }
+            prev_page = Some(page);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            v[v.len() / 2]
+        };
+        // Embedded objects follow after Weibull(1.46, 0.382) active OFF times,
+        // pages after Pareto(1, 1.5) inactive OFF times (medians a·ln2^(1/b) and 2^(1/1.5)).
+        assert!(
+            active.len() > 1000 && inactive.len() > 3000,
+            "{} {}",
+            active.len(),
+            inactive.len()
+        );
+        let ma = median(&mut active);
+        let want = 1.46 * 2f64.ln().powf(1.0 / 0.382);
+        assert!((ma - want).abs() < 0.1 * want, "active OFF median {ma}, model {want}");
+        let mi = median(&mut inactive);
+        let want = 2f64.powf(1.0 / 1.5);
+        assert!((mi - want).abs() < 0.1 * want, "inactive OFF median {mi}, model {want}");
+    }
+
+    #[test]
     fn same_seed_same_set() {
         let a = SurgeSet::generate(100, 1000, 0.07, 1 << 20, 1.0, 10.0, 3);
         let b = SurgeSet::generate(100, 1000, 0.07, 1 << 20, 1.0, 10.0, 3);
