@@ -811,6 +811,47 @@ fn bad_input_is_a_one_line_error() {
 }
 
 #[test]
+fn json_samples_and_a_progress_line_only_on_a_terminal() {
+    let o = origin(&[]);
+    let u = url(&o, "/size/1/p");
+    // Per-second samples: one per complete second of the run.
+    let r = weft_run(&["load", &u, "--rate", "100", "--duration", "2200ms"], None);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let v = r.json.unwrap();
+    for key in ["reply_rate", "request_rate"] {
+        let samples = v[key]["samples"].as_array().unwrap();
+        assert_eq!(samples.len(), 2, "{key}: {samples:?}");
+        for x in samples {
+            assert!((80.0..=120.0).contains(&x.as_f64().unwrap()), "{key}: {samples:?}");
+        }
+    }
+    // Not a terminal: no progress line, only the summary on stdout.
+    assert!(!r.stderr.contains("\x1b[K"), "{}", r.stderr);
+    assert!(r.stdout.contains("Reply rate [replies/s]"), "{}", r.stdout);
+    // On a terminal (script(1) gives the command a pty): a progress line
+    // every second, cleared before the summary; --quiet turns it off.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("script(1) not installed: progress line on a terminal not checked");
+        return;
+    }
+    let on_tty = |extra: &str| {
+        let cmd = format!("'{}' load '{u}' --rate 100 --duration 1500ms {extra}", weft_bin());
+        let out = Command::new("script")
+            .args(["-qefc", &cmd, "/dev/null"])
+            .output()
+            .expect("script");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let tty = on_tty("");
+    assert!(tty.contains("\r\x1b[K[    1s] requests "), "{tty:?}");
+    assert!(tty.contains("errors 0  open "), "{tty:?}");
+    assert!(tty.contains("Reply rate [replies/s]"), "{tty:?}");
+    let quiet = on_tty("--quiet");
+    assert!(!quiet.contains("\x1b[K"), "{quiet:?}");
+}
+
+#[test]
 fn repeated_runs_report_confidence_intervals() {
     let o = origin(&[]);
     let v = load(&[
