@@ -316,6 +316,8 @@ enum End {
     Done,
     /// The server closed it (or announced it would) with nothing outstanding.
     ServerClosed,
+    /// The workload aborts the transaction in progress (not an error).
+    Aborted,
     /// An error.
     Failed(Fail),
 }
@@ -335,6 +337,8 @@ struct Core<'a> {
     sessions: Slab<Session>,
     pools: Vec<Pool>,
     conns_per_agent: usize,
+    /// The workload's share of transactions aborted on purpose.
+    abort_prob: f64,
     rbuf: Vec<u8>,
     spare: Vec<Bufs>,
     head: ResponseHead,
@@ -381,6 +385,7 @@ impl<'a> Engine<'a> {
         let drive = sh.prepared.drive();
         let agents = wl.agents();
         let conns_per_agent = wl.conns_per_agent();
+        let abort_prob = wl.abort_prob();
         let mut pools = Vec::new();
         pools.resize_with(agents, Pool::default);
         let stop_at = sh.cfg.duration.map(|d| sh.t0 + d);
@@ -398,6 +403,7 @@ impl<'a> Engine<'a> {
                 sessions: Slab::new(),
                 pools,
                 conns_per_agent,
+                abort_prob,
                 rbuf: vec![0u8; READ_BUF],
                 spare: Vec::new(),
                 head: ResponseHead::new(),
@@ -835,7 +841,10 @@ impl<'a> Engine<'a> {
         // Unsent requests (rendered but never written) go back to the session.
         let unsent = (c.inflight.len() - c.sent) as u32;
         let (owner, connected) = (c.owner, c.connected);
-        if matches!(end, End::Done) && connected && self.core.sh.cfg.client_close == ClientClose::Reset {
+        if matches!(end, End::Aborted) {
+            // Reset, as a browser's stop does: the server learns at once.
+            let _ = sys::set_linger_zero(c.fd.raw());
+        } else if matches!(end, End::Done) && connected && self.core.sh.cfg.client_close == ClientClose::Reset {
             // The client ends a connection whose replies are all in: close
             // with RST (SO_LINGER 0) so its port keeps no TIME_WAIT entry. One
             // system call per client-closed connection; without it connect()
@@ -1436,6 +1445,15 @@ impl Core<'_> {
                             }
                             BodyFraming::UntilClose => Body::UntilClose,
                         };
+                        if self.abort_prob > 0.0
+                            && matches!(c.owner, Owner::Pool(_))
+                            && !matches!(c.rx.body, Body::Length(0))
+                            && self.rng.gen::<f64>() < self.abort_prob
+                        {
+                            // The robot aborts this transaction mid-reply.
+                            self.stats.aborted += 1;
+                            return Ok(Flow::Close(End::Aborted));
+                        }
                         if c.rx.verify && meta.size != u64::MAX {
                             if let Body::Length(n) = c.rx.body {
                                 if n != meta.size {

@@ -139,6 +139,7 @@ pub fn run_json(cfg: &LoadConfig, r: &RunResult) -> Value {
         "workload": {
             "name": cfg.workload.name(),
             "exhausted": s.workload_exhausted,
+            "aborted": s.aborted,
             "arrivals_dropped": r.arrivals_dropped,
             "trace_lines": r.trace.map(|t| t.0),
             "trace_malformed": r.trace.map(|t| t.1),
@@ -316,6 +317,9 @@ fn one(cfg: &LoadConfig, r: &RunResult) -> String {
             "Idle connections: {} held, {} reopened after the server closed them",
             s.idle_opened, s.idle_closed_by_server
         );
+    }
+    if s.aborted > 0 {
+        let _ = writeln!(o, "Aborted by the client (workload): {} transactions", s.aborted);
     }
     let _ = writeln!(o);
     let req = r.request_rate();

@@ -540,6 +540,14 @@ impl Workload {
         }
     }
 
+    /// Share of transactions the client aborts on purpose after the reply head.
+    pub fn abort_prob(&self) -> f64 {
+        match self {
+            Workload::Polymix(p) => p.abort_prob(),
+            _ => 0.0,
+        }
+    }
+
     /// The workload ran out (traces without `loop=1`).
     pub fn exhausted(&self) -> bool {
         match self {

@@ -23,7 +23,11 @@
 //! inc2, top2, dec2, with `plat` (4 h) for the tops and `plat/12` for ramps;
 //! the request rate is `--rate` (the peak) times the phase's populus factor
 //! and the recurrence is scaled by 5/55 during framp and fill. Not modelled:
-//! WAN delay and loss (`weft wan`), the 0.1 % robot aborts, DNS names.
+//! WAN delay and loss (`weft wan`), DNS names.
+//!
+//! Robots abort 0.1 % of transactions (`abort=`): once the reply head is in,
+//! the robot resets the connection (a browser's stop button; the proxy sees
+//! ECONNRESET mid-reply). Aborts are counted apart from errors.
 
 use super::{Arrival, Out, Params, ReqMeta};
 use crate::content;
@@ -67,6 +71,8 @@ pub struct PolymixConfig {
     pub servers: usize,
     /// The phase schedule, or None for the steady top phase only.
     pub phases: Option<PhaseParams>,
+    /// Share of transactions a robot aborts once the reply head is in.
+    pub abort: f64,
 }
 
 /// Settings of PolyMix-4's phase schedule (`--param phases=polymix4`).
@@ -91,6 +97,7 @@ impl PolymixConfig {
             recurrence: p.f64("recurrence", 0.55 / 0.80)?,
             hot_frac: p.f64("hot_frac", 0.01)?,
             hot_prob: p.f64("hot_prob", 0.10)?,
+            abort: p.f64("abort", 0.001)?,
             servers: servers.max(1),
             phases: match p.take("phases").as_deref() {
                 None | Some("top") => None,
@@ -127,6 +134,7 @@ impl PolymixConfig {
             ("recurrence", c.recurrence),
             ("hot_frac", c.hot_frac),
             ("hot_prob", c.hot_prob),
+            ("abort", c.abort),
         ] {
             if v > 1.0 {
                 return Err(format!("invalid --param {k}={v} (expected 0..1)"));
@@ -146,6 +154,7 @@ impl PolymixConfig {
                 "plat",
                 "fill_rate",
                 "cache",
+                "abort",
             ],
         )?;
         Ok(c)
@@ -498,6 +507,11 @@ impl Polymix {
                 queue.push((o.emb_start + i) as u64);
             }
         }
+    }
+
+    /// Share of transactions aborted by the robot.
+    pub fn abort_prob(&self) -> f64 {
+        self.cfg.abort
     }
 
     /// Objects minted so far.
