@@ -25,6 +25,13 @@ fn parse_size(s: &str) -> Result<u64, String> {
     weft_core::units::parse_size(s)
 }
 
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("invalid share `{s}` (expected 0..1)")),
+    }
+}
+
 fn parse_workers(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=1024).contains(&n) => Ok(n),
@@ -62,6 +69,10 @@ pub struct OriginArgs {
     #[arg(long, value_name = "DIST", value_parser = parse_count)]
     pub conn_requests: Option<Dist>,
 
+    /// Abort this share of 200 responses halfway (half the body, then a reset), e.g. `0.001` (PolyMix-4) [default: 0].
+    #[arg(long, value_name = "P", value_parser = parse_share)]
+    pub abort: Option<f64>,
+
     /// Close connections idle this long [default: 15s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub idle_timeout: Option<Duration>,
@@ -94,7 +105,16 @@ impl OriginArgs {
         macro_rules! set {
             ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { c.$field = v; } )* };
         }
-        set!(listen, workers, event, idle_timeout, cache_control, max_size, seed);
+        set!(
+            listen,
+            workers,
+            event,
+            abort,
+            idle_timeout,
+            cache_control,
+            max_size,
+            seed
+        );
         c.think = self.think;
         c.conn_requests = self.conn_requests;
         c

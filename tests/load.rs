@@ -820,6 +820,7 @@ fn bad_input_is_a_one_line_error() {
         (vec!["load", "gen", "polymix", "--out", "/tmp/x"], "weft origin"),
         (vec!["origin", "--think", "norm(1"], "norm"),
         (vec!["origin", "--workers", "0"], "worker"),
+        (vec!["origin", "--abort", "2"], "share"),
     ] {
         let r = weft_run(&args, None);
         assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
@@ -1008,6 +1009,43 @@ fn origin_think_time_and_connection_limits() {
     let v = load(&[&url(&slow, "/size/1/x"), "--rate", "100", "--num-conns", "5"]);
     no_errors(&v);
     assert!(v["response_time_ms"]["p50"].as_f64().unwrap() >= 45.0);
+    // Server aborts (PolyMix-4's 0.1 %; all of them here): the head, half
+    // the body, then a reset.
+    let ab = origin(&["--abort", "1"]);
+    let mut s = TcpStream::connect(ab.addr).unwrap();
+    s.write_all(b"GET /size/1000/x HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(e) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.contains("Content-Length: 1000\r\n"), "{text}");
+    let head_len = text.find("\r\n\r\n").unwrap() + 4;
+    assert_eq!(got.len() - head_len, 500, "half the body");
+    // Seen by weft load: each abort is one failed request, nothing else.
+    let half = origin(&["--abort", "0.5"]);
+    let v = load(&[
+        &url(&half, "/size/1000/x"),
+        "--clients",
+        "1",
+        "--calls",
+        "1",
+        "--num-conns",
+        "40",
+    ]);
+    let failed = n(&v, "errors.reset") + n(&v, "errors.bad_response");
+    assert!((5..=35).contains(&failed), "{}", v["errors"]);
+    assert_eq!(n(&v, "replies.2xx") + failed, 40, "{v}");
+    assert_eq!(n(&v, "error_details.total"), failed);
 }
 
 #[test]
