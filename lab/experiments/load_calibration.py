@@ -2,26 +2,34 @@
 
 nginx (the anchor, one worker) serves a 1-byte file; in the same run:
 
-1. agreement at equal offered load, each tool where it is not the
-   bottleneck: closed loop with the same concurrency and think time (wrk
-   with a Lua delay(), httperf --wsess, weft load --think; Debian's wrk 4.1.0
-   has no constant-rate mode), and open loop at fixed rates of keep-alive
-   sessions (httperf --rate --num-calls, weft load --rate --calls). Reply
-   rates side by side, their spread, and client CPU per reply;
+1. agreement at equal offered load, each tool configured alike and none the
+   bottleneck: closed loop with the same keep-alive connections and think
+   time (wrk with a Lua delay(), httperf --wsess, weft load --think; 50 ms,
+   long enough that httperf's own timer slack stays under ~3 %; Debian's wrk
+   4.1.0 has no constant-rate mode), and open loop at fixed rates of
+   keep-alive sessions (httperf --rate --num-calls, weft load --rate
+   --calls). Reply rates side by side, their spread, client CPU per reply;
 2. keep-alive saturation: wrk -t1 -c50, weft load --clients 50, httperf with
    50 connections of back-to-back calls; reply rate, client and nginx CPU per
    reply;
 3. one request per connection, 50 closed-loop clients (Connection: close);
-4. an open-loop sweep, httperf style (a new connection per request): weft
-   load --rate R and httperf --rate R; achieved rate against the target, with
-   the client closing each connection by RST (weft's default, httperf
-   --close-with-reset) or by FIN (--client-close fin, httperf's default), with
-   explicit source ports, and over HTTP/1.0 (the server closes first).
-   Client and nginx CPU in cores per row, and the machine's load average.
+4. an open-loop sweep, httperf style (a new connection per request, one
+   request each): weft load --rate R and httperf --rate R, achieved rate
+   against the target, with the client closing each connection by RST
+   (weft's default, httperf --close-with-reset), with one load thread, over
+   HTTP/1.0 (the server closes first), by FIN (httperf's default), and by
+   FIN with explicit source ports. Client and nginx CPU in cores per row, the
+   machine's load average, and sweep.png.
+
+The summary opens with the issue's criteria, each met or not: rates agree
+within 5 % at equal load, weft's CPU per reply at or below wrk's, and the
+open loop within 1 % of its target wherever neither nginx nor the machine is
+saturated (saturated rows are listed apart).
 
 Client CPU is the tool's rusage (wait4); nginx CPU the process tree's
 utime+stime from /proc. Median of 3 repetitions, tools interleaved within
-each (1 repetition of 3 s and a short sweep with --quick).
+each (the sweep: one run per rate, its per-second samples shown; --quick: 1
+repetition of 3 s and three sweep rates, about a minute and a half).
 """
 
 from __future__ import annotations
