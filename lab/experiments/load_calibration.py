@@ -259,6 +259,9 @@ def run(lab: core.Lab) -> dict:
         if r is not None:
             rows.append({"section": section, "tool": tool, "rep": rep, **extra,
                          **{k: v for k, v in r.items() if k != "samples"}})  # fmt: skip
+            # Written as it goes, so a run that fails late keeps what it measured.
+            report.write_json(os.path.join(lab.results_dir, "runs.json"),
+                              {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "runs": rows, "complete": False})  # fmt: skip
         return r
 
     with lab.pool(www) as pool:
@@ -286,15 +289,8 @@ def run(lab: core.Lab) -> dict:
             sat["httperf"].append(keep("saturation", "httperf", rep, tools.httperf("--num-conns", str(CONNECTIONS), "--rate", "1000", "--num-calls", str(calls), "--timeout", "10")))
             close["wrk"].append(keep("close", "wrk", rep, tools.wrk(secs, "-H", "Connection: close")))
             close["weft"].append(keep("close", "weft", rep, tools.weft("--clients", str(CONNECTIONS), "--close", "--duration", f"{secs}s")))
-        for key, label, rates, wargs, hargs in sweep_rows:
-            for r in rates:
-                lab.log(f"sweep {r}/s: {label}")
-                rw, rh = [], []
-                for rep in (1,):  # one run per rate: the per-second samples show its spread
-                    rw.append(keep("sweep", "weft", rep, tools.weft("--rate", str(r), "--duration", f"{sweep_secs}s", "--timeout", "5s", *wargs), target=r, variant=key))
-                    if hargs is not None and r <= HTTPERF_MAX:
-                        rh.append(keep("sweep", "httperf", rep, tools.httperf("--rate", str(r), "--num-conns", str(r * sweep_secs), "--timeout", "5", *hargs, limit=sweep_secs * 4 + 30), target=r, variant=key))
-                sweep.append((key, label, r, rw, rh, hargs is not None and r <= HTTPERF_MAX))
+        # weft origin before the sweep: the FIN rows leave the ephemeral ports
+        # in TIME_WAIT, and a listener on port 0 could then find none free.
         lab.log("weft origin vs nginx as the server")
         origin = Origin(lab.weft)
         try:
@@ -306,6 +302,15 @@ def run(lab: core.Lab) -> dict:
                         servers_rows.setdefault((name, bool(extra)), []).append(keep("origin", name, rep, r, close=bool(extra)))
         finally:
             origin.stop()
+        for key, label, rates, wargs, hargs in sweep_rows:
+            for r in rates:
+                lab.log(f"sweep {r}/s: {label}")
+                rw, rh = [], []
+                for rep in (1,):  # one run per rate: the per-second samples show its spread
+                    rw.append(keep("sweep", "weft", rep, tools.weft("--rate", str(r), "--duration", f"{sweep_secs}s", "--timeout", "5s", *wargs), target=r, variant=key))
+                    if hargs is not None and r <= HTTPERF_MAX:
+                        rh.append(keep("sweep", "httperf", rep, tools.httperf("--rate", str(r), "--num-conns", str(r * sweep_secs), "--timeout", "5", *hargs, limit=sweep_secs * 4 + 30), target=r, variant=key))
+                sweep.append((key, label, r, rw, rh, hargs is not None and r <= HTTPERF_MAX))
         pool.stop(rs)
 
     md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run: median of {reps} repetition(s), tools interleaved within each; "
@@ -398,7 +403,7 @@ def run(lab: core.Lab) -> dict:
     table = [[name, "one per request (`--close`)" if close else "keep-alive", f"{med(r, 'rate'):.0f}", f"{us_per(r, 'scpu'):.2f}",
               f"{med(r, 'errors'):.0f}"] for (name, close), r in servers_rows.items()]  # fmt: skip
     md += [report.markdown_table(["server", "connections", "replies/s", "server CPU µs/reply", "errors"], table, "llrrr"), ""]
-    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "runs": rows})
+    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "runs": rows, "complete": True})
     report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
     with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
         f.write("\n".join(md) + "\n")
