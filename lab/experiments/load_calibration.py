@@ -281,8 +281,8 @@ def run(lab: core.Lab) -> dict:
             for r, k in open_points:
                 n = r * secs
                 o = opened[(r, k)]
-                o["weft"].append(keep("open", "weft", rep, tools.weft("--rate", str(r), "--calls", str(k), "--duration", f"{secs}s", "--timeout", "5s"), rate=r, calls=k))
-                o["httperf"].append(keep("open", "httperf", rep, tools.httperf("--rate", str(r), "--num-conns", str(n), "--num-calls", str(k), "--timeout", "5"), rate=r, calls=k))
+                o["weft"].append(keep("open", "weft", rep, tools.weft("--rate", str(r), "--calls", str(k), "--duration", f"{secs}s", "--timeout", "5s"), sessions_per_s=r, calls=k))
+                o["httperf"].append(keep("open", "httperf", rep, tools.httperf("--rate", str(r), "--num-conns", str(n), "--num-calls", str(k), "--timeout", "5"), sessions_per_s=r, calls=k))
             sat["wrk"].append(keep("saturation", "wrk", rep, tools.wrk(secs)))
             sat["weft"].append(keep("saturation", "weft", rep, tools.weft("--clients", str(CONNECTIONS), "--duration", f"{secs}s")))
             calls = max(100, int(sat["wrk"][-1]["rate"] * secs / CONNECTIONS))
