@@ -148,6 +148,16 @@ pub struct LoadArgs {
     #[arg(long, value_name = "ADDRS", value_parser = parse_local_addrs)]
     pub local_addrs: Option<LocalAddrs>,
 
+    /// Bind each connection to the next source port of LO-HI in turn (httperf's --hog), instead of
+    /// letting connect() search the ephemeral range.
+    #[arg(long, value_name = "LO-HI", value_parser = weft_load::config::parse_local_ports)]
+    pub local_ports: Option<(u16, u16)>,
+
+    /// How the client closes connections it ends itself: reset (SO_LINGER 0 once every reply is in:
+    /// no TIME_WAIT on the client) or fin (a normal close) [default: reset].
+    #[arg(long, value_name = "reset|fin")]
+    pub client_close: Option<weft_load::config::ClientClose>,
+
     /// No live progress line.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub quiet: Option<bool>,
@@ -212,6 +222,8 @@ impl LoadArgs {
         c.json = self.json.clone();
         c.recv_buffer = self.recv_buffer;
         c.local_addrs = self.local_addrs.clone().map(|l| l.0).unwrap_or_default();
+        c.local_ports = self.local_ports;
+        c.client_close = self.client_close.unwrap_or_default();
         Ok(c)
     }
 }
@@ -245,6 +257,9 @@ fn gen(g: GenArgs) -> ExitCode {
         Ok(w) => {
             if w.lines > 0 {
                 println!("wrote {} ({} lines)", w.path.display(), w.lines);
+                if w.files > 0 {
+                    println!("wrote {} files, {} bytes under {}", w.files, w.bytes, g.out.display());
+                }
             } else {
                 println!("wrote {} files, {} bytes under {}", w.files, w.bytes, g.out.display());
             }

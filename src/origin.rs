@@ -17,6 +17,13 @@ fn parse_count(s: &str) -> Result<Dist, String> {
     Dist::parse(s, Unit::Count)
 }
 
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("invalid share `{s}` (expected 0..1)")),
+    }
+}
+
 fn parse_cache_control(s: &str) -> Result<String, String> {
     if s.is_empty() || s.bytes().any(|b| !(b' '..0x7f).contains(&b)) {
         return Err(format!("invalid Cache-Control value `{s}`"));
@@ -46,6 +53,10 @@ pub struct OriginArgs {
     /// Close a persistent connection after this many requests, e.g. `zipf(16)` [default: unlimited].
     #[arg(long, value_name = "DIST", value_parser = parse_count)]
     pub conn_requests: Option<Dist>,
+
+    /// Abort this share of 200 responses halfway (half the body, then a reset), e.g. `0.001` (PolyMix-4) [default: 0].
+    #[arg(long, value_name = "P", value_parser = parse_share)]
+    pub abort: Option<f64>,
 
     /// Close connections idle this long [default: 15s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -79,7 +90,16 @@ impl OriginArgs {
         macro_rules! set {
             ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { c.$field = v; } )* };
         }
-        set!(listen, workers, event, idle_timeout, cache_control, max_size, seed);
+        set!(
+            listen,
+            workers,
+            event,
+            abort,
+            idle_timeout,
+            cache_control,
+            max_size,
+            seed
+        );
         c.think = self.think;
         c.conn_requests = self.conn_requests;
         c

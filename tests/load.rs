@@ -357,8 +357,50 @@ fn polymix_through_a_proxy_gets_hits_misses_and_304s() {
     // Embedded images follow HTML pages: more replies than arrivals.
     assert!(n(&v, "replies.total") > 200, "{}", v["replies"]);
     assert!(n(&v, "replies.3xx") > 0, "IMS requests get 304s");
-    assert_eq!(n(&v, "requests"), n(&v, "replies.total"));
+    assert_eq!(n(&v, "requests"), n(&v, "replies.total") + n(&v, "workload.aborted"));
     assert!(n(&v, "connections") < n(&v, "requests"), "robots reuse connections");
+    // Robots abort transactions (0.1 % by default; 20 % here): each resets
+    // its connection mid-reply, is counted apart and is not an error.
+    let v = load(&[
+        &url(&o, "/"),
+        "--workload",
+        "polymix",
+        "--param",
+        "abort=0.2",
+        "--rate",
+        "200",
+        "--num-conns",
+        "200",
+        "--proxy",
+        &addr,
+        "--http10",
+    ]);
+    no_errors(&v);
+    let aborted = n(&v, "workload.aborted");
+    assert!(aborted > 20, "{}", v["workload"]);
+    assert_eq!(n(&v, "requests"), n(&v, "replies.total") + aborted);
+    // The phase schedule with 1 s tops (ramps of 1/12 s) ends by itself after
+    // about 2.6 s, having offered about 2.27 s of the peak rate.
+    let v = load(&[
+        &url(&o, "/"),
+        "--workload",
+        "polymix",
+        "--param",
+        "phases=polymix4",
+        "--param",
+        "plat=1s",
+        "--rate",
+        "200",
+        "--proxy",
+        &addr,
+        "--http10",
+        "--verify",
+    ]);
+    no_errors(&v);
+    let d = v["duration_s"].as_f64().unwrap();
+    assert!((2.4..6.0).contains(&d), "duration {d}");
+    let replies = n(&v, "replies.total");
+    assert!((360..3000).contains(&replies), "{}", v["replies"]);
     // Without a proxy it is refused with a one-line error.
     let r = weft_run(&["load", &url(&o, "/"), "--workload", "polymix", "--rate", "10"], None);
     assert_eq!(r.code, Some(2));
@@ -393,6 +435,16 @@ fn trace_replay_fast_and_at_logged_timing() {
     assert!(n(&v, "replies.4xx") > 0, "the trace has missing objects");
     assert_eq!(v["workload"]["exhausted"], Value::Bool(true));
     assert_eq!(n(&v, "connections"), 3);
+    // The same log against weft serve over the file set gen wrote: the same
+    // replies, every body verified, the missing objects 404.
+    let w = Weft::serve(&[path_str(&dir.path), "--workers", "1"]);
+    let s = load(&[&url(&w, "/"), "--workload", &wl, "--clients", "3", "--verify"]);
+    no_errors(&s);
+    assert_eq!(n(&s, "requests"), 300);
+    for key in ["replies.total", "replies.2xx", "replies.4xx", "verified"] {
+        assert_eq!(n(&s, key), n(&v, key), "{key}");
+    }
+    assert!(n(&s, "verified") > 0);
     // Logged timing, 100× faster: 30 s of log in about 0.3 s.
     let v = load(&[
         &url(&o, "/"),
@@ -491,6 +543,75 @@ fn idle_connections_are_held_and_reopened() {
     let v = load(&[&url(&o, "/"), "--idle", "10", "--rate", "100", "--duration", "300ms"]);
     no_errors(&v);
     assert_eq!(n(&v, "replies.2xx"), 30);
+}
+
+/// TIME_WAIT entries on this machine whose remote port is `port` (client
+/// sockets of connections to a server on that port), from /proc/net/tcp.
+fn time_wait_to(port: u16) -> usize {
+    let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3
+                && f[3] == "06"
+                && f[2].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
+        })
+        .count()
+}
+
+#[test]
+fn client_closed_connections_reset_after_complete_replies() {
+    let o = origin(&["--stats-on-exit"]);
+    // Default: the client ends each HTTP/1.1 connection itself and resets it
+    // once its reply is in, so its port keeps no TIME_WAIT entry.
+    let v = load(&[
+        &url(&o, "/size/10/x"),
+        "--rate",
+        "1000",
+        "--num-conns",
+        "100",
+        "--verify",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "replies.2xx"), 100);
+    assert_eq!(v["config"]["client_close"], "reset");
+    assert_eq!(time_wait_to(o.addr.port()), 0, "reset connections leave no TIME_WAIT");
+    // Explicit source ports (httperf's --hog), still reset.
+    let v = load(&[
+        &url(&o, "/size/10/x"),
+        "--rate",
+        "1000",
+        "--num-conns",
+        "30",
+        "--local-ports",
+        "45000-45999",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "replies.2xx"), 30);
+    // A normal close (FIN), as httperf does.
+    let v = load(&[
+        &url(&o, "/size/10/x"),
+        "--rate",
+        "1000",
+        "--num-conns",
+        "50",
+        "--client-close",
+        "fin",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "replies.2xx"), 50);
+    // The server saw every reply delivered: the resets came on idle
+    // connections, none with a reply unsent or a request unanswered.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut o = o;
+    o.terminate();
+    assert_eq!(o.wait_exit(Duration::from_secs(15)), Some(0), "{}", o.stderr());
+    let err = o.stderr();
+    let stats: Value = serde_json::from_str(err.lines().find(|l| l.starts_with('{')).expect("stats")).unwrap();
+    assert_eq!(stats["requests"], 180, "{stats}");
+    assert_eq!(stats["reset_unfinished"], 0, "{stats}");
+    assert_eq!(stats["reset_idle"], 130, "{stats}");
 }
 
 #[test]
@@ -617,6 +738,38 @@ fn errors_are_counted_by_kind() {
     assert!(n(&v, "errors.fd_unavailable") > 0);
     assert_eq!(n(&v, "error_details.fd_limit"), 48);
     assert!(r.stdout.contains("ran out of descriptors (limit 48)"), "{}", r.stdout);
+
+    // Out of ports: four source ports for ten connections held open.
+    let lo = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .clamp(1024, 65000);
+    let ports = format!("{lo}-{}", lo + 3);
+    let r = weft_run(
+        &[
+            "load",
+            &url(&o, "/"),
+            "--idle",
+            "10",
+            "--local-ports",
+            &ports,
+            "--duration",
+            "300ms",
+        ],
+        None,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let v = r.json.unwrap();
+    assert!(n(&v, "errors.addr_unavailable") >= 6, "{}", v["errors"]);
+    let range = format!("{ports} (--local-ports)");
+    assert_eq!(v["error_details"]["local_port_range"], Value::String(range.clone()));
+    assert!(
+        r.stdout.contains(&format!("ran out of local ports ({range})")),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]
@@ -649,9 +802,25 @@ fn bad_input_is_a_one_line_error() {
         (vec!["load", &u, "--event", "kqueue"], "kqueue"),
         (vec!["load", &u, "--think", "gauss(1)"], "gauss"),
         (vec!["load", &u, "--local-addrs", "127.0.0.9-127.0.0.1"], "range"),
+        (
+            vec![
+                "load",
+                &u,
+                "--workload",
+                "polymix",
+                "--rate",
+                "5",
+                "--proxy",
+                "127.0.0.1:1",
+                "--param",
+                "phases=ramp",
+            ],
+            "phases=ramp",
+        ),
         (vec!["load", "gen", "polymix", "--out", "/tmp/x"], "weft origin"),
         (vec!["origin", "--think", "norm(1"], "norm"),
         (vec!["origin", "--workers", "0"], "worker"),
+        (vec!["origin", "--abort", "2"], "share"),
     ] {
         let r = weft_run(&args, None);
         assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
@@ -660,6 +829,47 @@ fn bad_input_is_a_one_line_error() {
         assert!(r.stderr.contains(want), "{args:?}: want {want:?} in {}", r.stderr);
         assert!(r.stderr.lines().count() <= 2, "{args:?}: {}", r.stderr);
     }
+}
+
+#[test]
+fn json_samples_and_a_progress_line_only_on_a_terminal() {
+    let o = origin(&[]);
+    let u = url(&o, "/size/1/p");
+    // Per-second samples: one per complete second of the run.
+    let r = weft_run(&["load", &u, "--rate", "100", "--duration", "2200ms"], None);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let v = r.json.unwrap();
+    for key in ["reply_rate", "request_rate"] {
+        let samples = v[key]["samples"].as_array().unwrap();
+        assert_eq!(samples.len(), 2, "{key}: {samples:?}");
+        for x in samples {
+            assert!((80.0..=120.0).contains(&x.as_f64().unwrap()), "{key}: {samples:?}");
+        }
+    }
+    // Not a terminal: no progress line, only the summary on stdout.
+    assert!(!r.stderr.contains("\x1b[K"), "{}", r.stderr);
+    assert!(r.stdout.contains("Reply rate [replies/s]"), "{}", r.stdout);
+    // On a terminal (script(1) gives the command a pty): a progress line
+    // every second, cleared before the summary; --quiet turns it off.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("script(1) not installed: progress line on a terminal not checked");
+        return;
+    }
+    let on_tty = |extra: &str| {
+        let cmd = format!("'{}' load '{u}' --rate 100 --duration 1500ms {extra}", weft_bin());
+        let out = Command::new("script")
+            .args(["-qefc", &cmd, "/dev/null"])
+            .output()
+            .expect("script");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let tty = on_tty("");
+    assert!(tty.contains("\r\x1b[K[    1s] requests "), "{tty:?}");
+    assert!(tty.contains("errors 0  open "), "{tty:?}");
+    assert!(tty.contains("Reply rate [replies/s]"), "{tty:?}");
+    let quiet = on_tty("--quiet");
+    assert!(!quiet.contains("\x1b[K"), "{quiet:?}");
 }
 
 #[test]
@@ -799,6 +1009,43 @@ fn origin_think_time_and_connection_limits() {
     let v = load(&[&url(&slow, "/size/1/x"), "--rate", "100", "--num-conns", "5"]);
     no_errors(&v);
     assert!(v["response_time_ms"]["p50"].as_f64().unwrap() >= 45.0);
+    // Server aborts (PolyMix-4's 0.1 %; all of them here): the head, half
+    // the body, then a reset.
+    let ab = origin(&["--abort", "1"]);
+    let mut s = TcpStream::connect(ab.addr).unwrap();
+    s.write_all(b"GET /size/1000/x HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(e) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.contains("Content-Length: 1000\r\n"), "{text}");
+    let head_len = text.find("\r\n\r\n").unwrap() + 4;
+    assert_eq!(got.len() - head_len, 500, "half the body");
+    // Seen by weft load: each abort is one failed request, nothing else.
+    let half = origin(&["--abort", "0.5"]);
+    let v = load(&[
+        &url(&half, "/size/1000/x"),
+        "--clients",
+        "1",
+        "--calls",
+        "1",
+        "--num-conns",
+        "40",
+    ]);
+    let failed = n(&v, "errors.reset") + n(&v, "errors.bad_response");
+    assert!((5..=35).contains(&failed), "{}", v["errors"]);
+    assert_eq!(n(&v, "replies.2xx") + failed, 40, "{v}");
+    assert_eq!(n(&v, "error_details.total"), failed);
 }
 
 #[test]

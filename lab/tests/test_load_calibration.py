@@ -48,3 +48,50 @@ def test_lab_driver_reads_the_weft_load_contract():
 def test_wrk_summary():
     out = "  1000 requests in 1.00s, 1.00MB read\n  Non-2xx or 3xx responses: 3\nRequests/sec:   1000.00\n"
     assert lc.parse_wrk(out) == {"rate": 1000.0, "replies": 1000, "errors": 3}
+
+
+def test_spread_is_the_largest_distance_from_the_median():
+    assert abs(lc.spread([100.0, 103.0, 98.0]) - 0.03) < 1e-9
+    assert lc.spread([100.0]) != lc.spread([100.0])  # nan: nothing to compare
+    assert lc.spread([100.0, float("nan"), 100.0]) == 0.0
+
+
+def test_sweep_rows_are_well_formed():
+    keys = [k for k, *_ in lc.SWEEP]
+    assert keys[-2:] == ["fin", "ports"], "FIN rows last, ports after fin: their TIME_WAIT entries would slow the others"
+    assert set(lc.QUICK_SWEEP) == set(keys)
+
+
+def _sweep_row(key, r, achieved, nginx_s, wall=4.0):
+    run = {"req_rate": achieved, "cpu": 0.4 * wall, "scpu": nginx_s, "wall": wall, "replies": int(achieved * wall),
+           "load": 1.0, "samples": [achieved]}  # fmt: skip
+    return (key, "label", r, [run], [], False)
+
+
+def test_sweep_verdict_ignores_saturated_server_and_other_variants():
+    sweep = [
+        _sweep_row("reset", 10000, 9990.0, 0.4),   # held (0.1 %)
+        _sweep_row("reset", 20000, 19500.0, 0.8),  # 2.5 % short, nginx below saturation: missed
+        _sweep_row("reset", 50000, 30000.0, 3.9),  # nginx saturated (0.975 cores): not judged
+        _sweep_row("reset", 60000, 50000.0, 3.4),  # weft 0.4 + nginx 0.85 cores: judged
+        _sweep_row("fin", 20000, 3000.0, 0.4),     # not the main variant
+    ]
+    v = lc.sweep_verdict(sweep)
+    assert v["rates"] == [10000, 20000, 60000]
+    assert [m[0] for m in v["missed"]] == [20000, 60000]
+    assert abs(v["dev"] - 1 / 6) < 1e-9
+    assert [x[0] for x in v["saturated"]] == [50000]
+    text = "\n".join(lc.verdict(0.03, [("saturation", 0.8)], v))
+    assert "within 5 % at equal offered load: **met**" in text
+    assert "at or below wrk's: **met**" in text
+    assert "**not met** (largest deviation 16.67 %" in text
+    assert "Saturated (not judged): 50000/s" in text
+
+
+def test_verdict_flags_cpu_above_wrk():
+    v = {"dev": 0.001, "missed": [], "rates": [2000], "saturated": []}
+    text = "\n".join(lc.verdict(0.06, [("closed", 0.9), ("close", 1.1)], v))
+    assert "equal offered load: **not met**" in text
+    assert "above at close (1.10)" in text
+    assert "**met** (largest deviation 0.10 %" in text
+    assert "none up to the highest rate" in text

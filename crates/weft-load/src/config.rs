@@ -49,6 +49,38 @@ impl Arrivals {
     }
 }
 
+/// How the client closes a connection it ends itself (`--client-close`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ClientClose {
+    /// SO_LINGER 0 once every reply is complete: the close sends RST and
+    /// leaves no TIME_WAIT entry on the client's port.
+    #[default]
+    Reset,
+    /// A normal close (FIN): the client's port stays in TIME_WAIT for 60 s.
+    Fin,
+}
+
+impl std::str::FromStr for ClientClose {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ClientClose, String> {
+        match s {
+            "reset" | "rst" => Ok(ClientClose::Reset),
+            "fin" => Ok(ClientClose::Fin),
+            _ => Err(format!("unknown --client-close `{s}` (expected reset|fin)")),
+        }
+    }
+}
+
+impl ClientClose {
+    /// Name as accepted by `--client-close`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientClose::Reset => "reset",
+            ClientClose::Fin => "fin",
+        }
+    }
+}
+
 /// Everything a run needs.
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
@@ -109,6 +141,11 @@ pub struct LoadConfig {
     /// `--local-addrs`: source addresses used in turn (each has its own
     /// ports and TIME_WAIT space).
     pub local_addrs: Vec<std::net::IpAddr>,
+    /// `--local-ports LO-HI`: bind each connection to the next port of this
+    /// range (httperf's `--hog`), instead of letting connect() search.
+    pub local_ports: Option<(u16, u16)>,
+    /// `--client-close`: how the client closes connections it ends.
+    pub client_close: ClientClose,
 }
 
 impl Default for LoadConfig {
@@ -142,6 +179,8 @@ impl Default for LoadConfig {
             recv_buffer: None,
             quiet: false,
             local_addrs: Vec::new(),
+            local_ports: None,
+            client_close: ClientClose::Reset,
         }
     }
 }
@@ -252,6 +291,18 @@ pub fn parse_local_addrs(s: &str) -> Result<Vec<std::net::IpAddr>, String> {
     Ok(out)
 }
 
+/// Parse `--local-ports LO-HI` (1024..65535, at least 2 ports).
+pub fn parse_local_ports(s: &str) -> Result<(u16, u16), String> {
+    let bad = || format!("invalid --local-ports `{s}` (expected LO-HI within 1024-65535, e.g. 10000-60000)");
+    let (a, b) = s.split_once('-').ok_or_else(bad)?;
+    let a: u16 = a.trim().parse().map_err(|_| bad())?;
+    let b: u16 = b.trim().parse().map_err(|_| bad())?;
+    if a < 1024 || b <= a {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
 /// Resolve `host:port` to its first address.
 pub fn resolve(authority: &str) -> Result<SocketAddr, String> {
     let mut addrs = authority
@@ -312,7 +363,10 @@ impl LoadConfig {
                     "workload polymix sends absolute-form requests through a proxy: give --proxy HOST:PORT".into(),
                 )
             }
-            (_, Drive::Requests { timed: true }) if self.rate.is_some() || self.clients.is_some() => {
+            (Spec::Polymix, _) if self.clients.is_some() => {
+                return Err("workload polymix is driven by --rate, not --clients".into())
+            }
+            (Spec::Trace(_), Drive::Requests { timed: true }) if self.rate.is_some() || self.clients.is_some() => {
                 return Err("a trace replayed at logged timing sets its own pace: drop --rate/--clients".into())
             }
             _ => {}
@@ -325,6 +379,11 @@ impl LoadConfig {
         let looping = self.params.iter().any(|p| p.replace(' ', "") == "loop=1");
         let counted = self.num_conns.is_some();
         let finite = match (drive, &self.workload) {
+            // A phase schedule ends by itself unless its fill phase waits for
+            // a byte count (cache=), which a slow proxy may never reach.
+            (Drive::Requests { timed: true }, Spec::Polymix) => {
+                !self.params.iter().any(|p| p.trim_start().starts_with("cache="))
+            }
             (Drive::Requests { timed: true }, _) => !looping,
             (Drive::Requests { timed: false }, _) => counted,
             (Drive::Sessions, Spec::Trace(_)) => !looping,
@@ -382,6 +441,8 @@ impl LoadConfig {
             "event": self.event.name(),
             "recv_buffer": self.recv_buffer,
             "local_addrs": self.local_addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            "local_ports": self.local_ports.map(|(a, b)| format!("{a}-{b}")),
+            "client_close": self.client_close.name(),
         })
     }
 }
@@ -445,5 +506,11 @@ mod tests {
         assert!(parse_local_addrs("127.0.0.9-127.0.0.1").is_err());
         assert!(parse_local_addrs("x").is_err());
         assert!("gamma".parse::<Arrivals>().is_err());
+        assert_eq!(parse_local_ports("10000-20000").unwrap(), (10000, 20000));
+        for bad in ["80-90", "2000-1000", "x-2", "3000"] {
+            assert!(parse_local_ports(bad).is_err(), "{bad}");
+        }
+        assert_eq!("fin".parse::<ClientClose>().unwrap(), ClientClose::Fin);
+        assert!("linger".parse::<ClientClose>().is_err());
     }
 }

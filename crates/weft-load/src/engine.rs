@@ -26,7 +26,7 @@
 //! buffer. `--verify` compares body bytes with slices of the deterministic
 //! content pattern as they arrive.
 
-use crate::config::{Arrivals, LoadConfig};
+use crate::config::{Arrivals, ClientClose, LoadConfig};
 use crate::request::Writer;
 use crate::ssl::{Handshake, Side};
 use crate::stats::Stats;
@@ -53,6 +53,13 @@ const READ_BUF: usize = 64 * 1024;
 const MAX_PENDING: usize = 10_000;
 /// Recycled buffer sets kept per thread.
 const MAX_SPARE: usize = 4096;
+/// Most arrivals started per timer callback. A loop that runs behind catches
+/// up in slices of this many, with a round of I/O events between them: when
+/// connect() itself slows down (thousands of connections piled up behind a
+/// stalled server make the kernel's port search long), starting every due
+/// arrival at once would starve the replies that let connections close, and
+/// the client would never recover.
+const ARRIVAL_BATCH: u32 = 64;
 
 /// Open-loop arrival times, in seconds after the start: a running sum of
 /// inter-arrival draws counted from the start (never from when the previous
@@ -309,6 +316,8 @@ enum End {
     Done,
     /// The server closed it (or announced it would) with nothing outstanding.
     ServerClosed,
+    /// The workload aborts the transaction in progress (not an error).
+    Aborted,
     /// An error.
     Failed(Fail),
 }
@@ -328,6 +337,8 @@ struct Core<'a> {
     sessions: Slab<Session>,
     pools: Vec<Pool>,
     conns_per_agent: usize,
+    /// The workload's share of transactions aborted on purpose.
+    abort_prob: f64,
     rbuf: Vec<u8>,
     spare: Vec<Bufs>,
     head: ResponseHead,
@@ -351,6 +362,8 @@ struct Core<'a> {
     idle_only: bool,
     /// Next `--local-addrs` entry.
     next_local: usize,
+    /// Next `--local-ports` offset (advances by the thread count).
+    next_port: u32,
     slot: &'a Slot,
 }
 
@@ -372,6 +385,7 @@ impl<'a> Engine<'a> {
         let drive = sh.prepared.drive();
         let agents = wl.agents();
         let conns_per_agent = wl.conns_per_agent();
+        let abort_prob = wl.abort_prob();
         let mut pools = Vec::new();
         pools.resize_with(agents, Pool::default);
         let stop_at = sh.cfg.duration.map(|d| sh.t0 + d);
@@ -389,6 +403,7 @@ impl<'a> Engine<'a> {
                 sessions: Slab::new(),
                 pools,
                 conns_per_agent,
+                abort_prob,
                 rbuf: vec![0u8; READ_BUF],
                 spare: Vec::new(),
                 head: ResponseHead::new(),
@@ -407,6 +422,7 @@ impl<'a> Engine<'a> {
                 arrivals_dropped: 0,
                 idle_only,
                 next_local: first_local,
+                next_port: first_local as u32,
                 slot,
             },
         }
@@ -459,6 +475,19 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Arrivals due before --duration ended are still to be started.
+    fn arrivals_behind(&self) -> bool {
+        let (Some(d), false) = (self.core.sh.cfg.duration, self.core.arrivals_done || self.core.stopping) else {
+            return false;
+        };
+        let next = match self.core.drive {
+            Drive::Requests { timed: true } => self.core.timed_next.map(|a| a.at.unwrap_or(0.0)),
+            _ if self.core.plan.rate.is_some() => Some(self.core.schedule.due()),
+            _ => None,
+        };
+        next.is_some_and(|t| t < d.as_secs_f64()) && self.budget_allows()
+    }
+
     fn budget_allows(&self) -> bool {
         self.core.plan.budget.is_none_or(|b| self.core.arrivals < b)
     }
@@ -478,6 +507,10 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        // After ARRIVAL_BATCH arrivals the rest wait for the next round
+        // (already due: the timer fires right after the loop's next poll).
+        let mut made = 0u32;
+        let resume = cx.now + Duration::from_micros(1);
         if let Drive::Requests { timed: true } = self.core.drive {
             while let Some(a) = self.core.timed_next {
                 if self.core.stopping || self.core.arrivals_done || !self.budget_allows() {
@@ -487,6 +520,10 @@ impl<'a> Engine<'a> {
                 if a.at.unwrap_or(0.0) > elapsed {
                     return Some(t0 + Duration::from_secs_f64(a.at.unwrap_or(0.0)));
                 }
+                if made == ARRIVAL_BATCH {
+                    return Some(resume);
+                }
+                made += 1;
                 self.core.arrivals += 1;
                 self.pool_arrival(cx, a.agent, a.item);
                 self.core.timed_next = self.core.wl.next_arrival(&mut self.core.rng);
@@ -499,6 +536,10 @@ impl<'a> Engine<'a> {
                 self.core.arrivals_done = true;
                 return None;
             }
+            if made == ARRIVAL_BATCH {
+                return Some(resume);
+            }
+            made += 1;
             self.core.arrivals += 1;
             match self.core.drive {
                 Drive::Sessions => self.start_session(cx, false, None),
@@ -639,36 +680,13 @@ impl<'a> Engine<'a> {
         }
         let target = self.core.sh.target;
         self.core.stats.connections += 1;
-        let fd = match sys::tcp_socket(&target) {
+        let fd = match self.core.connect_socket(&target) {
             Ok(fd) => fd,
             Err(e) => {
                 self.core.fail_open(e);
                 return None;
             }
         };
-        if let Some(n) = self.core.sh.cfg.recv_buffer {
-            let _ = sys::setsockopt_int(fd.raw(), libc::SOL_SOCKET, libc::SO_RCVBUF, n as i32);
-        }
-        let locals = &self.core.sh.cfg.local_addrs;
-        if !locals.is_empty() {
-            // --local-addrs: spread connections over source addresses, each
-            // with its own port space. IP_BIND_ADDRESS_NO_PORT defers the port
-            // choice to connect, where the whole 4-tuple is known. Two more
-            // system calls per connection, paid only when asked for: on
-            // loopback they save connect's search through TIME_WAIT ports,
-            // which dominates past ~10,000 client-closed connections/s.
-            let ip = locals[self.core.next_local % locals.len()];
-            self.core.next_local = self.core.next_local.wrapping_add(1);
-            let _ = sys::setsockopt_int(fd.raw(), libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1);
-            if let Err(e) = sys::bind(fd.raw(), &SocketAddr::new(ip, 0)) {
-                self.core.fail_open(e);
-                return None;
-            }
-        }
-        if let Err(e) = sys::connect(fd.raw(), &target) {
-            self.core.fail_open(e);
-            return None;
-        }
         let now = Instant::now();
         let bufs = self.core.spare.pop().unwrap_or_else(|| Bufs {
             out: Vec::with_capacity(512),
@@ -823,6 +841,18 @@ impl<'a> Engine<'a> {
         // Unsent requests (rendered but never written) go back to the session.
         let unsent = (c.inflight.len() - c.sent) as u32;
         let (owner, connected) = (c.owner, c.connected);
+        if matches!(end, End::Aborted) {
+            // Reset, as a browser's stop does: the server learns at once.
+            let _ = sys::set_linger_zero(c.fd.raw());
+        } else if matches!(end, End::Done) && connected && self.core.sh.cfg.client_close == ClientClose::Reset {
+            // The client ends a connection whose replies are all in: close
+            // with RST (SO_LINGER 0) so its port keeps no TIME_WAIT entry. One
+            // system call per client-closed connection; without it connect()
+            // spends its time searching ports still in TIME_WAIT past ~10,000
+            // connections/s on loopback. The server sees ECONNRESET where it
+            // would have read EOF, after every reply was delivered.
+            let _ = sys::set_linger_zero(c.fd.raw());
+        }
         let Conn {
             fd,
             mut out,
@@ -936,6 +966,70 @@ fn nofile_limit() -> u64 {
 }
 
 impl Core<'_> {
+    /// socket, the source address or port asked for, and a non-blocking connect.
+    fn connect_socket(&mut self, target: &SocketAddr) -> io::Result<Fd> {
+        let cfg = self.sh.cfg;
+        // --local-ports: a refused port (a listener on it, or a TIME_WAIT
+        // entry for the same 4-tuple that cannot be reused yet) costs a new
+        // socket and the next port; bounded, then the connect counts as
+        // addr_unavailable.
+        let attempts = if cfg.local_ports.is_some() { 64 } else { 1 };
+        for _ in 0..attempts {
+            let fd = sys::tcp_socket(target)?;
+            if let Some(n) = cfg.recv_buffer {
+                let _ = sys::setsockopt_int(fd.raw(), libc::SOL_SOCKET, libc::SO_RCVBUF, n as i32);
+            }
+            let ip = if cfg.local_addrs.is_empty() {
+                None
+            } else {
+                let ip = cfg.local_addrs[self.next_local % cfg.local_addrs.len()];
+                self.next_local = self.next_local.wrapping_add(1);
+                Some(ip)
+            };
+            let port = cfg.local_ports.map(|(lo, hi)| {
+                // Threads take interleaved ports so they never pick the same one.
+                let span = (hi - lo) as u32 + 1;
+                let p = lo as u32 + self.next_port % span;
+                self.next_port = self.next_port.wrapping_add(self.plan.threads as u32);
+                p as u16
+            });
+            match (ip, port) {
+                (None, None) => {}
+                (ip, None) => {
+                    // --local-addrs: each source address has its own port
+                    // space. IP_BIND_ADDRESS_NO_PORT defers the port choice to
+                    // connect, where the whole 4-tuple is known. Two more
+                    // system calls per connection, paid only when asked for.
+                    let _ = sys::setsockopt_int(fd.raw(), libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1);
+                    sys::bind(fd.raw(), &SocketAddr::new(ip.expect("an address"), 0))?;
+                }
+                (ip, Some(port)) => {
+                    // SO_REUSEADDR lets bind take a port whose earlier
+                    // connection is in TIME_WAIT; connect then reuses that
+                    // entry when the kernel allows it (tcp_tw_reuse).
+                    let _ = sys::setsockopt_int(fd.raw(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1);
+                    let ip = ip.unwrap_or(match target {
+                        SocketAddr::V4(_) => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                        SocketAddr::V6(_) => std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                    });
+                    if let Err(e) = sys::bind(fd.raw(), &SocketAddr::new(ip, port)) {
+                        if e.raw_os_error() == Some(libc::EADDRINUSE) {
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            match sys::connect(fd.raw(), target) {
+                Ok(_) => return Ok(fd),
+                Err(e) if port.is_some() && e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // Every port tried was taken (EADDRINUSE or EADDRNOTAVAIL): out of ports.
+        Err(io::Error::from_raw_os_error(libc::EADDRNOTAVAIL))
+    }
+
     fn fail_open(&mut self, e: io::Error) {
         let errno = e.raw_os_error();
         if matches!(errno, Some(libc::EMFILE) | Some(libc::ENFILE)) && self.stats.fd_limit.is_none() {
@@ -1351,6 +1445,15 @@ impl Core<'_> {
                             }
                             BodyFraming::UntilClose => Body::UntilClose,
                         };
+                        if self.abort_prob > 0.0
+                            && matches!(c.owner, Owner::Pool(_))
+                            && !matches!(c.rx.body, Body::Length(0))
+                            && self.rng.gen::<f64>() < self.abort_prob
+                        {
+                            // The robot aborts this transaction mid-reply.
+                            self.stats.aborted += 1;
+                            return Ok(Flow::Close(End::Aborted));
+                        }
                         if c.rx.verify && meta.size != u64::MAX {
                             if let Body::Length(n) = c.rx.body {
                                 if n != meta.size {
@@ -1514,8 +1617,16 @@ impl<P: Poller> Handler<P> for Engine<'_> {
                     return None;
                 }
             }
-            if self.core.stop_at.is_some_and(|s| now >= s) {
-                self.begin_stop(cx);
+            if let Some(s) = self.core.stop_at {
+                if now >= s {
+                    // A loop running late finishes the arrivals due before
+                    // --duration first (R·D of them, as httperf's --num-conns
+                    // makes), for at most --timeout more.
+                    if self.arrivals_behind() && now < s + self.core.timeout {
+                        return Some(now.max(cx.now) + Duration::from_millis(1));
+                    }
+                    self.begin_stop(cx);
+                }
             }
             return None;
         }

@@ -10,7 +10,8 @@
 //! - `surge`: `DIR/size/N/surge/fID` for the set drawn from `--seed`;
 //! - `trace`: `DIR/access.log`, a synthetic Common Log Format trace whose URIs
 //!   name `weft origin` sizes (`--param requests=, objects=, hosts=,
-//!   duration=, diurnal=`).
+//!   duration=, diurnal=`), and the files those URIs name (`DIR/size/N/t/...`;
+//!   `--param files=0` writes the log only).
 
 use crate::content;
 use crate::workload::{specweb99::SpecWeb99, surge::SurgeSet, trace, Params, Spec};
@@ -42,6 +43,16 @@ fn write_file(root: &Path, rel: &str, size: u64) -> Result<(), String> {
     content::write_body(&mut w, format!("/{rel}").as_bytes(), size)
         .and_then(|_| w.flush())
         .map_err(|e| format!("cannot write {}: {e}", p.display()))
+}
+
+/// N of a `/size/N/...` URI (plain decimal, as the synthesizer writes it).
+fn size_in_uri(uri: &str) -> Option<u64> {
+    let rest = uri.strip_prefix("/size/")?;
+    let (n, tail) = rest.split_once('/')?;
+    if tail.is_empty() || tail.split('/').any(|seg| seg == ".." || seg.is_empty()) {
+        return None;
+    }
+    n.parse().ok()
 }
 
 struct Progress {
@@ -115,8 +126,28 @@ pub fn generate(spec: &Spec, params: &[String], out: &Path, seed: u64) -> Result
                 .and_then(|n| bw.flush().map(|_| n))
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             w.lines = n as u64;
-            w.files = 1;
             w.path = path;
+            if sp.files {
+                // The objects the log names, so `weft serve DIR` can stand in
+                // for the origin: every `/size/N/...` URI logged with 200 or
+                // 304 (the 404 lines name files that must stay missing).
+                let text =
+                    std::fs::read_to_string(&w.path).map_err(|e| format!("cannot read {}: {e}", w.path.display()))?;
+                let mut objects: Vec<(&str, u64)> = text
+                    .lines()
+                    .filter_map(|l| trace::parse_line(l).ok())
+                    .filter(|l| l.status == 200 || l.status == 304)
+                    .filter_map(|l| Some((l.uri, size_in_uri(l.uri)?)))
+                    .collect();
+                objects.sort_unstable();
+                objects.dedup();
+                for (uri, size) in &objects {
+                    write_file(out, uri, *size)?;
+                    w.files += 1;
+                    w.bytes += size;
+                    prog.tick(w.files, objects.len() as u64);
+                }
+            }
         }
         Spec::Polymix | Spec::Ssl | Spec::Url => {
             return Err(format!(
@@ -150,5 +181,20 @@ mod tests {
         let e = generate(&Spec::SpecWeb99, &["dirz=1".into()], &dir, 1).unwrap_err();
         assert!(e.contains("dirz"));
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn sizes_of_trace_uris() {
+        assert_eq!(size_in_uri("/size/1234/t/obj7.gif"), Some(1234));
+        for bad in [
+            "/missing/3.html",
+            "/size/12",
+            "/size/x/t/a",
+            "/size/5/../etc",
+            "/size/5//a",
+            "/size/5/",
+        ] {
+            assert_eq!(size_in_uri(bad), None, "{bad}");
+        }
     }
 }

@@ -26,7 +26,7 @@ use crate::dist::{Dist, Unit};
 use crate::ssl::{self, Handshake, Side};
 use crate::urls::{self, CacheFlag};
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
@@ -60,6 +60,8 @@ pub struct OriginConfig {
     pub think: Option<Dist>,
     /// Requests per persistent connection.
     pub conn_requests: Option<Dist>,
+    /// Share of 200 responses aborted halfway (PolyMix-4's server aborts).
+    pub abort: f64,
     /// Close connections idle this long.
     pub idle_timeout: Duration,
     /// Cache-Control of URLs without a flag.
@@ -82,6 +84,7 @@ impl Default for OriginConfig {
             event: BackendKind::Epoll,
             think: None,
             conn_requests: None,
+            abort: 0.0,
             idle_timeout: Duration::from_secs(15),
             cache_control: "max-age=3600".into(),
             max_size: 1 << 30,
@@ -107,6 +110,14 @@ pub struct OriginStats {
     pub handshakes: AtomicU64,
     /// Requests refused (4xx/5xx other than 404).
     pub refused: AtomicU64,
+    /// Connections the client reset (or broke) with every reply delivered
+    /// and no request pending: how `weft load --client-close reset` ends.
+    pub reset_idle: AtomicU64,
+    /// Connections that broke with output unsent or a request unanswered:
+    /// replies the client did not get.
+    pub reset_unfinished: AtomicU64,
+    /// Responses aborted on purpose (`--abort`): half the body, then a reset.
+    pub aborted: AtomicU64,
 }
 
 impl OriginStats {
@@ -120,6 +131,9 @@ impl OriginStats {
             "body_bytes": g(&self.body_bytes),
             "handshakes": g(&self.handshakes),
             "refused": g(&self.refused),
+            "reset_idle": g(&self.reset_idle),
+            "reset_unfinished": g(&self.reset_unfinished),
+            "aborted": g(&self.aborted),
         })
     }
 }
@@ -221,6 +235,8 @@ struct Conn {
     requests: u32,
     max_requests: u32,
     close_after: bool,
+    /// Reset (not close) once the output is sent: an aborted response.
+    abort_after: bool,
     hold_until: Option<Instant>,
     deadline: Instant,
     timer_at: Option<Instant>,
@@ -347,6 +363,7 @@ impl<'a> Worker<'a> {
             requests: 0,
             max_requests,
             close_after: false,
+            abort_after: false,
             hold_until: None,
             deadline: now + idle,
             timer_at: None,
@@ -361,6 +378,9 @@ impl<'a> Worker<'a> {
 
     fn close<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) {
         if let Some(c) = self.conns.remove(token) {
+            if c.abort_after {
+                let _ = sys::set_linger_zero(c.fd.raw());
+            }
             let Conn {
                 fd, mut buf, mut out, ..
             } = c;
@@ -484,7 +504,10 @@ fn drive_conn(
                     c.deadline = now + cfg.idle_timeout;
                     return Next::Wait;
                 }
-                Err(_) => return Next::Close,
+                Err(_) => {
+                    stats.reset_unfinished.fetch_add(1, Ordering::Relaxed);
+                    return Next::Close;
+                }
             }
         }
         if c.close_after {
@@ -533,7 +556,15 @@ fn drive_conn(
                 return Next::Wait;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return Next::Close,
+            Err(_) => {
+                let counter = if c.start == c.end && !c.has_output() {
+                    &stats.reset_idle
+                } else {
+                    &stats.reset_unfinished
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                return Next::Close;
+            }
         }
     }
 }
@@ -807,11 +838,19 @@ fn answer(
         }
         c.out.extend_from_slice(b"\r\n");
         c.segs.push_back(Seg::Out(start, c.out.len()));
-        if !head_only && body_len > 0 {
+        let mut left = body_len;
+        if status == 200 && !head_only && body_len >= 2 && cfg.abort > 0.0 && rng.gen::<f64>() < cfg.abort {
+            // Abort: half the body, then a reset (the client sees a truncated reply).
+            stats.aborted.fetch_add(1, Ordering::Relaxed);
+            left = body_len / 2;
+            c.abort_after = true;
+            c.close_after = true;
+        }
+        if !head_only && left > 0 {
             c.segs.push_back(Seg::Body {
                 off: content::offset_of_hash(h),
                 pos: 0,
-                left: body_len,
+                left,
             });
         }
         c.start += n;

@@ -74,10 +74,15 @@ fn rate_json(r: &RateSummary, overall: f64) -> Value {
     })
 }
 
-fn local_port_range() -> Option<String> {
+/// The ports connections could take: `--local-ports`, or the kernel's
+/// ephemeral range.
+fn local_port_range(cfg: &LoadConfig) -> Option<String> {
+    if let Some((lo, hi)) = cfg.local_ports {
+        return Some(format!("{lo}-{hi} (--local-ports)"));
+    }
     let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
     let mut it = s.split_whitespace();
-    Some(format!("{}-{}", it.next()?, it.next()?))
+    Some(format!("{}-{} (ip_local_port_range)", it.next()?, it.next()?))
 }
 
 /// The JSON object of one run (or of several merged).
@@ -126,7 +131,7 @@ pub fn run_json(cfg: &LoadConfig, r: &RunResult) -> Value {
             "total": e.total(),
             "other_errno": s.other_errno,
             "fd_limit": s.fd_limit,
-            "local_port_range": if e.addr_unavailable > 0 { local_port_range() } else { None },
+            "local_port_range": if e.addr_unavailable > 0 { local_port_range(cfg) } else { None },
         },
         "verified": s.verified,
         "idle": { "held": s.idle_opened, "reopened": s.idle_closed_by_server },
@@ -134,6 +139,7 @@ pub fn run_json(cfg: &LoadConfig, r: &RunResult) -> Value {
         "workload": {
             "name": cfg.workload.name(),
             "exhausted": s.workload_exhausted,
+            "aborted": s.aborted,
             "arrivals_dropped": r.arrivals_dropped,
             "trace_lines": r.trace.map(|t| t.0),
             "trace_malformed": r.trace.map(|t| t.1),
@@ -312,6 +318,9 @@ fn one(cfg: &LoadConfig, r: &RunResult) -> String {
             s.idle_opened, s.idle_closed_by_server
         );
     }
+    if s.aborted > 0 {
+        let _ = writeln!(o, "Aborted by the client (workload): {} transactions", s.aborted);
+    }
     let _ = writeln!(o);
     let req = r.request_rate();
     let _ = writeln!(
@@ -433,8 +442,8 @@ fn one(cfg: &LoadConfig, r: &RunResult) -> String {
     if e.addr_unavailable > 0 {
         let _ = writeln!(
             o,
-            "warning: ran out of local ports (ip_local_port_range {}): lower the rate or reuse connections",
-            local_port_range().unwrap_or_else(|| "unknown".into())
+            "warning: ran out of local ports ({}): lower the rate, reuse connections or add --local-addrs",
+            local_port_range(cfg).unwrap_or_else(|| "unknown".into())
         );
     }
     if r.arrivals_dropped > 0 {

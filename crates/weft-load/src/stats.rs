@@ -105,6 +105,8 @@ pub struct Stats {
     pub idle_opened: u64,
     /// Idle connections the server closed (each was reopened while the run lasted).
     pub idle_closed_by_server: u64,
+    /// Transactions the client aborted on purpose (PolyMix robots' aborts).
+    pub aborted: u64,
     /// Emulated SSL handshakes completed: (full, abbreviated).
     pub ssl_handshakes: (u64, u64),
     /// Requests the workload could not send (e.g. the trace ran out).
@@ -136,6 +138,7 @@ impl Default for Stats {
             max_open: 0,
             idle_opened: 0,
             idle_closed_by_server: 0,
+            aborted: 0,
             ssl_handshakes: (0, 0),
             workload_exhausted: false,
             fd_limit: None,
@@ -229,6 +232,7 @@ impl Stats {
         self.max_open += o.max_open;
         self.idle_opened += o.idle_opened;
         self.idle_closed_by_server += o.idle_closed_by_server;
+        self.aborted += o.aborted;
         self.ssl_handshakes.0 += o.ssl_handshakes.0;
         self.ssl_handshakes.1 += o.ssl_handshakes.1;
         self.workload_exhausted |= o.workload_exhausted;

@@ -384,7 +384,9 @@ impl Prepared {
     /// How this workload drives the engine.
     pub fn drive(&self) -> Drive {
         match self {
-            Prepared::Polymix(_) => Drive::Requests { timed: false },
+            Prepared::Polymix(c) => Drive::Requests {
+                timed: c.phases.is_some(),
+            },
             Prepared::Trace(t) if t.timed() => Drive::Requests { timed: true },
             _ => Drive::Sessions,
         }
@@ -516,7 +518,7 @@ impl Workload {
     /// The next request arrival (request-driven workloads).
     pub fn next_arrival(&mut self, rng: &mut SmallRng) -> Option<Arrival> {
         match self {
-            Workload::Polymix(p) => Some(p.next_arrival(rng)),
+            Workload::Polymix(p) => p.next_arrival(rng),
             Workload::Trace(t) => t.next_arrival(),
             _ => None,
         }
@@ -535,6 +537,14 @@ impl Workload {
     pub fn on_reply(&mut self, meta: &ReqMeta, status: u16, queue: &mut Vec<u64>) {
         if let Workload::Polymix(p) = self {
             p.on_reply(meta, status, queue);
+        }
+    }
+
+    /// Share of transactions the client aborts on purpose after the reply head.
+    pub fn abort_prob(&self) -> f64 {
+        match self {
+            Workload::Polymix(p) => p.abort_prob(),
+            _ => 0.0,
         }
     }
 

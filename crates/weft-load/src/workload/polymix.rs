@@ -16,9 +16,18 @@
 //! Objects are `weft origin` URLs (`/size/N/c|nc/pm/ID.EXT`), so the origin
 //! answers with the right size and cacheability; IMS dates are derived from
 //! the same hash the origin uses for Last-Modified, so IMS→304 requests really
-//! get 304 from an origin (or a cache that kept the object). Not modelled: the
-//! phase schedule (ramps, fill), WAN delay and loss (`weft wan`), the 0.1 %
-//! aborts, DNS names.
+//! get 304 from an origin (or a cache that kept the object).
+//!
+//! `--param phases=polymix4` runs PolyMix-4's phase schedule instead of the
+//! top phase alone ([`Schedule`]): framp, fill, fexit, inc1, top1, dec1, idle,
+//! inc2, top2, dec2, with `plat` (4 h) for the tops and `plat/12` for ramps;
+//! the request rate is `--rate` (the peak) times the phase's populus factor
+//! and the recurrence is scaled by 5/55 during framp and fill. Not modelled:
+//! WAN delay and loss (`weft wan`), DNS names.
+//!
+//! Robots abort 0.1 % of transactions (`abort=`): once the reply head is in,
+//! the robot resets the connection (a browser's stop button; the proxy sees
+//! ECONNRESET mid-reply). Aborts are counted apart from errors.
 
 use super::{Arrival, Out, Params, ReqMeta};
 use crate::content;
@@ -60,6 +69,22 @@ pub struct PolymixConfig {
     pub hot_prob: f64,
     /// Origin authorities to spread objects over.
     pub servers: usize,
+    /// The phase schedule, or None for the steady top phase only.
+    pub phases: Option<PhaseParams>,
+    /// Share of transactions a robot aborts once the reply head is in.
+    pub abort: f64,
+}
+
+/// Settings of PolyMix-4's phase schedule (`--param phases=polymix4`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PhaseParams {
+    /// Length of each top phase (`plat`, 4 h); ramps last plat/12.
+    pub plat: f64,
+    /// Request rate of the fill phase as a share of the peak (`fill_rate`, 0.1..1).
+    pub fill_rate: f64,
+    /// The fill phase ends once this many bytes of new objects were
+    /// requested (`cache`: 2 × the proxy's cache size); 0 skips it.
+    pub fill_bytes: f64,
 }
 
 impl PolymixConfig {
@@ -72,8 +97,36 @@ impl PolymixConfig {
             recurrence: p.f64("recurrence", 0.55 / 0.80)?,
             hot_frac: p.f64("hot_frac", 0.01)?,
             hot_prob: p.f64("hot_prob", 0.10)?,
+            abort: p.f64("abort", 0.001)?,
             servers: servers.max(1),
+            phases: match p.take("phases").as_deref() {
+                None | Some("top") => None,
+                Some("polymix4") => Some(PhaseParams {
+                    plat: match p.take("plat") {
+                        Some(v) => weft_core::units::parse_duration(&v)
+                            .map_err(|e| format!("--param plat: {e}"))?
+                            .as_secs_f64(),
+                        None => 4.0 * 3600.0,
+                    },
+                    fill_rate: p.f64("fill_rate", 0.5)?,
+                    fill_bytes: match p.take("cache") {
+                        Some(v) => {
+                            2.0 * weft_core::units::parse_size(&v).map_err(|e| format!("--param cache: {e}"))? as f64
+                        }
+                        None => 0.0,
+                    },
+                }),
+                Some(other) => return Err(format!("invalid --param phases={other} (expected top or polymix4)")),
+            },
         };
+        if let Some(ph) = &c.phases {
+            if !(0.1..=1.0).contains(&ph.fill_rate) {
+                return Err(format!("invalid --param fill_rate={} (expected 0.1..1)", ph.fill_rate));
+            }
+            if ph.plat <= 0.0 {
+                return Err("--param plat must be positive".into());
+            }
+        }
         if c.robot_rate <= 0.0 {
             return Err("--param robot_rate must be positive".into());
         }
@@ -81,6 +134,7 @@ impl PolymixConfig {
             ("recurrence", c.recurrence),
             ("hot_frac", c.hot_frac),
             ("hot_prob", c.hot_prob),
+            ("abort", c.abort),
         ] {
             if v > 1.0 {
                 return Err(format!("invalid --param {k}={v} (expected 0..1)"));
@@ -96,6 +150,11 @@ impl PolymixConfig {
                 "hot_frac",
                 "hot_prob",
                 "servers",
+                "phases",
+                "plat",
+                "fill_rate",
+                "cache",
+                "abort",
             ],
         )?;
         Ok(c)
@@ -111,6 +170,122 @@ struct Obj {
     /// First embedded image (index into objects) and count, for HTML.
     emb_start: u32,
     emb_count: u16,
+}
+
+/// Populus at the start of framp (Polygraph's minimum, 0.04 %).
+const MIN_POPULUS: f64 = 0.0004;
+/// Recurrence factor of framp and fill (5 % / 55 %).
+const FILL_RECURRENCE: f64 = 5.0 / 55.0;
+
+/// One phase: length in seconds (None: until the fill target is met), and
+/// populus (share of the peak rate) and recurrence factor, each going
+/// linearly from the first value to the second.
+#[derive(Clone, Copy, Debug)]
+pub struct Phase {
+    /// Polygraph's name of the phase.
+    pub name: &'static str,
+    len: Option<f64>,
+    populus: (f64, f64),
+    recurrence: (f64, f64),
+}
+
+/// PolyMix-4's phase schedule as a non-homogeneous Poisson arrival process
+/// (candidates at the peak rate, each kept with probability populus(t)).
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// The phases in order.
+    pub phases: Vec<Phase>,
+    idx: usize,
+    start: f64,
+    t: f64,
+    peak: f64,
+    fill_bytes: f64,
+    filled: f64,
+    /// Arrivals per phase.
+    pub arrivals: Vec<u64>,
+}
+
+impl Schedule {
+    /// The schedule at `peak` requests/s (this thread's share).
+    pub fn new(p: &PhaseParams, peak: f64) -> Schedule {
+        let ramp = p.plat / 12.0;
+        let f = p.fill_rate;
+        let r = FILL_RECURRENCE;
+        let ph = |name, len, populus, recurrence| Phase {
+            name,
+            len,
+            populus,
+            recurrence,
+        };
+        let mut phases = vec![ph("framp", Some(ramp), (MIN_POPULUS, f), (r, r))];
+        if p.fill_bytes > 0.0 {
+            phases.push(ph("fill", None, (f, f), (r, r)));
+        }
+        phases.extend([
+            ph("fexit", Some(ramp), (f, f), (r, 1.0)),
+            ph("inc1", Some(ramp), (f, 1.0), (1.0, 1.0)),
+            ph("top1", Some(p.plat), (1.0, 1.0), (1.0, 1.0)),
+            ph("dec1", Some(ramp), (1.0, 0.1), (1.0, 1.0)),
+            ph("idle", Some(ramp), (0.1, 0.1), (1.0, 1.0)),
+            ph("inc2", Some(ramp), (0.1, 1.0), (1.0, 1.0)),
+            ph("top2", Some(p.plat), (1.0, 1.0), (1.0, 1.0)),
+            ph("dec2", Some(ramp), (1.0, 0.0), (1.0, 1.0)),
+        ]);
+        let n = phases.len();
+        Schedule {
+            phases,
+            idx: 0,
+            start: 0.0,
+            t: 0.0,
+            peak: peak.max(1e-9),
+            fill_bytes: p.fill_bytes,
+            filled: 0.0,
+            arrivals: vec![0; n],
+        }
+    }
+
+    /// Bytes of new objects requested (the fill phase ends at its target).
+    pub fn fetched(&mut self, bytes: u64) {
+        self.filled += bytes as f64;
+    }
+
+    /// The phase running now, if any.
+    pub fn phase(&self) -> Option<&Phase> {
+        self.phases.get(self.idx)
+    }
+
+    /// The next arrival: its offset from the start, seconds, and the
+    /// recurrence factor then; None once the schedule is over.
+    pub fn next(&mut self, rng: &mut SmallRng) -> Option<(f64, f64)> {
+        loop {
+            self.t += Dist::Exp(1.0 / self.peak).sample(rng);
+            while let Some(p) = self.phases.get(self.idx) {
+                let over = match p.len {
+                    Some(len) if self.t >= self.start + len => {
+                        self.start += len;
+                        true
+                    }
+                    Some(_) => false,
+                    None if self.filled >= self.fill_bytes => {
+                        self.start = self.t;
+                        true
+                    }
+                    None => false,
+                };
+                if !over {
+                    break;
+                }
+                self.idx += 1;
+            }
+            let p = self.phases.get(self.idx)?;
+            let x = p.len.map_or(0.0, |len| ((self.t - self.start) / len).clamp(0.0, 1.0));
+            let lerp = |(a, b): (f64, f64)| a + (b - a) * x;
+            if rng.gen::<f64>() < lerp(p.populus) {
+                self.arrivals[self.idx] += 1;
+                return Some((self.t, lerp(p.recurrence)));
+            }
+        }
+    }
 }
 
 /// Request types.
@@ -137,6 +312,8 @@ pub struct Polymix {
     extra: Vec<u8>,
     /// Requests by type (basic, ims200, ims304, reload) and method (post, head).
     pub counts: [u64; 6],
+    /// The phase schedule (`phases=polymix4`).
+    pub schedule: Option<Schedule>,
 }
 
 impl Polymix {
@@ -163,6 +340,7 @@ impl Polymix {
             path: Vec::with_capacity(96),
             extra: Vec::with_capacity(128),
             counts: [0; 6],
+            schedule: cfg.phases.map(|p| Schedule::new(&p, rate)),
             cfg,
         }
     }
@@ -209,9 +387,17 @@ impl Polymix {
     }
 
     /// A request arrives at a random robot: a re-reference or a new object.
-    pub fn next_arrival(&mut self, rng: &mut SmallRng) -> Arrival {
+    /// With a phase schedule the arrival carries its time, and None ends the run.
+    pub fn next_arrival(&mut self, rng: &mut SmallRng) -> Option<Arrival> {
+        let (at, recurrence) = match &mut self.schedule {
+            Some(s) => {
+                let (t, f) = s.next(rng)?;
+                (Some(t), self.cfg.recurrence * f)
+            }
+            None => (None, self.cfg.recurrence),
+        };
         let agent = rng.gen_range(0..self.robots) as u32;
-        let obj = if !self.ws.is_empty() && rng.gen::<f64>() < self.cfg.recurrence {
+        let obj = if !self.ws.is_empty() && rng.gen::<f64>() < recurrence {
             let hot = ((self.ws.len() as f64 * self.cfg.hot_frac).ceil() as usize).max(1);
             let i = if rng.gen::<f64>() < self.cfg.hot_prob {
                 rng.gen_range(0..hot)
@@ -227,13 +413,20 @@ impl Polymix {
             };
             let o = self.mint(kind, rng);
             self.ws.push(o);
+            if let Some(s) = &mut self.schedule {
+                let ob = self.objects[o as usize];
+                let embedded = (ob.emb_start..ob.emb_start + ob.emb_count as u32)
+                    .map(|i| self.objects[i as usize].size as u64)
+                    .sum::<u64>();
+                s.fetched(ob.size as u64 + embedded);
+            }
             o
         };
-        Arrival {
-            at: None,
+        Some(Arrival {
+            at,
             agent,
             item: obj as u64,
-        }
+        })
     }
 
     /// `/size/N/c|nc/pm/ID.EXT`; IDs are unique across threads.
@@ -316,6 +509,11 @@ impl Polymix {
         }
     }
 
+    /// Share of transactions aborted by the robot.
+    pub fn abort_prob(&self) -> f64 {
+        self.cfg.abort
+    }
+
     /// Objects minted so far.
     pub fn objects(&self) -> usize {
         self.objects.len()
@@ -354,7 +552,7 @@ mod tests {
         let mut cacheable_replies = 0;
         let mut total = 0;
         for _ in 0..n {
-            let a = p.next_arrival(&mut rng);
+            let a = p.next_arrival(&mut rng).unwrap();
             assert!((a.agent as usize) < 100);
             if !seen.insert(a.item) {
                 repeats += 1;
@@ -394,10 +592,89 @@ mod tests {
     }
 
     #[test]
+    fn phase_schedule_follows_polymix4() {
+        // plat 120 s (ramps of 10 s) at a peak of 1000/s, no fill phase.
+        let ph = PhaseParams {
+            plat: 120.0,
+            fill_rate: 0.5,
+            fill_bytes: 0.0,
+        };
+        let mut s = Schedule::new(&ph, 1000.0);
+        let names: Vec<&str> = s.phases.iter().map(|p| p.name).collect();
+        assert_eq!(
+            names,
+            ["framp", "fexit", "inc1", "top1", "dec1", "idle", "inc2", "top2", "dec2"]
+        );
+        let mut rng = SmallRng::seed_from_u64(4);
+        let mut last = 0.0;
+        let mut framp_rec = Vec::new();
+        while let Some((t, rec)) = s.next(&mut rng) {
+            assert!(t >= last, "arrivals in order");
+            last = t;
+            if t < 10.0 {
+                framp_rec.push(rec);
+            }
+        }
+        // 7 ramps of 10 s and two tops of 120 s: the schedule ends by 310 s.
+        assert!((305.0..=310.0).contains(&last), "last arrival at {last}");
+        // Expected arrivals per phase: peak × length × mean populus.
+        for (i, want) in [
+            (0, 2502.0),
+            (1, 5000.0),
+            (2, 7500.0),
+            (3, 120_000.0),
+            (4, 5500.0),
+            (5, 1000.0),
+            (6, 5500.0),
+            (7, 120_000.0),
+            (8, 5000.0),
+        ] {
+            let got = s.arrivals[i] as f64;
+            assert!(
+                (got - want).abs() < 4.0 * want.sqrt() + 2.0,
+                "{}: {got} arrivals, want {want}",
+                s.phases[i].name
+            );
+        }
+        // framp re-references at 5/55 of the base recurrence.
+        assert!(framp_rec.iter().all(|&r| (r - 5.0 / 55.0).abs() < 1e-12));
+    }
+
+    #[test]
+    fn fill_phase_lasts_until_its_bytes_are_requested() {
+        let mut c = cfg();
+        c.phases = Some(PhaseParams {
+            plat: 12.0,
+            fill_rate: 0.5,
+            fill_bytes: 2.0 * 4.0 * 1024.0 * 1024.0,
+        });
+        let mut p = Polymix::new(c, 0, 1, 100.0);
+        let mut rng = SmallRng::seed_from_u64(5);
+        let mut seen = std::collections::HashSet::new();
+        let (mut in_fill, mut repeats) = (0, 0);
+        while let Some(a) = p.next_arrival(&mut rng) {
+            let fill = p.schedule.as_ref().unwrap().phase().is_some_and(|ph| ph.name == "fill");
+            let new = seen.insert(a.item);
+            if fill {
+                in_fill += 1;
+                repeats += !new as usize;
+            }
+        }
+        let s = p.schedule.as_ref().unwrap();
+        assert_eq!(s.phases[1].name, "fill");
+        assert!(s.filled >= s.fill_bytes);
+        assert_eq!(s.arrivals[1], in_fill as u64);
+        // 8 MiB of new objects at ~20 KB each and recurrence 68.75 % × 5/55.
+        assert!(in_fill > 200, "fill arrivals {in_fill}");
+        let r = repeats as f64 / in_fill as f64;
+        assert!(r < 0.15, "recurrence during fill {r}");
+    }
+
+    #[test]
     fn ims_dates_match_the_origin() {
         let mut p = Polymix::new(cfg(), 0, 1, 4.0);
         let mut rng = SmallRng::seed_from_u64(2);
-        let a = p.next_arrival(&mut rng);
+        let a = p.next_arrival(&mut rng).unwrap();
         p.write_path(a.item as u32);
         let lm = content::last_modified(content::path_hash(&p.path));
         assert!(urls::parse(&p.path).is_some());

@@ -3,7 +3,8 @@
 //!
 //! Offline, from `--seed`: `files` file sizes (lognormal(9.357, 1.318) body
 //! below 133 KB, Pareto(133000, 1.1) tail with probability `tail`), Zipf(1)
-//! popularity giving each file an exact reference count, a reference sequence
+//! popularity giving each rank an exact reference count, sizes matched to
+//! ranks so that request sizes follow Pareto(1000, 1.0), a reference sequence
 //! drawn with a lognormal(1.5, 0.80) LRU stack distance (temporal locality),
 //! and pages of Pareto(1, 2.43) objects (a base file and its embedded files).
 //!
@@ -11,9 +12,9 @@
 //! next page, fetches its base file, then each embedded file after a
 //! Weibull(1.46, 0.382) active OFF time, and waits a Pareto(1, 1.5) inactive
 //! OFF time before the next page. `think_scale` multiplies both OFF times (to
-//! compress a test). SURGE's step matching file sizes to popularities so that
-//! request sizes follow Pareto(1000, 1.0) is not reproduced: sizes are assigned
-//! to popularity ranks at random.
+//! compress a test). Sizes are matched to popularity ranks so that request
+//! sizes follow Pareto(1000, 1.0) ([`match_sizes_to_popularity`]), as SURGE's
+//! matching step does.
 
 use super::{Cursor, Next, Out, Params, Prepared};
 use crate::dist::Dist;
@@ -38,6 +39,10 @@ pub const ACTIVE_OFF: Dist = Dist::Weibull(1.46, 0.382);
 pub const INACTIVE_OFF: Dist = Dist::Pareto(1.0, 1.5);
 /// LRU stack distance of re-references.
 pub const STACK_DISTANCE: Dist = Dist::Lognormal(1.5, 0.80);
+/// Sizes of requests (bytes transferred per request): Pareto(1000, 1.0).
+pub const REQUEST_SIZE: Dist = Dist::Pareto(REQUEST_SIZE_K, REQUEST_SIZE_ALPHA);
+const REQUEST_SIZE_K: f64 = 1000.0;
+const REQUEST_SIZE_ALPHA: f64 = 1.0;
 
 /// The file set, reference sequence and pages.
 #[derive(Debug)]
@@ -110,15 +115,15 @@ impl SurgeSet {
                 (s as u64).clamp(1, max_size.max(1))
             })
             .collect();
-        // Zipf(1) reference counts over popularity ranks, at least one each;
-        // ranks are given to files at random.
+        // Zipf(1) reference counts over popularity ranks, at least one each.
         let h: f64 = (1..=files).map(|r| 1.0 / r as f64).sum();
-        let mut by_rank: Vec<u32> = (0..files as u32).collect();
-        by_rank.shuffle(&mut rng);
+        let counts: Vec<u32> = (0..files)
+            .map(|r| (requests as f64 / ((r + 1) as f64 * h)).round().max(1.0) as u32)
+            .collect();
+        let by_rank = match_sizes_to_popularity(&sizes, &counts, &mut rng);
         let mut remaining = vec![0u32; files];
         for (r, &f) in by_rank.iter().enumerate() {
-            let c = (requests as f64 / ((r + 1) as f64 * h)).round().max(1.0);
-            remaining[f as usize] = c as u32;
+            remaining[f as usize] = counts[r];
         }
         // The LRU stack starts in a popularity-weighted random order (popular
         // files near the top: Efraimidis–Spirakis keys u^(1/w)).
@@ -177,6 +182,59 @@ impl SurgeSet {
         buf.extend_from_slice(b"/surge/f");
         weft_http::push_decimal(buf, f as u64);
     }
+}
+
+/// SURGE's matching step: give each popularity rank a file so that the sizes
+/// of *requests* (file sizes weighted by reference counts) follow
+/// [`REQUEST_SIZE`] while the file sizes themselves stay as drawn. Returns the
+/// file of each rank (`counts` is by rank, most popular first).
+///
+/// Sizes are grouped in bins (eight per decade); the model gives each bin its
+/// share of requests. Going down the ranks from the most popular, each rank
+/// takes a random unassigned file from the bin whose share is the most short
+/// of requests so far (among bins with files left), so the popular files fill
+/// the request-size distribution and the one-reference files get what is left
+/// — mostly large files, as in the traces SURGE models. The request-size
+/// distribution is met as closely as the drawn file sizes allow.
+pub fn match_sizes_to_popularity(sizes: &[u64], counts: &[u32], rng: &mut SmallRng) -> Vec<u32> {
+    const PER_DECADE: f64 = 8.0;
+    let (k, a) = (REQUEST_SIZE_K, REQUEST_SIZE_ALPHA);
+    let cdf = |x: f64| if x <= k { 0.0 } else { 1.0 - (k / x).powf(a) };
+    let bin_of = |s: u64| ((s.max(1) as f64).log10() * PER_DECADE).floor() as usize;
+    let bins = sizes.iter().map(|&s| bin_of(s)).max().unwrap_or(0) + 1;
+    let total: f64 = counts.iter().map(|&c| c as f64).sum();
+    // Requests each bin is still owed; the last bin takes the model's whole tail.
+    let mut owed: Vec<f64> = (0..bins)
+        .map(|b| {
+            let lo = 10f64.powf(b as f64 / PER_DECADE);
+            let hi = if b + 1 == bins {
+                f64::INFINITY
+            } else {
+                10f64.powf((b + 1) as f64 / PER_DECADE)
+            };
+            (cdf(hi) - cdf(lo)) * total
+        })
+        .collect();
+    let mut free: Vec<Vec<u32>> = vec![Vec::new(); bins];
+    for (f, &s) in sizes.iter().enumerate() {
+        free[bin_of(s)].push(f as u32);
+    }
+    for b in &mut free {
+        b.shuffle(rng);
+    }
+    let mut by_rank = Vec::with_capacity(counts.len());
+    for &c in counts {
+        let mut best = None;
+        for (b, files) in free.iter().enumerate() {
+            if !files.is_empty() && best.is_none_or(|x: usize| owed[b] > owed[x]) {
+                best = Some(b);
+            }
+        }
+        let b = best.expect("as many files as ranks");
+        by_rank.push(free[b].pop().expect("a file left in the bin"));
+        owed[b] -= c as f64;
+    }
+    by_rank
 }
 
 /// One thread's walk through the pages.
@@ -270,6 +328,108 @@ mod tests {
         // Pages: mean objects per page of Pareto(1, 2.43) floored is about 1.3–1.8.
         let mean_page = s.sequence.len() as f64 / s.pages.len() as f64;
         assert!((1.2..2.0).contains(&mean_page), "objects per page {mean_page}");
+    }
+
+    /// Share of requests (file sizes weighted by reference counts) at or below `x`.
+    fn request_cdf(s: &SurgeSet, x: u64) -> f64 {
+        let below = s.sequence.iter().filter(|&&f| s.sizes[f as usize] <= x).count();
+        below as f64 / s.sequence.len() as f64
+    }
+
+    #[test]
+    fn request_sizes_follow_the_pareto_model() {
+        let s = SurgeSet::generate(2000, 50_000, 0.07, 1 << 30, 1.0, 3600.0, 5);
+        // Pareto(1000, 1): P(X <= x) = 1 - 1000/x.
+        for (x, want, tol) in [(2_000u64, 0.50, 0.06), (10_000, 0.90, 0.04), (100_000, 0.99, 0.015)] {
+            let got = request_cdf(&s, x);
+            assert!((got - want).abs() < tol, "P(request <= {x}) = {got}, model {want}");
+        }
+        // Drawn at random instead, requests would look like the file sizes:
+        // about 9 % of them at or below 2000 bytes.
+        let files_below = s.sizes.iter().filter(|&&x| x <= 2000).count() as f64 / 2000.0;
+        assert!(
+            files_below < 0.2,
+            "file sizes keep their own distribution: {files_below}"
+        );
+        // The matching only reorders: the multiset of file sizes is the one drawn.
+        let mut rng = SmallRng::seed_from_u64(1);
+        let sizes = [5u64, 900, 3000, 40_000, 2_000_000];
+        let by_rank = match_sizes_to_popularity(&sizes, &[40, 30, 20, 5, 1], &mut rng);
+        let mut seen = by_rank.clone();
+        seen.sort_unstable();
+        assert_eq!(seen, vec![0, 1, 2, 3, 4]);
+        // Popular files are small, the one-reference files take the large ones.
+        let mut counts = vec![0u32; 2000];
+        for &f in &s.sequence {
+            counts[f as usize] += 1;
+        }
+        let mut files: Vec<usize> = (0..2000).collect();
+        files.sort_by_key(|&f| std::cmp::Reverse(counts[f]));
+        let mean = |fs: &[usize]| fs.iter().map(|&f| s.sizes[f] as f64).sum::<f64>() / fs.len() as f64;
+        assert!(mean(&files[..100]) * 5.0 < mean(&files[1000..]));
+    }
+
+    #[test]
+    fn a_user_walks_pages_with_active_and_inactive_off_times() {
+        let set = SurgeSet::generate(500, 20_000, 0.07, 1 << 30, 1.0, 3600.0, 2);
+        let (pages, sequence, sizes) = (set.pages.clone(), set.sequence.clone(), set.sizes.clone());
+        let shared = Arc::new(Prepared::Surge(set));
+        let mut user = SurgeThread::new(shared, 0, 1);
+        let w = crate::request::Writer::new(&["h:1".into()], None, weft_http::Version::Http11, &[], false, true);
+        let mut rng = SmallRng::seed_from_u64(8);
+        let mut cur = Cursor::default();
+        let mut buf = Vec::new();
+        let (mut active, mut inactive) = (Vec::new(), Vec::new());
+        let mut prev_page = None;
+        for _ in 0..8000 {
+            buf.clear();
+            let mut out = Out {
+                buf: &mut buf,
+                writer: &w,
+                keep_alive: true,
+                verify: false,
+                now: std::time::Instant::now(),
+            };
+            let Next::Request(meta, think) = user.next_request(&mut cur, &mut rng, &mut out) else {
+                panic!("a SURGE user never runs out");
+            };
+            // The requests follow the reference sequence, page by page, and
+            // name the file's size.
+            let pos = cur.b as usize - 1;
+            assert_eq!(meta.tag, sequence[pos] as u64);
+            let f = sequence[pos];
+            let path = format!("/size/{}/surge/f{f}", sizes[f as usize]);
+            assert!(buf.windows(path.len()).any(|x| x == path.as_bytes()), "{path}");
+            let page = cur.a as usize;
+            let t = think.as_secs_f64();
+            match prev_page {
+                None => assert_eq!(t, 0.0, "the first request waits for nothing"),
+                Some(p) if p == page => active.push(t),
+                Some(_) => {
+                    assert_eq!(pos, pages[page] as usize, "a new page starts with its base file");
+                    inactive.push(t);
+                }
+            }
+            prev_page = Some(page);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            v[v.len() / 2]
+        };
+        // Embedded objects follow after Weibull(1.46, 0.382) active OFF times,
+        // pages after Pareto(1, 1.5) inactive OFF times (medians a·ln2^(1/b) and 2^(1/1.5)).
+        assert!(
+            active.len() > 1000 && inactive.len() > 3000,
+            "{} {}",
+            active.len(),
+            inactive.len()
+        );
+        let ma = median(&mut active);
+        let want = 1.46 * 2f64.ln().powf(1.0 / 0.382);
+        assert!((ma - want).abs() < 0.1 * want, "active OFF median {ma}, model {want}");
+        let mi = median(&mut inactive);
+        let want = 2f64.powf(1.0 / 1.5);
+        assert!((mi - want).abs() < 0.1 * want, "inactive OFF median {mi}, model {want}");
     }
 
     #[test]

@@ -465,10 +465,12 @@ pub struct SynthParams {
     pub duration: f64,
     /// Amplitude of the daily cycle of the session arrival rate (0..1).
     pub diurnal: f64,
+    /// `weft load gen` also writes the file set the log's URIs name.
+    pub files: bool,
 }
 
 impl SynthParams {
-    /// From `--param requests=, objects=, hosts=, duration=, diurnal=`.
+    /// From `--param requests=, objects=, hosts=, duration=, diurnal=, files=`.
     pub fn from_params(p: &mut Params) -> Result<SynthParams, String> {
         let s = SynthParams {
             requests: p.u64("requests", 10_000, 1..=100_000_000)? as usize,
@@ -481,11 +483,15 @@ impl SynthParams {
                 None => 3600.0,
             },
             diurnal: p.f64("diurnal", 0.5)?,
+            files: p.u64("files", 1, 0..=1)? == 1,
         };
         if s.diurnal > 1.0 || s.duration < 1.0 {
             return Err("--param diurnal must be 0..1 and duration at least 1s".into());
         }
-        p.finish("trace", &["requests", "objects", "hosts", "duration", "diurnal"])?;
+        p.finish(
+            "trace",
+            &["requests", "objects", "hosts", "duration", "diurnal", "files"],
+        )?;
         Ok(s)
     }
 }
@@ -710,6 +716,7 @@ c - - [01/Jul/1995:00:00:09 -0400] \"GET /d HTTP/1.0\" 404 0
             hosts: 50,
             duration: 3600.0,
             diurnal: 0.5,
+            files: false,
         };
         let mut out = Vec::new();
         let n = synthesize(&p, 1, &mut out).unwrap();
