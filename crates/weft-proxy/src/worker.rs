@@ -120,6 +120,8 @@ struct Shared<'a> {
     vary_scratch: Vec<u8>,
     /// Recycled relay buffers (copy path).
     relay_bufs: Vec<bytes::BytesMut>,
+    /// Recycled tunnel copy buffers.
+    tunnel_bufs: crate::tunnel::TunnelBufs,
     heuristic: Heuristic,
     draining: bool,
 }
@@ -175,6 +177,7 @@ impl<'a> Worker<'a> {
                 scratch: Vec::with_capacity(1024),
                 vary_scratch: Vec::new(),
                 relay_bufs: Vec::new(),
+                tunnel_bufs: Default::default(),
                 heuristic: Heuristic::default(),
                 draining: false,
             },
@@ -287,7 +290,7 @@ impl<'a> Worker<'a> {
             }
         }
         if let Some((tunnel, ut)) = c.tunnel.take() {
-            tunnel.close(&mut self.sh.pipes);
+            tunnel.close(&mut self.sh.pipes, &mut self.sh.tunnel_bufs);
             self.close_upstream(cx, ut);
         }
     }
@@ -1658,7 +1661,7 @@ impl<'a> Worker<'a> {
         };
         txn.up = None;
         c.spare = Some(txn);
-        let mut tunnel = Box::new(Tunnel::new(splice, &mut sh.pipes, &mut sh.stats));
+        let mut tunnel = Box::new(Tunnel::new(splice, &mut sh.pipes, &mut sh.tunnel_bufs, &mut sh.stats));
         // A FIN seen while the tunnel was being set up is the tunnel's to
         // forward: reading again returns EOF, which the tunnel turns into a
         // half-close towards the upstream.
