@@ -25,6 +25,8 @@ def main(argv=None) -> int:
     r.add_argument("--quick", action="store_true", help="short form (under two minutes): one repetition, short runs")
     r.add_argument("--driver", default="wrk", choices=["wrk", "weft-load"], help="load generator (default wrk)")
     r.add_argument("--strict", action="store_true", help="exit 3 when a run saw non-2xx responses, socket errors or short bodies")
+    s = sub.add_parser("summarize", help="rewrite an experiment's summary and plots from its runs.json (no measurement)")
+    s.add_argument("name", help="experiment name")
     args = ap.parse_args(argv)
 
     if args.cmd == "list":
@@ -36,6 +38,19 @@ def main(argv=None) -> int:
     if mod is None:
         print(f"lab: unknown experiment {args.name!r} (known: {', '.join(EXPERIMENTS)})", file=sys.stderr)
         return 2
+    if args.cmd == "summarize":
+        if not hasattr(mod, "resummarize"):
+            print(f"lab: {args.name} cannot be summarized again (run it)", file=sys.stderr)
+            return 2
+        lab = core.Lab(args.name, False)
+        try:
+            mod.resummarize(lab)
+        except FileNotFoundError as e:
+            print(f"lab: {e} (run the experiment first)", file=sys.stderr)
+            return 1
+        finally:
+            lab.cleanup()
+        return 0
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
     lab = core.Lab(args.name, args.quick, driver=args.driver)

@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import os
 import platform
+import re
 import shutil
 import site
 import subprocess
@@ -187,3 +188,116 @@ def versions(weft_binary: str, commands) -> dict:
             if pkg:
                 v[f"{c} (Debian package {pkg})"] = package_version(pkg)
     return v
+
+
+# --- nginx with the select and poll event modules --------------------------
+#
+# Debian builds nginx without `--with-select_module --with-poll_module`, so
+# `use select;` and `use poll;` are "invalid event type" there. The lab builds
+# the same upstream release from Debian's own source package (fetched with
+# apt-get through a private deb-src list: the system's apt configuration is
+# left alone), with Debian's compiler flags and those two modules, once, into
+# lab/.cache/. Experiments run it beside the Debian binary (`use epoll` in
+# both) so a difference between the builds would show.
+
+CACHE_DIR = os.path.join(LAB_DIR, ".cache")
+NGINX_CC_OPT = "-g -O2 -fstack-protector-strong -Wformat -Werror=format-security -fPIC -Wdate-time -D_FORTIFY_SOURCE=2"
+NGINX_LD_OPT = "-Wl,-z,relro -Wl,-z,now -fPIC"
+
+
+def nginx_upstream_version(text: str) -> str | None:
+    """`nginx version: nginx/1.22.1` -> `1.22.1`."""
+    m = re.search(r"nginx/(\d+\.\d+\.\d+)", text)
+    return m.group(1) if m else None
+
+
+def deb_src_lines(deb822: str) -> list[str]:
+    """One-line `deb-src` entries for every `Types: deb` stanza of a deb822
+    sources file (the system's URIs, suites, components and keyring)."""
+    out = []
+    for stanza in re.split(r"\n\s*\n", deb822):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if line.startswith("#") or ":" not in line:
+                continue
+            k, v = line.split(":", 1)
+            fields[k.strip()] = v.strip()
+        if "deb" not in fields.get("Types", "").split() or fields.get("Enabled", "yes") == "no":
+            continue
+        opts = f"[signed-by={fields['Signed-By']}] " if fields.get("Signed-By", "").startswith("/") else ""
+        for uri in fields.get("URIs", "").split():
+            for suite in fields.get("Suites", "").split():
+                out.append(f"deb-src {opts}{uri} {suite} {fields.get('Components', 'main')}")
+    return out
+
+
+def _run(cmd, log, timeout_s, cwd=None, what=None) -> subprocess.CompletedProcess:
+    try:
+        p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise EnvError(f"{what or cmd[0]} took more than {timeout_s:.0f}s")
+    return p
+
+
+def ensure_nginx_select_poll(log=print) -> str:
+    """Path of an nginx binary with the select and poll modules (built once)."""
+    installed = _first_line(["nginx", "-v"])
+    ver = nginx_upstream_version(installed)
+    if not ver:
+        raise EnvError(f"cannot tell the installed nginx version from {installed!r}")
+    home = os.path.join(CACHE_DIR, f"nginx-{ver}-select-poll")
+    binary = os.path.join(home, f"nginx-{ver}", "objs", "nginx")
+    if os.access(binary, os.X_OK) and "--with-poll_module" in _run([binary, "-V"], log, 10).stderr:
+        return binary
+    ensure_commands(["gcc", "make", "tar"], log)
+    os.makedirs(home, exist_ok=True)
+    tarball = os.path.join(home, f"nginx_{ver}.orig.tar.gz")
+    if not os.path.exists(tarball):
+        if os.geteuid() != 0:
+            raise EnvError("building nginx with select/poll needs apt-get source as root (or put "
+                           f"nginx_{ver}.orig.tar.gz in {home})")
+        log(f"fetching nginx {ver} source (Debian source package, private deb-src list) ...")
+        apt = os.path.join(home, "apt")
+        os.makedirs(os.path.join(apt, "lists", "partial"), exist_ok=True)
+        lines = []
+        for path in ("/etc/apt/sources.list.d/debian.sources",):
+            if os.path.exists(path):
+                with open(path) as f:
+                    lines += deb_src_lines(f.read())
+        if os.path.exists("/etc/apt/sources.list"):
+            with open("/etc/apt/sources.list") as f:
+                lines += [ln.replace("deb ", "deb-src ", 1) for ln in f if ln.startswith("deb ")]
+        if not lines:
+            raise EnvError("no Debian apt sources found to fetch nginx's source package from")
+        with open(os.path.join(apt, "sources.list"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        opts = ["-o", f"Dir::Etc::SourceList={apt}/sources.list", "-o", "Dir::Etc::SourceParts=/nonexistent",
+                "-o", f"Dir::State::Lists={apt}/lists"]  # fmt: skip
+        p = _run(["apt-get", "-qq", *opts, "update"], log, 600, what="apt-get update (deb-src)")
+        if p.returncode != 0:
+            raise EnvError(f"apt-get update (deb-src) failed: {p.stderr.strip()[-500:]}")
+        p = _run(["apt-cache", *opts, "showsrc", "nginx"], log, 60)
+        versions = [v for v in re.findall(r"^Version: (\S+)", p.stdout, re.M) if v.split("-")[0] == ver]
+        # The newest first; a version the index lists but the mirror lacks
+        # may still leave its (shared) upstream tarball behind.
+        for v in sorted(set(versions), key=versions.index, reverse=True):
+            _run(["apt-get", "-qq", *opts, "source", "--download-only", f"nginx={v}"], log, 600, cwd=home)
+            if os.path.exists(tarball):
+                break
+        if not os.path.exists(tarball):
+            raise EnvError(f"could not fetch nginx_{ver}.orig.tar.gz with apt-get source (versions tried: {versions})")
+    log(f"building nginx {ver} with --with-select_module --with-poll_module (once, into {home}) ...")
+    p = _run(["tar", "xzf", tarball], log, 120, cwd=home)
+    if p.returncode != 0:
+        raise EnvError(f"tar xzf {tarball} failed: {p.stderr.strip()[-300:]}")
+    src = os.path.join(home, f"nginx-{ver}")
+    configure = ["./configure", f"--prefix={home}/prefix", "--with-select_module", "--with-poll_module",
+                 "--without-http_rewrite_module", "--without-http_gzip_module", "--without-http_auth_basic_module",
+                 f"--with-cc-opt={NGINX_CC_OPT}", f"--with-ld-opt={NGINX_LD_OPT}"]  # fmt: skip
+    for cmd in (configure, ["make", f"-j{os.cpu_count() or 2}"]):
+        p = _run(cmd, log, 1200, cwd=src)
+        if p.returncode != 0:
+            raise EnvError(f"{' '.join(cmd[:1])} for nginx failed: {(p.stdout + p.stderr).strip()[-1500:]}")
+    if not os.access(binary, os.X_OK):
+        raise EnvError(f"nginx build left no binary at {binary}")
+    return binary

@@ -112,7 +112,8 @@ def pivot(rows: Sequence[dict], row_key: str, col_key: str, value: str, fmt: Cal
     return [str(c) for c in col_names], table
 
 
-def plot_grouped_bars(path: str, groups: Sequence[str], series: "OrderedDict[str, list[float | None]]", *, ylabel: str, title: str, log: bool = False) -> None:
+def plot_grouped_bars(path: str, groups: Sequence[str], series: "OrderedDict[str, list[float | None]]", *, ylabel: str, title: str, log: bool = False,
+                      dpi: int = 110) -> None:
     """One group of bars per entry of `groups`, one bar per series."""
     import matplotlib
 
@@ -121,13 +122,13 @@ def plot_grouped_bars(path: str, groups: Sequence[str], series: "OrderedDict[str
 
     n = max(len(series), 1)
     width = 0.8 / n
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(groups) + 2), 4.2))
+    fig, ax = plt.subplots(figsize=(min(max(6.0, 1.6 * len(groups) + 2), 12.0), 4.2))
     for i, (name, values) in enumerate(series.items()):
         xs = [g + (i - (n - 1) / 2) * width for g in range(len(groups))]
         ys = [v if v is not None else 0 for v in values]
         ax.bar(xs, ys, width, label=name)
     ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels(groups)
+    ax.set_xticklabels(groups, fontsize=8 if len(groups) > 6 else None, rotation=20 if len(groups) > 6 else 0)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if log:
@@ -136,15 +137,87 @@ def plot_grouped_bars(path: str, groups: Sequence[str], series: "OrderedDict[str
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
 
 
-def plot_lines(path: str, xs: Sequence[float], series: "OrderedDict[str, list[float | None]]", *, xlabel: str, ylabel: str,
+# Fifteen distinct colours (tab10, then five more) for up to fifteen series.
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+           "#000000", "#b8860b", "#000080", "#ff1493", "#556b2f"]  # fmt: skip
+
+
+def series_style(label: str, i: int) -> dict:
+    """weft's lines solid with round markers, anchors dashed with squares;
+    colours in series order."""
+    anchor = not label.startswith("weft")
+    return {"linestyle": "--" if anchor else "-", "marker": "s" if anchor else "o", "color": PALETTE[i % len(PALETTE)]}
+
+
+def plot_lines(path: str, panels, *, xlabel: str, ylabel: str, title: str = "", diagonal: bool = False,
+               logx: bool = False, logy: bool = False, width: float = 5.2, height: float = 3.9, sharey: bool = True,
+               ylabels: list[str] | None = None) -> None:
+    """Line plots side by side: `panels` is [(panel title, {series label:
+    [(x, y), ...]})]; points with y None are left out. `diagonal` draws y = x
+    (reply rate = request rate). Small files: the docs embed them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False, sharey=sharey)
+    for k, (ax, (ptitle, series)) in enumerate(zip(axes[0], panels)):
+        top = 0.0
+        xs_all: set = set()
+        for i, (label, pts) in enumerate(series.items()):
+            pts = sorted((x, y) for x, y in pts if x is not None and y is not None)
+            if not pts:
+                continue
+            st = series_style(label, i)
+            xs, ys = zip(*pts)
+            xs_all.update(xs)
+            top = max(top, max(xs), max(ys))
+            ax.plot(xs, ys, linestyle=st["linestyle"], marker=st["marker"], markersize=3.5, linewidth=1.2,
+                    color=st["color"], label=label)  # fmt: skip
+        if diagonal and top:
+            ax.plot([0, top], [0, top], color="0.75", linewidth=0.8, zorder=0)
+        ax.set_title(ptitle, fontsize=10)
+        ax.set_xlabel(xlabel)
+        if logx:
+            ax.set_xscale("log")
+            ax.xaxis.set_major_locator(FixedLocator(sorted(xs_all)))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xticklabels([f"{x:,g}" for x in sorted(xs_all)], fontsize=8)
+        if logy:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        if ylabels:
+            ax.set_ylabel(ylabels[k])
+    if not ylabels:
+        axes[0][0].set_ylabel(ylabel)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0][1:]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, fontsize=7, loc="center right", frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0, 0.84, 1))
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_series(path: str, xs: Sequence[float], series: "OrderedDict[str, list[float | None]]", *, xlabel: str, ylabel: str,
                title: str, logx: bool = False, logy: bool = False, xticklabels: Sequence[str] | None = None,
                styles: dict | None = None) -> None:  # fmt: skip
-    """One line per series over the same x values (None: no point there).
-    `styles` maps a series name to matplotlib keyword arguments."""
+    """One panel, one line per series over the same x values (None: no point
+    there), with the x ticks named (`xticklabels`) and each series' look
+    chosen by the caller (`styles`: series name -> matplotlib keyword
+    arguments, e.g. one colour per proxy, dashed for its cacheable runs)."""
     import matplotlib
 
     matplotlib.use("Agg")

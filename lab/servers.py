@@ -143,6 +143,17 @@ def slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", label).strip("-") or "server"
 
 
+def edit_config(text: str, edits) -> str:
+    """Apply (old, new) replacements to a rendered configuration; each `old`
+    must occur (a template that changed under an experiment fails loudly
+    instead of silently measuring the default)."""
+    for old, new in edits:
+        if old not in text:
+            raise ValueError(f"configuration edit: {old!r} not found")
+        text = text.replace(old, new)
+    return text
+
+
 def wait_for_port(host: str, port: int, timeout_s: float, popen: subprocess.Popen | None = None) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -162,8 +173,11 @@ class ServerSpec:
 
     kind is "weft" (`weft serve`; options: event, send, workers, extra = list
     of flags), "weft-proxy" / "weft-origin" (`weft proxy` / `weft origin`;
-    options: workers, event, extra), or an anchor name from ANCHORS (option
-    "origin": (host, port) for the proxies' upstream)."""
+    options: workers, event, extra), an anchor name from ANCHORS (options:
+    origin = (host, port) for the proxies' upstream, binary = another build
+    of the same server, edits = [(old, new), ...] applied to the rendered
+    configuration, see `edit_config`), or "process" (started with
+    `ServerPool.start_process`)."""
 
     label: str
     kind: str
@@ -175,6 +189,8 @@ class ServerSpec:
             return f"weft serve --event {o.get('event', 'epoll')} --send {o.get('send', 'auto')}"
         if self.kind in WEFT_KINDS:
             return " ".join([f"weft {WEFT_KINDS[self.kind]}"] + list(o.get("extra", [])))
+        if o.get("binary") or o.get("edits"):
+            return f"{self.kind} (variant: {self.label})"
         return self.kind
 
 
@@ -299,9 +315,12 @@ class ServerPool:
         origin = spec.options.get("origin")
         if origin:
             values.update({"ORIGIN_HOST": origin[0], "ORIGIN_PORT": str(origin[1])})
+        rendered = render_template(text, values)
         with open(conf, "w") as f:
-            f.write(render_template(text, values))
+            f.write(edit_config(rendered, spec.options.get("edits", ())))
         cmd = [c.format(conf=conf, run=run, port=port) for c in a["cmd"]]
+        if spec.options.get("binary"):
+            cmd[0] = spec.options["binary"]
         log_path = os.path.join(run, "stdout-stderr.log")
         p = self._spawn(cmd, log_path)
         rs = RunningServer(spec, p, port, cmd, log_path=log_path)
@@ -310,6 +329,15 @@ class ServerPool:
             if p.poll() is not None:
                 raise ServerError(f"{spec.label} exited with {p.returncode}: {_tail(log_path)}")
             raise ServerError(f"{spec.label} is not listening on {port} after {timeout_s:g}s: {_tail(log_path)}")
+        return rs
+
+    def start_process(self, label: str, cmd: list[str]) -> RunningServer:
+        """Any other process the pool must stop with the servers (e.g. a
+        `weft load --idle` holding connections); stdout and stderr go to a log."""
+        log_path = os.path.join(self.run_dir, f"{slug(label)}.log")
+        p = self._spawn(cmd, log_path)
+        rs = RunningServer(ServerSpec(label, "process"), p, 0, cmd, log_path=log_path)
+        self.running.append(rs)
         return rs
 
     def stop(self, rs: RunningServer, timeout_s: float = 10.0) -> str:

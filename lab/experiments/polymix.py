@@ -188,7 +188,7 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_sh
                                       ("miss_ms", "mean miss response time (ms)", "miss_time.png", "miss response time (000 Fig. 13)")):  # fmt: skip
         scale = 100 if key == "proxy_util" else 1
         series = OrderedDict((p, [scale * med[(p, r)][key] if (p, r) in med and med[(p, r)][key] is not None else None for r in rates]) for p in proxies)
-        report.plot_lines(os.path.join(d, fname), rates, series, xlabel="offered requests/s", ylabel=ylabel, title=f"{NAME}: {title}", styles=styles)
+        report.plot_series(os.path.join(d, fname), rates, series, xlabel="offered requests/s", ylabel=ylabel, title=f"{NAME}: {title}", styles=styles)
     md += ["", "## Checks", ""]
     if problems:
         for r, p in problems:

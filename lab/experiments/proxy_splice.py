@@ -338,7 +338,7 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_co
         md.append("Proxy CPU saved per request by splicing:")
         md += ["", report.markdown_table(["what"] + [pl.size_label(s) for s in szs], sv), ""]
         series = OrderedDict((c, [100 * cell[(c, s)]["proxy_util"] if (c, s) in cell and cell[(c, s)]["proxy_util"] is not None else None for s in szs]) for c in configs)
-        report.plot_lines(os.path.join(d, "sizes_cpu.png"), [s / pl.KiB for s in szs], series, xlabel="object size (KiB)", ylabel="proxy CPU (% of one core)",
+        report.plot_series(os.path.join(d, "sizes_cpu.png"), [s / pl.KiB for s in szs], series, xlabel="object size (KiB)", ylabel="proxy CPU (% of one core)",
                           title=f"{NAME}: proxy CPU at {pn.fixed_rate} req/s, 0 % hits (000 Fig. 7)", logx=True, logy=True,
                           xticklabels=[pl.size_label(s).replace(" ", "") for s in szs], styles=line_styles(configs))  # fmt: skip
 
@@ -359,10 +359,10 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_co
         md.append(report.markdown_table(["config", "offered req/s", "achieved req/s", "proxy CPU %", "proxy µs/req", "mean response ms"], rr, "lrrrrr"))
         styles = line_styles(configs)
         series = OrderedDict((c, [100 * cell[(c, r)]["proxy_util"] if (c, r) in cell and cell[(c, r)]["proxy_util"] is not None else None for r in rates]) for c in configs)
-        report.plot_lines(os.path.join(d, "rates_cpu.png"), rates, series, xlabel="offered requests/s", ylabel="proxy CPU (% of one core)",
+        report.plot_series(os.path.join(d, "rates_cpu.png"), rates, series, xlabel="offered requests/s", ylabel="proxy CPU (% of one core)",
                           title=f"{NAME}: proxy CPU vs request rate, 8 KiB, 0 % hits (000 Fig. 9)", styles=styles)  # fmt: skip
         series = OrderedDict((c, [cell[(c, r)]["latency_ms_mean"] if (c, r) in cell else None for r in rates]) for c in configs)
-        report.plot_lines(os.path.join(d, "rates_latency.png"), rates, series, xlabel="offered requests/s", ylabel="mean response time (ms)",
+        report.plot_series(os.path.join(d, "rates_latency.png"), rates, series, xlabel="offered requests/s", ylabel="mean response time (ms)",
                           title=f"{NAME}: mean response time vs request rate, 8 KiB (000 Fig. 10)", logy=True, styles=styles)  # fmt: skip
 
     # weft's counters: where the bytes went, sessions, system calls.

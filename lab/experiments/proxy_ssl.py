@@ -189,13 +189,13 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_sh
     styles = {WS: {"color": "tab:blue"}, WC: {"color": "tab:orange"}, SF: {"color": "tab:gray"}, HS: {"color": "tab:green"}, HC: {"color": "tab:red"}}
     for s in sizes:
         series = OrderedDict((p, [100 * med[(p, s, c)]["proxy_util"] if (p, s, c) in med and med[(p, s, c)]["proxy_util"] is not None else None for c in clients]) for p in PROXIES)
-        report.plot_lines(os.path.join(d, f"util_{pl.size_name(s)}.png"), clients, series, xlabel="clients", ylabel="proxy CPU (% of one core)",
+        report.plot_series(os.path.join(d, f"util_{pl.size_name(s)}.png"), clients, series, xlabel="clients", ylabel="proxy CPU (% of one core)",
                           title=f"{NAME}: proxy CPU, SSL tunnels, {pl.size_label(s)} objects (001 Fig. 15)", styles=styles)  # fmt: skip
         series = OrderedDict((p, [med.get((p, s, c), {}).get("proxy_us") for c in clients]) for p in PROXIES)
-        report.plot_lines(os.path.join(d, f"cpu_per_tunnel_{pl.size_name(s)}.png"), clients, series, xlabel="clients", ylabel="proxy CPU µs per tunnel",
+        report.plot_series(os.path.join(d, f"cpu_per_tunnel_{pl.size_name(s)}.png"), clients, series, xlabel="clients", ylabel="proxy CPU µs per tunnel",
                           title=f"{NAME}: proxy CPU per tunnel, {pl.size_label(s)} objects (001 Fig. 12)", styles=styles)  # fmt: skip
         series = OrderedDict((p, [med.get((p, s, c), {}).get("latency_ms_mean") for c in clients]) for p in PROXIES)
-        report.plot_lines(os.path.join(d, f"latency_{pl.size_name(s)}.png"), clients, series, xlabel="clients", ylabel="mean response time (ms)",
+        report.plot_series(os.path.join(d, f"latency_{pl.size_name(s)}.png"), clients, series, xlabel="clients", ylabel="mean response time (ms)",
                           title=f"{NAME}: response time, {pl.size_label(s)} objects (001 Fig. 14)", styles=styles)  # fmt: skip
 
     md += ["", "## Checks", ""]
