@@ -24,6 +24,7 @@ def main(argv=None) -> int:
     r.add_argument("name", help="experiment name (see `list`)")
     r.add_argument("--quick", action="store_true", help="short form (under two minutes): one repetition, short runs")
     r.add_argument("--driver", default="wrk", choices=["wrk", "weft-load"], help="load generator (default wrk)")
+    r.add_argument("--part", help="run one part of an experiment that has several (see `list`); the summary covers every part measured so far")
     r.add_argument("--strict", action="store_true", help="exit 3 when a run saw non-2xx responses, socket errors or short bodies")
     s = sub.add_parser("summarize", help="rewrite an experiment's summary and plots from its runs.json (no measurement)")
     s.add_argument("name", help="experiment name")
@@ -32,6 +33,8 @@ def main(argv=None) -> int:
     if args.cmd == "list":
         for name, mod in EXPERIMENTS.items():
             print(f"{name:<18} {mod.DESCRIPTION}")
+            if getattr(mod, "PARTS", None):
+                print(f"{'':<18} parts (--part): {', '.join(mod.PARTS)}")
         return 0
 
     mod = EXPERIMENTS.get(args.name)
@@ -51,10 +54,16 @@ def main(argv=None) -> int:
         finally:
             lab.cleanup()
         return 0
+    parts = getattr(mod, "PARTS", None)
+    if args.part is not None and (not parts or args.part not in parts):
+        known = f"its parts: {', '.join(parts)}" if parts else "it has no parts"
+        print(f"lab: --part {args.part!r} is not a part of {args.name} ({known})", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
-    lab = core.Lab(args.name, args.quick, driver=args.driver)
-    lab.log(f"{args.name}: {'quick' if args.quick else 'full'} run, results in {lab.results_dir}")
+    lab = core.Lab(args.name, args.quick, driver=args.driver, part=args.part)
+    what = f"part {args.part} of a {'quick' if args.quick else 'full'} run" if args.part else f"{'quick' if args.quick else 'full'} run"
+    lab.log(f"{args.name}: {what}, results in {lab.results_dir}")
     try:
         outcome = mod.run(lab) or {}
     except KeyboardInterrupt:

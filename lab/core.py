@@ -26,9 +26,12 @@ EVENT_SYSCALLS = ("epoll_wait", "epoll_ctl", "poll", "select", "io_uring_enter")
 class Lab:
     """One experiment's run: where to write, how to report progress."""
 
-    def __init__(self, name: str, quick: bool, driver: str = "wrk", results_root: str = RESULTS_DIR):
+    def __init__(self, name: str, quick: bool, driver: str = "wrk", results_root: str = RESULTS_DIR, part: str | None = None):
         self.name = name
         self.quick = quick
+        # One part of an experiment that has several (`--part`): each part's
+        # runs replace that part's rows in runs.json, the summary covers all.
+        self.part = part
         self.driver_name = driver
         self.t0 = time.monotonic()
         self.results_dir = os.path.join(results_root, name)

@@ -226,6 +226,28 @@ def median_rows(rows: Sequence[dict], keys: Sequence[str], fields: Sequence[str]
     return out
 
 
+def merge_parts(previous: dict | None, quick: bool, part: str | None, rows: list[dict], commands: dict) -> tuple[list[dict], dict]:
+    """The rows and commands a summary covers after a run of one `part`
+    (rows carry their part in "part"): the earlier runs.json's rows of the
+    other parts (same quick/full form) and this run's. A run of every part
+    (part None) replaces everything."""
+    if part is None or not previous or bool(previous.get("quick")) != bool(quick):
+        return list(rows), dict(commands)
+    kept = [r for r in previous.get("runs", []) if r.get("part") != part]
+    merged_commands = dict(previous.get("commands", {}))
+    merged_commands.update(commands)
+    return kept + list(rows), merged_commands
+
+
+def read_runs(results_dir: str) -> dict | None:
+    """An experiment's runs.json, or None when there is none (or it is unreadable)."""
+    try:
+        with open(os.path.join(results_dir, "runs.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 # ---------------------------------------------------------------------------
 # Load clients with their own CPU time
 

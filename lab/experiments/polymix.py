@@ -53,10 +53,18 @@ class Plan:
         return len(self.points) * self.rounds * (self.duration_s + 7.0)
 
 
-def plan(quick: bool) -> Plan:
+RATES = (200, 500, 1000)
+PARTS = tuple(str(r) for r in RATES)  # one offered rate per part (about six minutes each)
+
+
+def plan(quick: bool, part: str | None = None) -> Plan:
     if quick:
-        return Plan(1, 12.0, [Point(p, 300) for p in (WS, WC, SF)])
-    return Plan(2, 60.0, [Point(p, r) for r in (200, 500, 1000) for p in (WS, WA, WC, SF)])
+        pn = Plan(1, 12.0, [Point(p, 300) for p in (WS, WC, SF)])
+    else:
+        pn = Plan(2, 40.0, [Point(p, r) for r in RATES for p in (WS, WA, WC, SF)])
+    if part is not None:
+        pn.points = [p for p in pn.points if str(p.rate) == part]
+    return pn
 
 
 def spec(label: str) -> servers.ServerSpec:
@@ -87,7 +95,7 @@ def hit_figures(doc: dict) -> dict:
 
 
 def run(lab: core.Lab) -> dict:
-    pn = plan(lab.quick)
+    pn = plan(lab.quick, lab.part)
     lab.prepare(commands=["squid"])
     scratch = os.path.join(lab.scratch, "client")
     total = len(pn.points) * pn.rounds
@@ -109,7 +117,7 @@ def run(lab: core.Lab) -> dict:
                 url = f"http://{origin.addr}/"
                 s = pl.measure(rs, origin, lambda: pl.run_weft_load(lab.weft, url, args, scratch=scratch, timeout_s=pn.duration_s + 90))
                 pool.stop(rs)
-                row = s.row(proxy=p.proxy, rate=p.rate, round=rnd + 1, seed=seed)
+                row = s.row(part=str(p.rate), proxy=p.proxy, rate=p.rate, round=rnd + 1, seed=seed)
                 row.update(hit_figures(s.client.doc))
                 replies = s.client.doc.get("replies", {})
                 row["replies_4xx"], row["replies_5xx"] = replies.get("4xx", 0), replies.get("5xx", 0)
@@ -123,7 +131,18 @@ def run(lab: core.Lab) -> dict:
                 lab.log(f"  [{done}/{total}] r{rnd + 1} {p.proxy:<12} {p.rate:>5}/s: {row['rps']:>7,.0f} replies/s  hits {report.fmt_num(100 * (row['hit_ratio'] or 0))} %"
                         f"  proxy {report.fmt_num(100 * (row['proxy_util'] or 0))} % CPU, {report.fmt_num(row['proxy_us'])} µs/req"
                         f"  hit {report.fmt_num(row['hit_ms'], 2)} ms  miss {report.fmt_num(row['miss_ms'])} ms")  # fmt: skip
-    return summarize(lab, pn, rows, commands, load_shown)
+    rows, commands = pl.merge_parts(pl.read_runs(lab.results_dir), lab.quick, lab.part, rows, commands)
+    return summarize(lab, plan(lab.quick), rows, commands, load_shown)
+
+
+def resummarize(lab: core.Lab) -> dict:
+    """Summary and plots again from runs.json (`python3 -m lab summarize polymix`)."""
+    doc = pl.read_runs(lab.results_dir)
+    if doc is None:
+        raise FileNotFoundError(f"no readable {lab.results_dir}/runs.json")
+    lab.quick = bool(doc.get("quick"))
+    lab.versions = doc.get("versions", {})
+    return summarize(lab, plan(lab.quick), doc["runs"], doc.get("commands", {}), doc.get("load_command", ""))
 
 
 FIELDS = ["rps", "proxy_util", "proxy_us", "origin_us", "client_us", "hit_ratio", "proxy_hit_ratio", "byte_hit_ratio", "hit_ms", "miss_ms",

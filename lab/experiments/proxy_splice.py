@@ -101,8 +101,13 @@ class Plan:
         return per * self.rounds
 
 
-def plan(quick: bool) -> Plan:
-    """What a run measures (pure: unit-tested for the quick form's length)."""
+PARTS = ("targets", "sizes", "rates")
+
+
+def plan(quick: bool, part: str | None = None) -> Plan:
+    """What a run measures (pure: unit-tested for the quick form's length);
+    `part`: only that section (each full section is one locked run of about
+    ten minutes)."""
     pts: list[Point] = []
     if quick:
         for size in (100 * pl.KiB, pl.MiB):
@@ -113,19 +118,23 @@ def plan(quick: bool) -> Plan:
             pts += [Point("sizes", WS, size, m, 500) for m in ("nc", "c")] + [Point("sizes", WC, size, m, 500) for m in ("nc", "c")]
         for rate in (5000, 20000):
             pts += [Point("rates", p, 8 * pl.KiB, "nc", rate) for p in (WS, WC)]
-        return Plan(rounds=1, wrk_s=2.0, warmup_s=0.0, rate_s=2.0, fixed_rate=500, points=pts)
-    for size in (64 * pl.KiB, 100 * pl.KiB, 256 * pl.KiB, pl.MiB):
-        pts += [Point("targets", p, size, "nc") for p in (WS, WC, HS, HC, NP, VP, SR)]
-    for size in (100 * pl.KiB, pl.MiB):
-        pts += [Point("targets", p, size, "hit") for p in (WS, VH, SR)]
-    for mode in ("fwd-hit", "fwd-miss"):
-        pts += [Point("targets", p, 8 * pl.KiB, mode) for p in (WF, SF)]
-    for size in (4, 8, 16, 32, 64, 128, 256, 1024):
-        s = size * pl.KiB
-        pts += [Point("sizes", p, s, m, 500) for p, m in ((WS, "nc"), (WC, "nc"), (WS, "c"), (WC, "c"), (HS, "nc"), (HC, "nc"), (VH, "c"))]
-    for rate in (2000, 5000, 10000, 20000, 30000, 40000):
-        pts += [Point("rates", p, 8 * pl.KiB, m, rate) for p, m in ((WS, "nc"), (WC, "nc"), (WS, "c"), (WC, "c"), (HS, "nc"), (HC, "nc"))]
-    return Plan(rounds=3, wrk_s=5.0, warmup_s=1.0, rate_s=4.0, fixed_rate=500, points=pts)
+        pn = Plan(rounds=1, wrk_s=2.0, warmup_s=0.0, rate_s=2.0, fixed_rate=500, points=pts)
+    else:
+        for size in (64 * pl.KiB, 100 * pl.KiB, 256 * pl.KiB, pl.MiB):
+            pts += [Point("targets", p, size, "nc") for p in (WS, WC, HS, HC, NP, VP, SR)]
+        for size in (100 * pl.KiB, pl.MiB):
+            pts += [Point("targets", p, size, "hit") for p in (WS, VH, SR)]
+        for mode in ("fwd-hit", "fwd-miss"):
+            pts += [Point("targets", p, 8 * pl.KiB, mode) for p in (WF, SF)]
+        for size in (4, 8, 16, 32, 64, 128, 256, 1024):
+            s = size * pl.KiB
+            pts += [Point("sizes", p, s, m, 500) for p, m in ((WS, "nc"), (WC, "nc"), (WS, "c"), (WC, "c"), (HS, "nc"), (VH, "c"))]
+        for rate in (2000, 5000, 10000, 20000, 30000, 40000):
+            pts += [Point("rates", p, 8 * pl.KiB, m, rate) for p, m in ((WS, "nc"), (WC, "nc"), (WS, "c"), (WC, "c"), (HS, "nc"), (HC, "nc"))]
+        pn = Plan(rounds=3, wrk_s=3.0, warmup_s=1.0, rate_s=3.0, fixed_rate=500, points=pts)
+    if part is not None:
+        pn.points = [p for p in pn.points if p.section == part]
+    return pn
 
 
 def specs(origin_port: int) -> dict[str, servers.ServerSpec]:
@@ -148,7 +157,7 @@ ANCHOR_COMMANDS = {HS: "haproxy", HC: "haproxy", NP: "nginx", VH: "varnishd", VP
 
 
 def run(lab: core.Lab) -> dict:
-    pn = plan(lab.quick)
+    pn = plan(lab.quick, lab.part)
     needed = pn.proxies()
     lab.prepare(commands=sorted({"nginx"} | {ANCHOR_COMMANDS[p] for p in needed if p in ANCHOR_COMMANDS}))
     www = os.path.join(lab.scratch, "www")
@@ -187,7 +196,7 @@ def run(lab: core.Lab) -> dict:
                     client, shown = make_client(lab, p, rs, okey, pn, scratch, rnd)
                     load_commands.setdefault(f"{p.section} {p.mode}", shown)
                     s = pl.measure(rs, origin, client)
-                    row = s.row(section=p.section, proxy=p.proxy, config=p.config, mode=p.mode, size=pl.size_label(p.size),
+                    row = s.row(part=p.section, section=p.section, proxy=p.proxy, config=p.config, mode=p.mode, size=pl.size_label(p.size),
                                 size_bytes=p.size, rate=p.rate, round=rnd + 1)  # fmt: skip
                     if p.mode in ("c", "nc") and row.get("weft"):
                         row["hit_share"] = row["weft"]["hits"] / row["requests"] if row["requests"] else None
@@ -198,7 +207,21 @@ def run(lab: core.Lab) -> dict:
                             f"  origin {report.fmt_num(row['origin_us']):>7}  client {report.fmt_num(row['client_us']):>7} µs/req")  # fmt: skip
         for label, rs in list(running.items()):
             pool.stop(rs)
-    return summarize(lab, pn, rows, commands, load_commands)
+    previous = pl.read_runs(lab.results_dir)
+    rows, commands = pl.merge_parts(previous, lab.quick, lab.part, rows, commands)
+    if lab.part and previous and bool(previous.get("quick")) == lab.quick:
+        load_commands = dict(previous.get("load_commands", {}), **load_commands)
+    return summarize(lab, plan(lab.quick), rows, commands, load_commands)
+
+
+def resummarize(lab: core.Lab) -> dict:
+    """Summary and plots again from runs.json (`python3 -m lab summarize proxy-splice`)."""
+    doc = pl.read_runs(lab.results_dir)
+    if doc is None:
+        raise FileNotFoundError(f"no readable {lab.results_dir}/runs.json")
+    lab.quick = bool(doc.get("quick"))
+    lab.versions = doc.get("versions", {})
+    return summarize(lab, plan(lab.quick), doc["runs"], doc.get("commands", {}), doc.get("load_commands", {}))
 
 
 def make_client(lab, p: Point, rs: servers.RunningServer, okey: dict, pn: Plan, scratch: str, rnd: int):

@@ -54,11 +54,18 @@ class Plan:
         return len(self.points) * self.rounds * (self.duration_s + 1.0)
 
 
-def plan(quick: bool) -> Plan:
+SIZES = (1 * pl.KiB, 16 * pl.KiB, 64 * pl.KiB)
+PARTS = tuple(pl.size_name(s) for s in SIZES)  # one object size per part (about five minutes each)
+
+
+def plan(quick: bool, part: str | None = None) -> Plan:
     if quick:
-        return Plan(1, 2.0, [Point(p, 16 * pl.KiB, c) for c in (20, 140) for p in PROXIES])
-    pts = [Point(p, s * pl.KiB, c) for s in (1, 16, 64) for c in (20, 60, 100, 140) for p in PROXIES]
-    return Plan(3, 4.0, pts)
+        pn = Plan(1, 2.0, [Point(p, 16 * pl.KiB, c) for c in (20, 140) for p in PROXIES])
+    else:
+        pn = Plan(3, 4.0, [Point(p, s, c) for s in SIZES for c in (20, 60, 100, 140) for p in PROXIES])
+    if part is not None:
+        pn.points = [p for p in pn.points if pl.size_name(p.size) == part]
+    return pn
 
 
 def specs(origin_port: int) -> dict[str, servers.ServerSpec]:
@@ -82,7 +89,7 @@ def load_args(p: Point, duration_s: float, proxy_addr: str | None) -> list[str]:
 
 
 def run(lab: core.Lab) -> dict:
-    pn = plan(lab.quick)
+    pn = plan(lab.quick, lab.part)
     lab.prepare(commands=["haproxy", "squid"])
     scratch = os.path.join(lab.scratch, "client")
     total = len(pn.points) * pn.rounds
@@ -107,7 +114,7 @@ def run(lab: core.Lab) -> dict:
                 if not load_shown and not tunnel:
                     load_shown = " ".join(pl.weft_load_command("weft", "http://ORIGIN/", load_args(p, pn.duration_s, "PROXY"), "FILE"))
                 s = pl.measure(rs, origin, lambda: pl.run_weft_load(lab.weft, url, args, scratch=scratch, timeout_s=pn.duration_s + 60))
-                row = s.row(proxy=p.proxy, size=pl.size_label(p.size), size_bytes=p.size, clients=p.clients, round=rnd + 1)
+                row = s.row(part=pl.size_name(p.size), proxy=p.proxy, size=pl.size_label(p.size), size_bytes=p.size, clients=p.clients, round=rnd + 1)
                 ssl = s.client.doc.get("ssl", {})
                 row["handshakes"] = ssl.get("full", 0) + ssl.get("abbreviated", 0)
                 rows.append(row)
@@ -117,7 +124,18 @@ def run(lab: core.Lab) -> dict:
                         f"  {report.fmt_num(row['latency_ms_mean'], 2)} ms")  # fmt: skip
         for rs in list(running.values()):
             pool.stop(rs)
-    return summarize(lab, pn, rows, commands, load_shown)
+    rows, commands = pl.merge_parts(pl.read_runs(lab.results_dir), lab.quick, lab.part, rows, commands)
+    return summarize(lab, plan(lab.quick), rows, commands, load_shown)
+
+
+def resummarize(lab: core.Lab) -> dict:
+    """Summary and plots again from runs.json (`python3 -m lab summarize proxy-ssl`)."""
+    doc = pl.read_runs(lab.results_dir)
+    if doc is None:
+        raise FileNotFoundError(f"no readable {lab.results_dir}/runs.json")
+    lab.quick = bool(doc.get("quick"))
+    lab.versions = doc.get("versions", {})
+    return summarize(lab, plan(lab.quick), doc["runs"], doc.get("commands", {}), doc.get("load_command", ""))
 
 
 FIELDS = ["rps", "proxy_us", "origin_us", "client_us", "proxy_util", "latency_ms_mean"]

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from lab import proxylab as pl
@@ -144,3 +146,86 @@ def test_polymix_hit_figures():
     assert f["hit_ratio"] == 0.25 and f["hit_ms"] == 0.5 and f["miss_ms"] == 2500.0 and f["miss_p50_ms"] == 2400.0
     none = polymix.hit_figures({"replies": {"total": 0}, "cache": {"hits": 0, "misses": 0}})
     assert none["hit_ratio"] is None and none["hit_ms"] is None
+
+
+def test_full_parts_fit_in_a_locked_run_and_cover_the_plan():
+    for mod in (proxy_splice, proxy_ssl, polymix):
+        whole = mod.plan(False)
+        union = []
+        for part in mod.PARTS:
+            pn = mod.plan(False, part)
+            assert pn.points and pn.estimate_s() <= 600, (mod.NAME, part, pn.estimate_s())
+            union += pn.points
+        assert sorted(map(repr, union)) == sorted(map(repr, whole.points)), mod.NAME
+
+
+def test_merge_parts_replaces_only_the_part_run():
+    prev = {"quick": False, "commands": {"a": ["x"]}, "runs": [{"part": "sizes", "v": 1}, {"part": "rates", "v": 2}]}
+    rows, cmds = pl.merge_parts(prev, False, "sizes", [{"part": "sizes", "v": 3}], {"b": ["y"]})
+    assert rows == [{"part": "rates", "v": 2}, {"part": "sizes", "v": 3}] and cmds == {"a": ["x"], "b": ["y"]}
+    # A whole run, or a run of the other form (quick vs full), starts afresh.
+    assert pl.merge_parts(prev, False, None, [{"part": "sizes"}], {})[0] == [{"part": "sizes"}]
+    assert pl.merge_parts(prev, True, "sizes", [{"part": "sizes"}], {})[0] == [{"part": "sizes"}]
+    assert pl.merge_parts(None, False, "sizes", [], {}) == ([], {})
+
+
+def _fake_lab(tmp_path, name):
+    from lab import core
+
+    lab = core.Lab(name, True, results_root=str(tmp_path))  # the quick plans below
+    lab.cleanup()  # summaries need no scratch directory
+    lab.versions = {"weft": "test"}
+    os.makedirs(lab.results_dir, exist_ok=True)
+    return lab
+
+
+def _row(proxy_us, **keys):
+    r = {"requests": 1000, "duration_s": 2.0, "rps": 500.0, "proxy_us": proxy_us, "origin_us": 10.0, "client_us": 5.0,
+         "proxy_cpu_s": proxy_us * 1e-3, "proxy_util": proxy_us * 5e-4, "latency_ms_mean": 1.5, "non_2xx": 0, "errors": 0,
+         "round": 1}  # fmt: skip
+    r.update(keys)
+    if "size_bytes" in keys:
+        r["body_bytes_per_reply"] = float(keys["size_bytes"])
+        r["proxy_ms_per_mib"] = pl.ms_per_mib(proxy_us, keys["size_bytes"])
+    return r
+
+
+def test_proxy_splice_summary_from_rows(tmp_path):
+    P = proxy_splice
+    lab = _fake_lab(tmp_path, P.NAME)
+    rows = []
+    for p in P.plan(True).points:
+        us = {P.WS: 100.0, P.WC: 200.0}.get(p.proxy, 150.0)
+        w = {"bytes_spliced": p.size, "hits": 0, "syscalls_per_req": {"splice": 2.0}} if p.proxy.startswith("weft") else None
+        r = _row(us, part=p.section, section=p.section, proxy=p.proxy, config=p.config, mode=p.mode, size=pl.size_label(p.size),
+                 size_bytes=p.size, rate=p.rate)  # fmt: skip
+        if w:
+            r["weft"] = w
+        rows.append(r)
+    out = P.summarize(lab, P.plan(True), rows, {"weft splice": ["weft", "proxy"]}, {"targets nc": "wrk ..."})
+    md = open(os.path.join(lab.results_dir, "summary.md")).read()
+    assert out["problems"] == 0 and "## Targets (same run, proxy CPU)" in md
+    assert "splice vs copy, 1 MiB no-store misses" in md and "50 % less" in md
+    for png in ("sizes_cpu.png", "rates_cpu.png", "rates_latency.png"):
+        assert os.path.getsize(os.path.join(lab.results_dir, png)) > 1000
+    # The summary is rebuilt from runs.json alone.
+    lab2 = _fake_lab(tmp_path, P.NAME)
+    os.remove(os.path.join(lab.results_dir, "summary.md"))
+    P.resummarize(lab2)
+    assert open(os.path.join(lab.results_dir, "summary.md")).read() == md
+
+
+def test_proxy_ssl_and_polymix_summaries_from_rows(tmp_path):
+    lab = _fake_lab(tmp_path, proxy_ssl.NAME)
+    rows = [_row(50.0 if p.proxy == proxy_ssl.WS else 80.0, part=pl.size_name(p.size), proxy=p.proxy, size=pl.size_label(p.size),
+                 size_bytes=p.size, clients=p.clients, handshakes=1000) for p in proxy_ssl.plan(True).points]  # fmt: skip
+    assert proxy_ssl.summarize(lab, proxy_ssl.plan(True), rows, {}, "weft load ...")["problems"] == 0
+    md = open(os.path.join(lab.results_dir, "summary.md")).read()
+    assert "| weft | 16 KiB | 38 % | 38 % |" in md
+    assert os.path.exists(os.path.join(lab.results_dir, "util_16KiB.png"))
+    lab = _fake_lab(tmp_path, polymix.NAME)
+    rows = [dict(_row(90.0, part="300", proxy=p.proxy, rate=p.rate), hit_ratio=0.5, hit_ms=0.2, miss_ms=2500.0, replies_4xx=0,
+                 replies_5xx=0 if p.proxy != polymix.SF else 3) for p in polymix.plan(True).points]  # fmt: skip
+    assert polymix.summarize(lab, polymix.plan(True), rows, {}, "weft load ...")["problems"] == 1
+    md = open(os.path.join(lab.results_dir, "summary.md")).read()
+    assert "3 5xx" in md and "| weft splice | 300 |" in md
