@@ -126,7 +126,7 @@ def plan(quick: bool, part: str | None = None) -> Plan:
             pts += [Point("targets", p, size, "hit") for p in (WS, VH, SR)]
         for mode in ("fwd-hit", "fwd-miss"):
             pts += [Point("targets", p, 8 * pl.KiB, mode) for p in (WF, SF)]
-        for size in (4, 8, 16, 32, 64, 128, 256, 1024):
+        for size in (4, 8, 16, 64, 256, 1024):
             s = size * pl.KiB
             pts += [Point("sizes", p, s, m, 500) for p, m in ((WS, "nc"), (WC, "nc"), (WS, "c"), (WC, "c"), (HS, "nc"), (VH, "c"))]
         for rate in (2000, 5000, 10000, 20000, 30000, 40000):
