@@ -92,21 +92,6 @@ impl OutQueue {
     /// keeps itself, e.g. a body being relayed). Returns (queue bytes sent,
     /// tail bytes sent); EAGAIN is `Ok((0, 0))` with `would_block` set.
     pub fn flush(&mut self, fd: RawFd, tail: &[u8], would_block: &mut bool) -> io::Result<(usize, usize)> {
-        self.flush_more(fd, tail, false, would_block)
-    }
-
-    /// `flush`, telling the socket that more follows at once (`more`: the
-    /// caller splices the body right after): a lone slice goes with MSG_MORE,
-    /// so a response head shares its segment with the body's first bytes
-    /// instead of waking the peer for a segment of its own. The caller must
-    /// send again without it (a splice without SPLICE_F_MORE pushes).
-    pub fn flush_more(
-        &mut self,
-        fd: RawFd,
-        tail: &[u8],
-        more: bool,
-        would_block: &mut bool,
-    ) -> io::Result<(usize, usize)> {
         let mut queue_sent = 0;
         let mut tail_sent = 0;
         loop {
@@ -137,7 +122,7 @@ impl OutQueue {
             }
             let offered: usize = iov[..n].iter().map(|s| s.len()).sum();
             let r = if n == 1 {
-                sys::send(fd, &iov[0], more)
+                sys::send(fd, &iov[0], false)
             } else {
                 sys::writev(fd, &iov[..n])
             };

@@ -366,22 +366,8 @@ impl Relay {
     /// Move the body along as far as readiness allows.
     pub fn pump(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Pump {
         let mut moved: u64 = 0;
-        // When only the response head (and the bytes that came with it) waits
-        // for the client, read first: the head then leaves together with the
-        // first body bytes (one writev on the copy path; MSG_MORE before the
-        // splice on the others) — one send, one segment and one wake-up of the
-        // client fewer per response.
-        let mut read_first = !self.client_gone && !e.out.is_empty() && self.client_piped() == 0 && !self.body_done;
         loop {
             let mut progress = false;
-            if read_first {
-                if let Some(r) = self.pull_step(e, st, &mut progress, &mut moved) {
-                    return r;
-                }
-                if let Some(r) = self.tee_step_or_fall_back(e, st, &mut progress) {
-                    return r;
-                }
-            }
             if !self.client_gone {
                 match self.push_client(e, st) {
                     Ok(n) => {
@@ -396,15 +382,28 @@ impl Relay {
                     }
                 }
             }
-            if !read_first {
-                if let Some(r) = self.tee_step_or_fall_back(e, st, &mut progress) {
-                    return r;
-                }
-                if let Some(r) = self.pull_step(e, st, &mut progress, &mut moved) {
-                    return r;
+            match self.tee_step(e, st) {
+                Ok(n) => progress |= n > 0,
+                Err(()) => {
+                    if let Err(r) = self.fallback(e, st) {
+                        return r;
+                    }
+                    progress = true;
                 }
             }
-            read_first = false;
+            match self.pull(e, st) {
+                Ok(n) => {
+                    progress |= n > 0;
+                    moved += n as u64;
+                }
+                Err(Some(r)) => return r,
+                Err(None) => {
+                    if let Err(r) = self.fallback(e, st) {
+                        return r;
+                    }
+                    progress = true;
+                }
+            }
             let intake_left = matches!(self.path, Path::Tee { in_intake, .. } if in_intake > 0);
             if self.body_done
                 && !intake_left
@@ -429,44 +428,6 @@ impl Relay {
                 };
             }
         }
-    }
-
-    /// One `tee_step`; a tee failure falls back to copying.
-    fn tee_step_or_fall_back(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats, progress: &mut bool) -> Option<Pump> {
-        match self.tee_step(e, st) {
-            Ok(n) => *progress |= n > 0,
-            Err(()) => {
-                if let Err(r) = self.fallback(e, st) {
-                    return Some(r);
-                }
-                *progress = true;
-            }
-        }
-        None
-    }
-
-    /// One `pull`; a splice failure falls back to copying.
-    fn pull_step(
-        &mut self,
-        e: &mut Ends<'_>,
-        st: &mut ProxyStats,
-        progress: &mut bool,
-        moved: &mut u64,
-    ) -> Option<Pump> {
-        match self.pull(e, st) {
-            Ok(n) => {
-                *progress |= n > 0;
-                *moved += n as u64;
-            }
-            Err(Some(r)) => return Some(r),
-            Err(None) => {
-                if let Err(r) = self.fallback(e, st) {
-                    return Some(r);
-                }
-                *progress = true;
-            }
-        }
-        None
     }
 
     fn client_piped(&self) -> usize {
@@ -509,10 +470,7 @@ impl Relay {
             }
             let tail: &[u8] = if has_tail { &self.acc[self.sent..] } else { &[] };
             let mut would_block = false;
-            // Piped bytes follow at once: let the queue (the head) share
-            // their segment.
-            let more = self.client_piped() > 0;
-            let (q, t) = e.out.flush_more(cfd, tail, more, &mut would_block)?;
+            let (q, t) = e.out.flush(cfd, tail, &mut would_block)?;
             self.sent += t;
             st.bytes_copied += t as u64;
             total += q + t;
@@ -1093,56 +1051,6 @@ mod tests {
         drop(r.cl_w);
         let got = reader.join().unwrap();
         (got, cached, r.st)
-    }
-
-    #[test]
-    fn the_head_leaves_with_the_first_body_bytes() {
-        // The body already waits in the upstream socket and the head in the
-        // output queue: the relay reads before it writes, so on the copy path
-        // head and body leave in one writev (and on the splice path the head
-        // goes with MSG_MORE right before the splice); the client gets both,
-        // in order.
-        use weft_io::sys::counters::{SysCounts, SysKind};
-        let b = body(20_000);
-        for want in [Want::Copy, Want::Splice] {
-            let mut r = rig();
-            r.up_w.write_all(&b).unwrap();
-            r.out.push_copy(b"HTTP/1.1 200 OK\r\n\r\n");
-            let mut relay = Relay::new(
-                Framing::Length(b.len() as u64),
-                want,
-                None,
-                1,
-                4096,
-                None,
-                &mut r.pool,
-                &mut r.st,
-            );
-            let (mut may_read, mut may_write) = (true, true);
-            let before = SysCounts::current();
-            let mut e = Ends {
-                client: Some(r.cl_w.as_raw_fd()),
-                client_may_write: &mut may_write,
-                out: &mut r.out,
-                up: r.up_r.as_raw_fd(),
-                up_may_read: &mut may_read,
-                up_buf: &mut r.up_buf,
-            };
-            assert_eq!(relay.pump(&mut e, &mut r.st), Pump::Done, "{want:?}");
-            let after = SysCounts::current();
-            let sends = |c: &SysCounts| c.get(SysKind::Write) + c.get(SysKind::Writev);
-            assert_eq!(
-                sends(&after) - sends(&before),
-                1,
-                "{want:?}: one send for head and body"
-            );
-            relay.finish(&mut r.pool, &mut r.st);
-            drop(r.cl_w);
-            let mut got = Vec::new();
-            r.cl_r.read_to_end(&mut got).unwrap();
-            assert_eq!(&got[..19], b"HTTP/1.1 200 OK\r\n\r\n", "{want:?}");
-            assert!(got[19..] == b[..], "{want:?}: the body follows the head");
-        }
     }
 
     #[test]

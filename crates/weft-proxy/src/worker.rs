@@ -1095,19 +1095,6 @@ impl<'a> Worker<'a> {
                         Ok((n, _)) => {
                             if n > 0 {
                                 u.last_activity = cx.now;
-                                // The whole request is out and nothing of the
-                                // upstream's is buffered: its answer cannot be
-                                // there yet (the origin has to be scheduled
-                                // first), so a read now would be an EAGAIN —
-                                // wait for readability instead. Level-triggered
-                                // backends only: they report input that is
-                                // already there; an edge-triggered one might
-                                // not report again a FIN that came with the
-                                // last response.
-                                if !P::CAPS.edge_triggered && body_done && u.out.is_empty() && u.buf.start == u.buf.end
-                                {
-                                    u.may_read = false;
-                                }
                             }
                             if wb {
                                 u.may_write = false;
