@@ -45,17 +45,9 @@ pub struct CheckArgs {
     pub config: PathBuf,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    weft_core::units::parse_duration(s)
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    weft_core::units::parse_size(s)
-}
-
-fn parse_size_usize(s: &str) -> Result<usize, String> {
-    parse_size(s).and_then(|n| usize::try_from(n).map_err(|_| format!("size `{s}` is too large")))
-}
+use crate::args::{
+    duration as parse_duration, size as parse_size, size_usize as parse_size_usize, workers as parse_workers,
+};
 
 /// `--accept-limit N|inf` (a newtype: clap reads `Option<Option<T>>` as a flag
 /// with an optional value, which is not what this is).
@@ -78,13 +70,6 @@ fn parse_max_pass(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(n) if n <= 1_000_000 => Ok(n),
         _ => Err(format!("invalid pass count `{s}` (expected 0..1000000)")),
-    }
-}
-
-fn parse_workers(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=1024).contains(&n) => Ok(n),
-        _ => Err(format!("invalid worker count `{s}` (expected 1..1024)")),
     }
 }
 

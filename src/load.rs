@@ -1,5 +1,6 @@
 //! `weft load` and `weft load gen`: the command line over the weft-load crate.
 
+use crate::args::{duration as parse_duration, size_usize as parse_size_usize};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,14 +8,6 @@ use std::time::Duration;
 use weft_load::dist::{Dist, Unit};
 use weft_load::workload::Spec;
 use weft_load::{Arrivals, LoadConfig};
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    weft_core::units::parse_duration(s)
-}
-
-fn parse_size_usize(s: &str) -> Result<usize, String> {
-    weft_core::units::parse_size(s).and_then(|n| usize::try_from(n).map_err(|_| format!("size `{s}` is too large")))
-}
 
 fn parse_rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {

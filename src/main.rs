@@ -1,5 +1,6 @@
 //! The `weft` binary: subcommands over the library crates.
 
+mod args;
 mod cli;
 mod load;
 mod origin;
@@ -7,7 +8,6 @@ mod proxy;
 
 use clap::Parser;
 use cli::{Cli, Command};
-use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -50,11 +50,8 @@ fn serve(args: cli::ServeArgs) -> ExitCode {
         weft_core::log::set_level(l);
     }
     let cfg = args.to_config();
-    // Shutdown signals are taken by one dedicated thread: block them before any
-    // worker exists so every thread inherits the mask.
-    if let Err(e) = weft_io::sys::block_shutdown_signals() {
-        eprintln!("weft: cannot block signals: {e}");
-        return ExitCode::from(1);
+    if let Err(code) = args::block_shutdown_signals() {
+        return code;
     }
     let stats_on_exit = cfg.stats_on_exit;
     let what = match &cfg.root {
@@ -64,23 +61,12 @@ fn serve(args: cli::ServeArgs) -> ExitCode {
     let (event, workers, send) = (cfg.event, cfg.workers, cfg.send);
     let server = match weft_server::Server::start(cfg) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("weft: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return args::fatal(e),
     };
     if let Err(e) = server.shutdown_handle().on_signals() {
-        eprintln!("weft: cannot start the signal thread: {e}");
-        return ExitCode::from(1);
+        return args::fatal(format_args!("cannot start the signal thread: {e}"));
     }
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on {}", server.local_addr());
-        if let Some(a) = server.admin_addr() {
-            let _ = writeln!(out, "admin on {a}");
-        }
-        let _ = out.flush();
-    }
+    args::announce(server.local_addr(), server.admin_addr());
     weft_core::info!(
         "serving {what} with {workers} worker(s), event backend {event}, send {}",
         send.name()
@@ -92,10 +78,7 @@ fn serve(args: cli::ServeArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("weft: {e}");
-            ExitCode::from(1)
-        }
+        Err(e) => args::fatal(e),
     }
 }
 

@@ -1,7 +1,7 @@
 //! `weft origin`: the command line over weft-load's origin emulator.
 
+use crate::args::{self, duration as parse_duration, size as parse_size, workers as parse_workers};
 use clap::Args;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,27 +9,12 @@ use std::time::Duration;
 use weft_load::dist::{Dist, Unit};
 use weft_load::OriginConfig;
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    weft_core::units::parse_duration(s)
-}
-
 fn parse_think(s: &str) -> Result<Dist, String> {
     Dist::parse(s, Unit::Seconds)
 }
 
 fn parse_count(s: &str) -> Result<Dist, String> {
     Dist::parse(s, Unit::Count)
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    weft_core::units::parse_size(s)
-}
-
-fn parse_workers(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=1024).contains(&n) => Ok(n),
-        _ => Err(format!("invalid worker count `{s}` (expected 1..1024)")),
-    }
 }
 
 fn parse_cache_control(s: &str) -> Result<String, String> {
@@ -104,26 +89,17 @@ impl OriginArgs {
 /// Run `weft origin` until SIGINT/SIGTERM.
 pub fn run(args: OriginArgs) -> ExitCode {
     let cfg = args.to_config();
-    if let Err(e) = weft_io::sys::block_shutdown_signals() {
-        eprintln!("weft: cannot block signals: {e}");
-        return ExitCode::from(1);
+    if let Err(code) = args::block_shutdown_signals() {
+        return code;
     }
     let origin = match weft_load::Origin::start(cfg) {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!("weft: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return args::fatal(e),
     };
     if let Err(e) = origin.shutdown_handle().on_signals() {
-        eprintln!("weft: cannot start the signal thread: {e}");
-        return ExitCode::from(1);
+        return args::fatal(format_args!("cannot start the signal thread: {e}"));
     }
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on {}", origin.local_addr());
-        let _ = out.flush();
-    }
+    args::announce(origin.local_addr(), None);
     match origin.wait() {
         Ok(stats) => {
             if args.stats_on_exit == Some(true) {
@@ -131,9 +107,6 @@ pub fn run(args: OriginArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("weft: {e}");
-            ExitCode::from(1)
-        }
+        Err(e) => args::fatal(e),
     }
 }

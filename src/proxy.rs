@@ -1,8 +1,8 @@
 //! `weft proxy`: the argument struct, its mapping onto `ProxyConfig`, and the
 //! run function (start, print the address, wait, report).
 
+use crate::args;
 use clap::{ArgAction, Args};
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,24 +10,7 @@ use std::time::Duration;
 use weft_proxy::acl::Cidr;
 use weft_proxy::config::{HostPort, Route};
 
-fn duration(s: &str) -> Result<Duration, String> {
-    weft_core::units::parse_duration(s)
-}
-
-fn size(s: &str) -> Result<u64, String> {
-    weft_core::units::parse_size(s)
-}
-
-fn size_usize(s: &str) -> Result<usize, String> {
-    size(s).and_then(|n| usize::try_from(n).map_err(|_| format!("size `{s}` is too large")))
-}
-
-fn workers(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=1024).contains(&n) => Ok(n),
-        _ => Err(format!("invalid worker count `{s}` (expected 1..1024)")),
-    }
-}
+use crate::args::{duration, positive, size, size_usize, workers};
 
 fn pipe_size(s: &str) -> Result<usize, String> {
     let n = size_usize(s)?;
@@ -51,13 +34,6 @@ fn first_read(s: &str) -> Result<usize, String> {
         return Err(format!("first read `{s}` out of range (512..1MiB)"));
     }
     Ok(n)
-}
-
-fn positive(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("invalid number `{s}` (expected a positive integer)")),
-    }
 }
 
 /// `--connect-ports 443,8443`.
@@ -299,9 +275,8 @@ pub fn run(args: ProxyArgs) -> ExitCode {
         weft_core::log::set_level(l);
     }
     let cfg = args.to_config();
-    if let Err(e) = weft_io::sys::block_shutdown_signals() {
-        eprintln!("weft: cannot block signals: {e}");
-        return ExitCode::from(1);
+    if let Err(code) = args::block_shutdown_signals() {
+        return code;
     }
     let stats_on_exit = cfg.stats_on_exit;
     let mode = match (&cfg.upstream, cfg.routes.len()) {
@@ -315,23 +290,12 @@ pub fn run(args: ProxyArgs) -> ExitCode {
     let (event, workers, splice, cache) = (cfg.event, cfg.workers, cfg.splice, cfg.cache_size);
     let proxy = match weft_proxy::Proxy::start(cfg) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("weft: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return args::fatal(e),
     };
     if let Err(e) = proxy.shutdown_handle().on_signals() {
-        eprintln!("weft: cannot start the signal thread: {e}");
-        return ExitCode::from(1);
+        return args::fatal(format_args!("cannot start the signal thread: {e}"));
     }
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on {}", proxy.local_addr());
-        if let Some(a) = proxy.admin_addr() {
-            let _ = writeln!(out, "admin on {a}");
-        }
-        let _ = out.flush();
-    }
+    args::announce(proxy.local_addr(), proxy.admin_addr());
     weft_core::info!(
         "{mode} with {workers} worker(s), event backend {event}, splice {}, cache {}",
         splice.name(),
@@ -348,9 +312,6 @@ pub fn run(args: ProxyArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("weft: {e}");
-            ExitCode::from(1)
-        }
+        Err(e) => args::fatal(e),
     }
 }

@@ -10,6 +10,7 @@ use common::{pattern, send_with_fin, weft_bin, TempDir, Weft};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -300,6 +301,9 @@ fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
         return !close && framing != "close";
     }
     let abort: Option<usize> = q.get("abort").and_then(|a| a.parse().ok());
+    // `reset`: like `abort`, but the connection ends with a RST (SO_LINGER 0).
+    let reset: Option<usize> = q.get("reset").and_then(|a| a.parse().ok());
+    let abort = abort.or(reset);
     let slow: u64 = q.get("slow").and_then(|a| a.parse().ok()).unwrap_or(0);
     let chunk: usize = q.get("chunk").and_then(|a| a.parse().ok()).unwrap_or(65536).max(1);
     let limit = abort.unwrap_or(body.len()).min(body.len());
@@ -324,6 +328,11 @@ fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
     }
     if abort.is_some() {
         let _ = w.flush();
+        if reset.is_some() {
+            // Give the bytes a moment to leave, then close with a RST.
+            std::thread::sleep(Duration::from_millis(20));
+            let _ = weft_io::sys::set_linger_zero(w.as_raw_fd());
+        }
         return false;
     }
     if framing == "chunked" && w.write_all(b"0\r\n\r\n").is_err() {
@@ -804,14 +813,127 @@ mod scenarios {
             }
         }
     }
+
+    /// Stale objects are revalidated with If-None-Match / If-Modified-Since and
+    /// the 304 merged; a client's own conditional is answered from the cache.
+    pub fn revalidation(event: &str) {
+        let o = Origin::start();
+        let p = start_proxy(&["--event", event, "--stats-on-exit"]);
+        // Stale at once (max-age=0) with a validator: each use is revalidated.
+        let url = o.url("/cl/2000?cc=max-age%3D0&etag=v1");
+        assert_eq!(fetch(&p, &url, "").body, pattern(2000));
+        let r = fetch(&p, &url, "");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, pattern(2000));
+        assert_eq!(o.count("/cl/2000"), 2);
+        // Validated by the origin for this request: no Age (RFC 9111 §5.1).
+        assert_eq!(r.header("age"), None);
+        assert!(
+            o.last_head().contains("If-None-Match: \"v1\""),
+            "conditional request sent: {}",
+            o.last_head()
+        );
+        // The client's own conditional is answered from the refreshed object.
+        let r = fetch(&p, &url, "If-None-Match: \"v1\"\r\n");
+        assert_eq!(r.status, 304);
+        assert_eq!(r.header("etag"), Some("\"v1\""));
+        // Last-Modified only.
+        let url = o.url("/cl/2001?cc=no-cache&lm=100");
+        assert_eq!(fetch(&p, &url, "").body, pattern(2001));
+        assert_eq!(fetch(&p, &url, "").body, pattern(2001));
+        assert!(o.last_head().contains("If-Modified-Since: "), "{}", o.last_head());
+        let stats = stop_stats(p);
+        assert_eq!(counter(&stats, "revalidated"), 3, "{stats}");
+    }
+
+    /// Vary keys variants by the named request fields; `Vary: *` is not stored.
+    pub fn vary(event: &str) {
+        let o = Origin::start();
+        let p = start_proxy(&["--event", event]);
+        let url = o.url("/lang?cc=max-age%3D60&vary=Accept-Language");
+        for lang in ["en", "fr", "en", "fr", "de"] {
+            let r = fetch(&p, &url, &format!("Accept-Language: {lang}\r\n"));
+            assert_eq!(r.body, format!("lang={lang}").into_bytes());
+        }
+        assert_eq!(o.count("/lang"), 3, "one fetch per variant");
+        let r = fetch(&p, &o.url("/lang?cc=max-age%3D60&vary=*"), "");
+        assert_eq!(r.status, 200);
+        fetch(&p, &o.url("/lang?cc=max-age%3D60&vary=*"), "");
+        assert_eq!(o.count("/lang"), 5, "Vary: * is not stored");
+    }
+
+    /// Clients outside --allow get 403 and reach no origin; bad request
+    /// targets, loops and client-side smuggling are refused.
+    pub fn access_control(event: &str) {
+        let o = Origin::start();
+        let p = start_proxy(&["--event", event, "--allow", "10.0.0.0/8"]);
+        let r = fetch(&p, &o.url("/cl/1"), "");
+        assert_eq!(r.status, 403);
+        assert_eq!(o.count("/cl/1"), 0);
+        let p = start_proxy(&["--event", event]);
+        // Origin-form to a forward proxy, other schemes, loops.
+        let mut c = Conn::to(p.addr);
+        c.send(b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!(c.read(false).unwrap().status, 400);
+        assert_eq!(fetch(&p, "ftp://example.com/x", "").status, 400);
+        let r = fetch(&p, &format!("http://{}/loop", p.addr), "");
+        assert_eq!(r.status, 508, "a request to the proxy itself is a loop");
+        // Request smuggling from the client side.
+        let mut c = Conn::to(p.addr);
+        c.send(
+            format!(
+                "POST {} HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                o.url("/cl/1")
+            )
+            .as_bytes(),
+        );
+        assert_eq!(c.read(false).unwrap().status, 400);
+        assert!(c.closed());
+    }
+
+    /// An origin that resets the connection mid-body: the client connection
+    /// is closed short (never a response that looks complete), nothing is
+    /// cached, and the proxy goes on serving.
+    pub fn origin_reset_mid_body(event: &str) {
+        let o = Origin::start();
+        for splice in ["on", "off"] {
+            let p = start_proxy(&["--event", event, "--splice", splice, "--stats-on-exit"]);
+            for framing in ["cl", "chunked"] {
+                let path = format!("/{framing}/400000");
+                let url = o.url(&format!("{path}?cc=max-age%3D60&reset=150000&s={splice}"));
+                let mut c = Conn::to(p.addr);
+                c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+                match c.read(false) {
+                    Err(ReadErr::Truncated) => {}
+                    Ok(r) => panic!("{url}: a reset body was relayed as complete ({} bytes)", r.body.len()),
+                }
+                let before = o.count(&path);
+                let r = fetch(&p, &url, "Cache-Control: only-if-cached\r\n");
+                assert_eq!(r.status, 504, "{url}: the partial object was not cached");
+                assert_eq!(o.count(&path), before);
+            }
+            // Still serving.
+            let r = fetch(&p, &o.url("/cl/1000?cc=no-store"), "");
+            assert_eq!(r.body, pattern(1000));
+            let stats = stop_stats(p);
+            if splice == "on" {
+                assert!(counter(&stats, "sessions_upstream_abort") >= 1, "{stats}");
+            }
+        }
+    }
 }
 
+/// Runs each scenario under every event backend (`weft backends` lists them).
 macro_rules! per_backend {
     ($($scenario:ident),* $(,)?) => {
+        per_backend!(@backend select, "select", $($scenario),*);
+        per_backend!(@backend poll, "poll", $($scenario),*);
         per_backend!(@backend epoll, "epoll", $($scenario),*);
         per_backend!(@backend epoll_et, "epoll-et", $($scenario),*);
-        per_backend!(@backend poll, "poll", $($scenario),*);
+        per_backend!(@backend epoll_once, "epoll-once", $($scenario),*);
+        per_backend!(@backend epoll_batched, "epoll-batched", $($scenario),*);
         per_backend!(@backend uring, "uring", $($scenario),*);
+        per_backend!(@backend tracked, "tracked", $($scenario),*);
     };
     (@backend $module:ident, $name:literal, $($scenario:ident),*) => {
         mod $module {
@@ -832,24 +954,12 @@ per_backend!(
     pipelining,
     connect_tunnel,
     client_abort_keep_copy_fills_cache,
-    upstream_close_mid_body
+    upstream_close_mid_body,
+    origin_reset_mid_body,
+    revalidation,
+    vary,
+    access_control
 );
-
-/// The half-close scenario under the backends the list above leaves out.
-mod half_close_after_pipelining_more_backends {
-    #[test]
-    fn select() {
-        super::scenarios::half_close_after_pipelining("select");
-    }
-    #[test]
-    fn epoll_once() {
-        super::scenarios::half_close_after_pipelining("epoll-once");
-    }
-    #[test]
-    fn epoll_batched() {
-        super::scenarios::half_close_after_pipelining("epoll-batched");
-    }
-}
 
 #[test]
 fn bodies_splice_auto_epoll() {
@@ -893,37 +1003,6 @@ fn large_bodies_64mib() {
 }
 
 #[test]
-fn revalidation_with_etag_and_last_modified() {
-    let o = Origin::start();
-    let p = start_proxy(&["--stats-on-exit"]);
-    // Stale at once (max-age=0) with a validator: each use is revalidated.
-    let url = o.url("/cl/2000?cc=max-age%3D0&etag=v1");
-    assert_eq!(fetch(&p, &url, "").body, pattern(2000));
-    let r = fetch(&p, &url, "");
-    assert_eq!(r.status, 200);
-    assert_eq!(r.body, pattern(2000));
-    assert_eq!(o.count("/cl/2000"), 2);
-    // Validated by the origin for this request: no Age (RFC 9111 §5.1).
-    assert_eq!(r.header("age"), None);
-    assert!(
-        o.last_head().contains("If-None-Match: \"v1\""),
-        "conditional request sent: {}",
-        o.last_head()
-    );
-    // The client's own conditional is answered from the refreshed object.
-    let r = fetch(&p, &url, "If-None-Match: \"v1\"\r\n");
-    assert_eq!(r.status, 304);
-    assert_eq!(r.header("etag"), Some("\"v1\""));
-    // Last-Modified only.
-    let url = o.url("/cl/2001?cc=no-cache&lm=100");
-    assert_eq!(fetch(&p, &url, "").body, pattern(2001));
-    assert_eq!(fetch(&p, &url, "").body, pattern(2001));
-    assert!(o.last_head().contains("If-Modified-Since: "), "{}", o.last_head());
-    let stats = stop_stats(p);
-    assert_eq!(counter(&stats, "revalidated"), 3, "{stats}");
-}
-
-#[test]
 fn heuristic_freshness_and_no_store() {
     let o = Origin::start();
     let p = start_proxy(&[]);
@@ -962,22 +1041,6 @@ fn heuristic_freshness_and_no_store() {
     let r = fetch(&p, &o.url("/cl/16"), "Cache-Control: only-if-cached\r\n");
     assert_eq!(r.status, 504);
     assert_eq!(o.count("/cl/16"), 0);
-}
-
-#[test]
-fn vary_selects_variants() {
-    let o = Origin::start();
-    let p = start_proxy(&[]);
-    let url = o.url("/lang?cc=max-age%3D60&vary=Accept-Language");
-    for lang in ["en", "fr", "en", "fr", "de"] {
-        let r = fetch(&p, &url, &format!("Accept-Language: {lang}\r\n"));
-        assert_eq!(r.body, format!("lang={lang}").into_bytes());
-    }
-    assert_eq!(o.count("/lang"), 3, "one fetch per variant");
-    let r = fetch(&p, &o.url("/lang?cc=max-age%3D60&vary=*"), "");
-    assert_eq!(r.status, 200);
-    fetch(&p, &o.url("/lang?cc=max-age%3D60&vary=*"), "");
-    assert_eq!(o.count("/lang"), 5, "Vary: * is not stored");
 }
 
 #[test]
@@ -1145,34 +1208,6 @@ fn upstream_errors_name_the_cause() {
     assert_eq!(r.status, 504);
     assert!(String::from_utf8_lossy(&r.body).contains("timed out"));
     assert!(t.elapsed() < Duration::from_secs(5));
-}
-
-#[test]
-fn access_control_and_bad_requests() {
-    let o = Origin::start();
-    let p = start_proxy(&["--allow", "10.0.0.0/8"]);
-    let r = fetch(&p, &o.url("/cl/1"), "");
-    assert_eq!(r.status, 403);
-    assert_eq!(o.count("/cl/1"), 0);
-    let p = start_proxy(&[]);
-    // Origin-form to a forward proxy, other schemes, loops.
-    let mut c = Conn::to(p.addr);
-    c.send(b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n");
-    assert_eq!(c.read(false).unwrap().status, 400);
-    assert_eq!(fetch(&p, "ftp://example.com/x", "").status, 400);
-    let r = fetch(&p, &format!("http://{}/loop", p.addr), "");
-    assert_eq!(r.status, 508, "a request to the proxy itself is a loop");
-    // Request smuggling from the client side.
-    let mut c = Conn::to(p.addr);
-    c.send(
-        format!(
-            "POST {} HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            o.url("/cl/1")
-        )
-        .as_bytes(),
-    );
-    assert_eq!(c.read(false).unwrap().status, 400);
-    assert!(c.closed());
 }
 
 #[test]
