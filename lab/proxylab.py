@@ -404,12 +404,16 @@ class Sample:
         return r
 
 
-def measure(proxy: servers.RunningServer, origin: servers.RunningServer | None, client: Callable[[], ClientRun]) -> Sample:
-    """Run `client` once; the proxy's and origin's CPU and weft's counters
-    sampled just before and just after."""
+def measure(proxy: servers.RunningServer, origin: servers.RunningServer | None, client: Callable[[], ClientRun],
+            warmup: Callable[[], object] | None = None) -> Sample:  # fmt: skip
+    """Run `warmup` (unmeasured), then `client` once; the proxy's and
+    origin's CPU and weft's counters sampled just before and just after
+    `client` (a warm-up inside `client` would be charged to its requests)."""
     for rs in (proxy, origin):
         if rs is not None and not rs.alive():
             raise servers.ServerError(f"{rs.spec.label} is not running")
+    if warmup is not None:
+        warmup()
     stats0 = proxy.admin_stats()
     p0 = proxy.cpu_sample()
     o0 = origin.cpu_sample() if origin else None

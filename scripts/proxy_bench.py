@@ -164,12 +164,13 @@ def bench(lab, a, weft, names, variants, sizes):
                     url = f"http://{rs.addr}/{path}/{pl.size_name(n)}"
                     pl.check_fetch(name, url, n)
 
+                    def warmup():
+                        pl.run_wrk(url, connections=a.conns, duration_s=a.warmup, scratch=scratch)
+
                     def client():
-                        if a.warmup:
-                            pl.run_wrk(url, connections=a.conns, duration_s=a.warmup, scratch=scratch)
                         return pl.run_wrk(url, connections=a.conns, duration_s=a.duration, scratch=scratch)
 
-                    s = pl.measure(rs, origin, client)
+                    s = pl.measure(rs, origin, client, warmup if a.warmup else None)
                     row = s.row(round=r + 1, size=n, size_bytes=n, proxy=name)
                     samples.append(row)
                     print(f"round {r + 1} {pl.size_name(n):>7} {name:<15} {row['requests']:>8} req  proxy {row['proxy_us']:8.1f}"

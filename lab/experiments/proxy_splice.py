@@ -193,9 +193,9 @@ def run(lab: core.Lab) -> dict:
                 pts = pl.rotate([p for p in pn.points if p.section == section], rnd * 3)
                 for p in pts:
                     rs = running[p.proxy]
-                    client, shown = make_client(lab, p, rs, okey, pn, scratch, rnd)
+                    client, shown, warmup = make_client(lab, p, rs, okey, pn, scratch, rnd)
                     load_commands.setdefault(f"{p.section} {p.mode}", shown)
-                    s = pl.measure(rs, origin, client)
+                    s = pl.measure(rs, origin, client, warmup)
                     row = s.row(part=p.section, section=p.section, proxy=p.proxy, config=p.config, mode=p.mode, size=pl.size_label(p.size),
                                 size_bytes=p.size, rate=p.rate, round=rnd + 1)  # fmt: skip
                     if p.mode in ("c", "nc") and row.get("weft"):
@@ -241,13 +241,14 @@ def make_client(lab, p: Point, rs: servers.RunningServer, okey: dict, pn: Plan, 
             url = f"http://{rs.addr}/"
             prelude = pl.anchor_script("wrk_fwd_miss.lua", dict(okey, PATH=f"/nc/{name}", RUNID=run_id))
 
+        def warmup():
+            pl.run_wrk(url, connections=CONNECTIONS, duration_s=pn.warmup_s, scratch=scratch, prelude=prelude)
+
         def client():
-            if pn.warmup_s:
-                pl.run_wrk(url, connections=CONNECTIONS, duration_s=pn.warmup_s, scratch=scratch, prelude=prelude)
             return pl.run_wrk(url, connections=CONNECTIONS, duration_s=pn.wrk_s, scratch=scratch, prelude=prelude)
 
         script = {"fwd-hit": " -s wrk_fwd_hit.lua", "fwd-miss": " -s wrk_fwd_miss.lua"}.get(p.mode, "")
-        return client, f"wrk -t1 -c{CONNECTIONS} -d{pn.wrk_s:g}s{script} {url.replace(rs.addr, 'PROXY')}"
+        return client, f"wrk -t1 -c{CONNECTIONS} -d{pn.wrk_s:g}s{script} {url.replace(rs.addr, 'PROXY')}", (warmup if pn.warmup_s else None)
     args = ["--rate", f"{p.rate / CALLS:g}", "--calls", str(CALLS), "--think", THINK, "--duration", f"{pn.rate_s:g}s", "--timeout", "5s"]
     if p.mode == "c":
         url = f"http://{rs.addr}/"
@@ -269,7 +270,7 @@ def make_client(lab, p: Point, rs: servers.RunningServer, okey: dict, pn: Plan, 
     shown = " ".join(pl.weft_load_command("weft", url.replace(rs.addr, "PROXY"), args, "FILE"))
     if p.mode == "c":
         shown = shown.replace(urls, "UNIQUE_URLS.txt")
-    return client, shown
+    return client, shown, None
 
 
 # ---------------------------------------------------------------------------
