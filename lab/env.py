@@ -30,6 +30,9 @@ APT_PACKAGES = {
     "lighttpd": "lighttpd",
     "wrk": "wrk",
     "strace": "strace",
+    "haproxy": "haproxy",
+    "squid": "squid",
+    "varnishd": "varnish",
 }
 
 
@@ -112,8 +115,9 @@ def ensure_commands(commands, log=print) -> None:
         if p.returncode != 0:
             raise EnvError(f"{' '.join(cmd)} failed: {p.stderr.strip()[-800:]}")
     # Debian starts services on install; the lab runs its own instances.
-    for svc in ("nginx", "lighttpd", "h2o"):
-        if any(APT_PACKAGES.get(c) == APT_PACKAGES.get(svc) for c in missing):
+    services = {"nginx": "nginx", "lighttpd": "lighttpd", "h2o": "h2o", "haproxy": "haproxy", "squid": "squid", "varnishd": "varnish"}
+    for cmd_name, svc in services.items():
+        if any(APT_PACKAGES.get(c) == APT_PACKAGES.get(cmd_name) for c in missing):
             subprocess.run(["service", svc, "stop"], capture_output=True, timeout=60)
     still = [c for c in commands if shutil.which(c) is None]
     if still:
@@ -173,6 +177,9 @@ def versions(weft_binary: str, commands) -> dict:
         "h2o": ["h2o", "--version"],
         "lighttpd": ["lighttpd", "-v"],
         "wrk": ["wrk", "-v"],
+        "haproxy": ["haproxy", "-v"],
+        "squid": ["squid", "-v"],
+        "varnishd": ["varnishd", "-V"],
     }
     for c in commands:
         if c in probes:

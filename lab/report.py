@@ -220,3 +220,42 @@ def plot_lines(path: str, panels, *, xlabel: str, ylabel: str, title: str = "", 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def plot_series(path: str, xs: Sequence[float], series: "OrderedDict[str, list[float | None]]", *, xlabel: str, ylabel: str,
+               title: str, logx: bool = False, logy: bool = False, xticklabels: Sequence[str] | None = None,
+               styles: dict | None = None) -> None:  # fmt: skip
+    """One panel, one line per series over the same x values (None: no point
+    there), with the x ticks named (`xticklabels`) and each series' look
+    chosen by the caller (`styles`: series name -> matplotlib keyword
+    arguments, e.g. one colour per proxy, dashed for its cacheable runs)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    for name, ys in series.items():
+        pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
+        if not pts:
+            continue
+        kw = {"marker": "o", "markersize": 4}
+        kw.update((styles or {}).get(name, {}))
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name, **kw)
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    if xticklabels is not None:
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(list(xticklabels))
+        ax.minorticks_off()
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

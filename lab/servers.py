@@ -51,7 +51,73 @@ ANCHORS = {
         "package": "lighttpd",
         "binary": "lighttpd",
     },
+    # Proxy runs: the origin, and the proxies weft is measured against. The
+    # proxies' templates name their upstream with @ORIGIN_HOST@/@ORIGIN_PORT@
+    # (ServerSpec options "origin": (host, port)).
+    "nginx-origin": {
+        "template": "nginx_origin.conf",
+        "cmd": ["nginx", "-c", "{conf}", "-p", "{run}"],
+        "package": "nginx-light",
+        "binary": "nginx",
+    },
+    "nginx-proxy": {
+        "template": "nginx_proxy.conf",
+        "cmd": ["nginx", "-c", "{conf}", "-p", "{run}"],
+        "package": "nginx-light",
+        "binary": "nginx",
+    },
+    "haproxy-splice": {
+        "template": "haproxy_splice.cfg",
+        "cmd": ["haproxy", "-f", "{conf}", "-db"],
+        "package": "haproxy",
+        "binary": "haproxy",
+    },
+    "haproxy-copy": {
+        "template": "haproxy_nosplice.cfg",
+        "cmd": ["haproxy", "-f", "{conf}", "-db"],
+        "package": "haproxy",
+        "binary": "haproxy",
+    },
+    "haproxy-tcp-splice": {
+        "template": "haproxy_tcp_splice.cfg",
+        "cmd": ["haproxy", "-f", "{conf}", "-db"],
+        "package": "haproxy",
+        "binary": "haproxy",
+    },
+    "haproxy-tcp-copy": {
+        "template": "haproxy_tcp_nosplice.cfg",
+        "cmd": ["haproxy", "-f", "{conf}", "-db"],
+        "package": "haproxy",
+        "binary": "haproxy",
+    },
+    "varnish-hit": {
+        "template": "varnish_hit.vcl",
+        "cmd": ["varnishd", "-F", "-a", "127.0.0.1:{port}", "-f", "{conf}", "-s", "malloc,256m", "-p", "thread_pools=1", "-n", "{run}/varnish"],
+        "package": "varnish",
+        "binary": "varnishd",
+    },
+    "varnish-pass": {
+        "template": "varnish_pass.vcl",
+        "cmd": ["varnishd", "-F", "-a", "127.0.0.1:{port}", "-f", "{conf}", "-s", "malloc,256m", "-p", "thread_pools=1", "-n", "{run}/varnish"],
+        "package": "varnish",
+        "binary": "varnishd",
+    },
+    "squid-forward": {
+        "template": "squid_forward.conf",
+        "cmd": ["squid", "-N", "-f", "{conf}"],
+        "package": "squid",
+        "binary": "squid",
+    },
+    "squid-reverse": {
+        "template": "squid_reverse.conf",
+        "cmd": ["squid", "-N", "-f", "{conf}"],
+        "package": "squid",
+        "binary": "squid",
+    },
 }
+
+# weft's own servers: the subcommand each ServerSpec kind runs.
+WEFT_KINDS = {"weft": "serve", "weft-proxy": "proxy", "weft-origin": "origin"}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -66,7 +132,7 @@ def render_template(text: str, values: dict[str, str]) -> str:
     out = text
     for k, v in values.items():
         out = out.replace(f"@{k}@", str(v))
-    left = re.findall(r"@[A-Z]+@", out)
+    left = re.findall(r"@[A-Z_]+@", out)
     if left:
         raise ValueError(f"unreplaced placeholders: {sorted(set(left))}")
     return out
@@ -105,20 +171,25 @@ def wait_for_port(host: str, port: int, timeout_s: float, popen: subprocess.Pope
 class ServerSpec:
     """One configuration to measure: a label, the server kind, and its options.
 
-    kind is "weft" (options: event, send, workers, extra = list of flags), an
-    anchor name from ANCHORS (options: binary = another build of the same
-    server, edits = [(old, new), ...] applied to the rendered configuration,
-    see `edit_config`), or "process" (started with `ServerPool.start_process`)."""
+    kind is "weft" (`weft serve`; options: event, send, workers, extra = list
+    of flags), "weft-proxy" / "weft-origin" (`weft proxy` / `weft origin`;
+    options: workers, event, extra), an anchor name from ANCHORS (options:
+    origin = (host, port) for the proxies' upstream, binary = another build
+    of the same server, edits = [(old, new), ...] applied to the rendered
+    configuration, see `edit_config`), or "process" (started with
+    `ServerPool.start_process`)."""
 
     label: str
     kind: str
     options: dict = field(default_factory=dict)
 
     def describe(self) -> str:
+        o = self.options
         if self.kind == "weft":
-            o = self.options
             return f"weft serve --event {o.get('event', 'epoll')} --send {o.get('send', 'auto')}"
-        if self.options.get("binary") or self.options.get("edits"):
+        if self.kind in WEFT_KINDS:
+            return " ".join([f"weft {WEFT_KINDS[self.kind]}"] + list(o.get("extra", [])))
+        if o.get("binary") or o.get("edits"):
             return f"{self.kind} (variant: {self.label})"
         return self.kind
 
@@ -138,6 +209,14 @@ class RunningServer:
 
     def cpu_ticks(self) -> int:
         return proc.tree_cpu_ticks(self.pid)
+
+    def cpu_sample(self) -> proc.CpuSample:
+        """CPU time of the server's process tree, in ns and ticks."""
+        return proc.tree_cpu_sample(self.pid)
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
     def admin_stats(self) -> dict | None:
         """weft's /stats document (None for anchors or without --admin)."""
@@ -172,7 +251,7 @@ class ServerPool:
         self.stop_all()
 
     def start(self, spec: ServerSpec, timeout_s: float = 15.0) -> RunningServer:
-        if spec.kind == "weft":
+        if spec.kind in WEFT_KINDS:
             return self._start_weft(spec, timeout_s)
         return self._start_anchor(spec, timeout_s)
 
@@ -190,16 +269,8 @@ class ServerPool:
             logf.close()
 
     def _start_weft(self, spec: ServerSpec, timeout_s: float) -> RunningServer:
-        o = spec.options
-        cmd = [
-            self.weft_binary, "serve", self.www,
-            "--listen", "127.0.0.1:0",
-            "--workers", str(o.get("workers", 1)),
-            "--event", o.get("event", "epoll"),
-            "--send", o.get("send", "auto"),
-            "--admin", "127.0.0.1:0",
-            "--stats-on-exit",
-        ] + list(o.get("extra", []))  # fmt: skip
+        cmd = weft_command(self.weft_binary, spec, self.www)
+        wants_admin = "--admin" in cmd
         log_path = os.path.join(self.run_dir, f"{slug(spec.label)}.log")
         p = self._spawn(cmd, log_path, capture_stdout=True)
         rs = RunningServer(spec, p, 0, cmd, log_path=log_path)
@@ -209,7 +280,7 @@ class ServerPool:
         assert p.stdout is not None
         os.set_blocking(p.stdout.fileno(), False)
         buf = b""
-        while time.monotonic() < deadline and (rs.port == 0 or rs.admin is None):
+        while time.monotonic() < deadline and (rs.port == 0 or (wants_admin and rs.admin is None)):
             if p.poll() is not None:
                 raise ServerError(f"{spec.label} exited with {p.returncode}: {_tail(log_path)}")
             chunk = p.stdout.read()
@@ -240,10 +311,14 @@ class ServerPool:
         with open(os.path.join(ANCHOR_DIR, a["template"])) as f:
             text = f.read()
         conf = os.path.join(run, a["template"])
-        rendered = render_template(text, {"WWW": self.www, "RUN": run, "CONF": run, "PORT": str(port)})
+        values = {"WWW": self.www, "RUN": run, "CONF": run, "PORT": str(port)}
+        origin = spec.options.get("origin")
+        if origin:
+            values.update({"ORIGIN_HOST": origin[0], "ORIGIN_PORT": str(origin[1])})
+        rendered = render_template(text, values)
         with open(conf, "w") as f:
             f.write(edit_config(rendered, spec.options.get("edits", ())))
-        cmd = [c.format(conf=conf, run=run) for c in a["cmd"]]
+        cmd = [c.format(conf=conf, run=run, port=port) for c in a["cmd"]]
         if spec.options.get("binary"):
             cmd[0] = spec.options["binary"]
         log_path = os.path.join(run, "stdout-stderr.log")
@@ -294,6 +369,23 @@ class ServerPool:
                 self.stop(rs)
             except Exception as e:  # keep stopping the others
                 self.log(f"  could not stop {rs.spec.label}: {e}")
+
+
+def weft_command(binary: str, spec: ServerSpec, www: str = "") -> list[str]:
+    """The command line that starts a weft ServerSpec on a free port (weft
+    prints `listening on ADDR`, and `admin on ADDR` when it has --admin)."""
+    o = spec.options
+    sub = WEFT_KINDS[spec.kind]
+    workers = ["--workers", str(o.get("workers", 1))]
+    event = ["--event", o.get("event", "epoll")]
+    if sub == "serve":
+        head = [binary, "serve", www, "--listen", "127.0.0.1:0", *workers, *event, "--send", o.get("send", "auto"),
+                "--admin", "127.0.0.1:0", "--stats-on-exit"]  # fmt: skip
+    elif sub == "proxy":
+        head = [binary, "proxy", "--listen", "127.0.0.1:0", *workers, *event, "--admin", "127.0.0.1:0", "--stats-on-exit"]
+    else:
+        head = [binary, "origin", "--listen", "127.0.0.1:0", *workers, *event, "--stats-on-exit"]
+    return head + list(o.get("extra", []))
 
 
 def _signal_group(pgid: int, sig: int) -> None:

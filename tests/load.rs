@@ -359,6 +359,9 @@ fn polymix_through_a_proxy_gets_hits_misses_and_304s() {
     assert!(n(&v, "replies.3xx") > 0, "IMS requests get 304s");
     assert_eq!(n(&v, "requests"), n(&v, "replies.total") + n(&v, "workload.aborted"));
     assert!(n(&v, "connections") < n(&v, "requests"), "robots reuse connections");
+    // The origin answers everything itself: no reply carries Age.
+    assert_eq!(n(&v, "cache.hits"), 0);
+    assert_eq!(n(&v, "cache.misses"), n(&v, "replies.total"));
     // Robots abort transactions (0.1 % by default; 20 % here): each resets
     // its connection mid-reply, is counted apart and is not an error.
     let v = load(&[
@@ -405,6 +408,32 @@ fn polymix_through_a_proxy_gets_hits_misses_and_304s() {
     let r = weft_run(&["load", &url(&o, "/"), "--workload", "polymix", "--rate", "10"], None);
     assert_eq!(r.code, Some(2));
     assert!(r.stderr.contains("--proxy"), "{}", r.stderr);
+}
+
+#[test]
+fn replies_with_age_are_counted_as_cache_hits() {
+    // One client, one connection of 20 requests for one cacheable object
+    // through weft proxy: the first is a miss, the other 19 carry Age.
+    let o = origin(&[]);
+    let p = Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1"]);
+    let addr = p.addr.to_string();
+    let v = load(&[
+        &url(&o, "/size/8192/c/hit"),
+        "--proxy",
+        &addr,
+        "--clients",
+        "1",
+        "--calls",
+        "20",
+        "--num-conns",
+        "1",
+        "--verify",
+    ]);
+    no_errors(&v);
+    assert_eq!(n(&v, "replies.2xx"), 20);
+    assert_eq!(n(&v, "cache.hits"), 19, "{}", v["cache"]);
+    assert_eq!(n(&v, "cache.misses"), 1, "{}", v["cache"]);
+    assert!(v["cache"]["hit_response_time_ms"]["mean"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

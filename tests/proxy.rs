@@ -826,6 +826,8 @@ mod scenarios {
         assert_eq!(r.status, 200);
         assert_eq!(r.body, pattern(2000));
         assert_eq!(o.count("/cl/2000"), 2);
+        // Validated by the origin for this request: no Age (RFC 9111 §5.1).
+        assert_eq!(r.header("age"), None);
         assert!(
             o.last_head().contains("If-None-Match: \"v1\""),
             "conditional request sent: {}",

@@ -38,3 +38,40 @@ def test_tree_cpu_of_this_process_is_positive():
 
     sum(i * i for i in range(200_000))
     assert proc.tree_cpu_ticks(os.getpid()) >= 0
+
+
+def test_schedstat_sample_of_a_fake_proc(tmp_path):
+    def proc_entry(pid, ppid, ut, st, threads):
+        d = tmp_path / str(pid)
+        (d / "task").mkdir(parents=True)
+        fields = ["S", str(ppid)] + ["0"] * 9 + [str(ut), str(st)] + ["0"] * 8
+        (d / "stat").write_text(f"{pid} (srv) " + " ".join(fields))
+        for tid, ns in threads.items():
+            (d / "task" / str(tid)).mkdir()
+            (d / "task" / str(tid) / "schedstat").write_text(f"{ns} 999 7\n")
+
+    proc_entry(100, 1, 10, 5, {100: 1_000_000, 103: 2_500_000})
+    proc_entry(101, 100, 3, 2, {101: 500})
+    proc_entry(200, 1, 9, 9, {200: 777})  # unrelated
+    s = proc.tree_cpu_sample(100, proc=str(tmp_path))
+    assert s.ns == 3_500_500
+    assert s.ticks == 20
+    assert s.tids == frozenset({100, 101, 103})
+
+
+def test_cpu_seconds_between_uses_ns_unless_a_thread_exited():
+    a = proc.CpuSample(ns=1_000_000_000, ticks=100, tids=frozenset({1, 2}))
+    b = proc.CpuSample(ns=1_250_000_000, ticks=125, tids=frozenset({1, 2, 3}))
+    assert proc.cpu_seconds_between(a, b) == 0.25
+    gone = proc.CpuSample(ns=1_100_000_000, ticks=100 + proc.CLK_TCK // 2, tids=frozenset({1}))
+    assert proc.cpu_seconds_between(a, gone) == (proc.CLK_TCK // 2) / proc.CLK_TCK
+    assert proc.parse_schedstat("123 456 7\n") == 123
+
+
+def test_tree_cpu_sample_of_this_process_grows():
+    import os
+
+    a = proc.tree_cpu_sample(os.getpid())
+    sum(i * i for i in range(300_000))
+    b = proc.tree_cpu_sample(os.getpid())
+    assert b.ns > a.ns and os.getpid() in b.tids

@@ -1,4 +1,5 @@
 import os
+import re
 import socket
 import time
 
@@ -15,12 +16,36 @@ def test_render_template_replaces_every_placeholder():
 
 
 def test_anchor_templates_have_a_port_placeholder_and_nothing_fixed():
+    values = {"WWW": "/w", "RUN": "/r", "CONF": "/c", "PORT": "1", "ORIGIN_HOST": "127.0.0.9", "ORIGIN_PORT": "2"}
     for kind, a in servers.ANCHORS.items():
         with open(os.path.join(servers.ANCHOR_DIR, a["template"])) as f:
             text = f.read()
-        assert "@PORT@" in text, kind
-        rendered = servers.render_template(text, {"WWW": "/w", "RUN": "/r", "CONF": "/c", "PORT": "1"})
-        assert "1808" not in rendered, kind
+        if not a["template"].endswith(".vcl"):  # varnishd takes its port on the command line
+            assert "@PORT@" in text, kind
+        rendered = servers.render_template(text, values)
+        # No port of the shared templates (18080-18149) is left behind.
+        assert not re.search(r"\b181[0-4]\d\b|\b1808\d\b", rendered), kind
+        if kind.startswith(("haproxy", "varnish", "nginx-proxy", "squid-reverse")):
+            assert "127.0.0.9" in rendered and "2" in rendered, f"{kind} names its origin"
+    assert "{port}" in " ".join(servers.ANCHORS["varnish-hit"]["cmd"])
+
+
+def test_wrk_forward_scripts_send_absolute_uris():
+    for name in ("wrk_fwd_hit.lua", "wrk_fwd_miss.lua"):
+        with open(os.path.join(servers.ANCHOR_DIR, name)) as f:
+            text = servers.render_template(f.read(), {"ORIGIN_HOST": "127.0.0.1", "ORIGIN_PORT": "9", "PATH": "/c/8KiB", "RUNID": "r1"})
+        assert "http://127.0.0.1:9/c/8KiB" in text, name
+        assert 'wrk.headers["Host"] = "127.0.0.1:9"' in text, name
+
+
+def test_weft_commands_for_each_kind():
+    serve = servers.weft_command("/b/weft", servers.ServerSpec("s", "weft", {"send": "copy"}), "/www")
+    assert serve[:3] == ["/b/weft", "serve", "/www"] and "copy" in serve and "--admin" in serve
+    proxy = servers.weft_command("/b/weft", servers.ServerSpec("p", "weft-proxy", {"extra": ["--splice", "on"]}))
+    assert proxy[:2] == ["/b/weft", "proxy"] and proxy[-2:] == ["--splice", "on"] and "--admin" in proxy
+    origin = servers.weft_command("/b/weft", servers.ServerSpec("o", "weft-origin", {"workers": 2}))
+    assert origin[:2] == ["/b/weft", "origin"] and "--admin" not in origin and origin[origin.index("--workers") + 1] == "2"
+    assert servers.ServerSpec("p", "weft-proxy", {"extra": ["--splice", "off"]}).describe() == "weft proxy --splice off"
 
 
 def test_free_port_is_bindable():

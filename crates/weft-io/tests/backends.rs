@@ -508,3 +508,32 @@ fn every_backend_reports_a_half_close() {
     half_close_is_reported::<weft_io::backend::Tracked<weft_io::backend::Uring>>();
     half_close_is_reported::<weft_io::backend::Tracked<weft_io::backend::EpollEt>>();
 }
+
+/// A half-closed socket registered without read interest (kept for writing,
+/// or parked) stays quiet: a level-triggered backend that asked for RDHUP
+/// regardless would report it at every wait and spin the loop.
+fn half_close_without_read_interest_is_quiet<P: Poller>() {
+    let mut p = P::new().unwrap();
+    let (a, b) = pair();
+    let t = Token::new(4, 1);
+    p.add(b.as_raw_fd(), t, Interest::NONE).unwrap();
+    a.shutdown(std::net::Shutdown::Write).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut ev = Vec::new();
+    for _ in 0..3 {
+        p.wait(&mut ev, Some(Duration::from_millis(20))).unwrap();
+    }
+    assert!(ev.is_empty(), "{}: {ev:?}", P::CAPS.name);
+    p.delete(b.as_raw_fd()).unwrap();
+}
+
+#[test]
+fn level_triggered_backends_do_not_report_a_half_close_nobody_reads() {
+    half_close_without_read_interest_is_quiet::<weft_io::backend::Select>();
+    half_close_without_read_interest_is_quiet::<weft_io::backend::Poll>();
+    half_close_without_read_interest_is_quiet::<weft_io::backend::Epoll>();
+    half_close_without_read_interest_is_quiet::<weft_io::backend::EpollEt>();
+    half_close_without_read_interest_is_quiet::<weft_io::backend::EpollOnce>();
+    half_close_without_read_interest_is_quiet::<weft_io::backend::EpollBatched>();
+    half_close_without_read_interest_is_quiet::<weft_io::backend::Uring>();
+}

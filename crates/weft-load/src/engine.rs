@@ -199,6 +199,8 @@ struct Rx {
     verify: bool,
     verify_ok: bool,
     content: usize,
+    /// The reply's head has an `Age` field: a cache answered it.
+    cached: bool,
 }
 
 impl Rx {
@@ -214,6 +216,7 @@ impl Rx {
             verify: false,
             verify_ok: true,
             content: 0,
+            cached: false,
         }
     }
 }
@@ -1336,7 +1339,10 @@ impl Core<'_> {
         c.rx.got_any = true;
         if c.head_buf.is_empty() {
             return match self.head.parse(d, &self.limits) {
-                Ok(Some(n)) => Ok(Some(n)),
+                Ok(Some(n)) => {
+                    c.rx.cached = self.head.header(d, "age").is_some();
+                    Ok(Some(n))
+                }
                 Ok(None) => {
                     c.head_buf.extend_from_slice(d);
                     Ok(None)
@@ -1348,6 +1354,7 @@ impl Core<'_> {
         c.head_buf.extend_from_slice(d);
         match self.head.parse(&c.head_buf, &self.limits) {
             Ok(Some(n)) => {
+                c.rx.cached = self.head.header(&c.head_buf, "age").is_some();
                 c.head_buf.clear();
                 Ok(Some(n - old))
             }
@@ -1374,6 +1381,7 @@ impl Core<'_> {
                             status,
                             now.saturating_duration_since(c.opened),
                             second(self.sh.t0, now),
+                            false,
                         );
                         if let Owner::Session(st) = c.owner {
                             if let Some(s) = self.sessions.get_mut(st) {
@@ -1531,7 +1539,7 @@ impl Core<'_> {
         let status = c.rx.status;
         let sec = second(self.sh.t0, now);
         self.stats
-            .record_reply(status, now.saturating_duration_since(meta.sent_at), sec);
+            .record_reply(status, now.saturating_duration_since(meta.sent_at), sec, c.rx.cached);
         c.replies += 1;
         if c.rx.verify {
             self.stats.verified += 1;

@@ -102,6 +102,7 @@ pub fn run_json(cfg: &LoadConfig, r: &RunResult) -> Value {
     let reply = r.reply_rate();
     let request = r.request_rate();
     let e = &s.errors;
+    let miss = s.uncached_us();
     json!({
         "requests": s.requests,
         "replies": {
@@ -119,6 +120,13 @@ pub fn run_json(cfg: &LoadConfig, r: &RunResult) -> Value {
             "max": if h.is_empty() { 0.0 } else { ms(h.max() as f64) },
         },
         "connect_time_ms": { "mean": mean(c), "p50": q(c, 0.5), "p99": q(c, 0.99) },
+        // Replies with an Age field (a cache's answers: a proxy's hits) and the rest.
+        "cache": {
+            "hits": s.cached_us.len(),
+            "misses": miss.len(),
+            "hit_response_time_ms": { "mean": mean(&s.cached_us), "p50": q(&s.cached_us, 0.5), "p90": q(&s.cached_us, 0.9), "p99": q(&s.cached_us, 0.99) },
+            "miss_response_time_ms": { "mean": mean(&miss), "p50": q(&miss, 0.5), "p90": q(&miss, 0.9), "p99": q(&miss, 0.99) },
+        },
         "connection_time_ms": { "mean": mean(l), "p50": q(l, 0.5), "max": if l.is_empty() { 0.0 } else { ms(l.max() as f64) } },
         "bytes": { "sent": s.bytes_sent, "received": s.bytes_received, "reply_head": s.head_bytes, "reply_body": s.body_bytes },
         // Counts only, so a consumer may sum them; details live beside.
@@ -364,6 +372,18 @@ fn one(cfg: &LoadConfig, r: &RunResult) -> String {
         hq(0.999),
         if h.is_empty() { 0.0 } else { h.max() as f64 / 1000.0 }
     );
+    if !s.cached_us.is_empty() {
+        let miss = s.uncached_us();
+        let m = |h: &hdrhistogram::Histogram<u64>| if h.is_empty() { 0.0 } else { h.mean() / 1000.0 };
+        let _ = writeln!(
+            o,
+            "Cached replies (with Age): {} ({:.1}%); response time [ms] mean: cached {:.3}, others {:.3}",
+            s.cached_us.len(),
+            100.0 * s.cached_us.len() as f64 / (replies.max(1)) as f64,
+            m(&s.cached_us),
+            m(&miss)
+        );
+    }
     if replies > 0 {
         let _ = writeln!(
             o,
@@ -480,6 +500,7 @@ mod tests {
                 200,
                 Duration::from_micros(500 + i % 1000),
                 (i as f64 / replies as f64 * secs) as usize,
+                i % 4 == 0,
             );
         }
         s.connections = replies;
@@ -545,6 +566,12 @@ mod tests {
         assert!((v["cpu_per_request_us"].as_f64().unwrap() - 100.0).abs() < 1e-9);
         let p50 = v["response_time_ms"]["p50"].as_f64().unwrap();
         assert!((0.9..1.1).contains(&p50), "{p50}");
+        assert_eq!(v["cache"]["hits"].as_u64(), Some(750));
+        assert_eq!(v["cache"]["misses"].as_u64(), Some(2250));
+        for k in ["hit_response_time_ms", "miss_response_time_ms"] {
+            let mean = v["cache"][k]["mean"].as_f64().unwrap();
+            assert!((0.9..1.1).contains(&mean), "{k} {mean}");
+        }
     }
 
     #[test]

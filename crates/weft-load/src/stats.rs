@@ -91,6 +91,11 @@ pub struct Stats {
     pub verified: u64,
     /// Response times (request written → reply complete), µs.
     pub response_us: Histogram<u64>,
+    /// Response times of replies that carried an `Age` field, µs: answers a
+    /// cache served (RFC 9111 §5.1: Age means "not generated or validated
+    /// by the origin for this request"). Through a proxy these are its hits;
+    /// `response_us` minus these are its misses.
+    pub cached_us: Histogram<u64>,
     /// Connect times (connect → established), µs.
     pub connect_us: Histogram<u64>,
     /// Connection lifetimes (connect → close) of connections that carried a reply, µs.
@@ -131,6 +136,7 @@ impl Default for Stats {
             body_bytes: 0,
             verified: 0,
             response_us: histogram(),
+            cached_us: histogram(),
             connect_us: histogram(),
             conn_life_us: histogram(),
             reply_samples: Vec::new(),
@@ -165,13 +171,26 @@ impl Stats {
         self.replies.iter().sum()
     }
 
-    /// A reply with `status` completed `second` seconds into the run.
+    /// A reply with `status` completed `second` seconds into the run;
+    /// `cached`: it carried an `Age` field.
     #[inline]
-    pub fn record_reply(&mut self, status: u16, response: Duration, second: usize) {
+    pub fn record_reply(&mut self, status: u16, response: Duration, second: usize, cached: bool) {
         let class = (status / 100).clamp(1, 5) as usize - 1;
         self.replies[class] += 1;
-        let _ = self.response_us.record(micros(response));
+        let us = micros(response);
+        let _ = self.response_us.record(us);
+        if cached {
+            let _ = self.cached_us.record(us);
+        }
         bump_sample(&mut self.reply_samples, second);
+    }
+
+    /// Response times of the replies without an `Age` field (a proxy's
+    /// misses), µs: all replies less the cached ones.
+    pub fn uncached_us(&self) -> Histogram<u64> {
+        let mut h = self.response_us.clone();
+        let _ = h.subtract(&self.cached_us);
+        h
     }
 
     /// A request was written.
@@ -225,6 +244,7 @@ impl Stats {
         self.body_bytes += o.body_bytes;
         self.verified += o.verified;
         let _ = self.response_us.add(&o.response_us);
+        let _ = self.cached_us.add(&o.cached_us);
         let _ = self.connect_us.add(&o.connect_us);
         let _ = self.conn_life_us.add(&o.conn_life_us);
         merge_samples(&mut self.reply_samples, &o.reply_samples);
@@ -390,14 +410,14 @@ mod tests {
     #[test]
     fn recording_and_merging() {
         let mut a = Stats::default();
-        a.record_reply(200, Duration::from_millis(2), 0);
-        a.record_reply(404, Duration::from_millis(4), 1);
+        a.record_reply(200, Duration::from_millis(2), 0, false);
+        a.record_reply(404, Duration::from_millis(4), 1, true);
         a.record_request(100, 0);
         a.record_errno(Some(libc::ECONNREFUSED));
         a.record_errno(Some(libc::EMFILE));
         a.record_errno(Some(libc::EBADF));
         let mut b = Stats::default();
-        b.record_reply(304, Duration::from_millis(6), 1);
+        b.record_reply(304, Duration::from_millis(6), 1, true);
         b.record_errno(Some(libc::EADDRNOTAVAIL));
         a.merge(&b);
         assert_eq!(a.replies, [0, 1, 1, 1, 0]);
@@ -412,5 +432,11 @@ mod tests {
         let p50 = a.response_us.value_at_quantile(0.5);
         assert!((3990..=4010).contains(&p50), "{p50}");
         assert!((a.response_us.mean() - 4000.0).abs() < 10.0);
+        // Cached (Age) replies: 4 and 6 ms; the uncached one: 2 ms.
+        assert_eq!(a.cached_us.len(), 2);
+        assert!((a.cached_us.mean() - 5000.0).abs() < 10.0);
+        let miss = a.uncached_us();
+        assert_eq!(miss.len(), 1);
+        assert!((miss.mean() - 2000.0).abs() < 10.0);
     }
 }

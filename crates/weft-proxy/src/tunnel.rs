@@ -17,6 +17,27 @@ use weft_io::{Pipe, PipePool};
 
 const BUF: usize = 64 * 1024;
 const PUMP_BUDGET: usize = 4 << 20;
+/// Copy buffers a worker keeps for its next tunnels.
+const SPARE_BUFS: usize = 64;
+
+/// A worker's spare copy buffers: a tunnel that copies takes two and gives
+/// them back when it closes, so no tunnel allocates (and zero-fills) 128 KiB.
+#[derive(Default)]
+pub struct TunnelBufs {
+    spare: Vec<Vec<u8>>,
+}
+
+impl TunnelBufs {
+    fn take(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_else(|| vec![0u8; BUF])
+    }
+
+    fn give(&mut self, buf: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFS && buf.len() == BUF {
+            self.spare.push(buf);
+        }
+    }
+}
 
 enum Path {
     Copy { buf: Vec<u8>, start: usize, end: usize },
@@ -63,17 +84,17 @@ pub enum TunnelState {
 }
 
 impl Direction {
-    fn new(splice: bool, pool: &mut PipePool, st: &mut ProxyStats) -> Direction {
+    fn new(splice: bool, pool: &mut PipePool, bufs: &mut TunnelBufs, st: &mut ProxyStats) -> Direction {
         let path = if splice {
             match pool.get() {
                 Ok(pipe) => Path::Splice { pipe, bytes: 0 },
                 Err(_) => {
                     st.sessions_no_pipe += 1;
-                    copy_path()
+                    copy_path(bufs.take())
                 }
             }
         } else {
-            copy_path()
+            copy_path(bufs.take())
         };
         Direction {
             path,
@@ -220,7 +241,7 @@ impl Direction {
 
     fn fallback(&mut self, st: &mut ProxyStats) -> Result<(), ()> {
         st.sessions_fallback += 1;
-        let old = std::mem::replace(&mut self.path, copy_path());
+        let old = std::mem::replace(&mut self.path, copy_path(vec![0u8; BUF]));
         if let (Path::Splice { pipe, bytes }, Path::Copy { buf, end, .. }) = (old, &mut self.path) {
             if bytes > buf.len() {
                 buf.resize(bytes, 0);
@@ -239,19 +260,16 @@ impl Direction {
         Ok(())
     }
 
-    fn give_back(self, pool: &mut PipePool) {
-        if let Path::Splice { pipe, bytes } = self.path {
-            pool.put(pipe, bytes);
+    fn give_back(self, pool: &mut PipePool, bufs: &mut TunnelBufs) {
+        match self.path {
+            Path::Splice { pipe, bytes } => pool.put(pipe, bytes),
+            Path::Copy { buf, .. } => bufs.give(buf),
         }
     }
 }
 
-fn copy_path() -> Path {
-    Path::Copy {
-        buf: vec![0u8; BUF],
-        start: 0,
-        end: 0,
-    }
+fn copy_path(buf: Vec<u8>) -> Path {
+    Path::Copy { buf, start: 0, end: 0 }
 }
 
 fn is_splice_failure(e: &io::Error) -> bool {
@@ -273,11 +291,11 @@ pub struct Tunnel {
 impl Tunnel {
     /// A tunnel splicing both directions (or copying when `splice` is false
     /// or pipes are short).
-    pub fn new(splice: bool, pool: &mut PipePool, st: &mut ProxyStats) -> Tunnel {
+    pub fn new(splice: bool, pool: &mut PipePool, bufs: &mut TunnelBufs, st: &mut ProxyStats) -> Tunnel {
         st.tunnels += 1;
         Tunnel {
-            c2u: Direction::new(splice, pool, st),
-            u2c: Direction::new(splice, pool, st),
+            c2u: Direction::new(splice, pool, bufs, st),
+            u2c: Direction::new(splice, pool, bufs, st),
             to_upstream: OutQueue::new(),
         }
     }
@@ -310,9 +328,9 @@ impl Tunnel {
         }
     }
 
-    /// Return the pipes (closed if they still hold bytes).
-    pub fn close(self, pool: &mut PipePool) {
-        self.c2u.give_back(pool);
-        self.u2c.give_back(pool);
+    /// Return the pipes (closed if they still hold bytes) and the copy buffers.
+    pub fn close(self, pool: &mut PipePool, bufs: &mut TunnelBufs) {
+        self.c2u.give_back(pool, bufs);
+        self.u2c.give_back(pool, bufs);
     }
 }

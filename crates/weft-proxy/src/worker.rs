@@ -120,6 +120,8 @@ struct Shared<'a> {
     vary_scratch: Vec<u8>,
     /// Recycled relay buffers (copy path).
     relay_bufs: Vec<bytes::BytesMut>,
+    /// Recycled tunnel copy buffers.
+    tunnel_bufs: crate::tunnel::TunnelBufs,
     heuristic: Heuristic,
     draining: bool,
 }
@@ -175,6 +177,7 @@ impl<'a> Worker<'a> {
                 scratch: Vec::with_capacity(1024),
                 vary_scratch: Vec::new(),
                 relay_bufs: Vec::new(),
+                tunnel_bufs: Default::default(),
                 heuristic: Heuristic::default(),
                 draining: false,
             },
@@ -287,7 +290,7 @@ impl<'a> Worker<'a> {
             }
         }
         if let Some((tunnel, ut)) = c.tunnel.take() {
-            tunnel.close(&mut self.sh.pipes);
+            tunnel.close(&mut self.sh.pipes, &mut self.sh.tunnel_bufs);
             self.close_upstream(cx, ut);
         }
     }
@@ -713,7 +716,7 @@ impl<'a> Worker<'a> {
                             }
                             sh.stats.hits += 1;
                             let close = !txn.client_keep_alive || sh.draining || !matches!(txn.body, ReqBody::None);
-                            serve_hit(&mut c.out, req, data, &obj, now, close, &mut sh.stats);
+                            serve_hit(&mut c.out, req, data, &obj, now, close, false, &mut sh.stats);
                             c.start = head_end;
                             c.close_after |= close;
                             c.spare = Some(txn);
@@ -1337,7 +1340,7 @@ impl<'a> Worker<'a> {
                 c.spare = spare;
                 // Serve the refreshed object, with the client's own
                 // conditionals and range (its head is kept in req_data).
-                serve_hit(&mut c.out, &c.req, &c.req_data, &serve, now, close, &mut sh.stats);
+                serve_hit(&mut c.out, &c.req, &c.req_data, &serve, now, close, true, &mut sh.stats);
                 c.close_after |= close;
                 self.release_upstream(cx, ut, reusable);
                 return Flow::Again;
@@ -1658,7 +1661,7 @@ impl<'a> Worker<'a> {
         };
         txn.up = None;
         c.spare = Some(txn);
-        let mut tunnel = Box::new(Tunnel::new(splice, &mut sh.pipes, &mut sh.stats));
+        let mut tunnel = Box::new(Tunnel::new(splice, &mut sh.pipes, &mut sh.tunnel_bufs, &mut sh.stats));
         // A FIN seen while the tunnel was being set up is the tunnel's to
         // forward: reading again returns EOF, which the tunnel turns into a
         // half-close towards the upstream.
@@ -1850,6 +1853,11 @@ fn reject(c: &mut Client, date: &weft_http::DateCache, status: u16, reason: &str
 /// Answer a request (head `data`, parsed as `req`) from a stored object: its
 /// conditionals, Range and HEAD applied. Body bytes go out as shared segments
 /// of the object (no copy).
+/// `validated`: the origin has just validated the object for this request
+/// (a 304 to our conditional request): the answer then has no `Age`, whose
+/// presence says the opposite (RFC 9111 §5.1), so clients and measuring
+/// tools can tell it from a hit.
+#[allow(clippy::too_many_arguments)]
 fn serve_hit(
     out: &mut OutQueue,
     req: &RequestHead,
@@ -1857,6 +1865,7 @@ fn serve_hit(
     obj: &Object,
     now: u64,
     close: bool,
+    validated: bool,
     st: &mut ProxyStats,
 ) {
     let method = req.method();
@@ -1886,9 +1895,11 @@ fn serve_hit(
     };
     let age = obj.age(now);
     let tail = |v: &mut Vec<u8>, content_length: Option<u64>| {
-        v.extend_from_slice(b"Age: ");
-        weft_http::push_decimal(v, age);
-        v.extend_from_slice(b"\r\n");
+        if !validated {
+            v.extend_from_slice(b"Age: ");
+            weft_http::push_decimal(v, age);
+            v.extend_from_slice(b"\r\n");
+        }
         if let Some(l) = content_length {
             v.extend_from_slice(b"Content-Length: ");
             weft_http::push_decimal(v, l);

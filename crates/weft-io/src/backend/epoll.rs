@@ -12,9 +12,13 @@ use std::time::Duration;
 const MAX_EVENTS: usize = 512;
 
 fn bits(interest: Interest, edge: bool) -> u32 {
-    let mut b = libc::EPOLLRDHUP as u32;
+    let mut b = 0;
+    // RDHUP only with read interest: level-triggered, a half-closed socket
+    // reports it at every wait, so a socket kept for writing only (a tunnel
+    // whose other direction is still open, a response going to a client
+    // that sent its FIN) would wake the loop without end.
     if interest.read {
-        b |= libc::EPOLLIN as u32;
+        b |= (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
     }
     if interest.write {
         b |= libc::EPOLLOUT as u32;

@@ -18,9 +18,11 @@ pub struct Poll {
 }
 
 fn bits(interest: Interest) -> i16 {
-    let mut b = libc::POLLRDHUP;
+    let mut b = 0;
+    // RDHUP only with read interest (see the epoll backend: level-triggered,
+    // it would wake the loop at every wait while the socket is half-closed).
     if interest.read {
-        b |= libc::POLLIN;
+        b |= libc::POLLIN | libc::POLLRDHUP;
     }
     if interest.write {
         b |= libc::POLLOUT;
