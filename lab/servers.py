@@ -250,10 +250,23 @@ class ServerPool:
     def __exit__(self, *exc) -> None:
         self.stop_all()
 
-    def start(self, spec: ServerSpec, timeout_s: float = 15.0) -> RunningServer:
-        if spec.kind in WEFT_KINDS:
-            return self._start_weft(spec, timeout_s)
-        return self._start_anchor(spec, timeout_s)
+    def start(self, spec: ServerSpec, timeout_s: float = 15.0, retries: int = 3) -> RunningServer:
+        """Start `spec`; a bind that failed with EADDRINUSE is tried again
+        after a pause: on a machine shared with other load runs, loopback can
+        hold so many TIME_WAIT sockets that even port 0 finds no free port
+        for a moment (seen: 131,072 TIME_WAIT, `Address already in use` on
+        weft's admin port)."""
+        for attempt in range(retries + 1):
+            try:
+                if spec.kind in WEFT_KINDS:
+                    return self._start_weft(spec, timeout_s)
+                return self._start_anchor(spec, timeout_s)
+            except ServerError as e:
+                if "Address already in use" not in str(e) or attempt == retries:
+                    raise
+                self.log(f"  {spec.label}: address in use, starting again in 5 s ({e})")
+                time.sleep(5)
+        raise AssertionError("unreachable")
 
     def _spawn(self, cmd: list[str], log_path: str, capture_stdout: bool = False) -> subprocess.Popen:
         logf = open(log_path, "wb")

@@ -104,3 +104,25 @@ def live_members(pgid):
         if int(fields[2]) == pgid and fields[0] != "Z":
             out.append(int(name))
     return out
+
+
+def test_start_tries_again_when_the_address_is_in_use(tmp_path, monkeypatch):
+    pool = servers.ServerPool(str(tmp_path), str(tmp_path), "/bin/false", log=lambda m: None)
+    calls = []
+
+    def flaky(spec, timeout_s):
+        calls.append(1)
+        if len(calls) < 3:
+            raise servers.ServerError("weft epoll exited with 1: cannot listen on admin address 127.0.0.1:0: Address already in use")
+        return "started"
+
+    monkeypatch.setattr(pool, "_start_weft", flaky)
+    monkeypatch.setattr(servers.time, "sleep", lambda s: None)
+    assert pool.start(servers.ServerSpec("weft epoll", "weft")) == "started" and len(calls) == 3
+
+    def broken(spec, timeout_s):
+        raise servers.ServerError("weft epoll exited with 2: bad flag")
+
+    monkeypatch.setattr(pool, "_start_weft", broken)
+    with pytest.raises(servers.ServerError, match="bad flag"):
+        pool.start(servers.ServerSpec("weft epoll", "weft"))
