@@ -57,6 +57,10 @@ pub struct Client {
     pub close_after: bool,
     pub linger_on_close: bool,
     pub lingering: bool,
+    /// TCP_NOTSENT_LOWAT is set on the socket: it is while upstream bodies
+    /// and tunnels are relayed to it, and not while large cache hits are
+    /// written from memory (see `Worker::set_notsent_lowat`).
+    pub notsent_lowat: bool,
     pub head_started: Option<Instant>,
     pub last_activity: Instant,
     pub deadline: Option<Instant>,
@@ -96,6 +100,7 @@ impl Client {
             close_after: false,
             linger_on_close: false,
             lingering: false,
+            notsent_lowat: false,
             head_started: None,
             last_activity: now,
             deadline: None,

@@ -63,12 +63,20 @@ pub struct Proxy {
 /// fills, the proxy stops reading, and the body waits in the upstream socket
 /// until the client drains: the flow control HAProxy gets from reading one
 /// pipe per wake-up.
+///
+/// The bound is not inherited from the listener: the worker sets it on a
+/// client socket when it first relays an upstream body or tunnel to it and
+/// lifts it for large cache hits (`worker::set_notsent_lowat`), which write
+/// an object already in memory and would only be cut into small writes.
+/// Here we check once that the kernel takes the option.
 fn tune_listener(fd: std::os::fd::RawFd, cfg: &ProxyConfig) {
     let _ = sys::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
     if cfg.notsent_lowat > 0 {
         let v = cfg.notsent_lowat.min(i32::MAX as usize) as i32;
-        if let Err(e) = sys::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v) {
-            weft_core::warn!("TCP_NOTSENT_LOWAT not set: {e}");
+        let probe = sys::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v)
+            .and_then(|()| sys::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, 0));
+        if let Err(e) = probe {
+            weft_core::warn!("TCP_NOTSENT_LOWAT not available: {e}");
         }
     }
 }
@@ -263,8 +271,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn accepted_sockets_inherit_the_listener_options() {
-        for (lowat, want) in [(32 * 1024, 32 * 1024), (0, 0)] {
+    fn accepted_sockets_inherit_nodelay_but_no_unsent_bound() {
+        // The bound is the worker's to set per connection (relays yes, large
+        // hits no): the listener only probes that the kernel takes it.
+        for lowat in [32 * 1024, 0] {
             let cfg = ProxyConfig {
                 notsent_lowat: lowat,
                 ..ProxyConfig::default()
@@ -276,7 +286,7 @@ mod tests {
             let (accepted, _) = sys::accept(l.raw()).unwrap();
             let fd = accepted.raw();
             let get = |name| sys::getsockopt_int(fd, libc::IPPROTO_TCP, name).unwrap();
-            assert_eq!(get(libc::TCP_NOTSENT_LOWAT), want, "0 reads back as the kernel default");
+            assert_eq!(get(libc::TCP_NOTSENT_LOWAT), 0, "0: the kernel default (unbounded)");
             assert_eq!(get(libc::TCP_NODELAY), 1);
         }
     }
