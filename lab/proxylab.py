@@ -239,6 +239,17 @@ def merge_parts(previous: dict | None, quick: bool, parts: list[str] | None, row
     return kept + list(rows), merged_commands
 
 
+def runs_to_resummarize(lab) -> dict:
+    """An experiment's runs.json for `python3 -m lab summarize NAME`, with the
+    lab set to the form (quick or full) and versions it recorded."""
+    doc = read_runs(lab.results_dir)
+    if doc is None:
+        raise FileNotFoundError(f"no readable {lab.results_dir}/runs.json")
+    lab.quick = bool(doc.get("quick"))
+    lab.versions = doc.get("versions", {})
+    return doc
+
+
 def read_runs(results_dir: str) -> dict | None:
     """An experiment's runs.json, or None when there is none (or it is unreadable)."""
     try:

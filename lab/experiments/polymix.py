@@ -138,11 +138,7 @@ def run(lab: core.Lab) -> dict:
 
 def resummarize(lab: core.Lab) -> dict:
     """Summary and plots again from runs.json (`python3 -m lab summarize polymix`)."""
-    doc = pl.read_runs(lab.results_dir)
-    if doc is None:
-        raise FileNotFoundError(f"no readable {lab.results_dir}/runs.json")
-    lab.quick = bool(doc.get("quick"))
-    lab.versions = doc.get("versions", {})
+    doc = pl.runs_to_resummarize(lab)
     return summarize(lab, plan(lab.quick), doc["runs"], doc.get("commands", {}), doc.get("load_command", ""))
 
 
