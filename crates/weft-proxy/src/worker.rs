@@ -1855,13 +1855,6 @@ fn reject(c: &mut Client, date: &weft_http::DateCache, status: u16, reason: &str
     c.start = c.end;
 }
 
-/// Answer a request (head `data`, parsed as `req`) from a stored object: its
-/// conditionals, Range and HEAD applied. Body bytes go out as shared segments
-/// of the object (no copy).
-/// `validated`: the origin has just validated the object for this request
-/// (a 304 to our conditional request): the answer then has no `Age`, whose
-/// presence says the opposite (RFC 9111 §5.1), so clients and measuring
-/// tools can tell it from a hit.
 /// Bound (`on`) or unbound the unsent bytes the client socket holds
 /// (TCP_NOTSENT_LOWAT, `--notsent-lowat`). Bounded while upstream bodies and
 /// tunnels are relayed: the body then waits in the pipe and the upstream
@@ -1890,6 +1883,13 @@ fn set_notsent_lowat(fd: &Option<Fd>, state: &mut bool, on: bool, cfg: &ProxyCon
     }
 }
 
+/// Answer a request (head `data`, parsed as `req`) from a stored object: its
+/// conditionals, Range and HEAD applied. Body bytes go out as shared segments
+/// of the object (no copy).
+/// `validated`: the origin has just validated the object for this request
+/// (a 304 to our conditional request): the answer then has no `Age`, whose
+/// presence says the opposite (RFC 9111 §5.1), so clients and measuring
+/// tools can tell it from a hit.
 #[allow(clippy::too_many_arguments)]
 fn serve_hit(
     out: &mut OutQueue,
