@@ -496,15 +496,23 @@ fn half_close_is_reported<P: Poller>() {
     }
 }
 
+/// Runs a generic check under every plain backend (the `tracked` wrappers
+/// are listed by the tests that take them).
+macro_rules! plain_backends {
+    ($check:ident) => {
+        $check::<weft_io::backend::Select>();
+        $check::<weft_io::backend::Poll>();
+        $check::<weft_io::backend::Epoll>();
+        $check::<weft_io::backend::EpollEt>();
+        $check::<weft_io::backend::EpollOnce>();
+        $check::<weft_io::backend::EpollBatched>();
+        $check::<weft_io::backend::Uring>();
+    };
+}
+
 #[test]
 fn every_backend_reports_a_half_close() {
-    half_close_is_reported::<weft_io::backend::Select>();
-    half_close_is_reported::<weft_io::backend::Poll>();
-    half_close_is_reported::<weft_io::backend::Epoll>();
-    half_close_is_reported::<weft_io::backend::EpollEt>();
-    half_close_is_reported::<weft_io::backend::EpollOnce>();
-    half_close_is_reported::<weft_io::backend::EpollBatched>();
-    half_close_is_reported::<weft_io::backend::Uring>();
+    plain_backends!(half_close_is_reported);
     half_close_is_reported::<weft_io::backend::Tracked<weft_io::backend::Uring>>();
     half_close_is_reported::<weft_io::backend::Tracked<weft_io::backend::EpollEt>>();
 }
@@ -529,11 +537,5 @@ fn half_close_without_read_interest_is_quiet<P: Poller>() {
 
 #[test]
 fn level_triggered_backends_do_not_report_a_half_close_nobody_reads() {
-    half_close_without_read_interest_is_quiet::<weft_io::backend::Select>();
-    half_close_without_read_interest_is_quiet::<weft_io::backend::Poll>();
-    half_close_without_read_interest_is_quiet::<weft_io::backend::Epoll>();
-    half_close_without_read_interest_is_quiet::<weft_io::backend::EpollEt>();
-    half_close_without_read_interest_is_quiet::<weft_io::backend::EpollOnce>();
-    half_close_without_read_interest_is_quiet::<weft_io::backend::EpollBatched>();
-    half_close_without_read_interest_is_quiet::<weft_io::backend::Uring>();
+    plain_backends!(half_close_without_read_interest_is_quiet);
 }
