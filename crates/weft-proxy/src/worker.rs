@@ -1343,7 +1343,11 @@ impl<'a> Worker<'a> {
                 let spare = c.txn.take();
                 c.spare = spare;
                 // Serve the refreshed object, with the client's own
-                // conditionals and range (its head is kept in req_data).
+                // conditionals and range (its head is kept in req_data):
+                // from memory, so without the relay's unsent-bytes bound.
+                if serve.body.len() > cfg.notsent_lowat {
+                    set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, cfg);
+                }
                 serve_hit(&mut c.out, &c.req, &c.req_data, &serve, now, close, true, &mut sh.stats);
                 c.close_after |= close;
                 self.release_upstream(cx, ut, reusable);
