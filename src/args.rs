@@ -54,6 +54,24 @@ pub fn positive(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `--accept-limit N|inf` (a newtype: clap reads `Option<Option<T>>` as a flag
+/// with an optional value, which is not what this is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AcceptLimit(pub Option<usize>);
+
+/// `N` (positive) or `inf` (accept until EAGAIN); serve and proxy share it.
+pub fn accept_limit(s: &str) -> Result<AcceptLimit, String> {
+    if s == "inf" {
+        return Ok(AcceptLimit(None));
+    }
+    match s.parse::<usize>() {
+        Ok(0) | Err(_) => Err(format!(
+            "invalid accept limit `{s}` (expected a positive number or `inf`)"
+        )),
+        Ok(n) => Ok(AcceptLimit(Some(n))),
+    }
+}
+
 /// Block SIGTERM/SIGINT in this thread before any worker exists, so every
 /// thread inherits the mask and only the signal thread takes them.
 pub fn block_shutdown_signals() -> Result<(), ExitCode> {

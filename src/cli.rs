@@ -46,25 +46,9 @@ pub struct CheckArgs {
 }
 
 use crate::args::{
-    duration as parse_duration, size as parse_size, size_usize as parse_size_usize, workers as parse_workers,
+    accept_limit as parse_accept_limit, duration as parse_duration, size as parse_size, size_usize as parse_size_usize,
+    workers as parse_workers, AcceptLimit,
 };
-
-/// `--accept-limit N|inf` (a newtype: clap reads `Option<Option<T>>` as a flag
-/// with an optional value, which is not what this is).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AcceptLimit(pub Option<usize>);
-
-fn parse_accept_limit(s: &str) -> Result<AcceptLimit, String> {
-    if s == "inf" {
-        return Ok(AcceptLimit(None));
-    }
-    match s.parse::<usize>() {
-        Ok(0) | Err(_) => Err(format!(
-            "invalid accept limit `{s}` (expected a positive number or `inf`)"
-        )),
-        Ok(n) => Ok(AcceptLimit(Some(n))),
-    }
-}
 
 fn parse_max_pass(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {

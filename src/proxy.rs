@@ -93,6 +93,10 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "N")]
     pub backlog: Option<i32>,
 
+    /// Client connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: 10].
+    #[arg(long, value_name = "N|inf", value_parser = crate::args::accept_limit)]
+    pub accept_limit: Option<crate::args::AcceptLimit>,
+
     /// Body path: `on` splices every body and tunnel through the kernel,
     /// `off` copies through user space, `auto` splices bodies of at least
     /// --splice-threshold (and bodies of unknown length) [default: auto].
@@ -165,7 +169,7 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub pool_idle_timeout: Option<Duration>,
 
-    /// Idle connections kept per upstream address and worker [default: 64].
+    /// Idle connections kept per upstream address and worker (unused ones expire after --pool-idle-timeout) [default: 1024].
     #[arg(long, value_name = "N")]
     pub pool_size: Option<usize>,
 
@@ -253,6 +257,9 @@ impl ProxyArgs {
         c.allow = self.allow.clone();
         c.via_name = self.via_name.clone();
         c.admin = self.admin;
+        if let Some(v) = self.accept_limit {
+            c.accept_limit = v.0;
+        }
         if let Some(p) = &self.connect_ports {
             c.connect_ports = p.0.clone();
         }

@@ -629,6 +629,24 @@ mod scenarios {
         }
     }
 
+    /// `--accept-limit 1` still serves a burst of connections in full: a
+    /// listener the limit left ready is accepted from again (an
+    /// edge-triggered backend would not report it a second time).
+    pub fn accept_limit_serves_a_burst(event: &str) {
+        let o = Origin::start();
+        let p = start_proxy(&["--event", event, "--accept-limit", "1"]);
+        let url = o.url("/cl/100?cc=no-store");
+        let mut conns: Vec<Conn> = (0..24).map(|_| Conn::to(p.addr)).collect();
+        for c in &mut conns {
+            c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+        }
+        for (i, c) in conns.iter_mut().enumerate() {
+            let r = c.read(false).unwrap_or_else(|_| panic!("connection {i} got no answer"));
+            assert_eq!(r.status, 200);
+            assert!(r.body == pattern(100));
+        }
+    }
+
     /// CONNECT to a local echo server: bytes both ways, a large transfer,
     /// half-close forwarding, and refused ports.
     pub fn connect_tunnel(event: &str) {
@@ -957,7 +975,8 @@ per_backend!(
     origin_reset_mid_body,
     revalidation,
     vary,
-    access_control
+    access_control,
+    accept_limit_serves_a_burst
 );
 
 #[test]
@@ -1173,6 +1192,38 @@ fn upstream_connections_are_pooled() {
     fetch(&p, &o.url("/cl/1?cc=no-store&close=1"), "");
     fetch(&p, &o.url("/cl/2?cc=no-store"), "");
     assert_eq!(o.connections(), before + 2);
+}
+
+/// A burst of concurrent requests leaves its upstream connections in the
+/// pool, up to `--pool-size`, and the next burst reuses them instead of
+/// connecting again (a small cap made the proxy reconnect at every peak).
+#[test]
+fn a_burst_of_upstream_connections_stays_pooled() {
+    fn burst(p: &Weft, o: &Origin, n: usize) {
+        let url = o.url("/cl/10?cc=no-store&wait=300");
+        let mut conns: Vec<Conn> = (0..n).map(|_| Conn::to(p.addr)).collect();
+        for c in &mut conns {
+            c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+        }
+        for c in &mut conns {
+            assert_eq!(c.read(false).unwrap().status, 200);
+        }
+    }
+    // 80 overlapping requests: more than the old default cap of 64.
+    let o = Origin::start();
+    let p = start_proxy(&[]);
+    burst(&p, &o, 80);
+    let first = o.connections();
+    assert!(first > 64, "the burst overlapped ({first} upstream connections)");
+    burst(&p, &o, 80);
+    assert_eq!(o.connections(), first, "the second burst reused the pooled connections");
+    // With a cap, only that many are kept; the rest are opened again.
+    let o = Origin::start();
+    let p = start_proxy(&["--pool-size", "4"]);
+    burst(&p, &o, 12);
+    let first = o.connections();
+    burst(&p, &o, 12);
+    assert!(o.connections() >= first + 12 - 4, "{first} then {}", o.connections());
 }
 
 #[test]

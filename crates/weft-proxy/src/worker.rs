@@ -223,9 +223,14 @@ impl<'a> Worker<'a> {
             return;
         };
         self.listener_ready = false;
-        loop {
+        let limit = self.sh.cfg.accept_limit.unwrap_or(usize::MAX);
+        let mut accepted = 0usize;
+        while accepted < limit {
             match sys::accept(lfd) {
-                Ok((fd, peer)) => self.add_client(cx, fd, peer),
+                Ok((fd, peer)) => {
+                    accepted += 1;
+                    self.add_client(cx, fd, peer);
+                }
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EAGAIN) => return,
                     Some(libc::EINTR) | Some(libc::ECONNABORTED) => continue,
@@ -241,6 +246,12 @@ impl<'a> Worker<'a> {
                     }
                 },
             }
+        }
+        // The limit was reached first: the listener may still be ready. A
+        // level-triggered backend reports it again; an edge-triggered one
+        // would not, so the next pass accepts without waiting.
+        if P::CAPS.edge_triggered {
+            self.listener_ready = true;
         }
     }
 
