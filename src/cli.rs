@@ -113,7 +113,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = parse_workers)]
     pub workers: Option<usize>,
 
-    /// Connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: inf].
+    /// Connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: 10].
     #[arg(long, value_name = "N|inf", value_parser = parse_accept_limit)]
     pub accept_limit: Option<AcceptLimit>,
 

@@ -61,7 +61,11 @@ pub struct ServeConfig {
     pub wake_interval: Duration,
     /// Worker threads, each with its own SO_REUSEPORT listener and loop.
     pub workers: usize,
-    /// Connections accepted per listener readiness event (`None` = until EAGAIN).
+    /// Connections accepted per listener readiness event (`None` = until
+    /// EAGAIN). The default, 10, is the µserver study's finding, measured
+    /// again here (docs/results.md, "accept limits"): accepting until EAGAIN
+    /// loses a quarter or more of the replies past the knee, a limit costs
+    /// nothing below it.
     pub accept_limit: Option<usize>,
     /// Listen backlog.
     pub backlog: i32,
@@ -106,7 +110,7 @@ impl Default for ServeConfig {
             max_pass: weft_io::backend::DEFAULT_MAX_PASS,
             wake_interval: Duration::ZERO,
             workers: weft_io::sys::available_cpus(),
-            accept_limit: None,
+            accept_limit: Some(10),
             backlog: 4096,
             idle_timeout: Duration::from_secs(60),
             header_timeout: Duration::from_secs(10),
