@@ -11,8 +11,11 @@
 //! - [`workers`]: SO_REUSEPORT listener groups and signal-driven shutdown;
 //! - [`features`]: what this kernel supports (`weft backends`);
 //! - [`pipes`]: pipes for splice and tee, pooled per worker under a global cap;
-//! - [`admin`]: the `--admin` JSON endpoint's listener thread.
+//! - [`admin`]: the `--admin` JSON endpoint's listener thread;
+//! - [`accept`]: the accept pass every listener handler runs (limit, pause
+//!   when out of descriptors).
 
+pub mod accept;
 pub mod admin;
 pub mod backend;
 pub mod event_loop;
@@ -22,6 +25,7 @@ pub mod slab;
 pub mod sys;
 pub mod workers;
 
+pub use accept::Acceptor;
 pub use backend::{BackendKind, BackendOptions, Caps, Event, Interest, Poller, Readiness, Token, TrackerStats};
 pub use event_loop::{run, Ctx, Handler, RegisterError};
 pub use pipes::{Pipe, PipeBudget, PipeError, PipePool};

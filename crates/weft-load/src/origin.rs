@@ -36,7 +36,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use weft_http::{BodyFraming, Limits, Method, Precondition, RequestHead, Version};
 use weft_io::sys::{self, Fd};
-use weft_io::{BackendKind, Ctx, Event, Handler, Interest, Poller, Shutdown, Slab, Token};
+use weft_io::{Acceptor, BackendKind, Ctx, Event, Handler, Interest, Poller, Shutdown, Slab, Token};
 
 const LISTENER: Token = Token::new(u32::MAX, 0);
 const WAKER: Token = Token::new(u32::MAX - 1, 0);
@@ -264,7 +264,8 @@ struct Worker<'a> {
     head: RequestHead,
     date: weft_http::DateCache,
     rng: SmallRng,
-    accept_paused_until: Option<Instant>,
+    /// Accepts until EAGAIN: an instrument should take whatever the load offers.
+    acceptor: Acceptor,
     draining: bool,
     spare: Vec<(Vec<u8>, Vec<u8>)>,
 }
@@ -293,7 +294,7 @@ impl<'a> Worker<'a> {
             head: RequestHead::new(),
             date: weft_http::DateCache::new(),
             rng: SmallRng::seed_from_u64(cfg.seed.wrapping_add(index as u64 * 7919)),
-            accept_paused_until: None,
+            acceptor: Acceptor::new(None),
             draining: false,
             spare: Vec::new(),
         }
@@ -313,20 +314,9 @@ impl<'a> Worker<'a> {
         let Some(lfd) = self.listener.as_ref().map(|l| l.raw()) else {
             return;
         };
-        loop {
-            match sys::accept(lfd) {
-                Ok((fd, _)) => self.add_conn(cx, fd),
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::EINTR) | Some(libc::ECONNABORTED) => continue,
-                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
-                        weft_core::warn!("origin accept: {e}; pausing accepts for 100 ms");
-                        let _ = cx.reregister(lfd, LISTENER, Interest::NONE);
-                        self.accept_paused_until = Some(cx.now + Duration::from_millis(100));
-                        return;
-                    }
-                    _ => return,
-                },
-            }
+        self.acceptor.begin();
+        while let Some((fd, _)) = self.acceptor.next(cx, lfd, LISTENER) {
+            self.add_conn(cx, fd);
         }
     }
 
@@ -932,7 +922,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     fn on_event(&mut self, cx: &mut Ctx<P>, ev: Event) {
         match ev.token {
             LISTENER => {
-                if !self.draining && self.accept_paused_until.is_none() {
+                if !self.draining && self.acceptor.active() {
                     self.accept(cx);
                 }
             }
@@ -986,20 +976,16 @@ impl<P: Poller> Handler<P> for Worker<'_> {
 
     fn after_batch(&mut self, cx: &mut Ctx<P>) {
         self.date.update(cx.wall);
-        if let Some(until) = self.accept_paused_until {
-            if cx.now >= until {
-                self.accept_paused_until = None;
-                if let Some(l) = &self.listener {
-                    let _ = cx.reregister(l.raw(), LISTENER, Interest::READ);
-                }
-                self.accept(cx);
-            }
+        let lfd = self.listener.as_ref().map(|l| l.raw());
+        if self.acceptor.due(cx, lfd, LISTENER) && !self.draining {
+            self.accept(cx);
         }
     }
 
     fn max_wait(&self) -> Option<Duration> {
         // The Date header is refreshed once a second.
-        Some(Duration::from_secs(1))
+        let date = Duration::from_secs(1);
+        Some(self.acceptor.max_wait().map_or(date, |d| d.min(date)))
     }
 
     fn keep_running(&self) -> bool {

@@ -45,7 +45,7 @@ use weft_http::{
     BodyFraming, CacheControl, ChunkedDecoder, Method, Precondition, RangeOutcome, RequestHead, ResponseHead, Version,
 };
 use weft_io::sys::{self, Fd};
-use weft_io::{Ctx, Event, Handler, Interest, PipePool, Poller, RegisterError, Shutdown, Slab, Token};
+use weft_io::{Acceptor, Ctx, Event, Handler, Interest, PipePool, Poller, RegisterError, Shutdown, Slab, Token};
 
 const LISTENER: Token = Token::new(u32::MAX, 0);
 const WAKER: Token = Token::new(u32::MAX - 1, 0);
@@ -134,8 +134,7 @@ pub struct Worker<'a> {
     listener: Option<Fd>,
     waker: RawFd,
     shutdown: Shutdown,
-    listener_ready: bool,
-    accept_paused_until: Option<Instant>,
+    acceptor: Acceptor,
     grace_deadline: Option<Instant>,
     ready: Vec<Token>,
     answers: Vec<Answer>,
@@ -186,8 +185,7 @@ impl<'a> Worker<'a> {
             listener: Some(s.listener),
             waker,
             shutdown: s.shutdown,
-            listener_ready: false,
-            accept_paused_until: None,
+            acceptor: Acceptor::new(s.cfg.accept_limit),
             grace_deadline: None,
             ready: Vec::new(),
             answers: Vec::new(),
@@ -222,36 +220,9 @@ impl<'a> Worker<'a> {
         let Some(lfd) = self.listener.as_ref().map(|l| l.raw()) else {
             return;
         };
-        self.listener_ready = false;
-        let limit = self.sh.cfg.accept_limit.unwrap_or(usize::MAX);
-        let mut accepted = 0usize;
-        while accepted < limit {
-            match sys::accept(lfd) {
-                Ok((fd, peer)) => {
-                    accepted += 1;
-                    self.add_client(cx, fd, peer);
-                }
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::EAGAIN) => return,
-                    Some(libc::EINTR) | Some(libc::ECONNABORTED) => continue,
-                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
-                        weft_core::warn!("accept: {e}; pausing accepts for 100 ms");
-                        let _ = cx.reregister(lfd, LISTENER, Interest::NONE);
-                        self.accept_paused_until = Some(cx.now + Duration::from_millis(100));
-                        return;
-                    }
-                    _ => {
-                        weft_core::warn!("accept: {e}");
-                        return;
-                    }
-                },
-            }
-        }
-        // The limit was reached first: the listener may still be ready. A
-        // level-triggered backend reports it again; an edge-triggered one
-        // would not, so the next pass accepts without waiting.
-        if P::CAPS.edge_triggered {
-            self.listener_ready = true;
+        self.acceptor.begin();
+        while let Some((fd, peer)) = self.acceptor.next(cx, lfd, LISTENER) {
+            self.add_client(cx, fd, peer);
         }
     }
 
@@ -2069,7 +2040,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     fn on_event(&mut self, cx: &mut Ctx<P>, ev: Event) {
         match ev.token {
             LISTENER => {
-                if !self.sh.draining && self.accept_paused_until.is_none() {
+                if !self.sh.draining && self.acceptor.active() {
                     self.accept(cx);
                 }
             }
@@ -2219,16 +2190,8 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             self.ready.clear();
         }
         self.slot.publish(&self.stats());
-        if let Some(until) = self.accept_paused_until {
-            if cx.now >= until {
-                self.accept_paused_until = None;
-                if let Some(l) = &self.listener {
-                    let _ = cx.reregister(l.raw(), LISTENER, Interest::READ);
-                }
-                self.listener_ready = true;
-            }
-        }
-        if self.listener_ready && !self.sh.draining && self.accept_paused_until.is_none() {
+        let lfd = self.listener.as_ref().map(|l| l.raw());
+        if self.acceptor.due(cx, lfd, LISTENER) && !self.sh.draining {
             self.accept(cx);
         }
         if let Some(deadline) = self.grace_deadline {
@@ -2251,11 +2214,11 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     fn max_wait(&self) -> Option<Duration> {
         let mut w: Option<Duration> = None;
         let mut bound = |d: Duration| w = Some(w.map_or(d, |x| x.min(d)));
-        if !self.ready.is_empty() || self.listener_ready {
+        if !self.ready.is_empty() {
             bound(Duration::ZERO);
         }
-        if self.accept_paused_until.is_some() {
-            bound(Duration::from_millis(100));
+        if let Some(d) = self.acceptor.max_wait() {
+            bound(d);
         }
         if let Some(d) = self.grace_deadline {
             bound(d.saturating_duration_since(Instant::now()));

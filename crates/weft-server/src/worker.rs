@@ -22,7 +22,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime};
 use weft_http::{BodyFraming, Method, Precondition, RangeOutcome, RequestHead, Version};
 use weft_io::sys::{self, Fd};
-use weft_io::{Ctx, Event, Handler, Interest, Poller, Readiness, RegisterError, Shutdown, Slab, Token, TrackerStats};
+use weft_io::{
+    Acceptor, Ctx, Event, Handler, Interest, Poller, Readiness, RegisterError, Shutdown, Slab, Token, TrackerStats,
+};
 
 const LISTENER: Token = Token::new(u32::MAX, 0);
 const WAKER: Token = Token::new(u32::MAX - 1, 0);
@@ -114,8 +116,7 @@ pub struct Worker<'a> {
     shutdown: Shutdown,
     /// Edge-triggered and the accept limit stopped before EAGAIN: connections
     /// may still be queued, and no new edge will say so.
-    listener_ready: bool,
-    accept_paused_until: Option<Instant>,
+    acceptor: Acceptor,
     grace_deadline: Option<Instant>,
     refused_logged: u64,
     /// The `tracked` backend's counters, copied after each batch.
@@ -153,8 +154,7 @@ impl<'a> Worker<'a> {
             listener: Some(listener),
             waker,
             shutdown,
-            listener_ready: false,
-            accept_paused_until: None,
+            acceptor: Acceptor::new(cfg.accept_limit),
             grace_deadline: None,
             refused_logged: 0,
             tracker: None,
@@ -185,40 +185,9 @@ impl<'a> Worker<'a> {
         let Some(lfd) = self.listener.as_ref().map(|l| l.raw()) else {
             return;
         };
-        let limit = self.shared.cfg.accept_limit.unwrap_or(usize::MAX);
-        self.listener_ready = false;
-        let mut accepted = 0usize;
-        while accepted < limit {
-            match sys::accept(lfd) {
-                Ok((fd, peer)) => {
-                    accepted += 1;
-                    self.add_conn(cx, fd, peer);
-                }
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::EAGAIN) => {
-                        // The accept queue is empty (the limit, when reached
-                        // first, leaves the listener ready for the next pass).
-                        cx.learned(lfd, Readiness::default());
-                        return;
-                    }
-                    Some(libc::EINTR) | Some(libc::ECONNABORTED) => continue,
-                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
-                        // Out of descriptors: stop watching the listener for a
-                        // moment instead of spinning on it (nginx does the same).
-                        weft_core::warn!("accept: {e}; pausing accepts for 100 ms");
-                        let _ = cx.reregister(lfd, LISTENER, Interest::NONE);
-                        self.accept_paused_until = Some(cx.now + Duration::from_millis(100));
-                        return;
-                    }
-                    _ => {
-                        weft_core::warn!("accept: {e}");
-                        return;
-                    }
-                },
-            }
-        }
-        if P::CAPS.edge_triggered {
-            self.listener_ready = true;
+        self.acceptor.begin();
+        while let Some((fd, peer)) = self.acceptor.next(cx, lfd, LISTENER) {
+            self.add_conn(cx, fd, peer);
         }
     }
 
@@ -338,7 +307,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     fn on_event(&mut self, cx: &mut Ctx<P>, ev: Event) {
         match ev.token {
             LISTENER => {
-                if !self.shared.draining && self.accept_paused_until.is_none() {
+                if !self.shared.draining && self.acceptor.active() {
                     self.accept(cx);
                 }
             }
@@ -415,16 +384,8 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             self.tracker = cx.poller.tracker_stats();
         }
         self.slot.publish(&self.stats());
-        if let Some(until) = self.accept_paused_until {
-            if cx.now >= until {
-                self.accept_paused_until = None;
-                if let Some(l) = &self.listener {
-                    let _ = cx.reregister(l.raw(), LISTENER, Interest::READ);
-                }
-                self.listener_ready = true;
-            }
-        }
-        if self.listener_ready && !self.shared.draining && self.accept_paused_until.is_none() {
+        let lfd = self.listener.as_ref().map(|l| l.raw());
+        if self.acceptor.due(cx, lfd, LISTENER) && !self.shared.draining {
             self.accept(cx);
         }
         if let Some(log) = &mut self.shared.log {
@@ -451,8 +412,8 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if !self.resume.is_empty() {
             bound(Duration::ZERO);
         }
-        if self.accept_paused_until.is_some() || self.listener_ready {
-            bound(Duration::from_millis(if self.listener_ready { 0 } else { 100 }));
+        if let Some(d) = self.acceptor.max_wait() {
+            bound(d);
         }
         if self.shared.log.as_ref().is_some_and(|l| !l.buf.is_empty()) {
             bound(Duration::from_secs(1));
