@@ -195,6 +195,19 @@ def body_paths(counters: dict) -> str:
     return s
 
 
+def sessions_per_request(counters: dict, requests: int) -> str:
+    """Splice sessions by outcome per request: 'splice 0.12, copy 0.23' ('–' for none)."""
+    n = requests or 1
+    s = ", ".join(f"{k.removeprefix('sessions_')} {counters[k] / n:.2f}" for k in WEFT_SESSIONS if counters.get(k))
+    return s or "–"
+
+
+def calls_per_request(counters: dict, floor: float = 0.01) -> str:
+    """System calls per request by kind, most frequent first, those under `floor` left out."""
+    spr = counters.get("syscalls_per_req", {})
+    return ", ".join(f"{k} {v:.2f}" for k, v in sorted(spr.items(), key=lambda kv: -kv[1]) if v >= floor)
+
+
 def run_problems(row: dict) -> list[str]:
     """What was wrong with one run: non-2xx answers, socket errors, short bodies."""
     out = []

@@ -191,11 +191,8 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_sh
             continue
         seen.add(key)
         n = w.get("requests") or 1
-        sess = ", ".join(f"{k.removeprefix('sessions_')} {w[k] / n:.2f}" for k in pl.WEFT_SESSIONS if w.get(k))
-        spr = w.get("syscalls_per_req", {})
-        calls = ", ".join(f"{k} {v:.2f}" for k, v in sorted(spr.items(), key=lambda kv: -kv[1]) if v >= 0.05)
         crow.append([r["proxy"], r["rate"], f"hits {w.get('hits', 0) / n:.2f}, misses {w.get('misses', 0) / n:.2f}, stored {w.get('stored', 0) / n:.2f}",
-                     pl.body_paths(w), sess or "–", calls])  # fmt: skip
+                     pl.body_paths(w), pl.sessions_per_request(w, n), pl.calls_per_request(w, 0.05)])  # fmt: skip
     crow.reverse()
     md.append(report.markdown_table(["config", "req/s", "per request", "body bytes by path", "sessions per request", "system calls per request"], crow, "lrllll"))
     styles = {WS: {"color": "tab:blue"}, WA: {"color": "tab:cyan"}, WC: {"color": "tab:orange"}, SF: {"color": "tab:gray"}}

@@ -396,11 +396,8 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_co
             continue
         seen.add(key)
         n = r["requests"] or 1
-        spr = w.get("syscalls_per_req", {})
-        sess = ", ".join(f"{k.removeprefix('sessions_')} {w[k] / n:.2f}" for k in pl.WEFT_SESSIONS if w.get(k))
-        calls = ", ".join(f"{k} {v:.2f}" for k, v in sorted(spr.items(), key=lambda kv: -kv[1]) if v >= 0.01)
         crow.append([r["section"], r["config"], r["size"] + (f" @{r['rate']}/s" if r["rate"] else ""), pl.body_paths(w),
-                     f"{w.get('hits', 0) / n:.2f}", sess or "–", calls])  # fmt: skip
+                     f"{w.get('hits', 0) / n:.2f}", pl.sessions_per_request(w, n), pl.calls_per_request(w)])  # fmt: skip
     crow.reverse()
     md.append(report.markdown_table(["section", "config", "object", "body bytes by path", "hits/req", "sessions per request", "system calls per request"], crow, "lllllll"))
 

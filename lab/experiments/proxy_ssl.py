@@ -193,10 +193,8 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_sh
             continue
         seen.add(key)
         n = r["requests"] or 1
-        spr = w.get("syscalls_per_req", {})
-        calls = ", ".join(f"{k} {v:.2f}" for k, v in sorted(spr.items(), key=lambda kv: -kv[1]) if v >= 0.05)
         crow.append([r["proxy"], r["size"], r["clients"], f"{w.get('tunnels', 0) / n:.2f}", pl.body_paths(w),
-                     f"{(w.get('tunnel_bytes_spliced', 0) + w.get('tunnel_bytes_copied', 0)) / n:,.0f}", calls])  # fmt: skip
+                     f"{(w.get('tunnel_bytes_spliced', 0) + w.get('tunnel_bytes_copied', 0)) / n:,.0f}", pl.calls_per_request(w, 0.05)])  # fmt: skip
     crow.reverse()
     md.append(report.markdown_table(["config", "size", "clients", "tunnels/req", "tunnel bytes by path", "tunnel bytes/req", "system calls per tunnel"], crow, "llrrlrl"))
 
