@@ -107,6 +107,20 @@ def best_of(values: dict[str, float | None]) -> tuple[str | None, float | None]:
 
 
 @dataclass
+class Plan:
+    """Rounds of measurement points, each run for `duration_s` plus
+    `overhead_s` of start-up and drain (for the time estimate)."""
+
+    rounds: int
+    duration_s: float
+    points: list
+    overhead_s: float = 1.0
+
+    def estimate_s(self) -> float:
+        return len(self.points) * self.rounds * (self.duration_s + self.overhead_s)
+
+
+@dataclass
 class Target:
     """One of the issue's targets, checked against a same-run anchor."""
 

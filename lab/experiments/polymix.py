@@ -43,26 +43,19 @@ class Point:
     rate: int
 
 
-@dataclass
-class Plan:
-    rounds: int
-    duration_s: float
-    points: list[Point]
-
-    def estimate_s(self) -> float:
-        # Each run drains its misses (up to ~5 s of think time) and restarts its proxy.
-        return len(self.points) * self.rounds * (self.duration_s + 7.0)
+# Each run drains its misses (up to ~5 s of think time) and restarts its proxy.
+RUN_OVERHEAD_S = 7.0
 
 
 RATES = (200, 500, 1000)
 PARTS = tuple(str(r) for r in RATES)  # one offered rate per part (about three minutes each)
 
 
-def plan(quick: bool, parts: list[str] | None = None) -> Plan:
+def plan(quick: bool, parts: list[str] | None = None) -> pl.Plan:
     if quick:
-        pn = Plan(1, 12.0, [Point(p, 300) for p in (WS, WC, SF)])
+        pn = pl.Plan(1, 12.0, [Point(p, 300) for p in (WS, WC, SF)], RUN_OVERHEAD_S)
     else:
-        pn = Plan(1, 40.0, [Point(p, r) for r in RATES for p in (WS, WC, SF)])
+        pn = pl.Plan(1, 40.0, [Point(p, r) for r in RATES for p in (WS, WC, SF)], RUN_OVERHEAD_S)
     if parts is not None:
         pn.points = [p for p in pn.points if str(p.rate) in parts]
     return pn
@@ -146,7 +139,7 @@ FIELDS = ["rps", "proxy_util", "proxy_us", "origin_us", "client_us", "hit_ratio"
           "hit_p50_ms", "miss_p50_ms", "latency_ms_mean"]  # fmt: skip
 
 
-def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_shown: str) -> dict:
+def summarize(lab: core.Lab, pn: pl.Plan, rows: list[dict], commands: dict, load_shown: str) -> dict:
     med = pl.median_rows(rows, ["proxy", "rate"], FIELDS)
     d = lab.results_dir
     problems = []

@@ -45,25 +45,15 @@ class Point:
     clients: int
 
 
-@dataclass
-class Plan:
-    rounds: int
-    duration_s: float
-    points: list[Point]
-
-    def estimate_s(self) -> float:
-        return len(self.points) * self.rounds * (self.duration_s + 1.0)
-
-
 SIZES = (1 * pl.KiB, 16 * pl.KiB, 64 * pl.KiB)
 PARTS = tuple(pl.size_name(s) for s in SIZES)  # one object size per part (about three minutes each)
 
 
-def plan(quick: bool, parts: list[str] | None = None) -> Plan:
+def plan(quick: bool, parts: list[str] | None = None) -> pl.Plan:
     if quick:
-        pn = Plan(1, 2.0, [Point(p, 16 * pl.KiB, c) for c in (20, 140) for p in PROXIES])
+        pn = pl.Plan(1, 2.0, [Point(p, 16 * pl.KiB, c) for c in (20, 140) for p in PROXIES])
     else:
-        pn = Plan(2, 3.0, [Point(p, s, c) for s in SIZES for c in (20, 80, 140) for p in PROXIES])
+        pn = pl.Plan(2, 3.0, [Point(p, s, c) for s in SIZES for c in (20, 80, 140) for p in PROXIES])
     if parts is not None:
         pn.points = [p for p in pn.points if pl.size_name(p.size) in parts]
     return pn
@@ -138,7 +128,7 @@ def resummarize(lab: core.Lab) -> dict:
 FIELDS = ["rps", "proxy_us", "origin_us", "client_us", "proxy_util", "latency_ms_mean"]
 
 
-def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_shown: str) -> dict:
+def summarize(lab: core.Lab, pn: pl.Plan, rows: list[dict], commands: dict, load_shown: str) -> dict:
     med = pl.median_rows(rows, ["proxy", "size_bytes", "clients"], FIELDS)
     d = lab.results_dir
     problems = [(r, pl.run_problems(r)) for r in rows]
