@@ -515,6 +515,17 @@ def anchor_script(name: str, values: dict[str, str]) -> str:
 # Markdown pieces
 
 
+def write_summary(d: str, md: list[str], commands: dict[str, list[str]], load: list[str], load_title: str, versions: dict,
+                  plots: list[str]) -> None:
+    """End a proxy experiment's summary (server commands, load commands,
+    versions, plots) and write it to `d`/summary.md."""
+    md += ["", "## Commands", ""] + commands_block(commands) + ["", load_title, "", "```"] + load + ["```"]
+    md += ["", "## Versions", ""] + versions_block(versions)
+    md += ["", f"Plots: {', '.join(f'`{p}`' for p in plots)}. Raw data: `runs.json`, `runs.csv`, `medians.csv`.", ""]
+    with open(os.path.join(d, "summary.md"), "w") as f:
+        f.write("\n".join(md))
+
+
 def commands_block(commands: dict[str, list[str]]) -> list[str]:
     out = ["```"]
     for label, cmd in commands.items():

@@ -201,9 +201,5 @@ def summarize(lab: core.Lab, pn: pl.Plan, rows: list[dict], commands: dict, load
             md.append(f"- round {r['round']} {r['proxy']} {r['rate']}/s: {', '.join(p)}")
     else:
         md.append("- no socket errors, timeouts, 4xx or 5xx in any run")
-    md += ["", "## Commands", ""] + pl.commands_block(commands) + ["", "Load:", "", "```", load_shown, "```"]
-    md += ["", "## Versions", ""] + pl.versions_block(lab.versions)
-    md += ["", "Plots: `cpu.png`, `hit_time.png`, `miss_time.png`. Raw data: `runs.json`, `runs.csv`, `medians.csv`.", ""]
-    with open(os.path.join(d, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    pl.write_summary(d, md, commands, [load_shown], "Load:", lab.versions, ["cpu.png", "hit_time.png", "miss_time.png"])
     return {"problems": len(problems)}

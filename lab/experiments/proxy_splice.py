@@ -412,11 +412,8 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_co
         md.append(f"- {len(hit_runs)} miss run(s) saw weft cache hits (max {max(r['hit_share'] for r in hit_runs):.3f} per request)")
     else:
         md.append("- weft's miss runs had 0 cache hits (unique URLs for cacheable objects)")
-    md += ["", "## Commands", ""] + pl.commands_block(commands) + ["", "Load:", "", "```"] + [f"{k}: {v}" for k, v in load_commands.items()] + ["```"]
-    md += ["", "## Versions", ""] + pl.versions_block(lab.versions)
-    md += ["", "Plots: `sizes_cpu.png`, `rates_cpu.png`, `rates_latency.png`. Raw data: `runs.json`, `runs.csv`, `medians.csv`.", ""]
-    with open(os.path.join(d, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    pl.write_summary(d, md, commands, [f"{k}: {v}" for k, v in load_commands.items()], "Load:", lab.versions,
+                     ["sizes_cpu.png", "rates_cpu.png", "rates_latency.png"])  # fmt: skip
     for t in tg:
         lab.log("  " + t.describe())
     return {"problems": len(problems), "targets": [t.to_dict() for t in tg]}

@@ -209,9 +209,6 @@ def summarize(lab: core.Lab, pn: pl.Plan, rows: list[dict], commands: dict, load
             md.append(f"- round {r['round']} {r['proxy']} {r['size']} {r['clients']} clients: {r['handshakes']} handshakes for {r['requests']} replies")
     else:
         md.append("- every reply 2xx with the whole object, no errors, one emulated handshake per reply")
-    md += ["", "## Commands", ""] + pl.commands_block(commands) + ["", "Load (HAProxy: the same without --proxy, its address as the URL):", "", "```", load_shown, "```"]
-    md += ["", "## Versions", ""] + pl.versions_block(lab.versions)
-    md += ["", "Plots: `util_SIZE.png`, `cpu_per_tunnel_SIZE.png`, `latency_SIZE.png`. Raw data: `runs.json`, `runs.csv`, `medians.csv`.", ""]
-    with open(os.path.join(d, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    pl.write_summary(d, md, commands, [load_shown], "Load (HAProxy: the same without --proxy, its address as the URL):", lab.versions,
+                     ["util_SIZE.png", "cpu_per_tunnel_SIZE.png", "latency_SIZE.png"])  # fmt: skip
     return {"problems": len(problems) + len(short)}
