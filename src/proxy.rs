@@ -20,12 +20,15 @@ fn pipe_size(s: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-fn notsent_lowat(s: &str) -> Result<usize, String> {
-    let n = size_usize(s)?;
-    if n > (64 << 20) {
-        return Err(format!("notsent-lowat `{s}` out of range (0..64MiB)"));
+/// A socket low-water mark (`--notsent-lowat`, `--rcv-lowat`): 0..64MiB.
+fn lowat(what: &'static str) -> impl Fn(&str) -> Result<usize, String> + Clone {
+    move |s| {
+        let n = size_usize(s)?;
+        if n > (64 << 20) {
+            return Err(format!("{what} `{s}` out of range (0..64MiB)"));
+        }
+        Ok(n)
     }
-    Ok(n)
 }
 
 fn first_read(s: &str) -> Result<usize, String> {
@@ -120,8 +123,16 @@ pub struct ProxyArgs {
     /// (TCP_NOTSENT_LOWAT): bodies wait in the pipe and the upstream socket
     /// instead of piling up in the client socket; 0 leaves the kernel's
     /// default (no limit) [default: 32KiB].
-    #[arg(long, value_name = "SIZE", value_parser = notsent_lowat)]
+    #[arg(long, value_name = "SIZE", value_parser = lowat("notsent-lowat"))]
     pub notsent_lowat: Option<usize>,
+
+    /// Bytes of a long upstream body that must be waiting before the kernel
+    /// wakes the proxy to move them (SO_RCVLOWAT; the rest of the body if
+    /// less), once it delivers in bulk: fewer wake-ups, reads and splices per
+    /// body. A batch that does not fill within a second is not waited for
+    /// again in that response; 0 wakes at every arrival [default: 128KiB].
+    #[arg(long, value_name = "SIZE", value_parser = lowat("rcv-lowat"))]
+    pub rcv_lowat: Option<usize>,
 
     /// Most pipes alive in the process; beyond it bodies are copied [default: 1024].
     #[arg(long, value_name = "N", value_parser = positive)]
@@ -235,6 +246,7 @@ impl ProxyArgs {
             keep_copy,
             pipe_size,
             notsent_lowat,
+            rcv_lowat,
             max_pipes,
             first_read,
             cache_size,

@@ -1446,3 +1446,53 @@ fn nginx_origin() {
         "no-cache revalidated with nginx: {stats}"
     );
 }
+
+/// `--rcv-lowat` batches reads of an upstream that delivers in bulk, but a
+/// sender that stalls mid-body does not have its bytes held: after a second
+/// the batch is cut and the rest streams on as it arrives. The origin sends
+/// 64 KiB blocks 1.5 s apart; held in a 128 KiB batch, the second block would
+/// reach the client only with the third (3 s), cut it arrives at 1.5 s.
+#[test]
+fn a_stalled_read_batch_is_cut() {
+    let o = Origin::start();
+    let runs: Vec<_> = ["on", "off"]
+        .into_iter()
+        .map(|splice| {
+            let url = o.url("/cl/200000?cc=no-store&slow=1500");
+            std::thread::spawn(move || {
+                let p = start_proxy(&["--splice", splice, "--rcv-lowat", "128KiB", "--stats-on-exit"]);
+                let mut s = TcpStream::connect(p.addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                s.write_all(format!("GET {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+                    .unwrap();
+                let start = Instant::now();
+                let (mut got, mut buf) = (Vec::new(), vec![0u8; 65536]);
+                let mut second_block_at = None;
+                loop {
+                    let n = s.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    let head = got.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+                    if second_block_at.is_none() && head.is_some_and(|h| got.len() - h > 65536) {
+                        second_block_at = Some(start.elapsed());
+                    }
+                }
+                let head = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                assert!(got[head..] == pattern(200_000), "splice {splice}: body differs");
+                let at = second_block_at.unwrap();
+                assert!(
+                    at < Duration::from_millis(2600),
+                    "splice {splice}: second block held until {at:?}"
+                );
+                let stats = stop_stats(p);
+                assert_eq!(counter(&stats, "read_batches_cut"), 1, "splice {splice}: {stats}");
+                assert_eq!(counter(&stats, "timeouts"), 0, "splice {splice}: {stats}");
+            })
+        })
+        .collect();
+    for r in runs {
+        r.join().unwrap();
+    }
+}

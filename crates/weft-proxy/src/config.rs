@@ -203,6 +203,9 @@ pub struct ProxyConfig {
     /// TCP_NOTSENT_LOWAT of client sockets (0: the kernel's default, no
     /// limit). See `Proxy::start` for why the proxy bounds unsent bytes.
     pub notsent_lowat: usize,
+    /// SO_RCVLOWAT batch for long upstream bodies (0: wake at every
+    /// arrival). See `relay::Relay::batch_reads`.
+    pub rcv_lowat: usize,
     /// Most pipes alive in the process.
     pub max_pipes: usize,
     /// Bytes of an upstream response read into user space before deciding
@@ -270,6 +273,7 @@ impl Default for ProxyConfig {
             keep_copy: true,
             pipe_size: 1 << 20,
             notsent_lowat: 32 * 1024,
+            rcv_lowat: 128 * 1024,
             max_pipes: 1024,
             first_read: 4096,
             dns_ttl: Duration::from_secs(60),

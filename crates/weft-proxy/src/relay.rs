@@ -54,6 +54,8 @@ const FILL_STEP: usize = 256 * 1024;
 const PUMP_BUDGET: u64 = 4 << 20;
 /// Output queue size above which a chunked relay stops reading.
 const OUTQ_HIGH: usize = 256 * 1024;
+/// Smallest read batch worth a setsockopt (`batch_reads`).
+const MIN_BATCH: usize = 16 * 1024;
 
 /// An upstream connection's input buffer (`buf[start..end]` unread).
 #[derive(Default)]
@@ -200,6 +202,14 @@ pub struct Relay {
     /// Upstream read size while parsing chunk framing with a pipe available.
     framing_read: usize,
     fell_back: bool,
+    /// Read batch asked for (`--rcv-lowat`; 0: wake on every arrival).
+    rcv_lowat: usize,
+    /// SO_RCVLOWAT now set on the upstream socket (0 and 1: the default).
+    lowat_set: usize,
+    /// A batch did not fill in time: wake on every arrival from now on.
+    batching_off: bool,
+    /// Bytes read from the upstream since it last ran dry.
+    pulled: usize,
 }
 
 fn is_peer_error(e: &io::Error) -> bool {
@@ -222,6 +232,7 @@ impl Relay {
         fill_max: Option<u64>,
         pipe_min: u64,
         framing_read: usize,
+        rcv_lowat: usize,
         spare: Option<BytesMut>,
         pool: &mut PipePool,
         st: &mut ProxyStats,
@@ -280,6 +291,10 @@ impl Relay {
             pipe_min: pipe_min.max(1),
             framing_read,
             fell_back: false,
+            rcv_lowat,
+            lowat_set: 0,
+            batching_off: false,
+            pulled: 0,
         }
     }
 
@@ -691,13 +706,18 @@ impl Relay {
                     *l -= n as u64;
                     if *l == 0 {
                         self.body_done = true;
+                        // The connection may go back to the pool: the next
+                        // response head must wake us at its first byte.
+                        self.set_lowat(e.up, 1);
                     }
                 }
                 self.check_fill_limit();
+                self.pulled += n;
                 Ok(n)
             }
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
                 *e.up_may_read = false;
+                self.batch_reads(e.up);
                 Ok(0)
             }
             Err(err) if err.kind() == io::ErrorKind::Interrupted => Ok(0),
@@ -706,6 +726,74 @@ impl Relay {
             }
             Err(_) => Err(None),
         }
+    }
+
+    /// The upstream has nothing more for now: ask the kernel (SO_RCVLOWAT)
+    /// to wake us when a batch is waiting — `--rcv-lowat` bytes, or the rest
+    /// of the body or the room we have if less — instead of at every arrival.
+    /// A sender paced by its congestion control (BBR on this machine's
+    /// loopback) delivers a 256 KiB body in a dozen pieces, and each piece
+    /// was a wake-up, an epoll_wait and a splice in and out; measured, the
+    /// batch cuts a 256 KiB or 1 MiB miss by a quarter (docs/results.md).
+    ///
+    /// Only an upstream that just delivered in bulk (at least `MIN_BATCH`
+    /// since it last ran dry) is asked to batch, so a slow one streams on as
+    /// it arrives. Never more than the rest of a Content-Length body, so the
+    /// last byte is never held; a batch that does not fill within the
+    /// worker's `BATCH_WAIT` ends batching for the session
+    /// (`stop_batching`). Chunked bodies are read framing by framing and do
+    /// not batch.
+    fn batch_reads(&mut self, up: RawFd) {
+        let bulk = std::mem::take(&mut self.pulled) >= MIN_BATCH;
+        if self.rcv_lowat == 0 || self.batching_off || self.body_done {
+            return;
+        }
+        let left = match self.framing {
+            Framing::Length(n) => n.min(usize::MAX as u64) as usize,
+            Framing::Close => usize::MAX,
+            Framing::Chunked { .. } => return,
+        };
+        let room = match &self.path {
+            Path::Copy if self.fill.is_some() => match self.acc.capacity() - self.acc.len() {
+                0 => FILL_STEP, // the next read starts another block
+                n => n,
+            },
+            Path::Copy => RELAY_BUF.saturating_sub(self.acc.len() - self.sent),
+            Path::Splice { pipe, bytes } => pipe.capacity().saturating_sub(*bytes),
+            Path::Tee { intake, in_intake, .. } => intake.capacity().saturating_sub(*in_intake),
+        };
+        let batch = self.rcv_lowat.min(left).min(room);
+        // A small batch saves less than the setsockopt costs; but a value
+        // left from a larger batch must come down (never above the rest).
+        self.set_lowat(up, if bulk && batch >= MIN_BATCH { batch } else { 1 });
+    }
+
+    fn set_lowat(&mut self, up: RawFd, v: usize) {
+        if self.lowat_set.max(1) == v {
+            return;
+        }
+        // A failure leaves the kernel's default (wake at every arrival): slower, never stuck.
+        let ok = sys::setsockopt_int(up, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v.min(i32::MAX as usize) as i32).is_ok();
+        self.lowat_set = if ok { v } else { 1 };
+        if !ok {
+            self.batching_off = true;
+        }
+    }
+
+    /// Is the session waiting for a read batch (see `batch_reads`)?
+    pub fn batching(&self) -> bool {
+        self.lowat_set > 1
+    }
+
+    /// A batch did not fill within `BATCH_WAIT`: the upstream is slower than
+    /// batching assumes. Wake at every arrival for the rest of the session
+    /// (the caller reads what is there now).
+    pub fn stop_batching(&mut self, up: RawFd, st: &mut ProxyStats) {
+        if self.batching() {
+            st.read_batches_cut += 1;
+        }
+        self.batching_off = true;
+        self.set_lowat(up, 1);
     }
 
     /// Chunked bodies: framing through user space, long data runs through the pipe.
@@ -1002,6 +1090,7 @@ mod tests {
             fill.then_some(1 << 30),
             1,
             4096,
+            64 * 1024,
             None,
             &mut r.pool,
             &mut r.st,
@@ -1126,6 +1215,102 @@ mod tests {
         assert_eq!(st.sessions_copy, 1);
     }
 
+    /// SO_RCVLOWAT follows the body: asked only after a bulk delivery, never
+    /// above the rest of the body, lowered for the last part, back to 1 when
+    /// the body is complete (the connection may be pooled), never set for a
+    /// trickle, and cut for good by `stop_batching`.
+    #[test]
+    fn read_batches_follow_the_body() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut w = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (up, _) = l.accept().unwrap();
+        up.set_nonblocking(true).unwrap();
+        let fd = up.as_raw_fd();
+        let lowat = || sys::getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).unwrap() as usize;
+        let mut r = rig();
+        let mut relay = Relay::new(
+            Framing::Length(300_000),
+            Want::Splice,
+            None,
+            1,
+            4096,
+            128 * 1024,
+            None,
+            &mut r.pool,
+            &mut r.st,
+        );
+        let b = body(300_000);
+        let mut reader = r.cl_r.try_clone().unwrap();
+        let drain = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            reader.read_to_end(&mut got).unwrap();
+            got
+        });
+        // Wait until the socket holds exactly `n` unread bytes from `w`.
+        let settle = |n: usize| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while sys::bytes_readable(fd).unwrap() < n && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        };
+        // Pump until the relay waits on the upstream (the client side drains
+        // in the reader thread) or the body is done.
+        let pump = |relay: &mut Relay, r: &mut Rig| loop {
+            let (mut mr, mut mw) = (true, true);
+            let mut e = Ends {
+                client: Some(r.cl_w.as_raw_fd()),
+                client_may_write: &mut mw,
+                out: &mut r.out,
+                up: fd,
+                up_may_read: &mut mr,
+                up_buf: &mut r.up_buf,
+            };
+            match relay.pump(&mut e, &mut r.st) {
+                Pump::Wait { up_read: false, .. } | Pump::Yield => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                p => return p,
+            }
+        };
+        let mut sent = 0;
+        // A trickle (under MIN_BATCH since the socket last ran dry) never batches.
+        w.write_all(&b[..1000]).unwrap();
+        sent += 1000;
+        settle(1000);
+        assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
+        assert_eq!(lowat(), 1);
+        assert!(!relay.batching());
+        // A bulk delivery: batch the next 128 KiB.
+        w.write_all(&b[sent..sent + 100_000]).unwrap();
+        sent += 100_000;
+        settle(100_000);
+        assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
+        assert_eq!(lowat(), 128 * 1024);
+        assert!(relay.batching());
+        // Another bulk delivery: the rest of the body is less than a batch.
+        w.write_all(&b[sent..sent + 150_000]).unwrap();
+        sent += 150_000;
+        settle(150_000);
+        assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
+        assert_eq!(lowat(), 300_000 - sent, "never above the rest of the body");
+        // The batch does not fill in time: cut, and not asked again.
+        relay.stop_batching(fd, &mut r.st);
+        assert_eq!((lowat(), r.st.read_batches_cut), (1, 1));
+        w.write_all(&b[sent..sent + 30_000]).unwrap();
+        sent += 30_000;
+        settle(30_000);
+        assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
+        assert_eq!(lowat(), 1);
+        // The rest completes the body.
+        w.write_all(&b[sent..]).unwrap();
+        settle(300_000 - sent);
+        assert_eq!(pump(&mut relay, &mut r), Pump::Done);
+        assert_eq!(lowat(), 1, "a complete body leaves the socket as it was");
+        relay.finish(&mut r.pool, &mut r.st);
+        drop(r.cl_w);
+        assert!(drain.join().unwrap() == b);
+    }
+
     #[test]
     fn close_delimited_ends_at_eof_and_short_length_fails() {
         let b = body(200_000);
@@ -1136,6 +1321,7 @@ mod tests {
             None,
             1,
             4096,
+            64 * 1024,
             None,
             &mut r.pool,
             &mut r.st,
@@ -1177,6 +1363,7 @@ mod tests {
             Some(1 << 20),
             1,
             4096,
+            64 * 1024,
             None,
             &mut r.pool,
             &mut r.st,

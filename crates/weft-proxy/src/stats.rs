@@ -110,6 +110,9 @@ counters! {
     sessions_orphan_fill,
     /// Upstream closed or failed mid-body (client connection closed).
     sessions_upstream_abort,
+    /// Read batches (`--rcv-lowat`) that did not fill within a second; those
+    /// sessions then read at every arrival.
+    read_batches_cut,
 }
 
 impl ProxyStats {
