@@ -210,6 +210,8 @@ pub struct Relay {
     batching_off: bool,
     /// Bytes read from the upstream since it last ran dry.
     pulled: usize,
+    /// A batch was asked for since `take_batch_start` last looked.
+    batch_started: bool,
 }
 
 fn is_peer_error(e: &io::Error) -> bool {
@@ -295,6 +297,7 @@ impl Relay {
             lowat_set: 0,
             batching_off: false,
             pulled: 0,
+            batch_started: false,
         }
     }
 
@@ -774,10 +777,17 @@ impl Relay {
         }
         // A failure leaves the kernel's default (wake at every arrival): slower, never stuck.
         let ok = sys::setsockopt_int(up, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v.min(i32::MAX as usize) as i32).is_ok();
+        self.batch_started |= ok && v > 1 && self.lowat_set <= 1;
         self.lowat_set = if ok { v } else { 1 };
         if !ok {
             self.batching_off = true;
         }
+    }
+
+    /// Did the session start waiting for read batches since the last call?
+    /// (The worker then watches it for a stalled sender.)
+    pub fn take_batch_start(&mut self) -> bool {
+        std::mem::take(&mut self.batch_started)
     }
 
     /// Is the session waiting for a read batch (see `batch_reads`)?
@@ -785,8 +795,8 @@ impl Relay {
         self.lowat_set > 1
     }
 
-    /// A batch did not fill within `BATCH_WAIT`: the upstream is slower than
-    /// batching assumes. Wake at every arrival for the rest of the session
+    /// A batch did not fill within the worker's `BATCH_WAIT`: the upstream is
+    /// slower than batching assumes. Wake at every arrival for the rest of the session
     /// (the caller reads what is there now).
     pub fn stop_batching(&mut self, up: RawFd, st: &mut ProxyStats) {
         if self.batching() {

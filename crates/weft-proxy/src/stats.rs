@@ -110,7 +110,7 @@ counters! {
     sessions_orphan_fill,
     /// Upstream closed or failed mid-body (client connection closed).
     sessions_upstream_abort,
-    /// Read batches (`--rcv-lowat`) that did not fill within a second; those
+    /// Read batches (`--rcv-lowat`) that did not fill in time; those
     /// sessions then read at every arrival.
     read_batches_cut,
 }
