@@ -539,3 +539,74 @@ fn half_close_without_read_interest_is_quiet<P: Poller>() {
 fn level_triggered_backends_do_not_report_a_half_close_nobody_reads() {
     plain_backends!(half_close_without_read_interest_is_quiet);
 }
+
+/// A descriptor deleted (and closed) while a wake-up of its poll is still on
+/// its way is really closed: the kernel refuses to remove a poll whose
+/// wake-up it is completing (EALREADY), and a multishot poll left armed would
+/// hold the socket open — no FIN, a peer waiting forever. Here a writer
+/// thread keeps waking each socket while it is deleted; every peer must see
+/// the close.
+#[test]
+fn uring_deleted_sockets_close_despite_racing_wakeups() {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use weft_io::backend::Uring;
+    let mut p = Uring::new().unwrap();
+    let mut ev = Vec::new();
+    for i in 0..1000u32 {
+        let (a, b) = pair();
+        let fd = b.as_raw_fd();
+        p.add(fd, Token::new(i, 0), Interest::READ).unwrap();
+        ev.clear();
+        p.wait(&mut ev, Some(Duration::ZERO)).unwrap(); // hand the poll over
+                                                        // One thread writes, another drains the socket (so the writer never
+                                                        // blocks): a wake-up every few microseconds, each one's task work
+                                                        // queued to this thread until it next enters the kernel.
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (a, stop) = (a.try_clone().unwrap(), stop.clone());
+            a.set_nonblocking(true).unwrap(); // never blocks: stops when told
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = (&a).write(b"x");
+                }
+            })
+        };
+        let drainer = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = sys::read(fd, &mut buf);
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_micros(50));
+        // Delete and hand the removal over at once, with no other system
+        // call between (one would run the pending wake-up's task work first).
+        p.delete(fd).unwrap();
+        ev.clear();
+        p.wait(&mut ev, Some(Duration::ZERO)).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        drainer.join().unwrap();
+        drop(b);
+        writer.join().unwrap();
+        // The loop runs on (completions, retried removals) until the peer
+        // sees the close.
+        let mut buf = [0u8; 16];
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            ev.clear();
+            p.wait(&mut ev, Some(Duration::from_millis(1))).unwrap();
+            match (&a).read(&mut buf) {
+                Ok(0) => break,
+                Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => break,
+                r => assert!(
+                    Instant::now() < deadline,
+                    "iteration {i}: the deleted socket is still open ({r:?})"
+                ),
+            }
+        }
+    }
+}

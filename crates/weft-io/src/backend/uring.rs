@@ -16,7 +16,10 @@
 //! completion for every connection, wanted or not. Arming or removing a poll
 //! is a submission queued in the shared ring that rides with the next enter:
 //! no system call of its own. Closing a descriptor does not cancel a poll (the
-//! request holds the file), so `delete` queues the removals before every close.
+//! request holds the file), so `delete` queues the removals before every close,
+//! and a removal the kernel refuses with EALREADY (a wake-up of that poll was
+//! being completed) is submitted again: a multishot poll left armed would keep
+//! a closed socket open, its peer waiting for a FIN that never comes.
 //!
 //! Waking can be batched ([`BackendOptions::wake_interval`], `--wake-interval`):
 //! under load, a wait that finds the ring empty asks the kernel for the
@@ -34,8 +37,9 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-/// User data of poll-removal submissions (their completions are ignored).
-const REMOVAL: u64 = u64::MAX;
+/// Flag of a poll removal's user data: the rest is the target poll's user
+/// data, so a removal that must be retried knows its target.
+const REMOVAL: u64 = 1 << 63;
 /// Direction bit of a poll's user data.
 const WRITE_POLL: u64 = 1;
 
@@ -129,6 +133,8 @@ pub struct Uring {
     /// Multishot polls the kernel ended (not cancelled) to re-arm after a
     /// drain; kept to reuse its allocation.
     rearm: Vec<(RawFd, bool)>,
+    /// Removals the kernel refused with EALREADY, to submit again.
+    retry_removals: Vec<u64>,
     pace: Pace,
     task_run: TaskRun,
     /// Waits answered from the ring while submissions stayed queued.
@@ -145,7 +151,8 @@ const MAX_HELD_BACK: u32 = 4;
 
 impl Uring {
     fn next_arm(&mut self) -> u32 {
-        self.arms = self.arms.wrapping_add(1).max(1);
+        // 31 bits: the top bit of the user data marks removals (REMOVAL).
+        self.arms = (self.arms.wrapping_add(1) & 0x7fff_ffff).max(1);
         self.arms
     }
 
@@ -177,7 +184,8 @@ impl Uring {
         if !write {
             self.armed_reads -= 1;
         }
-        self.ring.poll_remove(user_data(arm, fd, write), REMOVAL)
+        let target = user_data(arm, fd, write);
+        self.ring.poll_remove(target, target | REMOVAL)
     }
 
     fn reg(&mut self, fd: RawFd) -> io::Result<&mut Reg> {
@@ -260,6 +268,7 @@ impl Poller for Uring {
             regs: Vec::new(),
             arms: 0,
             rearm: Vec::new(),
+            retry_removals: Vec::new(),
             pace: Pace {
                 interval: Duration::ZERO,
                 rate: 0.0,
@@ -322,11 +331,20 @@ impl Poller for Uring {
     fn wait(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()> {
         self.enter(timeout)?;
         let mut rearm = std::mem::take(&mut self.rearm);
+        let mut retry = std::mem::take(&mut self.retry_removals);
         let regs = &self.regs;
         let mut completions = 0usize;
         self.ring.drain(|c| {
             completions += 1;
-            if c.user_data == REMOVAL {
+            if c.user_data & REMOVAL != 0 {
+                // EALREADY: the poll was being completed (a wake-up's task
+                // work had not run yet) and stays armed; a multishot poll
+                // left so would hold its file — a closed socket that never
+                // sends its FIN. Ask again; once the poll is idle it goes.
+                // ENOENT (already gone) and success need nothing.
+                if c.result == -libc::EALREADY {
+                    retry.push(c.user_data & !REMOVAL);
+                }
                 return;
             }
             let fd = ((c.user_data as u32) >> 1) as RawFd;
@@ -372,6 +390,11 @@ impl Poller for Uring {
         }
         rearm.clear();
         self.rearm = rearm;
+        for &target in &retry {
+            self.ring.poll_remove(target, target | REMOVAL)?;
+        }
+        retry.clear();
+        self.retry_removals = retry;
         Ok(())
     }
 }
