@@ -130,8 +130,8 @@ pub struct ProxyArgs {
     /// wakes the proxy to move them (SO_RCVLOWAT; the rest of the body if
     /// less), once it delivers in bulk: fewer wake-ups, reads and splices per
     /// body. A batch that does not fill within one to two seconds is not
-    /// waited for again in that response; 0 wakes at every arrival; not used
-    /// with --event uring [default: 128KiB].
+    /// waited for again in that response; 0 wakes at every arrival
+    /// [default: 128KiB].
     #[arg(long, value_name = "SIZE", value_parser = lowat("rcv-lowat"))]
     pub rcv_lowat: Option<usize>,
 

@@ -1536,10 +1536,7 @@ impl<'a> Worker<'a> {
             fill_max,
             pipe_min,
             cfg.first_read,
-            // Not under uring: there, one integration test
-            // (upstream_close_mid_body) hung in about 1 run of 15 with
-            // batching on, and the cause is not found yet.
-            if P::CAPS.name == "uring" { 0 } else { cfg.rcv_lowat },
+            cfg.rcv_lowat,
             spare,
             &mut sh.pipes,
             &mut sh.stats,
