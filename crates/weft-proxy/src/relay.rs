@@ -612,6 +612,7 @@ impl Relay {
             Framing::Length(n) => n,
             _ => u64::MAX,
         };
+        let room = self.read_room();
         let got = match &mut self.path {
             Path::Copy => {
                 if self.client_gone && self.fill.is_none() {
@@ -664,7 +665,6 @@ impl Relay {
                 }
             }
             Path::Splice { pipe, bytes } => {
-                let room = pipe.capacity().saturating_sub(*bytes);
                 if room == 0 {
                     return Ok(0);
                 }
@@ -679,7 +679,6 @@ impl Relay {
                 }
             }
             Path::Tee { intake, in_intake, .. } => {
-                let room = intake.capacity().saturating_sub(*in_intake);
                 if room == 0 {
                     return Ok(0);
                 }
@@ -756,16 +755,7 @@ impl Relay {
             Framing::Close => usize::MAX,
             Framing::Chunked { .. } => return,
         };
-        let room = match &self.path {
-            Path::Copy if self.fill.is_some() => match self.acc.capacity() - self.acc.len() {
-                0 => FILL_STEP, // the next read starts another block
-                n => n,
-            },
-            Path::Copy => RELAY_BUF.saturating_sub(self.acc.len() - self.sent),
-            Path::Splice { pipe, bytes } => pipe.capacity().saturating_sub(*bytes),
-            Path::Tee { intake, in_intake, .. } => intake.capacity().saturating_sub(*in_intake),
-        };
-        let batch = self.rcv_lowat.min(left).min(room);
+        let batch = self.rcv_lowat.min(left).min(self.read_room());
         // A small batch saves less than the setsockopt costs; but a value
         // left from a larger batch must come down (never above the rest).
         self.set_lowat(up, if bulk && batch >= MIN_BATCH { batch } else { 1 });
@@ -804,6 +794,21 @@ impl Relay {
         }
         self.batching_off = true;
         self.set_lowat(up, 1);
+    }
+
+    /// Bytes the next upstream read may take: the room in the pipe (splice),
+    /// the intake (tee), the object being filled (a full one starts another
+    /// block) or the relay buffer's unsent window (copy).
+    fn read_room(&self) -> usize {
+        match &self.path {
+            Path::Copy if self.fill.is_some() => match self.acc.capacity() - self.acc.len() {
+                0 => FILL_STEP,
+                n => n,
+            },
+            Path::Copy => RELAY_BUF.saturating_sub(self.acc.len() - self.sent),
+            Path::Splice { pipe, bytes } => pipe.capacity().saturating_sub(*bytes),
+            Path::Tee { intake, in_intake, .. } => intake.capacity().saturating_sub(*in_intake),
+        }
     }
 
     /// Chunked bodies: framing through user space, long data runs through the pipe.
