@@ -44,6 +44,8 @@ fn bad_flag_values_are_one_line_errors_with_status_2() {
         vec!["serve", "--idle-timeout", "soon"],
         vec!["serve", "--no-such-flag"],
         vec!["proxy", "--notsent-lowat", "1GiB"],
+        vec!["proxy", "--rcv-lowat", "1GiB"],
+        vec!["proxy", "--rcv-lowat", "lots"],
         vec!["serve", "--wake-interval", "1s"],
         vec!["serve", "--wake-interval", "soon"],
         // Only serve's handler reports its EAGAINs, which tracked needs.
