@@ -156,6 +156,18 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "lru|gds")]
     pub cache_policy: Option<weft_proxy::CachePolicy>,
 
+    /// Disk store: keep every cached object in this directory too (created if
+    /// missing), so the cache outlives a restart and can hold more than
+    /// memory; objects evicted from memory are read back on their next
+    /// request [default: none, memory only].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// Most bytes of objects kept in --cache-dir; the least recently used go
+    /// first [default: 1GiB].
+    #[arg(long, value_name = "SIZE", value_parser = size)]
+    pub cache_dir_size: Option<u64>,
+
     /// Close keep-alive client connections (and idle tunnels) idle this long [default: 60s].
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub idle_timeout: Option<Duration>,
@@ -253,6 +265,7 @@ impl ProxyArgs {
             cache_size,
             max_object_size,
             cache_policy,
+            cache_dir_size,
             idle_timeout,
             header_timeout,
             send_timeout,
@@ -269,6 +282,7 @@ impl ProxyArgs {
         c.routes = self.route.clone();
         c.allow = self.allow.clone();
         c.via_name = self.via_name.clone();
+        c.cache_dir = self.cache_dir.clone();
         c.admin = self.admin;
         if let Some(v) = self.accept_limit {
             c.accept_limit = v.0;

@@ -140,3 +140,27 @@ fn missing_root_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/dir"), "{err}");
 }
+
+#[test]
+fn cache_dir_errors_name_the_key() {
+    let d = TempDir::new("cachedir");
+    let file = d.write("not-a-dir", b"x");
+    for args in [
+        vec![
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--cache-dir",
+            path_str(&d.path),
+            "--cache-size",
+            "0",
+        ],
+        vec!["proxy", "--listen", "127.0.0.1:0", "--cache-dir", path_str(&file)],
+    ] {
+        let out = weft(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("weft: cache-dir: "), "{args:?}: {err}");
+    }
+}

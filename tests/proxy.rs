@@ -527,6 +527,14 @@ fn stop_stats(mut p: Weft) -> String {
         .to_string()
 }
 
+/// A counter of the disk store in `stop_stats` JSON.
+fn disk_counter(json: &str, name: &str) -> u64 {
+    let i = json
+        .find("\"disk\":{")
+        .unwrap_or_else(|| panic!("no disk store in {json}"));
+    counter(&json[i..], name)
+}
+
 fn counter(json: &str, name: &str) -> u64 {
     let key = format!("\"{name}\":");
     let i = json.find(&key).unwrap_or_else(|| panic!("{name} not in {json}")) + key.len();
@@ -864,6 +872,52 @@ mod scenarios {
         assert_eq!(counter(&stats, "revalidated"), 3, "{stats}");
     }
 
+    /// `--cache-dir`: objects evicted from memory come back from disk (the
+    /// request parks while a helper reads them), in order with pipelined
+    /// requests around them, byte for byte, without asking the origin again.
+    pub fn disk_store(event: &str) {
+        let o = Origin::start();
+        let dir = TempDir::new("disk");
+        let d = dir.path.to_str().unwrap();
+        // Memory holds one of the two objects at a time.
+        let p = start_proxy(&[
+            "--event",
+            event,
+            "--cache-size",
+            "300KiB",
+            "--cache-dir",
+            d,
+            "--stats-on-exit",
+        ]);
+        let a = o.url("/cl/200000?cc=max-age%3D600");
+        let b = o.url("/cl/200001?cc=max-age%3D600");
+        assert_eq!(fetch(&p, &a, "").body, pattern(200_000));
+        assert_eq!(fetch(&p, &b, "").body, pattern(200_001));
+        // a from disk (evicting b from memory), then b from disk, then a miss.
+        let nc = o.url("/cl/1000?cc=no-store");
+        let mut c = Conn::to(p.addr);
+        let mut batch = String::new();
+        for u in [&a, &b, &nc] {
+            batch.push_str(&format!("GET {u} HTTP/1.1\r\nHost: x\r\n\r\n"));
+        }
+        c.send(batch.as_bytes());
+        for n in [200_000, 200_001, 1000] {
+            let r = c.read(false).unwrap();
+            assert_eq!(r.status, 200);
+            assert!(r.body == pattern(n), "{n}-byte response out of order or corrupt");
+        }
+        assert_eq!((o.count("/cl/200000"), o.count("/cl/200001")), (1, 1));
+        let stats = stop_stats(p);
+        assert_eq!(counter(&stats, "disk_loads"), 2, "{stats}");
+        assert_eq!(counter(&stats, "hits"), 2, "{stats}");
+        assert_eq!(
+            counter(&stats, "requests"),
+            5,
+            "a parked request is counted once: {stats}"
+        );
+        assert_eq!(disk_counter(&stats, "loaded"), 2, "{stats}");
+    }
+
     /// Vary keys variants by the named request fields; `Vary: *` is not stored.
     pub fn vary(event: &str) {
         let o = Origin::start();
@@ -976,8 +1030,46 @@ per_backend!(
     revalidation,
     vary,
     access_control,
-    accept_limit_serves_a_burst
+    accept_limit_serves_a_burst,
+    disk_store
 );
+
+/// `--cache-dir` keeps the cache across a restart; what an unsafe method
+/// invalidated stays gone.
+#[test]
+fn disk_store_survives_a_restart() {
+    let o = Origin::start();
+    let dir = TempDir::new("disk-restart");
+    let args = ["--cache-dir", dir.path.to_str().unwrap(), "--stats-on-exit"];
+    let kept = o.url("/cl/300000?cc=max-age%3D600");
+    let gone = o.url("/cl/3000?cc=max-age%3D600");
+    let p = start_proxy(&args);
+    assert_eq!(fetch(&p, &kept, "").body, pattern(300_000));
+    assert_eq!(fetch(&p, &gone, "").body, pattern(3000));
+    let mut c = Conn::to(p.addr);
+    c.send(format!("POST {gone} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi").as_bytes());
+    assert_eq!(c.read(false).unwrap().status, 200);
+    // Shutting down finishes the queued writes (the invalidated object's
+    // write is dropped, or its file removed, depending on timing).
+    let stats = stop_stats(p);
+    assert_eq!(disk_counter(&stats, "objects"), 1, "{stats}");
+
+    let p = start_proxy(&args);
+    let r = fetch(&p, &kept, "");
+    assert_eq!(r.status, 200);
+    assert!(r.body == pattern(300_000));
+    assert!(r.header("age").is_some(), "a stored response carries Age");
+    assert_eq!(o.count("/cl/300000"), 1, "answered from disk");
+    assert_eq!(fetch(&p, &gone, "").body, pattern(3000));
+    assert_eq!(
+        o.count("/cl/3000"),
+        3,
+        "GET, POST, and GET again after the invalidation"
+    );
+    let stats = stop_stats(p);
+    assert_eq!(disk_counter(&stats, "scanned"), 1, "{stats}");
+    assert_eq!(counter(&stats, "disk_loads"), 1, "{stats}");
+}
 
 #[test]
 fn bodies_splice_auto_epoll() {

@@ -192,6 +192,10 @@ pub struct ProxyConfig {
     pub max_object_size: u64,
     /// Replacement policy.
     pub cache_policy: CachePolicy,
+    /// Disk store directory (`disk`); None: memory only.
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// Most bytes of files in `cache_dir`.
+    pub cache_dir_size: u64,
     /// Splice mode.
     pub splice: SpliceMode,
     /// In `auto` mode, bodies smaller than this are copied.
@@ -268,6 +272,8 @@ impl Default for ProxyConfig {
             cache_size: 256 << 20,
             max_object_size: 64 << 20,
             cache_policy: CachePolicy::Lru,
+            cache_dir: None,
+            cache_dir_size: 1 << 30,
             splice: SpliceMode::Auto,
             splice_threshold: 16 * 1024,
             keep_copy: true,

@@ -78,6 +78,13 @@ pub struct Client {
     pub req_data: Vec<u8>,
     /// The primary cache key of the request being handled.
     pub key: Vec<u8>,
+    /// Parked until the disk store has read this key's objects (the park's
+    /// number: a finished load wakes only the request that asked for it).
+    pub disk_wait: Option<u64>,
+    /// The request at the front of the buffer has been through the disk
+    /// store already (answered again after a load: not counted twice, not
+    /// loaded twice).
+    pub disk_checked: bool,
 }
 
 impl Client {
@@ -111,6 +118,8 @@ impl Client {
             req: RequestHead::new(),
             req_data: Vec::new(),
             key: Vec::with_capacity(128),
+            disk_wait: None,
+            disk_checked: false,
         }
     }
 

@@ -11,6 +11,7 @@
 //! - [`worker`]: one event loop's clients, upstreams and transactions;
 //! - `relay`, `tunnel`: body transfers (copy, splice, tee) and CONNECT tunnels;
 //! - [`store`]: the memory cache (weft-buf aggregates, LRU or GDS);
+//! - [`disk`]: the disk tier under it (`--cache-dir`), kept across restarts;
 //! - `headers`: forwarded and relayed heads, Via, cache keys;
 //! - [`resolve`]: host names resolved on helper threads, cached with a TTL;
 //! - [`acl`]: which clients may use the proxy;
@@ -19,6 +20,7 @@
 pub mod acl;
 pub mod config;
 mod conn;
+pub mod disk;
 mod headers;
 mod outq;
 mod relay;
@@ -49,6 +51,7 @@ pub struct Proxy {
     resolver: resolve::Resolver,
     workers: Vec<JoinHandle<io::Result<ProxyStats>>>,
     store: Option<Arc<Mutex<store::Store>>>,
+    disk: Option<Arc<disk::DiskStore>>,
 }
 
 /// Options every accepted client socket inherits from its listener, so they
@@ -109,14 +112,44 @@ impl Proxy {
                 cfg.cache_policy,
             )))
         });
+        let disk = match (&cfg.cache_dir, &store) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "cache-dir: the disk store needs the memory cache (cache-size above 0)",
+                ))
+            }
+            (Some(dir), Some(store)) => {
+                let d = disk::DiskStore::open(
+                    disk::DiskConfig {
+                        dir: dir.clone(),
+                        cap: cfg.cache_dir_size,
+                        max_object: cfg.max_object_size,
+                    },
+                    workers,
+                    store.clone(),
+                )?;
+                let st = d.stats();
+                weft_core::info!(
+                    "cache dir {}: {} objects ({} MiB) found, {} damaged files removed",
+                    dir.display(),
+                    st.objects,
+                    st.bytes >> 20,
+                    st.errors
+                );
+                Some(Arc::new(d))
+            }
+        };
         let budget = PipeBudget::new(cfg.max_pipes, cfg.pipe_size);
         let slots: Arc<Vec<stats::Slot>> = Arc::new((0..workers).map(|_| stats::Slot::default()).collect());
         let admin_addr = match cfg.admin {
             Some(a) => {
                 let slots = slots.clone();
                 let store = store.clone();
+                let disk = disk.clone();
                 let backend = cfg.event.name();
-                let render = Arc::new(move || render_stats(backend, &slots, store.as_deref()));
+                let render = Arc::new(move || render_stats(backend, &slots, store.as_deref(), disk.as_deref()));
                 Some(
                     weft_io::admin::start(a, render)
                         .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}")))?,
@@ -135,6 +168,7 @@ impl Proxy {
             let shutdown = shutdown.clone();
             let slots = slots.clone();
             let store = store.clone();
+            let disk = disk.clone();
             let resolver = resolver.clone();
             let via_name = via_name.clone();
             let pipes = PipePool::new(budget.clone(), IDLE_PIPES);
@@ -147,6 +181,7 @@ impl Proxy {
                         listener,
                         shutdown,
                         store.as_deref(),
+                        disk.as_deref(),
                         pipes,
                         &resolver,
                         via_name,
@@ -162,6 +197,7 @@ impl Proxy {
             resolver,
             workers: handles,
             store,
+            disk,
         })
     }
 
@@ -196,7 +232,12 @@ impl Proxy {
             }
         }
         self.resolver.stop();
-        let store = store_json(self.store.as_deref());
+        if let Some(d) = &self.disk {
+            // Queued writes finish: an object stored in memory is on disk
+            // before the process exits.
+            d.stop();
+        }
+        let store = store_json(self.store.as_deref(), self.disk.as_deref());
         match first_err {
             Some(e) => Err(e),
             None => Ok((total, store)),
@@ -204,13 +245,23 @@ impl Proxy {
     }
 }
 
-fn store_json(store: Option<&Mutex<store::Store>>) -> String {
+fn store_json(store: Option<&Mutex<store::Store>>, disk: Option<&disk::DiskStore>) -> String {
+    let disk = match disk {
+        None => "null".to_string(),
+        Some(d) => {
+            let s = d.stats();
+            format!(
+                "{{\"objects\":{},\"bytes\":{},\"scanned\":{},\"written\":{},\"loaded\":{},\"removed\":{},\"evicted\":{},\"errors\":{},\"skipped\":{}}}",
+                s.objects, s.bytes, s.scanned, s.written, s.loaded, s.removed, s.evicted, s.errors, s.skipped
+            )
+        }
+    };
     match store {
         None => "null".to_string(),
         Some(s) => {
             let st = s.lock().unwrap_or_else(|e| e.into_inner()).stats();
             format!(
-                "{{\"objects\":{},\"bytes\":{},\"inserted\":{},\"evicted\":{},\"invalidated\":{},\"rejected\":{}}}",
+                "{{\"objects\":{},\"bytes\":{},\"inserted\":{},\"evicted\":{},\"invalidated\":{},\"rejected\":{},\"disk\":{disk}}}",
                 st.objects, st.bytes, st.inserted, st.evicted, st.invalidated, st.rejected
             )
         }
@@ -218,7 +269,12 @@ fn store_json(store: Option<&Mutex<store::Store>>) -> String {
 }
 
 /// The JSON served by `--admin` and printed by `--stats-on-exit`.
-pub fn render_stats(backend: &str, slots: &[stats::Slot], store: Option<&Mutex<store::Store>>) -> String {
+pub fn render_stats(
+    backend: &str,
+    slots: &[stats::Slot],
+    store: Option<&Mutex<store::Store>>,
+    disk: Option<&disk::DiskStore>,
+) -> String {
     let mut total = ProxyStats::default();
     let mut workers = Vec::with_capacity(slots.len());
     for (i, s) in slots.iter().enumerate() {
@@ -230,7 +286,7 @@ pub fn render_stats(backend: &str, slots: &[stats::Slot], store: Option<&Mutex<s
         "{{\"backend\":\"{backend}\",\"workers\":[{}],\"total\":{},\"store\":{}}}\n",
         workers.join(","),
         total.to_json(),
-        store_json(store)
+        store_json(store, disk)
     )
 }
 
@@ -241,6 +297,7 @@ fn run_worker(
     listener: Fd,
     shutdown: Shutdown,
     store: Option<&Mutex<store::Store>>,
+    disk: Option<&disk::DiskStore>,
     pipes: PipePool,
     resolver: &resolve::Resolver,
     via_name: String,
@@ -252,6 +309,7 @@ fn run_worker(
         listener,
         shutdown,
         store,
+        disk,
         pipes,
         resolver,
         via_name,

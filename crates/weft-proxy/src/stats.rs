@@ -66,6 +66,9 @@ counters! {
     invalidated,
     /// `only-if-cached` requests answered 504.
     only_if_cached_misses,
+    /// Requests that missed in memory and waited for their key's objects to
+    /// be read from the disk store (`--cache-dir`).
+    disk_loads,
     /// Upstream connections opened.
     upstream_connects,
     /// Requests sent on a pooled upstream connection.

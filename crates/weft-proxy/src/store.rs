@@ -233,6 +233,11 @@ impl Store {
     /// Store `obj` under `key`, replacing the variant with the same Vary and
     /// secondary key; evicts until it fits. False if it can never fit.
     pub fn insert(&mut self, key: &[u8], obj: Object) -> bool {
+        self.insert_shared(key, Arc::new(obj))
+    }
+
+    /// [`Store::insert`] of an object the caller keeps a handle on.
+    pub fn insert_shared(&mut self, key: &[u8], obj: Arc<Object>) -> bool {
         let size = obj.size();
         if size > self.budget || obj.body.len() as u64 > self.max_object {
             self.stats.rejected += 1;
@@ -270,7 +275,7 @@ impl Store {
             id,
             Slot {
                 key: key.into(),
-                obj: Arc::new(obj),
+                obj,
                 size,
             },
         );

@@ -24,6 +24,7 @@
 use crate::acl::{self, Cidr};
 use crate::config::{ProxyConfig, SpliceMode};
 use crate::conn::{Client, Entry, Phase, ReqBody, StorePlan, Txn, Upstream};
+use crate::disk::{DiskStore, Loaded};
 use crate::headers::{self, Forward, HeadFor};
 use crate::outq::OutQueue;
 use crate::relay::{Ends, Framing, Pump, Relay, UpBuf, Want};
@@ -50,6 +51,8 @@ use weft_io::{Acceptor, Ctx, Event, Handler, Interest, PipePool, Poller, Registe
 const LISTENER: Token = Token::new(u32::MAX, 0);
 const WAKER: Token = Token::new(u32::MAX - 1, 0);
 const RESOLVER: Token = Token::new(u32::MAX - 2, 0);
+/// The disk store's mailbox: loads finished.
+const DISK: Token = Token::new(u32::MAX - 4, 0);
 /// The worker's one timer for read batches (`cut_stalled_batches`).
 const BATCH_TIMER: Token = Token::new(u32::MAX - 3, 0);
 
@@ -120,6 +123,9 @@ struct Shared<'a> {
     via: Vec<u8>,
     via_name: Vec<u8>,
     store: Option<&'a Mutex<Store>>,
+    disk: Option<&'a DiskStore>,
+    /// Number of the next park for a disk load.
+    next_disk_wait: u64,
     pipes: PipePool,
     pool: HashMap<SocketAddr, Vec<Token>>,
     dns: DnsCache,
@@ -153,6 +159,7 @@ pub struct Worker<'a> {
     /// BATCH_TIMER is armed.
     batch_timer: bool,
     answers: Vec<Answer>,
+    loaded: Vec<Loaded>,
     refused_logged: u64,
 }
 
@@ -163,6 +170,7 @@ pub struct WorkerSetup<'a> {
     pub listener: Fd,
     pub shutdown: Shutdown,
     pub store: Option<&'a Mutex<Store>>,
+    pub disk: Option<&'a DiskStore>,
     pub pipes: PipePool,
     pub resolver: &'a Resolver,
     pub via_name: String,
@@ -181,6 +189,8 @@ impl<'a> Worker<'a> {
                 via: format!("1.1 {} (weft)", s.via_name).into_bytes(),
                 via_name: s.via_name.into_bytes(),
                 store: s.store,
+                disk: s.disk,
+                next_disk_wait: 0,
                 pipes: s.pipes,
                 pool: HashMap::new(),
                 dns: DnsCache::new(s.cfg.dns_ttl),
@@ -206,11 +216,13 @@ impl<'a> Worker<'a> {
             batching: Vec::new(),
             batch_timer: false,
             answers: Vec::new(),
+            loaded: Vec::new(),
             refused_logged: 0,
         }
     }
 
-    /// Register the listener, the shutdown waker and the resolver's mailbox.
+    /// Register the listener, the shutdown waker and the resolver's and disk
+    /// store's mailboxes.
     pub fn register<P: Poller>(&mut self, cx: &mut Ctx<P>) -> io::Result<()> {
         let reg = |e: RegisterError| io::Error::other(e.to_string());
         if let Some(l) = &self.listener {
@@ -219,6 +231,9 @@ impl<'a> Worker<'a> {
         cx.register(self.waker, WAKER, Interest::READ).map_err(reg)?;
         cx.register(self.sh.resolver.waker(self.sh.index), RESOLVER, Interest::READ)
             .map_err(reg)?;
+        if let Some(d) = self.sh.disk {
+            cx.register(d.waker(self.sh.index), DISK, Interest::READ).map_err(reg)?;
+        }
         self.sh.date.update(cx.wall);
         Ok(())
     }
@@ -524,6 +539,10 @@ impl<'a> Worker<'a> {
             self.close_client(cx, ct);
             return Flow::Closed;
         }
+        if c.disk_wait.is_some() {
+            // The request at the front waits for the disk store (`on_loaded`).
+            return Flow::Wait;
+        }
         if c.start < c.end {
             if let Some(f) = self.answer_next(cx, ct) {
                 return f;
@@ -604,8 +623,10 @@ impl<'a> Worker<'a> {
                 return Some(Flow::Again);
             }
         };
-        self.sh.stats.requests += 1;
-        c.requests += 1;
+        if !c.disk_checked {
+            self.sh.stats.requests += 1;
+            c.requests += 1;
+        }
         c.head_started = None;
         let head_end = c.start + n;
         if !c.allowed {
@@ -613,10 +634,14 @@ impl<'a> Worker<'a> {
             reject(c, &self.sh.date, 403, "client address not allowed to use this proxy");
             return Some(Flow::Again);
         }
-        match self.route(cx, ct, head_end) {
+        let routed = self.route(cx, ct, head_end);
+        let c = client_of(&mut self.slab, ct)?;
+        if c.disk_wait.is_none() {
+            c.disk_checked = false;
+        }
+        match routed {
             Ok(f) => Some(f),
             Err((status, reason)) => {
-                let c = client_of(&mut self.slab, ct)?;
                 self.sh.stats.bad_requests += 1;
                 reject(c, &self.sh.date, status, reason);
                 Some(Flow::Again)
@@ -780,6 +805,19 @@ impl<'a> Worker<'a> {
                         }
                     }
                 }
+                // Not in memory, but on disk: park until the disk store has
+                // put the key's objects in memory, then answer again.
+                None if !c.disk_checked && sh.disk.is_some_and(|d| d.contains(&c.key)) => {
+                    let d = sh.disk.expect("checked");
+                    let wait = sh.next_disk_wait;
+                    sh.next_disk_wait += 1;
+                    d.load(&c.key, sh.index, ct, wait);
+                    sh.stats.disk_loads += 1;
+                    c.disk_wait = Some(wait);
+                    c.disk_checked = true;
+                    c.spare = Some(txn);
+                    return Ok(Flow::Wait);
+                }
                 None if txn.req_cc.only_if_cached => {
                     c.spare = Some(txn);
                     sh.stats.only_if_cached_misses += 1;
@@ -823,6 +861,25 @@ impl<'a> Worker<'a> {
             }
             Lookup::Waiting => txn.phase = Phase::Resolve,
         }
+    }
+
+    /// The disk store read what parked requests asked for: answer them again.
+    fn on_loaded<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        let Some(d) = self.sh.disk else { return };
+        d.take_loaded(self.sh.index, &mut self.loaded);
+        let loaded = std::mem::take(&mut self.loaded);
+        for l in &loaded {
+            let Some(c) = client_of(&mut self.slab, l.token) else {
+                continue;
+            };
+            if c.disk_wait != Some(l.wait) {
+                continue; // that client is gone and its slot reused
+            }
+            c.disk_wait = None;
+            self.drive(cx, l.token);
+        }
+        self.loaded = loaded;
+        self.loaded.clear();
     }
 
     fn on_answers<P: Poller>(&mut self, cx: &mut Ctx<P>) {
@@ -1375,7 +1432,10 @@ impl<'a> Worker<'a> {
                     Some(o) => {
                         let o = Arc::new(o);
                         if let Some(store) = sh.store {
-                            store.lock().unwrap_or_else(|e| e.into_inner()).replace(id, o.clone());
+                            let kept = store.lock().unwrap_or_else(|e| e.into_inner()).replace(id, o.clone());
+                            if let (true, Some(d)) = (kept, sh.disk) {
+                                d.write(&c.key, &o);
+                            }
                         }
                         o
                     }
@@ -1400,16 +1460,29 @@ impl<'a> Worker<'a> {
         // Unsafe methods invalidate what is stored for the URI (RFC 9111 §4.4).
         if caching::invalidates(method, status) {
             if let Some(store) = sh.store {
-                let mut st = store.lock().unwrap_or_else(|e| e.into_inner());
-                let mut removed = st.invalidate(&c.key);
-                for name in ["location", "content-location"] {
-                    if let Some(v) = resp.header(rdata, name) {
-                        if let Some(k) = same_origin_key(&c.key, v, &mut sh.scratch) {
-                            removed += st.invalidate(&k);
+                // Disk first, and not under the memory store's lock: a load
+                // holds the disk index's lock while it inserts in memory, so
+                // once the index has forgotten the key nothing brings it back.
+                for tier in [Tier::Disk, Tier::Memory] {
+                    let mut st = match tier {
+                        Tier::Disk if sh.disk.is_none() => continue,
+                        Tier::Disk => None,
+                        Tier::Memory => Some(store.lock().unwrap_or_else(|e| e.into_inner())),
+                    };
+                    let mut invalidate = |k: &[u8]| match (&mut st, sh.disk) {
+                        (Some(st), _) => sh.stats.invalidated += st.invalidate(k) as u64,
+                        (None, Some(d)) => d.remove(k),
+                        (None, None) => {}
+                    };
+                    invalidate(&c.key);
+                    for name in ["location", "content-location"] {
+                        if let Some(v) = resp.header(rdata, name) {
+                            if let Some(k) = same_origin_key(&c.key, v, &mut sh.scratch) {
+                                invalidate(&k);
+                            }
                         }
                     }
                 }
-                sh.stats.invalidated += removed as u64;
             }
         }
         // Storable?
@@ -1882,6 +1955,13 @@ fn same_origin_key(key: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<Vec<u8
     Some(out.clone())
 }
 
+/// The cache's tiers, in the order an invalidation visits them.
+#[derive(Clone, Copy)]
+enum Tier {
+    Disk,
+    Memory,
+}
+
 fn store_object(sh: &mut Shared<'_>, key: &[u8], plan: StorePlan, body: weft_buf::Aggregate, request_time: u64) {
     let Some(store) = sh.store else { return };
     if let Some(obj) = Object::build(
@@ -1892,8 +1972,16 @@ fn store_object(sh: &mut Shared<'_>, key: &[u8], plan: StorePlan, body: weft_buf
         plan.response_time,
         &sh.heuristic,
     ) {
-        if store.lock().unwrap_or_else(|e| e.into_inner()).insert(key, obj) {
+        let obj = Arc::new(obj);
+        if store
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert_shared(key, obj.clone())
+        {
             sh.stats.stored += 1;
+            if let Some(d) = sh.disk {
+                d.write(key, &obj);
+            }
         }
     }
 }
@@ -2120,6 +2208,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 }
             }
             RESOLVER => self.on_answers(cx),
+            DISK => self.on_loaded(cx),
             token => {
                 let owner = match self.slab.get_mut(token) {
                     None => return,

@@ -1,0 +1,826 @@
+//! The disk store (`--cache-dir`): a second tier under the memory store, with
+//! its own size cap, that survives a restart.
+//!
+//! - **Write-through.** Every object the memory store takes (a fill, or a 304
+//!   that refreshed one) is queued to a writer thread, which writes it to a
+//!   temporary file and renames it into place: a crash leaves whole files or
+//!   none. The queue holds reference counts on the object's buffers, no copy.
+//! - **Loads.** A request that misses in memory but whose key is in the disk
+//!   index parks; a reader thread reads that key's files, rebuilds the
+//!   objects and puts them in the memory store, and the worker answers the
+//!   request again, now from memory (IO-Lite's unified cache: one copy of an
+//!   object in memory, whoever asks). The event loop never touches the disk;
+//!   the threads are Flash's helpers, signalling through an eventfd like the
+//!   resolver's.
+//! - **Index and cap.** The index (key → files, with sizes) lives in memory
+//!   and is rebuilt at start by scanning the directory; files that are not
+//!   whole are removed. Beyond `--cache-dir-size` the least recently used
+//!   files go.
+//! - **Consistency.** A key is removed from the index at once when it is
+//!   invalidated, and writes queued for it before are dropped (a tombstone
+//!   per key until the removal has been carried out); a load re-checks the
+//!   index under its lock before it inserts, so an invalidated object never
+//!   comes back from disk. At shutdown the writer finishes its queue.
+//!
+//! A file is `DIR/XX/XXXXXXXXXXXXXXXX`, named by a hash of the primary key
+//! and the secondary (Vary) key: a fixed header (magic, lengths, the
+//! exchange's request and response times), the primary key, the secondary
+//! key, the stored head, the body.
+
+use bytes::BytesMut;
+use std::collections::{HashMap, VecDeque};
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use weft_buf::Aggregate;
+use weft_http::caching::Heuristic;
+use weft_io::sys::{self, Fd};
+use weft_io::Token;
+use weft_policy::{Lru, Replacement};
+
+use crate::store::{Object, Store};
+
+const MAGIC: &[u8; 8] = b"WEFTOBJ1";
+const HEADER: usize = 44;
+/// Longest primary or secondary key accepted from a file.
+const MAX_KEY: usize = 1 << 20;
+/// Largest stored head accepted from a file.
+const MAX_HEAD: usize = 4 << 20;
+/// Most bytes of objects waiting for the writer: beyond it (a disk slower
+/// than the fills) new objects are not written, rather than held in memory
+/// outside the memory store's budget.
+const MAX_QUEUED: u64 = 64 << 20;
+
+/// Settings of the disk store.
+#[derive(Clone, Debug)]
+pub struct DiskConfig {
+    /// The directory (created if missing).
+    pub dir: PathBuf,
+    /// Most bytes of files kept.
+    pub cap: u64,
+    /// Largest body accepted from a file (`--max-object-size`).
+    pub max_object: u64,
+}
+
+/// Counters of the disk store.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiskStats {
+    /// Objects indexed.
+    pub objects: u64,
+    /// Bytes of indexed files.
+    pub bytes: u64,
+    /// Objects found by the scan at start.
+    pub scanned: u64,
+    /// Files written.
+    pub written: u64,
+    /// Objects put back into memory (read from their files, or taken from
+    /// the write queue when not written yet).
+    pub loaded: u64,
+    /// Files removed by invalidation.
+    pub removed: u64,
+    /// Files removed for the size cap.
+    pub evicted: u64,
+    /// Files that could not be written or read (or were not whole).
+    pub errors: u64,
+    /// Objects not written because the write queue was full.
+    pub skipped: u64,
+}
+
+struct Entry {
+    key: Box<[u8]>,
+    size: u64,
+    /// The write that made the file (0: found by the scan).
+    seq: u64,
+}
+
+/// An object queued for writing, with its write's sequence number.
+type QueuedWrite = (u64, Arc<Object>);
+
+#[derive(Default)]
+struct Index {
+    files: HashMap<u64, Entry>,
+    by_key: HashMap<Box<[u8]>, Vec<u64>>,
+    lru: Lru<u64>,
+    bytes: u64,
+    /// Key → sequence number of its last invalidation, until carried out.
+    tombstones: HashMap<Box<[u8]>, u64>,
+    /// Objects queued for writing, by key (with their write's sequence
+    /// number): already on their way to disk, so a load takes them from
+    /// here and a request right after a fill does not miss.
+    pending: HashMap<Box<[u8]>, Vec<QueuedWrite>>,
+    stats: DiskStats,
+}
+
+impl Index {
+    fn add(&mut self, id: u64, key: &[u8], size: u64, seq: u64) {
+        self.drop_file(id);
+        self.files.insert(
+            id,
+            Entry {
+                key: key.into(),
+                size,
+                seq,
+            },
+        );
+        self.by_key.entry(key.into()).or_default().push(id);
+        self.lru.insert(id, size, 1.0);
+        self.bytes += size;
+    }
+
+    /// Forget file `id`; true if it was indexed.
+    fn drop_file(&mut self, id: u64) -> bool {
+        let Some(e) = self.files.remove(&id) else {
+            return false;
+        };
+        self.bytes -= e.size;
+        self.lru.remove(&id);
+        if let Some(ids) = self.by_key.get_mut(&e.key) {
+            ids.retain(|&i| i != id);
+            if ids.is_empty() {
+                self.by_key.remove(&e.key);
+            }
+        }
+        true
+    }
+
+    /// Least recently used files beyond `cap`, forgotten.
+    fn over_cap(&mut self, cap: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        while self.bytes > cap {
+            let Some(id) = self.lru.evict() else { break };
+            self.drop_file(id);
+            out.push(id);
+        }
+        out
+    }
+}
+
+enum Job {
+    Write { seq: u64, key: Box<[u8]>, obj: Arc<Object> },
+    Remove { seq: u64, key: Box<[u8]>, ids: Vec<u64> },
+}
+
+struct LoadJob {
+    worker: usize,
+    token: Token,
+    wait: u64,
+    key: Box<[u8]>,
+}
+
+/// A load finished: wake the request parked as (`token`, `wait`).
+#[derive(Clone, Copy, Debug)]
+pub struct Loaded {
+    /// The client.
+    pub token: Token,
+    /// The park it answers.
+    pub wait: u64,
+}
+
+struct Mailbox {
+    wake: Fd,
+    done: Mutex<Vec<Loaded>>,
+}
+
+struct Queue<T> {
+    jobs: Mutex<VecDeque<T>>,
+    cv: Condvar,
+}
+
+impl<T> Queue<T> {
+    fn new() -> Queue<T> {
+        Queue {
+            jobs: Mutex::new(VecDeque::new()),
+            cv: Condvar::new(),
+        }
+    }
+}
+
+struct Inner {
+    cfg: DiskConfig,
+    index: Mutex<Index>,
+    writes: Queue<Job>,
+    loads: Queue<LoadJob>,
+    next_seq: AtomicU64,
+    /// Bytes of objects in the write queue.
+    queued: AtomicU64,
+    stop: AtomicBool,
+    mailboxes: Vec<Mailbox>,
+    store: Arc<Mutex<Store>>,
+    heuristic: Heuristic,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The disk store and its two helper threads.
+pub struct DiskStore {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// File name of (primary key, secondary key): 64-bit FNV-1a, length-prefixed
+/// so that no two pairs run together. Stable across versions and runs (the
+/// scan does not depend on it: it reads keys from the files).
+fn file_id(key: &[u8], vary_key: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let len = (key.len() as u64).to_le_bytes();
+    for &b in len.iter().chain(key).chain(vary_key) {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn file_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{:02x}", id >> 56)).join(format!("{id:016x}"))
+}
+
+impl Inner {
+    fn path(&self, id: u64) -> PathBuf {
+        file_path(&self.cfg.dir, id)
+    }
+}
+
+impl DiskStore {
+    /// Open (or create) the directory, index what it holds (removing files
+    /// that are not whole, and the oldest beyond the cap), and start the
+    /// writer and the reader for `workers` workers. Loads go into `store`.
+    pub fn open(cfg: DiskConfig, workers: usize, store: Arc<Mutex<Store>>) -> io::Result<DiskStore> {
+        fs::create_dir_all(&cfg.dir)
+            .map_err(|e| io::Error::new(e.kind(), format!("cache-dir: cannot create {}: {e}", cfg.dir.display())))?;
+        let tmp = cfg.dir.join("tmp");
+        let _ = fs::remove_dir_all(&tmp);
+        fs::create_dir_all(&tmp).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cache-dir: cannot write in {}: {e}", cfg.dir.display()),
+            )
+        })?;
+        let mut mailboxes = Vec::with_capacity(workers);
+        for _ in 0..workers {
+            mailboxes.push(Mailbox {
+                wake: sys::eventfd()?,
+                done: Mutex::new(Vec::new()),
+            });
+        }
+        let mut index = Index::default();
+        scan(&cfg, &mut index);
+        for id in index.over_cap(cfg.cap) {
+            index.stats.evicted += 1;
+            let _ = fs::remove_file(file_path(&cfg.dir, id));
+        }
+        let inner = Arc::new(Inner {
+            cfg,
+            index: Mutex::new(index),
+            writes: Queue::new(),
+            loads: Queue::new(),
+            next_seq: AtomicU64::new(1),
+            queued: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            mailboxes,
+            store,
+            heuristic: Heuristic::default(),
+        });
+        let mut threads = Vec::new();
+        let i = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("weft-disk-write".into())
+                .spawn(move || writer(&i))?,
+        );
+        let i = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("weft-disk-read".into())
+                .spawn(move || reader(&i))?,
+        );
+        Ok(DiskStore {
+            inner,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// The eventfd worker `i` watches for finished loads.
+    pub fn waker(&self, worker: usize) -> RawFd {
+        self.inner.mailboxes[worker].wake.raw()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> DiskStats {
+        let ix = lock(&self.inner.index);
+        let mut s = ix.stats;
+        s.objects = ix.files.len() as u64;
+        s.bytes = ix.bytes;
+        s
+    }
+
+    /// Is anything stored (or being written) under `key`?
+    pub fn contains(&self, key: &[u8]) -> bool {
+        let ix = lock(&self.inner.index);
+        ix.by_key.contains_key(key) || ix.pending.contains_key(key)
+    }
+
+    /// Queue `obj`, just stored in memory under `key`, for writing (the
+    /// queue holds reference counts on its buffers, no copy).
+    pub fn write(&self, key: &[u8], obj: &Arc<Object>) {
+        let q = &self.inner.writes;
+        let mut jobs = lock(&q.jobs);
+        if self.inner.queued.load(Ordering::Relaxed) + obj.size() > MAX_QUEUED {
+            lock(&self.inner.index).stats.skipped += 1;
+            return;
+        }
+        self.inner.queued.fetch_add(obj.size(), Ordering::Relaxed);
+        // Taken under the queue's lock: sequence order is queue order.
+        let seq = self.inner.next_seq.fetch_add(1, Ordering::Relaxed);
+        lock(&self.inner.index)
+            .pending
+            .entry(key.into())
+            .or_default()
+            .push((seq, obj.clone()));
+        jobs.push_back(Job::Write {
+            seq,
+            key: key.into(),
+            obj: obj.clone(),
+        });
+        drop(jobs);
+        q.cv.notify_one();
+    }
+
+    /// Remove every variant of `key`, at once for lookups and loads; the
+    /// files go in the writer's order (after writes queued before).
+    pub fn remove(&self, key: &[u8]) {
+        let q = &self.inner.writes;
+        let mut jobs = lock(&q.jobs);
+        let seq = self.inner.next_seq.fetch_add(1, Ordering::Relaxed);
+        let ids = {
+            let mut ix = lock(&self.inner.index);
+            let ids = ix.by_key.get(key).cloned().unwrap_or_default();
+            for &id in &ids {
+                ix.drop_file(id);
+            }
+            ix.pending.remove(key);
+            ix.tombstones.insert(key.into(), seq);
+            ids
+        };
+        jobs.push_back(Job::Remove {
+            seq,
+            key: key.into(),
+            ids,
+        });
+        drop(jobs);
+        q.cv.notify_one();
+    }
+
+    /// Read `key`'s files into the memory store, then wake worker `worker`
+    /// with (`token`, `wait`).
+    pub fn load(&self, key: &[u8], worker: usize, token: Token, wait: u64) {
+        let q = &self.inner.loads;
+        lock(&q.jobs).push_back(LoadJob {
+            worker,
+            token,
+            wait,
+            key: key.into(),
+        });
+        q.cv.notify_one();
+    }
+
+    /// Move worker `i`'s finished loads into `out`.
+    pub fn take_loaded(&self, worker: usize, out: &mut Vec<Loaded>) {
+        let mb = &self.inner.mailboxes[worker];
+        sys::eventfd_drain(mb.wake.raw());
+        out.append(&mut lock(&mb.done));
+    }
+
+    /// Finish the queued writes and stop the threads.
+    pub fn stop(&self) {
+        self.inner.stop.store(true, Ordering::SeqCst);
+        self.inner.writes.cv.notify_all();
+        self.inner.loads.cv.notify_all();
+        for t in lock(&self.threads).drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for DiskStore {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Wait for the next job; None once stopping and (for the writer) drained.
+fn next<T>(inner: &Inner, q: &Queue<T>, drain: bool) -> Option<T> {
+    let mut jobs = lock(&q.jobs);
+    loop {
+        let stopping = inner.stop.load(Ordering::SeqCst);
+        if stopping && !drain {
+            return None;
+        }
+        if let Some(j) = jobs.pop_front() {
+            return Some(j);
+        }
+        if stopping {
+            return None;
+        }
+        jobs = q.cv.wait(jobs).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+fn writer(inner: &Inner) {
+    while let Some(job) = next(inner, &inner.writes, true) {
+        match job {
+            Job::Write { seq, key, obj } => {
+                inner.queued.fetch_sub(obj.size(), Ordering::Relaxed);
+                let dead = |ix: &Index| ix.tombstones.get(&key).is_some_and(|&t| t > seq);
+                if dead(&lock(&inner.index)) {
+                    continue;
+                }
+                let id = file_id(&key, &obj.vary_key);
+                let path = inner.path(id);
+                let written = write_file(inner, id, &path, &key, &obj);
+                let victims = {
+                    let mut ix = lock(&inner.index);
+                    if let Some(p) = ix.pending.get_mut(&key) {
+                        p.retain(|(s, _)| *s != seq);
+                        if p.is_empty() {
+                            ix.pending.remove(&key);
+                        }
+                    }
+                    let size = match written {
+                        Ok(n) => n,
+                        Err(e) => {
+                            weft_core::warn!("cache-dir: cannot write {}: {e}", path.display());
+                            ix.stats.errors += 1;
+                            continue;
+                        }
+                    };
+                    if dead(&ix) {
+                        // Invalidated while it was being written.
+                        let _ = fs::remove_file(&path);
+                        continue;
+                    }
+                    ix.add(id, &key, size, seq);
+                    ix.stats.written += 1;
+                    let v = ix.over_cap(inner.cfg.cap);
+                    ix.stats.evicted += v.len() as u64;
+                    v
+                };
+                for v in victims {
+                    let _ = fs::remove_file(inner.path(v));
+                }
+            }
+            Job::Remove { seq, key, ids } => {
+                let mut n = 0;
+                // Writes queued after the removal come after this job.
+                for id in ids {
+                    if fs::remove_file(inner.path(id)).is_ok() {
+                        n += 1;
+                    }
+                }
+                let mut ix = lock(&inner.index);
+                ix.stats.removed += n;
+                if ix.tombstones.get(&key) == Some(&seq) {
+                    ix.tombstones.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_file(inner: &Inner, id: u64, path: &Path, key: &[u8], obj: &Object) -> io::Result<u64> {
+    let (vary_key, head, body) = (&obj.vary_key, &obj.head, &obj.body);
+    let mut hdr = Vec::with_capacity(HEADER + key.len() + vary_key.len());
+    hdr.extend_from_slice(MAGIC);
+    hdr.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    hdr.extend_from_slice(&(vary_key.len() as u32).to_le_bytes());
+    hdr.extend_from_slice(&(head.len() as u32).to_le_bytes());
+    hdr.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    hdr.extend_from_slice(&obj.request_time.to_le_bytes());
+    hdr.extend_from_slice(&obj.response_time.to_le_bytes());
+    hdr.extend_from_slice(key);
+    hdr.extend_from_slice(vary_key);
+    let tmp = inner.cfg.dir.join("tmp").join(format!("{id:016x}"));
+    let mut f = File::create(&tmp)?;
+    f.write_all(&hdr)?;
+    f.write_all(head)?;
+    for seg in body.segments() {
+        f.write_all(seg)?;
+    }
+    drop(f);
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    fs::rename(&tmp, path)?;
+    Ok((hdr.len() + head.len() + body.len()) as u64)
+}
+
+/// A file's header: (primary key, secondary key, head length, body length,
+/// request time, response time), checked against the file's length.
+struct Header {
+    key: Vec<u8>,
+    vary_key: Vec<u8>,
+    head_len: usize,
+    body_len: u64,
+    request_time: u64,
+    response_time: u64,
+}
+
+fn read_header(f: &mut File, file_len: u64, max_object: u64) -> Option<Header> {
+    let mut fixed = [0u8; HEADER];
+    f.read_exact(&mut fixed).ok()?;
+    if &fixed[..8] != MAGIC {
+        return None;
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(fixed[i..i + 4].try_into().unwrap()) as usize;
+    let u64_at = |i: usize| u64::from_le_bytes(fixed[i..i + 8].try_into().unwrap());
+    let (klen, vlen, hlen, blen) = (u32_at(8), u32_at(12), u32_at(16), u64_at(20));
+    if klen == 0 || klen > MAX_KEY || vlen > MAX_KEY || hlen == 0 || hlen > MAX_HEAD || blen > max_object {
+        return None;
+    }
+    let prefix = HEADER + klen + vlen;
+    if file_len != (prefix + hlen) as u64 + blen {
+        return None;
+    }
+    let mut keys = vec![0u8; klen + vlen];
+    f.read_exact(&mut keys).ok()?;
+    let vary_key = keys.split_off(klen);
+    Some(Header {
+        key: keys,
+        vary_key,
+        head_len: hlen,
+        body_len: blen,
+        request_time: u64_at(28),
+        response_time: u64_at(36),
+    })
+}
+
+/// Index the directory's files; remove those that are not whole.
+fn scan(cfg: &DiskConfig, index: &mut Index) {
+    let Ok(dirs) = fs::read_dir(&cfg.dir) else { return };
+    for d in dirs.flatten() {
+        let name = d.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.len() != 2 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let Ok(files) = fs::read_dir(d.path()) else { continue };
+        for f in files.flatten() {
+            let path = f.path();
+            let id = f
+                .file_name()
+                .to_str()
+                .filter(|n| n.len() == 16)
+                .and_then(|n| u64::from_str_radix(n, 16).ok());
+            let header = id.and_then(|_| {
+                let mut file = File::open(&path).ok()?;
+                let len = file.metadata().ok()?.len();
+                read_header(&mut file, len, cfg.max_object).map(|h| (h, len))
+            });
+            match (id, header) {
+                (Some(id), Some((h, len))) if file_id(&h.key, &h.vary_key) == id => {
+                    index.add(id, &h.key, len, 0);
+                    index.stats.scanned += 1;
+                }
+                _ => {
+                    index.stats.errors += 1;
+                    let _ = fs::remove_file(&path);
+                }
+            }
+        }
+    }
+}
+
+fn reader(inner: &Inner) {
+    while let Some(job) = next(inner, &inner.loads, false) {
+        let files: Vec<(u64, u64)> = {
+            let ix = lock(&inner.index);
+            ix.by_key
+                .get(&job.key)
+                .map(|ids| {
+                    ids.iter()
+                        .filter_map(|id| ix.files.get(id).map(|e| (*id, e.seq)))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for (id, seq) in files {
+            let obj = load_file(inner, &inner.path(id), &job.key);
+            let mut ix = lock(&inner.index);
+            match obj {
+                Some(obj) => {
+                    // Still the indexed file? (Not invalidated or replaced
+                    // meanwhile; the index lock is held over the insert so an
+                    // invalidation cannot slip in between.)
+                    if ix.files.get(&id).is_some_and(|e| e.seq == seq) {
+                        ix.lru.touch(&id);
+                        ix.stats.loaded += 1;
+                        lock(&inner.store).insert(&job.key, obj);
+                    }
+                }
+                None => {
+                    if ix.files.get(&id).is_some_and(|e| e.seq == seq) {
+                        ix.stats.errors += 1;
+                        ix.drop_file(id);
+                        let _ = fs::remove_file(inner.path(id));
+                    }
+                }
+            }
+        }
+        {
+            // Objects still on their way to disk are newer than any file.
+            let mut ix = lock(&inner.index);
+            if let Some(p) = ix.pending.get(&job.key) {
+                let mut store = lock(&inner.store);
+                for (_, obj) in p {
+                    store.insert_shared(&job.key, obj.clone());
+                }
+                ix.stats.loaded += p.len() as u64;
+            }
+        }
+        let mb = &inner.mailboxes[job.worker];
+        lock(&mb.done).push(Loaded {
+            token: job.token,
+            wait: job.wait,
+        });
+        let _ = sys::eventfd_signal(mb.wake.raw());
+    }
+}
+
+fn load_file(inner: &Inner, path: &Path, key: &[u8]) -> Option<Object> {
+    let mut f = File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    let h = read_header(&mut f, len, inner.cfg.max_object)?;
+    if h.key != key {
+        return None;
+    }
+    // One buffer for head and body: the body becomes one segment.
+    let total = h.head_len + h.body_len as usize;
+    let mut buf = BytesMut::zeroed(total);
+    f.read_exact(&mut buf).ok()?;
+    let mut all = buf.freeze();
+    let head = all.split_to(h.head_len);
+    let mut body = Aggregate::new();
+    if !all.is_empty() {
+        body.push(all);
+    }
+    Object::build(
+        head,
+        body,
+        &h.vary_key,
+        h.request_time,
+        h.response_time,
+        &inner.heuristic,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::CachePolicy;
+    use bytes::Bytes;
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("weft-disk-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        p
+    }
+
+    fn object(body: &[u8], vary_key: &[u8]) -> Arc<Object> {
+        let head = Bytes::from_static(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nETag: \"x\"\r\n\r\n");
+        let mut agg = Aggregate::new();
+        agg.push(Bytes::copy_from_slice(body));
+        Arc::new(Object::build(head, agg, vary_key, 1000, 1001, &Heuristic::default()).unwrap())
+    }
+
+    fn open(dir: &Path, cap: u64) -> (DiskStore, Arc<Mutex<Store>>) {
+        let store = Arc::new(Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru)));
+        let cfg = DiskConfig {
+            dir: dir.to_path_buf(),
+            cap,
+            max_object: 1 << 20,
+        };
+        (DiskStore::open(cfg, 1, store.clone()).unwrap(), store)
+    }
+
+    /// Wait for one load to be reported to worker 0.
+    fn load(d: &DiskStore, key: &[u8]) {
+        d.load(key, 0, Token::new(7, 0), 9);
+        let mut out = Vec::new();
+        for _ in 0..500 {
+            d.take_loaded(0, &mut out);
+            if !out.is_empty() {
+                assert_eq!(out[0].wait, 9);
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        panic!("load never reported");
+    }
+
+    #[test]
+    fn objects_survive_a_restart_byte_for_byte() {
+        let dir = tmpdir("restart");
+        {
+            let (d, _) = open(&dir, 1 << 20);
+            d.write(b"http://a/x", &object(b"hello body", b""));
+            d.write(b"http://a/y", &object(&[7u8; 5000], b"gzip"));
+            d.stop(); // finishes the queue
+            assert_eq!(d.stats().written, 2);
+        }
+        let (d, store) = open(&dir, 1 << 20);
+        let s = d.stats();
+        assert_eq!((s.scanned, s.objects, s.errors), (2, 2, 0));
+        assert!(d.contains(b"http://a/x") && d.contains(b"http://a/y") && !d.contains(b"http://a/z"));
+        load(&d, b"http://a/y");
+        let (_, o) = lock(&store)
+            .lookup(b"http://a/y", |_| true)
+            .expect("loaded into memory");
+        assert_eq!(o.body.segments().concat(), vec![7u8; 5000]);
+        assert_eq!(&o.vary_key[..], b"gzip");
+        assert_eq!((o.request_time, o.response_time, o.lifetime), (1000, 1001, 600));
+        assert_eq!(d.stats().loaded, 1);
+        drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn partial_and_foreign_files_are_removed_at_start() {
+        let dir = tmpdir("partial");
+        {
+            let (d, _) = open(&dir, 1 << 20);
+            d.write(b"k1", &object(b"one", b""));
+            d.write(b"k2", &object(b"two", b""));
+            d.stop();
+        }
+        // Truncate one file, drop junk into a bucket and the temp dir.
+        let p = file_path(&dir, file_id(b"k1", b""));
+        let len = fs::metadata(&p).unwrap().len();
+        File::options().write(true).open(&p).unwrap().set_len(len - 1).unwrap();
+        fs::create_dir_all(dir.join("ab")).unwrap();
+        fs::write(dir.join("ab").join("0123456789abcdef"), b"junk").unwrap();
+        fs::write(dir.join("tmp").join("half"), b"WEFTOBJ1").unwrap();
+        let (d, _) = open(&dir, 1 << 20);
+        let s = d.stats();
+        assert_eq!((s.scanned, s.errors), (1, 2));
+        assert!(!d.contains(b"k1") && d.contains(b"k2"));
+        assert!(!p.exists());
+        assert!(!dir.join("tmp").join("half").exists());
+        drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_cap_evicts_the_least_recently_used() {
+        let dir = tmpdir("cap");
+        let (d, store) = open(&dir, 3 * 1200);
+        for k in [b"a", b"b", b"c"] {
+            d.write(k, &object(&[1u8; 1000], b""));
+        }
+        // Wait for the writer, then use `a` so that `b` is the oldest.
+        for _ in 0..500 {
+            if d.stats().written == 3 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        load(&d, b"a");
+        d.write(b"d", &object(&[1u8; 1000], b""));
+        d.stop();
+        let s = d.stats();
+        assert_eq!((s.objects, s.evicted), (3, 1), "{s:?}");
+        assert!(d.contains(b"a") && !d.contains(b"b") && d.contains(b"c") && d.contains(b"d"));
+        assert!(s.bytes <= 3 * 1200);
+        drop(store);
+        drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_invalidated_key_never_comes_back() {
+        let dir = tmpdir("inval");
+        let (d, store) = open(&dir, 1 << 20);
+        d.write(b"k", &object(b"old", b""));
+        // Removed before the writer may even have written it: the queued
+        // write is dropped or its file deleted, and a load finds nothing.
+        d.remove(b"k");
+        assert!(!d.contains(b"k"));
+        load(&d, b"k");
+        assert!(lock(&store).lookup(b"k", |_| true).is_none());
+        // A write after the removal stands.
+        d.write(b"k", &object(b"new", b""));
+        d.stop();
+        assert!(d.contains(b"k"));
+        drop(d);
+        let (d, _) = open(&dir, 1 << 20);
+        assert_eq!(d.stats().objects, 1);
+        load(&d, b"k");
+        drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
