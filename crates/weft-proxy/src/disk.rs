@@ -131,10 +131,10 @@ impl Index {
         self.bytes += size;
     }
 
-    /// Forget file `id`; true if it was indexed.
-    fn drop_file(&mut self, id: u64) -> bool {
+    /// Forget file `id` (if indexed).
+    fn drop_file(&mut self, id: u64) {
         let Some(e) = self.files.remove(&id) else {
-            return false;
+            return;
         };
         self.bytes -= e.size;
         self.lru.remove(&id);
@@ -144,7 +144,6 @@ impl Index {
                 self.by_key.remove(&e.key);
             }
         }
-        true
     }
 
     /// Least recently used files beyond `cap`, forgotten.
