@@ -31,6 +31,15 @@ fn lowat(what: &'static str) -> impl Fn(&str) -> Result<usize, String> + Clone {
     }
 }
 
+/// `--cache-dir-size`: a cap of 0 would remove every file as it is written.
+fn cache_dir_size(s: &str) -> Result<u64, String> {
+    let n = size(s)?;
+    if n == 0 {
+        return Err(format!("cache dir size `{s}` must be above 0"));
+    }
+    Ok(n)
+}
+
 fn first_read(s: &str) -> Result<usize, String> {
     let n = size_usize(s)?;
     if !(512..=(1 << 20)).contains(&n) {
@@ -165,7 +174,7 @@ pub struct ProxyArgs {
 
     /// Most bytes of objects kept in --cache-dir; the least recently used go
     /// first [default: 1GiB].
-    #[arg(long, value_name = "SIZE", value_parser = size)]
+    #[arg(long, value_name = "SIZE", value_parser = cache_dir_size)]
     pub cache_dir_size: Option<u64>,
 
     /// Close keep-alive client connections (and idle tunnels) idle this long [default: 60s].

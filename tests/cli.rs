@@ -46,6 +46,7 @@ fn bad_flag_values_are_one_line_errors_with_status_2() {
         vec!["proxy", "--notsent-lowat", "1GiB"],
         vec!["proxy", "--rcv-lowat", "1GiB"],
         vec!["proxy", "--rcv-lowat", "lots"],
+        vec!["proxy", "--cache-dir-size", "0"],
         vec!["serve", "--wake-interval", "1s"],
         vec!["serve", "--wake-interval", "soon"],
         // Only serve's handler reports its EAGAINs, which tracked needs.

@@ -1055,6 +1055,14 @@ fn disk_store_survives_a_restart() {
     assert_eq!(disk_counter(&stats, "objects"), 1, "{stats}");
 
     let p = start_proxy(&args);
+    // The index is built while the proxy already listens: until then a
+    // stored object is a miss. Wait for the scan's log line.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.stderr().contains("objects (0 MiB) indexed in") {
+        assert!(Instant::now() < deadline, "no scan line: {}", p.stderr());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(p.stderr().contains(": 1 objects (0 MiB) indexed in"), "{}", p.stderr());
     let r = fetch(&p, &kept, "");
     assert_eq!(r.status, 200);
     assert!(r.body == pattern(300_000));

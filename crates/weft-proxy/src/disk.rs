@@ -13,9 +13,10 @@
 //!   the threads are Flash's helpers, signalling through an eventfd like the
 //!   resolver's.
 //! - **Index and cap.** The index (key → files, with sizes) lives in memory
-//!   and is rebuilt at start by scanning the directory; files that are not
-//!   whole are removed. Beyond `--cache-dir-size` the least recently used
-//!   files go.
+//!   and is rebuilt at start by the writer thread, which scans the directory
+//!   before it takes any job, while the proxy already serves (keys not yet
+//!   indexed are misses); files that are not whole are removed. Beyond
+//!   `--cache-dir-size` the least recently used files go.
 //! - **Consistency.** A key is removed from the index at once when it is
 //!   invalidated, and writes queued for it before are dropped (a tombstone
 //!   per key until the removal has been carried out); a load re-checks the
@@ -88,6 +89,8 @@ pub struct DiskStats {
     pub errors: u64,
     /// Objects not written because the write queue was full.
     pub skipped: u64,
+    /// The start-up scan is still indexing the directory.
+    pub scanning: bool,
 }
 
 struct Entry {
@@ -112,6 +115,8 @@ struct Index {
     /// number): already on their way to disk, so a load takes them from
     /// here and a request right after a fill does not miss.
     pending: HashMap<Box<[u8]>, Vec<QueuedWrite>>,
+    /// The start-up scan is still running.
+    scanning: bool,
     stats: DiskStats,
 }
 
@@ -246,9 +251,10 @@ impl Inner {
 }
 
 impl DiskStore {
-    /// Open (or create) the directory, index what it holds (removing files
-    /// that are not whole, and the oldest beyond the cap), and start the
-    /// writer and the reader for `workers` workers. Loads go into `store`.
+    /// Open (or create) the directory and start the writer, which first
+    /// indexes what the directory holds (removing files that are not whole,
+    /// and the oldest beyond the cap; `stats().scanning` until done), and the
+    /// reader, for `workers` workers. Loads go into `store`.
     pub fn open(cfg: DiskConfig, workers: usize, store: Arc<Mutex<Store>>) -> io::Result<DiskStore> {
         fs::create_dir_all(&cfg.dir)
             .map_err(|e| io::Error::new(e.kind(), format!("cache-dir: cannot create {}: {e}", cfg.dir.display())))?;
@@ -267,12 +273,10 @@ impl DiskStore {
                 done: Mutex::new(Vec::new()),
             });
         }
-        let mut index = Index::default();
-        scan(&cfg, &mut index);
-        for id in index.over_cap(cfg.cap) {
-            index.stats.evicted += 1;
-            let _ = fs::remove_file(file_path(&cfg.dir, id));
-        }
+        let index = Index {
+            scanning: true,
+            ..Index::default()
+        };
         let inner = Arc::new(Inner {
             cfg,
             index: Mutex::new(index),
@@ -315,6 +319,7 @@ impl DiskStore {
         let mut s = ix.stats;
         s.objects = ix.files.len() as u64;
         s.bytes = ix.bytes;
+        s.scanning = ix.scanning;
         s
     }
 
@@ -431,6 +436,10 @@ fn next<T>(inner: &Inner, q: &Queue<T>, drain: bool) -> Option<T> {
 }
 
 fn writer(inner: &Inner) {
+    // The index is built here, before any queued job runs: the proxy serves
+    // (what it has not indexed yet is a miss) while a large directory is
+    // read, and no file is written or removed under the scan's feet.
+    scan(inner);
     while let Some(job) = next(inner, &inner.writes, true) {
         match job {
             Job::Write { seq, key, obj } => {
@@ -559,10 +568,17 @@ fn read_header(f: &mut File, file_len: u64, max_object: u64) -> Option<Header> {
     })
 }
 
-/// Index the directory's files; remove those that are not whole.
-fn scan(cfg: &DiskConfig, index: &mut Index) {
-    let Ok(dirs) = fs::read_dir(&cfg.dir) else { return };
-    for d in dirs.flatten() {
+/// Index the directory's files; remove those that are not whole, those of
+/// keys invalidated meanwhile, and the least recently used beyond the cap.
+fn scan(inner: &Inner) {
+    let cfg = &inner.cfg;
+    let started = std::time::Instant::now();
+    let mut damaged = 0u64;
+    let dirs = fs::read_dir(&cfg.dir).into_iter().flatten().flatten();
+    for d in dirs {
+        if inner.stop.load(Ordering::SeqCst) {
+            break;
+        }
         let name = d.file_name();
         let Some(name) = name.to_str() else { continue };
         if name.len() != 2 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -581,18 +597,44 @@ fn scan(cfg: &DiskConfig, index: &mut Index) {
                 let len = file.metadata().ok()?.len();
                 read_header(&mut file, len, cfg.max_object).map(|h| (h, len))
             });
+            let mut ix = lock(&inner.index);
             match (id, header) {
                 (Some(id), Some((h, len))) if file_id(&h.key, &h.vary_key) == id => {
-                    index.add(id, &h.key, len, 0);
-                    index.stats.scanned += 1;
+                    // Invalidated before the scan got here: its removal is
+                    // still queued behind the scan, so the tombstone stands.
+                    if ix.tombstones.contains_key(&h.key[..]) {
+                        drop(ix);
+                        let _ = fs::remove_file(&path);
+                        continue;
+                    }
+                    ix.add(id, &h.key, len, 0);
+                    ix.stats.scanned += 1;
                 }
                 _ => {
-                    index.stats.errors += 1;
+                    ix.stats.errors += 1;
+                    damaged += 1;
+                    drop(ix);
                     let _ = fs::remove_file(&path);
                 }
             }
         }
     }
+    let (victims, objects, bytes) = {
+        let mut ix = lock(&inner.index);
+        let v = ix.over_cap(cfg.cap);
+        ix.stats.evicted += v.len() as u64;
+        ix.scanning = false;
+        (v, ix.files.len(), ix.bytes)
+    };
+    for v in victims {
+        let _ = fs::remove_file(inner.path(v));
+    }
+    weft_core::info!(
+        "cache dir {}: {objects} objects ({} MiB) indexed in {} ms, {damaged} damaged files removed",
+        cfg.dir.display(),
+        bytes >> 20,
+        started.elapsed().as_millis()
+    );
 }
 
 fn reader(inner: &Inner) {
@@ -704,7 +746,14 @@ mod tests {
             cap,
             max_object: 1 << 20,
         };
-        (DiskStore::open(cfg, 1, store.clone()).unwrap(), store)
+        let d = DiskStore::open(cfg, 1, store.clone()).unwrap();
+        for _ in 0..1000 {
+            if !d.stats().scanning {
+                return (d, store);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        panic!("scan never finished");
     }
 
     /// Wait for one load to be reported to worker 0.
@@ -796,6 +845,40 @@ mod tests {
         assert!(d.contains(b"a") && !d.contains(b"b") && d.contains(b"c") && d.contains(b"d"));
         assert!(s.bytes <= 3 * 1200);
         drop(store);
+        drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_key_invalidated_during_the_scan_is_not_indexed() {
+        let dir = tmpdir("scan-inval");
+        {
+            let (d, _) = open(&dir, 1 << 30);
+            for i in 0..2000 {
+                d.write(format!("k{i}").as_bytes(), &object(b"x", b""));
+            }
+            d.stop();
+        }
+        // Whether the scan has reached the key or not when it is removed,
+        // it ends up neither indexed nor on disk.
+        let store = Arc::new(Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru)));
+        let cfg = DiskConfig {
+            dir: dir.clone(),
+            cap: 1 << 30,
+            max_object: 1 << 20,
+        };
+        let d = DiskStore::open(cfg, 1, store).unwrap();
+        d.remove(b"k1234");
+        d.remove(b"k7");
+        while d.stats().scanning {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        d.stop(); // carries out the removals
+        let s = d.stats();
+        assert_eq!(s.objects, 1998, "{s:?}");
+        assert!(!d.contains(b"k1234") && !d.contains(b"k7") && d.contains(b"k8"));
+        assert!(!file_path(&dir, file_id(b"k1234", b"")).exists());
+        assert!(!file_path(&dir, file_id(b"k7", b"")).exists());
         drop(d);
         let _ = fs::remove_dir_all(&dir);
     }

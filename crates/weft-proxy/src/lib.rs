@@ -130,14 +130,6 @@ impl Proxy {
                     workers,
                     store.clone(),
                 )?;
-                let st = d.stats();
-                weft_core::info!(
-                    "cache dir {}: {} objects ({} MiB) found, {} damaged files removed",
-                    dir.display(),
-                    st.objects,
-                    st.bytes >> 20,
-                    st.errors
-                );
                 Some(Arc::new(d))
             }
         };
@@ -251,8 +243,8 @@ fn store_json(store: Option<&Mutex<store::Store>>, disk: Option<&disk::DiskStore
         Some(d) => {
             let s = d.stats();
             format!(
-                "{{\"objects\":{},\"bytes\":{},\"scanned\":{},\"written\":{},\"loaded\":{},\"removed\":{},\"evicted\":{},\"errors\":{},\"skipped\":{}}}",
-                s.objects, s.bytes, s.scanned, s.written, s.loaded, s.removed, s.evicted, s.errors, s.skipped
+                "{{\"objects\":{},\"bytes\":{},\"scanned\":{},\"written\":{},\"loaded\":{},\"removed\":{},\"evicted\":{},\"errors\":{},\"skipped\":{},\"scanning\":{}}}",
+                s.objects, s.bytes, s.scanned, s.written, s.loaded, s.removed, s.evicted, s.errors, s.skipped, s.scanning
             )
         }
     };
