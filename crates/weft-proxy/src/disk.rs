@@ -168,12 +168,8 @@ enum Job {
     Remove { seq: u64, key: Box<[u8]>, ids: Vec<u64> },
 }
 
-struct LoadJob {
-    worker: usize,
-    token: Token,
-    wait: u64,
-    key: Box<[u8]>,
-}
+/// A request waiting for a load: (worker, client, park number).
+type Waiter = (usize, Token, u64);
 
 /// A load finished: wake the request parked as (`token`, `wait`).
 #[derive(Clone, Copy, Debug)]
@@ -207,7 +203,11 @@ struct Inner {
     cfg: DiskConfig,
     index: Mutex<Index>,
     writes: Queue<Job>,
-    loads: Queue<LoadJob>,
+    /// Keys to load.
+    loads: Queue<Box<[u8]>>,
+    /// Keys queued or being loaded, with the requests waiting for them: a
+    /// second request for a key already on its way joins the first.
+    loading: Mutex<HashMap<Box<[u8]>, Vec<Waiter>>>,
     next_seq: AtomicU64,
     /// Bytes of objects in the write queue.
     queued: AtomicU64,
@@ -282,6 +282,7 @@ impl DiskStore {
             index: Mutex::new(index),
             writes: Queue::new(),
             loads: Queue::new(),
+            loading: Mutex::new(HashMap::new()),
             next_seq: AtomicU64::new(1),
             queued: AtomicU64::new(0),
             stop: AtomicBool::new(false),
@@ -383,13 +384,15 @@ impl DiskStore {
     /// Read `key`'s files into the memory store, then wake worker `worker`
     /// with (`token`, `wait`).
     pub fn load(&self, key: &[u8], worker: usize, token: Token, wait: u64) {
+        let mut loading = lock(&self.inner.loading);
+        if let Some(waiters) = loading.get_mut(key) {
+            waiters.push((worker, token, wait));
+            return;
+        }
+        loading.insert(key.into(), vec![(worker, token, wait)]);
+        drop(loading);
         let q = &self.inner.loads;
-        lock(&q.jobs).push_back(LoadJob {
-            worker,
-            token,
-            wait,
-            key: key.into(),
-        });
+        lock(&q.jobs).push_back(key.into());
         q.cv.notify_one();
     }
 
@@ -638,11 +641,11 @@ fn scan(inner: &Inner) {
 }
 
 fn reader(inner: &Inner) {
-    while let Some(job) = next(inner, &inner.loads, false) {
+    while let Some(key) = next(inner, &inner.loads, false) {
         let files: Vec<(u64, u64)> = {
             let ix = lock(&inner.index);
             ix.by_key
-                .get(&job.key)
+                .get(&key)
                 .map(|ids| {
                     ids.iter()
                         .filter_map(|id| ix.files.get(id).map(|e| (*id, e.seq)))
@@ -651,7 +654,7 @@ fn reader(inner: &Inner) {
                 .unwrap_or_default()
         };
         for (id, seq) in files {
-            let obj = load_file(inner, &inner.path(id), &job.key);
+            let obj = load_file(inner, &inner.path(id), &key);
             let mut ix = lock(&inner.index);
             match obj {
                 Some(obj) => {
@@ -661,7 +664,7 @@ fn reader(inner: &Inner) {
                     if ix.files.get(&id).is_some_and(|e| e.seq == seq) {
                         ix.lru.touch(&id);
                         ix.stats.loaded += 1;
-                        lock(&inner.store).insert(&job.key, obj);
+                        lock(&inner.store).insert(&key, obj);
                     }
                 }
                 None => {
@@ -676,20 +679,20 @@ fn reader(inner: &Inner) {
         {
             // Objects still on their way to disk are newer than any file.
             let mut ix = lock(&inner.index);
-            if let Some(p) = ix.pending.get(&job.key) {
+            if let Some(p) = ix.pending.get(&key) {
                 let mut store = lock(&inner.store);
                 for (_, obj) in p {
-                    store.insert_shared(&job.key, obj.clone());
+                    store.insert_shared(&key, obj.clone());
                 }
                 ix.stats.loaded += p.len() as u64;
             }
         }
-        let mb = &inner.mailboxes[job.worker];
-        lock(&mb.done).push(Loaded {
-            token: job.token,
-            wait: job.wait,
-        });
-        let _ = sys::eventfd_signal(mb.wake.raw());
+        let waiters = lock(&inner.loading).remove(&key).unwrap_or_default();
+        for (worker, token, wait) in waiters {
+            let mb = &inner.mailboxes[worker];
+            lock(&mb.done).push(Loaded { token, wait });
+            let _ = sys::eventfd_signal(mb.wake.raw());
+        }
     }
 }
 
@@ -793,6 +796,33 @@ mod tests {
         assert_eq!(&o.vary_key[..], b"gzip");
         assert_eq!((o.request_time, o.response_time, o.lifetime), (1000, 1001, 600));
         assert_eq!(d.stats().loaded, 1);
+        drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn requests_for_a_key_being_loaded_join_the_load() {
+        let dir = tmpdir("join");
+        let (d, _) = open(&dir, 1 << 20);
+        d.write(b"k", &object(b"body", b""));
+        // Several requests for one key, from two workers' clients: every one
+        // is woken, and the key is read once or (if the first load finished
+        // before the others asked) again, never once per request.
+        for (i, wait) in [(0usize, 1u64), (0, 2), (0, 3)] {
+            d.load(b"k", i, Token::new(10 + wait as u32, 0), wait);
+        }
+        let mut got = Vec::new();
+        for _ in 0..500 {
+            d.take_loaded(0, &mut got);
+            if got.len() == 3 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let mut waits: Vec<u64> = got.iter().map(|l| l.wait).collect();
+        waits.sort();
+        assert_eq!(waits, [1, 2, 3]);
+        assert!((1..=3).contains(&d.stats().loaded));
         drop(d);
         let _ = fs::remove_dir_all(&dir);
     }
