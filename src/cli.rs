@@ -381,6 +381,63 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The configuration `weft ARGS...` would run with, as Debug text.
+    fn config_of(args: &[&str]) -> String {
+        let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match cli.command {
+            Command::Proxy(p) => format!("{:?}", p.to_config()),
+            Command::Serve(s) => format!("{:?}", s.to_config()),
+            Command::Origin(o) => format!("{:?}", o.to_config()),
+            _ => unreachable!(),
+        }
+    }
+
+    /// Check every plain default of a flag table (`| \`--flag ...\` |
+    /// default | ...`) in `doc` against `weft CMD`: `weft CMD --flag DEFAULT`
+    /// must configure exactly what `weft CMD` does. Descriptive defaults
+    /// ("(none)", "CPUs", "off"...) are skipped. Returns the flags checked.
+    fn check_documented_defaults(doc: &str, cmd: &str) -> Vec<String> {
+        let base = config_of(&["weft", cmd]);
+        let mut checked = Vec::new();
+        for line in doc.lines().filter(|l| l.starts_with("| `--")) {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let flag = cells[0].trim_start_matches("| `").split(['`', ' ']).next().unwrap();
+            let default = cells[1].trim().trim_matches('`');
+            let descriptive = default.is_empty()
+                || default.contains(' ')
+                || default.starts_with('(')
+                || ["off", "none", "unlimited", "CPUs", "hostname:port"].contains(&default);
+            if descriptive {
+                continue;
+            }
+            let cfg = config_of(&["weft", cmd, flag, default]);
+            assert_eq!(cfg, base, "the docs say `weft {cmd} {flag}` defaults to {default}");
+            checked.push(flag.to_string());
+        }
+        checked
+    }
+
+    /// The defaults the user guides state are the ones the code uses.
+    #[test]
+    fn documented_defaults_are_the_real_ones() {
+        let proxy = check_documented_defaults(include_str!("../docs/proxy.md"), "proxy");
+        let serve = check_documented_defaults(include_str!("../docs/serve.md"), "serve");
+        let load_md = include_str!("../docs/load.md");
+        let origin_section = &load_md[load_md.find("## `weft origin`").unwrap()..];
+        let origin = check_documented_defaults(origin_section, "origin");
+        assert!(serve.len() >= 10 && origin.len() >= 5, "{serve:?} {origin:?}");
+        let checked = proxy;
+        for f in [
+            "--rcv-lowat",
+            "--notsent-lowat",
+            "--first-read",
+            "--cache-dir-size",
+            "--pipe-size",
+        ] {
+            assert!(checked.iter().any(|c| c == f), "{f} not checked: {checked:?}");
+        }
+    }
+
     fn write(text: &str) -> (tempdir::Dir, PathBuf) {
         let d = tempdir::Dir::new();
         let p = d.path.join("weft.toml");
