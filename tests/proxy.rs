@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// query: `/cl/N`, `/chunked/N`, `/close/N` answer N deterministic bytes
 /// with that framing; query options (values %-encoded):
 /// `cc` Cache-Control, `etag`, `lm` (Last-Modified, seconds ago), `vary`,
-/// `abort` (close after that many body bytes), `slow` (ms between 64 KiB
+/// `loc` (Location), `abort` (close after that many body bytes), `slow` (ms between 64 KiB
 /// blocks), `chunk` (chunk size), `close` (Connection: close). Special paths:
 /// `/raw/both`, `/raw/twocl` (smuggling-style responses), `/silent` (never
 /// answers), `/echo` (the request head as body), `/lang` (Vary on
@@ -247,6 +247,9 @@ fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
     }
     if let Some(v) = q.get("vary") {
         extra.push_str(&format!("Vary: {v}\r\n"));
+    }
+    if let Some(v) = q.get("loc") {
+        extra.push_str(&format!("Location: {v}\r\n"));
     }
     let close = q.contains_key("close");
     if close {
@@ -1074,6 +1077,18 @@ fn disk_store_survives_a_restart() {
         3,
         "GET, POST, and GET again after the invalidation"
     );
+    // A POST elsewhere whose Location names the kept URI invalidates it in
+    // both tiers.
+    let loc = "/cl/300000?cc=max-age%3D600"
+        .replace('%', "%25")
+        .replace('=', "%3D")
+        .replace('?', "%3F");
+    let form = o.url(&format!("/cl/10?loc={loc}"));
+    let mut c = Conn::to(p.addr);
+    c.send(format!("POST {form} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi").as_bytes());
+    assert_eq!(c.read(false).unwrap().status, 200);
+    assert_eq!(fetch(&p, &kept, "").body.len(), 300_000);
+    assert_eq!(o.count("/cl/300000"), 2, "refetched after the Location invalidation");
     let stats = stop_stats(p);
     assert_eq!(disk_counter(&stats, "scanned"), 1, "{stats}");
     assert_eq!(counter(&stats, "disk_loads"), 1, "{stats}");

@@ -1460,28 +1460,23 @@ impl<'a> Worker<'a> {
         // Unsafe methods invalidate what is stored for the URI (RFC 9111 §4.4).
         if caching::invalidates(method, status) {
             if let Some(store) = sh.store {
+                // The URI, and same-origin Location / Content-Location ones.
+                let mut named: [Option<Vec<u8>>; 2] = [None, None];
+                for (key, field) in named.iter_mut().zip(["location", "content-location"]) {
+                    *key = resp
+                        .header(rdata, field)
+                        .and_then(|v| same_origin_key(&c.key, v, &mut sh.scratch));
+                }
+                let keys = || std::iter::once(&c.key[..]).chain(named.iter().flatten().map(|k| &k[..]));
                 // Disk first, and not under the memory store's lock: a load
                 // holds the disk index's lock while it inserts in memory, so
-                // once the index has forgotten the key nothing brings it back.
-                for tier in [Tier::Disk, Tier::Memory] {
-                    let mut st = match tier {
-                        Tier::Disk if sh.disk.is_none() => continue,
-                        Tier::Disk => None,
-                        Tier::Memory => Some(store.lock().unwrap_or_else(|e| e.into_inner())),
-                    };
-                    let mut invalidate = |k: &[u8]| match (&mut st, sh.disk) {
-                        (Some(st), _) => sh.stats.invalidated += st.invalidate(k) as u64,
-                        (None, Some(d)) => d.remove(k),
-                        (None, None) => {}
-                    };
-                    invalidate(&c.key);
-                    for name in ["location", "content-location"] {
-                        if let Some(v) = resp.header(rdata, name) {
-                            if let Some(k) = same_origin_key(&c.key, v, &mut sh.scratch) {
-                                invalidate(&k);
-                            }
-                        }
-                    }
+                // once the index has forgotten a key nothing brings it back.
+                if let Some(d) = sh.disk {
+                    keys().for_each(|k| d.remove(k));
+                }
+                let mut st = store.lock().unwrap_or_else(|e| e.into_inner());
+                for k in keys() {
+                    sh.stats.invalidated += st.invalidate(k) as u64;
                 }
             }
         }
@@ -1953,13 +1948,6 @@ fn same_origin_key(key: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<Vec<u8
         }
     }
     Some(out.clone())
-}
-
-/// The cache's tiers, in the order an invalidation visits them.
-#[derive(Clone, Copy)]
-enum Tier {
-    Disk,
-    Memory,
 }
 
 fn store_object(sh: &mut Shared<'_>, key: &[u8], plan: StorePlan, body: weft_buf::Aggregate, request_time: u64) {
