@@ -25,10 +25,12 @@
 //!
 //! A file is `DIR/XX/XXXXXXXXXXXXXXXX`, named by a hash of the primary key
 //! and the secondary (Vary) key: a fixed header (magic, lengths, the
-//! exchange's request and response times), the primary key, the secondary
-//! key, the stored head, the body.
+//! exchange's request and response times, a CRC-32 of head and body that
+//! every load checks), the primary key, the secondary key, the stored head,
+//! the body. Files are not fsync'd: the scan checks lengths, loads check the
+//! checksum, and a file that fails either is removed, never served.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -45,8 +47,8 @@ use weft_policy::{Lru, Replacement};
 
 use crate::store::{Object, Store};
 
-const MAGIC: &[u8; 8] = b"WEFTOBJ1";
-const HEADER: usize = 44;
+const MAGIC: &[u8; 8] = b"WEFTOBJ2";
+const HEADER: usize = 48;
 /// Longest primary or secondary key accepted from a file.
 const MAX_KEY: usize = 1 << 20;
 /// Largest stored head accepted from a file.
@@ -514,6 +516,7 @@ fn write_file(inner: &Inner, id: u64, path: &Path, key: &[u8], obj: &Object) -> 
     hdr.extend_from_slice(&(body.len() as u64).to_le_bytes());
     hdr.extend_from_slice(&obj.request_time.to_le_bytes());
     hdr.extend_from_slice(&obj.response_time.to_le_bytes());
+    hdr.extend_from_slice(&content_crc(head, body.segments()).to_le_bytes());
     hdr.extend_from_slice(key);
     hdr.extend_from_slice(vary_key);
     let tmp = inner.cfg.dir.join("tmp").join(format!("{id:016x}"));
@@ -540,6 +543,8 @@ struct Header {
     body_len: u64,
     request_time: u64,
     response_time: u64,
+    /// `content_crc` of head and body.
+    crc: u32,
 }
 
 fn read_header(f: &mut File, file_len: u64, max_object: u64) -> Option<Header> {
@@ -568,6 +573,7 @@ fn read_header(f: &mut File, file_len: u64, max_object: u64) -> Option<Header> {
         body_len: blen,
         request_time: u64_at(28),
         response_time: u64_at(36),
+        crc: u32::from_le_bytes(fixed[44..48].try_into().unwrap()),
     })
 }
 
@@ -696,6 +702,19 @@ fn reader(inner: &Inner) {
     }
 }
 
+/// CRC-32 of the stored head and body. Files are not fsync'd (a cache can
+/// lose what the last seconds wrote), so after a power failure a file can
+/// have its full length and blocks that never reached the disk: the checksum
+/// keeps those from being served.
+fn content_crc(head: &[u8], body: &[Bytes]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(head);
+    for seg in body {
+        h.update(seg);
+    }
+    h.finalize()
+}
+
 fn load_file(inner: &Inner, path: &Path, key: &[u8]) -> Option<Object> {
     let mut f = File::open(path).ok()?;
     let len = f.metadata().ok()?.len();
@@ -707,6 +726,9 @@ fn load_file(inner: &Inner, path: &Path, key: &[u8]) -> Option<Object> {
     let total = h.head_len + h.body_len as usize;
     let mut buf = BytesMut::zeroed(total);
     f.read_exact(&mut buf).ok()?;
+    if crc32fast::hash(&buf) != h.crc {
+        return None;
+    }
     let mut all = buf.freeze();
     let head = all.split_to(h.head_len);
     let mut body = Aggregate::new();
@@ -727,7 +749,6 @@ fn load_file(inner: &Inner, path: &Path, key: &[u8]) -> Option<Object> {
 mod tests {
     use super::*;
     use crate::config::CachePolicy;
-    use bytes::Bytes;
 
     fn tmpdir(tag: &str) -> PathBuf {
         let p = std::env::temp_dir().join(format!("weft-disk-{tag}-{}", std::process::id()));
@@ -849,6 +870,32 @@ mod tests {
         assert!(!d.contains(b"k1") && d.contains(b"k2"));
         assert!(!p.exists());
         assert!(!dir.join("tmp").join("half").exists());
+        drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_whose_bytes_changed_is_never_served() {
+        let dir = tmpdir("crc");
+        {
+            let (d, _) = open(&dir, 1 << 20);
+            d.write(b"k", &object(&[5u8; 3000], b""));
+            d.stop();
+        }
+        // Same length, one body byte different: what a power failure can
+        // leave behind without fsync.
+        let p = file_path(&dir, file_id(b"k", b""));
+        let mut bytes = fs::read(&p).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        fs::write(&p, &bytes).unwrap();
+        let (d, store) = open(&dir, 1 << 20);
+        assert!(d.contains(b"k"), "the scan checks lengths only");
+        load(&d, b"k");
+        assert!(lock(&store).lookup(b"k", |_| true).is_none());
+        let s = d.stats();
+        assert_eq!((s.loaded, s.errors, s.objects), (0, 1, 0), "{s:?}");
+        assert!(!p.exists());
         drop(d);
         let _ = fs::remove_dir_all(&dir);
     }
