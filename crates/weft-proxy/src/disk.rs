@@ -250,6 +250,11 @@ impl Inner {
     fn path(&self, id: u64) -> PathBuf {
         file_path(&self.cfg.dir, id)
     }
+
+    /// Where file `id` is written before it is renamed into place.
+    fn tmp_path(&self, id: u64) -> PathBuf {
+        self.cfg.dir.join("tmp").join(format!("{id:016x}"))
+    }
 }
 
 impl DiskStore {
@@ -467,8 +472,14 @@ fn writer(inner: &Inner) {
                     let size = match written {
                         Ok(n) => n,
                         Err(e) => {
-                            weft_core::warn!("cache-dir: cannot write {}: {e}", path.display());
                             ix.stats.errors += 1;
+                            // A full disk fails every write: log the 1st, 2nd,
+                            // 4th... failure, not each one.
+                            if ix.stats.errors.is_power_of_two() {
+                                let n = ix.stats.errors;
+                                weft_core::warn!("cache-dir: cannot write {} ({n} errors so far): {e}", path.display());
+                            }
+                            let _ = fs::remove_file(inner.tmp_path(id));
                             continue;
                         }
                     };
@@ -519,7 +530,7 @@ fn write_file(inner: &Inner, id: u64, path: &Path, key: &[u8], obj: &Object) -> 
     hdr.extend_from_slice(&content_crc(head, body.segments()).to_le_bytes());
     hdr.extend_from_slice(key);
     hdr.extend_from_slice(vary_key);
-    let tmp = inner.cfg.dir.join("tmp").join(format!("{id:016x}"));
+    let tmp = inner.tmp_path(id);
     let mut f = File::create(&tmp)?;
     f.write_all(&hdr)?;
     f.write_all(head)?;
