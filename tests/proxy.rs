@@ -1037,6 +1037,60 @@ per_backend!(
     disk_store
 );
 
+/// Many clients at once over more objects than memory holds: loads from
+/// disk, joined loads, evictions and parked requests interleave, and every
+/// body still arrives whole, from the cache.
+#[test]
+fn disk_store_under_concurrent_load() {
+    for event in ["epoll", "uring"] {
+        let o = Origin::start();
+        let dir = TempDir::new("disk-load");
+        let p = start_proxy(&[
+            "--event",
+            event,
+            "--cache-size",
+            "400KiB",
+            "--cache-dir",
+            dir.path.to_str().unwrap(),
+            "--stats-on-exit",
+        ]);
+        let urls: Vec<String> = (0..12)
+            .map(|i| o.url(&format!("/cl/{}?cc=max-age%3D600", 100_000 + i)))
+            .collect();
+        for u in &urls {
+            fetch(&p, u, "");
+        }
+        let addr = p.addr;
+        let threads: Vec<_> = (0..6)
+            .map(|t| {
+                let urls = urls.clone();
+                std::thread::spawn(move || {
+                    let mut c = Conn::to(addr);
+                    for i in 0..40 {
+                        let k = (t * 7 + i * 5) % urls.len();
+                        let r = c.get(&urls[k], "");
+                        assert_eq!(r.status, 200);
+                        assert!(r.body == pattern(100_000 + k), "{} corrupt", urls[k]);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        for k in 0..urls.len() {
+            assert_eq!(
+                o.count(&format!("/cl/{}", 100_000 + k)),
+                1,
+                "{event}: origin asked again"
+            );
+        }
+        let stats = stop_stats(p);
+        assert_eq!(counter(&stats, "hits"), 240, "{event}: {stats}");
+        assert!(counter(&stats, "disk_loads") > 0, "{event}: {stats}");
+    }
+}
+
 /// `--cache-dir` keeps the cache across a restart; what an unsafe method
 /// invalidated stays gone.
 #[test]
