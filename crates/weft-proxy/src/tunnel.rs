@@ -117,6 +117,7 @@ impl Direction {
         src: &mut Side<'_>,
         dst: &mut Side<'_>,
         pre: &mut OutQueue,
+        bufs: &mut TunnelBufs,
         st: &mut ProxyStats,
     ) -> Result<usize, ()> {
         let mut moved = 0;
@@ -169,7 +170,7 @@ impl Direction {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => *dst.may_write = false,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) if matches!(self.path, Path::Splice { .. }) && is_splice_failure(&e) => {
-                        self.fallback(st)?;
+                        self.fallback(bufs, st)?;
                         progress = true;
                     }
                     Err(_) => return Err(()),
@@ -221,7 +222,7 @@ impl Direction {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => *src.may_read = false,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) if matches!(self.path, Path::Splice { .. }) && is_splice_failure(&e) => {
-                        self.fallback(st)?;
+                        self.fallback(bufs, st)?;
                         progress = true;
                     }
                     Err(_) => return Err(()),
@@ -239,9 +240,9 @@ impl Direction {
         }
     }
 
-    fn fallback(&mut self, st: &mut ProxyStats) -> Result<(), ()> {
+    fn fallback(&mut self, bufs: &mut TunnelBufs, st: &mut ProxyStats) -> Result<(), ()> {
         st.sessions_fallback += 1;
-        let old = std::mem::replace(&mut self.path, copy_path(vec![0u8; BUF]));
+        let old = std::mem::replace(&mut self.path, copy_path(bufs.take()));
         if let (Path::Splice { pipe, bytes }, Path::Copy { buf, end, .. }) = (old, &mut self.path) {
             if bytes > buf.len() {
                 buf.resize(bytes, 0);
@@ -307,10 +308,11 @@ impl Tunnel {
         client: &mut Side<'_>,
         up: &mut Side<'_>,
         client_out: &mut OutQueue,
+        bufs: &mut TunnelBufs,
         st: &mut ProxyStats,
     ) -> TunnelState {
-        let a = self.u2c.pump(up, client, client_out, st);
-        let b = self.c2u.pump(client, up, &mut self.to_upstream, st);
+        let a = self.u2c.pump(up, client, client_out, bufs, st);
+        let b = self.c2u.pump(client, up, &mut self.to_upstream, bufs, st);
         let (Ok(a), Ok(b)) = (a, b) else {
             return TunnelState::Failed;
         };

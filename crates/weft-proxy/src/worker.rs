@@ -1836,7 +1836,7 @@ impl<'a> Worker<'a> {
             may_read: &mut u.may_read,
             may_write: &mut u.may_write,
         };
-        let state = tunnel.pump(&mut cside, &mut uside, &mut c.out, &mut sh.stats);
+        let state = tunnel.pump(&mut cside, &mut uside, &mut c.out, &mut sh.tunnel_bufs, &mut sh.stats);
         match state {
             TunnelState::Done | TunnelState::Failed => {
                 self.close_client(cx, ct);
