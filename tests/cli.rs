@@ -164,4 +164,15 @@ fn cache_dir_errors_name_the_key() {
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("weft: cache-dir: "), "{args:?}: {err}");
     }
+    // A directory another proxy owns.
+    let owned = d.path.join("owned");
+    let first = Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--cache-dir", path_str(&owned)]);
+    let out = weft(&["proxy", "--listen", "127.0.0.1:0", "--cache-dir", path_str(&owned)]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cache-dir: ") && err.contains("in use by another weft proxy"),
+        "{err}"
+    );
+    drop(first);
 }

@@ -227,6 +227,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct DiskStore {
     inner: Arc<Inner>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// `DIR/lock`, locked (flock) while this store is open.
+    _owner: File,
 }
 
 /// File name of (primary key, secondary key): 64-bit FNV-1a, length-prefixed
@@ -265,6 +267,20 @@ impl DiskStore {
     pub fn open(cfg: DiskConfig, workers: usize, store: Arc<Mutex<Store>>) -> io::Result<DiskStore> {
         fs::create_dir_all(&cfg.dir)
             .map_err(|e| io::Error::new(e.kind(), format!("cache-dir: cannot create {}: {e}", cfg.dir.display())))?;
+        // One proxy per directory: two would remove each other's temporary
+        // files and overwrite each other's index decisions.
+        let owner = File::create(cfg.dir.join("lock")).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cache-dir: cannot write in {}: {e}", cfg.dir.display()),
+            )
+        })?;
+        owner.try_lock().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("cache-dir: {} is in use by another weft proxy", cfg.dir.display()),
+            )
+        })?;
         let tmp = cfg.dir.join("tmp");
         let _ = fs::remove_dir_all(&tmp);
         fs::create_dir_all(&tmp).map_err(|e| {
@@ -313,10 +329,11 @@ impl DiskStore {
         Ok(DiskStore {
             inner,
             threads: Mutex::new(threads),
+            _owner: owner,
         })
     }
 
-    /// The eventfd worker `i` watches for finished loads.
+    /// The eventfd worker `worker` watches for finished loads.
     pub fn waker(&self, worker: usize) -> RawFd {
         self.inner.mailboxes[worker].wake.raw()
     }
@@ -403,7 +420,7 @@ impl DiskStore {
         q.cv.notify_one();
     }
 
-    /// Move worker `i`'s finished loads into `out`.
+    /// Move worker `worker`'s finished loads into `out`.
     pub fn take_loaded(&self, worker: usize, out: &mut Vec<Loaded>) {
         let mb = &self.inner.mailboxes[worker];
         sys::eventfd_drain(mb.wake.raw());
@@ -856,6 +873,25 @@ mod tests {
         assert_eq!(waits, [1, 2, 3]);
         assert!((1..=3).contains(&d.stats().loaded));
         drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn one_directory_serves_one_proxy() {
+        let dir = tmpdir("owner");
+        let (d, _) = open(&dir, 1 << 20);
+        let store = Arc::new(Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru)));
+        let cfg = DiskConfig {
+            dir: dir.clone(),
+            cap: 1 << 20,
+            max_object: 1 << 20,
+        };
+        let err = DiskStore::open(cfg.clone(), 1, store.clone())
+            .err()
+            .expect("second opener refused");
+        assert!(err.to_string().contains("in use by another weft proxy"), "{err}");
+        drop(d);
+        assert!(DiskStore::open(cfg, 1, store).is_ok(), "free again once closed");
         let _ = fs::remove_dir_all(&dir);
     }
 
