@@ -222,6 +222,11 @@ def calls_per_request(counters: dict, floor: float = 0.01) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in sorted(spr.items(), key=lambda kv: -kv[1]) if v >= floor)
 
 
+def weft_rows(problems: list) -> int:
+    """How many of `problems` ((row, reasons) pairs) are weft's own runs, not an anchor's."""
+    return sum(1 for r, _ in problems if str(r.get("proxy", "")).startswith("weft"))
+
+
 def run_problems(row: dict) -> list[str]:
     """What was wrong with one run: non-2xx answers, socket errors, short bodies."""
     out = []

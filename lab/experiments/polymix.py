@@ -202,4 +202,4 @@ def summarize(lab: core.Lab, pn: pl.Plan, rows: list[dict], commands: dict, load
     else:
         md.append("- no socket errors, timeouts, 4xx or 5xx in any run")
     pl.write_summary(d, md, commands, [load_shown], "Load:", lab.versions, ["cpu.png", "hit_time.png", "miss_time.png"])
-    return {"problems": len(problems)}
+    return {"problems": len(problems), "weft_problems": pl.weft_rows(problems)}

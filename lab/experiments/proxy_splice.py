@@ -416,7 +416,7 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_co
                      ["sizes_cpu.png", "rates_cpu.png", "rates_latency.png"])  # fmt: skip
     for t in tg:
         lab.log("  " + t.describe())
-    return {"problems": len(problems), "targets": [t.to_dict() for t in tg]}
+    return {"problems": len(problems), "weft_problems": pl.weft_rows(problems), "targets": [t.to_dict() for t in tg]}
 
 
 def line_styles(configs) -> dict:

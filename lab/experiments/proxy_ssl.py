@@ -211,4 +211,4 @@ def summarize(lab: core.Lab, pn: pl.Plan, rows: list[dict], commands: dict, load
         md.append("- every reply 2xx with the whole object, no errors, one emulated handshake per reply")
     pl.write_summary(d, md, commands, [load_shown], "Load (HAProxy: the same without --proxy, its address as the URL):", lab.versions,
                      ["util_SIZE.png", "cpu_per_tunnel_SIZE.png", "latency_SIZE.png"])  # fmt: skip
-    return {"problems": len(problems) + len(short)}
+    return {"problems": len(problems) + len(short), "weft_problems": pl.weft_rows(problems) + pl.weft_rows([(r, []) for r in short])}

@@ -226,6 +226,7 @@ def test_proxy_ssl_and_polymix_summaries_from_rows(tmp_path):
     lab = _fake_lab(tmp_path, polymix.NAME)
     rows = [dict(_row(90.0, part="300", proxy=p.proxy, rate=p.rate), hit_ratio=0.5, hit_ms=0.2, miss_ms=2500.0, replies_4xx=0,
                  replies_5xx=0 if p.proxy != polymix.SF else 3) for p in polymix.plan(True).points]  # fmt: skip
-    assert polymix.summarize(lab, polymix.plan(True), rows, {}, "weft load ...")["problems"] == 1
+    out = polymix.summarize(lab, polymix.plan(True), rows, {}, "weft load ...")
+    assert out["problems"] == 1 and out["weft_problems"] == 0, "Squid's 5xx are reported, not weft's"
     md = open(os.path.join(lab.results_dir, "summary.md")).read()
     assert "3 5xx" in md and "| weft splice | 300 |" in md
