@@ -791,13 +791,20 @@ mod tests {
         Arc::new(Object::build(head, agg, vary_key, 1000, 1001, &Heuristic::default()).unwrap())
     }
 
-    fn open(dir: &Path, cap: u64) -> (DiskStore, Arc<Mutex<Store>>) {
+    /// A 1 MiB memory store and the settings of a disk store over `dir`.
+    fn setup(dir: &Path, cap: u64) -> (DiskConfig, Arc<Mutex<Store>>) {
         let store = Arc::new(Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru)));
         let cfg = DiskConfig {
             dir: dir.to_path_buf(),
             cap,
             max_object: 1 << 20,
         };
+        (cfg, store)
+    }
+
+    /// Open a disk store over `dir` and wait for its scan.
+    fn open(dir: &Path, cap: u64) -> (DiskStore, Arc<Mutex<Store>>) {
+        let (cfg, store) = setup(dir, cap);
         let d = DiskStore::open(cfg, 1, store.clone()).unwrap();
         for _ in 0..1000 {
             if !d.stats().scanning {
@@ -854,11 +861,11 @@ mod tests {
         let dir = tmpdir("join");
         let (d, _) = open(&dir, 1 << 20);
         d.write(b"k", &object(b"body", b""));
-        // Several requests for one key, from two workers' clients: every one
-        // is woken, and the key is read once or (if the first load finished
-        // before the others asked) again, never once per request.
-        for (i, wait) in [(0usize, 1u64), (0, 2), (0, 3)] {
-            d.load(b"k", i, Token::new(10 + wait as u32, 0), wait);
+        // Several requests for one key: every one is woken, and the key is
+        // read once, or again if the first load finished before the others
+        // asked, never once per request.
+        for wait in 1..=3u64 {
+            d.load(b"k", 0, Token::new(10 + wait as u32, 0), wait);
         }
         let mut got = Vec::new();
         for _ in 0..500 {
@@ -880,12 +887,7 @@ mod tests {
     fn one_directory_serves_one_proxy() {
         let dir = tmpdir("owner");
         let (d, _) = open(&dir, 1 << 20);
-        let store = Arc::new(Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru)));
-        let cfg = DiskConfig {
-            dir: dir.clone(),
-            cap: 1 << 20,
-            max_object: 1 << 20,
-        };
+        let (cfg, store) = setup(&dir, 1 << 20);
         let err = DiskStore::open(cfg.clone(), 1, store.clone())
             .err()
             .expect("second opener refused");
@@ -985,12 +987,7 @@ mod tests {
         }
         // Whether the scan has reached the key or not when it is removed,
         // it ends up neither indexed nor on disk.
-        let store = Arc::new(Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru)));
-        let cfg = DiskConfig {
-            dir: dir.clone(),
-            cap: 1 << 30,
-            max_object: 1 << 20,
-        };
+        let (cfg, store) = setup(&dir, 1 << 30);
         let d = DiskStore::open(cfg, 1, store).unwrap();
         d.remove(b"k1234");
         d.remove(b"k7");
