@@ -41,10 +41,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use weft_buf::Aggregate;
 use weft_http::caching::Heuristic;
-use weft_io::sys::{self, Fd};
 use weft_io::Token;
 use weft_policy::{Lru, Replacement};
 
+use crate::mailbox::Mailboxes;
 use crate::store::{Object, Store};
 
 const MAGIC: &[u8; 8] = b"WEFTOBJ2";
@@ -182,11 +182,6 @@ pub struct Loaded {
     pub wait: u64,
 }
 
-struct Mailbox {
-    wake: Fd,
-    done: Mutex<Vec<Loaded>>,
-}
-
 struct Queue<T> {
     jobs: Mutex<VecDeque<T>>,
     cv: Condvar,
@@ -214,7 +209,7 @@ struct Inner {
     /// Bytes of objects in the write queue.
     queued: AtomicU64,
     stop: AtomicBool,
-    mailboxes: Vec<Mailbox>,
+    mailboxes: Mailboxes<Loaded>,
     store: Arc<Mutex<Store>>,
     heuristic: Heuristic,
 }
@@ -289,13 +284,7 @@ impl DiskStore {
                 format!("cache-dir: cannot write in {}: {e}", cfg.dir.display()),
             )
         })?;
-        let mut mailboxes = Vec::with_capacity(workers);
-        for _ in 0..workers {
-            mailboxes.push(Mailbox {
-                wake: sys::eventfd()?,
-                done: Mutex::new(Vec::new()),
-            });
-        }
+        let mailboxes = Mailboxes::new(workers)?;
         let index = Index {
             scanning: true,
             ..Index::default()
@@ -335,7 +324,7 @@ impl DiskStore {
 
     /// The eventfd worker `worker` watches for finished loads.
     pub fn waker(&self, worker: usize) -> RawFd {
-        self.inner.mailboxes[worker].wake.raw()
+        self.inner.mailboxes.waker(worker)
     }
 
     /// Counters.
@@ -422,9 +411,7 @@ impl DiskStore {
 
     /// Move worker `worker`'s finished loads into `out`.
     pub fn take_loaded(&self, worker: usize, out: &mut Vec<Loaded>) {
-        let mb = &self.inner.mailboxes[worker];
-        sys::eventfd_drain(mb.wake.raw());
-        out.append(&mut lock(&mb.done));
+        self.inner.mailboxes.take(worker, out);
     }
 
     /// Finish the queued writes and stop the threads.
@@ -723,9 +710,7 @@ fn reader(inner: &Inner) {
         }
         let waiters = lock(&inner.loading).remove(&key).unwrap_or_default();
         for (worker, token, wait) in waiters {
-            let mb = &inner.mailboxes[worker];
-            lock(&mb.done).push(Loaded { token, wait });
-            let _ = sys::eventfd_signal(mb.wake.raw());
+            inner.mailboxes.post(worker, Loaded { token, wait });
         }
     }
 }

@@ -8,6 +8,7 @@
 //! worker's own, so a lookup on the hot path takes no lock); address literals
 //! never reach the resolver at all. Failures are not cached.
 
+use crate::mailbox::Mailboxes;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -15,7 +16,6 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use weft_io::sys::{self, Fd};
 use weft_io::Token;
 
 struct Job {
@@ -34,16 +34,11 @@ pub struct Answer {
     pub result: Result<Vec<SocketAddr>, String>,
 }
 
-struct Mailbox {
-    wake: Fd,
-    answers: Mutex<Vec<Answer>>,
-}
-
 struct Inner {
     queue: Mutex<VecDeque<Job>>,
     cv: Condvar,
     stop: AtomicBool,
-    mailboxes: Vec<Mailbox>,
+    mailboxes: Mailboxes<Answer>,
 }
 
 /// The helper threads and one mailbox per worker.
@@ -55,13 +50,7 @@ pub struct Resolver {
 impl Resolver {
     /// Start `threads` helpers serving `workers` mailboxes.
     pub fn start(workers: usize, threads: usize) -> io::Result<Resolver> {
-        let mut mailboxes = Vec::with_capacity(workers);
-        for _ in 0..workers {
-            mailboxes.push(Mailbox {
-                wake: sys::eventfd()?,
-                answers: Mutex::new(Vec::new()),
-            });
-        }
+        let mailboxes = Mailboxes::new(workers)?;
         let inner = Arc::new(Inner {
             queue: Mutex::new(VecDeque::new()),
             cv: Condvar::new(),
@@ -79,7 +68,7 @@ impl Resolver {
 
     /// The eventfd worker `i` watches.
     pub fn waker(&self, worker: usize) -> RawFd {
-        self.inner.mailboxes[worker].wake.raw()
+        self.inner.mailboxes.waker(worker)
     }
 
     /// Ask for `host:port` on behalf of `worker`.
@@ -96,10 +85,7 @@ impl Resolver {
 
     /// Move `worker`'s answers into `out` (and reset its eventfd).
     pub fn take_answers(&self, worker: usize, out: &mut Vec<Answer>) {
-        let mb = &self.inner.mailboxes[worker];
-        sys::eventfd_drain(mb.wake.raw());
-        let mut a = mb.answers.lock().unwrap_or_else(|e| e.into_inner());
-        out.append(&mut a);
+        self.inner.mailboxes.take(worker, out);
     }
 
     /// Stop the helpers (they finish the lookup in progress, if any).
@@ -137,13 +123,12 @@ fn helper(inner: &Inner) {
             }
             Err(e) => Err(format!("cannot resolve {}: {e}", job.host)),
         };
-        let mb = &inner.mailboxes[job.worker];
-        mb.answers.lock().unwrap_or_else(|e| e.into_inner()).push(Answer {
+        let answer = Answer {
             host: job.host,
             port: job.port,
             result,
-        });
-        let _ = sys::eventfd_signal(mb.wake.raw());
+        };
+        inner.mailboxes.post(job.worker, answer);
     }
 }
 
