@@ -71,7 +71,8 @@ const MAX_STEPS: usize = 64;
 /// sender that stalls mid-body has its bytes held (one to two seconds: one
 /// worker timer checks every pending batch). Not a timer per body: a near
 /// timer behind every body shortens the loop's sleeps, and at 10 ms it cost
-/// 13 µs per 256 KiB miss here (100 ms: 6 µs).
+/// 13 µs per 256 KiB miss here (100 ms: 6 µs; an ad-hoc A/B of builds with
+/// different waits, docs/results.md).
 const BATCH_WAIT: Duration = Duration::from_secs(1);
 
 /// What a step leaves the connection doing.
