@@ -1045,15 +1045,15 @@ fn disk_store_under_concurrent_load() {
     for event in ["epoll", "uring"] {
         let o = Origin::start();
         let dir = TempDir::new("disk-load");
-        // Memory holds 8 of the 12 objects: more than the 6 loads that can
-        // be in flight, so a loaded object is still there when its waiting
-        // request is answered again (fewer, and it could be evicted by the
-        // loads before it: that request would go to the origin).
+        // Memory holds 2 of the 12 objects, fewer than the 6 loads that can
+        // be in flight: a loaded object is often evicted by the next load
+        // before its waiting request is answered again, which is then
+        // answered from what the load handed over, never from the origin.
         let p = start_proxy(&[
             "--event",
             event,
             "--cache-size",
-            "800KiB",
+            "250KiB",
             "--cache-dir",
             dir.path.to_str().unwrap(),
             "--stats-on-exit",

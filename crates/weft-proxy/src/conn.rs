@@ -7,6 +7,7 @@
 //! `may_write`): set by events, cleared by EAGAIN, so the code never issues a
 //! call it knows would block and edge-triggered backends lose no event.
 
+use crate::disk::LoadedObjects;
 use crate::outq::OutQueue;
 use crate::relay::{Relay, UpBuf};
 use crate::store::Object;
@@ -85,6 +86,9 @@ pub struct Client {
     /// store already (answered again after a load: not counted twice, not
     /// loaded twice).
     pub disk_checked: bool,
+    /// What the disk store read for that request (looked in when the memory
+    /// store has evicted it again before the request is answered).
+    pub disk_loaded: Option<LoadedObjects>,
 }
 
 impl Client {
@@ -120,6 +124,7 @@ impl Client {
             key: Vec::with_capacity(128),
             disk_wait: None,
             disk_checked: false,
+            disk_loaded: None,
         }
     }
 

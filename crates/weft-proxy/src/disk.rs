@@ -173,13 +173,21 @@ enum Job {
 /// A request waiting for a load: (worker, client, park number).
 type Waiter = (usize, Token, u64);
 
+/// Objects a load put into the memory store, with their ids there.
+pub type LoadedObjects = Arc<[(u64, Arc<Object>)]>;
+
 /// A load finished: wake the request parked as (`token`, `wait`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub struct Loaded {
     /// The client.
     pub token: Token,
     /// The park it answers.
     pub wait: u64,
+    /// What the load read. The request is answered from these when the
+    /// memory store has evicted them meanwhile (other loads, or fills, can
+    /// take the room before the worker gets to it): a load is never wasted
+    /// on a trip to the origin.
+    pub objects: LoadedObjects,
 }
 
 struct Queue<T> {
@@ -542,10 +550,17 @@ fn write_file(inner: &Inner, id: u64, path: &Path, key: &[u8], obj: &Object) -> 
         f.write_all(seg)?;
     }
     drop(f);
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent)?;
+    // The bucket directory exists after its first file: rename first, and
+    // create it only when the rename says it is missing.
+    if let Err(e) = fs::rename(&tmp, path) {
+        match path.parent() {
+            Some(parent) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(parent)?;
+                fs::rename(&tmp, path)?;
+            }
+            _ => return Err(e),
+        }
     }
-    fs::rename(&tmp, path)?;
     Ok((hdr.len() + head.len() + body.len()) as u64)
 }
 
@@ -674,6 +689,7 @@ fn reader(inner: &Inner) {
                 })
                 .unwrap_or_default()
         };
+        let mut objects = Vec::new();
         for (id, seq) in files {
             let obj = load_file(inner, &inner.path(id), &key);
             let mut ix = lock(&inner.index);
@@ -685,7 +701,10 @@ fn reader(inner: &Inner) {
                     if ix.files.get(&id).is_some_and(|e| e.seq == seq) {
                         ix.lru.touch(&id);
                         ix.stats.loaded += 1;
-                        lock(&inner.store).insert(&key, obj);
+                        let obj = Arc::new(obj);
+                        if let Some(mem_id) = lock(&inner.store).insert_shared(&key, obj.clone()) {
+                            objects.push((mem_id, obj));
+                        }
                     }
                 }
                 None => {
@@ -703,14 +722,20 @@ fn reader(inner: &Inner) {
             if let Some(p) = ix.pending.get(&key) {
                 let mut store = lock(&inner.store);
                 for (_, obj) in p {
-                    store.insert_shared(&key, obj.clone());
+                    if let Some(mem_id) = store.insert_shared(&key, obj.clone()) {
+                        // It replaced any same-variant object read from a file.
+                        objects.retain(|(_, o)| o.vary != obj.vary || o.vary_key != obj.vary_key);
+                        objects.push((mem_id, obj.clone()));
+                    }
                 }
                 ix.stats.loaded += p.len() as u64;
             }
         }
+        let objects: LoadedObjects = objects.into();
         let waiters = lock(&inner.loading).remove(&key).unwrap_or_default();
         for (worker, token, wait) in waiters {
-            inner.mailboxes.post(worker, Loaded { token, wait });
+            let objects = objects.clone();
+            inner.mailboxes.post(worker, Loaded { token, wait, objects });
         }
     }
 }
@@ -801,14 +826,14 @@ mod tests {
     }
 
     /// Wait for one load to be reported to worker 0.
-    fn load(d: &DiskStore, key: &[u8]) {
+    fn load(d: &DiskStore, key: &[u8]) -> Loaded {
         d.load(key, 0, Token::new(7, 0), 9);
         let mut out = Vec::new();
         for _ in 0..500 {
             d.take_loaded(0, &mut out);
-            if !out.is_empty() {
-                assert_eq!(out[0].wait, 9);
-                return;
+            if let Some(l) = out.pop() {
+                assert_eq!(l.wait, 9);
+                return l;
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
@@ -837,6 +862,35 @@ mod tests {
         assert_eq!(&o.vary_key[..], b"gzip");
         assert_eq!((o.request_time, o.response_time, o.lifetime), (1000, 1001, 600));
         assert_eq!(d.stats().loaded, 1);
+        drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_load_hands_its_objects_to_the_waiting_request() {
+        let dir = tmpdir("handoff");
+        {
+            let (d, _) = open(&dir, 1 << 20);
+            d.write(b"k", &object(b"gzip body", b"gzip"));
+            d.write(b"k", &object(b"plain body", b""));
+            d.stop();
+        }
+        let (d, store) = open(&dir, 1 << 20);
+        let l = load(&d, b"k");
+        // Other loads or fills took the room before the worker got to the
+        // request: it is still answered from what was read.
+        assert_eq!(lock(&store).invalidate(b"k"), 2);
+        let mut bodies: Vec<Vec<u8>> = l.objects.iter().map(|(_, o)| o.body.segments().concat()).collect();
+        bodies.sort();
+        assert_eq!(bodies, [b"gzip body".to_vec(), b"plain body".to_vec()]);
+        // A newer object for a variant, whether still queued for writing
+        // (it replaces what its old file held) or already written, is the
+        // one handed over, once.
+        d.write(b"k", &object(b"newer plain", b""));
+        let l = load(&d, b"k");
+        let mut bodies: Vec<Vec<u8>> = l.objects.iter().map(|(_, o)| o.body.segments().concat()).collect();
+        bodies.sort();
+        assert_eq!(bodies, [b"gzip body".to_vec(), b"newer plain".to_vec()]);
         drop(d);
         let _ = fs::remove_dir_all(&dir);
     }

@@ -233,15 +233,16 @@ impl Store {
     /// Store `obj` under `key`, replacing the variant with the same Vary and
     /// secondary key; evicts until it fits. False if it can never fit.
     pub fn insert(&mut self, key: &[u8], obj: Object) -> bool {
-        self.insert_shared(key, Arc::new(obj))
+        self.insert_shared(key, Arc::new(obj)).is_some()
     }
 
-    /// [`Store::insert`] of an object the caller keeps a handle on.
-    pub fn insert_shared(&mut self, key: &[u8], obj: Arc<Object>) -> bool {
+    /// [`Store::insert`] of an object the caller keeps a handle on; the
+    /// object's id (for [`Store::replace`]), None if it can never fit.
+    pub fn insert_shared(&mut self, key: &[u8], obj: Arc<Object>) -> Option<u64> {
         let size = obj.size();
         if size > self.budget || obj.body.len() as u64 > self.max_object {
             self.stats.rejected += 1;
-            return false;
+            return None;
         }
         let same: Vec<u64> = self
             .index
@@ -281,7 +282,7 @@ impl Store {
         );
         self.stats.bytes += size;
         self.stats.inserted += 1;
-        true
+        Some(id)
     }
 
     /// Replace object `id` (a 304 refreshed it). False if it is gone.

@@ -639,6 +639,7 @@ impl<'a> Worker<'a> {
         let c = client_of(&mut self.slab, ct)?;
         if c.disk_wait.is_none() {
             c.disk_checked = false;
+            c.disk_loaded = None;
         }
         match routed {
             Ok(f) => Some(f),
@@ -765,15 +766,20 @@ impl<'a> Worker<'a> {
             let now = unix_secs(cx.wall);
             let store = sh.store.expect("cacheable implies a store");
             let vary_scratch = &mut sh.vary_scratch;
+            let mut select = |o: &Object| match &o.vary {
+                None => true,
+                Some(v) => {
+                    caching::vary_key([&v[..]], req, data, vary_scratch);
+                    vary_scratch[..] == o.vary_key[..]
+                }
+            };
             let found = store
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .lookup(&c.key, |o| match &o.vary {
-                    None => true,
-                    Some(v) => {
-                        caching::vary_key([&v[..]], req, data, vary_scratch);
-                        vary_scratch[..] == o.vary_key[..]
-                    }
+                .lookup(&c.key, &mut select)
+                .or_else(|| {
+                    let loaded = c.disk_loaded.as_deref()?;
+                    loaded.iter().find(|(_, o)| select(o)).cloned()
                 });
             match found {
                 Some((id, obj)) => {
@@ -877,6 +883,7 @@ impl<'a> Worker<'a> {
                 continue; // that client is gone and its slot reused
             }
             c.disk_wait = None;
+            c.disk_loaded = Some(l.objects.clone());
             self.drive(cx, l.token);
         }
         self.loaded = loaded;
@@ -1966,6 +1973,7 @@ fn store_object(sh: &mut Shared<'_>, key: &[u8], plan: StorePlan, body: weft_buf
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert_shared(key, obj.clone())
+            .is_some()
         {
             sh.stats.stored += 1;
             if let Some(d) = sh.disk {
