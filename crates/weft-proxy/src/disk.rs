@@ -989,6 +989,32 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_write_is_counted_and_leaves_nothing_behind() {
+        let dir = tmpdir("write-error");
+        let (d, _) = open(&dir, 1 << 20);
+        // A file where `k`'s bucket directory should be: its rename fails
+        // (ENOTDIR), as a full or read-only disk would fail a write.
+        let bucket = file_path(&dir, file_id(b"k", b"")).parent().unwrap().to_path_buf();
+        let _ = fs::remove_dir_all(&bucket);
+        fs::write(&bucket, b"in the way").unwrap();
+        d.write(b"k", &object(b"body", b""));
+        d.write(b"other", &object(b"body", b""));
+        d.stop(); // finishes the queue
+        let s = d.stats();
+        if file_id(b"other", b"") >> 56 == file_id(b"k", b"") >> 56 {
+            assert_eq!((s.errors, s.written), (2, 0), "{s:?}");
+        } else {
+            assert_eq!((s.errors, s.written), (1, 1), "{s:?}");
+            assert!(d.contains(b"other"));
+        }
+        assert!(!d.contains(b"k"), "a failed write is not indexed");
+        let tmp: Vec<_> = fs::read_dir(dir.join("tmp")).unwrap().collect();
+        assert!(tmp.is_empty(), "temporary file left: {tmp:?}");
+        drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn the_cap_evicts_the_least_recently_used() {
         let dir = tmpdir("cap");
         let (d, store) = open(&dir, 3 * 1200);
