@@ -825,6 +825,17 @@ mod tests {
         panic!("scan never finished");
     }
 
+    /// Write `objects` (key, body, secondary key) into a disk store over
+    /// `dir` and close it, as a proxy that stopped would leave it.
+    fn stored(dir: &Path, objects: &[(&[u8], &[u8], &[u8])]) {
+        let (d, _) = open(dir, 1 << 20);
+        for (key, body, vary_key) in objects {
+            d.write(key, &object(body, vary_key));
+        }
+        d.stop(); // finishes the queue
+        assert_eq!(d.stats().written, objects.len() as u64);
+    }
+
     /// Wait for one load to be reported to worker 0.
     fn load(d: &DiskStore, key: &[u8]) -> Loaded {
         d.load(key, 0, Token::new(7, 0), 9);
@@ -843,13 +854,13 @@ mod tests {
     #[test]
     fn objects_survive_a_restart_byte_for_byte() {
         let dir = tmpdir("restart");
-        {
-            let (d, _) = open(&dir, 1 << 20);
-            d.write(b"http://a/x", &object(b"hello body", b""));
-            d.write(b"http://a/y", &object(&[7u8; 5000], b"gzip"));
-            d.stop(); // finishes the queue
-            assert_eq!(d.stats().written, 2);
-        }
+        stored(
+            &dir,
+            &[
+                (b"http://a/x", b"hello body", b""),
+                (b"http://a/y", &[7u8; 5000], b"gzip"),
+            ],
+        );
         let (d, store) = open(&dir, 1 << 20);
         let s = d.stats();
         assert_eq!((s.scanned, s.objects, s.errors), (2, 2, 0));
@@ -869,12 +880,7 @@ mod tests {
     #[test]
     fn a_load_hands_its_objects_to_the_waiting_request() {
         let dir = tmpdir("handoff");
-        {
-            let (d, _) = open(&dir, 1 << 20);
-            d.write(b"k", &object(b"gzip body", b"gzip"));
-            d.write(b"k", &object(b"plain body", b""));
-            d.stop();
-        }
+        stored(&dir, &[(b"k", b"gzip body", b"gzip"), (b"k", b"plain body", b"")]);
         let (d, store) = open(&dir, 1 << 20);
         let l = load(&d, b"k");
         // Other loads or fills took the room before the worker got to the
@@ -939,12 +945,7 @@ mod tests {
     #[test]
     fn partial_and_foreign_files_are_removed_at_start() {
         let dir = tmpdir("partial");
-        {
-            let (d, _) = open(&dir, 1 << 20);
-            d.write(b"k1", &object(b"one", b""));
-            d.write(b"k2", &object(b"two", b""));
-            d.stop();
-        }
+        stored(&dir, &[(b"k1", b"one", b""), (b"k2", b"two", b"")]);
         // Truncate one file, drop junk into a bucket and the temp dir.
         let p = file_path(&dir, file_id(b"k1", b""));
         let len = fs::metadata(&p).unwrap().len();
@@ -965,11 +966,7 @@ mod tests {
     #[test]
     fn a_file_whose_bytes_changed_is_never_served() {
         let dir = tmpdir("crc");
-        {
-            let (d, _) = open(&dir, 1 << 20);
-            d.write(b"k", &object(&[5u8; 3000], b""));
-            d.stop();
-        }
+        stored(&dir, &[(b"k", &[5u8; 3000], b"")]);
         // Same length, one body byte different: what a power failure can
         // leave behind without fsync.
         let p = file_path(&dir, file_id(b"k", b""));
