@@ -30,7 +30,7 @@
 //! the body. Files are not fsync'd: the scan checks lengths, loads check the
 //! checksum, and a file that fails either is removed, never served.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -528,7 +528,6 @@ fn writer(inner: &Inner) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn write_file(inner: &Inner, id: u64, path: &Path, key: &[u8], obj: &Object) -> io::Result<u64> {
     let (vary_key, head, body) = (&obj.vary_key, &obj.head, &obj.body);
     let mut hdr = Vec::with_capacity(HEADER + key.len() + vary_key.len());
@@ -694,7 +693,7 @@ fn reader(inner: &Inner) {
             let obj = load_file(inner, &inner.path(id), &key);
             let mut ix = lock(&inner.index);
             match obj {
-                Some(obj) => {
+                Ok(obj) => {
                     // Still the indexed file? (Not invalidated or replaced
                     // meanwhile; the index lock is held over the insert so an
                     // invalidation cannot slip in between.)
@@ -707,13 +706,15 @@ fn reader(inner: &Inner) {
                         }
                     }
                 }
-                None => {
+                Err(LoadError::Damaged) => {
                     if ix.files.get(&id).is_some_and(|e| e.seq == seq) {
                         ix.stats.errors += 1;
                         ix.drop_file(id);
                         let _ = fs::remove_file(inner.path(id));
                     }
                 }
+                // The file stays indexed; a later request may read it.
+                Err(LoadError::Io) => ix.stats.errors += 1,
             }
         }
         {
@@ -753,21 +754,36 @@ fn content_crc(head: &[u8], body: &[Bytes]) -> u32 {
     h.finalize()
 }
 
-fn load_file(inner: &Inner, path: &Path, key: &[u8]) -> Option<Object> {
-    let mut f = File::open(path).ok()?;
-    let len = f.metadata().ok()?.len();
-    let h = read_header(&mut f, len, inner.cfg.max_object)?;
+/// Why a file gave no object.
+#[derive(Debug, PartialEq)]
+enum LoadError {
+    /// Not whole, not ours, or its checksum fails: remove it.
+    Damaged,
+    /// The system refused (no descriptors, an I/O error): keep the file,
+    /// this request goes to the origin.
+    Io,
+}
+
+fn load_file(inner: &Inner, path: &Path, key: &[u8]) -> Result<Object, LoadError> {
+    let io = |_| LoadError::Io;
+    let mut f = File::open(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => LoadError::Damaged, // removed under us: forget it
+        _ => LoadError::Io,
+    })?;
+    let len = f.metadata().map_err(io)?.len();
+    let h = read_header(&mut f, len, inner.cfg.max_object).ok_or(LoadError::Damaged)?;
     if h.key != key {
-        return None;
+        return Err(LoadError::Damaged);
     }
-    // One buffer for head and body: the body becomes one segment.
+    // One buffer for head and body (the body becomes one segment), read
+    // into its spare capacity: no zeroing first.
     let total = h.head_len + h.body_len as usize;
-    let mut buf = BytesMut::zeroed(total);
-    f.read_exact(&mut buf).ok()?;
-    if crc32fast::hash(&buf) != h.crc {
-        return None;
+    let mut buf = Vec::with_capacity(total);
+    (&mut f).take(total as u64).read_to_end(&mut buf).map_err(io)?;
+    if buf.len() != total || crc32fast::hash(&buf) != h.crc {
+        return Err(LoadError::Damaged);
     }
-    let mut all = buf.freeze();
+    let mut all = Bytes::from(buf);
     let head = all.split_to(h.head_len);
     let mut body = Aggregate::new();
     if !all.is_empty() {
@@ -781,6 +797,7 @@ fn load_file(inner: &Inner, path: &Path, key: &[u8]) -> Option<Object> {
         h.response_time,
         &inner.heuristic,
     )
+    .ok_or(LoadError::Damaged)
 }
 
 #[cfg(test)]
@@ -1007,6 +1024,18 @@ mod tests {
         assert!(!d.contains(b"k"), "a failed write is not indexed");
         let tmp: Vec<_> = fs::read_dir(dir.join("tmp")).unwrap().collect();
         assert!(tmp.is_empty(), "temporary file left: {tmp:?}");
+        drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_removed_under_the_store_is_forgotten() {
+        let dir = tmpdir("vanished");
+        stored(&dir, &[(b"k", b"body", b"")]);
+        let (d, _) = open(&dir, 1 << 20);
+        fs::remove_file(file_path(&dir, file_id(b"k", b""))).unwrap();
+        assert!(load(&d, b"k").objects.is_empty());
+        assert!(!d.contains(b"k"));
         drop(d);
         let _ = fs::remove_dir_all(&dir);
     }
