@@ -16,7 +16,8 @@
 //!   and is rebuilt at start by the writer thread, which scans the directory
 //!   before it takes any job, while the proxy already serves (keys not yet
 //!   indexed are misses); files that are not whole are removed. Beyond
-//!   `--cache-dir-size` the least recently used files go.
+//!   `--cache-dir-size` the least recently used files go; a file's mtime is
+//!   its last write or load, so the order survives a restart.
 //! - **Consistency.** A key is removed from the index at once when it is
 //!   invalidated, and writes queued for it before are dropped (a tombstone
 //!   per key until the removal has been carried out); a load re-checks the
@@ -39,6 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::SystemTime;
 use weft_buf::Aggregate;
 use weft_http::caching::Heuristic;
 use weft_io::Token;
@@ -119,6 +121,9 @@ struct Index {
     pending: HashMap<Box<[u8]>, Vec<QueuedWrite>>,
     /// The start-up scan is still running.
     scanning: bool,
+    /// Files loaded while the scan runs, in order: the most recently used
+    /// when the scan orders the LRU at its end.
+    used_in_scan: Vec<u64>,
     stats: DiskStats,
 }
 
@@ -612,6 +617,7 @@ fn scan(inner: &Inner) {
     let cfg = &inner.cfg;
     let started = std::time::Instant::now();
     let mut damaged = 0u64;
+    let mut last_used: Vec<(SystemTime, u64)> = Vec::new();
     let dirs = fs::read_dir(&cfg.dir).into_iter().flatten().flatten();
     for d in dirs {
         if inner.stop.load(Ordering::SeqCst) {
@@ -632,12 +638,13 @@ fn scan(inner: &Inner) {
                 .and_then(|n| u64::from_str_radix(n, 16).ok());
             let header = id.and_then(|_| {
                 let mut file = File::open(&path).ok()?;
-                let len = file.metadata().ok()?.len();
-                read_header(&mut file, len, cfg.max_object).map(|h| (h, len))
+                let meta = file.metadata().ok()?;
+                let used = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                read_header(&mut file, meta.len(), cfg.max_object).map(|h| (h, meta.len(), used))
             });
             let mut ix = lock(&inner.index);
             match (id, header) {
-                (Some(id), Some((h, len))) if file_id(&h.key, &h.vary_key) == id => {
+                (Some(id), Some((h, len, used))) if file_id(&h.key, &h.vary_key) == id => {
                     // Invalidated before the scan got here: its removal is
                     // still queued behind the scan, so the tombstone stands.
                     if ix.tombstones.contains_key(&h.key[..]) {
@@ -647,6 +654,7 @@ fn scan(inner: &Inner) {
                     }
                     ix.add(id, &h.key, len, 0);
                     ix.stats.scanned += 1;
+                    last_used.push((used, id));
                 }
                 _ => {
                     ix.stats.errors += 1;
@@ -657,8 +665,17 @@ fn scan(inner: &Inner) {
             }
         }
     }
+    // Directory order says nothing of use: order the LRU by each file's time
+    // (its last write or load), then the loads made during the scan.
+    last_used.sort_unstable();
     let (victims, objects, bytes) = {
         let mut ix = lock(&inner.index);
+        let used_in_scan = std::mem::take(&mut ix.used_in_scan);
+        for id in last_used.into_iter().map(|(_, id)| id).chain(used_in_scan) {
+            if ix.files.contains_key(&id) {
+                ix.lru.touch(&id);
+            }
+        }
         let v = ix.over_cap(cfg.cap);
         ix.stats.evicted += v.len() as u64;
         ix.scanning = false;
@@ -699,6 +716,9 @@ fn reader(inner: &Inner) {
                     // invalidation cannot slip in between.)
                     if ix.files.get(&id).is_some_and(|e| e.seq == seq) {
                         ix.lru.touch(&id);
+                        if ix.scanning {
+                            ix.used_in_scan.push(id);
+                        }
                         ix.stats.loaded += 1;
                         let obj = Arc::new(obj);
                         if let Some(mem_id) = lock(&inner.store).insert_shared(&key, obj.clone()) {
@@ -783,6 +803,9 @@ fn load_file(inner: &Inner, path: &Path, key: &[u8]) -> Result<Object, LoadError
     if buf.len() != total || crc32fast::hash(&buf) != h.crc {
         return Err(LoadError::Damaged);
     }
+    // Its time is when it was last written or read: the next start orders
+    // the cap's LRU by it. Failing to set it costs only that order.
+    let _ = f.set_modified(std::time::SystemTime::now());
     let mut all = Bytes::from(buf);
     let head = all.split_to(h.head_len);
     let mut body = Aggregate::new();
@@ -1024,6 +1047,47 @@ mod tests {
         assert!(!d.contains(b"k"), "a failed write is not indexed");
         let tmp: Vec<_> = fs::read_dir(dir.join("tmp")).unwrap().collect();
         assert!(tmp.is_empty(), "temporary file left: {tmp:?}");
+        drop(d);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Set the time of `key`'s file to `secs_ago` seconds ago.
+    fn age_file(dir: &Path, key: &[u8], secs_ago: u64) {
+        let t = SystemTime::now() - std::time::Duration::from_secs(secs_ago);
+        File::options()
+            .write(true)
+            .open(file_path(dir, file_id(key, b"")))
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_restart_keeps_the_least_recently_used_order() {
+        let dir = tmpdir("restart-lru");
+        let keys: Vec<Vec<u8>> = (0..10).map(|i| format!("k{i}").into_bytes()).collect();
+        let objects: Vec<(&[u8], &[u8], &[u8])> = keys.iter().map(|k| (&k[..], &[1u8; 1000][..], &b""[..])).collect();
+        stored(&dir, &objects);
+        let file_len = fs::metadata(file_path(&dir, file_id(b"k0", b""))).unwrap().len();
+        // Written k0 first ... k9 last; then k0 was read back, which counts
+        // as a use and survives the restart.
+        for (i, k) in keys.iter().enumerate() {
+            age_file(&dir, k, 1000 - 10 * i as u64);
+        }
+        {
+            let (d, _) = open(&dir, 1 << 20);
+            load(&d, b"k0");
+        }
+        // Room for five files at the next start: k1..k5, the least recently
+        // used, go, whatever order the directory lists the files in.
+        let (d, _) = open(&dir, 5 * file_len);
+        let s = d.stats();
+        assert_eq!((s.objects, s.evicted), (5, 5), "{s:?}");
+        let kept: Vec<bool> = keys.iter().map(|k| d.contains(k)).collect();
+        let mut want = vec![true];
+        want.extend([false; 5]);
+        want.extend([true; 4]);
+        assert_eq!(kept, want);
         drop(d);
         let _ = fs::remove_dir_all(&dir);
     }
