@@ -6,7 +6,8 @@
    once with a memory cache that holds them all, once with a memory cache
    far too small and `--cache-dir`, so that every request puts its object
    back into memory from its file (the page cache's copy: this measures the
-   proxy's work, not the disk). Proxy CPU µs per request from /proc, median
+   proxy's work, not the disk). Proxy CPU µs per request (the scheduler's
+   runtime of every thread, as the lab reads it), median
    of the rounds; every body is verified.
 2. Restart: how long a proxy takes to listen, and to index a directory of
    SCAN objects (4 KiB each) in the background, with a cold and a warm page
@@ -29,11 +30,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
-
-def cpu_seconds(pid):
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from lab import proc  # noqa: E402  (the lab's ns CPU clock: every thread's schedstat)
 
 
 class Bench:
@@ -94,12 +93,12 @@ def main():
             per_req, rates = [], []
             for r in range(a.rounds):
                 print(f"  {name}: round {r + 1}/{a.rounds}", file=sys.stderr, flush=True)
-                c0 = cpu_seconds(p.pid)
+                c0 = proc.tree_cpu_sample(p.pid)
                 j = b.load(paddr, urls, "--clients", "10", "--duration", f"{a.duration}s", "--verify")
-                c1 = cpu_seconds(p.pid)
+                cpu = proc.cpu_seconds_between(c0, proc.tree_cpu_sample(p.pid))
                 if j["verified"] != j["requests"] or j["replies"]["2xx"] != j["requests"]:
                     sys.exit(f"{name}: bad replies: {j['replies']}, verified {j['verified']} of {j['requests']}")
-                per_req.append((c1 - c0) / j["requests"] * 1e6)
+                per_req.append(cpu / j["requests"] * 1e6)
                 rates.append(j["requests"] / j["duration_s"])
             err = b.stop(p)
             total_line = next(l for l in err.splitlines() if l.startswith('{"total"'))
