@@ -828,10 +828,27 @@ mod tests {
     use super::*;
     use crate::config::CachePolicy;
 
-    fn tmpdir(tag: &str) -> PathBuf {
+    /// A fresh directory, removed when the test ends (declared first in a
+    /// test, it outlives the stores opened on it), even if the test fails.
+    struct TestDir(PathBuf);
+
+    impl std::ops::Deref for TestDir {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TestDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tmpdir(tag: &str) -> TestDir {
         let p = std::env::temp_dir().join(format!("weft-disk-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&p);
-        p
+        TestDir(p)
     }
 
     fn object(body: &[u8], vary_key: &[u8]) -> Arc<Object> {
@@ -913,8 +930,6 @@ mod tests {
         assert_eq!(&o.vary_key[..], b"gzip");
         assert_eq!((o.request_time, o.response_time, o.lifetime), (1000, 1001, 600));
         assert_eq!(d.stats().loaded, 1);
-        drop(d);
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -937,8 +952,6 @@ mod tests {
         let mut bodies: Vec<Vec<u8>> = l.objects.iter().map(|(_, o)| o.body.segments().concat()).collect();
         bodies.sort();
         assert_eq!(bodies, [b"gzip body".to_vec(), b"newer plain".to_vec()]);
-        drop(d);
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -964,8 +977,6 @@ mod tests {
         waits.sort();
         assert_eq!(waits, [1, 2, 3]);
         assert!((1..=3).contains(&d.stats().loaded));
-        drop(d);
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -979,7 +990,6 @@ mod tests {
         assert!(err.to_string().contains("in use by another weft proxy"), "{err}");
         drop(d);
         assert!(DiskStore::open(cfg, 1, store).is_ok(), "free again once closed");
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -999,8 +1009,6 @@ mod tests {
         assert!(!d.contains(b"k1") && d.contains(b"k2"));
         assert!(!p.exists());
         assert!(!dir.join("tmp").join("half").exists());
-        drop(d);
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -1021,8 +1029,6 @@ mod tests {
         let s = d.stats();
         assert_eq!((s.loaded, s.errors, s.objects), (0, 1, 0), "{s:?}");
         assert!(!p.exists());
-        drop(d);
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -1047,8 +1053,6 @@ mod tests {
         assert!(!d.contains(b"k"), "a failed write is not indexed");
         let tmp: Vec<_> = fs::read_dir(dir.join("tmp")).unwrap().collect();
         assert!(tmp.is_empty(), "temporary file left: {tmp:?}");
-        drop(d);
-        let _ = fs::remove_dir_all(&dir);
     }
 
     /// Set the time of `key`'s file to `secs_ago` seconds ago.
@@ -1088,8 +1092,6 @@ mod tests {
         want.extend([false; 5]);
         want.extend([true; 4]);
         assert_eq!(kept, want);
-        drop(d);
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -1100,14 +1102,12 @@ mod tests {
         fs::remove_file(file_path(&dir, file_id(b"k", b""))).unwrap();
         assert!(load(&d, b"k").objects.is_empty());
         assert!(!d.contains(b"k"));
-        drop(d);
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn the_cap_evicts_the_least_recently_used() {
         let dir = tmpdir("cap");
-        let (d, store) = open(&dir, 3 * 1200);
+        let (d, _) = open(&dir, 3 * 1200);
         for k in [b"a", b"b", b"c"] {
             d.write(k, &object(&[1u8; 1000], b""));
         }
@@ -1125,9 +1125,6 @@ mod tests {
         assert_eq!((s.objects, s.evicted), (3, 1), "{s:?}");
         assert!(d.contains(b"a") && !d.contains(b"b") && d.contains(b"c") && d.contains(b"d"));
         assert!(s.bytes <= 3 * 1200);
-        drop(store);
-        drop(d);
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -1155,8 +1152,6 @@ mod tests {
         assert!(!d.contains(b"k1234") && !d.contains(b"k7") && d.contains(b"k8"));
         assert!(!file_path(&dir, file_id(b"k1234", b"")).exists());
         assert!(!file_path(&dir, file_id(b"k7", b"")).exists());
-        drop(d);
-        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -1178,7 +1173,5 @@ mod tests {
         let (d, _) = open(&dir, 1 << 20);
         assert_eq!(d.stats().objects, 1);
         load(&d, b"k");
-        drop(d);
-        let _ = fs::remove_dir_all(&dir);
     }
 }
