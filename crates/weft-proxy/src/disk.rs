@@ -1105,6 +1105,22 @@ mod tests {
     }
 
     #[test]
+    fn a_file_the_system_cannot_open_stays_indexed() {
+        let dir = tmpdir("unopenable");
+        stored(&dir, &[(b"k", b"body", b"")]);
+        let (d, _) = open(&dir, 1 << 20);
+        // A symlink to itself: open fails with ELOOP, as it would with EMFILE
+        // at the descriptor limit. Not the file's fault: it is not removed.
+        let path = file_path(&dir, file_id(b"k", b""));
+        fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&path, &path).unwrap();
+        assert!(load(&d, b"k").objects.is_empty());
+        let s = d.stats();
+        assert_eq!((s.errors, s.objects), (1, 1), "{s:?}");
+        assert!(d.contains(b"k") && fs::symlink_metadata(&path).is_ok());
+    }
+
+    #[test]
     fn the_cap_evicts_the_least_recently_used() {
         let dir = tmpdir("cap");
         let (d, _) = open(&dir, 3 * 1200);
