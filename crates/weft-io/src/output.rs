@@ -97,17 +97,85 @@ impl Flushed {
     }
 }
 
+/// The chain's items, in order: two inline (a head and a file range, serve's
+/// common case, need no allocation), the rest spilled into a `VecDeque`.
+/// Invariant: `second` is empty only if `rest` is.
+#[derive(Default)]
+struct Items {
+    first: Option<Item>,
+    second: Option<Item>,
+    rest: VecDeque<Item>,
+}
+
+impl Items {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    #[inline]
+    fn front(&self) -> Option<&Item> {
+        self.first.as_ref()
+    }
+
+    #[inline]
+    fn front_mut(&mut self) -> Option<&mut Item> {
+        self.first.as_mut()
+    }
+
+    #[inline]
+    fn back_mut(&mut self) -> Option<&mut Item> {
+        if !self.rest.is_empty() {
+            self.rest.back_mut()
+        } else if self.second.is_some() {
+            self.second.as_mut()
+        } else {
+            self.first.as_mut()
+        }
+    }
+
+    #[inline]
+    fn push_back(&mut self, it: Item) {
+        if self.first.is_none() {
+            self.first = Some(it);
+        } else if self.second.is_none() {
+            self.second = Some(it);
+        } else {
+            self.rest.push_back(it);
+        }
+    }
+
+    #[inline]
+    fn pop_front(&mut self) {
+        self.first = self.second.take();
+        self.second = self.rest.pop_front();
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Item> {
+        self.first.iter().chain(self.second.iter()).chain(self.rest.iter())
+    }
+
+    fn clear(&mut self) {
+        self.first = None;
+        self.second = None;
+        self.rest.clear();
+    }
+}
+
 /// One connection's output queue (see the module doc).
+///
+/// Own bytes appended after the last item are "loose": they need no item
+/// until something else is queued behind them, so a role that answers from
+/// memory only (most of serve) never touches the item queue.
 #[derive(Default)]
 pub struct OutChain {
     own: Vec<u8>,
-    /// `own[sealed..]` was appended after the last item was recorded: it is
-    /// pending, after every item.
-    sealed: usize,
-    items: VecDeque<Item>,
-    /// Pending bytes of the recorded items.
+    /// `own[loose..]` is pending, after every item.
+    loose: usize,
+    items: Items,
+    /// Pending bytes of the items.
     len: u64,
-    /// Pending bytes of recorded memory items.
+    /// Pending bytes of own and shared items.
     mem_len: usize,
     /// File and pipe items queued.
     special: usize,
@@ -122,26 +190,32 @@ impl OutChain {
     /// Bytes waiting to be sent.
     #[inline]
     pub fn len(&self) -> u64 {
-        self.len + (self.own.len() - self.sealed) as u64
+        self.len + (self.own.len() - self.loose) as u64
     }
 
     /// Nothing to send?
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty() && self.own.len() == self.sealed
+        self.items.is_empty() && self.own.len() == self.loose
     }
 
     /// Own and shared bytes waiting to be sent (cyclic runs are not held
     /// per connection and do not count).
     #[inline]
     pub fn memory_len(&self) -> usize {
-        self.mem_len + self.own.len() - self.sealed
+        self.mem_len + self.own.len() - self.loose
     }
 
     /// Own bytes appended since the chain was last empty (sent or not).
     #[inline]
     pub fn own_len(&self) -> usize {
         self.own.len()
+    }
+
+    /// Capacity of the own-bytes buffer (kept across requests).
+    #[inline]
+    pub fn own_capacity(&self) -> usize {
+        self.own.capacity()
     }
 
     /// No file range or pipe segment queued?
@@ -163,14 +237,14 @@ impl OutChain {
         self.own.extend_from_slice(data);
     }
 
-    /// Record own bytes appended since the last item as an item of their own
-    /// (merged with a preceding own item they directly follow).
+    /// Turn the loose own bytes into an item (merged with a preceding own
+    /// item they directly follow), before something else is queued.
     fn seal(&mut self) {
-        let (start, end) = (self.sealed, self.own.len());
+        let (start, end) = (self.loose, self.own.len());
         if end == start {
             return;
         }
-        self.sealed = end;
+        self.loose = end;
         self.len += (end - start) as u64;
         self.mem_len += end - start;
         if let Some(Item::Own { end: e, .. }) = self.items.back_mut() {
@@ -247,7 +321,7 @@ impl OutChain {
     pub fn clear(&mut self) {
         self.items.clear();
         self.own.clear();
-        self.sealed = 0;
+        self.loose = 0;
         self.len = 0;
         self.mem_len = 0;
         self.special = 0;
@@ -259,11 +333,10 @@ impl OutChain {
     /// be empty when such a range is queued). Returns the bytes sent by each
     /// path; EAGAIN or a short write sets [`Flushed::blocked`].
     pub fn flush(&mut self, fd: RawFd, tail: &[u8], scratch: &mut [u8]) -> io::Result<Flushed> {
-        self.seal();
         let mut f = Flushed::default();
         loop {
             let r = match self.items.front() {
-                None if f.tail == tail.len() => {
+                None if f.tail == tail.len() && self.own.len() == self.loose => {
                     self.clear();
                     return Ok(f);
                 }
@@ -294,27 +367,32 @@ impl OutChain {
         }
     }
 
-    /// One send/writev of the leading memory items, plus `tail` when they are
-    /// all the chain holds, or the first chunk of a copied file range that
-    /// follows them. Ok(false): the socket took less than offered.
+    /// One send/writev of the leading memory items; when they are all the
+    /// chain holds, plus the loose own bytes and `tail`; when a copied file
+    /// range follows them, plus its next chunk. Ok(false): the socket took
+    /// less than offered.
     fn send_memory(&mut self, fd: RawFd, tail: &[u8], scratch: &mut [u8], f: &mut Flushed) -> io::Result<bool> {
         let mut iov = [IoSlice::new(&[]); IOV];
         let mut n = 0;
         let mut from_mem = 0usize;
-        let mut after: Option<&Item> = None;
+        // The first item not gathered, when it is a file or a pipe.
+        let mut next: Option<&Item> = None;
+        // Every item gathered (whole): the loose bytes and the tail may follow.
+        let mut complete = true;
         for it in self.items.iter() {
             let s: &[u8] = match it {
                 Item::Own { start, end } => &self.own[*start..*end],
                 Item::Shared(b) => b,
                 Item::Cyclic { doubled, at, .. } => &doubled[*at..*at + cyclic_run(it)],
                 Item::File { .. } | Item::Pipe { .. } => {
-                    after = Some(it);
+                    next = Some(it);
+                    complete = false;
                     break;
                 }
             };
-            if n == IOV - 1 {
-                // Room is kept for a tail or file chunk only after the last item.
-                after = Some(it);
+            if n == IOV - 2 {
+                // Two slots stay free for the loose bytes and a tail or chunk.
+                complete = false;
                 break;
             }
             iov[n] = IoSlice::new(s);
@@ -324,7 +402,7 @@ impl OutChain {
                 if (s.len() as u64) < *left {
                     // A run longer than the period continues in the next
                     // call: nothing may follow it in this one.
-                    after = Some(it);
+                    complete = false;
                     break;
                 }
             }
@@ -332,37 +410,42 @@ impl OutChain {
         let mut extra = 0usize;
         let mut more = false;
         let mut copy_file = false;
-        match after {
-            None if !tail.is_empty() => {
+        if complete {
+            if self.loose < self.own.len() {
+                iov[n] = IoSlice::new(&self.own[self.loose..]);
+                n += 1;
+                from_mem += self.own.len() - self.loose;
+            }
+            if !tail.is_empty() {
                 iov[n] = IoSlice::new(tail);
                 n += 1;
                 extra = tail.len();
             }
-            Some(Item::File {
-                file,
-                offset,
-                end,
-                how: FileSend::Copy,
-            }) => {
-                if scratch.is_empty() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "no scratch buffer for a copied file",
-                    ));
-                }
-                let want = (end - offset).min(scratch.len() as u64) as usize;
-                let fdf = file.as_raw_fd();
-                let got = retry(|| sys::pread(fdf, &mut scratch[..want], *offset))?;
-                if got == 0 {
-                    return Err(shrunk());
-                }
-                iov[n] = IoSlice::new(&scratch[..got]);
-                n += 1;
-                extra = got;
-                copy_file = true;
+        } else if let Some(Item::File {
+            file,
+            offset,
+            end,
+            how: FileSend::Copy,
+        }) = next
+        {
+            if scratch.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "no scratch buffer for a copied file",
+                ));
             }
-            Some(Item::File { .. } | Item::Pipe { .. }) => more = true,
-            _ => {}
+            let want = (end - offset).min(scratch.len() as u64) as usize;
+            let fdf = file.as_raw_fd();
+            let got = retry(|| sys::pread(fdf, &mut scratch[..want], *offset))?;
+            if got == 0 {
+                return Err(shrunk());
+            }
+            iov[n] = IoSlice::new(&scratch[..got]);
+            n += 1;
+            extra = got;
+            copy_file = true;
+        } else {
+            more = next.is_some();
         }
         let offered = from_mem + extra;
         let wrote = if n == 1 && !copy_file {
@@ -425,9 +508,9 @@ impl OutChain {
         Ok(n == want)
     }
 
-    /// `n` bytes of the leading memory items were sent.
+    /// `n` bytes of the leading memory items (then of the loose own bytes)
+    /// were sent.
     fn advance_memory(&mut self, mut n: usize, f: &mut Flushed) {
-        self.len -= n as u64;
         while n > 0 {
             let Some(front) = self.items.front_mut() else { break };
             let (take, done) = match front {
@@ -455,14 +538,20 @@ impl OutChain {
                 }
                 Item::File { .. } | Item::Pipe { .. } => break,
             };
+            self.len -= take as u64;
             n -= take;
             if done {
                 self.items.pop_front();
             }
         }
-        if self.items.is_empty() && self.sealed == self.own.len() {
+        if n > 0 && self.items.is_empty() {
+            let take = n.min(self.own.len() - self.loose);
+            self.loose += take;
+            f.own += take;
+        }
+        if self.items.is_empty() && self.loose == self.own.len() {
             self.own.clear();
-            self.sealed = 0;
+            self.loose = 0;
         }
     }
 
@@ -666,6 +755,30 @@ mod tests {
         assert_eq!(after.get(sys::SysKind::Writev) - before.get(sys::SysKind::Writev), 1);
         assert_eq!(after.get(sys::SysKind::Write) - before.get(sys::SysKind::Write), 1);
         assert_eq!(drain(a, b), b"head:0123456789|next");
+    }
+
+    #[test]
+    fn many_items_spill_past_the_inline_two_and_keep_order() {
+        let (a, b) = pair();
+        let mut q = OutChain::new();
+        let mut want = Vec::new();
+        for i in 0..200u32 {
+            let s = format!("{i},");
+            if i % 2 == 0 {
+                q.push_copy(s.as_bytes());
+            } else {
+                q.push_shared(Bytes::from(s.clone().into_bytes()));
+            }
+            want.extend_from_slice(s.as_bytes());
+        }
+        q.push_copy(b"loose");
+        want.extend_from_slice(b"loose");
+        assert_eq!(q.memory_len(), want.len());
+        while !q.is_empty() {
+            assert!(!q.flush(a.as_raw_fd(), b"", &mut []).unwrap().blocked);
+        }
+        assert_eq!(q.own_len(), 0, "the own buffer is reused from its start");
+        assert_eq!(drain(a, b), want);
     }
 
     #[test]
