@@ -98,13 +98,15 @@ impl Flushed {
 }
 
 /// The chain's items, in order: two inline (a head and a file range, serve's
-/// common case, need no allocation), the rest spilled into a `VecDeque`.
+/// common case, need no allocation), the rest spilled into a boxed
+/// `VecDeque` (boxed so the inline part stays small in every connection).
 /// Invariant: `second` is empty only if `rest` is.
 #[derive(Default)]
+#[allow(clippy::box_collection)] // boxed on purpose: see above
 struct Items {
     first: Option<Item>,
     second: Option<Item>,
-    rest: VecDeque<Item>,
+    rest: Option<Box<VecDeque<Item>>>,
 }
 
 impl Items {
@@ -124,9 +126,14 @@ impl Items {
     }
 
     #[inline]
+    fn spilled(&self) -> bool {
+        self.rest.as_ref().is_some_and(|r| !r.is_empty())
+    }
+
+    #[inline]
     fn back_mut(&mut self) -> Option<&mut Item> {
-        if !self.rest.is_empty() {
-            self.rest.back_mut()
+        if self.spilled() {
+            self.rest.as_mut().and_then(|r| r.back_mut())
         } else if self.second.is_some() {
             self.second.as_mut()
         } else {
@@ -141,24 +148,27 @@ impl Items {
         } else if self.second.is_none() {
             self.second = Some(it);
         } else {
-            self.rest.push_back(it);
+            self.rest.get_or_insert_with(Default::default).push_back(it);
         }
     }
 
     #[inline]
     fn pop_front(&mut self) {
         self.first = self.second.take();
-        self.second = self.rest.pop_front();
+        self.second = self.rest.as_mut().and_then(|r| r.pop_front());
     }
 
     fn iter(&self) -> impl Iterator<Item = &Item> {
-        self.first.iter().chain(self.second.iter()).chain(self.rest.iter())
+        let rest = self.rest.as_deref().into_iter().flatten();
+        self.first.iter().chain(self.second.iter()).chain(rest)
     }
 
     fn clear(&mut self) {
         self.first = None;
         self.second = None;
-        self.rest.clear();
+        if let Some(r) = &mut self.rest {
+            r.clear();
+        }
     }
 }
 

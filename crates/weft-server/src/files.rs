@@ -31,6 +31,14 @@ pub struct CachedFile {
     checked: Cell<Instant>,
 }
 
+/// A file body queued on a connection's output chain keeps the file open
+/// (the chain holds an `Rc` of the entry) even if the cache drops it.
+impl std::os::fd::AsRawFd for CachedFile {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.raw()
+    }
+}
+
 /// What a path is.
 pub enum Lookup {
     /// A regular file.

@@ -1,0 +1,267 @@
+//! Answering a GET or HEAD: the request target resolved to a file of the
+//! document root (or the built-in demo site), a directory's index or listing,
+//! a redirect, or an error; a file answered by its validators and the Range
+//! header, its body queued from memory (small files) or as a file range of
+//! the connection's output chain (sendfile or pread + writev).
+
+use crate::config::SendMode;
+use crate::conn::Conn;
+use crate::files::{http_mtime, CachedFile, Lookup};
+use crate::respond::{self, Persist};
+use crate::worker::Shared;
+use std::rc::Rc;
+use weft_http::{Method, Precondition, RangeOutcome};
+use weft_io::sys::{self, Fd};
+use weft_io::FileSend;
+
+/// Copy path buffer (per worker).
+const COPY_CHUNK: usize = 256 * 1024;
+
+/// GET/HEAD of a path: file, directory, demo page, or an error. Returns
+/// (status, body bytes) for the log.
+pub(crate) fn serve_target(
+    c: &mut Conn,
+    s: &mut Shared<'_>,
+    head_len: usize,
+    persist: Persist,
+    head_only: bool,
+) -> (u16, u64) {
+    let data = &c.input.pending()[..head_len];
+    let mut target = s.head.target(data);
+    if s.head.is_absolute_form() {
+        // http://authority/path → /path (RFC 9112 §3.2.2: servers accept absolute-form).
+        let after_scheme = target.windows(3).position(|w| w == b"://").map(|i| i + 3).unwrap_or(0);
+        target = match target[after_scheme..].iter().position(|&b| b == b'/') {
+            Some(i) => &target[after_scheme + i..],
+            None => b"/",
+        };
+    }
+    s.rel.clear();
+    let info = match crate::path::resolve(target, &mut s.rel) {
+        Ok(i) => i,
+        Err(e) => {
+            let n = respond::simple(
+                c.out.own_mut(),
+                e.status(),
+                s.date.get(),
+                b"",
+                e.reason(),
+                head_only,
+                persist,
+            );
+            return (e.status(), n);
+        }
+    };
+    let date = s.date.get();
+    let Some(files) = s.files.as_mut() else {
+        // The built-in demo site.
+        return match crate::demo::lookup(&s.rel) {
+            Some(f) if !info.trailing_slash || s.rel.is_empty() => {
+                respond::start_head(c.out.own_mut(), 200, date);
+                c.out.own_mut().extend_from_slice(b"Content-Type: ");
+                c.out.own_mut().extend_from_slice(f.content_type.as_bytes());
+                c.out.own_mut().extend_from_slice(b"\r\n");
+                respond::end_head(c.out.own_mut(), Some(f.body.len() as u64), persist);
+                if !head_only {
+                    c.out.own_mut().extend_from_slice(f.body);
+                    s.stats.bytes_memory += f.body.len() as u64;
+                }
+                (200, f.body.len() as u64)
+            }
+            _ => (
+                404,
+                respond::simple(c.out.own_mut(), 404, date, b"", "", head_only, persist),
+            ),
+        };
+    };
+    let now = c.last_activity;
+    match files.lookup(&s.rel, now) {
+        Lookup::File(f) => {
+            if info.trailing_slash {
+                let n = respond::simple(c.out.own_mut(), 404, date, b"", "", head_only, persist);
+                return (404, n);
+            }
+            serve_file(c, s, head_len, f, persist, head_only)
+        }
+        Lookup::Dir(dirfd) => {
+            if !info.trailing_slash {
+                // Redirect to the slash form so relative links resolve inside it.
+                let path_end = target.iter().position(|&b| b == b'?').unwrap_or(target.len());
+                let mut loc = Vec::with_capacity(target.len() + 16);
+                loc.extend_from_slice(b"Location: ");
+                loc.extend_from_slice(&target[..path_end]);
+                loc.push(b'/');
+                loc.extend_from_slice(&target[path_end..]);
+                loc.extend_from_slice(b"\r\n");
+                let n = respond::simple(c.out.own_mut(), 301, date, &loc, "", head_only, persist);
+                return (301, n);
+            }
+            let dir_len = s.rel.len();
+            if dir_len > 0 {
+                s.rel.push(b'/');
+            }
+            s.rel.extend_from_slice(b"index.html");
+            let found = files.lookup(&s.rel, now);
+            s.rel.truncate(dir_len);
+            match found {
+                Lookup::File(f) => serve_file(c, s, head_len, f, persist, head_only),
+                _ if s.cfg.autoindex => autoindex(c, s, dirfd, persist, head_only),
+                _ => {
+                    let n = respond::simple(
+                        c.out.own_mut(),
+                        403,
+                        date,
+                        b"",
+                        "directory listing is off",
+                        head_only,
+                        persist,
+                    );
+                    (403, n)
+                }
+            }
+        }
+        Lookup::NotFound => (
+            404,
+            respond::simple(c.out.own_mut(), 404, date, b"", "", head_only, persist),
+        ),
+        Lookup::Forbidden => (
+            403,
+            respond::simple(c.out.own_mut(), 403, date, b"", "", head_only, persist),
+        ),
+    }
+}
+
+fn autoindex(c: &mut Conn, s: &mut Shared<'_>, dirfd: Fd, persist: Persist, head_only: bool) -> (u16, u64) {
+    let date = s.date.get();
+    let entries = match sys::read_dir(dirfd.raw(), 10_000) {
+        Ok(e) => e,
+        Err(_) => {
+            return (
+                403,
+                respond::simple(c.out.own_mut(), 403, date, b"", "", head_only, persist),
+            )
+        }
+    };
+    let mut items: Vec<crate::autoindex::Entry> = entries
+        .into_iter()
+        .filter_map(|e| {
+            let st = e.stat?;
+            Some(crate::autoindex::Entry {
+                name: e.name,
+                is_dir: st.is_dir,
+                size: st.size,
+                mtime: st.mtime,
+            })
+        })
+        .collect();
+    let shown = format!("/{}/", String::from_utf8_lossy(&s.rel));
+    let shown = if s.rel.is_empty() { "/".to_string() } else { shown };
+    let mut page = Vec::with_capacity(4096);
+    crate::autoindex::render(&shown, &mut items, &mut page);
+    respond::start_head(c.out.own_mut(), 200, date);
+    c.out
+        .own_mut()
+        .extend_from_slice(b"Content-Type: text/html; charset=utf-8\r\n");
+    respond::end_head(c.out.own_mut(), Some(page.len() as u64), persist);
+    if !head_only {
+        c.out.own_mut().extend_from_slice(&page);
+        s.stats.bytes_memory += page.len() as u64;
+    }
+    (200, page.len() as u64)
+}
+
+fn serve_file(
+    c: &mut Conn,
+    s: &mut Shared<'_>,
+    head_len: usize,
+    f: Rc<CachedFile>,
+    persist: Persist,
+    head_only: bool,
+) -> (u16, u64) {
+    let data = &c.input.pending()[..head_len];
+    let head = &s.head;
+    let date = s.date.get();
+    let len = f.stat.size;
+    let mtime = http_mtime(&f.stat);
+    match weft_http::evaluate_preconditions(
+        head.method(),
+        head.header(data, "if-match"),
+        head.header(data, "if-unmodified-since"),
+        head.header(data, "if-none-match"),
+        head.header(data, "if-modified-since"),
+        &f.etag,
+        mtime,
+    ) {
+        Precondition::Proceed => {}
+        Precondition::NotModified => {
+            respond::start_head(c.out.own_mut(), 304, date);
+            // 304 carries the validators (RFC 9110 §15.4.5).
+            c.out.own_mut().extend_from_slice(&f.fields);
+            respond::end_head(c.out.own_mut(), None, persist);
+            return (304, 0);
+        }
+        Precondition::Failed => {
+            let n = respond::simple(c.out.own_mut(), 412, date, b"", "", head_only, persist);
+            return (412, n);
+        }
+    }
+    let mut range = RangeOutcome::Full;
+    if head.method() == Method::Get {
+        if let Some(r) = head.header(data, "range") {
+            let allowed = match head.header(data, "if-range") {
+                Some(ir) => weft_http::if_range_allows(ir, &f.etag, mtime),
+                None => true,
+            };
+            if allowed {
+                range = weft_http::evaluate_range(r, len);
+            }
+        }
+    }
+    let (status, start, end) = match range {
+        RangeOutcome::Full | RangeOutcome::Multiple => (200, 0, len),
+        RangeOutcome::Partial { start, end_inclusive } => (206, start, end_inclusive + 1),
+        RangeOutcome::Unsatisfiable => {
+            let mut extra = Vec::with_capacity(48);
+            extra.extend_from_slice(b"Content-Range: bytes */");
+            respond::push_u64(&mut extra, len);
+            extra.extend_from_slice(b"\r\n");
+            let n = respond::simple(c.out.own_mut(), 416, date, &extra, "", head_only, persist);
+            return (416, n);
+        }
+    };
+    respond::start_head(c.out.own_mut(), status, date);
+    c.out.own_mut().extend_from_slice(&f.fields);
+    if status == 206 {
+        c.out.own_mut().extend_from_slice(b"Content-Range: bytes ");
+        respond::push_u64(c.out.own_mut(), start);
+        c.out.own_mut().push(b'-');
+        respond::push_u64(c.out.own_mut(), end - 1);
+        c.out.own_mut().push(b'/');
+        respond::push_u64(c.out.own_mut(), len);
+        c.out.own_mut().extend_from_slice(b"\r\n");
+    }
+    respond::end_head(c.out.own_mut(), Some(end - start), persist);
+    if head_only || end == start {
+        return (status, end - start);
+    }
+    if let Some(body) = &f.body {
+        // Small file held in memory: one copy into the output buffer buys a
+        // single write per response and lets pipelined responses share it.
+        c.out.own_mut().extend_from_slice(&body[start as usize..end as usize]);
+        s.stats.bytes_memory += end - start;
+        return (status, end - start);
+    }
+    let how = match s.cfg.send {
+        SendMode::Sendfile => FileSend::Sendfile,
+        SendMode::Copy => FileSend::Copy,
+        // Past the in-memory size, sendfile: on loopback too it costs no more
+        // CPU than pread + writev at 16 KiB and half as much from 512 KiB up
+        // (lab `send-path`, docs/results.md), and over a NIC it saves the copy.
+        SendMode::Auto => FileSend::Sendfile,
+    };
+    if how == FileSend::Copy && s.scratch.is_empty() {
+        s.scratch = vec![0u8; COPY_CHUNK];
+    }
+    c.out.push_file(f, start, end, how);
+    (status, end - start)
+}
