@@ -23,6 +23,7 @@
 
 use crate::content;
 use crate::dist::{Dist, Unit};
+pub use crate::origin_stats::OriginStats;
 use crate::ssl::{self, Handshake, Side};
 use crate::urls::{self, CacheFlag};
 use rand::rngs::SmallRng;
@@ -30,7 +31,6 @@ use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -95,55 +95,11 @@ impl Default for OriginConfig {
     }
 }
 
-/// Counters of all workers.
-#[derive(Debug, Default)]
-pub struct OriginStats {
-    /// Connections accepted.
-    pub accepted: AtomicU64,
-    /// Requests answered.
-    pub requests: AtomicU64,
-    /// 304 answers.
-    pub not_modified: AtomicU64,
-    /// Body bytes sent.
-    pub body_bytes: AtomicU64,
-    /// Emulated SSL handshakes (full + abbreviated).
-    pub handshakes: AtomicU64,
-    /// Requests refused (4xx/5xx other than 404).
-    pub refused: AtomicU64,
-    /// Connections the client reset (or broke) with every reply delivered
-    /// and no request pending: how `weft load --client-close reset` ends.
-    pub reset_idle: AtomicU64,
-    /// Connections that broke with output unsent or a request unanswered:
-    /// replies the client did not get.
-    pub reset_unfinished: AtomicU64,
-    /// Responses aborted on purpose (`--abort`): half the body, then a reset.
-    pub aborted: AtomicU64,
-}
-
-impl OriginStats {
-    /// As JSON.
-    pub fn to_json(&self) -> serde_json::Value {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        serde_json::json!({
-            "accepted": g(&self.accepted),
-            "requests": g(&self.requests),
-            "not_modified": g(&self.not_modified),
-            "body_bytes": g(&self.body_bytes),
-            "handshakes": g(&self.handshakes),
-            "refused": g(&self.refused),
-            "reset_idle": g(&self.reset_idle),
-            "reset_unfinished": g(&self.reset_unfinished),
-            "aborted": g(&self.aborted),
-        })
-    }
-}
-
 /// A running origin.
 pub struct Origin {
     addr: SocketAddr,
     shutdown: Shutdown,
-    handles: Vec<JoinHandle<io::Result<()>>>,
-    stats: Arc<OriginStats>,
+    handles: Vec<JoinHandle<io::Result<OriginStats>>>,
 }
 
 impl Origin {
@@ -157,21 +113,20 @@ impl Origin {
         let (listeners, addr) = weft_io::bind_reuseport(cfg.listen, workers, cfg.backlog)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
         let shutdown = Shutdown::new(workers)?;
-        let stats = Arc::new(OriginStats::default());
         let cfg = Arc::new(cfg);
         let mut handles = Vec::new();
         for (i, l) in listeners.into_iter().enumerate() {
             let cfg = cfg.clone();
             let sd = shutdown.clone();
-            let st = stats.clone();
             let h = std::thread::Builder::new()
                 .name(format!("weft-origin-{i}"))
                 .spawn(move || {
                     weft_io::with_backend!(cfg.event, P => {
                         let mut cx: Ctx<P> = Ctx::new()?;
-                        let mut w = Worker::new(&cfg, l, sd.clone(), sd.waker(i), &st, i);
+                        let mut w = Worker::new(&cfg, l, sd.clone(), sd.waker(i), i);
                         w.register(&mut cx)?;
-                        weft_io::run(&mut cx, &mut w)
+                        weft_io::run(&mut cx, &mut w)?;
+                        Ok(w.stats)
                     })
                 })?;
             handles.push(h);
@@ -180,7 +135,6 @@ impl Origin {
             addr,
             shutdown,
             handles,
-            stats,
         })
     }
 
@@ -194,15 +148,16 @@ impl Origin {
         self.shutdown.clone()
     }
 
-    /// Wait for the workers to finish.
-    pub fn wait(self) -> io::Result<Arc<OriginStats>> {
+    /// Wait for the workers to finish; their counters summed.
+    pub fn wait(self) -> io::Result<OriginStats> {
+        let mut total = OriginStats::default();
         for h in self.handles {
             match h.join() {
-                Ok(r) => r?,
+                Ok(r) => total.add(&r?),
                 Err(_) => return Err(io::Error::other("an origin worker panicked")),
             }
         }
-        Ok(self.stats)
+        Ok(total)
     }
 }
 
@@ -256,7 +211,8 @@ impl Conn {
 
 struct Worker<'a> {
     cfg: &'a OriginConfig,
-    stats: &'a OriginStats,
+    /// This worker's counters (summed over workers when they stop).
+    stats: OriginStats,
     listener: Option<Fd>,
     waker: std::os::fd::RawFd,
     shutdown: Shutdown,
@@ -281,12 +237,11 @@ impl<'a> Worker<'a> {
         listener: Fd,
         shutdown: Shutdown,
         waker: std::os::fd::RawFd,
-        stats: &'a OriginStats,
         index: usize,
     ) -> Worker<'a> {
         Worker {
             cfg,
-            stats,
+            stats: OriginStats::default(),
             listener: Some(listener),
             waker,
             shutdown,
@@ -331,7 +286,7 @@ impl<'a> Worker<'a> {
             let _ = sys::set_linger_zero(fd.raw());
             return;
         }
-        self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        self.stats.accepted += 1;
         let max_requests = match &self.cfg.conn_requests {
             Some(d) => (d.sample(&mut self.rng) as u32).max(1),
             None => u32::MAX,
@@ -394,7 +349,7 @@ impl<'a> Worker<'a> {
         let next = drive_conn(
             c,
             self.cfg,
-            self.stats,
+            &mut self.stats,
             &mut self.head,
             &self.date,
             &mut self.rng,
@@ -475,7 +430,7 @@ fn simple(c: &mut Conn, date: &[u8], status: u16, reason_body: &[u8], head_only:
 fn drive_conn(
     c: &mut Conn,
     cfg: &OriginConfig,
-    stats: &OriginStats,
+    stats: &mut OriginStats,
     head: &mut RequestHead,
     date: &weft_http::DateCache,
     rng: &mut SmallRng,
@@ -495,7 +450,7 @@ fn drive_conn(
                     return Next::Wait;
                 }
                 Err(_) => {
-                    stats.reset_unfinished.fetch_add(1, Ordering::Relaxed);
+                    stats.reset_unfinished += 1;
                     return Next::Close;
                 }
             }
@@ -548,11 +503,11 @@ fn drive_conn(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => {
                 let counter = if c.start == c.end && !c.has_output() {
-                    &stats.reset_idle
+                    &mut stats.reset_idle
                 } else {
-                    &stats.reset_unfinished
+                    &mut stats.reset_unfinished
                 };
-                counter.fetch_add(1, Ordering::Relaxed);
+                *counter += 1;
                 return Next::Close;
             }
         }
@@ -565,7 +520,7 @@ fn drive_conn(
 fn answer(
     c: &mut Conn,
     cfg: &OriginConfig,
-    stats: &OriginStats,
+    stats: &mut OriginStats,
     head: &mut RequestHead,
     date: &weft_http::DateCache,
     rng: &mut SmallRng,
@@ -621,7 +576,7 @@ fn answer(
             let msgs = hs.messages();
             loop {
                 let Some(&(side, _)) = msgs.get(*next) else {
-                    stats.handshakes.fetch_add(1, Ordering::Relaxed);
+                    stats.handshakes += 1;
                     c.mode = Mode::Http;
                     break;
                 };
@@ -655,7 +610,7 @@ fn answer(
             Ok(None) => break,
             Ok(Some(n)) => n,
             Err(e) => {
-                stats.refused.fetch_add(1, Ordering::Relaxed);
+                stats.refused += 1;
                 simple(c, date.get(), e.status, e.reason.as_bytes(), false, true);
                 c.close_after = true;
                 c.start = c.end;
@@ -664,7 +619,7 @@ fn answer(
         };
         progressed = true;
         c.requests += 1;
-        stats.requests.fetch_add(1, Ordering::Relaxed);
+        stats.requests += 1;
         let req = &c.buf[c.start..c.start + n];
         let method = head.method();
         let head_only = method == Method::Head;
@@ -673,14 +628,14 @@ fn answer(
             BodyFraming::Length(len) if len <= MAX_BODY => c.discard = len,
             BodyFraming::None | BodyFraming::UntilClose => {}
             BodyFraming::Length(_) => {
-                stats.refused.fetch_add(1, Ordering::Relaxed);
+                stats.refused += 1;
                 simple(c, date.get(), 413, b"request body too large\n", head_only, true);
                 c.close_after = true;
                 c.start = c.end;
                 return true;
             }
             BodyFraming::Chunked => {
-                stats.refused.fetch_add(1, Ordering::Relaxed);
+                stats.refused += 1;
                 simple(c, date.get(), 411, b"send a Content-Length\n", head_only, true);
                 c.close_after = true;
                 c.start = c.end;
@@ -695,7 +650,7 @@ fn answer(
             {
                 Some(d) => Some(d),
                 None => {
-                    stats.refused.fetch_add(1, Ordering::Relaxed);
+                    stats.refused += 1;
                     simple(c, date.get(), 400, b"invalid X-Weft-Think\n", head_only, close);
                     c.start += n;
                     c.close_after |= close;
@@ -720,7 +675,7 @@ fn answer(
             continue;
         }
         if !matches!(method, Method::Get | Method::Head | Method::Post) {
-            stats.refused.fetch_add(1, Ordering::Relaxed);
+            stats.refused += 1;
             simple(c, date.get(), 405, b"GET, HEAD or POST\n", head_only, close);
             c.start += n;
             c.close_after |= close;
@@ -733,7 +688,7 @@ fn answer(
             Some(v) => match weft_http::parse_decimal(v) {
                 Some(s) => Some(s),
                 None => {
-                    stats.refused.fetch_add(1, Ordering::Relaxed);
+                    stats.refused += 1;
                     simple(c, date.get(), 400, b"invalid X-Weft-Size\n", head_only, close);
                     c.start += n;
                     c.close_after |= close;
@@ -754,7 +709,7 @@ fn answer(
             continue;
         };
         if size > cfg.max_size {
-            stats.refused.fetch_add(1, Ordering::Relaxed);
+            stats.refused += 1;
             simple(c, date.get(), 400, b"size above --max-size\n", head_only, close);
             c.start += n;
             c.close_after |= close;
@@ -782,7 +737,7 @@ fn answer(
         let (status, body_len) = match pre {
             Precondition::Proceed => (200u16, size),
             Precondition::NotModified => {
-                stats.not_modified.fetch_add(1, Ordering::Relaxed);
+                stats.not_modified += 1;
                 (304, 0)
             }
             Precondition::Failed => (412, 0),
@@ -831,7 +786,7 @@ fn answer(
         let mut left = body_len;
         if status == 200 && !head_only && body_len >= 2 && cfg.abort > 0.0 && rng.gen::<f64>() < cfg.abort {
             // Abort: half the body, then a reset (the client sees a truncated reply).
-            stats.aborted.fetch_add(1, Ordering::Relaxed);
+            stats.aborted += 1;
             left = body_len / 2;
             c.abort_after = true;
             c.close_after = true;
@@ -858,7 +813,7 @@ fn answer(
 }
 
 /// Send queued segments with writev. Ok(true): all sent.
-fn flush(c: &mut Conn, stats: &OriginStats) -> io::Result<bool> {
+fn flush(c: &mut Conn, stats: &mut OriginStats) -> io::Result<bool> {
     loop {
         if c.segs.is_empty() {
             c.out.clear();
@@ -905,7 +860,7 @@ fn flush(c: &mut Conn, stats: &OriginStats) -> io::Result<bool> {
                     *pos += take;
                     *rem -= take;
                     left -= take as usize;
-                    stats.body_bytes.fetch_add(take, Ordering::Relaxed);
+                    stats.body_bytes += take;
                     if *rem == 0 {
                         c.segs.pop_front();
                     }
