@@ -10,7 +10,8 @@ use crate::files::{http_mtime, CachedFile, Lookup};
 use crate::respond::{self, Persist};
 use crate::worker::Shared;
 use std::rc::Rc;
-use weft_http::{Method, Precondition, RangeOutcome};
+use weft_http::encode;
+use weft_http::represent::{self, Answer, Conditions, Representation, Role};
 use weft_io::sys::{self, Fd};
 use weft_io::FileSend;
 
@@ -179,71 +180,45 @@ fn serve_file(
     head_only: bool,
 ) -> (u16, u64) {
     let data = &c.input.pending()[..head_len];
-    let head = &s.head;
     let date = s.date.get();
-    let len = f.stat.size;
-    let mtime = http_mtime(&f.stat);
-    match weft_http::evaluate_preconditions(
-        head.method(),
-        head.header(data, "if-match"),
-        head.header(data, "if-unmodified-since"),
-        head.header(data, "if-none-match"),
-        head.header(data, "if-modified-since"),
-        &f.etag,
-        mtime,
-    ) {
-        Precondition::Proceed => {}
-        Precondition::NotModified => {
-            respond::start_head(c.out.own_mut(), 304, date);
-            // 304 carries the validators (RFC 9110 §15.4.5).
-            c.out.own_mut().extend_from_slice(&f.fields);
-            respond::end_head(c.out.own_mut(), None, persist);
-            return (304, 0);
-        }
-        Precondition::Failed => {
-            let n = respond::simple(c.out.own_mut(), 412, date, b"", "", head_only, persist);
-            return (412, n);
-        }
-    }
-    let mut range = RangeOutcome::Full;
-    if head.method() == Method::Get {
-        if let Some(r) = head.header(data, "range") {
-            let allowed = match head.header(data, "if-range") {
-                Some(ir) => weft_http::if_range_allows(ir, &f.etag, mtime),
-                None => true,
-            };
-            if allowed {
-                range = weft_http::evaluate_range(r, len);
-            }
-        }
-    }
-    let (status, start, end) = match range {
-        RangeOutcome::Full | RangeOutcome::Multiple => (200, 0, len),
-        RangeOutcome::Partial { start, end_inclusive } => (206, start, end_inclusive + 1),
-        RangeOutcome::Unsatisfiable => {
-            let mut extra = Vec::with_capacity(48);
-            extra.extend_from_slice(b"Content-Range: bytes */");
-            respond::push_u64(&mut extra, len);
-            extra.extend_from_slice(b"\r\n");
-            let n = respond::simple(c.out.own_mut(), 416, date, &extra, "", head_only, persist);
-            return (416, n);
-        }
+    let rep = Representation {
+        etag: Some(&f.etag),
+        last_modified: Some(http_mtime(&f.stat)),
+        len: f.stat.size,
     };
-    respond::start_head(c.out.own_mut(), status, date);
-    c.out.own_mut().extend_from_slice(&f.fields);
-    if status == 206 {
-        c.out.own_mut().extend_from_slice(b"Content-Range: bytes ");
-        respond::push_u64(c.out.own_mut(), start);
-        c.out.own_mut().push(b'-');
-        respond::push_u64(c.out.own_mut(), end - 1);
-        c.out.own_mut().push(b'/');
-        respond::push_u64(c.out.own_mut(), len);
-        c.out.own_mut().extend_from_slice(b"\r\n");
+    let answer = represent::answer(
+        s.head.method(),
+        &Conditions::from_head(&s.head, data),
+        &rep,
+        Role::Origin,
+    );
+    let status = answer.status();
+    let out = c.out.own_mut();
+    match answer {
+        Answer::PreconditionFailed => {
+            return (status, respond::simple(out, status, date, b"", "", head_only, persist));
+        }
+        Answer::RangeNotSatisfiable { .. } => {
+            let range = answer.content_range();
+            let extra = |o: &mut Vec<u8>| range.into_iter().for_each(|r| encode::content_range(o, r));
+            return (
+                status,
+                respond::simple_with(out, status, date, extra, "", head_only, persist),
+            );
+        }
+        Answer::Full { .. } | Answer::Partial { .. } | Answer::NotModified => {}
     }
-    respond::end_head(c.out.own_mut(), Some(end - start), persist);
-    if head_only || end == start {
-        return (status, end - start);
+    respond::start_head(out, status, date);
+    // Content-Type and the validators (a 304 carries them too: RFC 9110 §15.4.5).
+    out.extend_from_slice(&f.fields);
+    if let Some(r) = answer.content_range() {
+        encode::content_range(out, r);
     }
+    respond::end_head(out, answer.content_length(), persist);
+    let Some(range) = answer.body().filter(|r| !r.is_empty()) else {
+        return (status, answer.content_length().unwrap_or(0));
+    };
+    let (start, end) = (range.start, range.end);
     if let Some(body) = &f.body {
         // Small file held in memory: one copy into the output buffer buys a
         // single write per response and lets pipelined responses share it.

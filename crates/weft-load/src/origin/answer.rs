@@ -10,6 +10,7 @@ use crate::ssl::{self, Handshake, Side};
 use crate::urls::{self, CacheFlag};
 use rand::Rng;
 use std::time::{Duration, Instant};
+use weft_http::encode::{self, Persist};
 use weft_http::{BodyFraming, Method, Precondition, Version};
 use weft_io::OutChain;
 
@@ -42,19 +43,15 @@ const HELP: &[u8] = b"weft origin: /size/N[/c|/cSECONDS|/nc]/ANY answers N deter
 /// Queue a simple response with a short text body.
 fn simple(out: &mut OutChain, date: &[u8], status: u16, reason_body: &[u8], head_only: bool, close: bool) {
     let out = out.own_mut();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    weft_http::push_decimal(out, status as u64);
-    out.push(b' ');
-    out.extend_from_slice(weft_http::reason_phrase(status).as_bytes());
-    out.extend_from_slice(b"\r\nDate: ");
-    out.extend_from_slice(date);
-    out.extend_from_slice(b"\r\nServer: weft-origin\r\nContent-Type: text/plain\r\nContent-Length: ");
-    weft_http::push_decimal(out, reason_body.len() as u64);
-    out.extend_from_slice(b"\r\n");
+    encode::status_line(out, status);
+    encode::date(out, date);
+    encode::field(out, b"Server", b"weft-origin");
+    encode::field(out, b"Content-Type", b"text/plain");
+    encode::content_length(out, reason_body.len() as u64);
     if close {
-        out.extend_from_slice(b"Connection: close\r\n");
+        encode::connection(out, Persist::Close);
     }
-    out.extend_from_slice(b"\r\n");
+    encode::end(out);
     if !head_only {
         out.extend_from_slice(reason_body);
     }
@@ -315,38 +312,26 @@ fn object(c: &mut Conn, s: &mut Shared<'_>, n: usize, spec: Option<urls::Spec>, 
         },
     };
     let out = c.out.own_mut();
-    out.extend_from_slice(match status {
-        200 => b"HTTP/1.1 200 OK\r\nDate: ",
-        304 => b"HTTP/1.1 304 Not Modified\r\nDate: ",
-        _ => b"HTTP/1.1 412 Precondition Failed\r\nDate: ",
-    });
-    out.extend_from_slice(s.date.get());
-    out.extend_from_slice(b"\r\nServer: weft-origin\r\nContent-Type: ");
-    out.extend_from_slice(content_type(path));
+    encode::status_line(out, status);
+    encode::date(out, s.date.get());
+    encode::field(out, b"Server", b"weft-origin");
+    encode::field(out, b"Content-Type", content_type(path));
     if status != 304 {
-        out.extend_from_slice(b"\r\nContent-Length: ");
-        weft_http::push_decimal(out, body_len);
+        encode::content_length(out, body_len);
     }
-    out.extend_from_slice(b"\r\nLast-Modified: ");
-    out.extend_from_slice(&weft_http::fmt_http_date(lm));
-    out.extend_from_slice(b"\r\nETag: ");
-    out.extend_from_slice(etag);
-    out.extend_from_slice(b"\r\nCache-Control: ");
+    encode::last_modified(out, lm);
+    encode::etag(out, etag);
     if !cache_value.is_empty() {
-        out.extend_from_slice(cache_value);
+        encode::field(out, b"Cache-Control", cache_value);
     } else if let Some(CacheFlag::MaxAge(secs)) = spec.map(|s| s.cache) {
-        out.extend_from_slice(b"max-age=");
-        weft_http::push_decimal(out, secs);
+        out.extend_from_slice(b"Cache-Control: max-age=");
+        encode::push_u64(out, secs);
+        out.extend_from_slice(b"\r\n");
     } else {
-        out.extend_from_slice(s.cfg.cache_control.as_bytes());
+        encode::field(out, b"Cache-Control", s.cfg.cache_control.as_bytes());
     }
-    out.extend_from_slice(b"\r\n");
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    } else if head.version() == Version::Http10 {
-        out.extend_from_slice(b"Connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
+    encode::connection(out, Persist::new(close, head.version() == Version::Http10));
+    encode::end(out);
     let mut left = body_len;
     if status == 200 && !head_only && body_len >= 2 && s.cfg.abort > 0.0 && s.rng.gen::<f64>() < s.cfg.abort {
         // Abort: half the body, then a reset (the client sees a truncated reply).
