@@ -980,7 +980,7 @@ impl Core<'_> {
         for _ in 0..attempts {
             let fd = sys::tcp_socket(target)?;
             if let Some(n) = cfg.recv_buffer {
-                let _ = sys::set_rcvbuf(fd.raw(), n);
+                let _ = sys::set_rcvbuf(&fd, n);
             }
             let ip = if cfg.local_addrs.is_empty() {
                 None
@@ -1003,14 +1003,14 @@ impl Core<'_> {
                     // space. IP_BIND_ADDRESS_NO_PORT defers the port choice to
                     // connect, where the whole 4-tuple is known. Two more
                     // system calls per connection, paid only when asked for.
-                    let _ = sys::set_bind_address_no_port(fd.raw(), true);
+                    let _ = sys::set_bind_address_no_port(&fd, true);
                     sys::bind(fd.raw(), &SocketAddr::new(ip.expect("an address"), 0))?;
                 }
                 (ip, Some(port)) => {
                     // SO_REUSEADDR lets bind take a port whose earlier
                     // connection is in TIME_WAIT; connect then reuses that
                     // entry when the kernel allows it (tcp_tw_reuse).
-                    let _ = sys::set_reuseaddr(fd.raw(), true);
+                    let _ = sys::set_reuseaddr(&fd, true);
                     let ip = ip.unwrap_or(match target {
                         SocketAddr::V4(_) => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
                         SocketAddr::V6(_) => std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
