@@ -1233,7 +1233,7 @@ impl Core<'_> {
     /// Write queued output. Ok(true): all written.
     fn flush(&mut self, c: &mut Conn, now: Instant) -> io::Result<bool> {
         while c.out_pos < c.out.len() {
-            match sys::send(c.fd.raw(), &c.out[c.out_pos..], false) {
+            match sys::retry(|| sys::send(&c.fd, &c.out[c.out_pos..], false)) {
                 Ok(n) => {
                     c.out_pos += n;
                     self.stats.bytes_sent += n as u64;
@@ -1244,7 +1244,6 @@ impl Core<'_> {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
@@ -1280,7 +1279,7 @@ impl Core<'_> {
                 return Flow::Continue;
             }
             let mut buf = std::mem::take(&mut self.rbuf);
-            let r = sys::read(c.fd.raw(), &mut buf);
+            let r = sys::retry(|| sys::read(&c.fd, &mut buf));
             let flow = match r {
                 Ok(0) => {
                     c.may_read = false;
@@ -1304,7 +1303,6 @@ impl Core<'_> {
                     c.may_read = false;
                     None
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => None,
                 Err(e) => Some(Flow::Close(End::Failed(Fail::Errno(e.raw_os_error())))),
             };
             self.rbuf = buf;
