@@ -15,6 +15,8 @@
 //!   content types, directory listings, Combined Log Format, the built-in site;
 //! - [`stats`]: per-worker counters (bytes by send path, syscalls by kind).
 
+#![forbid(unsafe_code)]
+
 pub mod accesslog;
 pub mod admin;
 mod answer;
@@ -80,7 +82,7 @@ impl Server {
                     .append(true)
                     .open(p)
                     .map_err(|e| io::Error::new(e.kind(), format!("cannot open access log {}: {e}", p.display())))?;
-                Some(Arc::new(Fd::from_raw(std::os::fd::IntoRawFd::into_raw_fd(f))))
+                Some(Arc::new(Fd::from(f)))
             }
             None => None,
         };
