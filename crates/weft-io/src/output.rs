@@ -26,7 +26,7 @@
 //! announced; only cutting the connection is honest); a pipe segment's pipe
 //! must stay open and hold at least the queued bytes until they are sent.
 
-use crate::sys;
+use crate::sys::{self, retry, FdArg};
 use bytes::{Buf, Bytes};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -342,7 +342,8 @@ impl OutChain {
     /// is the buffer [`FileSend::Copy`] ranges are read through (it must not
     /// be empty when such a range is queued). Returns the bytes sent by each
     /// path; EAGAIN or a short write sets [`Flushed::blocked`].
-    pub fn flush(&mut self, fd: RawFd, tail: &[u8], scratch: &mut [u8]) -> io::Result<Flushed> {
+    pub fn flush(&mut self, fd: impl FdArg, tail: &[u8], scratch: &mut [u8]) -> io::Result<Flushed> {
+        let fd = fd.raw_for_call();
         let mut f = Flushed::default();
         loop {
             let r = match self.items.front() {
@@ -505,7 +506,7 @@ impl OutChain {
         // the next splice (the proxy measured more pacing interrupts with it).
         let n = retry(|| sys::splice(pfd, fd, want, false))?;
         if n == 0 {
-            return Err(io::Error::from_raw_os_error(libc::EPIPE));
+            return Err(sys::Errno::BrokenPipe.into());
         }
         self.len -= n as u64;
         if n == want {
@@ -589,17 +590,7 @@ fn cyclic_run(it: &Item) -> usize {
 
 fn shrunk() -> io::Error {
     // The file ended before the length already announced.
-    io::Error::from_raw_os_error(libc::EIO)
-}
-
-#[inline]
-fn retry<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
-    loop {
-        match f() {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            r => return r,
-        }
-    }
+    sys::Errno::Io.into()
 }
 
 #[cfg(test)]
@@ -744,7 +735,7 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(err.unwrap().raw_os_error(), Some(libc::EIO), "{how:?}");
+            assert!(sys::is(&err.unwrap(), sys::Errno::Io), "{how:?}");
         }
     }
 

@@ -134,7 +134,7 @@ pub(crate) fn serve_target(
 
 fn autoindex(c: &mut Conn, s: &mut Shared<'_>, dirfd: Fd, persist: Persist, head_only: bool) -> (u16, u64) {
     let date = s.date.get();
-    let entries = match sys::read_dir(dirfd.raw(), 10_000) {
+    let entries = match sys::read_dir(&dirfd, 10_000) {
         Ok(e) => e,
         Err(_) => {
             return (

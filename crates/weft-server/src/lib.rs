@@ -92,7 +92,7 @@ impl Server {
             // Accepted sockets inherit TCP_NODELAY from the listener on Linux: a
             // second small write on a connection (pipelined responses) must not
             // wait for the delayed ACK of the first.
-            let _ = sys::setsockopt_int(l.raw(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+            let _ = sys::set_nodelay(l, true);
         }
         let slots: Arc<Vec<admin::Slot>> = Arc::new((0..workers).map(|_| admin::Slot::default()).collect());
         let admin_addr = match cfg.admin {

@@ -183,7 +183,7 @@ impl<'a> Worker<'a> {
             }
             self.refused_logged += 1;
             // Never registered: close at once (RST, so the client learns now).
-            let _ = sys::set_linger_zero(fd.raw());
+            let _ = sys::set_linger_zero(&fd);
             drop(fd);
             return;
         }
@@ -333,7 +333,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 false,
                 Persist::Close,
             );
-            let _ = sys::send(c.fd.raw(), &out, false);
+            let _ = sys::send(&c.fd, &out, false);
         }
         self.shared.stats.timeouts += 1;
         self.close(cx, token);
@@ -437,7 +437,7 @@ fn linger_read(c: &mut Conn, pool: &mut BufPool) -> Next {
     let mut total = 0usize;
     loop {
         // Never grows: one pool buffer is enough to throw bytes away.
-        match c.input.fill(c.fd.raw(), pool.buf_size(), pool) {
+        match c.input.fill(&c.fd, pool.buf_size(), pool) {
             Fill::Data(n) => {
                 c.input.clear();
                 total += n;
@@ -459,7 +459,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
     let mut budget = REQUESTS_PER_PASS;
     loop {
         if c.has_output() {
-            match c.out.flush(c.fd.raw(), &[], &mut s.scratch) {
+            match c.out.flush(&c.fd, &[], &mut s.scratch) {
                 Ok(f) => {
                     s.stats.bytes_sendfile += f.sendfile;
                     s.stats.bytes_copy += f.copied;
@@ -475,7 +475,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
             if c.linger_on_close {
                 // Let the client read the error response: half-close, then
                 // drain what it still sends (nginx's lingering close).
-                if sys::shutdown_write(c.fd.raw()).is_err() {
+                if sys::shutdown_write(&c.fd).is_err() {
                     return Next::Close;
                 }
                 c.lingering = true;
@@ -498,7 +498,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
             return Next::Read;
         }
         let max = s.cfg.limits.max_head + 1024;
-        match c.input.fill(c.fd.raw(), max, &mut s.pool) {
+        match c.input.fill(&c.fd, max, &mut s.pool) {
             // The parser would already have answered 431 for an oversized
             // head; a full buffer here means a request we chose not to parse yet.
             Fill::Full => return Next::Close,

@@ -268,7 +268,7 @@ impl<'a> Worker<'a> {
             Interest::READ
         };
         if cx.register(fd.raw(), token, interest).is_err() {
-            let _ = sys::set_linger_zero(fd.raw());
+            let _ = sys::set_linger_zero(&fd);
             return;
         }
         self.shared.stats.accepted += 1;
@@ -303,7 +303,7 @@ impl<'a> Worker<'a> {
     fn close<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) {
         if let Some(c) = self.conns.remove(token) {
             if c.abort_after {
-                let _ = sys::set_linger_zero(c.fd.raw());
+                let _ = sys::set_linger_zero(&c.fd);
             }
             let Conn {
                 fd, mut input, mut out, ..
@@ -358,7 +358,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Next {
         }
         c.hold_until = None;
         if c.has_output() {
-            match c.out.flush(c.fd.raw(), &[], &mut []) {
+            match c.out.flush(&c.fd, &[], &mut []) {
                 Ok(f) => {
                     s.stats.body_bytes += f.shared as u64;
                     c.deadline = now + s.cfg.idle_timeout;
@@ -387,7 +387,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Next {
         if !c.may_read {
             return Next::Wait;
         }
-        match c.input.fill(c.fd.raw(), s.cfg.limits.max_head + 4096, &mut s.pool) {
+        match c.input.fill(&c.fd, s.cfg.limits.max_head + 4096, &mut s.pool) {
             Fill::Full => return Next::Close,
             Fill::Eof => {
                 c.eof = true;
