@@ -42,7 +42,7 @@ pub use event_loop::{run, Ctx, Handler, RegisterError};
 pub use group::{GroupStats, WorkerGroup, WorkerSeat};
 pub use input::{BufPool, Fill, InputBuf};
 pub use mailbox::Mailboxes;
-pub use output::{FileSend, Flushed, OutChain};
+pub use output::{FileSend, Flushed, OutChain, OwnPool};
 pub use pipes::{Pipe, PipeBudget, PipeError, PipePool};
 pub use slab::Slab;
 pub use sys::{Fd, SysCounts, SysKind};

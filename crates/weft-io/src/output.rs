@@ -97,6 +97,51 @@ impl Flushed {
     }
 }
 
+/// Own-bytes buffers of one worker, lent to output chains while they have
+/// something to send (issue 21: a connection waiting for its next request
+/// holds no output buffer either). A buffer that grew past `max_capacity`
+/// (a burst of large in-memory answers) is freed when given back, and at
+/// most `keep` wait in the pool.
+#[derive(Debug)]
+pub struct OwnPool {
+    idle: Vec<Vec<u8>>,
+    keep: usize,
+    initial: usize,
+    max_capacity: usize,
+    lent: usize,
+}
+
+impl OwnPool {
+    /// A pool whose new buffers start with `initial` bytes of capacity,
+    /// keeping at most `keep` idle ones of at most `max_capacity` bytes.
+    pub fn new(initial: usize, max_capacity: usize, keep: usize) -> OwnPool {
+        OwnPool {
+            idle: Vec::new(),
+            keep,
+            initial,
+            max_capacity,
+            lent: 0,
+        }
+    }
+
+    /// Buffers lent to chains now.
+    #[inline]
+    pub fn lent(&self) -> usize {
+        self.lent
+    }
+
+    /// Buffers waiting in the pool.
+    #[inline]
+    pub fn idle(&self) -> usize {
+        self.idle.len()
+    }
+
+    /// Free idle buffers beyond `keep`.
+    pub fn trim(&mut self, keep: usize) {
+        self.idle.truncate(keep);
+    }
+}
+
 /// The chain's items, in order: two inline (a head and a file range, serve's
 /// common case, need no allocation), the rest spilled into a boxed
 /// `VecDeque` (boxed so the inline part stays small in every connection).
@@ -239,6 +284,35 @@ impl OutChain {
     #[inline]
     pub fn own_mut(&mut self) -> &mut Vec<u8> {
         &mut self.own
+    }
+
+    /// Borrow an own-bytes buffer from `pool` unless one is held: call it
+    /// before answering, so appending does not allocate.
+    #[inline]
+    pub fn lend_own(&mut self, pool: &mut OwnPool) {
+        if self.own.capacity() == 0 {
+            self.own = pool.idle.pop().unwrap_or_else(|| Vec::with_capacity(pool.initial));
+            pool.lent += 1;
+        }
+    }
+
+    /// Give the own-bytes buffer back to `pool` if nothing is queued. True
+    /// when the chain now holds no buffer.
+    #[inline]
+    pub fn release_own(&mut self, pool: &mut OwnPool) -> bool {
+        if !self.is_empty() {
+            return false;
+        }
+        if self.own.capacity() > 0 {
+            let mut v = std::mem::take(&mut self.own);
+            self.loose = 0;
+            pool.lent = pool.lent.saturating_sub(1);
+            if v.capacity() <= pool.max_capacity && pool.idle.len() < pool.keep {
+                v.clear();
+                pool.idle.push(v);
+            }
+        }
+        true
     }
 
     /// Append a copy of `data`.
@@ -780,6 +854,40 @@ mod tests {
         }
         assert_eq!(q.own_len(), 0, "the own buffer is reused from its start");
         assert_eq!(drain(a, b), want);
+    }
+
+    #[test]
+    fn own_buffers_are_lent_while_something_is_queued() {
+        let (a, b) = pair();
+        let mut pool = OwnPool::new(64, 1024, 1);
+        let mut q = OutChain::new();
+        assert!(q.release_own(&mut pool), "nothing held");
+        q.lend_own(&mut pool);
+        assert_eq!((pool.lent(), q.own_capacity()), (1, 64));
+        q.push_copy(b"answer");
+        assert!(!q.release_own(&mut pool), "bytes queued: kept");
+        q.flush(a.as_raw_fd(), b"", &mut []).unwrap();
+        assert!(q.release_own(&mut pool));
+        assert_eq!((pool.lent(), pool.idle(), q.own_capacity()), (0, 1, 0));
+        // Reused, not reallocated; one that grew past the bound is freed.
+        q.lend_own(&mut pool);
+        assert_eq!(pool.idle(), 0);
+        q.push_copy(&[b'x'; 2000]);
+        q.clear();
+        assert!(q.release_own(&mut pool));
+        assert_eq!((pool.lent(), pool.idle()), (0, 0));
+        assert_eq!(drain(a, b), b"answer");
+    }
+
+    #[test]
+    fn the_chain_stays_small() {
+        // Every connection of every role carries one (issue 21).
+        let size = std::mem::size_of::<OutChain>();
+        println!(
+            "size_of::<OutChain>() = {size}, size_of::<InputBuf>() = {}",
+            std::mem::size_of::<crate::InputBuf>()
+        );
+        assert!(size <= 160, "OutChain grew to {size} bytes");
     }
 
     #[test]

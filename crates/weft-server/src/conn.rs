@@ -29,7 +29,9 @@ pub struct Conn {
     pub read_closed: bool,
     /// The peer closed its side.
     pub eof: bool,
-    /// Response heads and bodies queued to send (a file body as a range).
+    /// Response heads and bodies queued to send (a file body as a range);
+    /// its own-bytes buffer is lent from the worker's pool while bytes are
+    /// queued, like the input's.
     pub out: OutChain,
     /// Current registration (level-triggered backends update it).
     pub interest: Interest,

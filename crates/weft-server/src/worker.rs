@@ -23,8 +23,8 @@ use std::time::{Duration, Instant, SystemTime};
 use weft_http::{BodyFraming, Method, RequestHead, Version};
 use weft_io::sys::{self, Fd};
 use weft_io::{
-    Acceptor, BufPool, Ctx, Event, Fill, Handler, Interest, Poller, Readiness, RegisterError, Shutdown, Slab, Token,
-    TrackerStats,
+    Acceptor, BufPool, Ctx, Event, Fill, Handler, Interest, OwnPool, Poller, Readiness, RegisterError, Shutdown, Slab,
+    Token, TrackerStats,
 };
 
 const LISTENER: Token = Token::new(u32::MAX, 0);
@@ -43,6 +43,11 @@ const COALESCE_MAX: usize = 64 * 1024;
 const INPUT_BUF: usize = 4096;
 /// Idle input buffers a worker keeps for reuse.
 const INPUT_POOL_KEEP: usize = 256;
+/// Capacity of a fresh output buffer (a head, or a head and a small file).
+const OUTPUT_BUF: usize = 4096;
+/// Idle output buffers a worker keeps for reuse: enough that connections
+/// blocked on a full socket (which hold theirs) rarely empty the pool.
+const OUTPUT_POOL_KEEP: usize = 1024;
 
 /// Requests one connection may have answered per pass of the loop: a client
 /// with a long pipelined backlog (or one that keeps its socket full) is
@@ -73,6 +78,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) scratch: Vec<u8>,
     /// Input buffers lent to connections while they hold unparsed bytes.
     pub(crate) pool: BufPool,
+    /// Output buffers lent to connections while they have bytes to send.
+    pub(crate) own_pool: OwnPool,
     pub(crate) stats: ServeStats,
     pub(crate) log: Option<AccessLog>,
     pub(crate) draining: bool,
@@ -119,6 +126,13 @@ impl<'a> Worker<'a> {
                 rel: Vec::with_capacity(256),
                 scratch: Vec::new(),
                 pool: BufPool::new(INPUT_BUF, INPUT_POOL_KEEP),
+                // Pipelined answers coalesce up to COALESCE_MAX, plus the
+                // last one (at most a small file held in memory).
+                own_pool: OwnPool::new(
+                    OUTPUT_BUF,
+                    COALESCE_MAX + cfg.small_file_max as usize + OUTPUT_BUF,
+                    OUTPUT_POOL_KEEP,
+                ),
                 stats: ServeStats::default(),
                 log,
                 draining: false,
@@ -202,6 +216,8 @@ impl<'a> Worker<'a> {
     fn close<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) {
         if let Some(mut c) = self.conns.remove(token) {
             c.input.discard(&mut self.shared.pool);
+            c.out.clear();
+            c.out.release_own(&mut self.shared.own_pool);
             cx.close_later(c.fd, true);
         }
     }
@@ -216,9 +232,10 @@ impl<'a> Worker<'a> {
         } else {
             drive_conn(c, &mut self.shared, cx.now, cx.wall)
         };
-        // Everything read is answered: the buffer goes back to the pool, so
-        // a connection waiting for its next request holds none.
+        // Everything read is answered (and sent): the buffers go back to the
+        // pools, so a connection waiting for its next request holds none.
         c.input.release(&mut self.shared.pool);
+        c.out.release_own(&mut self.shared.own_pool);
         match next {
             Next::Close => self.close(cx, token),
             Next::Read | Next::Write | Next::Resume => {
@@ -532,6 +549,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
 /// close, or when enough output is queued). True when output was produced.
 fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime, budget: &mut u32) -> bool {
     let mut produced = false;
+    c.out.lend_own(&mut s.own_pool);
     while *budget > 0 && c.out.is_memory_only() && !c.close_after && c.out.memory_len() < COALESCE_MAX {
         if c.discard > 0 {
             let n = c.discard.min(c.input.len() as u64);

@@ -490,3 +490,17 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         !(self.shared.draining && self.conns.is_empty())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_state_stays_small() {
+        // An idle connection's whole cost is this struct (its input buffer
+        // is lent only while bytes are pending): issue 21 tracks it.
+        let size = std::mem::size_of::<Conn>();
+        println!("size_of::<origin::Conn>() = {size}");
+        assert!(size <= 256, "origin Conn grew to {size} bytes");
+    }
+}
