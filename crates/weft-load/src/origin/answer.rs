@@ -17,7 +17,7 @@ use weft_io::OutChain;
 /// Largest request body read and discarded (POST); larger ones get 413.
 const MAX_BODY: u64 = 16 << 20;
 /// Stop answering pipelined requests beyond this much queued head bytes.
-const COALESCE_MAX: usize = 256 * 1024;
+pub(super) const COALESCE_MAX: usize = 256 * 1024;
 
 /// Content-Type by extension.
 fn content_type(path: &[u8]) -> &'static [u8] {
@@ -61,6 +61,7 @@ fn simple(out: &mut OutChain, date: &[u8], status: u16, reason_body: &[u8], head
 /// output was produced or input consumed.
 pub(super) fn answer(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> bool {
     let mut progressed = false;
+    c.out.lend_own(&mut s.own_pool);
     while !c.input.is_empty() && !c.close_after && c.hold_until.is_none() && c.out.own_len() < COALESCE_MAX {
         if c.discard > 0 {
             let n = c.discard.min(c.input.len() as u64);

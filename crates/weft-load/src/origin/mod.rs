@@ -40,16 +40,18 @@ use std::time::{Duration, Instant};
 use weft_http::{Limits, RequestHead};
 use weft_io::sys::{self, Fd};
 use weft_io::{
-    Acceptor, BackendKind, BufPool, Ctx, Event, Fill, GroupStats, Handler, InputBuf, Interest, OutChain, Poller,
-    Shutdown, Slab, Token, WorkerGroup, WorkerSeat,
+    Acceptor, BackendKind, BufPool, Ctx, Event, Fill, GroupStats, Handler, InputBuf, Interest, OutChain, OwnPool,
+    Poller, Shutdown, Slab, Token, WorkerGroup, WorkerSeat,
 };
 
 const LISTENER: Token = Token::new(u32::MAX, 0);
 const WAKER: Token = Token::new(u32::MAX - 1, 0);
 /// Input buffer lent at a connection's first read.
 const INPUT_BUF: usize = 16 * 1024;
-/// Idle input buffers and output chains a worker keeps for reuse.
+/// Idle input and output buffers a worker keeps for reuse.
 const SPARE_KEEP: usize = 1024;
+/// Capacity of a fresh output buffer (heads and handshake flights).
+const OUTPUT_BUF: usize = 1024;
 
 /// Settings of `weft origin`.
 #[derive(Clone, Debug)]
@@ -199,6 +201,8 @@ struct Shared<'a> {
     date: weft_http::DateCache,
     rng: SmallRng,
     pool: BufPool,
+    /// Output buffers lent to connections while they have bytes to send.
+    own_pool: OwnPool,
     draining: bool,
 }
 
@@ -210,8 +214,6 @@ struct Worker<'a> {
     conns: Slab<Conn>,
     /// Accepts until EAGAIN: an instrument should take whatever the load offers.
     acceptor: Acceptor,
-    /// Output chains of closed connections, kept with their buffer's capacity.
-    spare: Vec<OutChain>,
 }
 
 enum Next {
@@ -229,6 +231,7 @@ impl<'a> Worker<'a> {
                 date: weft_http::DateCache::new(),
                 rng: SmallRng::seed_from_u64(cfg.seed.wrapping_add(seat.index as u64 * 7919)),
                 pool: BufPool::new(INPUT_BUF, SPARE_KEEP),
+                own_pool: OwnPool::new(OUTPUT_BUF, answer::COALESCE_MAX + OUTPUT_BUF, SPARE_KEEP),
                 draining: false,
             },
             listener: Some(seat.listener),
@@ -236,7 +239,6 @@ impl<'a> Worker<'a> {
             shutdown: seat.shutdown,
             conns: Slab::new(),
             acceptor: Acceptor::new(None),
-            spare: Vec::new(),
         }
     }
 
@@ -276,14 +278,13 @@ impl<'a> Worker<'a> {
             Some(d) => (d.sample(&mut self.shared.rng) as u32).max(1),
             None => u32::MAX,
         };
-        let out = self.spare.pop().unwrap_or_default();
         let now = cx.now;
         let idle = self.shared.cfg.idle_timeout;
         self.conns.insert_with(|_| Conn {
             fd,
             interest,
             input: InputBuf::new(),
-            out,
+            out: OutChain::new(),
             requests: 0,
             max_requests,
             close_after: false,
@@ -309,11 +310,9 @@ impl<'a> Worker<'a> {
                 fd, mut input, mut out, ..
             } = c;
             input.discard(&mut self.shared.pool);
+            out.clear();
+            out.release_own(&mut self.shared.own_pool);
             cx.close_later(fd, true);
-            if self.spare.len() < SPARE_KEEP {
-                out.clear();
-                self.spare.push(out);
-            }
         }
     }
 
@@ -322,8 +321,10 @@ impl<'a> Worker<'a> {
             return;
         };
         let next = drive_conn(c, &mut self.shared, Instant::now());
-        // Everything read is answered: the buffer goes back to the pool.
+        // Everything read is answered (and sent): the buffers go back to
+        // the pools.
         c.input.release(&mut self.shared.pool);
+        c.out.release_own(&mut self.shared.own_pool);
         match next {
             Next::Close => self.close(cx, token),
             Next::Wait => {
@@ -501,6 +502,6 @@ mod tests {
         // is lent only while bytes are pending): issue 21 tracks it.
         let size = std::mem::size_of::<Conn>();
         println!("size_of::<origin::Conn>() = {size}");
-        assert!(size <= 256, "origin Conn grew to {size} bytes");
+        assert!(size <= 288, "origin Conn grew to {size} bytes");
     }
 }
