@@ -8,10 +8,14 @@
 //! them all and sums the counters each returned ([`GroupStats`]); the first
 //! error wins, and a worker that panicked is an error. Graceful stop stays the
 //! role's own drain logic: the group only delivers the switch.
+//! [`WorkerGroup::start_shared`] gives every worker a duplicate of one
+//! listener instead (the accept model without SO_REUSEPORT: every worker
+//! watches the same queue).
 
 use crate::sys::Fd;
 use crate::workers::Shutdown;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -77,6 +81,21 @@ impl<S: GroupStats> WorkerGroup<S> {
             }
         }
         Ok(group)
+    }
+
+    /// Spawn `workers` threads as [`start`](Self::start) does, each with a
+    /// duplicate of the one `listener`.
+    pub fn start_shared<F>(name: &str, workers: usize, listener: Fd, run: F) -> io::Result<WorkerGroup<S>>
+    where
+        F: Fn(WorkerSeat) -> io::Result<S> + Send + Sync + 'static,
+    {
+        let first = OwnedFd::from(listener);
+        let mut listeners = Vec::with_capacity(workers.max(1));
+        for _ in 1..workers.max(1) {
+            listeners.push(Fd::from(first.try_clone()?));
+        }
+        listeners.insert(0, Fd::from(first));
+        Self::start(name, listeners, run)
     }
 
     /// Number of workers.
@@ -169,6 +188,19 @@ mod tests {
         })
         .unwrap();
         assert_eq!(g.wait().unwrap_err().to_string(), "worker thread panicked");
+    }
+
+    #[test]
+    fn a_shared_listener_is_duplicated_for_every_worker() {
+        let l = crate::sys::tcp_listener(&SocketAddr::from(([127, 0, 0, 1], 0)), false, 16).unwrap();
+        let addr = crate::sys::local_addr(&l).unwrap();
+        let g = WorkerGroup::start_shared("weft-test", 3, l, move |seat: WorkerSeat| {
+            assert_eq!(crate::sys::local_addr(&seat.listener).unwrap(), addr);
+            Ok(Count(seat.listener.raw() as u64))
+        })
+        .unwrap();
+        assert_eq!(g.len(), 3);
+        assert!(g.wait().unwrap().0 > 0);
     }
 
     #[test]
