@@ -31,6 +31,14 @@ pub struct CachedFile {
     checked: Cell<Instant>,
 }
 
+/// A file body queued on a connection's output chain keeps the file open
+/// (the chain holds an `Rc` of the entry) even if the cache drops it.
+impl std::os::fd::AsRawFd for CachedFile {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.raw()
+    }
+}
+
 /// What a path is.
 pub enum Lookup {
     /// A regular file.
@@ -151,9 +159,9 @@ impl FileCache {
         } else {
             self.path.extend_from_slice(rel);
         }
-        let c = CString::new(self.path.as_slice()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let fd = sys::open_beneath(self.root.raw(), &c, self.resolve)?;
-        let st = sys::fstat(fd.raw())?;
+        let c = CString::new(self.path.as_slice()).map_err(|_| io::Error::from(sys::Errno::InvalidInput))?;
+        let fd = sys::open_beneath(&self.root, &c, self.resolve)?;
+        let st = sys::fstat(&fd)?;
         Ok((fd, st))
     }
 
@@ -169,8 +177,8 @@ impl FileCache {
 }
 
 fn classify(e: &io::Error) -> Lookup {
-    match e.raw_os_error() {
-        Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ENAMETOOLONG) => Lookup::NotFound,
+    match sys::Errno::of(e) {
+        Some(n) if n.is_no_such_path() => Lookup::NotFound,
         // EXDEV: RESOLVE_BENEATH refused an escape (.., absolute or outward symlink);
         // ELOOP: symlink loop or magic link; EACCES/EPERM: permissions.
         _ => Lookup::Forbidden,
@@ -181,11 +189,11 @@ fn read_all(fd: &Fd, size: u64) -> io::Result<Box<[u8]>> {
     let mut buf = vec![0u8; size as usize];
     let mut off = 0usize;
     while off < buf.len() {
-        let n = sys::pread(fd.raw(), &mut buf[off..], off as u64)?;
+        let n = sys::pread(fd, &mut buf[off..], off as u64)?;
         if n == 0 {
             // The file shrank under us: serve what is there would lie about the
             // length; treat it as unreadable until revalidation.
-            return Err(io::Error::from_raw_os_error(libc::EIO));
+            return Err(sys::Errno::Io.into());
         }
         off += n;
     }
