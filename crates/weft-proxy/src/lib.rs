@@ -8,8 +8,15 @@
 //! (KeepCopy). Cache hits are written from shared buffers with writev.
 //!
 //! - [`config`]: [`ProxyConfig`], the validated settings;
-//! - [`worker`]: one event loop's clients, upstreams and transactions;
+//! - [`worker`]: one event loop: its state, events, timers, draining;
+//! - `client`: the client side (accept, the one socket read, linger, reject);
+//! - `request`: a request routed, answered from the cache, or forwarded;
+//! - `txn`: a transaction's state machine (connect, exchange, body, tunnel);
+//! - `upstream`: the upstream pool, connecting, retrying, response heads;
+//! - `response`: a response head's cache decisions, framing and body path;
+//! - `hit`: answering from a stored response (conditionals, ranges);
 //! - `relay`, `tunnel`: body transfers (copy, splice, tee) and CONNECT tunnels;
+//! - `cache`: the two tiers behind one facade (order and locking);
 //! - [`store`]: the memory cache (weft-buf aggregates, LRU or GDS);
 //! - [`disk`]: the disk tier under it (`--cache-dir`), kept across restarts;
 //! - `headers`: forwarded and relayed heads, Via, cache keys;
@@ -19,17 +26,24 @@
 //! - [`stats`]: counters (`--stats-on-exit`, `--admin`).
 
 pub mod acl;
+mod cache;
+mod client;
 pub mod config;
 mod conn;
 pub mod disk;
 mod headers;
+mod hit;
 mod mailbox;
 mod outq;
 mod relay;
+mod request;
 pub mod resolve;
+mod response;
 pub mod stats;
 pub mod store;
 mod tunnel;
+mod txn;
+mod upstream;
 pub mod worker;
 
 pub use config::{CachePolicy, ProxyConfig, SpliceMode};
@@ -71,7 +85,7 @@ pub struct Proxy {
 ///
 /// The bound is not inherited from the listener: the worker sets it on a
 /// client socket when it first relays an upstream body or tunnel to it and
-/// lifts it for large cache hits (`worker::set_notsent_lowat`), which write
+/// lifts it for large cache hits (`client::set_notsent_lowat`), which write
 /// an object already in memory and would only be cut into small writes.
 /// Here we check once that the kernel takes the option.
 fn tune_listener(fd: std::os::fd::RawFd, cfg: &ProxyConfig) {
