@@ -1,5 +1,7 @@
 //! The `weft` binary: subcommands over the library crates.
 
+#![forbid(unsafe_code)]
+
 mod args;
 mod cli;
 mod load;

@@ -315,7 +315,7 @@ pub fn path_str(p: &Path) -> &str {
 /// readiness event: the case an edge-triggered backend reports only once.
 pub fn send_with_fin(stream: &mut TcpStream, data: &[u8]) {
     use std::os::fd::AsRawFd;
-    weft_io::sys::setsockopt_int(stream.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CORK, 1).expect("TCP_CORK");
+    weft_io::sys::set_cork(stream.as_raw_fd(), true).expect("TCP_CORK");
     stream.write_all(data).unwrap();
     stream.shutdown(std::net::Shutdown::Write).unwrap();
 }

@@ -10,6 +10,8 @@
 //! aggregates under a byte budget with a `weft-policy` replacement policy is
 //! built on top of this by the proxy cache.
 
+#![forbid(unsafe_code)]
+
 use bytes::Bytes;
 use std::io::IoSlice;
 

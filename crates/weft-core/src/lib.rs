@@ -7,6 +7,8 @@
 //! - [`log`]: a minimal leveled logger to stderr (`--log-level`);
 //! - [`units`]: parsing of sizes (`64KiB`) and durations (`10s`, `250ms`).
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod error;
 pub mod log;

@@ -23,6 +23,8 @@
 //! [`ResponseHead`] is reused across messages and answers questions about the
 //! buffer it was parsed from, so parsing allocates nothing per request.
 
+#![forbid(unsafe_code)]
+
 pub mod cache_control;
 pub mod caching;
 pub mod chunked;

@@ -768,10 +768,10 @@ impl<'a> Engine<'a> {
                 weft_io::RegisterError::OutOfRange(_, max) => {
                     // select(2): the backend's own descriptor limit.
                     self.core.stats.fd_limit.get_or_insert(max as u64);
-                    Some(libc::EMFILE)
+                    Some(sys::Errno::TooManyOpenFiles.raw())
                 }
             };
-            if errno == Some(libc::EMFILE) && self.core.stats.fd_limit.is_none() {
+            if errno == Some(sys::Errno::TooManyOpenFiles.raw()) && self.core.stats.fd_limit.is_none() {
                 self.core.stats.fd_limit = Some(nofile_limit());
             }
             // Never registered: nothing is queued for it in the poller.
@@ -980,7 +980,7 @@ impl Core<'_> {
         for _ in 0..attempts {
             let fd = sys::tcp_socket(target)?;
             if let Some(n) = cfg.recv_buffer {
-                let _ = sys::setsockopt_int(fd.raw(), libc::SOL_SOCKET, libc::SO_RCVBUF, n as i32);
+                let _ = sys::set_rcvbuf(fd.raw(), n);
             }
             let ip = if cfg.local_addrs.is_empty() {
                 None
@@ -1003,20 +1003,20 @@ impl Core<'_> {
                     // space. IP_BIND_ADDRESS_NO_PORT defers the port choice to
                     // connect, where the whole 4-tuple is known. Two more
                     // system calls per connection, paid only when asked for.
-                    let _ = sys::setsockopt_int(fd.raw(), libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1);
+                    let _ = sys::set_bind_address_no_port(fd.raw(), true);
                     sys::bind(fd.raw(), &SocketAddr::new(ip.expect("an address"), 0))?;
                 }
                 (ip, Some(port)) => {
                     // SO_REUSEADDR lets bind take a port whose earlier
                     // connection is in TIME_WAIT; connect then reuses that
                     // entry when the kernel allows it (tcp_tw_reuse).
-                    let _ = sys::setsockopt_int(fd.raw(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1);
+                    let _ = sys::set_reuseaddr(fd.raw(), true);
                     let ip = ip.unwrap_or(match target {
                         SocketAddr::V4(_) => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
                         SocketAddr::V6(_) => std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
                     });
                     if let Err(e) = sys::bind(fd.raw(), &SocketAddr::new(ip, port)) {
-                        if e.raw_os_error() == Some(libc::EADDRINUSE) {
+                        if sys::is(&e, sys::Errno::AddrInUse) {
                             continue;
                         }
                         return Err(e);
@@ -1025,17 +1025,17 @@ impl Core<'_> {
             }
             match sys::connect(fd.raw(), target) {
                 Ok(_) => return Ok(fd),
-                Err(e) if port.is_some() && e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {}
+                Err(e) if port.is_some() && sys::is(&e, sys::Errno::AddrNotAvailable) => {}
                 Err(e) => return Err(e),
             }
         }
         // Every port tried was taken (EADDRINUSE or EADDRNOTAVAIL): out of ports.
-        Err(io::Error::from_raw_os_error(libc::EADDRNOTAVAIL))
+        Err(sys::Errno::AddrNotAvailable.into())
     }
 
     fn fail_open(&mut self, e: io::Error) {
         let errno = e.raw_os_error();
-        if matches!(errno, Some(libc::EMFILE) | Some(libc::ENFILE)) && self.stats.fd_limit.is_none() {
+        if sys::is_fd_exhaustion(&e) && self.stats.fd_limit.is_none() {
             self.stats.fd_limit = Some(nofile_limit());
         }
         self.stats.record_errno(errno);

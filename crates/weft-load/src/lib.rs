@@ -14,6 +14,8 @@
 //!   confidence intervals; [`report`]: the summary and `--json`;
 //! - [`run`]: threads, repeats, the live progress line.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod content;
 pub mod dist;

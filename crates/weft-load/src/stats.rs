@@ -9,6 +9,7 @@
 
 use hdrhistogram::Histogram;
 use std::time::Duration;
+use weft_io::sys::Errno;
 
 /// Errors by kind (httperf's classes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -210,16 +211,16 @@ impl Stats {
 
     /// Count an I/O error by errno.
     pub fn record_errno(&mut self, errno: Option<i32>) {
-        match errno {
-            Some(libc::ECONNREFUSED) => self.errors.refused += 1,
-            Some(libc::ECONNRESET) | Some(libc::EPIPE) | Some(libc::ECONNABORTED) => self.errors.reset += 1,
-            Some(libc::ETIMEDOUT) => self.errors.timeout += 1,
-            Some(libc::EMFILE) | Some(libc::ENFILE) => self.errors.fd_unavailable += 1,
-            Some(libc::EADDRNOTAVAIL) => self.errors.addr_unavailable += 1,
-            e => {
+        match errno.map(Errno::from_raw) {
+            Some(Errno::ConnRefused) => self.errors.refused += 1,
+            Some(Errno::ConnReset | Errno::BrokenPipe | Errno::ConnAborted) => self.errors.reset += 1,
+            Some(Errno::TimedOut) => self.errors.timeout += 1,
+            Some(e) if e.is_fd_exhaustion() => self.errors.fd_unavailable += 1,
+            Some(Errno::AddrNotAvailable) => self.errors.addr_unavailable += 1,
+            _ => {
                 self.errors.other += 1;
                 if self.other_errno.is_none() {
-                    self.other_errno = e;
+                    self.other_errno = errno;
                 }
             }
         }
@@ -413,12 +414,12 @@ mod tests {
         a.record_reply(200, Duration::from_millis(2), 0, false);
         a.record_reply(404, Duration::from_millis(4), 1, true);
         a.record_request(100, 0);
-        a.record_errno(Some(libc::ECONNREFUSED));
-        a.record_errno(Some(libc::EMFILE));
-        a.record_errno(Some(libc::EBADF));
+        a.record_errno(Some(Errno::ConnRefused.raw()));
+        a.record_errno(Some(Errno::TooManyOpenFiles.raw()));
+        a.record_errno(Some(Errno::BadFd.raw()));
         let mut b = Stats::default();
         b.record_reply(304, Duration::from_millis(6), 1, true);
-        b.record_errno(Some(libc::EADDRNOTAVAIL));
+        b.record_errno(Some(Errno::AddrNotAvailable.raw()));
         a.merge(&b);
         assert_eq!(a.replies, [0, 1, 1, 1, 0]);
         assert_eq!(a.reply_samples, vec![1, 2]);
@@ -426,7 +427,7 @@ mod tests {
         assert_eq!(a.errors.fd_unavailable, 1);
         assert_eq!(a.errors.addr_unavailable, 1);
         assert_eq!(a.errors.other, 1);
-        assert_eq!(a.other_errno, Some(libc::EBADF));
+        assert_eq!(a.other_errno, Some(Errno::BadFd.raw()));
         assert_eq!(a.errors.total(), 4);
         assert_eq!(a.response_us.len(), 3);
         let p50 = a.response_us.value_at_quantile(0.5);

@@ -10,6 +10,8 @@
 //! Request distribution (WRR, LARD, LARD/R) and back-end health states will
 //! live here too, shared by `weft front` and `weft sim`.
 
+#![forbid(unsafe_code)]
+
 pub mod replacement;
 
 pub use replacement::{Gds, Lru, Replacement};

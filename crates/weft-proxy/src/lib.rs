@@ -25,6 +25,8 @@
 //! - [`acl`]: which clients may use the proxy;
 //! - [`stats`]: counters (`--stats-on-exit`, `--admin`).
 
+#![forbid(unsafe_code)]
+
 pub mod acl;
 mod cache;
 mod client;
@@ -89,11 +91,9 @@ pub struct Proxy {
 /// an object already in memory and would only be cut into small writes.
 /// Here we check once that the kernel takes the option.
 fn tune_listener(fd: std::os::fd::RawFd, cfg: &ProxyConfig) {
-    let _ = sys::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+    let _ = sys::set_nodelay(fd, true);
     if cfg.notsent_lowat > 0 {
-        let v = cfg.notsent_lowat.min(i32::MAX as usize) as i32;
-        let probe = sys::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v)
-            .and_then(|()| sys::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, 0));
+        let probe = sys::set_notsent_lowat(fd, cfg.notsent_lowat).and_then(|()| sys::set_notsent_lowat(fd, 0));
         if let Err(e) = probe {
             weft_core::warn!("TCP_NOTSENT_LOWAT not available: {e}");
         }
@@ -351,9 +351,8 @@ mod tests {
             let _client = std::net::TcpStream::connect(addr).unwrap();
             let (accepted, _) = sys::accept(l.raw()).unwrap();
             let fd = accepted.raw();
-            let get = |name| sys::getsockopt_int(fd, libc::IPPROTO_TCP, name).unwrap();
-            assert_eq!(get(libc::TCP_NOTSENT_LOWAT), 0, "0: the kernel default (unbounded)");
-            assert_eq!(get(libc::TCP_NODELAY), 1);
+            assert_eq!(sys::notsent_lowat(fd).unwrap(), 0, "0: the kernel default (unbounded)");
+            assert!(sys::nodelay(fd).unwrap());
         }
     }
 }

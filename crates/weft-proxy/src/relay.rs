@@ -215,12 +215,7 @@ pub struct Relay {
 }
 
 fn is_peer_error(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(
-            libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ETIMEDOUT | libc::ECONNABORTED | libc::EHOSTUNREACH
-        )
-    )
+    sys::is_peer_gone(e)
 }
 
 impl Relay {
@@ -519,7 +514,7 @@ impl Relay {
             // until the next splice, which waits on the upstream; measured,
             // it also cost more pacing timer interrupts than it saved.
             match sys::splice(pipe.read_fd(), cfd, *bytes, false) {
-                Ok(0) => return Err(io::Error::from_raw_os_error(libc::EPIPE)),
+                Ok(0) => return Err(sys::Errno::BrokenPipe.into()),
                 Ok(n) => {
                     *bytes -= n;
                     st.bytes_spliced += n as u64;
@@ -766,7 +761,7 @@ impl Relay {
             return;
         }
         // A failure leaves the kernel's default (wake at every arrival): slower, never stuck.
-        let ok = sys::setsockopt_int(up, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v.min(i32::MAX as usize) as i32).is_ok();
+        let ok = sys::set_rcvlowat(up, v).is_ok();
         self.batch_started |= ok && v > 1 && self.lowat_set <= 1;
         self.lowat_set = if ok { v } else { 1 };
         if !ok {
@@ -1241,7 +1236,7 @@ mod tests {
         let (up, _) = l.accept().unwrap();
         up.set_nonblocking(true).unwrap();
         let fd = up.as_raw_fd();
-        let lowat = || sys::getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).unwrap() as usize;
+        let lowat = || sys::rcvlowat(fd).unwrap();
         let mut r = rig();
         let mut relay = Relay::new(
             Framing::Length(300_000),

@@ -274,10 +274,7 @@ fn copy_path(buf: Vec<u8>) -> Path {
 }
 
 fn is_splice_failure(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EINVAL | libc::ENOSYS | libc::ENOMEM | libc::EOPNOTSUPP)
-    )
+    sys::is_splice_unsupported(e)
 }
 
 /// A tunnel between the client and an upstream.

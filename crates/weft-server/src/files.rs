@@ -151,7 +151,7 @@ impl FileCache {
         } else {
             self.path.extend_from_slice(rel);
         }
-        let c = CString::new(self.path.as_slice()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let c = CString::new(self.path.as_slice()).map_err(|_| io::Error::from(sys::Errno::InvalidInput))?;
         let fd = sys::open_beneath(self.root.raw(), &c, self.resolve)?;
         let st = sys::fstat(fd.raw())?;
         Ok((fd, st))
@@ -169,8 +169,8 @@ impl FileCache {
 }
 
 fn classify(e: &io::Error) -> Lookup {
-    match e.raw_os_error() {
-        Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ENAMETOOLONG) => Lookup::NotFound,
+    match sys::Errno::of(e) {
+        Some(n) if n.is_no_such_path() => Lookup::NotFound,
         // EXDEV: RESOLVE_BENEATH refused an escape (.., absolute or outward symlink);
         // ELOOP: symlink loop or magic link; EACCES/EPERM: permissions.
         _ => Lookup::Forbidden,
@@ -185,7 +185,7 @@ fn read_all(fd: &Fd, size: u64) -> io::Result<Box<[u8]>> {
         if n == 0 {
             // The file shrank under us: serve what is there would lie about the
             // length; treat it as unreadable until revalidation.
-            return Err(io::Error::from_raw_os_error(libc::EIO));
+            return Err(sys::Errno::Io.into());
         }
         off += n;
     }

@@ -14,6 +14,8 @@
 //!   content types, directory listings, Combined Log Format, the built-in site;
 //! - [`stats`]: per-worker counters (bytes by send path, syscalls by kind).
 
+#![forbid(unsafe_code)]
+
 pub mod accesslog;
 pub mod admin;
 pub mod autoindex;
@@ -74,7 +76,7 @@ impl Server {
                     .append(true)
                     .open(p)
                     .map_err(|e| io::Error::new(e.kind(), format!("cannot open access log {}: {e}", p.display())))?;
-                Some(Arc::new(Fd::from_raw(std::os::fd::IntoRawFd::into_raw_fd(f))))
+                Some(Arc::new(Fd::from(f)))
             }
             None => None,
         };

@@ -3,9 +3,18 @@
 //! This module is the only place in the workspace allowed to use `unsafe`. Each
 //! wrapper converts the C return convention into `io::Result`, bumps the
 //! per-thread counter for its kind ([`counters`]) and nothing else: policy
-//! (retry on EINTR, what EAGAIN means) stays with the caller, which knows.
+//! (whether to retry on EINTR, what EAGAIN means) stays with the caller, which
+//! knows; the caller retries through [`retry`], the one EINTR loop.
+//!
+//! Other crates use these wrappers instead of `libc` (they are all
+//! `#![forbid(unsafe_code)]`): descriptors are owned by [`Fd`] and closed only
+//! when it drops, socket options are typed ([`sockopt`]), and error numbers are
+//! named and classified by [`Errno`].
 
 pub mod counters;
+mod errno;
+mod fd;
+pub mod sockopt;
 pub mod splice;
 pub mod uring;
 
@@ -17,6 +26,12 @@ use std::os::fd::RawFd;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use counters::{bump, SysCounts, SysKind};
+pub use errno::{is, is_fd_exhaustion, is_peer_gone, is_splice_unsupported, retry, Errno};
+pub use fd::Fd;
+pub use sockopt::{
+    nodelay, notsent_lowat, rcvlowat, set_bind_address_no_port, set_cork, set_nodelay, set_notsent_lowat, set_rcvbuf,
+    set_rcvlowat, set_reuseaddr, set_reuseport,
+};
 pub use splice::{bytes_readable, pipe_capacity, read_to_bytes};
 
 #[inline]
@@ -34,45 +49,6 @@ fn cvt_size(ret: libc::ssize_t) -> io::Result<usize> {
         Err(io::Error::last_os_error())
     } else {
         Ok(ret as usize)
-    }
-}
-
-/// An owned descriptor, closed through [`close`] (and so counted) when dropped.
-#[derive(Debug)]
-pub struct Fd(RawFd);
-
-impl Fd {
-    /// Take ownership of `fd`. The caller promises nobody else closes it.
-    pub fn from_raw(fd: RawFd) -> Fd {
-        Fd(fd)
-    }
-    /// The raw descriptor number.
-    #[inline]
-    pub fn raw(&self) -> RawFd {
-        self.0
-    }
-    /// Give up ownership without closing.
-    pub fn into_raw(self) -> RawFd {
-        let fd = self.0;
-        std::mem::forget(self);
-        fd
-    }
-}
-
-impl Drop for Fd {
-    fn drop(&mut self) {
-        close(self.0);
-    }
-}
-
-/// close(2). Errors are ignored: after close the descriptor is gone either way
-/// (Linux never leaves it open on EINTR), and there is nothing useful to retry.
-pub fn close(fd: RawFd) {
-    bump(SysKind::Close);
-    // SAFETY: closing a descriptor number has no memory-safety implications; the
-    // callers own `fd` (Fd's Drop or an explicit deferred close).
-    unsafe {
-        libc::close(fd);
     }
 }
 
@@ -261,7 +237,8 @@ pub fn tcp_socket(addr: &SocketAddr) -> io::Result<Fd> {
     Ok(Fd(fd))
 }
 
-/// setsockopt(2) with an int value.
+/// setsockopt(2) with an int value. Outside weft-io prefer the typed
+/// [`sockopt`] functions, which need no libc constants.
 pub fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     bump(SysKind::Setsockopt);
     // SAFETY: value is a valid int for the duration of the call; its size is passed.
@@ -277,7 +254,7 @@ pub fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: l
     .map(drop)
 }
 
-/// getsockopt(2) of an int value.
+/// getsockopt(2) of an int value (see [`setsockopt_int`]).
 pub fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
     bump(SysKind::Other);
     let mut value: libc::c_int = 0;
@@ -330,7 +307,7 @@ pub fn connect(fd: RawFd, addr: &SocketAddr) -> io::Result<bool> {
     // SAFETY: storage holds a valid sockaddr of `len` bytes.
     match cvt(unsafe { libc::connect(fd, (&storage as *const libc::sockaddr_storage).cast(), len) }) {
         Ok(_) => Ok(true),
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(false),
+        Err(e) if is(&e, Errno::InProgress) => Ok(false),
         Err(e) => Err(e),
     }
 }
@@ -349,9 +326,9 @@ pub fn take_socket_error(fd: RawFd) -> io::Result<Option<io::Error>> {
 /// per worker thread, the kernel spreads connections), non-blocking.
 pub fn tcp_listener(addr: &SocketAddr, reuseport: bool, backlog: i32) -> io::Result<Fd> {
     let fd = tcp_socket(addr)?;
-    setsockopt_int(fd.raw(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    set_reuseaddr(fd.raw(), true)?;
     if reuseport {
-        setsockopt_int(fd.raw(), libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+        set_reuseport(fd.raw(), true)?;
     }
     bind(fd.raw(), addr)?;
     listen(fd.raw(), backlog)?;
@@ -530,9 +507,10 @@ pub fn eventfd() -> io::Result<Fd> {
     cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) }).map(Fd)
 }
 
-/// Add one to an eventfd's counter.
+/// Add one to an eventfd's counter (retried on EINTR: a lost wake-up would
+/// leave the other thread asleep).
 pub fn eventfd_signal(fd: RawFd) -> io::Result<()> {
-    write(fd, &1u64.to_ne_bytes()).map(drop)
+    retry(|| write(fd, &1u64.to_ne_bytes())).map(drop)
 }
 
 /// Read and reset an eventfd's counter (0 if it was not signalled).
@@ -661,14 +639,15 @@ pub struct DirEntry {
 pub fn read_dir(dirfd: RawFd, max_entries: usize) -> io::Result<Vec<DirEntry>> {
     bump(SysKind::Other);
     // SAFETY: dup of a plain descriptor.
-    let dup = cvt(unsafe { libc::fcntl(dirfd, libc::F_DUPFD_CLOEXEC, 0) })?;
-    // SAFETY: dup is a fresh descriptor we own; fdopendir takes ownership.
-    let dir = unsafe { libc::fdopendir(dup) };
+    let dup = Fd(cvt(unsafe { libc::fcntl(dirfd, libc::F_DUPFD_CLOEXEC, 0) })?);
+    // SAFETY: dup is a fresh descriptor we own.
+    let dir = unsafe { libc::fdopendir(dup.raw()) };
     if dir.is_null() {
-        let e = io::Error::last_os_error();
-        close(dup);
-        return Err(e);
+        // `dup` drops (and closes) after the error is read.
+        return Err(io::Error::last_os_error());
     }
+    // The DIR stream owns the descriptor now: closedir closes it.
+    let _ = dup.into_raw();
     // SAFETY: rewind in case the descriptor position was advanced earlier.
     unsafe { libc::rewinddir(dir) };
     let mut out = Vec::new();
@@ -811,7 +790,7 @@ pub fn probe_io_uring() -> io::Result<()> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    close(fd as RawFd);
+    drop(Fd(fd as RawFd));
     Ok(())
 }
 
@@ -831,5 +810,5 @@ pub fn probe_tcp_repair() -> io::Result<()> {
 /// Does SO_REUSEPORT work?
 pub fn probe_reuseport() -> io::Result<()> {
     let s = tcp_socket(&SocketAddr::from(([127, 0, 0, 1], 0)))?;
-    setsockopt_int(s.raw(), libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)
+    set_reuseport(s.raw(), true)
 }
