@@ -9,6 +9,13 @@
 //!   timers, deferred close) and the [`Handler`] callbacks;
 //! - [`Slab`]: connection table whose [`Token`]s carry a generation;
 //! - [`workers`]: SO_REUSEPORT listener groups and signal-driven shutdown;
+//! - [`group`]: a role's worker threads started, joined and their counters
+//!   summed as one ([`WorkerGroup`]);
+//! - [`input`]: a connection's input bytes ([`InputBuf`]), storage lent from a
+//!   per-worker [`BufPool`] only while bytes are pending;
+//! - [`output`]: a connection's output chain ([`OutChain`]): own bytes, shared
+//!   buffers, file ranges and pipe segments sent with the fewest system calls;
+//! - [`mailbox`]: helper threads' results for each worker, behind an eventfd;
 //! - [`features`]: what this kernel supports (`weft backends`);
 //! - [`pipes`]: pipes for splice and tee, pooled per worker under a global cap;
 //! - [`admin`]: the `--admin` JSON endpoint's listener thread;
@@ -20,6 +27,10 @@ pub mod admin;
 pub mod backend;
 pub mod event_loop;
 pub mod features;
+pub mod group;
+pub mod input;
+pub mod mailbox;
+pub mod output;
 pub mod pipes;
 pub mod slab;
 pub mod sys;
@@ -28,6 +39,10 @@ pub mod workers;
 pub use accept::Acceptor;
 pub use backend::{BackendKind, BackendOptions, Caps, Event, Interest, Poller, Readiness, Token, TrackerStats};
 pub use event_loop::{run, Ctx, Handler, RegisterError};
+pub use group::{GroupStats, WorkerGroup, WorkerSeat};
+pub use input::{BufPool, Fill, InputBuf};
+pub use mailbox::Mailboxes;
+pub use output::{FileSend, Flushed, OutChain};
 pub use pipes::{Pipe, PipeBudget, PipeError, PipePool};
 pub use slab::Slab;
 pub use sys::{Fd, SysCounts, SysKind};

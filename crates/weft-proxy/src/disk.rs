@@ -46,8 +46,8 @@ use weft_http::caching::Heuristic;
 use weft_io::Token;
 use weft_policy::{Lru, Replacement};
 
-use crate::mailbox::Mailboxes;
 use crate::store::{Object, Store};
+use weft_io::mailbox::Mailboxes;
 
 const MAGIC: &[u8; 8] = b"WEFTOBJ2";
 const HEADER: usize = 48;

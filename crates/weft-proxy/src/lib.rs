@@ -21,7 +21,7 @@
 //! - [`disk`]: the disk tier under it (`--cache-dir`), kept across restarts;
 //! - `headers`: forwarded and relayed heads, Via, cache keys;
 //! - [`resolve`]: host names resolved on helper threads, cached with a TTL;
-//! - `mailbox`: helper threads' results for each worker, behind an eventfd;
+//! - helper threads post results through `weft_io::mailbox`;
 //! - [`acl`]: which clients may use the proxy;
 //! - [`stats`]: counters (`--stats-on-exit`, `--admin`).
 
@@ -35,7 +35,6 @@ mod conn;
 pub mod disk;
 mod headers;
 mod hit;
-mod mailbox;
 mod outq;
 mod relay;
 mod request;

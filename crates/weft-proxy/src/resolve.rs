@@ -8,7 +8,6 @@
 //! worker's own, so a lookup on the hot path takes no lock); address literals
 //! never reach the resolver at all. Failures are not cached.
 
-use crate::mailbox::Mailboxes;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -16,6 +15,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use weft_io::mailbox::Mailboxes;
 use weft_io::Token;
 
 struct Job {

@@ -2,11 +2,13 @@
 //! answers, the disk store's finished loads): a helper appends a result for
 //! worker `i` and signals `i`'s eventfd, which that worker's event loop
 //! watches like any socket (Flash's helpers notify the server the same way).
+//! It lives here, under every role, because AMPED helpers and persistent CGI
+//! workers report to their event loops the same way.
 
+use crate::sys::{self, Fd};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Mutex;
-use weft_io::sys::{self, Fd};
 
 /// The workers' mailboxes for results of type `T`.
 pub struct Mailboxes<T> {

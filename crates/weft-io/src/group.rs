@@ -1,0 +1,186 @@
+//! A group of worker threads, one event loop each, started and joined as one.
+//!
+//! Every role (serve, proxy, origin) runs N workers, each on its own
+//! SO_REUSEPORT listener ([`bind_reuseport`](crate::bind_reuseport)) with its
+//! own eventfd in a shared [`Shutdown`]. [`WorkerGroup::start`] spawns the
+//! threads (named `{name}-{index}`) and hands each a [`WorkerSeat`]: its
+//! index, its listener and the shutdown switch. [`WorkerGroup::wait`] joins
+//! them all and sums the counters each returned ([`GroupStats`]); the first
+//! error wins, and a worker that panicked is an error. Graceful stop stays the
+//! role's own drain logic: the group only delivers the switch.
+
+use crate::sys::Fd;
+use crate::workers::Shutdown;
+use std::io;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Counters a worker returns when it stops, summed over the group.
+pub trait GroupStats: Default + Send + 'static {
+    /// Add `other`'s counters to these.
+    fn merge(&mut self, other: &Self);
+}
+
+/// Workers that return nothing to sum.
+impl GroupStats for () {
+    fn merge(&mut self, _: &()) {}
+}
+
+/// What one worker thread is handed.
+pub struct WorkerSeat {
+    /// The worker's index, `0..n`.
+    pub index: usize,
+    /// The worker's own listener.
+    pub listener: Fd,
+    /// The group's shutdown switch (its eventfd for this worker is
+    /// `shutdown.waker(index)`).
+    pub shutdown: Shutdown,
+}
+
+/// Running worker threads (see the module doc).
+pub struct WorkerGroup<S> {
+    shutdown: Shutdown,
+    handles: Vec<JoinHandle<io::Result<S>>>,
+}
+
+impl<S: GroupStats> WorkerGroup<S> {
+    /// Spawn one thread per listener, named `{name}-{index}`, each running
+    /// `run` with its seat. If a thread cannot be spawned, the ones already
+    /// running are stopped and joined, and the error returned.
+    pub fn start<F>(name: &str, listeners: Vec<Fd>, run: F) -> io::Result<WorkerGroup<S>>
+    where
+        F: Fn(WorkerSeat) -> io::Result<S> + Send + Sync + 'static,
+    {
+        let shutdown = Shutdown::new(listeners.len())?;
+        let run = Arc::new(run);
+        let mut group = WorkerGroup {
+            shutdown: shutdown.clone(),
+            handles: Vec::with_capacity(listeners.len()),
+        };
+        for (index, listener) in listeners.into_iter().enumerate() {
+            let run = run.clone();
+            let seat = WorkerSeat {
+                index,
+                listener,
+                shutdown: shutdown.clone(),
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("{name}-{index}"))
+                .spawn(move || run(seat));
+            match spawned {
+                Ok(h) => group.handles.push(h),
+                Err(e) => {
+                    shutdown.trigger();
+                    let _ = group.wait();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(group)
+    }
+
+    /// Number of workers.
+    pub fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// No workers?
+    pub fn is_empty(&self) -> bool {
+        self.handles.is_empty()
+    }
+
+    /// The switch that stops every worker gracefully.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    /// Join every worker; returns their summed counters, or the first error
+    /// (a panicked worker is an error).
+    pub fn wait(self) -> io::Result<S> {
+        let mut total = S::default();
+        let mut first_err = None;
+        for h in self.handles {
+            match h.join() {
+                Ok(Ok(s)) => total.merge(&s),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(io::Error::other("worker thread panicked"));
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(total),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+
+    #[derive(Default, Debug, PartialEq)]
+    struct Count(u64);
+
+    impl GroupStats for Count {
+        fn merge(&mut self, other: &Count) {
+            self.0 += other.0;
+        }
+    }
+
+    fn listeners(n: usize) -> Vec<Fd> {
+        crate::bind_reuseport(SocketAddr::from(([127, 0, 0, 1], 0)), n, 16)
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn workers_get_their_seat_and_their_counters_are_summed() {
+        let g = WorkerGroup::start("weft-test", listeners(3), |seat: WorkerSeat| {
+            assert_eq!(
+                std::thread::current().name(),
+                Some(format!("weft-test-{}", seat.index).as_str())
+            );
+            assert!(seat.listener.raw() >= 0);
+            let _ = seat.shutdown.waker(seat.index);
+            Ok(Count(seat.index as u64 + 1))
+        })
+        .unwrap();
+        assert_eq!(g.len(), 3);
+        assert_eq!(g.wait().unwrap(), Count(6));
+    }
+
+    #[test]
+    fn first_error_wins_and_a_panic_is_an_error() {
+        let g: WorkerGroup<Count> = WorkerGroup::start("weft-test", listeners(2), |seat: WorkerSeat| {
+            if seat.index == 0 {
+                Err(io::Error::other("worker 0 failed"))
+            } else {
+                Ok(Count(1))
+            }
+        })
+        .unwrap();
+        assert_eq!(g.wait().unwrap_err().to_string(), "worker 0 failed");
+        let g: WorkerGroup<()> = WorkerGroup::start("weft-test", listeners(1), |_seat: WorkerSeat| -> io::Result<()> {
+            panic!("on purpose")
+        })
+        .unwrap();
+        assert_eq!(g.wait().unwrap_err().to_string(), "worker thread panicked");
+    }
+
+    #[test]
+    fn the_switch_reaches_every_worker() {
+        let g: WorkerGroup<()> = WorkerGroup::start("weft-test", listeners(2), |seat: WorkerSeat| {
+            while !seat.shutdown.requested() {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Ok(())
+        })
+        .unwrap();
+        g.shutdown().trigger();
+        g.wait().unwrap();
+    }
+}

@@ -1,0 +1,395 @@
+//! A connection's input bytes, with storage lent from a per-worker pool.
+//!
+//! Every role (serve, the proxy's client and upstream sides, the origin
+//! emulator) reads a socket into an [`InputBuf`]: unparsed bytes live in
+//! `storage[start..end]`, consumed bytes are compacted away only when room is
+//! needed, and the storage doubles (up to the caller's bound, e.g. the largest
+//! request head) only when it is full of one incomplete message.
+//!
+//! An empty buffer holds no storage. [`InputBuf::fill`] borrows a buffer from
+//! the worker's [`BufPool`] on the first read and gives it back at once when the
+//! read brings nothing (EAGAIN, end of file, error); the caller gives it back
+//! with [`InputBuf::release`] once it has consumed every byte. An idle
+//! keep-alive connection therefore costs the three words of the struct, not a
+//! buffer (nginx's `large_client_header_buffers` are lent the same way; issue
+//! 21). Pooled buffers are not zeroed again, so lending costs a `Vec` pop.
+
+use crate::sys;
+use std::io;
+use std::os::fd::RawFd;
+
+/// What one [`InputBuf::fill`] brought.
+#[derive(Debug)]
+pub enum Fill {
+    /// `n` new bytes (`n > 0`).
+    Data(usize),
+    /// The peer closed its side (read returned 0).
+    Eof,
+    /// Nothing to read now (EAGAIN).
+    WouldBlock,
+    /// The buffer holds `max` unconsumed bytes and may not grow.
+    Full,
+    /// Any other read error (ECONNRESET and the like).
+    Reset(io::Error),
+}
+
+/// Input buffers of one worker, lent to connections while they hold bytes.
+///
+/// Buffers of the pool's size are kept for reuse, at most `keep` of them; a
+/// buffer that grew past the pool's size is freed when given back, so one
+/// large head does not pin a large buffer. The counters make the memory a
+/// worker lends visible (admin, `--stats-on-exit`).
+#[derive(Debug)]
+pub struct BufPool {
+    size: usize,
+    keep: usize,
+    idle: Vec<Vec<u8>>,
+    lent: usize,
+    lent_bytes: usize,
+}
+
+impl BufPool {
+    /// A pool of `size`-byte buffers keeping at most `keep` idle ones.
+    pub fn new(size: usize, keep: usize) -> BufPool {
+        BufPool {
+            size: size.max(1),
+            keep,
+            idle: Vec::new(),
+            lent: 0,
+            lent_bytes: 0,
+        }
+    }
+
+    /// Size of a fresh buffer.
+    #[inline]
+    pub fn buf_size(&self) -> usize {
+        self.size
+    }
+
+    /// Buffers lent out now.
+    #[inline]
+    pub fn lent(&self) -> usize {
+        self.lent
+    }
+
+    /// Bytes of the buffers lent out now (grown buffers counted at their size).
+    #[inline]
+    pub fn lent_bytes(&self) -> usize {
+        self.lent_bytes
+    }
+
+    /// Buffers waiting in the pool.
+    #[inline]
+    pub fn idle(&self) -> usize {
+        self.idle.len()
+    }
+
+    /// Free idle buffers beyond `keep` (after a burst of busy connections).
+    pub fn trim(&mut self, keep: usize) {
+        self.idle.truncate(keep);
+    }
+
+    #[inline]
+    fn lend(&mut self) -> Vec<u8> {
+        let v = self.idle.pop().unwrap_or_else(|| vec![0u8; self.size]);
+        self.lent += 1;
+        self.lent_bytes += v.len();
+        v
+    }
+
+    #[inline]
+    fn grew(&mut self, from: usize, to: usize) {
+        self.lent_bytes = self.lent_bytes + to - from;
+    }
+
+    #[inline]
+    fn give_back(&mut self, v: Vec<u8>) {
+        self.lent = self.lent.saturating_sub(1);
+        self.lent_bytes = self.lent_bytes.saturating_sub(v.len());
+        if v.len() == self.size && self.idle.len() < self.keep {
+            self.idle.push(v);
+        }
+    }
+}
+
+/// A connection's unconsumed input (see the module doc).
+#[derive(Debug, Default)]
+pub struct InputBuf {
+    /// Lent storage; `len()` is its usable size (zero: none held).
+    storage: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl InputBuf {
+    /// An empty buffer holding no storage (no allocation).
+    pub const fn new() -> InputBuf {
+        InputBuf {
+            storage: Vec::new(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// The unconsumed bytes.
+    #[inline]
+    pub fn pending(&self) -> &[u8] {
+        &self.storage[self.start..self.end]
+    }
+
+    /// Number of unconsumed bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// No unconsumed bytes?
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// Is storage lent to this buffer now?
+    #[inline]
+    pub fn has_storage(&self) -> bool {
+        !self.storage.is_empty()
+    }
+
+    /// Size of the storage held (0 when none).
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.storage.len()
+    }
+
+    /// Room after the unconsumed bytes, without compacting or growing. After
+    /// a [`Fill::Data`], 0 means the read filled every byte offered, so the
+    /// socket may hold more.
+    #[inline]
+    pub fn spare_len(&self) -> usize {
+        self.storage.len() - self.end
+    }
+
+    /// Mark the first `n` unconsumed bytes as used.
+    #[inline]
+    pub fn consume(&mut self, n: usize) {
+        debug_assert!(n <= self.len());
+        self.start += n.min(self.len());
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Drop every unconsumed byte (keeps the storage).
+    #[inline]
+    pub fn clear(&mut self) {
+        self.start = 0;
+        self.end = 0;
+    }
+
+    /// Make at least `want` bytes of room after the unconsumed ones if the
+    /// bound allows: borrow storage from `pool` if none is held, compact the
+    /// consumed prefix away, then double (up to `max` bytes in all). Returns
+    /// the room now available, which is below `want` only when `max` stops
+    /// the growth (0: full).
+    pub fn reserve(&mut self, want: usize, max: usize, pool: &mut BufPool) -> usize {
+        if self.storage.is_empty() {
+            self.storage = pool.lend();
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.spare_len() >= want {
+            return self.spare_len();
+        }
+        if self.start > 0 {
+            self.storage.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if self.spare_len() >= want {
+                return self.spare_len();
+            }
+        }
+        let old = self.storage.len();
+        let mut size = old;
+        while size - self.end < want && size < max {
+            size = (size * 2).min(max);
+        }
+        if size > old {
+            self.storage.resize(size, 0);
+            pool.grew(old, size);
+        }
+        self.spare_len()
+    }
+
+    /// The room after the unconsumed bytes, for a caller that reads another
+    /// way (after [`reserve`](Self::reserve)); then [`commit`](Self::commit).
+    #[inline]
+    pub fn spare_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.end..]
+    }
+
+    /// `n` bytes were written into [`spare_mut`](Self::spare_mut).
+    #[inline]
+    pub fn commit(&mut self, n: usize) {
+        debug_assert!(n <= self.spare_len());
+        self.end += n.min(self.spare_len());
+    }
+
+    /// One read(2) from `fd` (EINTR retried), making room first as
+    /// [`reserve`](Self::reserve) does with a bound of `max` bytes. When the
+    /// read brings nothing and no bytes are pending, the storage goes back to
+    /// the pool before returning.
+    pub fn fill(&mut self, fd: RawFd, max: usize, pool: &mut BufPool) -> Fill {
+        if self.reserve(1, max, pool) == 0 {
+            return Fill::Full;
+        }
+        let r = loop {
+            match sys::read(fd, self.spare_mut()) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r,
+            }
+        };
+        let fill = match r {
+            Ok(0) => Fill::Eof,
+            Ok(n) => {
+                self.end += n;
+                return Fill::Data(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Fill::WouldBlock,
+            Err(e) => Fill::Reset(e),
+        };
+        self.release(pool);
+        fill
+    }
+
+    /// Give the storage back to `pool` if no bytes are pending. True when the
+    /// buffer now holds no storage.
+    #[inline]
+    pub fn release(&mut self, pool: &mut BufPool) -> bool {
+        if self.start != self.end {
+            return false;
+        }
+        if !self.storage.is_empty() {
+            pool.give_back(std::mem::take(&mut self.storage));
+            self.start = 0;
+            self.end = 0;
+        }
+        true
+    }
+
+    /// Drop any pending bytes and give the storage back (the connection is
+    /// closing).
+    pub fn discard(&mut self, pool: &mut BufPool) {
+        self.clear();
+        self.release(pool);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipe() -> (sys::Fd, sys::Fd) {
+        sys::pipe().unwrap()
+    }
+
+    #[test]
+    fn empty_buffer_holds_no_storage_until_bytes_arrive() {
+        let (r, w) = pipe();
+        let mut pool = BufPool::new(16, 4);
+        let mut b = InputBuf::new();
+        assert!(!b.has_storage());
+        assert!(matches!(b.fill(r.raw(), 64, &mut pool), Fill::WouldBlock));
+        assert!(!b.has_storage(), "an empty read gives the storage back");
+        assert_eq!((pool.lent(), pool.idle()), (0, 1));
+        sys::write(w.raw(), b"GET / HTTP/1.1\r\n").unwrap();
+        assert!(matches!(b.fill(r.raw(), 64, &mut pool), Fill::Data(16)));
+        assert_eq!(b.pending(), b"GET / HTTP/1.1\r\n");
+        assert_eq!(b.spare_len(), 0, "the read filled the buffer");
+        assert_eq!((pool.lent(), pool.lent_bytes(), pool.idle()), (1, 16, 0));
+        assert!(!b.release(&mut pool), "bytes pending: kept");
+        b.consume(16);
+        assert!(b.is_empty());
+        assert!(b.release(&mut pool));
+        assert!(!b.has_storage());
+        assert_eq!((pool.lent(), pool.idle()), (0, 1));
+    }
+
+    #[test]
+    fn compacts_then_doubles_up_to_the_bound_then_full() {
+        let (r, w) = pipe();
+        let mut pool = BufPool::new(8, 4);
+        let mut b = InputBuf::new();
+        sys::write(w.raw(), b"abcdefgh").unwrap();
+        assert!(matches!(b.fill(r.raw(), 20, &mut pool), Fill::Data(8)));
+        b.consume(6);
+        sys::write(w.raw(), b"ijklmn").unwrap();
+        // Compaction makes room for six bytes without growing.
+        assert!(matches!(b.fill(r.raw(), 20, &mut pool), Fill::Data(6)));
+        assert_eq!(b.pending(), b"ghijklmn");
+        assert_eq!(b.capacity(), 8);
+        sys::write(w.raw(), &[b'x'; 30]).unwrap();
+        assert!(matches!(b.fill(r.raw(), 20, &mut pool), Fill::Data(8)));
+        assert_eq!(b.capacity(), 16);
+        assert_eq!(pool.lent_bytes(), 16);
+        assert!(matches!(b.fill(r.raw(), 20, &mut pool), Fill::Data(4)));
+        assert_eq!(b.capacity(), 20, "doubling stops at the bound");
+        assert!(matches!(b.fill(r.raw(), 20, &mut pool), Fill::Full));
+        assert_eq!(b.len(), 20);
+        // A grown buffer is freed, not pooled.
+        b.discard(&mut pool);
+        assert_eq!((pool.lent(), pool.lent_bytes(), pool.idle()), (0, 0, 0));
+    }
+
+    #[test]
+    fn end_of_file_and_errors_give_the_storage_back() {
+        let (r, w) = pipe();
+        let mut pool = BufPool::new(8, 4);
+        let mut b = InputBuf::new();
+        sys::write(w.raw(), b"ab").unwrap();
+        drop(w);
+        assert!(matches!(b.fill(r.raw(), 64, &mut pool), Fill::Data(2)));
+        assert!(b.spare_len() > 0, "a short read");
+        assert!(matches!(b.fill(r.raw(), 64, &mut pool), Fill::Eof));
+        assert!(b.has_storage(), "pending bytes keep their storage");
+        b.consume(2);
+        assert!(matches!(b.fill(r.raw(), 64, &mut pool), Fill::Eof));
+        assert!(!b.has_storage());
+        let (_r2, w2) = pipe();
+        // Reading a pipe's write end fails with EBADF.
+        assert!(matches!(b.fill(w2.raw(), 64, &mut pool), Fill::Reset(_)));
+        assert!(!b.has_storage());
+        assert_eq!(pool.lent(), 0);
+    }
+
+    #[test]
+    fn reserve_and_commit_for_other_readers() {
+        let mut pool = BufPool::new(4, 1);
+        let mut b = InputBuf::new();
+        assert_eq!(b.reserve(10, 64, &mut pool), 16, "4 → 8 → 16");
+        b.spare_mut()[..3].copy_from_slice(b"xyz");
+        b.commit(3);
+        assert_eq!(b.pending(), b"xyz");
+        assert_eq!(b.reserve(100, 8, &mut pool), 13, "never shrinks below what it holds");
+        let mut c = InputBuf::new();
+        assert_eq!(c.reserve(1, 64, &mut pool), 4);
+        c.commit(4);
+        assert_eq!(c.reserve(1, 4, &mut pool), 0, "full at the bound");
+    }
+
+    #[test]
+    fn pool_keeps_at_most_its_bound_and_trims() {
+        let mut pool = BufPool::new(4, 2);
+        let mut bufs: Vec<InputBuf> = (0..4).map(|_| InputBuf::new()).collect();
+        for b in &mut bufs {
+            b.reserve(1, 4, &mut pool);
+        }
+        assert_eq!(pool.lent(), 4);
+        for b in &mut bufs {
+            assert!(b.release(&mut pool));
+        }
+        assert_eq!((pool.lent(), pool.idle()), (0, 2));
+        pool.trim(1);
+        assert_eq!(pool.idle(), 1);
+    }
+}

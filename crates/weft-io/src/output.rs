@@ -1,0 +1,797 @@
+//! A connection's output chain: everything queued for one socket, in order,
+//! sent with the fewest system calls.
+//!
+//! Items are of five kinds:
+//! - **own bytes** the role wrote itself (heads, error bodies, small files),
+//!   appended to one `Vec` that is reused across requests; the chain records
+//!   ranges of it, so appending never moves a pending item's bytes;
+//! - **shared** immutable buffers (`Bytes`; a `weft_buf::Aggregate` is pushed
+//!   as its segments): a cached body costs reference counts, never a copy
+//!   (IO-Lite's aggregates);
+//! - **cyclic** runs of a static pattern stored twice in a row (the origin
+//!   emulator's bodies), so any run up to the period is one slice;
+//! - **file ranges**, sent with sendfile(2), or with pread(2) into the
+//!   caller's per-worker scratch buffer and writev(2);
+//! - **pipe segments**, moved from a pipe's read end with splice(2).
+//!
+//! [`OutChain::flush`] gathers adjacent memory items (and the caller's `tail`)
+//! into one writev, or one send(2) when there is a single slice; a head before
+//! a sendfile or splice goes out with MSG_MORE, so a small response leaves in
+//! one segment; a head before a copied file range shares the writev of the
+//! file's first chunk. Partial writes are accounted here only: whatever the
+//! socket did not take stays at the front. The bytes sent by each path are
+//! returned ([`Flushed`]) for the caller's counters; the chain keeps none.
+//!
+//! Invariants: a file range whose file ends early is an EIO (the length was
+//! announced; only cutting the connection is honest); a pipe segment's pipe
+//! must stay open and hold at least the queued bytes until they are sent.
+
+use crate::sys;
+use bytes::{Buf, Bytes};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
+
+/// Slices gathered into one writev.
+const IOV: usize = 64;
+/// Largest sendfile count per call.
+const SENDFILE_CHUNK: u64 = 0x7fff_f000;
+
+/// How a file range is moved to the socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileSend {
+    /// sendfile(2).
+    Sendfile,
+    /// pread(2) into the caller's scratch buffer, then writev(2).
+    Copy,
+}
+
+enum Item {
+    Own {
+        start: usize,
+        end: usize,
+    },
+    Shared(Bytes),
+    Cyclic {
+        doubled: &'static [u8],
+        at: usize,
+        left: u64,
+    },
+    File {
+        file: Rc<dyn AsRawFd>,
+        offset: u64,
+        end: u64,
+        how: FileSend,
+    },
+    Pipe {
+        fd: RawFd,
+        left: usize,
+    },
+}
+
+/// Bytes one [`OutChain::flush`] sent, by path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flushed {
+    /// Own bytes.
+    pub own: usize,
+    /// Shared buffers and cyclic runs.
+    pub shared: usize,
+    /// Bytes of the caller's `tail`.
+    pub tail: usize,
+    /// File bytes sent with sendfile.
+    pub sendfile: u64,
+    /// File bytes sent with pread + writev.
+    pub copied: u64,
+    /// Pipe bytes spliced.
+    pub spliced: usize,
+    /// The socket took less than offered (or EAGAIN): wait until writable.
+    pub blocked: bool,
+}
+
+impl Flushed {
+    /// Every byte sent.
+    #[inline]
+    pub fn total(&self) -> u64 {
+        (self.own + self.shared + self.tail + self.spliced) as u64 + self.sendfile + self.copied
+    }
+}
+
+/// The chain's items, in order: two inline (a head and a file range, serve's
+/// common case, need no allocation), the rest spilled into a `VecDeque`.
+/// Invariant: `second` is empty only if `rest` is.
+#[derive(Default)]
+struct Items {
+    first: Option<Item>,
+    second: Option<Item>,
+    rest: VecDeque<Item>,
+}
+
+impl Items {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    #[inline]
+    fn front(&self) -> Option<&Item> {
+        self.first.as_ref()
+    }
+
+    #[inline]
+    fn front_mut(&mut self) -> Option<&mut Item> {
+        self.first.as_mut()
+    }
+
+    #[inline]
+    fn back_mut(&mut self) -> Option<&mut Item> {
+        if !self.rest.is_empty() {
+            self.rest.back_mut()
+        } else if self.second.is_some() {
+            self.second.as_mut()
+        } else {
+            self.first.as_mut()
+        }
+    }
+
+    #[inline]
+    fn push_back(&mut self, it: Item) {
+        if self.first.is_none() {
+            self.first = Some(it);
+        } else if self.second.is_none() {
+            self.second = Some(it);
+        } else {
+            self.rest.push_back(it);
+        }
+    }
+
+    #[inline]
+    fn pop_front(&mut self) {
+        self.first = self.second.take();
+        self.second = self.rest.pop_front();
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Item> {
+        self.first.iter().chain(self.second.iter()).chain(self.rest.iter())
+    }
+
+    fn clear(&mut self) {
+        self.first = None;
+        self.second = None;
+        self.rest.clear();
+    }
+}
+
+/// One connection's output queue (see the module doc).
+///
+/// Own bytes appended after the last item are "loose": they need no item
+/// until something else is queued behind them, so a role that answers from
+/// memory only (most of serve) never touches the item queue.
+#[derive(Default)]
+pub struct OutChain {
+    own: Vec<u8>,
+    /// `own[loose..]` is pending, after every item.
+    loose: usize,
+    items: Items,
+    /// Pending bytes of the items.
+    len: u64,
+    /// Pending bytes of own and shared items.
+    mem_len: usize,
+    /// File and pipe items queued.
+    special: usize,
+}
+
+impl OutChain {
+    /// An empty chain (no allocation).
+    pub fn new() -> OutChain {
+        OutChain::default()
+    }
+
+    /// Bytes waiting to be sent.
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.len + (self.own.len() - self.loose) as u64
+    }
+
+    /// Nothing to send?
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty() && self.own.len() == self.loose
+    }
+
+    /// Own and shared bytes waiting to be sent (cyclic runs are not held
+    /// per connection and do not count).
+    #[inline]
+    pub fn memory_len(&self) -> usize {
+        self.mem_len + self.own.len() - self.loose
+    }
+
+    /// Own bytes appended since the chain was last empty (sent or not).
+    #[inline]
+    pub fn own_len(&self) -> usize {
+        self.own.len()
+    }
+
+    /// Capacity of the own-bytes buffer (kept across requests).
+    #[inline]
+    pub fn own_capacity(&self) -> usize {
+        self.own.capacity()
+    }
+
+    /// No file range or pipe segment queued?
+    #[inline]
+    pub fn is_memory_only(&self) -> bool {
+        self.special == 0
+    }
+
+    /// The own-bytes buffer, to append to (never to rewrite: bytes already in
+    /// it may be queued). Whatever is appended is queued after every item.
+    #[inline]
+    pub fn own_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.own
+    }
+
+    /// Append a copy of `data`.
+    #[inline]
+    pub fn push_copy(&mut self, data: &[u8]) {
+        self.own.extend_from_slice(data);
+    }
+
+    /// Turn the loose own bytes into an item (merged with a preceding own
+    /// item they directly follow), before something else is queued.
+    fn seal(&mut self) {
+        let (start, end) = (self.loose, self.own.len());
+        if end == start {
+            return;
+        }
+        self.loose = end;
+        self.len += (end - start) as u64;
+        self.mem_len += end - start;
+        if let Some(Item::Own { end: e, .. }) = self.items.back_mut() {
+            if *e == start {
+                *e = end;
+                return;
+            }
+        }
+        self.items.push_back(Item::Own { start, end });
+    }
+
+    /// Append a shared buffer (no copy).
+    pub fn push_shared(&mut self, b: Bytes) {
+        if b.is_empty() {
+            return;
+        }
+        self.seal();
+        self.len += b.len() as u64;
+        self.mem_len += b.len();
+        self.items.push_back(Item::Shared(b));
+    }
+
+    /// Append an aggregate's segments (reference counts, no copy).
+    pub fn push_aggregate(&mut self, a: &weft_buf::Aggregate) {
+        for s in a.segments() {
+            self.push_shared(s.clone());
+        }
+    }
+
+    /// Append `len` bytes of a periodic pattern starting `at` bytes into it;
+    /// `doubled` holds the period twice in a row (its length is twice the
+    /// period), so any run up to a period is one slice.
+    pub fn push_cyclic(&mut self, doubled: &'static [u8], at: usize, len: u64) {
+        if len == 0 {
+            return;
+        }
+        debug_assert!(at < doubled.len() / 2);
+        self.seal();
+        self.len += len;
+        self.items.push_back(Item::Cyclic { doubled, at, left: len });
+    }
+
+    /// Append bytes `offset..end` of `file`.
+    pub fn push_file(&mut self, file: Rc<dyn AsRawFd>, offset: u64, end: u64, how: FileSend) {
+        if end <= offset {
+            return;
+        }
+        self.seal();
+        self.len += end - offset;
+        self.special += 1;
+        self.items.push_back(Item::File { file, offset, end, how });
+    }
+
+    /// Append `len` bytes waiting in the pipe whose read end is `fd` (merged
+    /// with a preceding segment of the same pipe). The caller keeps the pipe
+    /// open until they are sent.
+    pub fn push_pipe(&mut self, fd: RawFd, len: usize) {
+        if len == 0 {
+            return;
+        }
+        self.seal();
+        self.len += len as u64;
+        if let Some(Item::Pipe { fd: f, left }) = self.items.back_mut() {
+            if *f == fd {
+                *left += len;
+                return;
+            }
+        }
+        self.special += 1;
+        self.items.push_back(Item::Pipe { fd, left: len });
+    }
+
+    /// Drop everything queued (the peer is gone).
+    pub fn clear(&mut self) {
+        self.items.clear();
+        self.own.clear();
+        self.loose = 0;
+        self.len = 0;
+        self.mem_len = 0;
+        self.special = 0;
+    }
+
+    /// Send as much as the socket `fd` takes: the queued items in order, then
+    /// `tail` (bytes the caller keeps, e.g. a body being relayed). `scratch`
+    /// is the buffer [`FileSend::Copy`] ranges are read through (it must not
+    /// be empty when such a range is queued). Returns the bytes sent by each
+    /// path; EAGAIN or a short write sets [`Flushed::blocked`].
+    pub fn flush(&mut self, fd: RawFd, tail: &[u8], scratch: &mut [u8]) -> io::Result<Flushed> {
+        let mut f = Flushed::default();
+        loop {
+            let r = match self.items.front() {
+                None if f.tail == tail.len() && self.own.len() == self.loose => {
+                    self.clear();
+                    return Ok(f);
+                }
+                None | Some(Item::Own { .. } | Item::Shared(_) | Item::Cyclic { .. }) => {
+                    self.send_memory(fd, &tail[f.tail..], scratch, &mut f)
+                }
+                Some(Item::File {
+                    how: FileSend::Sendfile,
+                    ..
+                }) => self.send_file(fd, &mut f),
+                Some(Item::File {
+                    how: FileSend::Copy, ..
+                }) => self.send_memory(fd, &[], scratch, &mut f),
+                Some(Item::Pipe { .. }) => self.send_pipe(fd, &mut f),
+            };
+            match r {
+                Ok(true) => {}
+                Ok(false) => {
+                    f.blocked = true;
+                    return Ok(f);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    f.blocked = true;
+                    return Ok(f);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One send/writev of the leading memory items; when they are all the
+    /// chain holds, plus the loose own bytes and `tail`; when a copied file
+    /// range follows them, plus its next chunk. Ok(false): the socket took
+    /// less than offered.
+    fn send_memory(&mut self, fd: RawFd, tail: &[u8], scratch: &mut [u8], f: &mut Flushed) -> io::Result<bool> {
+        let mut iov = [IoSlice::new(&[]); IOV];
+        let mut n = 0;
+        let mut from_mem = 0usize;
+        // The first item not gathered, when it is a file or a pipe.
+        let mut next: Option<&Item> = None;
+        // Every item gathered (whole): the loose bytes and the tail may follow.
+        let mut complete = true;
+        for it in self.items.iter() {
+            let s: &[u8] = match it {
+                Item::Own { start, end } => &self.own[*start..*end],
+                Item::Shared(b) => b,
+                Item::Cyclic { doubled, at, .. } => &doubled[*at..*at + cyclic_run(it)],
+                Item::File { .. } | Item::Pipe { .. } => {
+                    next = Some(it);
+                    complete = false;
+                    break;
+                }
+            };
+            if n == IOV - 2 {
+                // Two slots stay free for the loose bytes and a tail or chunk.
+                complete = false;
+                break;
+            }
+            iov[n] = IoSlice::new(s);
+            n += 1;
+            from_mem += s.len();
+            if let Item::Cyclic { left, .. } = it {
+                if (s.len() as u64) < *left {
+                    // A run longer than the period continues in the next
+                    // call: nothing may follow it in this one.
+                    complete = false;
+                    break;
+                }
+            }
+        }
+        let mut extra = 0usize;
+        let mut more = false;
+        let mut copy_file = false;
+        if complete {
+            if self.loose < self.own.len() {
+                iov[n] = IoSlice::new(&self.own[self.loose..]);
+                n += 1;
+                from_mem += self.own.len() - self.loose;
+            }
+            if !tail.is_empty() {
+                iov[n] = IoSlice::new(tail);
+                n += 1;
+                extra = tail.len();
+            }
+        } else if let Some(Item::File {
+            file,
+            offset,
+            end,
+            how: FileSend::Copy,
+        }) = next
+        {
+            if scratch.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "no scratch buffer for a copied file",
+                ));
+            }
+            let want = (end - offset).min(scratch.len() as u64) as usize;
+            let fdf = file.as_raw_fd();
+            let got = retry(|| sys::pread(fdf, &mut scratch[..want], *offset))?;
+            if got == 0 {
+                return Err(shrunk());
+            }
+            iov[n] = IoSlice::new(&scratch[..got]);
+            n += 1;
+            extra = got;
+            copy_file = true;
+        } else {
+            more = next.is_some();
+        }
+        let offered = from_mem + extra;
+        let wrote = if n == 1 && !copy_file {
+            retry(|| sys::send(fd, &iov[0], more))?
+        } else {
+            retry(|| sys::writev(fd, &iov[..n]))?
+        };
+        let mem = wrote.min(from_mem);
+        self.advance_memory(mem, f);
+        let rest = wrote - mem;
+        if copy_file {
+            // Bytes read but not taken are read again next time (pread at
+            // the new offset): cheaper than a per-connection copy buffer
+            // for the rare short write.
+            self.advance_file(rest as u64);
+            f.copied += rest as u64;
+        } else {
+            f.tail += rest;
+        }
+        Ok(wrote == offered)
+    }
+
+    /// One sendfile of the front file range. Ok(false): short.
+    fn send_file(&mut self, fd: RawFd, f: &mut Flushed) -> io::Result<bool> {
+        let Some(Item::File { file, offset, end, .. }) = self.items.front() else {
+            return Ok(true);
+        };
+        let want = (end - offset).min(SENDFILE_CHUNK) as usize;
+        let fdf = file.as_raw_fd();
+        let mut off = *offset;
+        let n = retry(|| sys::sendfile(fd, fdf, &mut off, want))?;
+        if n == 0 {
+            return Err(shrunk());
+        }
+        self.advance_file(n as u64);
+        f.sendfile += n as u64;
+        Ok(n == want)
+    }
+
+    /// One splice of the front pipe segment. Ok(false): short.
+    fn send_pipe(&mut self, fd: RawFd, f: &mut Flushed) -> io::Result<bool> {
+        let Some(Item::Pipe { fd: pfd, left }) = self.items.front() else {
+            return Ok(true);
+        };
+        let (pfd, want) = (*pfd, *left);
+        // No SPLICE_F_MORE: it would hold the last partial segment back until
+        // the next splice (the proxy measured more pacing interrupts with it).
+        let n = retry(|| sys::splice(pfd, fd, want, false))?;
+        if n == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EPIPE));
+        }
+        self.len -= n as u64;
+        if n == want {
+            self.items.pop_front();
+            self.special -= 1;
+        } else if let Some(Item::Pipe { left, .. }) = self.items.front_mut() {
+            *left -= n;
+        }
+        f.spliced += n;
+        Ok(n == want)
+    }
+
+    /// `n` bytes of the leading memory items (then of the loose own bytes)
+    /// were sent.
+    fn advance_memory(&mut self, mut n: usize, f: &mut Flushed) {
+        while n > 0 {
+            let Some(front) = self.items.front_mut() else { break };
+            let (take, done) = match front {
+                Item::Own { start, end } => {
+                    let take = n.min(*end - *start);
+                    *start += take;
+                    self.mem_len -= take;
+                    f.own += take;
+                    (take, start == end)
+                }
+                Item::Shared(b) => {
+                    let take = n.min(b.len());
+                    b.advance(take);
+                    self.mem_len -= take;
+                    f.shared += take;
+                    (take, b.is_empty())
+                }
+                Item::Cyclic { doubled, at, left } => {
+                    let take = (n as u64).min(*left) as usize;
+                    let period = doubled.len() / 2;
+                    *at = (*at + take) % period;
+                    *left -= take as u64;
+                    f.shared += take;
+                    (take, *left == 0)
+                }
+                Item::File { .. } | Item::Pipe { .. } => break,
+            };
+            self.len -= take as u64;
+            n -= take;
+            if done {
+                self.items.pop_front();
+            }
+        }
+        if n > 0 && self.items.is_empty() {
+            let take = n.min(self.own.len() - self.loose);
+            self.loose += take;
+            f.own += take;
+        }
+        if self.items.is_empty() && self.loose == self.own.len() {
+            self.own.clear();
+            self.loose = 0;
+        }
+    }
+
+    /// `n` bytes of the front file range were sent.
+    fn advance_file(&mut self, n: u64) {
+        self.len -= n;
+        if let Some(Item::File { offset, end, .. }) = self.items.front_mut() {
+            *offset += n;
+            if *offset >= *end {
+                self.items.pop_front();
+                self.special -= 1;
+            }
+        }
+    }
+}
+
+/// Bytes of a cyclic item one slice can carry (at most one period).
+#[inline]
+fn cyclic_run(it: &Item) -> usize {
+    match it {
+        Item::Cyclic { doubled, left, .. } => (*left).min((doubled.len() / 2) as u64) as usize,
+        _ => 0,
+    }
+}
+
+fn shrunk() -> io::Error {
+    // The file ended before the length already announced.
+    io::Error::from_raw_os_error(libc::EIO)
+}
+
+#[inline]
+fn retry<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match f() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    fn pair() -> (UnixStream, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        (a, b)
+    }
+
+    fn temp_file(name: &str, data: &[u8]) -> Rc<std::fs::File> {
+        let p = std::env::temp_dir().join(format!("weft-outchain-{}-{name}", std::process::id()));
+        std::fs::File::create(&p).unwrap().write_all(data).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        Rc::new(f)
+    }
+
+    fn drain(mut a: UnixStream, mut b: UnixStream) -> Vec<u8> {
+        a.flush().unwrap();
+        drop(a);
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).unwrap();
+        got
+    }
+
+    static DOUBLED: &[u8] = b"0123456789012345678901234567890123456789";
+
+    #[test]
+    fn every_kind_leaves_in_order_with_counts_by_path() {
+        let (a, b) = pair();
+        let file = temp_file("order", b"FILEDATA");
+        let (pr, pw) = sys::pipe().unwrap();
+        sys::write(pw.raw(), b"piped").unwrap();
+        let mut q = OutChain::new();
+        q.push_copy(b"HEAD ");
+        q.push_shared(Bytes::from_static(b"shared "));
+        q.own_mut().extend_from_slice(b"own ");
+        q.push_cyclic(DOUBLED, 7, 25);
+        q.push_file(file.clone(), 4, 8, FileSend::Sendfile);
+        q.push_copy(b" mid ");
+        q.push_file(file, 0, 4, FileSend::Copy);
+        q.push_pipe(pr.raw(), 5);
+        let mut scratch = vec![0u8; 3];
+        assert_eq!(q.len(), 5 + 7 + 4 + 25 + 4 + 5 + 4 + 5);
+        assert!(!q.is_memory_only());
+        let f = q.flush(a.as_raw_fd(), b"", &mut scratch).unwrap();
+        assert!(!f.blocked);
+        assert!(q.is_empty() && q.is_memory_only());
+        assert_eq!((f.own, f.shared, f.sendfile, f.copied, f.spliced), (14, 32, 4, 4, 5));
+        let got = drain(a, b);
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            "HEAD shared own 7890123456789012345678901DATA mid FILEpiped"
+        );
+    }
+
+    #[test]
+    fn tail_follows_the_queue() {
+        let (a, b) = pair();
+        let mut q = OutChain::new();
+        q.push_copy(b"queued ");
+        q.push_shared(Bytes::from_static(b"shared "));
+        let f = q.flush(a.as_raw_fd(), b"tail", &mut []).unwrap();
+        assert_eq!((f.own, f.shared, f.tail, f.blocked), (7, 7, 4, false));
+        // A tail alone goes out too.
+        let f = q.flush(a.as_raw_fd(), b" more", &mut []).unwrap();
+        assert_eq!(f.tail, 5);
+        assert_eq!(drain(a, b), b"queued shared tail more");
+    }
+
+    #[test]
+    fn partial_writes_resume_where_they_stopped() {
+        let (a, mut b) = pair();
+        let big = Bytes::from(vec![7u8; 4 << 20]);
+        let file = temp_file("partial", &vec![9u8; 3 << 20]);
+        let mut q = OutChain::new();
+        q.push_copy(b"x");
+        q.push_shared(big.clone());
+        q.push_copy(b"y");
+        q.push_file(file.clone(), 0, 3 << 20, FileSend::Sendfile);
+        q.push_copy(b"z");
+        q.push_file(file, 1 << 20, 3 << 20, FileSend::Copy);
+        q.push_cyclic(DOUBLED, 3, 1 << 20);
+        let mut scratch = vec![0u8; 64 * 1024];
+        let mut received = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut total = 0u64;
+        let mut blocked = 0;
+        let mut tail_sent = 0;
+        let tail = b"end";
+        while !q.is_empty() || tail_sent < tail.len() {
+            let f = q.flush(a.as_raw_fd(), &tail[tail_sent..], &mut scratch).unwrap();
+            total += f.total();
+            tail_sent += f.tail;
+            if f.blocked {
+                blocked += 1;
+                let n = b.read(&mut buf).unwrap();
+                received.extend_from_slice(&buf[..n]);
+            }
+        }
+        assert!(blocked > 0, "the socketpair's buffer is smaller than the chain");
+        received.extend_from_slice(&drain(a, b));
+        let want_len = 1 + (4 << 20) + 1 + (3 << 20) + 1 + (2 << 20) + (1 << 20) + 3;
+        assert_eq!(received.len(), want_len);
+        assert_eq!(total, want_len as u64);
+        let mut at = 0;
+        let mut expect = |bytes: &[u8]| {
+            assert!(&received[at..at + bytes.len()] == bytes, "differs at {at}");
+            at += bytes.len();
+        };
+        expect(b"x");
+        expect(&vec![7u8; 4 << 20]);
+        expect(b"y");
+        expect(&vec![9u8; 3 << 20]);
+        expect(b"z");
+        expect(&vec![9u8; 2 << 20]);
+        let cyc: Vec<u8> = (0..1usize << 20).map(|i| DOUBLED[(3 + i) % 20]).collect();
+        expect(&cyc);
+        expect(b"end");
+    }
+
+    #[test]
+    fn a_file_that_shrank_is_an_error() {
+        let (a, _b) = pair();
+        let file = temp_file("shrunk", b"short");
+        for how in [FileSend::Sendfile, FileSend::Copy] {
+            let mut q = OutChain::new();
+            q.push_file(file.clone(), 0, 100, how);
+            let mut scratch = vec![0u8; 16];
+            let mut err = None;
+            for _ in 0..10 {
+                match q.flush(a.as_raw_fd(), b"", &mut scratch) {
+                    Ok(_) => {}
+                    Err(e) => {
+                        err = Some(e);
+                        break;
+                    }
+                }
+            }
+            assert_eq!(err.unwrap().raw_os_error(), Some(libc::EIO), "{how:?}");
+        }
+    }
+
+    #[test]
+    fn one_slice_is_one_send_and_a_head_joins_a_copied_chunk() {
+        let (a, b) = pair();
+        let file = temp_file("calls", b"0123456789");
+        let before = sys::SysCounts::current();
+        let mut q = OutChain::new();
+        q.push_copy(b"head:");
+        q.push_file(file, 0, 10, FileSend::Copy);
+        let mut scratch = vec![0u8; 64];
+        let f = q.flush(a.as_raw_fd(), b"", &mut scratch).unwrap();
+        assert_eq!((f.own, f.copied), (5, 10));
+        q.push_copy(b"|next");
+        q.flush(a.as_raw_fd(), b"", &mut scratch).unwrap();
+        let after = sys::SysCounts::current();
+        assert_eq!(after.get(sys::SysKind::Writev) - before.get(sys::SysKind::Writev), 1);
+        assert_eq!(after.get(sys::SysKind::Write) - before.get(sys::SysKind::Write), 1);
+        assert_eq!(drain(a, b), b"head:0123456789|next");
+    }
+
+    #[test]
+    fn many_items_spill_past_the_inline_two_and_keep_order() {
+        let (a, b) = pair();
+        let mut q = OutChain::new();
+        let mut want = Vec::new();
+        for i in 0..200u32 {
+            let s = format!("{i},");
+            if i % 2 == 0 {
+                q.push_copy(s.as_bytes());
+            } else {
+                q.push_shared(Bytes::from(s.clone().into_bytes()));
+            }
+            want.extend_from_slice(s.as_bytes());
+        }
+        q.push_copy(b"loose");
+        want.extend_from_slice(b"loose");
+        assert_eq!(q.memory_len(), want.len());
+        while !q.is_empty() {
+            assert!(!q.flush(a.as_raw_fd(), b"", &mut []).unwrap().blocked);
+        }
+        assert_eq!(q.own_len(), 0, "the own buffer is reused from its start");
+        assert_eq!(drain(a, b), want);
+    }
+
+    #[test]
+    fn aggregates_are_pushed_as_segments() {
+        let (a, b) = pair();
+        let mut agg = weft_buf::Aggregate::new();
+        agg.push(Bytes::from_static(b"one "));
+        agg.push(Bytes::from_static(b"two"));
+        let mut q = OutChain::new();
+        q.push_aggregate(&agg);
+        assert_eq!((q.len(), q.memory_len()), (7, 7));
+        let f = q.flush(a.as_raw_fd(), b"", &mut []).unwrap();
+        assert_eq!(f.shared, 7);
+        assert_eq!(drain(a, b), b"one two");
+    }
+}
