@@ -7,12 +7,11 @@ use crate::acl;
 use crate::config::ProxyConfig;
 use crate::conn::{Client, Entry, ReqBody};
 use crate::worker::{client_of, Flow, Worker, LISTENER};
-use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 use weft_http::respond::{self, Persist};
 use weft_io::sys::{self, Fd};
-use weft_io::{Ctx, Interest, Poller, Token};
+use weft_io::{BufPool, Ctx, Fill, Interest, Poller, Token};
 
 /// How long a closing connection may linger reading the client's leftovers.
 const LINGER: Duration = Duration::from_secs(2);
@@ -29,8 +28,6 @@ pub(crate) enum ClientRead {
     Eof,
     /// Nothing to read: `may_read` is cleared and the step waits to read.
     WouldBlock,
-    /// A signal came first.
-    Interrupted,
     /// The input holds `max` bytes already: nothing was read.
     Full,
     /// Any other error (a reset), or no socket.
@@ -39,33 +36,30 @@ pub(crate) enum ClientRead {
 
 impl Client {
     /// Read the client socket once into the input buffer, growing it up to
-    /// `max` bytes. The one place the client socket is read: callers decide
-    /// what the outcome means for them (close, wait, read on).
-    pub(crate) fn read_input(&mut self, max: usize) -> ClientRead {
+    /// `max` bytes, with storage from `pool`. The one place the client
+    /// socket is read: callers decide what the outcome means for them
+    /// (close, wait, read on).
+    pub(crate) fn read_input(&mut self, max: usize, pool: &mut BufPool) -> ClientRead {
         let Some(fd) = self.fd.as_ref().map(|f| f.raw()) else {
             return ClientRead::Failed;
         };
-        if !self.reserve_input(max) {
-            return ClientRead::Full;
-        }
-        let space = self.buf.len() - self.end;
-        match sys::read(fd, &mut self.buf[self.end..]) {
-            Ok(0) => {
+        match self.input.fill(fd, max, pool) {
+            Fill::Data(n) => ClientRead::Data {
+                n,
+                filled: self.input.spare_len() == 0,
+            },
+            Fill::Eof => {
                 self.eof = true;
                 self.may_read = false;
                 ClientRead::Eof
             }
-            Ok(n) => {
-                self.end += n;
-                ClientRead::Data { n, filled: n == space }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            Fill::WouldBlock => {
                 self.may_read = false;
                 self.want.read = true;
                 ClientRead::WouldBlock
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => ClientRead::Interrupted,
-            Err(_) => ClientRead::Failed,
+            Fill::Full => ClientRead::Full,
+            Fill::Reset(_) => ClientRead::Failed,
         }
     }
 }
@@ -118,6 +112,7 @@ impl Worker<'_> {
         let Some(Entry::Client(mut c)) = self.slab.remove(ct) else {
             return;
         };
+        c.input.discard(&mut self.sh.bufs);
         if let Some(fd) = c.fd.take() {
             cx.close_later(fd, true);
         }
@@ -153,13 +148,12 @@ impl Worker<'_> {
                 c.want = Interest::WRITE;
                 return Flow::Wait;
             }
-            let mut wb = false;
-            match c.out.flush(fd, &[], &mut wb) {
-                Ok((n, _)) => {
-                    if n > 0 {
+            match c.out.flush(fd, &[], &mut []) {
+                Ok(sent) => {
+                    if sent.total() > 0 {
                         c.last_activity = cx.now;
                     }
-                    if wb {
+                    if sent.blocked {
                         c.may_write = false;
                         c.want = Interest::WRITE;
                         return Flow::Wait;
@@ -189,7 +183,7 @@ impl Worker<'_> {
             // The request at the front waits for the disk store (`on_loaded`).
             return Flow::Wait;
         }
-        if c.start < c.end {
+        if !c.input.is_empty() {
             if let Some(f) = self.answer_next(cx, ct) {
                 return f;
             }
@@ -206,7 +200,7 @@ impl Worker<'_> {
             return Flow::Wait;
         }
         let max = self.sh.cfg.limits.max_head + 1024;
-        match c.read_input(max) {
+        match c.read_input(max, &mut self.sh.bufs) {
             ClientRead::Data { filled, .. } => {
                 c.last_activity = cx.now;
                 if c.head_started.is_none() {
@@ -218,7 +212,7 @@ impl Worker<'_> {
                 c.may_read = filled || c.read_closed;
                 Flow::Again
             }
-            ClientRead::Eof | ClientRead::Interrupted => Flow::Again,
+            ClientRead::Eof => Flow::Again,
             ClientRead::WouldBlock => Flow::Wait,
             ClientRead::Full | ClientRead::Failed => {
                 self.close_client(cx, ct);
@@ -240,10 +234,9 @@ impl Worker<'_> {
             .as_ref()
             .is_some_and(|t| !matches!(t.body, ReqBody::None) && !t.connect);
         if !c.out.is_empty() && c.may_write {
-            let mut wb = false;
-            match c.out.flush(fd, &[], &mut wb) {
-                Ok(_) => {
-                    if wb {
+            match c.out.flush(fd, &[], &mut []) {
+                Ok(sent) => {
+                    if sent.blocked {
                         c.may_write = false;
                     }
                 }
@@ -260,16 +253,16 @@ impl Worker<'_> {
             return None;
         }
         let max = self.sh.cfg.limits.max_head + 1024;
-        if c.eof || !c.reserve_input(max) {
+        if c.eof || !c.has_room(max) {
             return None;
         }
         if !c.may_read {
             c.want.read = true;
             return None;
         }
-        match c.read_input(max) {
+        match c.read_input(max, &mut self.sh.bufs) {
             ClientRead::Data { .. } | ClientRead::Eof | ClientRead::WouldBlock | ClientRead::Full => None,
-            ClientRead::Interrupted | ClientRead::Failed => {
+            ClientRead::Failed => {
                 self.close_client(cx, ct);
                 Some(Flow::Closed)
             }
@@ -282,7 +275,7 @@ impl Worker<'_> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        match linger_read(c) {
+        match linger_read(c, &mut self.sh.bufs) {
             Flow::Closed => {
                 self.close_client(cx, ct);
                 Flow::Closed
@@ -293,24 +286,23 @@ impl Worker<'_> {
 }
 
 /// Read and discard what the client still sends (see `step_linger`).
-fn linger_read(c: &mut Client) -> Flow {
+fn linger_read(c: &mut Client, pool: &mut BufPool) -> Flow {
     if c.fd.is_none() {
         return Flow::Closed;
     }
     // Whatever is buffered is discarded: each read fills the whole buffer.
-    c.start = c.end;
+    c.input.clear();
     let mut total = 0usize;
     loop {
-        match c.read_input(usize::MAX) {
+        match c.read_input(usize::MAX, pool) {
             ClientRead::Data { n, .. } => {
-                c.start = c.end;
+                c.input.clear();
                 total += n;
                 if total > LINGER_MAX {
                     return Flow::Closed;
                 }
             }
             ClientRead::WouldBlock => return Flow::Wait,
-            ClientRead::Interrupted => continue,
             ClientRead::Eof | ClientRead::Full | ClientRead::Failed => return Flow::Closed,
         }
     }
@@ -319,13 +311,10 @@ fn linger_read(c: &mut Client) -> Flow {
 /// Queue an error response and close afterwards (lingering, so the client
 /// can read it).
 pub(crate) fn reject(c: &mut Client, date: &weft_http::DateCache, status: u16, reason: &str) {
-    let d = date.get();
-    c.out.write_own(|v| {
-        respond::simple(v, status, d, b"", reason, false, Persist::Close);
-    });
+    respond::simple(c.out.own_mut(), status, date.get(), b"", reason, false, Persist::Close);
     c.close_after = true;
     c.linger_on_close = true;
-    c.start = c.end;
+    c.input.clear();
 }
 
 /// Bound (`on`) or unbound the unsent bytes the client socket holds

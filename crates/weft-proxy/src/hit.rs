@@ -5,7 +5,6 @@
 
 use crate::client::set_notsent_lowat;
 use crate::headers;
-use crate::outq::OutQueue;
 use crate::stats::ProxyStats;
 use crate::store::Object;
 use crate::worker::{pair, Flow, Worker};
@@ -15,7 +14,7 @@ use std::time::Duration;
 use weft_http::caching;
 use weft_http::date::unix_secs;
 use weft_http::{Method, Precondition, RangeOutcome, RequestHead, ResponseHead, Version};
-use weft_io::{Ctx, Poller, Token};
+use weft_io::{Ctx, OutChain, Poller, Token};
 
 /// How a hit is answered, beyond the request and the object.
 #[derive(Clone, Copy, Debug)]
@@ -50,7 +49,7 @@ impl Worker<'_> {
         };
         let now = unix_secs(cx.wall);
         let resp = &sh.resp;
-        let rdata = &u.buf.buf[u.buf.start..u.buf.start + n];
+        let rdata = &u.buf.pending()[..n];
         let mut stored_head = ResponseHead::new();
         let lim = weft_http::Limits {
             max_head: obj.head.len() + 1,
@@ -110,7 +109,7 @@ impl Worker<'_> {
 /// presence says the opposite (RFC 9111 §5.1), so clients and measuring
 /// tools can tell it from a hit.
 pub(crate) fn serve_hit(
-    out: &mut OutQueue,
+    out: &mut OutChain,
     req: &RequestHead,
     data: &[u8],
     obj: &Object,
@@ -165,16 +164,14 @@ pub(crate) fn serve_hit(
     let stored_fields = obj.head.len() - 2;
     match pre {
         Precondition::NotModified => {
-            out.write_own(|v| {
-                headers::write_304_fields(v, &obj.head[..stored_fields], obj.status_line_len);
-                tail(v, None);
-            });
+            let v = out.own_mut();
+            headers::write_304_fields(v, &obj.head[..stored_fields], obj.status_line_len);
+            tail(v, None);
         }
         Precondition::Failed => {
-            out.write_own(|v| {
-                v.extend_from_slice(b"HTTP/1.1 412 Precondition Failed\r\n");
-                tail(v, Some(0));
-            });
+            let v = out.own_mut();
+            v.extend_from_slice(b"HTTP/1.1 412 Precondition Failed\r\n");
+            tail(v, Some(0));
         }
         Precondition::Proceed => {
             let mut range = RangeOutcome::Full;
@@ -195,11 +192,13 @@ pub(crate) fn serve_hit(
             match range {
                 RangeOutcome::Partial { start, end_inclusive } => {
                     let n = end_inclusive + 1 - start;
-                    out.write_own(|v| {
+                    {
+                        let v = out.own_mut();
                         v.extend_from_slice(b"HTTP/1.1 206 Partial Content\r\n");
-                    });
+                    }
                     out.push_shared(obj.head.slice(obj.status_line_len..stored_fields));
-                    out.write_own(|v| {
+                    {
+                        let v = out.own_mut();
                         v.extend_from_slice(b"Content-Range: bytes ");
                         weft_http::push_decimal(v, start);
                         v.push(b'-');
@@ -208,24 +207,23 @@ pub(crate) fn serve_hit(
                         weft_http::push_decimal(v, len);
                         v.extend_from_slice(b"\r\n");
                         tail(v, Some(n));
-                    });
+                    }
                     for seg in obj.body.slice(start as usize, (end_inclusive + 1) as usize).segments() {
                         out.push_shared(seg.clone());
                     }
                     st.bytes_cache += n;
                 }
                 RangeOutcome::Unsatisfiable => {
-                    out.write_own(|v| {
-                        v.extend_from_slice(b"HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */");
-                        weft_http::push_decimal(v, len);
-                        v.extend_from_slice(b"\r\n");
-                        tail(v, Some(0));
-                    });
+                    let v = out.own_mut();
+                    v.extend_from_slice(b"HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */");
+                    weft_http::push_decimal(v, len);
+                    v.extend_from_slice(b"\r\n");
+                    tail(v, Some(0));
                 }
                 RangeOutcome::Full | RangeOutcome::Multiple => {
                     out.push_shared(obj.head.slice(..stored_fields));
                     let cl = if obj.status == 204 { None } else { Some(len) };
-                    out.write_own(|v| tail(v, cl));
+                    tail(out.own_mut(), cl);
                     if !head_only {
                         for seg in obj.body.segments() {
                             out.push_shared(seg.clone());

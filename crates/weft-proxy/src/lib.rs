@@ -35,7 +35,6 @@ mod conn;
 pub mod disk;
 mod headers;
 mod hit;
-mod outq;
 mod relay;
 mod request;
 pub mod resolve;
@@ -53,9 +52,8 @@ pub use stats::ProxyStats;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use weft_io::sys::{self, Fd};
-use weft_io::{bind_reuseport, PipeBudget, PipePool, Shutdown};
+use weft_io::sys;
+use weft_io::{bind_reuseport, GroupStats, PipeBudget, PipePool, Shutdown, WorkerGroup, WorkerSeat};
 
 /// Idle pipes kept per worker (HAProxy keeps a similar per-thread cache).
 const IDLE_PIPES: usize = 64;
@@ -64,9 +62,8 @@ const IDLE_PIPES: usize = 64;
 pub struct Proxy {
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
-    shutdown: Shutdown,
     resolver: resolve::Resolver,
-    workers: Vec<JoinHandle<io::Result<ProxyStats>>>,
+    workers: WorkerGroup<ProxyStats>,
     store: Option<Arc<Mutex<store::Store>>>,
     disk: Option<Arc<disk::DiskStore>>,
 }
@@ -118,7 +115,6 @@ impl Proxy {
         for l in &listeners {
             tune_listener(l.raw(), &cfg);
         }
-        let shutdown = Shutdown::new(workers)?;
         let resolver = resolve::Resolver::start(workers, cfg.resolver_threads)?;
         let store = (cfg.cache_size > 0).then(|| {
             Arc::new(Mutex::new(store::Store::new(
@@ -168,41 +164,21 @@ impl Proxy {
             .via_name
             .clone()
             .unwrap_or_else(|| format!("{}:{}", hostname(), addr.port()));
-        let cfg = Arc::new(cfg);
-        let mut handles = Vec::with_capacity(workers);
-        for (i, listener) in listeners.into_iter().enumerate() {
-            let cfg = cfg.clone();
-            let shutdown = shutdown.clone();
-            let slots = slots.clone();
-            let store = store.clone();
-            let disk = disk.clone();
-            let resolver = resolver.clone();
-            let via_name = via_name.clone();
-            let pipes = PipePool::new(budget.clone(), IDLE_PIPES);
-            let h = std::thread::Builder::new()
-                .name(format!("weft-proxy-{i}"))
-                .spawn(move || {
-                    run_worker(
-                        &cfg,
-                        i,
-                        listener,
-                        shutdown,
-                        store.as_deref(),
-                        disk.as_deref(),
-                        pipes,
-                        &resolver,
-                        via_name,
-                        &slots[i],
-                    )
-                })?;
-            handles.push(h);
-        }
+        let shared = Arc::new(WorkerShared {
+            cfg,
+            store: store.clone(),
+            disk: disk.clone(),
+            resolver: resolver.clone(),
+            via_name,
+            budget,
+            slots,
+        });
+        let workers = WorkerGroup::start("weft-proxy", listeners, move |seat| run_worker(&shared, seat))?;
         Ok(Proxy {
             addr,
             admin_addr,
-            shutdown,
             resolver,
-            workers: handles,
+            workers,
             store,
             disk,
         })
@@ -220,24 +196,12 @@ impl Proxy {
 
     /// The switch that stops the proxy gracefully.
     pub fn shutdown_handle(&self) -> Shutdown {
-        self.shutdown.clone()
+        self.workers.shutdown().clone()
     }
 
     /// Wait for every worker; returns the summed counters and the store's as JSON.
     pub fn wait(self) -> io::Result<(ProxyStats, String)> {
-        let mut total = ProxyStats::default();
-        let mut first_err = None;
-        for h in self.workers {
-            match h.join() {
-                Ok(Ok(s)) => total.add(&s),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert(io::Error::other("worker thread panicked"));
-                }
-            }
-        }
+        let total = self.workers.wait();
         self.resolver.stop();
         if let Some(d) = &self.disk {
             // Queued writes finish: an object stored in memory is on disk
@@ -245,10 +209,7 @@ impl Proxy {
             d.stop();
         }
         let store = store_json(self.store.as_deref(), self.disk.as_deref());
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok((total, store)),
-        }
+        Ok((total?, store))
     }
 }
 
@@ -297,30 +258,37 @@ pub fn render_stats(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_worker(
-    cfg: &ProxyConfig,
-    index: usize,
-    listener: Fd,
-    shutdown: Shutdown,
-    store: Option<&Mutex<store::Store>>,
-    disk: Option<&disk::DiskStore>,
-    pipes: PipePool,
-    resolver: &resolve::Resolver,
+/// What every worker thread shares, owned by the group's closure.
+struct WorkerShared {
+    cfg: ProxyConfig,
+    store: Option<Arc<Mutex<store::Store>>>,
+    disk: Option<Arc<disk::DiskStore>>,
+    resolver: resolve::Resolver,
     via_name: String,
-    slot: &stats::Slot,
-) -> io::Result<ProxyStats> {
+    budget: Arc<PipeBudget>,
+    slots: Arc<Vec<stats::Slot>>,
+}
+
+impl GroupStats for ProxyStats {
+    fn merge(&mut self, other: &ProxyStats) {
+        self.add(other);
+    }
+}
+
+/// One worker thread: its loop over its seat's listener.
+fn run_worker(shared: &WorkerShared, seat: WorkerSeat) -> io::Result<ProxyStats> {
+    let cfg = &shared.cfg;
     let mut w = worker::Worker::new(worker::WorkerSetup {
         cfg,
-        index,
-        listener,
-        shutdown,
-        store,
-        disk,
-        pipes,
-        resolver,
-        via_name,
-        slot,
+        index: seat.index,
+        listener: seat.listener,
+        shutdown: seat.shutdown,
+        store: shared.store.as_deref(),
+        disk: shared.disk.as_deref(),
+        pipes: PipePool::new(shared.budget.clone(), IDLE_PIPES),
+        resolver: &shared.resolver,
+        via_name: shared.via_name.clone(),
+        slot: &shared.slots[seat.index],
     });
     let stats = weft_io::with_backend!(cfg.event, P => {
         let mut cx = weft_io::Ctx::<P>::new()?;

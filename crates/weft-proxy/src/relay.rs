@@ -36,7 +36,6 @@
 //! ENOSYS, ENOMEM...) moves the bytes already in the pipes into the output
 //! queue and the session continues by copying (counted as a fallback).
 
-use crate::outq::OutQueue;
 use crate::stats::ProxyStats;
 use bytes::{Buf, BytesMut};
 use std::io;
@@ -44,7 +43,7 @@ use std::os::fd::RawFd;
 use weft_buf::Aggregate;
 use weft_http::ChunkedDecoder;
 use weft_io::sys;
-use weft_io::{Pipe, PipePool};
+use weft_io::{BufPool, InputBuf, OutChain, Pipe, PipePool};
 
 /// Copy-path read size (and relay buffer) when not filling the cache.
 const RELAY_BUF: usize = 128 * 1024;
@@ -56,52 +55,6 @@ const PUMP_BUDGET: u64 = 4 << 20;
 const OUTQ_HIGH: usize = 256 * 1024;
 /// Smallest read batch worth a setsockopt (`batch_reads`).
 const MIN_BATCH: usize = 16 * 1024;
-
-/// An upstream connection's input buffer (`buf[start..end]` unread).
-#[derive(Default)]
-pub struct UpBuf {
-    /// Storage.
-    pub buf: Vec<u8>,
-    /// First unread byte.
-    pub start: usize,
-    /// One past the last byte read.
-    pub end: usize,
-}
-
-impl UpBuf {
-    /// Unread bytes.
-    #[inline]
-    pub fn pending(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
-    }
-    /// Consume `n` bytes.
-    #[inline]
-    pub fn consume(&mut self, n: usize) {
-        self.start += n;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-    /// Make room for `want` more bytes (compacting first), growing up to `max`.
-    /// Returns the room available.
-    pub fn reserve(&mut self, want: usize, max: usize) -> usize {
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-        if self.buf.len() - self.end < want && self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.buf.len() - self.end < want && self.buf.len() < max {
-            let n = (self.end + want).min(max).max(self.buf.len());
-            self.buf.resize(n, 0);
-        }
-        self.buf.len() - self.end
-    }
-}
 
 /// How the body is delimited.
 pub enum Framing {
@@ -150,13 +103,15 @@ pub struct Ends<'a> {
     /// The client socket may accept writes.
     pub client_may_write: &'a mut bool,
     /// The client's output queue (heads before the body, framing).
-    pub out: &'a mut OutQueue,
+    pub out: &'a mut OutChain,
     /// The upstream socket.
     pub up: RawFd,
     /// The upstream socket may have input.
     pub up_may_read: &'a mut bool,
     /// The upstream's input buffer (the first body bytes arrive with the head).
-    pub up_buf: &'a mut UpBuf,
+    pub up_buf: &'a mut InputBuf,
+    /// The worker's input buffers (`up_buf` borrows from them).
+    pub bufs: &'a mut BufPool,
 }
 
 /// What a pump call ended with.
@@ -453,7 +408,7 @@ impl Relay {
 
     /// The client hung up (seen by a read): keep filling the cache without it
     /// if there is a fill; false when nothing is left to do.
-    pub fn client_left(&mut self, out: &mut OutQueue) -> bool {
+    pub fn client_left(&mut self, out: &mut OutChain) -> bool {
         self.client_gone = true;
         out.clear();
         self.sent = self.acc.len();
@@ -482,12 +437,11 @@ impl Relay {
                 return Ok(0);
             }
             let tail: &[u8] = if has_tail { &self.acc[self.sent..] } else { &[] };
-            let mut would_block = false;
-            let (q, t) = e.out.flush(cfd, tail, &mut would_block)?;
-            self.sent += t;
-            st.bytes_copied += t as u64;
-            total += q + t;
-            if would_block {
+            let sent = e.out.flush(cfd, tail, &mut [])?;
+            self.sent += sent.tail;
+            st.bytes_copied += sent.tail as u64;
+            total += sent.total() as usize;
+            if sent.blocked {
                 *e.client_may_write = false;
             }
             if tail_mode && self.fill.is_none() {
@@ -813,7 +767,7 @@ impl Relay {
         };
         let keep_framing = *keep_framing && !self.client_gone;
         let data_left = dec.data_remaining();
-        let buffered = e.up_buf.start < e.up_buf.end;
+        let buffered = !e.up_buf.is_empty();
         if !buffered && !*e.up_may_read {
             return Ok(0);
         }
@@ -858,7 +812,7 @@ impl Relay {
             Path::Splice { bytes, .. } => *bytes,
             Path::Tee { in_intake, in_out, .. } => in_intake + in_out,
         };
-        if piped > 0 || (!self.client_gone && e.out.len() >= OUTQ_HIGH) {
+        if piped > 0 || (!self.client_gone && e.out.len() >= OUTQ_HIGH as u64) {
             return Ok(0);
         }
         if !buffered {
@@ -867,11 +821,10 @@ impl Relay {
             } else {
                 self.framing_read
             };
-            let room = e.up_buf.reserve(read_size, RELAY_BUF.max(self.framing_read));
-            let end = e.up_buf.end;
-            match sys::read(e.up, &mut e.up_buf.buf[end..end + room]) {
+            let room = e.up_buf.reserve(read_size, RELAY_BUF.max(self.framing_read), e.bufs);
+            match sys::read(e.up, &mut e.up_buf.spare_mut()[..room]) {
                 Ok(0) => return Err(Some(Pump::UpstreamFailed("upstream closed the connection mid-body"))),
-                Ok(n) => e.up_buf.end += n,
+                Ok(n) => e.up_buf.commit(n),
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
                     *e.up_may_read = false;
                     return Ok(0);
@@ -881,8 +834,8 @@ impl Relay {
             }
         }
         let mut total = 0;
-        while e.up_buf.start < e.up_buf.end && !dec.is_done() {
-            let input = &e.up_buf.buf[e.up_buf.start..e.up_buf.end];
+        while !e.up_buf.is_empty() && !dec.is_done() {
+            let input = e.up_buf.pending();
             let d = match dec.decode(input) {
                 Ok(d) => d,
                 Err(_) => return Err(Some(Pump::UpstreamFailed("invalid chunked body from upstream"))),

@@ -16,7 +16,7 @@ use weft_http::{BodyFraming, CacheControl, ChunkedDecoder, Method, RequestHead, 
 use weft_io::{Ctx, Poller, Token};
 
 /// Stop answering pipelined hits beyond this much queued output.
-const COALESCE_MAX: usize = 256 * 1024;
+const COALESCE_MAX: u64 = 256 * 1024;
 
 /// A request refused before it reaches an upstream: status and reason.
 type Refusal = (u16, &'static str);
@@ -30,7 +30,7 @@ impl Worker<'_> {
         if c.out.len() >= COALESCE_MAX {
             return None;
         }
-        let parsed = c.req.parse(&c.buf[c.start..c.end], &limits);
+        let parsed = c.req.parse(c.input.pending(), &limits);
         let n = match parsed {
             Ok(None) => {
                 if c.head_started.is_none() {
@@ -51,13 +51,12 @@ impl Worker<'_> {
             c.requests += 1;
         }
         c.head_started = None;
-        let head_end = c.start + n;
         if !c.allowed {
             self.sh.stats.denied += 1;
             reject(c, &self.sh.date, 403, "client address not allowed to use this proxy");
             return Some(Flow::Again);
         }
-        let routed = self.route(cx, ct, head_end);
+        let routed = self.route(cx, ct, n);
         let c = client_of(&mut self.slab, ct)?;
         if c.disk_wait.is_none() {
             c.disk_checked = false;
@@ -75,11 +74,12 @@ impl Worker<'_> {
 
     /// Work out where a request goes, answer it from the cache, or start a
     /// transaction.
-    fn route<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, head_end: usize) -> Result<Flow, Refusal> {
+    /// The head is the first `n` bytes of the client's input.
+    fn route<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, n: usize) -> Result<Flow, Refusal> {
         let cfg = self.sh.cfg;
         let sh = &mut self.sh;
         let c = client_of(&mut self.slab, ct).ok_or((500, "connection gone"))?;
-        let data = &c.buf[c.start..head_end];
+        let data = &c.input.pending()[..n];
         let req = &c.req;
         let method = req.method();
         if headers::via_lists(req, data, &sh.via_name) {
@@ -112,7 +112,7 @@ impl Worker<'_> {
         txn.cacheable = sh.cache.enabled() && matches!(method, Method::Get | Method::Head) && !txn.connect;
         // The cache.
         if txn.cacheable {
-            if let Some(done) = from_cache(sh, c, &mut txn, ct, head_end, unix_secs(cx.wall)) {
+            if let Some(done) = from_cache(sh, c, &mut txn, ct, n, unix_secs(cx.wall)) {
                 c.spare = Some(txn);
                 return done;
             }
@@ -123,10 +123,9 @@ impl Worker<'_> {
             sh.stats.misses += 1;
         }
         // Keep the head: the input buffer moves on while the request is forwarded.
-        let data = &c.buf[c.start..head_end];
         c.req_data.clear();
-        c.req_data.extend_from_slice(data);
-        c.start = head_end;
+        c.req_data.extend_from_slice(&c.input.pending()[..n]);
+        c.input.consume(n);
         if c.req.expect_continue() && !matches!(txn.body, ReqBody::None) && !txn.http10 {
             c.out.push_copy(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
@@ -237,10 +236,10 @@ fn from_cache(
     c: &mut Client,
     txn: &mut Txn,
     ct: Token,
-    head_end: usize,
+    n: usize,
     now: u64,
 ) -> Option<Result<Flow, Refusal>> {
-    let data = &c.buf[c.start..head_end];
+    let data = &c.input.pending()[..n];
     let req = &c.req;
     let vary_scratch = &mut sh.vary_scratch;
     let select = |o: &crate::store::Object| match &o.vary {
@@ -272,7 +271,7 @@ fn from_cache(
                         validated: false,
                     };
                     serve_hit(&mut c.out, req, data, &obj, answer, &mut sh.stats);
-                    c.start = head_end;
+                    c.input.consume(n);
                     c.close_after |= close;
                     Some(Ok(Flow::Again))
                 }

@@ -14,7 +14,6 @@ use crate::client::set_notsent_lowat;
 use crate::config::{ProxyConfig, SpliceMode};
 use crate::conn::{Client, Phase, ReqBody, StorePlan, Txn, Upstream};
 use crate::headers::{self, HeadFor};
-use crate::outq::OutQueue;
 use crate::relay::{Ends, Framing, Relay, Want};
 use crate::stats::ProxyStats;
 use crate::store::Object;
@@ -24,7 +23,7 @@ use std::sync::Arc;
 use weft_http::caching::{self, StoreQuery};
 use weft_http::date::unix_secs;
 use weft_http::{BodyFraming, CacheControl, ChunkedDecoder, Method, RequestHead, ResponseHead};
-use weft_io::{Ctx, Poller, Token};
+use weft_io::{Ctx, OutChain, Poller, Token};
 
 /// How the client's copy of a response is delimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +113,7 @@ pub(crate) fn pipe_min(cfg: &ProxyConfig) -> u64 {
 /// Queue the client's response head: the upstream's fields as relayed, the
 /// framing fields, and the connection's persistence.
 fn write_client_head(
-    out: &mut OutQueue,
+    out: &mut OutChain,
     resp: &ResponseHead,
     rdata: &[u8],
     sh: &Shared<'_>,
@@ -124,7 +123,8 @@ fn write_client_head(
 ) {
     let date = sh.date.get();
     let via = &sh.via;
-    out.write_own(|v| {
+    {
+        let v = out.own_mut();
         headers::write_response_fields(v, resp, rdata, via, date, HeadFor::Client);
         if let Some(len) = f.length {
             v.extend_from_slice(b"Content-Length: ");
@@ -140,7 +140,7 @@ fn write_client_head(
             v.extend_from_slice(b"Connection: keep-alive\r\n");
         }
         v.extend_from_slice(b"\r\n");
-    });
+    }
 }
 
 /// Unsafe methods invalidate what is stored for the URI (RFC 9111 §4.4),
@@ -290,6 +290,7 @@ fn start_relay(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstream, framing: F
             up: u.fd.raw(),
             up_may_read: &mut u.may_read,
             up_buf: &mut u.buf,
+            bufs: &mut sh.bufs,
         };
         relay.start(&mut ends, &mut sh.stats);
     }
@@ -324,7 +325,7 @@ impl Worker<'_> {
                 return self.serve_revalidated(cx, ct, ut, n, stored);
             }
         }
-        let rdata = &u.buf.buf[u.buf.start..u.buf.start + n];
+        let rdata = &u.buf.pending()[..n];
         if caching::invalidates(method, status) {
             invalidate(&sh.cache, &mut sh.scratch, &mut sh.stats, &c.key, resp, rdata);
         }

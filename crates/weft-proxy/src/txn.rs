@@ -18,11 +18,11 @@ use crate::worker::{client_of, interest, pair, Flow, Worker, BATCH_TIMER, BATCH_
 use std::time::Instant;
 use weft_http::respond::{self, Persist};
 use weft_io::sys;
-use weft_io::{Ctx, Poller, Token};
+use weft_io::{BufPool, Ctx, Poller, Token};
 
 /// Request bytes queued towards the upstream above which no more of the
 /// request body is taken from the client.
-const REQ_QUEUE_HIGH: usize = 256 * 1024;
+const REQ_QUEUE_HIGH: u64 = 256 * 1024;
 /// Most request body bytes buffered from the client at once.
 const REQ_BODY_INPUT: usize = 64 * 1024;
 
@@ -41,30 +41,30 @@ enum Sent {
 /// Move request body bytes received from the client behind the head queued
 /// for the upstream, and send; read more of the body from the client while
 /// the upstream takes it.
-fn send_request(c: &mut Client, u: &mut Upstream, now: Instant) -> Sent {
+fn send_request(c: &mut Client, u: &mut Upstream, bufs: &mut BufPool, now: Instant) -> Sent {
     let mut moved = false;
     loop {
         let txn = c.txn.as_mut().expect("exchange has a txn");
         let body_done = match &mut txn.body {
             ReqBody::None => true,
             ReqBody::Length(left) => {
-                let avail = (c.end - c.start) as u64;
+                let avail = c.input.len() as u64;
                 let take = avail.min(*left) as usize;
                 if take > 0 && u.out.len() < REQ_QUEUE_HIGH {
-                    u.out.push_copy(&c.buf[c.start..c.start + take]);
-                    c.start += take;
+                    u.out.push_copy(&c.input.pending()[..take]);
+                    c.input.consume(take);
                     *left -= take as u64;
                     moved = true;
                 }
                 *left == 0
             }
             ReqBody::Chunked(dec) => {
-                let avail = &c.buf[c.start..c.end];
+                let avail = c.input.pending();
                 if !avail.is_empty() && u.out.len() < REQ_QUEUE_HIGH {
                     match dec.decode_all(avail, |_| {}) {
                         Ok(k) => {
                             u.out.push_copy(&avail[..k]);
-                            c.start += k;
+                            c.input.consume(k);
                             moved = true;
                         }
                         Err(_) => return Sent::BadBody,
@@ -81,13 +81,12 @@ fn send_request(c: &mut Client, u: &mut Upstream, now: Instant) -> Sent {
             if !u.may_write {
                 u.want.write = true;
             } else {
-                let mut wb = false;
-                match u.out.flush(u.fd.raw(), &[], &mut wb) {
-                    Ok((n, _)) => {
-                        if n > 0 {
+                match u.out.flush(u.fd.raw(), &[], &mut []) {
+                    Ok(sent) => {
+                        if sent.total() > 0 {
                             u.last_activity = now;
                         }
-                        if wb {
+                        if sent.blocked {
                             u.may_write = false;
                             u.want.write = true;
                         }
@@ -100,7 +99,7 @@ fn send_request(c: &mut Client, u: &mut Upstream, now: Instant) -> Sent {
             return Sent::Ok;
         }
         // More request body from the client.
-        if c.start < c.end && !moved {
+        if !c.input.is_empty() && !moved {
             continue;
         }
         if c.fd.is_none() {
@@ -110,12 +109,11 @@ fn send_request(c: &mut Client, u: &mut Upstream, now: Instant) -> Sent {
             c.want.read = true;
             return Sent::Ok;
         }
-        match c.read_input(REQ_BODY_INPUT) {
+        match c.read_input(REQ_BODY_INPUT, bufs) {
             ClientRead::Data { .. } => {
                 c.last_activity = now;
                 moved = false;
             }
-            ClientRead::Interrupted => {}
             ClientRead::WouldBlock | ClientRead::Full => return Sent::Ok,
             ClientRead::Eof | ClientRead::Failed => return Sent::ClientGone,
         }
@@ -173,7 +171,7 @@ impl Worker<'_> {
             return self.start_tunnel(cx, ct, ut);
         }
         // Request body bytes already received go out behind the head.
-        match send_request(c, u, cx.now) {
+        match send_request(c, u, &mut self.sh.bufs, cx.now) {
             Sent::Ok => {}
             Sent::BadBody => return self.fail(cx, ct, 400, "invalid chunked request body"),
             Sent::UpstreamClosed => return self.upstream_lost(cx, ct, "the upstream closed the connection"),
@@ -184,7 +182,7 @@ impl Worker<'_> {
         }
         // The response head (also while the body is still going out: an
         // early answer such as 413 is read and relayed).
-        match read_response_head(u, &mut self.sh.resp, &limits, first_read, cx.now) {
+        match read_response_head(u, &mut self.sh.resp, &mut self.sh.bufs, &limits, first_read, cx.now) {
             HeadRead::Head(n) => self.on_response_head(cx, ct, ut, n),
             HeadRead::Wait => Flow::Wait,
             HeadRead::Bad(reason) => self.fail(cx, ct, 502, reason),
@@ -226,9 +224,10 @@ impl Worker<'_> {
         }
         let persist = if keep { Persist::Default } else { Persist::Close };
         let date = self.sh.date.get();
-        c.out.write_own(|v| {
+        {
+            let v = c.out.own_mut();
             respond::simple(v, status, date, b"", reason, false, persist);
-        });
+        }
         if !keep {
             c.close_after = true;
             c.linger_on_close = body_pending;
@@ -257,6 +256,7 @@ impl Worker<'_> {
                 up: u.fd.raw(),
                 up_may_read: &mut u.may_read,
                 up_buf: &mut u.buf,
+                bufs: &mut sh.bufs,
             };
             relay.pump(&mut ends, &mut sh.stats)
         };
@@ -299,19 +299,19 @@ impl Worker<'_> {
                 if c.fd.is_none() {
                     return Flow::Wait;
                 }
-                if c.eof || client_write || !c.reserve_input(max) {
+                if c.eof || client_write || !c.has_room(max) {
                     return Flow::Wait;
                 }
                 if !c.may_read {
                     c.want.read = true;
                     return Flow::Wait;
                 }
-                match c.read_input(max) {
+                match c.read_input(max, &mut sh.bufs) {
                     // A FIN: no more requests, but a half-closed client
                     // still reads this response (a gone one makes the
                     // next write fail).
                     ClientRead::Eof | ClientRead::WouldBlock | ClientRead::Full => Flow::Wait,
-                    ClientRead::Data { .. } | ClientRead::Interrupted => Flow::Again,
+                    ClientRead::Data { .. } => Flow::Again,
                     ClientRead::Failed => {
                         // A reset: the client is gone.
                         c.eof = true;
@@ -393,10 +393,9 @@ impl Worker<'_> {
             c.may_read = true;
         }
         // What the client sent after its CONNECT head belongs to the tunnel.
-        if c.start < c.end {
-            tunnel.to_upstream.push_copy(&c.buf[c.start..c.end]);
-            c.start = 0;
-            c.end = 0;
+        if !c.input.is_empty() {
+            tunnel.to_upstream.push_copy(c.input.pending());
+            c.input.discard(&mut sh.bufs);
         }
         c.out.push_copy(b"HTTP/1.1 200 Connection established\r\n\r\n");
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, true, self.sh.cfg);

@@ -5,8 +5,6 @@
 
 use crate::conn::{Entry, Phase, ReqBody, Upstream};
 use crate::headers::{self, Forward};
-use crate::outq::OutQueue;
-use crate::relay::UpBuf;
 use crate::worker::{arm, client_of, pair, upstream_of, Flow, Worker};
 use std::collections::HashMap;
 use std::io;
@@ -14,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 use weft_http::{Limits, ResponseHead};
 use weft_io::sys;
-use weft_io::{Ctx, Interest, Poller, Token};
+use weft_io::{BufPool, Ctx, InputBuf, Interest, OutChain, Poller, Token};
 
 /// Idle upstream connections of one worker, per address.
 #[derive(Default)]
@@ -70,6 +68,7 @@ pub(crate) enum HeadRead {
 pub(crate) fn read_response_head(
     u: &mut Upstream,
     resp: &mut ResponseHead,
+    bufs: &mut BufPool,
     limits: &Limits,
     first_read: usize,
     now: Instant,
@@ -100,15 +99,14 @@ pub(crate) fn read_response_head(
             u.want.read = true;
             return HeadRead::Wait;
         }
-        let room = u.buf.reserve(first_read, limits.max_head + 1024);
+        let room = u.buf.reserve(first_read, limits.max_head + 1024, bufs);
         if room == 0 {
             return HeadRead::Bad("response head too large");
         }
-        let end = u.buf.end;
         let want = room.min(first_read.max(1));
-        match sys::read(u.fd.raw(), &mut u.buf.buf[end..end + want]) {
+        match sys::read(u.fd.raw(), &mut u.buf.spare_mut()[..want]) {
             Ok(0) => {
-                let started = u.buf.end > 0;
+                let started = !u.buf.is_empty();
                 return if started {
                     HeadRead::Bad("upstream closed the connection in the response head")
                 } else {
@@ -119,7 +117,7 @@ pub(crate) fn read_response_head(
                 // A short read is not taken as "drained" here: a FIN may
                 // have come with the head, and an edge-triggered backend
                 // would not report it again (close-delimited bodies end on it).
-                u.buf.end += n;
+                u.buf.commit(n);
                 u.last_activity = now;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -135,7 +133,8 @@ pub(crate) fn read_response_head(
 
 impl Worker<'_> {
     pub(crate) fn close_upstream<P: Poller>(&mut self, cx: &mut Ctx<P>, ut: Token) {
-        if let Some(Entry::Upstream(u)) = self.slab.remove(ut) {
+        if let Some(Entry::Upstream(mut u)) = self.slab.remove(ut) {
+            u.buf.discard(&mut self.sh.bufs);
             if u.owner.is_none() {
                 self.sh.pool.forget(&u.addr, ut);
             }
@@ -150,8 +149,7 @@ impl Worker<'_> {
         let Some(u) = upstream_of(&mut self.slab, ut) else {
             return;
         };
-        if !reusable || draining || self.sh.pool.is_full(&u.addr, max) || u.buf.start != u.buf.end || !u.out.is_empty()
-        {
+        if !reusable || draining || self.sh.pool.is_full(&u.addr, max) || !u.buf.is_empty() || !u.out.is_empty() {
             self.close_upstream(cx, ut);
             return;
         }
@@ -226,8 +224,8 @@ impl Worker<'_> {
                 addr,
                 owner: Some(ct),
                 connecting: !connected,
-                buf: UpBuf::default(),
-                out: OutQueue::new(),
+                buf: InputBuf::new(),
+                out: OutChain::new(),
                 may_read: false,
                 may_write: connected,
                 interest: initial,
@@ -297,7 +295,7 @@ impl Worker<'_> {
             chunked_body: chunked,
             validators,
         };
-        u.out.write_own(|v| headers::write_request(v, head, data, &fwd));
+        headers::write_request(u.out.own_mut(), head, data, &fwd);
         Flow::Again
     }
 
@@ -311,7 +309,7 @@ impl Worker<'_> {
         let ut = txn.up;
         let reused = ut
             .and_then(|t| match self.slab.get(t) {
-                Some(Entry::Upstream(u)) => Some(u.reused && u.buf.end == 0),
+                Some(Entry::Upstream(u)) => Some(u.reused && u.buf.is_empty()),
                 _ => None,
             })
             .unwrap_or(false);

@@ -29,7 +29,7 @@
 use crate::acl::Cidr;
 use crate::cache::TwoTier;
 use crate::config::ProxyConfig;
-use crate::conn::{Client, Entry, Phase, Upstream};
+use crate::conn::{Client, Entry, Phase, Upstream, INPUT_BUF, INPUT_BUFS_KEPT};
 use crate::disk::{DiskStore, Loaded};
 use crate::resolve::{Answer, DnsCache, Resolver};
 use crate::stats::{ProxyStats, Slot};
@@ -43,7 +43,9 @@ use weft_http::caching::Heuristic;
 use weft_http::respond::{self, Persist};
 use weft_http::ResponseHead;
 use weft_io::sys::{self, Fd};
-use weft_io::{Acceptor, Ctx, Event, Handler, Interest, PipePool, Poller, RegisterError, Shutdown, Slab, Token};
+use weft_io::{
+    Acceptor, BufPool, Ctx, Event, Handler, Interest, PipePool, Poller, RegisterError, Shutdown, Slab, Token,
+};
 
 pub(crate) const LISTENER: Token = Token::new(u32::MAX, 0);
 const WAKER: Token = Token::new(u32::MAX - 1, 0);
@@ -117,6 +119,8 @@ pub(crate) struct Shared<'a> {
     /// The memory and disk stores, in their order.
     pub(crate) cache: TwoTier<'a>,
     pub(crate) pipes: PipePool,
+    /// Input buffers lent to client and upstream connections.
+    pub(crate) bufs: BufPool,
     /// Idle upstream connections.
     pub(crate) pool: UpstreamPool,
     pub(crate) dns: DnsCache,
@@ -181,6 +185,7 @@ impl<'a> Worker<'a> {
                 via_name: s.via_name.into_bytes(),
                 cache: TwoTier::new(s.store, s.disk, s.index),
                 pipes: s.pipes,
+                bufs: BufPool::new(INPUT_BUF, INPUT_BUFS_KEPT),
                 pool: UpstreamPool::default(),
                 dns: DnsCache::new(s.cfg.dns_ttl),
                 resolver: s.resolver,
@@ -444,7 +449,8 @@ impl<'a> Worker<'a> {
             cx.close_later(l, true);
         }
         for ut in self.sh.pool.drain() {
-            if let Some(Entry::Upstream(u)) = self.slab.remove(ut) {
+            if let Some(Entry::Upstream(mut u)) = self.slab.remove(ut) {
+                u.buf.discard(&mut self.sh.bufs);
                 cx.close_later(u.fd, true);
             }
         }

@@ -15,8 +15,9 @@ struct Rig {
     up_r: UnixStream,
     cl_w: UnixStream,
     cl_r: UnixStream,
-    out: OutQueue,
-    up_buf: UpBuf,
+    out: OutChain,
+    up_buf: InputBuf,
+    bufs: BufPool,
     pool: PipePool,
     st: ProxyStats,
 }
@@ -31,8 +32,9 @@ fn rig() -> Rig {
         up_r,
         cl_w,
         cl_r,
-        out: OutQueue::new(),
-        up_buf: UpBuf::default(),
+        out: OutChain::new(),
+        up_buf: InputBuf::new(),
+        bufs: BufPool::new(4096, 4),
         pool: PipePool::new(PipeBudget::new(8, 1 << 20), 8),
         st: ProxyStats::default(),
     }
@@ -82,6 +84,7 @@ fn run(
             up,
             up_may_read: &mut may_read,
             up_buf: &mut r.up_buf,
+            bufs: &mut r.bufs,
         };
         match relay.pump(&mut e, &mut r.st) {
             Pump::Done => break,
@@ -97,8 +100,7 @@ fn run(
     }
     // Whatever the output queue still holds.
     while !r.out.is_empty() {
-        let mut wb = false;
-        r.out.flush(r.cl_w.as_raw_fd(), &[], &mut wb).unwrap();
+        r.out.flush(r.cl_w.as_raw_fd(), &[], &mut []).unwrap();
     }
     feeder.join().unwrap();
     let cached = relay.finish(&mut r.pool, &mut r.st).map(|a| a.to_vec());
@@ -229,6 +231,7 @@ fn read_batches_follow_the_body() {
             up: fd,
             up_may_read: &mut mr,
             up_buf: &mut r.up_buf,
+            bufs: &mut r.bufs,
         };
         match relay.pump(&mut e, &mut r.st) {
             Pump::Wait { up_read: false, .. } | Pump::Yield => {
@@ -308,6 +311,7 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
             up: r.up_r.as_raw_fd(),
             up_may_read: &mut mr,
             up_buf: &mut r.up_buf,
+            bufs: &mut r.bufs,
         };
         match relay.pump(&mut e, &mut r.st) {
             Pump::Done => break,
@@ -343,6 +347,7 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
         up: r.up_r.as_raw_fd(),
         up_may_read: &mut mr,
         up_buf: &mut r.up_buf,
+        bufs: &mut r.bufs,
     };
     assert!(matches!(relay.pump(&mut e, &mut r.st), Pump::UpstreamFailed(_)));
 }
