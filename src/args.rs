@@ -72,6 +72,16 @@ pub fn accept_limit(s: &str) -> Result<AcceptLimit, String> {
     }
 }
 
+/// Copy each named field of the argument struct `$args` that was given
+/// (`Some`) onto the same-named field of the configuration `$c`, leaving the
+/// configuration's default where it was not.
+macro_rules! set_given {
+    ($args:expr, $c:expr; $($field:ident),* $(,)?) => {
+        $( if let Some(v) = $args.$field.clone() { $c.$field = v; } )*
+    };
+}
+pub(crate) use set_given;
+
 /// Block SIGTERM/SIGINT in this thread before any worker exists, so every
 /// thread inherits the mask and only the signal thread takes them.
 pub fn block_shutdown_signals() -> Result<(), ExitCode> {
@@ -108,5 +118,8 @@ mod tests {
         assert_eq!(workers("2").unwrap(), 2);
         assert!(positive("0").is_err());
         assert_eq!(positive("3").unwrap(), 3);
+        assert_eq!(accept_limit("inf").unwrap(), AcceptLimit(None));
+        assert_eq!(accept_limit("10").unwrap(), AcceptLimit(Some(10)));
+        assert!(accept_limit("0").is_err());
     }
 }

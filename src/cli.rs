@@ -8,9 +8,7 @@
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// weft: a web server, caching proxy and cluster front-end built from twenty
 /// years of web-server research, and the instruments that measure it.
@@ -24,7 +22,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve static files (or the built-in demo site when no DIR is given).
-    Serve(Box<ServeArgs>),
+    Serve(Box<crate::serve::ServeArgs>),
     /// Caching forward and reverse HTTP proxy with kernel splicing (KeepCopy, CONNECT tunnels).
     Proxy(Box<crate::proxy::ProxyArgs>),
     /// Show which event backends and kernel features work on this machine.
@@ -43,214 +41,6 @@ pub struct CheckArgs {
     /// The config file to validate.
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub config: PathBuf,
-}
-
-use crate::args::{
-    accept_limit as parse_accept_limit, duration as parse_duration, size as parse_size, size_usize as parse_size_usize,
-    workers as parse_workers, AcceptLimit,
-};
-
-fn parse_max_pass(s: &str) -> Result<u32, String> {
-    match s.parse::<u32>() {
-        Ok(n) if n <= 1_000_000 => Ok(n),
-        _ => Err(format!("invalid pass count `{s}` (expected 0..1000000)")),
-    }
-}
-
-fn parse_wake_interval(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d > Duration::from_millis(10) {
-        return Err(format!("wake interval `{s}` is too long (at most 10ms)"));
-    }
-    Ok(d)
-}
-
-/// A path or `off`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OffPath(pub Option<PathBuf>);
-
-fn parse_off_path(s: &str) -> Result<OffPath, String> {
-    match s {
-        "off" => Ok(OffPath(None)),
-        "" => Err("empty path (use `off` to disable)".into()),
-        p => Ok(OffPath(Some(PathBuf::from(p)))),
-    }
-}
-
-/// `weft serve`.
-#[derive(Args, Debug, Default)]
-pub struct ServeArgs {
-    /// Document root. Without it, weft serves its built-in demo site.
-    #[arg(value_name = "DIR")]
-    pub root: Option<PathBuf>,
-
-    /// Address to listen on; port 0 picks a free port. The bound address is
-    /// printed on stdout as `listening on ADDR:PORT`.
-    #[arg(long, value_name = "ADDR:PORT")]
-    pub listen: Option<SocketAddr>,
-
-    /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched, uring, or tracked
-    /// (user-level readiness tracking over uring; tracked:epoll-et, tracked:epoll, tracked:poll and
-    /// tracked:select wrap those instead) [default: epoll].
-    #[arg(long, value_name = "BACKEND")]
-    pub event: Option<weft_io::BackendKind>,
-
-    /// tracked backends: consecutive passes served from the user-level readiness table before the
-    /// kernel is asked anyway, so descriptors not known to be ready are not starved; 0 asks the
-    /// kernel at every pass [default: 8].
-    #[arg(long, value_name = "N", value_parser = parse_max_pass)]
-    pub max_pass: Option<u32>,
-
-    /// uring and tracked: batch wake-ups under load. A wait that finds no completion asks the kernel
-    /// for those expected within this interval at the recent rate and holds the first back at most
-    /// ten intervals (io_uring min-wait, Linux 6.12); under two expected, it wakes at the first.
-    /// Fewer io_uring_enter calls for about one interval of added latency under load; 0 turns it off
-    /// [default: 0].
-    #[arg(long, value_name = "DURATION", value_parser = parse_wake_interval)]
-    pub wake_interval: Option<Duration>,
-
-    /// Worker threads, one event loop and SO_REUSEPORT listener each [default: number of CPUs].
-    #[arg(long, value_name = "N", value_parser = parse_workers)]
-    pub workers: Option<usize>,
-
-    /// Connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: 10].
-    #[arg(long, value_name = "N|inf", value_parser = parse_accept_limit)]
-    pub accept_limit: Option<AcceptLimit>,
-
-    /// Listen backlog [default: 4096].
-    #[arg(long, value_name = "N")]
-    pub backlog: Option<i32>,
-
-    /// Close keep-alive connections idle this long [default: 60s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub idle_timeout: Option<Duration>,
-
-    /// Close connections whose request head is incomplete this long after it began, with 408 [default: 10s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub header_timeout: Option<Duration>,
-
-    /// Close connections that make no write progress this long [default: 60s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub send_timeout: Option<Duration>,
-
-    /// Requests per connection before it is closed; 0 = unlimited [default: 0].
-    #[arg(long, value_name = "N")]
-    pub max_requests: Option<u64>,
-
-    /// How file bodies are sent: sendfile (no byte through user space), copy
-    /// (pread + writev), or auto (small files from memory, larger ones with
-    /// sendfile) [default: auto].
-    #[arg(long, value_name = "sendfile|copy|auto")]
-    pub send: Option<weft_server::SendMode>,
-
-    /// In auto mode, files up to this size are kept in memory [default: 16KiB].
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub small_file_max: Option<u64>,
-
-    /// Open files cached per worker [default: 1000].
-    #[arg(long, value_name = "N")]
-    pub file_cache_entries: Option<usize>,
-
-    /// Re-check a cached file's metadata after this long [default: 1s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub file_cache_valid: Option<Duration>,
-
-    /// List directories that have no index.html.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub autoindex: Option<bool>,
-
-    /// Follow symlinks that lead outside the document root.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub follow_symlinks: Option<bool>,
-
-    /// Combined Log Format access log, or `off` [default: off].
-    #[arg(long, value_name = "FILE|off", value_parser = parse_off_path)]
-    pub access_log: Option<OffPath>,
-
-    /// After SIGTERM/SIGINT, how long in-flight responses may take to finish [default: 10s].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub grace: Option<Duration>,
-
-    /// Longest request line; longer gets 414 [default: 8KiB].
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_usize)]
-    pub max_request_line: Option<usize>,
-
-    /// Largest request head; larger gets 431 [default: 64KiB].
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_usize)]
-    pub max_header_bytes: Option<usize>,
-
-    /// Most header fields in a request; more gets 431 [default: 100].
-    #[arg(long, value_name = "N")]
-    pub max_headers: Option<usize>,
-
-    /// Print counters (requests, bytes by send path, system calls by kind) as JSON on stderr at exit.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub stats_on_exit: Option<bool>,
-
-    /// Serve live counters (per worker and total: requests, bytes by send path,
-    /// system calls by kind) as JSON at http://ADDR/stats.
-    #[arg(long, value_name = "ADDR:PORT")]
-    pub admin: Option<SocketAddr>,
-
-    /// Log level: error, warn, info or debug [default: info].
-    #[arg(long, value_name = "LEVEL")]
-    pub log_level: Option<weft_core::log::Level>,
-
-    /// Read settings from this TOML file's [serve] table; flags override it.
-    #[arg(short = 'c', long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-}
-
-impl ServeArgs {
-    /// The validated server configuration.
-    pub fn to_config(&self) -> weft_server::ServeConfig {
-        let mut c = weft_server::ServeConfig {
-            root: self.root.clone(),
-            ..Default::default()
-        };
-        macro_rules! set {
-            ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { c.$field = v; } )* };
-        }
-        set!(
-            listen,
-            event,
-            max_pass,
-            wake_interval,
-            workers,
-            backlog,
-            idle_timeout,
-            header_timeout,
-            send_timeout,
-            max_requests,
-            send,
-            small_file_max,
-            file_cache_entries,
-            file_cache_valid,
-            autoindex,
-            follow_symlinks,
-            grace,
-            stats_on_exit
-        );
-        if let Some(v) = self.accept_limit {
-            c.accept_limit = v.0;
-        }
-        if let Some(v) = &self.access_log {
-            c.access_log = v.0.clone();
-        }
-        if let Some(v) = self.max_request_line {
-            c.limits.max_request_line = v;
-        }
-        if let Some(v) = self.max_header_bytes {
-            c.limits.max_head = v;
-        }
-        if self.admin.is_some() {
-            c.admin = self.admin;
-        }
-        if let Some(v) = self.max_headers {
-            c.limits.max_headers = v;
-        }
-        c
-    }
 }
 
 /// Sections a config file may have.
@@ -503,13 +293,5 @@ mod tests {
         assert!(e.0.contains("key `serve.event`"), "{}", e.0);
         assert!(e.0.contains("kqueue"), "{}", e.0);
         assert!(!e.0.contains('\n'));
-    }
-
-    #[test]
-    fn accept_limit_and_access_log_values() {
-        assert_eq!(parse_accept_limit("inf").unwrap(), AcceptLimit(None));
-        assert_eq!(parse_accept_limit("10").unwrap(), AcceptLimit(Some(10)));
-        assert!(parse_accept_limit("0").is_err());
-        assert_eq!(parse_off_path("off").unwrap(), OffPath(None));
     }
 }

@@ -1,6 +1,6 @@
 //! `weft load` and `weft load gen`: the command line over the weft-load crate.
 
-use crate::args::{duration as parse_duration, size_usize as parse_size_usize};
+use crate::args::{duration as parse_duration, set_given, size_usize as parse_size_usize};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -204,10 +204,7 @@ impl LoadArgs {
             url,
             ..Default::default()
         };
-        macro_rules! set {
-            ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { c.$field = v; } )* };
-        }
-        set!(idle, pipeline, http10, close, workload, threads, repeat, seed, verify, think, event, quiet, timeout);
+        set_given!(self, c; idle, pipeline, http10, close, workload, threads, repeat, seed, verify, think, event, quiet, timeout);
         c.rate = self.rate;
         c.arrivals = self.dist.unwrap_or_default();
         c.clients = self.clients;

@@ -7,6 +7,8 @@ mod cli;
 mod load;
 mod origin;
 mod proxy;
+mod serve;
+mod service;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -38,49 +40,12 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Serve(args) => serve(*args),
+        Command::Serve(args) => serve::run(*args),
         Command::Proxy(args) => proxy::run(*args),
         Command::Backends => backends(),
         Command::Check(args) => check(args),
         Command::Load(args) => load::run(*args),
         Command::Origin(args) => origin::run(*args),
-    }
-}
-
-fn serve(args: cli::ServeArgs) -> ExitCode {
-    if let Some(l) = args.log_level {
-        weft_core::log::set_level(l);
-    }
-    let cfg = args.to_config();
-    if let Err(code) = args::block_shutdown_signals() {
-        return code;
-    }
-    let stats_on_exit = cfg.stats_on_exit;
-    let what = match &cfg.root {
-        Some(p) => p.display().to_string(),
-        None => "the built-in demo site".to_string(),
-    };
-    let (event, workers, send) = (cfg.event, cfg.workers, cfg.send);
-    let server = match weft_server::Server::start(cfg) {
-        Ok(s) => s,
-        Err(e) => return args::fatal(e),
-    };
-    if let Err(e) = server.shutdown_handle().on_signals() {
-        return args::fatal(format_args!("cannot start the signal thread: {e}"));
-    }
-    args::announce(server.local_addr(), server.admin_addr());
-    weft_core::info!(
-        "serving {what} with {workers} worker(s), event backend {event}, send {}",
-        send.name()
-    );
-    match server.wait() {
-        Ok(stats) => {
-            if stats_on_exit {
-                eprintln!("{}", stats.to_json());
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => args::fatal(e),
     }
 }
 

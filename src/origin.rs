@@ -1,6 +1,7 @@
 //! `weft origin`: the command line over weft-load's origin emulator.
 
-use crate::args::{self, duration as parse_duration, size as parse_size, workers as parse_workers};
+use crate::args::{duration as parse_duration, set_given, size as parse_size, workers as parse_workers};
+use crate::service;
 use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -87,10 +88,9 @@ impl OriginArgs {
     /// The origin's configuration.
     pub fn to_config(&self) -> OriginConfig {
         let mut c = OriginConfig::default();
-        macro_rules! set {
-            ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { c.$field = v; } )* };
-        }
-        set!(
+        set_given!(
+            self,
+            c;
             listen,
             workers,
             event,
@@ -108,25 +108,14 @@ impl OriginArgs {
 
 /// Run `weft origin` until SIGINT/SIGTERM.
 pub fn run(args: OriginArgs) -> ExitCode {
-    let cfg = args.to_config();
-    if let Err(code) = args::block_shutdown_signals() {
-        return code;
-    }
-    let origin = match weft_load::Origin::start(cfg) {
-        Ok(o) => o,
-        Err(e) => return args::fatal(e),
-    };
-    if let Err(e) = origin.shutdown_handle().on_signals() {
-        return args::fatal(format_args!("cannot start the signal thread: {e}"));
-    }
-    args::announce(origin.local_addr(), None);
-    match origin.wait() {
-        Ok(stats) => {
-            if args.stats_on_exit == Some(true) {
+    let stats_on_exit = args.stats_on_exit == Some(true);
+    service::run::<weft_load::Origin>(
+        args.to_config(),
+        || {},
+        |stats| {
+            if stats_on_exit {
                 eprintln!("{}", stats.to_json());
             }
-            ExitCode::SUCCESS
-        }
-        Err(e) => args::fatal(e),
-    }
+        },
+    )
 }

@@ -1,16 +1,16 @@
 //! `weft proxy`: the argument struct, its mapping onto `ProxyConfig`, and the
 //! run function (start, print the address, wait, report).
 
-use crate::args;
+use crate::args::set_given;
+use crate::service::{self, apply_service_args, ServiceArgs};
 use clap::{ArgAction, Args};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use weft_proxy::acl::Cidr;
 use weft_proxy::config::{HostPort, Route};
 
-use crate::args::{duration, positive, size, size_usize, workers};
+use crate::args::{duration, positive, size, size_usize};
 
 fn pipe_size(s: &str) -> Result<usize, String> {
     let n = size_usize(s)?;
@@ -66,13 +66,42 @@ fn port_list(s: &str) -> Result<PortList, String> {
     Ok(PortList(v))
 }
 
-/// `weft proxy`.
+/// `weft proxy`. The shared flags keep the proxy's own wording.
 #[derive(Args, Debug, Default)]
+#[command(
+    mut_arg("listen", |a| a.help(
+        "Address to listen on; port 0 picks a free port. The bound address is printed on stdout as \
+         `listening on ADDR:PORT` [default: 127.0.0.1:3128]"
+    )),
+    mut_arg("event", |a| a
+        .value_parser(crate::args::event_untracked)
+        .help("Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll]")),
+    mut_arg("accept_limit", |a| a.help(
+        "Client connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: 10]"
+    )),
+    mut_arg("idle_timeout", |a| a.help(
+        "Close keep-alive client connections (and idle tunnels) idle this long [default: 60s]"
+    )),
+    mut_arg("header_timeout", |a| a.help(
+        "Close clients whose request head is incomplete this long after it began, with 408 [default: 10s]"
+    )),
+    mut_arg("send_timeout", |a| a.help("Close clients that make no write progress this long [default: 60s]")),
+    mut_arg("max_header_bytes", |a| a.help(
+        "Largest request (and response) head; larger gets 431 (502 for responses) [default: 64KiB]"
+    )),
+    mut_arg("grace", |a| a.help(
+        "After SIGTERM/SIGINT, how long in-flight transfers may take to finish [default: 10s]"
+    )),
+    mut_arg("stats_on_exit", |a| a.help(
+        "Print counters (cache, bytes by path, sessions by outcome, system calls) as JSON on stderr at exit"
+    )),
+    mut_arg("admin", |a| a.help("Serve live counters as JSON at http://ADDR/stats")),
+    mut_arg("config", |a| a.help("Read settings from this TOML file's [proxy] table; flags override it")),
+)]
 pub struct ProxyArgs {
-    /// Address to listen on; port 0 picks a free port. The bound address is
-    /// printed on stdout as `listening on ADDR:PORT` [default: 127.0.0.1:3128].
-    #[arg(long, value_name = "ADDR:PORT")]
-    pub listen: Option<SocketAddr>,
+    // Listening, workers, timeouts, head limits, logging, the config file.
+    #[command(flatten)]
+    pub service: ServiceArgs,
 
     /// Reverse mode: send every request to this upstream (a name is resolved
     /// off the event loop). Without it (and without --route) weft is a forward proxy.
@@ -92,22 +121,6 @@ pub struct ProxyArgs {
     /// Ports CONNECT may reach, comma-separated [default: 443].
     #[arg(long, value_name = "PORTS", value_parser = port_list)]
     pub connect_ports: Option<PortList>,
-
-    /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll].
-    #[arg(long, value_name = "BACKEND", value_parser = crate::args::event_untracked)]
-    pub event: Option<weft_io::BackendKind>,
-
-    /// Worker threads, one event loop and SO_REUSEPORT listener each [default: number of CPUs].
-    #[arg(long, value_name = "N", value_parser = workers)]
-    pub workers: Option<usize>,
-
-    /// Listen backlog [default: 4096].
-    #[arg(long, value_name = "N")]
-    pub backlog: Option<i32>,
-
-    /// Client connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: 10].
-    #[arg(long, value_name = "N|inf", value_parser = crate::args::accept_limit)]
-    pub accept_limit: Option<crate::args::AcceptLimit>,
 
     /// Body path: `on` splices every body and tunnel through the kernel,
     /// `off` copies through user space, `auto` splices bodies of at least
@@ -177,18 +190,6 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "SIZE", value_parser = cache_dir_size)]
     pub cache_dir_size: Option<u64>,
 
-    /// Close keep-alive client connections (and idle tunnels) idle this long [default: 60s].
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub idle_timeout: Option<Duration>,
-
-    /// Close clients whose request head is incomplete this long after it began, with 408 [default: 10s].
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub header_timeout: Option<Duration>,
-
-    /// Close clients that make no write progress this long [default: 60s].
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub send_timeout: Option<Duration>,
-
     /// Give up connecting to an upstream after this long: 504 [default: 5s].
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub connect_timeout: Option<Duration>,
@@ -217,52 +218,16 @@ pub struct ProxyArgs {
     /// This proxy's name in Via, used to detect loops [default: hostname:port].
     #[arg(long, value_name = "NAME")]
     pub via_name: Option<String>,
-
-    /// Longest request line; longer gets 414 [default: 8KiB].
-    #[arg(long, value_name = "SIZE", value_parser = size_usize)]
-    pub max_request_line: Option<usize>,
-
-    /// Largest request (and response) head; larger gets 431 (502 for responses) [default: 64KiB].
-    #[arg(long, value_name = "SIZE", value_parser = size_usize)]
-    pub max_header_bytes: Option<usize>,
-
-    /// Most header fields in a request; more gets 431 [default: 100].
-    #[arg(long, value_name = "N")]
-    pub max_headers: Option<usize>,
-
-    /// After SIGTERM/SIGINT, how long in-flight transfers may take to finish [default: 10s].
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub grace: Option<Duration>,
-
-    /// Print counters (cache, bytes by path, sessions by outcome, system calls) as JSON on stderr at exit.
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub stats_on_exit: Option<bool>,
-
-    /// Serve live counters as JSON at http://ADDR/stats.
-    #[arg(long, value_name = "ADDR:PORT")]
-    pub admin: Option<SocketAddr>,
-
-    /// Log level: error, warn, info or debug [default: info].
-    #[arg(long, value_name = "LEVEL")]
-    pub log_level: Option<weft_core::log::Level>,
-
-    /// Read settings from this TOML file's [proxy] table; flags override it.
-    #[arg(short = 'c', long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
 }
 
 impl ProxyArgs {
     /// The validated configuration.
     pub fn to_config(&self) -> weft_proxy::ProxyConfig {
         let mut c = weft_proxy::ProxyConfig::default();
-        macro_rules! set {
-            ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { c.$field = v; } )* };
-        }
-        set!(
-            listen,
-            event,
-            workers,
-            backlog,
+        apply_service_args!(self.service, c);
+        set_given!(
+            self,
+            c;
             splice,
             splice_threshold,
             keep_copy,
@@ -275,38 +240,20 @@ impl ProxyArgs {
             max_object_size,
             cache_policy,
             cache_dir_size,
-            idle_timeout,
-            header_timeout,
-            send_timeout,
             connect_timeout,
             upstream_timeout,
             pool_idle_timeout,
             pool_size,
             dns_ttl,
-            resolver_threads,
-            grace,
-            stats_on_exit
+            resolver_threads
         );
         c.upstream = self.upstream.clone();
         c.routes = self.route.clone();
         c.allow = self.allow.clone();
         c.via_name = self.via_name.clone();
         c.cache_dir = self.cache_dir.clone();
-        c.admin = self.admin;
-        if let Some(v) = self.accept_limit {
-            c.accept_limit = v.0;
-        }
         if let Some(p) = &self.connect_ports {
             c.connect_ports = p.0.clone();
-        }
-        if let Some(v) = self.max_request_line {
-            c.limits.max_request_line = v;
-        }
-        if let Some(v) = self.max_header_bytes {
-            c.limits.max_head = v;
-        }
-        if let Some(v) = self.max_headers {
-            c.limits.max_headers = v;
         }
         c
     }
@@ -314,13 +261,8 @@ impl ProxyArgs {
 
 /// Run `weft proxy` until a shutdown signal.
 pub fn run(args: ProxyArgs) -> ExitCode {
-    if let Some(l) = args.log_level {
-        weft_core::log::set_level(l);
-    }
+    args.service.set_log_level();
     let cfg = args.to_config();
-    if let Err(code) = args::block_shutdown_signals() {
-        return code;
-    }
     let stats_on_exit = cfg.stats_on_exit;
     let mode = match (&cfg.upstream, cfg.routes.len()) {
         (None, 0) => "forward proxy".to_string(),
@@ -331,30 +273,23 @@ pub fn run(args: ProxyArgs) -> ExitCode {
         ),
     };
     let (event, workers, splice, cache) = (cfg.event, cfg.workers, cfg.splice, cfg.cache_size);
-    let proxy = match weft_proxy::Proxy::start(cfg) {
-        Ok(p) => p,
-        Err(e) => return args::fatal(e),
-    };
-    if let Err(e) = proxy.shutdown_handle().on_signals() {
-        return args::fatal(format_args!("cannot start the signal thread: {e}"));
-    }
-    args::announce(proxy.local_addr(), proxy.admin_addr());
-    weft_core::info!(
-        "{mode} with {workers} worker(s), event backend {event}, splice {}, cache {}",
-        splice.name(),
-        if cache > 0 {
-            format!("{} MiB", cache >> 20)
-        } else {
-            "off".into()
-        }
-    );
-    match proxy.wait() {
-        Ok((stats, store)) => {
+    service::run::<weft_proxy::Proxy>(
+        cfg,
+        || {
+            weft_core::info!(
+                "{mode} with {workers} worker(s), event backend {event}, splice {}, cache {}",
+                splice.name(),
+                if cache > 0 {
+                    format!("{} MiB", cache >> 20)
+                } else {
+                    "off".into()
+                }
+            );
+        },
+        |(stats, store)| {
             if stats_on_exit {
                 eprintln!("{{\"total\":{},\"store\":{store}}}", stats.to_json());
             }
-            ExitCode::SUCCESS
-        }
-        Err(e) => args::fatal(e),
-    }
+        },
+    )
 }

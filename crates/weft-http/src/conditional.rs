@@ -5,6 +5,7 @@
 //! If-Modified-Since (only for GET/HEAD and only without If-None-Match).
 
 use crate::date::{parse_http_date, unix_secs};
+use crate::represent::Role;
 use crate::Method;
 use std::time::SystemTime;
 
@@ -65,7 +66,8 @@ fn matches_weak(list: &[u8], etag: &[u8]) -> bool {
 }
 
 /// Decide a conditional request against a representation with strong `etag`
-/// and last modification `mtime`.
+/// and last modification `mtime` (an origin server's view, both validators
+/// known; [`crate::represent::answer`] takes either as optional).
 pub fn evaluate_preconditions(
     method: Method,
     if_match: Option<&[u8]>,
@@ -75,19 +77,60 @@ pub fn evaluate_preconditions(
     etag: &[u8],
     mtime: SystemTime,
 ) -> Precondition {
-    let mtime_s = unix_secs(mtime);
-    if let Some(v) = if_match {
-        if !matches_strong(v, etag) {
+    let fields = Preconditions {
+        if_match,
+        if_unmodified_since,
+        if_none_match,
+        if_modified_since,
+    };
+    check(method, &fields, Some(etag), Some(mtime), Role::Origin)
+}
+
+/// The four precondition fields of a request, as sent.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Preconditions<'a> {
+    pub(crate) if_match: Option<&'a [u8]>,
+    pub(crate) if_unmodified_since: Option<&'a [u8]>,
+    pub(crate) if_none_match: Option<&'a [u8]>,
+    pub(crate) if_modified_since: Option<&'a [u8]>,
+}
+
+/// RFC 9110 §13.2.2, steps 1 to 4, against a representation that may lack
+/// an entity tag or a modification date.
+///
+/// - If-Match without an ETag is satisfied only by `*` (no tag can match).
+/// - If-Unmodified-Since and If-Modified-Since are ignored without a date
+///   (§13.1.4, §13.1.3: "MUST ignore ... if the resource does not have a
+///   modification date available") and when unparseable.
+/// - If-None-Match without an ETag: an origin evaluates it (`*` matches, a
+///   list does not, and either way If-Modified-Since is then ignored); a
+///   [`Role::Cache`] ignores the field, because a stored response without a
+///   tag cannot tell whether the client's tags name it, and falls back to
+///   If-Modified-Since, as `weft proxy` has always done.
+pub(crate) fn check(
+    method: Method,
+    p: &Preconditions<'_>,
+    etag: Option<&[u8]>,
+    mtime: Option<SystemTime>,
+    role: Role,
+) -> Precondition {
+    let mtime_s = mtime.map(unix_secs);
+    if let Some(v) = p.if_match {
+        if !matches_strong(v, etag.unwrap_or(b"")) {
             return Precondition::Failed;
         }
-    } else if let Some(date) = if_unmodified_since.and_then(parse_http_date) {
-        if mtime_s > unix_secs(date) {
+    } else if let (Some(m), Some(date)) = (mtime_s, p.if_unmodified_since.and_then(parse_http_date)) {
+        if m > unix_secs(date) {
             return Precondition::Failed;
         }
     }
     let get_or_head = matches!(method, Method::Get | Method::Head);
+    let if_none_match = match (etag, role) {
+        (None, Role::Cache) => None,
+        _ => p.if_none_match,
+    };
     if let Some(v) = if_none_match {
-        if matches_weak(v, etag) {
+        if matches_weak(v, etag.unwrap_or(b"")) {
             return if get_or_head {
                 Precondition::NotModified
             } else {
@@ -95,8 +138,8 @@ pub fn evaluate_preconditions(
             };
         }
     } else if get_or_head {
-        if let Some(date) = if_modified_since.and_then(parse_http_date) {
-            if mtime_s <= unix_secs(date) {
+        if let (Some(m), Some(date)) = (mtime_s, p.if_modified_since.and_then(parse_http_date)) {
+            if m <= unix_secs(date) {
                 return Precondition::NotModified;
             }
         }
@@ -107,16 +150,22 @@ pub fn evaluate_preconditions(
 /// If-Range (RFC 9110 §13.1.5): may the Range be honoured? An entity tag must
 /// match strongly; a date must equal the modification time exactly.
 pub fn if_range_allows(if_range: &[u8], etag: &[u8], mtime: SystemTime) -> bool {
+    if_range_holds(if_range, Some(etag), Some(mtime))
+}
+
+/// [`if_range_allows`] for a representation that may lack either validator:
+/// a validator it does not have never matches.
+pub(crate) fn if_range_holds(if_range: &[u8], etag: Option<&[u8]>, mtime: Option<SystemTime>) -> bool {
     let v = crate::trim(if_range);
     if v.starts_with(b"W/") {
         return false;
     }
     if v.starts_with(b"\"") {
-        return v == etag;
+        return etag == Some(v);
     }
-    match parse_http_date(v) {
-        Some(d) => unix_secs(d) == unix_secs(mtime),
-        None => false,
+    match (parse_http_date(v), mtime) {
+        (Some(d), Some(m)) => unix_secs(d) == unix_secs(m),
+        _ => false,
     }
 }
 

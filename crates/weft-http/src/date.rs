@@ -4,6 +4,9 @@
 //! locale); [`DateCache`] keeps the current second's `Date` value so a server
 //! formats it once per second, not once per response. Parsing accepts the
 //! three historical forms through `httpdate`.
+//!
+//! Nothing here reads the clock: the caller passes the time it read (an event
+//! loop reads it once per iteration), so tests choose the time they need.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -74,6 +77,11 @@ pub fn to_second(t: SystemTime) -> SystemTime {
 }
 
 /// The current `Date` value, reformatted only when the second changes.
+///
+/// It holds the time it was last given: [`new`](Self::new) starts at the
+/// epoch, and the owner moves it with [`update`](Self::update) before the
+/// first head it writes (an event loop does so when it registers and at the
+/// top of each iteration).
 #[derive(Clone, Debug)]
 pub struct DateCache {
     second: u64,
@@ -87,9 +95,13 @@ impl Default for DateCache {
 }
 
 impl DateCache {
-    /// A cache holding the current time.
+    /// A cache holding the epoch, until the first [`update`](Self::update).
     pub fn new() -> DateCache {
-        let now = SystemTime::now();
+        DateCache::at(UNIX_EPOCH)
+    }
+
+    /// A cache holding `now`.
+    pub fn at(now: SystemTime) -> DateCache {
         DateCache {
             second: unix_secs(now),
             value: fmt_http_date(now),
@@ -148,6 +160,17 @@ mod tests {
         assert_eq!(parse_http_date(b"Sunday, 06-Nov-94 08:49:37 GMT"), Some(want));
         assert_eq!(parse_http_date(b"Sun Nov  6 08:49:37 1994"), Some(want));
         assert_eq!(parse_http_date(b"yesterday"), None);
+    }
+
+    #[test]
+    fn cache_starts_where_it_is_told() {
+        assert_eq!(DateCache::new().get(), b"Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(DateCache::default().get(), DateCache::new().get());
+        let t = UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(DateCache::at(t).get(), b"Sun, 06 Nov 1994 08:49:37 GMT");
+        let mut c = DateCache::new();
+        c.update(t);
+        assert_eq!(c.get(), DateCache::at(t).get());
     }
 
     #[test]

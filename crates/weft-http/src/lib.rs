@@ -1,8 +1,9 @@
 //! weft-http: sans-I/O HTTP/1.1 for both roles.
 //!
-//! Nothing here touches a socket or a clock: functions take bytes (and, where
-//! time matters, a `SystemTime`) and return decisions, so the server, the proxy
-//! and the load generator share one strict codec and tests need no network.
+//! Nothing here touches a socket or reads a clock: functions take bytes (and,
+//! where time matters, a `SystemTime` the caller read) and return decisions,
+//! so the server, the proxy and the load generator share one strict codec and
+//! tests need no network.
 //!
 //! - [`request`]: request heads (httparse underneath) with the checks that matter
 //!   for security — smuggling (CL+TE, differing lengths), obs-fold, bare CR, bad
@@ -17,7 +18,12 @@
 //! - [`cache_control`] and [`caching`]: the Cache-Control parser and the rules
 //!   of a shared cache (RFC 9111: storability, freshness, age, Vary, 304
 //!   merging, invalidation), with the clock passed in;
-//! - [`respond`]: writing response heads and short generated responses.
+//! - [`represent`]: the answer to a request from a representation already
+//!   held (a file, a cache hit): preconditions, If-Range and Range in RFC
+//!   order, giving 200 / 206 / 304 / 412 / 416 and the bytes to send;
+//! - [`encode`]: the head writer (status line, Date, Content-Length,
+//!   Content-Range, validators) with integers formatted without allocating;
+//! - [`respond`]: whole heads and short generated responses built on it.
 //!
 //! Heads are parsed into offsets, not copies: a [`RequestHead`] or
 //! [`ResponseHead`] is reused across messages and answers questions about the
@@ -30,7 +36,9 @@ pub mod caching;
 pub mod chunked;
 pub mod conditional;
 pub mod date;
+pub mod encode;
 pub mod range;
+pub mod represent;
 pub mod request;
 pub mod respond;
 pub mod response;
@@ -40,6 +48,7 @@ pub use chunked::{ChunkError, ChunkedDecoder, Decoded};
 pub use conditional::{evaluate_preconditions, if_range_allows, make_etag, Precondition};
 pub use date::{fmt_http_date, parse_http_date, DateCache};
 pub use range::{evaluate_range, RangeOutcome};
+pub use represent::{Answer, Conditions, Representation, Role};
 pub use request::RequestHead;
 pub use response::ResponseHead;
 
@@ -287,20 +296,11 @@ pub fn parse_decimal(s: &[u8]) -> Option<u64> {
     Some(n)
 }
 
-/// Append a decimal number to `out` without allocating.
+/// Append a decimal number to `out` without allocating (the one integer
+/// formatter: [`encode::push_u64`]).
 #[inline]
-pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let mut tmp = [0u8; 20];
-    let mut i = tmp.len();
-    loop {
-        i -= 1;
-        tmp[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&tmp[i..]);
+pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    encode::push_u64(out, n);
 }
 
 /// Hop-by-hop fields (RFC 9110 §7.6.1): they describe one connection and are

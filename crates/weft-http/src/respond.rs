@@ -3,51 +3,27 @@
 //! Shared by `weft serve` and `weft proxy` (the proxy's own answers: errors,
 //! cache hits, CONNECT replies).
 
+use crate::encode;
 use std::io::Write;
 
-/// Append a decimal number (same as [`crate::push_decimal`]).
-#[inline]
-pub fn push_u64(out: &mut Vec<u8>, n: u64) {
-    crate::push_decimal(out, n);
-}
+pub use crate::encode::{push_u64, Persist};
 
 /// Status line, `Server` and `Date`.
 #[inline]
 pub fn start_head(out: &mut Vec<u8>, status: u16, date: &[u8]) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    push_u64(out, status as u64);
-    out.push(b' ');
-    out.extend_from_slice(crate::reason_phrase(status).as_bytes());
-    out.extend_from_slice(b"\r\nServer: weft\r\nDate: ");
-    out.extend_from_slice(date);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// How the connection continues after this response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Persist {
-    /// HTTP/1.1 keep-alive (the default: no header needed).
-    Default,
-    /// HTTP/1.0 keep-alive: must be announced.
-    KeepAlive10,
-    /// The connection closes after this response.
-    Close,
+    encode::status_line(out, status);
+    encode::field(out, b"Server", b"weft");
+    encode::date(out, date);
 }
 
 /// `Content-Length` (when given), the connection header, and the blank line.
 #[inline]
 pub fn end_head(out: &mut Vec<u8>, content_length: Option<u64>, persist: Persist) {
     if let Some(n) = content_length {
-        out.extend_from_slice(b"Content-Length: ");
-        push_u64(out, n);
-        out.extend_from_slice(b"\r\n");
+        encode::content_length(out, n);
     }
-    match persist {
-        Persist::Default => {}
-        Persist::KeepAlive10 => out.extend_from_slice(b"Connection: keep-alive\r\n"),
-        Persist::Close => out.extend_from_slice(b"Connection: close\r\n"),
-    }
-    out.extend_from_slice(b"\r\n");
+    encode::connection(out, persist);
+    encode::end(out);
 }
 
 /// A complete short text response (errors, redirects, OPTIONS).
@@ -63,13 +39,37 @@ pub fn simple(
     head_only: bool,
     persist: Persist,
 ) -> u64 {
+    simple_with(
+        out,
+        status,
+        date,
+        |o| o.extend_from_slice(extra),
+        detail,
+        head_only,
+        persist,
+    )
+}
+
+/// [`simple`] whose extra fields are written by `extra` straight into `out`
+/// (a 416's `Content-Range`, say, with [`encode::content_range`]), so no
+/// buffer is built for them.
+#[allow(clippy::too_many_arguments)]
+pub fn simple_with(
+    out: &mut Vec<u8>,
+    status: u16,
+    date: &[u8],
+    extra: impl FnOnce(&mut Vec<u8>),
+    detail: &str,
+    head_only: bool,
+    persist: Persist,
+) -> u64 {
     start_head(out, status, date);
-    out.extend_from_slice(extra);
+    extra(out);
     if status == 204 || status == 304 {
         end_head(out, None, persist);
         return 0;
     }
-    out.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\n");
+    encode::field(out, b"Content-Type", b"text/plain; charset=utf-8");
     let reason = crate::reason_phrase(status);
     // "404 Not Found\n" or "400 Bad Request: both Content-Length and Transfer-Encoding\n"
     let len = 3 + 1 + reason.len() + if detail.is_empty() { 0 } else { 2 + detail.len() } + 1;

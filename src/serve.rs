@@ -1,0 +1,162 @@
+//! `weft serve`: the argument struct, its mapping onto `ServeConfig`, and the
+//! run function.
+
+use crate::args::{duration as parse_duration, set_given, size as parse_size};
+use crate::service::{self, apply_service_args, ServiceArgs};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn parse_max_pass(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if n <= 1_000_000 => Ok(n),
+        _ => Err(format!("invalid pass count `{s}` (expected 0..1000000)")),
+    }
+}
+
+fn parse_wake_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > Duration::from_millis(10) {
+        return Err(format!("wake interval `{s}` is too long (at most 10ms)"));
+    }
+    Ok(d)
+}
+
+/// A path or `off`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffPath(pub Option<PathBuf>);
+
+fn parse_off_path(s: &str) -> Result<OffPath, String> {
+    match s {
+        "off" => Ok(OffPath(None)),
+        "" => Err("empty path (use `off` to disable)".into()),
+        p => Ok(OffPath(Some(PathBuf::from(p)))),
+    }
+}
+
+/// `weft serve`.
+#[derive(Args, Debug, Default)]
+pub struct ServeArgs {
+    /// Document root. Without it, weft serves its built-in demo site.
+    #[arg(value_name = "DIR")]
+    pub root: Option<PathBuf>,
+
+    // Listening, workers, timeouts, head limits, logging, the config file.
+    #[command(flatten)]
+    pub service: ServiceArgs,
+
+    /// tracked backends: consecutive passes served from the user-level readiness table before the
+    /// kernel is asked anyway, so descriptors not known to be ready are not starved; 0 asks the
+    /// kernel at every pass [default: 8].
+    #[arg(long, value_name = "N", value_parser = parse_max_pass)]
+    pub max_pass: Option<u32>,
+
+    /// uring and tracked: batch wake-ups under load. A wait that finds no completion asks the kernel
+    /// for those expected within this interval at the recent rate and holds the first back at most
+    /// ten intervals (io_uring min-wait, Linux 6.12); under two expected, it wakes at the first.
+    /// Fewer io_uring_enter calls for about one interval of added latency under load; 0 turns it off
+    /// [default: 0].
+    #[arg(long, value_name = "DURATION", value_parser = parse_wake_interval)]
+    pub wake_interval: Option<Duration>,
+
+    /// Requests per connection before it is closed; 0 = unlimited [default: 0].
+    #[arg(long, value_name = "N")]
+    pub max_requests: Option<u64>,
+
+    /// How file bodies are sent: sendfile (no byte through user space), copy
+    /// (pread + writev), or auto (small files from memory, larger ones with
+    /// sendfile) [default: auto].
+    #[arg(long, value_name = "sendfile|copy|auto")]
+    pub send: Option<weft_server::SendMode>,
+
+    /// In auto mode, files up to this size are kept in memory [default: 16KiB].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub small_file_max: Option<u64>,
+
+    /// Open files cached per worker [default: 1000].
+    #[arg(long, value_name = "N")]
+    pub file_cache_entries: Option<usize>,
+
+    /// Re-check a cached file's metadata after this long [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub file_cache_valid: Option<Duration>,
+
+    /// List directories that have no index.html.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub autoindex: Option<bool>,
+
+    /// Follow symlinks that lead outside the document root.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub follow_symlinks: Option<bool>,
+
+    /// Combined Log Format access log, or `off` [default: off].
+    #[arg(long, value_name = "FILE|off", value_parser = parse_off_path)]
+    pub access_log: Option<OffPath>,
+}
+
+impl ServeArgs {
+    /// The validated server configuration.
+    pub fn to_config(&self) -> weft_server::ServeConfig {
+        let mut c = weft_server::ServeConfig {
+            root: self.root.clone(),
+            ..Default::default()
+        };
+        apply_service_args!(self.service, c);
+        set_given!(
+            self,
+            c;
+            max_pass,
+            wake_interval,
+            max_requests,
+            send,
+            small_file_max,
+            file_cache_entries,
+            file_cache_valid,
+            autoindex,
+            follow_symlinks
+        );
+        if let Some(v) = &self.access_log {
+            c.access_log = v.0.clone();
+        }
+        c
+    }
+}
+
+/// Run `weft serve` until a shutdown signal.
+pub fn run(args: ServeArgs) -> ExitCode {
+    args.service.set_log_level();
+    let cfg = args.to_config();
+    let stats_on_exit = cfg.stats_on_exit;
+    let what = match &cfg.root {
+        Some(p) => p.display().to_string(),
+        None => "the built-in demo site".to_string(),
+    };
+    let (event, workers, send) = (cfg.event, cfg.workers, cfg.send);
+    service::run::<weft_server::Server>(
+        cfg,
+        || {
+            weft_core::info!(
+                "serving {what} with {workers} worker(s), event backend {event}, send {}",
+                send.name()
+            );
+        },
+        |stats| {
+            if stats_on_exit {
+                eprintln!("{}", stats.to_json());
+            }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_log_values() {
+        assert_eq!(parse_off_path("off").unwrap(), OffPath(None));
+        assert_eq!(parse_off_path("x").unwrap(), OffPath(Some(PathBuf::from("x"))));
+        assert!(parse_off_path("").is_err());
+    }
+}
