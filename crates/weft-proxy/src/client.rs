@@ -334,13 +334,9 @@ pub(crate) fn set_notsent_lowat(fd: &Option<Fd>, state: &mut bool, on: bool, cfg
         return;
     }
     let Some(fd) = fd.as_ref() else { return };
-    let v = if on {
-        cfg.notsent_lowat.min(i32::MAX as usize) as i32
-    } else {
-        0
-    };
+    let bytes = if on { cfg.notsent_lowat } else { 0 };
     // 0 restores the kernel's default (net.ipv4.tcp_notsent_lowat).
-    if sys::setsockopt_int(fd.raw(), libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v).is_ok() {
+    if sys::set_notsent_lowat(fd.raw(), bytes).is_ok() {
         *state = on;
     }
 }
@@ -357,11 +353,11 @@ mod tests {
         let _peer = std::net::TcpStream::connect(sys::local_addr(l.raw()).unwrap()).unwrap();
         let (fd, _) = sys::accept(l.raw()).unwrap();
         let raw = fd.raw();
-        let lowat = || sys::getsockopt_int(raw, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT).unwrap();
+        let lowat = || sys::notsent_lowat(raw).unwrap();
         let mut c = Client::new(fd, None, true, Interest::READ, Instant::now());
         assert_eq!(lowat(), 0);
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, true, &cfg);
-        assert_eq!(lowat() as usize, cfg.notsent_lowat, "bounded while relaying");
+        assert_eq!(lowat(), cfg.notsent_lowat, "bounded while relaying");
         assert!(c.notsent_lowat);
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, &cfg);
         assert_eq!(lowat(), 0, "unbounded for a large hit");

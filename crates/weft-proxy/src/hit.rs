@@ -10,10 +10,12 @@ use crate::store::Object;
 use crate::worker::{pair, Flow, Worker};
 use bytes::Bytes;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 use weft_http::caching;
 use weft_http::date::unix_secs;
-use weft_http::{Method, Precondition, RangeOutcome, RequestHead, ResponseHead, Version};
+use weft_http::encode;
+use weft_http::represent::{self, Answer, Conditions, Representation, Role};
+use weft_http::{Method, RequestHead, ResponseHead, Version};
 use weft_io::{Ctx, OutChain, Poller, Token};
 
 /// How a hit is answered, beyond the request and the object.
@@ -102,8 +104,11 @@ impl Worker<'_> {
 }
 
 /// Answer a request (head `data`, parsed as `req`) from a stored object: its
-/// conditionals, Range and HEAD applied. Body bytes go out as shared segments
-/// of the object (no copy).
+/// conditionals, If-Range, Range and HEAD applied by the shared answer
+/// function (`weft_http::represent`, as a cache), the head written with
+/// `weft_http::encode`. Body bytes go out as shared segments of the object
+/// (no copy). A stored response other than a 200 is sent as it is: the
+/// conditionals and ranges do not apply to it (RFC 9110 §13.2.1).
 /// `validated`: the origin has just validated the object for this request
 /// (a 304 to our conditional request): the answer then has no `Age`, whose
 /// presence says the opposite (RFC 9111 §5.1), so clients and measuring
@@ -118,119 +123,70 @@ pub(crate) fn serve_hit(
 ) {
     let HitAnswer { now, close, validated } = answer;
     let method = req.method();
-    let head_only = method == Method::Head;
     let len = obj.body.len() as u64;
-    let mtime = obj
-        .last_modified
-        .as_ref()
-        .map(|(_, t)| std::time::UNIX_EPOCH + Duration::from_secs(*t));
-    let etag: &[u8] = obj.etag.as_deref().unwrap_or(b"");
-    let pre = if obj.status == 200 {
-        weft_http::evaluate_preconditions(
-            method,
-            req.header(data, "if-match"),
-            mtime.and(req.header(data, "if-unmodified-since")),
-            if etag.is_empty() {
-                None
-            } else {
-                req.header(data, "if-none-match")
-            },
-            mtime.and(req.header(data, "if-modified-since")),
-            etag,
-            mtime.unwrap_or(std::time::UNIX_EPOCH),
-        )
+    let decision = if obj.status == 200 {
+        let rep = Representation {
+            etag: obj.etag.as_deref().filter(|e| !e.is_empty()),
+            last_modified: obj
+                .last_modified
+                .as_ref()
+                .map(|(_, t)| UNIX_EPOCH + Duration::from_secs(*t)),
+            len,
+        };
+        represent::answer(method, &Conditions::from_head(req, data), &rep, Role::Cache)
     } else {
-        Precondition::Proceed
+        Answer::Full {
+            len,
+            body: method != Method::Head,
+        }
     };
     let age = obj.age(now);
+    let persist = encode::Persist::new(close, req.version() == Version::Http10);
+    // Age, the length, the connection, the blank line.
     let tail = |v: &mut Vec<u8>, content_length: Option<u64>| {
         if !validated {
-            v.extend_from_slice(b"Age: ");
-            weft_http::push_decimal(v, age);
-            v.extend_from_slice(b"\r\n");
+            encode::field_u64(v, b"Age", age);
         }
         if let Some(l) = content_length {
-            v.extend_from_slice(b"Content-Length: ");
-            weft_http::push_decimal(v, l);
-            v.extend_from_slice(b"\r\n");
+            encode::content_length(v, l);
         }
-        if close {
-            v.extend_from_slice(b"Connection: close\r\n");
-        } else if req.version() == Version::Http10 {
-            v.extend_from_slice(b"Connection: keep-alive\r\n");
-        }
-        v.extend_from_slice(b"\r\n");
+        encode::connection(v, persist);
+        encode::end(v);
     };
+    // The stored head without its blank line.
     let stored_fields = obj.head.len() - 2;
-    match pre {
-        Precondition::NotModified => {
+    match decision {
+        Answer::NotModified => {
             let v = out.own_mut();
             headers::write_304_fields(v, &obj.head[..stored_fields], obj.status_line_len);
             tail(v, None);
         }
-        Precondition::Failed => {
+        Answer::PreconditionFailed | Answer::RangeNotSatisfiable { .. } => {
             let v = out.own_mut();
-            v.extend_from_slice(b"HTTP/1.1 412 Precondition Failed\r\n");
+            encode::status_line(v, decision.status());
+            if let Some(cr) = decision.content_range() {
+                encode::content_range(v, cr);
+            }
             tail(v, Some(0));
         }
-        Precondition::Proceed => {
-            let mut range = RangeOutcome::Full;
-            if method == Method::Get && obj.status == 200 {
-                if let Some(r) = req.header(data, "range") {
-                    let allowed = match req.header(data, "if-range") {
-                        Some(ir) => {
-                            (mtime.is_some() || !etag.is_empty())
-                                && weft_http::if_range_allows(ir, etag, mtime.unwrap_or(std::time::UNIX_EPOCH))
-                        }
-                        None => true,
-                    };
-                    if allowed {
-                        range = weft_http::evaluate_range(r, len);
-                    }
-                }
+        Answer::Partial { start, end, .. } => {
+            encode::status_line(out.own_mut(), 206);
+            out.push_shared(obj.head.slice(obj.status_line_len..stored_fields));
+            let v = out.own_mut();
+            if let Some(cr) = decision.content_range() {
+                encode::content_range(v, cr);
             }
-            match range {
-                RangeOutcome::Partial { start, end_inclusive } => {
-                    let n = end_inclusive + 1 - start;
-                    {
-                        let v = out.own_mut();
-                        v.extend_from_slice(b"HTTP/1.1 206 Partial Content\r\n");
-                    }
-                    out.push_shared(obj.head.slice(obj.status_line_len..stored_fields));
-                    {
-                        let v = out.own_mut();
-                        v.extend_from_slice(b"Content-Range: bytes ");
-                        weft_http::push_decimal(v, start);
-                        v.push(b'-');
-                        weft_http::push_decimal(v, end_inclusive);
-                        v.push(b'/');
-                        weft_http::push_decimal(v, len);
-                        v.extend_from_slice(b"\r\n");
-                        tail(v, Some(n));
-                    }
-                    for seg in obj.body.slice(start as usize, (end_inclusive + 1) as usize).segments() {
-                        out.push_shared(seg.clone());
-                    }
-                    st.bytes_cache += n;
-                }
-                RangeOutcome::Unsatisfiable => {
-                    let v = out.own_mut();
-                    v.extend_from_slice(b"HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */");
-                    weft_http::push_decimal(v, len);
-                    v.extend_from_slice(b"\r\n");
-                    tail(v, Some(0));
-                }
-                RangeOutcome::Full | RangeOutcome::Multiple => {
-                    out.push_shared(obj.head.slice(..stored_fields));
-                    let cl = if obj.status == 204 { None } else { Some(len) };
-                    tail(out.own_mut(), cl);
-                    if !head_only {
-                        for seg in obj.body.segments() {
-                            out.push_shared(seg.clone());
-                        }
-                        st.bytes_cache += len;
-                    }
-                }
+            tail(v, decision.content_length());
+            out.push_aggregate(&obj.body.slice(start as usize, end as usize));
+            st.bytes_cache += end - start;
+        }
+        Answer::Full { body, .. } => {
+            out.push_shared(obj.head.slice(..stored_fields));
+            let cl = if obj.status == 204 { None } else { Some(len) };
+            tail(out.own_mut(), cl);
+            if body {
+                out.push_aggregate(&obj.body);
+                st.bytes_cache += len;
             }
         }
     }

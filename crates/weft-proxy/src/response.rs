@@ -22,6 +22,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 use weft_http::caching::{self, StoreQuery};
 use weft_http::date::unix_secs;
+use weft_http::encode;
 use weft_http::{BodyFraming, CacheControl, ChunkedDecoder, Method, RequestHead, ResponseHead};
 use weft_io::{Ctx, OutChain, Poller, Token};
 
@@ -118,29 +119,18 @@ fn write_client_head(
     rdata: &[u8],
     sh: &Shared<'_>,
     f: ClientFraming,
-    close: bool,
-    http10: bool,
+    persist: encode::Persist,
 ) {
-    let date = sh.date.get();
-    let via = &sh.via;
-    {
-        let v = out.own_mut();
-        headers::write_response_fields(v, resp, rdata, via, date, HeadFor::Client);
-        if let Some(len) = f.length {
-            v.extend_from_slice(b"Content-Length: ");
-            weft_http::push_decimal(v, len);
-            v.extend_from_slice(b"\r\n");
-        }
-        if f.chunked {
-            v.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
-        }
-        if close {
-            v.extend_from_slice(b"Connection: close\r\n");
-        } else if http10 {
-            v.extend_from_slice(b"Connection: keep-alive\r\n");
-        }
-        v.extend_from_slice(b"\r\n");
+    let v = out.own_mut();
+    headers::write_response_fields(v, resp, rdata, &sh.via, sh.date.get(), HeadFor::Client);
+    if let Some(len) = f.length {
+        encode::content_length(v, len);
     }
+    if f.chunked {
+        encode::field(v, b"Transfer-Encoding", b"chunked");
+    }
+    encode::connection(v, persist);
+    encode::end(v);
 }
 
 /// Unsafe methods invalidate what is stored for the URI (RFC 9111 §4.4),
@@ -342,7 +332,8 @@ impl Worker<'_> {
         let f = client_framing(framing, method, status, resp.content_length(), txn.http10);
         let client_close = f.close || !txn.client_keep_alive || sh.draining || !matches!(txn.body, ReqBody::None);
         txn.client_close = client_close;
-        write_client_head(&mut c.out, resp, rdata, sh, f, client_close, txn.http10);
+        let persist = encode::Persist::new(client_close, txn.http10);
+        write_client_head(&mut c.out, resp, rdata, sh, f, persist);
         txn.responded = true;
         u.buf.consume(n);
         let Some(relay_framing) = relay_framing(framing, !txn.http10) else {

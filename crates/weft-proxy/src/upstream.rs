@@ -11,7 +11,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Instant;
 use weft_http::{Limits, ResponseHead};
-use weft_io::sys;
+use weft_io::sys::{self, Errno};
 use weft_io::{BufPool, Ctx, InputBuf, Interest, OutChain, Poller, Token};
 
 /// Idle upstream connections of one worker, per address.
@@ -202,7 +202,7 @@ impl Worker<'_> {
                 return self.fail(cx, ct, 502, "cannot create a socket to the upstream");
             }
         };
-        let _ = sys::setsockopt_int(fd.raw(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+        let _ = sys::set_nodelay(fd.raw(), true);
         self.sh.stats.upstream_connects += 1;
         let connected = match sys::connect(fd.raw(), &addr) {
             Ok(done) => done,
@@ -257,10 +257,10 @@ impl Worker<'_> {
             txn.phase = Phase::Connect;
             return Flow::Again;
         }
-        let reason = match e.raw_os_error() {
-            Some(libc::ECONNREFUSED) => "connection refused by the upstream",
-            Some(libc::ENETUNREACH) | Some(libc::EHOSTUNREACH) => "upstream unreachable",
-            Some(libc::ETIMEDOUT) => "upstream connect timed out",
+        let reason = match Errno::of(&e) {
+            Some(Errno::ConnRefused) => "connection refused by the upstream",
+            Some(Errno::NetUnreachable | Errno::HostUnreachable) => "upstream unreachable",
+            Some(Errno::TimedOut) => "upstream connect timed out",
             _ => "cannot connect to the upstream",
         };
         self.fail(cx, ct, 502, reason)
