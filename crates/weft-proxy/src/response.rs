@@ -14,7 +14,7 @@ use crate::client::set_notsent_lowat;
 use crate::config::{ProxyConfig, SpliceMode};
 use crate::conn::{Client, Phase, ReqBody, StorePlan, Txn, Upstream};
 use crate::headers::{self, HeadFor};
-use crate::relay::{Ends, Framing, Relay, Want};
+use crate::relay::{Ends, Framing, Plan, Relay, Want};
 use crate::stats::ProxyStats;
 use crate::store::Object;
 use crate::worker::{pair, Flow, Shared, Worker};
@@ -261,17 +261,14 @@ fn start_relay(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstream, framing: F
     let want = choose_path(cfg, plan.is_some(), remaining);
     let fill_max = plan.as_ref().map(|_| cfg.max_object_size);
     let spare = if fill_max.is_none() { sh.relay_bufs.pop() } else { None };
-    let mut relay = Relay::new(
-        framing,
+    let how = Plan {
         want,
         fill_max,
-        pipe_min(cfg),
-        cfg.first_read,
-        cfg.rcv_lowat,
-        spare,
-        &mut sh.pipes,
-        &mut sh.stats,
-    );
+        pipe_min: pipe_min(cfg),
+        framing_read: cfg.first_read,
+        rcv_lowat: cfg.rcv_lowat,
+    };
+    let mut relay = Relay::new(framing, how, spare, &mut sh.pipes, &mut sh.stats);
     {
         let mut ends = Ends {
             client: c.fd.as_ref().map(|f| f.raw()),

@@ -53,11 +53,13 @@ fn run(
     let up = up_fd.unwrap_or(r.up_r.as_raw_fd());
     let mut relay = Relay::new(
         framing,
-        want,
-        fill.then_some(1 << 30),
-        1,
-        4096,
-        64 * 1024,
+        Plan {
+            want,
+            fill_max: fill.then_some(1 << 30),
+            pipe_min: 1,
+            framing_read: 4096,
+            rcv_lowat: 64 * 1024,
+        },
         None,
         &mut r.pool,
         &mut r.st,
@@ -197,11 +199,13 @@ fn read_batches_follow_the_body() {
     let mut r = rig();
     let mut relay = Relay::new(
         Framing::Length(300_000),
-        Want::Splice,
-        None,
-        1,
-        4096,
-        128 * 1024,
+        Plan {
+            want: Want::Splice,
+            fill_max: None,
+            pipe_min: 1,
+            framing_read: 4096,
+            rcv_lowat: 128 * 1024,
+        },
         None,
         &mut r.pool,
         &mut r.st,
@@ -285,11 +289,13 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
     let mut r = rig();
     let mut relay = Relay::new(
         Framing::Close,
-        Want::Splice,
-        None,
-        1,
-        4096,
-        64 * 1024,
+        Plan {
+            want: Want::Splice,
+            fill_max: None,
+            pipe_min: 1,
+            framing_read: 4096,
+            rcv_lowat: 64 * 1024,
+        },
         None,
         &mut r.pool,
         &mut r.st,
@@ -328,11 +334,13 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
     let mut r = rig();
     let mut relay = Relay::new(
         Framing::Length(1000),
-        Want::Copy,
-        Some(1 << 20),
-        1,
-        4096,
-        64 * 1024,
+        Plan {
+            want: Want::Copy,
+            fill_max: Some(1 << 20),
+            pipe_min: 1,
+            framing_read: 4096,
+            rcv_lowat: 64 * 1024,
+        },
         None,
         &mut r.pool,
         &mut r.st,
