@@ -980,7 +980,7 @@ impl Core<'_> {
         for _ in 0..attempts {
             let fd = sys::tcp_socket(target)?;
             if let Some(n) = cfg.recv_buffer {
-                let _ = sys::set_rcvbuf(fd.raw(), n);
+                let _ = sys::set_rcvbuf(&fd, n);
             }
             let ip = if cfg.local_addrs.is_empty() {
                 None
@@ -1003,14 +1003,14 @@ impl Core<'_> {
                     // space. IP_BIND_ADDRESS_NO_PORT defers the port choice to
                     // connect, where the whole 4-tuple is known. Two more
                     // system calls per connection, paid only when asked for.
-                    let _ = sys::set_bind_address_no_port(fd.raw(), true);
+                    let _ = sys::set_bind_address_no_port(&fd, true);
                     sys::bind(fd.raw(), &SocketAddr::new(ip.expect("an address"), 0))?;
                 }
                 (ip, Some(port)) => {
                     // SO_REUSEADDR lets bind take a port whose earlier
                     // connection is in TIME_WAIT; connect then reuses that
                     // entry when the kernel allows it (tcp_tw_reuse).
-                    let _ = sys::set_reuseaddr(fd.raw(), true);
+                    let _ = sys::set_reuseaddr(&fd, true);
                     let ip = ip.unwrap_or(match target {
                         SocketAddr::V4(_) => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
                         SocketAddr::V6(_) => std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
@@ -1233,7 +1233,7 @@ impl Core<'_> {
     /// Write queued output. Ok(true): all written.
     fn flush(&mut self, c: &mut Conn, now: Instant) -> io::Result<bool> {
         while c.out_pos < c.out.len() {
-            match sys::send(c.fd.raw(), &c.out[c.out_pos..], false) {
+            match sys::retry(|| sys::send(&c.fd, &c.out[c.out_pos..], false)) {
                 Ok(n) => {
                     c.out_pos += n;
                     self.stats.bytes_sent += n as u64;
@@ -1244,7 +1244,6 @@ impl Core<'_> {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
@@ -1280,7 +1279,7 @@ impl Core<'_> {
                 return Flow::Continue;
             }
             let mut buf = std::mem::take(&mut self.rbuf);
-            let r = sys::read(c.fd.raw(), &mut buf);
+            let r = sys::retry(|| sys::read(&c.fd, &mut buf));
             let flow = match r {
                 Ok(0) => {
                     c.may_read = false;
@@ -1304,7 +1303,6 @@ impl Core<'_> {
                     c.may_read = false;
                     None
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => None,
                 Err(e) => Some(Flow::Close(End::Failed(Fail::Errno(e.raw_os_error())))),
             };
             self.rbuf = buf;

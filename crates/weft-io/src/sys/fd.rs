@@ -113,6 +113,51 @@ impl From<Fd> for OwnedFd {
     }
 }
 
+/// What a `sys` wrapper accepts as a descriptor argument: a borrow of an open
+/// descriptor (`&Fd`, `BorrowedFd`, `&File`, `&TcpStream`, `&OwnedFd`, ... —
+/// anything `AsFd`, by reference), so the borrow checker proves the descriptor
+/// is open for the whole call.
+///
+/// A bare `RawFd` is accepted too, for now, so that callers written against
+/// the old `fn(fd: RawFd)` signatures keep compiling while they move to
+/// borrows; once none is left that impl goes and every wrapper is I/O-safe.
+/// Sealed: only the impls here exist.
+pub trait FdArg: sealed::Sealed {
+    /// The descriptor number to pass to the kernel for the call.
+    #[doc(hidden)]
+    fn raw_for_call(&self) -> RawFd;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+impl<T: AsFd + ?Sized> sealed::Sealed for &T {}
+impl<T: AsFd + ?Sized> FdArg for &T {
+    #[inline(always)]
+    fn raw_for_call(&self) -> RawFd {
+        (**self).as_fd().as_raw_fd()
+    }
+}
+
+impl sealed::Sealed for BorrowedFd<'_> {}
+impl FdArg for BorrowedFd<'_> {
+    #[inline(always)]
+    fn raw_for_call(&self) -> RawFd {
+        self.as_raw_fd()
+    }
+}
+
+/// Transitional (see [`FdArg`]): the caller vouches that the number stays
+/// open for the call.
+impl sealed::Sealed for RawFd {}
+impl FdArg for RawFd {
+    #[inline(always)]
+    fn raw_for_call(&self) -> RawFd {
+        *self
+    }
+}
+
 /// `Fd::from(std_value)` for the standard types that own a descriptor, and
 /// the way back (`File::from(fd)`), both through `OwnedFd`.
 macro_rules! std_owner {
@@ -163,6 +208,20 @@ mod tests {
         drop(r);
         let after = sys::SysCounts::current();
         assert_eq!(after.get(SysKind::Close) - before.get(SysKind::Close), 1);
+    }
+
+    #[test]
+    fn wrappers_take_borrows_and_raw_numbers() {
+        let (r, w) = sys::pipe().unwrap();
+        sys::write(&w, b"ab").unwrap();
+        sys::write(w.as_fd(), b"c").unwrap();
+        sys::write(w.raw(), b"d").unwrap();
+        let f = File::from(r);
+        assert_eq!(sys::bytes_readable(&f).unwrap(), 4);
+        let owned = OwnedFd::from(f);
+        let mut b = [0u8; 4];
+        assert_eq!(sys::read(&owned, &mut b).unwrap(), 4);
+        assert_eq!(&b, b"abcd");
     }
 
     #[test]

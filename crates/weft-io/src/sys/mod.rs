@@ -9,7 +9,9 @@
 //! Other crates use these wrappers instead of `libc` (they are all
 //! `#![forbid(unsafe_code)]`): descriptors are owned by [`Fd`] and closed only
 //! when it drops, socket options are typed ([`sockopt`]), and error numbers are
-//! named and classified by [`Errno`].
+//! named and classified by [`Errno`]. A wrapper's descriptor argument is an
+//! [`FdArg`]: a borrow (`&fd`, `fd.as_fd()`, `&file`), or, until every caller
+//! has moved to borrows, a bare `RawFd`.
 
 pub mod counters;
 mod errno;
@@ -27,7 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use counters::{bump, SysCounts, SysKind};
 pub use errno::{is, is_fd_exhaustion, is_peer_gone, is_splice_unsupported, retry, Errno};
-pub use fd::Fd;
+pub use fd::{Fd, FdArg};
 pub use sockopt::{
     nodelay, notsent_lowat, rcvlowat, set_bind_address_no_port, set_cork, set_nodelay, set_notsent_lowat, set_rcvbuf,
     set_rcvlowat, set_reuseaddr, set_reuseport,
@@ -54,7 +56,8 @@ fn cvt_size(ret: libc::ssize_t) -> io::Result<usize> {
 
 /// read(2) into `buf`.
 #[inline]
-pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+pub fn read(fd: impl FdArg, buf: &mut [u8]) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Read);
     // SAFETY: buf is a valid writable region of buf.len() bytes for the call.
     cvt_size(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) })
@@ -62,7 +65,8 @@ pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 
 /// write(2) from `buf`.
 #[inline]
-pub fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+pub fn write(fd: impl FdArg, buf: &[u8]) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Write);
     // SAFETY: buf is a valid readable region of buf.len() bytes for the call.
     cvt_size(unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) })
@@ -72,7 +76,8 @@ pub fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
 /// same segment (Flash/µserver: header and small file in one packet).
 /// MSG_NOSIGNAL: a peer that went away is an EPIPE error, never a signal.
 #[inline]
-pub fn send(fd: RawFd, buf: &[u8], more: bool) -> io::Result<usize> {
+pub fn send(fd: impl FdArg, buf: &[u8], more: bool) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Write);
     let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
     // SAFETY: buf is a valid readable region of buf.len() bytes for the call.
@@ -82,7 +87,8 @@ pub fn send(fd: RawFd, buf: &[u8], more: bool) -> io::Result<usize> {
 /// writev(2) of up to IOV_MAX slices, via sendmsg so that a closed peer gives
 /// EPIPE instead of SIGPIPE.
 #[inline]
-pub fn writev(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+pub fn writev(fd: impl FdArg, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Writev);
     // SAFETY: IoSlice is ABI-compatible with iovec (std guarantees it on Unix);
     // msghdr is zero-initialised and only iov fields are set; the slices outlive
@@ -96,7 +102,8 @@ pub fn writev(fd: RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
 }
 
 /// recv(2) with flags (e.g. MSG_PEEK).
-pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+pub fn recv(fd: impl FdArg, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Read);
     // SAFETY: buf is valid for writes of buf.len() bytes.
     cvt_size(unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) })
@@ -104,7 +111,8 @@ pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> 
 
 /// pread(2) at `offset`.
 #[inline]
-pub fn pread(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+pub fn pread(fd: impl FdArg, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Pread);
     // SAFETY: buf is valid for writes of buf.len() bytes.
     cvt_size(unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset as libc::off_t) })
@@ -112,7 +120,9 @@ pub fn pread(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
 
 /// sendfile(2) from file `in_fd` at `*offset` to socket `out_fd`; advances `offset`.
 #[inline]
-pub fn sendfile(out_fd: RawFd, in_fd: RawFd, offset: &mut u64, count: usize) -> io::Result<usize> {
+pub fn sendfile(out_fd: impl FdArg, in_fd: impl FdArg, offset: &mut u64, count: usize) -> io::Result<usize> {
+    let out_fd = out_fd.raw_for_call();
+    let in_fd = in_fd.raw_for_call();
     bump(SysKind::Sendfile);
     let mut off = *offset as libc::off_t;
     // SAFETY: off is a valid local the kernel updates; descriptors are plain ints.
@@ -122,7 +132,9 @@ pub fn sendfile(out_fd: RawFd, in_fd: RawFd, offset: &mut u64, count: usize) -> 
 }
 
 /// splice(2) between a pipe and another descriptor, non-blocking.
-pub fn splice(fd_in: RawFd, fd_out: RawFd, len: usize, more: bool) -> io::Result<usize> {
+pub fn splice(fd_in: impl FdArg, fd_out: impl FdArg, len: usize, more: bool) -> io::Result<usize> {
+    let fd_in = fd_in.raw_for_call();
+    let fd_out = fd_out.raw_for_call();
     bump(SysKind::Splice);
     let mut flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
     if more {
@@ -133,7 +145,9 @@ pub fn splice(fd_in: RawFd, fd_out: RawFd, len: usize, more: bool) -> io::Result
 }
 
 /// tee(2): duplicate up to `len` bytes from pipe `fd_in` to pipe `fd_out`.
-pub fn tee(fd_in: RawFd, fd_out: RawFd, len: usize) -> io::Result<usize> {
+pub fn tee(fd_in: impl FdArg, fd_out: impl FdArg, len: usize) -> io::Result<usize> {
+    let fd_in = fd_in.raw_for_call();
+    let fd_out = fd_out.raw_for_call();
     bump(SysKind::Tee);
     // SAFETY: no memory is passed to the kernel.
     cvt_size(unsafe { libc::tee(fd_in, fd_out, len, libc::SPLICE_F_NONBLOCK) })
@@ -149,7 +163,8 @@ pub fn pipe() -> io::Result<(Fd, Fd)> {
 }
 
 /// fcntl(F_SETPIPE_SZ); returns the size the kernel chose.
-pub fn set_pipe_size(fd: RawFd, size: usize) -> io::Result<usize> {
+pub fn set_pipe_size(fd: impl FdArg, size: usize) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Other);
     // SAFETY: F_SETPIPE_SZ takes an int argument; no memory is passed.
     cvt(unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, size as libc::c_int) }).map(|n| n as usize)
@@ -239,7 +254,8 @@ pub fn tcp_socket(addr: &SocketAddr) -> io::Result<Fd> {
 
 /// setsockopt(2) with an int value. Outside weft-io prefer the typed
 /// [`sockopt`] functions, which need no libc constants.
-pub fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+pub fn setsockopt_int(fd: impl FdArg, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Setsockopt);
     // SAFETY: value is a valid int for the duration of the call; its size is passed.
     cvt(unsafe {
@@ -255,7 +271,8 @@ pub fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: l
 }
 
 /// getsockopt(2) of an int value (see [`setsockopt_int`]).
-pub fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+pub fn getsockopt_int(fd: impl FdArg, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Other);
     let mut value: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
@@ -266,7 +283,8 @@ pub fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::R
 
 /// SO_LINGER with a zero timeout: close sends RST (used to drop a refused
 /// descriptor without leaving TIME_WAIT, and by tests to reset connections).
-pub fn set_linger_zero(fd: RawFd) -> io::Result<()> {
+pub fn set_linger_zero(fd: impl FdArg) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Setsockopt);
     let l = libc::linger {
         l_onoff: 1,
@@ -286,7 +304,8 @@ pub fn set_linger_zero(fd: RawFd) -> io::Result<()> {
 }
 
 /// bind(2).
-pub fn bind(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
+pub fn bind(fd: impl FdArg, addr: &SocketAddr) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Other);
     let (storage, len) = sockaddr_from(addr);
     // SAFETY: storage holds a valid sockaddr of `len` bytes.
@@ -294,14 +313,16 @@ pub fn bind(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
 }
 
 /// listen(2).
-pub fn listen(fd: RawFd, backlog: i32) -> io::Result<()> {
+pub fn listen(fd: impl FdArg, backlog: i32) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Other);
     // SAFETY: plain integer arguments.
     cvt(unsafe { libc::listen(fd, backlog) }).map(drop)
 }
 
 /// connect(2) on a non-blocking socket: Ok(true) connected, Ok(false) in progress.
-pub fn connect(fd: RawFd, addr: &SocketAddr) -> io::Result<bool> {
+pub fn connect(fd: impl FdArg, addr: &SocketAddr) -> io::Result<bool> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Connect);
     let (storage, len) = sockaddr_from(addr);
     // SAFETY: storage holds a valid sockaddr of `len` bytes.
@@ -313,7 +334,8 @@ pub fn connect(fd: RawFd, addr: &SocketAddr) -> io::Result<bool> {
 }
 
 /// The pending error of a socket (SO_ERROR), e.g. after a non-blocking connect.
-pub fn take_socket_error(fd: RawFd) -> io::Result<Option<io::Error>> {
+pub fn take_socket_error(fd: impl FdArg) -> io::Result<Option<io::Error>> {
+    let fd = fd.raw_for_call();
     let e = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_ERROR)?;
     Ok(if e == 0 {
         None
@@ -326,17 +348,18 @@ pub fn take_socket_error(fd: RawFd) -> io::Result<Option<io::Error>> {
 /// per worker thread, the kernel spreads connections), non-blocking.
 pub fn tcp_listener(addr: &SocketAddr, reuseport: bool, backlog: i32) -> io::Result<Fd> {
     let fd = tcp_socket(addr)?;
-    set_reuseaddr(fd.raw(), true)?;
+    set_reuseaddr(&fd, true)?;
     if reuseport {
-        set_reuseport(fd.raw(), true)?;
+        set_reuseport(&fd, true)?;
     }
-    bind(fd.raw(), addr)?;
-    listen(fd.raw(), backlog)?;
+    bind(&fd, addr)?;
+    listen(&fd, backlog)?;
     Ok(fd)
 }
 
 /// getsockname(2).
-pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
+pub fn local_addr(fd: impl FdArg) -> io::Result<SocketAddr> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Other);
     // SAFETY: all-zero sockaddr_storage is valid; len is its size.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -347,7 +370,8 @@ pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
 }
 
 /// getpeername(2).
-pub fn peer_addr(fd: RawFd) -> io::Result<SocketAddr> {
+pub fn peer_addr(fd: impl FdArg) -> io::Result<SocketAddr> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Other);
     // SAFETY: all-zero sockaddr_storage is valid; len is its size.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -360,7 +384,8 @@ pub fn peer_addr(fd: RawFd) -> io::Result<SocketAddr> {
 /// accept4(2) with SOCK_NONBLOCK | SOCK_CLOEXEC (accepted sockets do not
 /// inherit O_NONBLOCK on Linux).
 #[inline]
-pub fn accept(fd: RawFd) -> io::Result<(Fd, Option<SocketAddr>)> {
+pub fn accept(fd: impl FdArg) -> io::Result<(Fd, Option<SocketAddr>)> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Accept);
     // SAFETY: all-zero sockaddr_storage is valid; len is its size.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -378,7 +403,8 @@ pub fn accept(fd: RawFd) -> io::Result<(Fd, Option<SocketAddr>)> {
 }
 
 /// shutdown(2) of the write side (used for a lingering close).
-pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
+pub fn shutdown_write(fd: impl FdArg) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Other);
     // SAFETY: plain integer arguments.
     cvt(unsafe { libc::shutdown(fd, libc::SHUT_WR) }).map(drop)
@@ -396,7 +422,9 @@ pub fn epoll_create() -> io::Result<Fd> {
 
 /// epoll_ctl(2).
 #[inline]
-pub fn epoll_ctl(epfd: RawFd, op: libc::c_int, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
+pub fn epoll_ctl(epfd: impl FdArg, op: libc::c_int, fd: impl FdArg, events: u32, data: u64) -> io::Result<()> {
+    let epfd = epfd.raw_for_call();
+    let fd = fd.raw_for_call();
     bump(SysKind::EpollCtl);
     let mut ev = libc::epoll_event { events, u64: data };
     // SAFETY: ev is a valid epoll_event for the call.
@@ -405,7 +433,8 @@ pub fn epoll_ctl(epfd: RawFd, op: libc::c_int, fd: RawFd, events: u32, data: u64
 
 /// epoll_wait(2) into `events`; returns how many were filled.
 #[inline]
-pub fn epoll_wait(epfd: RawFd, events: &mut [libc::epoll_event], timeout_ms: i32) -> io::Result<usize> {
+pub fn epoll_wait(epfd: impl FdArg, events: &mut [libc::epoll_event], timeout_ms: i32) -> io::Result<usize> {
+    let epfd = epfd.raw_for_call();
     bump(SysKind::EpollWait);
     // SAFETY: events is a valid writable array of events.len() entries.
     cvt(unsafe {
@@ -509,12 +538,14 @@ pub fn eventfd() -> io::Result<Fd> {
 
 /// Add one to an eventfd's counter (retried on EINTR: a lost wake-up would
 /// leave the other thread asleep).
-pub fn eventfd_signal(fd: RawFd) -> io::Result<()> {
+pub fn eventfd_signal(fd: impl FdArg) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     retry(|| write(fd, &1u64.to_ne_bytes())).map(drop)
 }
 
 /// Read and reset an eventfd's counter (0 if it was not signalled).
-pub fn eventfd_drain(fd: RawFd) -> u64 {
+pub fn eventfd_drain(fd: impl FdArg) -> u64 {
+    let fd = fd.raw_for_call();
     let mut b = [0u8; 8];
     match read(fd, &mut b) {
         Ok(8) => u64::from_ne_bytes(b),
@@ -565,7 +596,8 @@ fn to_filestat(st: &libc::stat) -> FileStat {
 }
 
 /// fstat(2).
-pub fn fstat(fd: RawFd) -> io::Result<FileStat> {
+pub fn fstat(fd: impl FdArg) -> io::Result<FileStat> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Stat);
     let mut st = MaybeUninit::<libc::stat>::uninit();
     // SAFETY: st is valid for the kernel to fill; on success it is initialised.
@@ -593,7 +625,8 @@ pub enum Resolve {
 
 /// Open `path` (relative, NUL-terminated) under directory `dirfd`, read-only,
 /// non-blocking (a FIFO must never block the event loop).
-pub fn open_beneath(dirfd: RawFd, path: &CStr, resolve: Resolve) -> io::Result<Fd> {
+pub fn open_beneath(dirfd: impl FdArg, path: &CStr, resolve: Resolve) -> io::Result<Fd> {
+    let dirfd = dirfd.raw_for_call();
     bump(SysKind::Open);
     let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
     match resolve {
@@ -636,7 +669,8 @@ pub struct DirEntry {
 /// List a directory opened with [`open_dir`]-like flags (used for autoindex, a
 /// cold path). Consumes a duplicate of `dirfd`, so the caller's descriptor stays
 /// valid. Hidden entries (starting with '.') are skipped.
-pub fn read_dir(dirfd: RawFd, max_entries: usize) -> io::Result<Vec<DirEntry>> {
+pub fn read_dir(dirfd: impl FdArg, max_entries: usize) -> io::Result<Vec<DirEntry>> {
+    let dirfd = dirfd.raw_for_call();
     bump(SysKind::Other);
     // SAFETY: dup of a plain descriptor.
     let dup = Fd(cvt(unsafe { libc::fcntl(dirfd, libc::F_DUPFD_CLOEXEC, 0) })?);
@@ -758,7 +792,8 @@ pub fn syscall_exists(nr: libc::c_long) -> bool {
 }
 
 /// Probe preadv2(RWF_NOWAIT) on `fd`: true unless the kernel says it is unsupported.
-pub fn probe_rwf_nowait(fd: RawFd) -> bool {
+pub fn probe_rwf_nowait(fd: impl FdArg) -> bool {
+    let fd = fd.raw_for_call();
     let mut b = [0u8; 1];
     let iov = libc::iovec {
         iov_base: b.as_mut_ptr().cast(),
@@ -795,20 +830,21 @@ pub fn probe_io_uring() -> io::Result<()> {
 }
 
 /// sendfile from a regular file into a pipe (any output works since 2.6.33).
-pub fn probe_sendfile(file: RawFd) -> io::Result<()> {
+pub fn probe_sendfile(file: impl FdArg) -> io::Result<()> {
+    let file = file.raw_for_call();
     let (_r, w) = pipe()?;
     let mut off = 0u64;
-    sendfile(w.raw(), file, &mut off, 1).map(drop)
+    sendfile(&w, file, &mut off, 1).map(drop)
 }
 
 /// Does `TCP_REPAIR` work on a fresh socket (needs CAP_NET_ADMIN)?
 pub fn probe_tcp_repair() -> io::Result<()> {
     let s = tcp_socket(&SocketAddr::from(([127, 0, 0, 1], 0)))?;
-    setsockopt_int(s.raw(), libc::IPPROTO_TCP, libc::TCP_REPAIR, 1)
+    setsockopt_int(&s, libc::IPPROTO_TCP, libc::TCP_REPAIR, 1)
 }
 
 /// Does SO_REUSEPORT work?
 pub fn probe_reuseport() -> io::Result<()> {
     let s = tcp_socket(&SocketAddr::from(([127, 0, 0, 1], 0)))?;
-    set_reuseport(s.raw(), true)
+    set_reuseport(&s, true)
 }

@@ -5,9 +5,8 @@
 //! Each setter is one setsockopt(2) (counted as `Setsockopt`), each getter
 //! one getsockopt(2): the same system calls as before, no more.
 
-use super::{getsockopt_int, setsockopt_int};
+use super::{getsockopt_int, setsockopt_int, FdArg};
 use std::io;
-use std::os::fd::RawFd;
 
 /// A byte count as the kernel's `int` option value (saturating).
 #[inline]
@@ -17,65 +16,76 @@ fn int_bytes(n: usize) -> i32 {
 
 /// TCP_NODELAY: send small segments at once instead of waiting for the ACK
 /// of the previous one (Nagle). Accepted sockets inherit it from the listener.
-pub fn set_nodelay(fd: RawFd, on: bool) -> io::Result<()> {
+pub fn set_nodelay(fd: impl FdArg, on: bool) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, on as i32)
 }
 
 /// Is TCP_NODELAY set?
-pub fn nodelay(fd: RawFd) -> io::Result<bool> {
+pub fn nodelay(fd: impl FdArg) -> io::Result<bool> {
+    let fd = fd.raw_for_call();
     getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY).map(|v| v != 0)
 }
 
 /// TCP_CORK: hold partial segments until uncorked (or 200 ms pass).
-pub fn set_cork(fd: RawFd, on: bool) -> io::Result<()> {
+pub fn set_cork(fd: impl FdArg, on: bool) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, on as i32)
 }
 
 /// TCP_NOTSENT_LOWAT: writable only while fewer than `bytes` unsent bytes
 /// are queued (saturated at `i32::MAX`); 0 restores the kernel's default
 /// (net.ipv4.tcp_notsent_lowat, unbounded unless the sysctl says otherwise).
-pub fn set_notsent_lowat(fd: RawFd, bytes: usize) -> io::Result<()> {
+pub fn set_notsent_lowat(fd: impl FdArg, bytes: usize) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, int_bytes(bytes))
 }
 
 /// The TCP_NOTSENT_LOWAT in force (0: the kernel default).
-pub fn notsent_lowat(fd: RawFd) -> io::Result<usize> {
+pub fn notsent_lowat(fd: impl FdArg) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT).map(|v| v.max(0) as usize)
 }
 
 /// SO_RCVLOWAT: readable only once `bytes` are queued (saturated at
 /// `i32::MAX`; 1 is the kernel default: every arrival wakes the reader).
-pub fn set_rcvlowat(fd: RawFd, bytes: usize) -> io::Result<()> {
+pub fn set_rcvlowat(fd: impl FdArg, bytes: usize) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, int_bytes(bytes))
 }
 
 /// The SO_RCVLOWAT in force.
-pub fn rcvlowat(fd: RawFd) -> io::Result<usize> {
+pub fn rcvlowat(fd: impl FdArg) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).map(|v| v.max(0) as usize)
 }
 
 /// SO_RCVBUF: the receive buffer size asked for (the kernel doubles it for
 /// its bookkeeping and caps it at net.core.rmem_max).
-pub fn set_rcvbuf(fd: RawFd, bytes: usize) -> io::Result<()> {
+pub fn set_rcvbuf(fd: impl FdArg, bytes: usize) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, int_bytes(bytes))
 }
 
 /// SO_REUSEADDR: bind may take a port whose earlier connection is in
 /// TIME_WAIT.
-pub fn set_reuseaddr(fd: RawFd, on: bool) -> io::Result<()> {
+pub fn set_reuseaddr(fd: impl FdArg, on: bool) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, on as i32)
 }
 
 /// SO_REUSEPORT: several sockets bind the same address; the kernel spreads
 /// incoming connections over the listeners.
-pub fn set_reuseport(fd: RawFd, on: bool) -> io::Result<()> {
+pub fn set_reuseport(fd: impl FdArg, on: bool) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, on as i32)
 }
 
 /// IP_BIND_ADDRESS_NO_PORT: a bind to an address with port 0 leaves the port
 /// choice to connect, where the whole 4-tuple is known (many connections
 /// from one source address).
-pub fn set_bind_address_no_port(fd: RawFd, on: bool) -> io::Result<()> {
+pub fn set_bind_address_no_port(fd: impl FdArg, on: bool) -> io::Result<()> {
+    let fd = fd.raw_for_call();
     setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, on as i32)
 }
 
@@ -88,7 +98,7 @@ mod tests {
     #[test]
     fn options_read_back_what_was_set() {
         let s = sys::tcp_socket(&SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-        let fd = s.raw();
+        let fd = &s;
         set_nodelay(fd, true).unwrap();
         assert!(nodelay(fd).unwrap());
         set_nodelay(fd, false).unwrap();

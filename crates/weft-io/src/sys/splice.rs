@@ -3,15 +3,15 @@
 //! of KeepCopy and of the copy path: no zeroing pass, no second buffer) and
 //! asking a pipe how many bytes it holds.
 
-use super::{bump, cvt, cvt_size, SysKind};
+use super::{bump, cvt, cvt_size, FdArg, SysKind};
 use bytes::BytesMut;
 use std::io;
-use std::os::fd::RawFd;
 
 /// read(2) up to `max` bytes into the spare capacity of `buf` (reserving it
 /// first), extending `buf` by what was read.
 #[inline]
-pub fn read_to_bytes(fd: RawFd, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
+pub fn read_to_bytes(fd: impl FdArg, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Read);
     if buf.capacity() - buf.len() < max {
         buf.reserve(max);
@@ -28,7 +28,8 @@ pub fn read_to_bytes(fd: RawFd, buf: &mut BytesMut, max: usize) -> io::Result<us
 }
 
 /// ioctl(FIONREAD): bytes waiting in a pipe (or a socket's receive queue).
-pub fn bytes_readable(fd: RawFd) -> io::Result<usize> {
+pub fn bytes_readable(fd: impl FdArg) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Other);
     let mut n: libc::c_int = 0;
     // SAFETY: FIONREAD writes one int into `n`, a valid local.
@@ -37,7 +38,8 @@ pub fn bytes_readable(fd: RawFd) -> io::Result<usize> {
 }
 
 /// fcntl(F_GETPIPE_SZ): a pipe's capacity in bytes.
-pub fn pipe_capacity(fd: RawFd) -> io::Result<usize> {
+pub fn pipe_capacity(fd: impl FdArg) -> io::Result<usize> {
+    let fd = fd.raw_for_call();
     bump(SysKind::Other);
     // SAFETY: F_GETPIPE_SZ takes no argument and passes no memory.
     cvt(unsafe { libc::fcntl(fd, libc::F_GETPIPE_SZ) }).map(|n| n as usize)
@@ -51,16 +53,16 @@ mod tests {
     #[test]
     fn read_into_bytes_and_pipe_length() {
         let (r, w) = sys::pipe().unwrap();
-        sys::write(w.raw(), b"hello world").unwrap();
-        assert_eq!(bytes_readable(r.raw()).unwrap(), 11);
+        sys::write(&w, b"hello world").unwrap();
+        assert_eq!(bytes_readable(&r).unwrap(), 11);
         let mut b = BytesMut::new();
-        assert_eq!(read_to_bytes(r.raw(), &mut b, 5).unwrap(), 5);
+        assert_eq!(read_to_bytes(&r, &mut b, 5).unwrap(), 5);
         assert_eq!(&b[..], b"hello");
-        assert_eq!(read_to_bytes(r.raw(), &mut b, 100).unwrap(), 6);
+        assert_eq!(read_to_bytes(&r, &mut b, 100).unwrap(), 6);
         assert_eq!(&b[..], b"hello world");
-        assert_eq!(bytes_readable(r.raw()).unwrap(), 0);
-        let e = read_to_bytes(r.raw(), &mut b, 100).unwrap_err();
+        assert_eq!(bytes_readable(&r).unwrap(), 0);
+        let e = read_to_bytes(&r, &mut b, 100).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
-        assert!(pipe_capacity(r.raw()).unwrap() >= 4096);
+        assert!(pipe_capacity(&r).unwrap() >= 4096);
     }
 }

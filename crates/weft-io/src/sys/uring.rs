@@ -7,7 +7,7 @@
 //! until [`Ring::submit_and_wait`] has returned its completion (epoll_ctl), which
 //! the signatures enforce by borrowing.
 
-use super::{bump, SysKind};
+use super::{bump, FdArg, SysKind};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::io;
 use std::os::fd::RawFd;
@@ -113,7 +113,8 @@ impl Ring {
     }
 
     /// Queue a poll of `fd` for `mask` (poll(2) bits); multishot keeps it armed.
-    pub fn poll_add(&mut self, fd: RawFd, mask: u32, user_data: u64, multishot: bool) -> io::Result<()> {
+    pub fn poll_add(&mut self, fd: impl FdArg, mask: u32, user_data: u64, multishot: bool) -> io::Result<()> {
+        let fd = fd.raw_for_call();
         let e = opcode::PollAdd::new(types::Fd(fd), mask)
             .multi(multishot)
             .build()
