@@ -207,7 +207,7 @@ service_by_its_own_methods!(
 service_by_its_own_methods!(
     weft_load::Origin,
     weft_load::OriginConfig,
-    std::sync::Arc<weft_load::origin::OriginStats>,
+    weft_load::origin::OriginStats,
     |_s| None
 );
 

@@ -12,6 +12,7 @@
 pub mod config;
 pub mod error;
 pub mod log;
+pub mod metrics;
 pub mod units;
 
 pub use error::{Error, Origin};

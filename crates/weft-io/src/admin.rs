@@ -1,20 +1,55 @@
 //! The admin endpoint's listener (`--admin ADDR` of `weft serve` and
-//! `weft proxy`): `GET /stats` answers a JSON document built by the caller.
+//! `weft proxy`): `GET /stats` answers a JSON document built by the caller,
+//! `GET /metrics` the same counters as Prometheus text when the caller
+//! renders them.
 //!
 //! It runs on its own thread with blocking std sockets: a cold diagnostic
 //! path, kept off the workers so their system-call counts stay exactly the
-//! server's. Workers publish their counters into atomics; `render` reads them.
+//! server's. Workers publish their counters into atomics; the renderers read
+//! them.
+//!
+//! This module also registers weft-io's own counters with the metrics
+//! registry ([`weft_core::metrics::Group`] for [`SysCounts`] and
+//! [`TrackerStats`]): weft-core cannot name weft-io's types, so the
+//! implementations live beside the endpoint that renders them.
 
+use crate::sys::counters::{SysKind, KINDS};
+use crate::{SysCounts, TrackerStats};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
+use weft_core::metrics::{self, Group, JsonObject, Kind, Publish, Samples};
 
-/// Builds the JSON document served at `/stats`.
+/// Builds a document the endpoint serves.
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
-/// Start the admin listener on `addr`; returns the bound address.
+/// What the endpoint serves.
+#[derive(Clone)]
+pub struct Pages {
+    /// `GET /stats` (and `GET /`): the JSON stats document.
+    pub stats: Render,
+    /// `GET /metrics`: Prometheus text (None: 404).
+    pub metrics: Option<Render>,
+}
+
+/// The Content-Type of Prometheus text exposition format 0.0.4.
+const PROMETHEUS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Start the admin listener on `addr` serving the JSON stats document only;
+/// returns the bound address.
 pub fn start(addr: SocketAddr, render: Render) -> io::Result<SocketAddr> {
+    serve(
+        addr,
+        Pages {
+            stats: render,
+            metrics: None,
+        },
+    )
+}
+
+/// Start the admin listener on `addr`; returns the bound address.
+pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
     let l = TcpListener::bind(addr)?;
     let bound = l.local_addr()?;
     std::thread::Builder::new().name("weft-admin".into()).spawn(move || {
@@ -22,19 +57,220 @@ pub fn start(addr: SocketAddr, render: Render) -> io::Result<SocketAddr> {
             let Ok(mut c) = conn else { continue };
             let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
             let mut buf = [0u8; 2048];
-            let n = c.read(&mut buf).unwrap_or(0);
-            let req = &buf[..n];
-            let (status, body) = if req.starts_with(b"GET / ") || req.starts_with(b"GET /stats ") {
-                ("200 OK", render())
-            } else {
-                ("404 Not Found", "{\"error\":\"try GET /stats\"}\n".to_string())
-            };
+            let n = read_request_line(&mut c, &mut buf);
+            let (status, kind, body) = answer(&buf[..n], &pages);
             let _ = write!(
                 c,
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             );
         }
     })?;
     Ok(bound)
+}
+
+/// Read until the request line is complete (a client may send it in
+/// pieces), the buffer is full, or the peer stops; returns the bytes read.
+fn read_request_line(c: &mut impl Read, buf: &mut [u8]) -> usize {
+    let mut n = 0;
+    while n < buf.len() && !buf[..n].contains(&b'\n') {
+        match c.read(&mut buf[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    n
+}
+
+/// Status, Content-Type and body for a request's first bytes.
+fn answer(req: &[u8], pages: &Pages) -> (&'static str, &'static str, String) {
+    if req.starts_with(b"GET / ") || req.starts_with(b"GET /stats ") {
+        return ("200 OK", "application/json", (pages.stats)());
+    }
+    if let (true, Some(m)) = (req.starts_with(b"GET /metrics "), &pages.metrics) {
+        return ("200 OK", PROMETHEUS_TYPE, m());
+    }
+    let hint = if pages.metrics.is_some() {
+        "{\"error\":\"try GET /stats or GET /metrics\"}\n"
+    } else {
+        "{\"error\":\"try GET /stats\"}\n"
+    };
+    ("404 Not Found", "application/json", hint.to_string())
+}
+
+/// System calls by kind: JSON lists the kinds called at least once
+/// (`"syscalls":{"read":3}`); Prometheus has one series per kind, zeros
+/// included, so that a series does not appear halfway through a scrape history.
+impl Group for SysCounts {
+    const WORDS: usize = KINDS;
+
+    fn add(&mut self, other: &Self) {
+        SysCounts::add(self, other);
+    }
+
+    fn publish(&self, out: &mut Publish<'_>) {
+        self.0.iter().for_each(|v| out.put(*v));
+    }
+
+    fn read(input: &mut metrics::Read<'_>) -> Self {
+        SysCounts(std::array::from_fn(|_| input.take()))
+    }
+
+    fn write_json(&self, out: &mut String) {
+        let mut o = JsonObject::begin(out);
+        for (name, n) in self.nonzero() {
+            o.u64(name, n);
+        }
+        o.end();
+    }
+
+    fn samples(&self, name: &str, out: &mut Samples) {
+        for k in SysKind::ALL {
+            out.push(
+                name,
+                "System calls by kind.",
+                Kind::Counter,
+                Some(("kind", k.name())),
+                self.get(*k),
+            );
+        }
+    }
+}
+
+/// The fields of [`TrackerStats`], in JSON order, with their Prometheus help.
+const TRACKER_FIELDS: [(&str, &str); 4] = [
+    (
+        "user_passes",
+        "Passes answered from the readiness table, without the kernel.",
+    ),
+    (
+        "user_events",
+        "Events handed out by passes answered from the readiness table.",
+    ),
+    ("kernel_polls", "Times the tracked backend asked the kernel."),
+    (
+        "forced_polls",
+        "Kernel polls made only because max-pass was reached while descriptors were known ready.",
+    ),
+];
+
+fn tracker_values(t: &TrackerStats) -> [u64; 4] {
+    [t.user_passes, t.user_events, t.kernel_polls, t.forced_polls]
+}
+
+/// What the `tracked` backend's readiness table answered.
+impl Group for TrackerStats {
+    const WORDS: usize = TRACKER_FIELDS.len();
+
+    fn add(&mut self, other: &Self) {
+        TrackerStats::add(self, other);
+    }
+
+    fn publish(&self, out: &mut Publish<'_>) {
+        tracker_values(self).iter().for_each(|v| out.put(*v));
+    }
+
+    fn read(input: &mut metrics::Read<'_>) -> Self {
+        TrackerStats {
+            user_passes: input.take(),
+            user_events: input.take(),
+            kernel_polls: input.take(),
+            forced_polls: input.take(),
+        }
+    }
+
+    fn write_json(&self, out: &mut String) {
+        let mut o = JsonObject::begin(out);
+        for ((key, _), v) in TRACKER_FIELDS.iter().zip(tracker_values(self)) {
+            o.u64(key, v);
+        }
+        o.end();
+    }
+
+    fn samples(&self, name: &str, out: &mut Samples) {
+        for ((key, help), v) in TRACKER_FIELDS.iter().zip(tracker_values(self)) {
+            out.push(&format!("{name}_{key}"), help, Kind::Counter, None, v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpStream;
+    use weft_core::metrics::Slot;
+
+    fn get(addr: SocketAddr, path: &str) -> String {
+        let mut c = TcpStream::connect(addr).unwrap();
+        // In pieces, as a slow client might send it.
+        for piece in ["GET ", path, " HTTP/1.1\r\nHost: x\r\n\r\n"] {
+            c.write_all(piece.as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut s = String::new();
+        c.read_to_string(&mut s).unwrap();
+        s
+    }
+
+    #[test]
+    fn serves_stats_and_metrics() {
+        let pages = Pages {
+            stats: Arc::new(|| "{\"x\":1}\n".to_string()),
+            metrics: Some(Arc::new(|| "# HELP a b\n# TYPE a gauge\na 1\n".to_string())),
+        };
+        let addr = serve("127.0.0.1:0".parse().unwrap(), pages).unwrap();
+        let stats = get(addr, "/stats");
+        assert!(
+            stats.starts_with("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"),
+            "{stats}"
+        );
+        assert!(stats.ends_with("\r\n\r\n{\"x\":1}\n"), "{stats}");
+        let m = get(addr, "/metrics");
+        assert!(
+            m.starts_with("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4"),
+            "{m}"
+        );
+        assert!(
+            m.ends_with("\r\n\r\n# HELP a b\n# TYPE a gauge\na 1\n") && m.contains("Content-Length: 30\r\n"),
+            "{m}"
+        );
+        assert!(get(addr, "/nope").starts_with("HTTP/1.1 404"));
+        // Without a Prometheus renderer, /metrics is not there.
+        let addr = start("127.0.0.1:0".parse().unwrap(), Arc::new(String::new)).unwrap();
+        assert!(get(addr, "/metrics").starts_with("HTTP/1.1 404"));
+        assert!(get(addr, "/").starts_with("HTTP/1.1 200"));
+    }
+
+    #[test]
+    fn io_counters_are_registry_groups() {
+        let mut sc = SysCounts::default();
+        sc.0[SysKind::Read as usize] = 3;
+        sc.0[SysKind::Close as usize] = 1;
+        let t = Some(TrackerStats {
+            user_passes: 1,
+            user_events: 2,
+            kernel_polls: 3,
+            forced_polls: 4,
+        });
+        let slot: Slot<SysCounts> = Slot::default();
+        slot.publish(&sc);
+        assert_eq!(slot.read(), sc);
+        let slot: Slot<Option<TrackerStats>> = Slot::default();
+        slot.publish(&t);
+        assert_eq!(slot.read(), t);
+        let mut s = String::new();
+        sc.write_json(&mut s);
+        assert_eq!(s, "{\"read\":3,\"close\":1}");
+        s.clear();
+        t.write_json(&mut s);
+        assert_eq!(
+            s,
+            "{\"user_passes\":1,\"user_events\":2,\"kernel_polls\":3,\"forced_polls\":4}"
+        );
+        let text = metrics::render_prometheus("t", &[sc]);
+        assert!(text.contains("weft_t_total{kind=\"read\",worker=\"0\"} 3\n"), "{text}");
+        assert!(text.contains("weft_t_total{kind=\"write\"} 0\n"), "{text}");
+        let text = metrics::render_prometheus("t", &[t]);
+        assert!(text.contains("weft_t_forced_polls_total{worker=\"0\"} 4\n"), "{text}");
+    }
 }

@@ -14,9 +14,8 @@
 //! buffer (nginx's `large_client_header_buffers` are lent the same way; issue
 //! 21). Pooled buffers are not zeroed again, so lending costs a `Vec` pop.
 
-use crate::sys;
+use crate::sys::{self, FdArg};
 use std::io;
-use std::os::fd::RawFd;
 
 /// What one [`InputBuf::fill`] brought.
 #[derive(Debug)]
@@ -239,16 +238,12 @@ impl InputBuf {
     /// [`reserve`](Self::reserve) does with a bound of `max` bytes. When the
     /// read brings nothing and no bytes are pending, the storage goes back to
     /// the pool before returning.
-    pub fn fill(&mut self, fd: RawFd, max: usize, pool: &mut BufPool) -> Fill {
+    pub fn fill(&mut self, fd: impl FdArg, max: usize, pool: &mut BufPool) -> Fill {
         if self.reserve(1, max, pool) == 0 {
             return Fill::Full;
         }
-        let r = loop {
-            match sys::read(fd, self.spare_mut()) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                r => break r,
-            }
-        };
+        let fd = fd.raw_for_call();
+        let r = sys::retry(|| sys::read(fd, self.spare_mut()));
         let fill = match r {
             Ok(0) => Fill::Eof,
             Ok(n) => {
@@ -299,11 +294,11 @@ mod tests {
         let mut pool = BufPool::new(16, 4);
         let mut b = InputBuf::new();
         assert!(!b.has_storage());
-        assert!(matches!(b.fill(r.raw(), 64, &mut pool), Fill::WouldBlock));
+        assert!(matches!(b.fill(&r, 64, &mut pool), Fill::WouldBlock));
         assert!(!b.has_storage(), "an empty read gives the storage back");
         assert_eq!((pool.lent(), pool.idle()), (0, 1));
         sys::write(w.raw(), b"GET / HTTP/1.1\r\n").unwrap();
-        assert!(matches!(b.fill(r.raw(), 64, &mut pool), Fill::Data(16)));
+        assert!(matches!(b.fill(&r, 64, &mut pool), Fill::Data(16)));
         assert_eq!(b.pending(), b"GET / HTTP/1.1\r\n");
         assert_eq!(b.spare_len(), 0, "the read filled the buffer");
         assert_eq!((pool.lent(), pool.lent_bytes(), pool.idle()), (1, 16, 0));
@@ -321,20 +316,20 @@ mod tests {
         let mut pool = BufPool::new(8, 4);
         let mut b = InputBuf::new();
         sys::write(w.raw(), b"abcdefgh").unwrap();
-        assert!(matches!(b.fill(r.raw(), 20, &mut pool), Fill::Data(8)));
+        assert!(matches!(b.fill(&r, 20, &mut pool), Fill::Data(8)));
         b.consume(6);
         sys::write(w.raw(), b"ijklmn").unwrap();
         // Compaction makes room for six bytes without growing.
-        assert!(matches!(b.fill(r.raw(), 20, &mut pool), Fill::Data(6)));
+        assert!(matches!(b.fill(&r, 20, &mut pool), Fill::Data(6)));
         assert_eq!(b.pending(), b"ghijklmn");
         assert_eq!(b.capacity(), 8);
         sys::write(w.raw(), &[b'x'; 30]).unwrap();
-        assert!(matches!(b.fill(r.raw(), 20, &mut pool), Fill::Data(8)));
+        assert!(matches!(b.fill(&r, 20, &mut pool), Fill::Data(8)));
         assert_eq!(b.capacity(), 16);
         assert_eq!(pool.lent_bytes(), 16);
-        assert!(matches!(b.fill(r.raw(), 20, &mut pool), Fill::Data(4)));
+        assert!(matches!(b.fill(&r, 20, &mut pool), Fill::Data(4)));
         assert_eq!(b.capacity(), 20, "doubling stops at the bound");
-        assert!(matches!(b.fill(r.raw(), 20, &mut pool), Fill::Full));
+        assert!(matches!(b.fill(&r, 20, &mut pool), Fill::Full));
         assert_eq!(b.len(), 20);
         // A grown buffer is freed, not pooled.
         b.discard(&mut pool);
@@ -348,16 +343,16 @@ mod tests {
         let mut b = InputBuf::new();
         sys::write(w.raw(), b"ab").unwrap();
         drop(w);
-        assert!(matches!(b.fill(r.raw(), 64, &mut pool), Fill::Data(2)));
+        assert!(matches!(b.fill(&r, 64, &mut pool), Fill::Data(2)));
         assert!(b.spare_len() > 0, "a short read");
-        assert!(matches!(b.fill(r.raw(), 64, &mut pool), Fill::Eof));
+        assert!(matches!(b.fill(&r, 64, &mut pool), Fill::Eof));
         assert!(b.has_storage(), "pending bytes keep their storage");
         b.consume(2);
-        assert!(matches!(b.fill(r.raw(), 64, &mut pool), Fill::Eof));
+        assert!(matches!(b.fill(&r, 64, &mut pool), Fill::Eof));
         assert!(!b.has_storage());
         let (_r2, w2) = pipe();
         // Reading a pipe's write end fails with EBADF.
-        assert!(matches!(b.fill(w2.raw(), 64, &mut pool), Fill::Reset(_)));
+        assert!(matches!(b.fill(&w2, 64, &mut pool), Fill::Reset(_)));
         assert!(!b.has_storage());
         assert_eq!(pool.lent(), 0);
     }

@@ -26,7 +26,7 @@
 //! announced; only cutting the connection is honest); a pipe segment's pipe
 //! must stay open and hold at least the queued bytes until they are sent.
 
-use crate::sys;
+use crate::sys::{self, retry, FdArg};
 use bytes::{Buf, Bytes};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -98,13 +98,15 @@ impl Flushed {
 }
 
 /// The chain's items, in order: two inline (a head and a file range, serve's
-/// common case, need no allocation), the rest spilled into a `VecDeque`.
+/// common case, need no allocation), the rest spilled into a boxed
+/// `VecDeque` (boxed so the inline part stays small in every connection).
 /// Invariant: `second` is empty only if `rest` is.
 #[derive(Default)]
+#[allow(clippy::box_collection)] // boxed on purpose: see above
 struct Items {
     first: Option<Item>,
     second: Option<Item>,
-    rest: VecDeque<Item>,
+    rest: Option<Box<VecDeque<Item>>>,
 }
 
 impl Items {
@@ -124,9 +126,14 @@ impl Items {
     }
 
     #[inline]
+    fn spilled(&self) -> bool {
+        self.rest.as_ref().is_some_and(|r| !r.is_empty())
+    }
+
+    #[inline]
     fn back_mut(&mut self) -> Option<&mut Item> {
-        if !self.rest.is_empty() {
-            self.rest.back_mut()
+        if self.spilled() {
+            self.rest.as_mut().and_then(|r| r.back_mut())
         } else if self.second.is_some() {
             self.second.as_mut()
         } else {
@@ -141,24 +148,27 @@ impl Items {
         } else if self.second.is_none() {
             self.second = Some(it);
         } else {
-            self.rest.push_back(it);
+            self.rest.get_or_insert_with(Default::default).push_back(it);
         }
     }
 
     #[inline]
     fn pop_front(&mut self) {
         self.first = self.second.take();
-        self.second = self.rest.pop_front();
+        self.second = self.rest.as_mut().and_then(|r| r.pop_front());
     }
 
     fn iter(&self) -> impl Iterator<Item = &Item> {
-        self.first.iter().chain(self.second.iter()).chain(self.rest.iter())
+        let rest = self.rest.as_deref().into_iter().flatten();
+        self.first.iter().chain(self.second.iter()).chain(rest)
     }
 
     fn clear(&mut self) {
         self.first = None;
         self.second = None;
-        self.rest.clear();
+        if let Some(r) = &mut self.rest {
+            r.clear();
+        }
     }
 }
 
@@ -332,7 +342,8 @@ impl OutChain {
     /// is the buffer [`FileSend::Copy`] ranges are read through (it must not
     /// be empty when such a range is queued). Returns the bytes sent by each
     /// path; EAGAIN or a short write sets [`Flushed::blocked`].
-    pub fn flush(&mut self, fd: RawFd, tail: &[u8], scratch: &mut [u8]) -> io::Result<Flushed> {
+    pub fn flush(&mut self, fd: impl FdArg, tail: &[u8], scratch: &mut [u8]) -> io::Result<Flushed> {
+        let fd = fd.raw_for_call();
         let mut f = Flushed::default();
         loop {
             let r = match self.items.front() {
@@ -495,7 +506,7 @@ impl OutChain {
         // the next splice (the proxy measured more pacing interrupts with it).
         let n = retry(|| sys::splice(pfd, fd, want, false))?;
         if n == 0 {
-            return Err(io::Error::from_raw_os_error(libc::EPIPE));
+            return Err(sys::Errno::BrokenPipe.into());
         }
         self.len -= n as u64;
         if n == want {
@@ -579,17 +590,7 @@ fn cyclic_run(it: &Item) -> usize {
 
 fn shrunk() -> io::Error {
     // The file ended before the length already announced.
-    io::Error::from_raw_os_error(libc::EIO)
-}
-
-#[inline]
-fn retry<T>(mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
-    loop {
-        match f() {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            r => return r,
-        }
-    }
+    sys::Errno::Io.into()
 }
 
 #[cfg(test)]
@@ -734,7 +735,7 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(err.unwrap().raw_os_error(), Some(libc::EIO), "{how:?}");
+            assert!(sys::is(&err.unwrap(), sys::Errno::Io), "{how:?}");
         }
     }
 

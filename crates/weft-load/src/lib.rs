@@ -9,7 +9,8 @@
 //!   PolyMix-4, trace replay; [`gen`] writes their file sets and traces;
 //! - [`origin`]: `weft origin`, the workload server: sizes, cacheability and
 //!   think times per URL or header, deterministic bodies ([`content`]),
-//!   SPECweb99 files, SSL-emulation exchanges ([`ssl`]);
+//!   SPECweb99 files, SSL-emulation exchanges ([`ssl`]); its counters are
+//!   [`origin_stats`];
 //! - [`stats`]: counters, HDR histograms, one-second samples, Student-t
 //!   confidence intervals; [`report`]: the summary and `--json`;
 //! - [`run`]: threads, repeats, the live progress line.
@@ -22,6 +23,7 @@ pub mod dist;
 pub mod engine;
 pub mod gen;
 pub mod origin;
+pub mod origin_stats;
 pub mod report;
 pub mod request;
 pub mod run;
@@ -33,4 +35,5 @@ pub mod workload;
 pub use config::{Arrivals, LoadConfig};
 pub use dist::Dist;
 pub use origin::{Origin, OriginConfig};
+pub use origin_stats::OriginStats;
 pub use run::run;

@@ -2,178 +2,110 @@
 //! published live (`--admin`): what the cache did, how body bytes moved
 //! (spliced, tee'd, copied, served from memory) and how each body transfer
 //! (a "session") ended — so an experiment can say *why* a CPU figure moved.
+//!
+//! Declared once in the metrics registry ([`weft_core::metrics`]): a worker
+//! bumps plain `u64` fields; the registry generates the sum, the slot the
+//! worker publishes into once per batch, and the JSON and Prometheus renderings.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use weft_io::sys::counters::KINDS;
+use weft_core::metrics;
 use weft_io::SysCounts;
 
-macro_rules! counters {
-    ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
-        /// Counters one worker keeps.
-        #[derive(Clone, Copy, Debug, Default)]
-        pub struct ProxyStats {
-            $($(#[doc = $doc])* pub $name: u64,)*
-            /// System calls by kind.
-            pub syscalls: SysCounts,
-        }
-
-        const NAMES: &[&str] = &[$(stringify!($name)),*];
-        const FIELDS: usize = NAMES.len();
-
-        impl ProxyStats {
-            fn values(&self) -> [u64; FIELDS] {
-                [$(self.$name),*]
-            }
-            fn from_values(v: &[u64], syscalls: SysCounts) -> ProxyStats {
-                let mut it = v.iter().copied();
-                ProxyStats { $($name: it.next().unwrap_or(0),)* syscalls }
-            }
-            /// Add another worker's counters.
-            pub fn add(&mut self, o: &ProxyStats) {
-                $(self.$name += o.$name;)*
-                self.syscalls.add(&o.syscalls);
-            }
-        }
-    };
-}
-
-counters! {
-    /// Client connections accepted.
-    accepted,
-    /// Client connections refused: the backend could not hold the descriptor.
-    refused_fd_limit,
-    /// Requests refused by access control (403).
-    denied,
-    /// Requests handled (any outcome).
-    requests,
-    /// Requests rejected by the codec (4xx) or refused before forwarding.
-    bad_requests,
-    /// Answered from the cache without contacting the upstream.
-    hits,
-    /// Answered stale from the cache because the client's max-stale allowed it.
-    stale_hits,
-    /// Forwarded: nothing usable was stored.
-    misses,
-    /// Conditional requests sent to refresh a stored response.
-    revalidations,
-    /// Revalidations answered 304 (stored response refreshed and served).
-    revalidated,
-    /// Forwarded responses that were not storable (or the cache is off).
-    uncacheable,
-    /// Responses stored.
-    stored,
-    /// Stored responses removed after an unsafe method.
-    invalidated,
-    /// `only-if-cached` requests answered 504.
-    only_if_cached_misses,
-    /// Requests that missed in memory and waited for their key's objects to
-    /// be read from the disk store (`--cache-dir`).
-    disk_loads,
-    /// Upstream connections opened.
-    upstream_connects,
-    /// Requests sent on a pooled upstream connection.
-    upstream_reused,
-    /// Requests resent after a pooled connection turned out closed.
-    upstream_retries,
-    /// 502 answers (refused, DNS failure, bad response).
-    errors_502,
-    /// 504 answers (connect or response timeout).
-    errors_504,
-    /// Connections closed by a timeout.
-    timeouts,
-    /// CONNECT tunnels established.
-    tunnels,
-    /// Body bytes moved pipe → client socket by splice.
-    bytes_spliced,
-    /// Body bytes duplicated by tee (KeepCopy).
-    bytes_teed,
-    /// Body bytes relayed through user space.
-    bytes_copied,
-    /// Body bytes read into the cache while forwarding (KeepCopy and copy).
-    bytes_filled,
-    /// Body bytes sent from the cache.
-    bytes_cache,
-    /// Tunnel bytes moved by splice.
-    tunnel_bytes_spliced,
-    /// Tunnel bytes copied.
-    tunnel_bytes_copied,
-    /// Body transfers completed by splice.
-    sessions_splice,
-    /// Body transfers completed by splice with tee (KeepCopy).
-    sessions_keep_copy,
-    /// Body transfers completed by copying.
-    sessions_copy,
-    /// Splice or tee failed and the transfer went on by copying.
-    sessions_fallback,
-    /// No pipe was available (budget spent): copied instead.
-    sessions_no_pipe,
-    /// Client went away during the transfer.
-    sessions_client_abort,
-    /// Objects completed into the cache after their client went away.
-    sessions_orphan_fill,
-    /// Upstream closed or failed mid-body (client connection closed).
-    sessions_upstream_abort,
-    /// Read batches (`--rcv-lowat`) that did not fill in time; those
-    /// sessions then read at every arrival.
-    read_batches_cut,
-}
-
-impl ProxyStats {
-    /// A JSON object.
-    pub fn to_json(&self) -> String {
-        let mut s = String::from("{");
-        for (name, v) in NAMES.iter().zip(self.values()) {
-            s.push_str(&format!("\"{name}\":{v},"));
-        }
-        s.push_str("\"syscalls\":{");
-        let mut first = true;
-        for (name, n) in self.syscalls.nonzero() {
-            if !first {
-                s.push(',');
-            }
-            first = false;
-            s.push_str(&format!("\"{name}\":{n}"));
-        }
-        s.push_str("}}");
-        s
+weft_core::metrics! {
+    /// Counters one worker keeps.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct ProxyStats {
+        /// Client connections accepted.
+        counter accepted,
+        /// Client connections refused: the backend could not hold the descriptor.
+        counter refused_fd_limit,
+        /// Requests refused by access control (403).
+        counter denied,
+        /// Requests handled (any outcome).
+        counter requests,
+        /// Requests rejected by the codec (4xx) or refused before forwarding.
+        counter bad_requests,
+        /// Answered from the cache without contacting the upstream.
+        counter hits,
+        /// Answered stale from the cache because the client's max-stale allowed it.
+        counter stale_hits,
+        /// Forwarded: nothing usable was stored.
+        counter misses,
+        /// Conditional requests sent to refresh a stored response.
+        counter revalidations,
+        /// Revalidations answered 304 (stored response refreshed and served).
+        counter revalidated,
+        /// Forwarded responses that were not storable (or the cache is off).
+        counter uncacheable,
+        /// Responses stored.
+        counter stored,
+        /// Stored responses removed after an unsafe method.
+        counter invalidated,
+        /// `only-if-cached` requests answered 504.
+        counter only_if_cached_misses,
+        /// Requests that missed in memory and waited for their key's objects to
+        /// be read from the disk store (`--cache-dir`).
+        counter disk_loads,
+        /// Upstream connections opened.
+        counter upstream_connects,
+        /// Requests sent on a pooled upstream connection.
+        counter upstream_reused,
+        /// Requests resent after a pooled connection turned out closed.
+        counter upstream_retries,
+        /// 502 answers (refused, DNS failure, bad response).
+        counter errors_502,
+        /// 504 answers (connect or response timeout).
+        counter errors_504,
+        /// Connections closed by a timeout.
+        counter timeouts,
+        /// CONNECT tunnels established.
+        counter tunnels,
+        /// Body bytes moved pipe → client socket by splice.
+        counter bytes_spliced,
+        /// Body bytes duplicated by tee (KeepCopy).
+        counter bytes_teed,
+        /// Body bytes relayed through user space.
+        counter bytes_copied,
+        /// Body bytes read into the cache while forwarding (KeepCopy and copy).
+        counter bytes_filled,
+        /// Body bytes sent from the cache.
+        counter bytes_cache,
+        /// Tunnel bytes moved by splice.
+        counter tunnel_bytes_spliced,
+        /// Tunnel bytes copied.
+        counter tunnel_bytes_copied,
+        /// Body transfers completed by splice.
+        counter sessions_splice,
+        /// Body transfers completed by splice with tee (KeepCopy).
+        counter sessions_keep_copy,
+        /// Body transfers completed by copying.
+        counter sessions_copy,
+        /// Splice or tee failed and the transfer went on by copying.
+        counter sessions_fallback,
+        /// No pipe was available (budget spent): copied instead.
+        counter sessions_no_pipe,
+        /// Client went away during the transfer.
+        counter sessions_client_abort,
+        /// Objects completed into the cache after their client went away.
+        counter sessions_orphan_fill,
+        /// Upstream closed or failed mid-body (client connection closed).
+        counter sessions_upstream_abort,
+        /// Read batches (`--rcv-lowat`) that did not fill in time; those
+        /// sessions then read at every arrival.
+        counter read_batches_cut,
+    }
+    groups {
+        /// System calls by kind.
+        syscalls: SysCounts,
     }
 }
 
 /// One worker's published counters (relaxed atomics, written once per batch).
-pub struct Slot {
-    fields: [AtomicU64; FIELDS],
-    syscalls: [AtomicU64; KINDS],
-}
+pub type Slot = metrics::Slot<ProxyStats>;
 
-impl Default for Slot {
-    fn default() -> Self {
-        Slot {
-            fields: std::array::from_fn(|_| AtomicU64::new(0)),
-            syscalls: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
-    }
-}
-
-impl Slot {
-    /// Publish a worker's counters.
-    pub fn publish(&self, s: &ProxyStats) {
-        for (a, v) in self.fields.iter().zip(s.values()) {
-            a.store(v, Ordering::Relaxed);
-        }
-        for (a, v) in self.syscalls.iter().zip(s.syscalls.0) {
-            a.store(v, Ordering::Relaxed);
-        }
-    }
-
-    /// Read them back.
-    pub fn read(&self) -> ProxyStats {
-        let v: Vec<u64> = self.fields.iter().map(|a| a.load(Ordering::Relaxed)).collect();
-        let mut sc = SysCounts::default();
-        for (o, a) in sc.0.iter_mut().zip(self.syscalls.iter()) {
-            *o = a.load(Ordering::Relaxed);
-        }
-        ProxyStats::from_values(&v, sc)
-    }
+/// The Prometheus text of the workers' counters (`weft_proxy_<counter>_total`
+/// per worker and summed), for the admin endpoint's `/metrics`.
+pub fn render_prometheus(slots: &[Slot]) -> String {
+    metrics::render_prometheus("proxy", &metrics::read_all(slots))
 }
 
 #[cfg(test)]
@@ -196,5 +128,32 @@ mod tests {
         let j = a.to_json();
         assert!(j.contains("\"hits\":6,") && j.contains("\"bytes_spliced\":20,"), "{j}");
         assert!(j.ends_with("\"syscalls\":{}}"), "{j}");
+    }
+
+    /// Every counter, in the order and with the keys the JSON had before the
+    /// registry (the lab and tests/proxy.rs read these keys).
+    #[test]
+    fn json_keys_are_unchanged() {
+        const BEFORE: &str = "accepted refused_fd_limit denied requests bad_requests hits stale_hits misses \
+            revalidations revalidated uncacheable stored invalidated only_if_cached_misses disk_loads \
+            upstream_connects upstream_reused upstream_retries errors_502 errors_504 timeouts tunnels \
+            bytes_spliced bytes_teed bytes_copied bytes_filled bytes_cache tunnel_bytes_spliced \
+            tunnel_bytes_copied sessions_splice sessions_keep_copy sessions_copy sessions_fallback \
+            sessions_no_pipe sessions_client_abort sessions_orphan_fill sessions_upstream_abort read_batches_cut";
+        let names: Vec<&str> = BEFORE.split_whitespace().collect();
+        assert_eq!(ProxyStats::NAMES, names.as_slice());
+        let mut s = ProxyStats::default();
+        s.syscalls.0[weft_io::SysKind::Splice as usize] = 4;
+        let mut want = String::from("{");
+        for n in &names {
+            want.push_str(&format!("\"{n}\":0,"));
+        }
+        want.push_str("\"syscalls\":{\"splice\":4}}");
+        assert_eq!(s.to_json(), want);
+        let text = render_prometheus(&[Slot::default()]);
+        assert!(
+            text.contains("\nweft_proxy_read_batches_cut_total{worker=\"0\"} 0\n"),
+            "{text}"
+        );
     }
 }

@@ -5,10 +5,105 @@
 //! Written into a per-worker buffer (flushed by the worker with one write), with
 //! the timestamp formatted once per second. Bytes that could forge a line or a
 //! field (`"`, `\`, control and non-ASCII bytes) are written as `\xHH`, as nginx does.
+//! [`AccessLog`] is one worker's buffer over the shared O_APPEND file.
 
 use std::io::Write;
-use std::net::IpAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use weft_http::RequestHead;
+use weft_io::sys;
+
+/// Buffered bytes that trigger a write.
+const FLUSH_BYTES: usize = 32 * 1024;
+/// Longest a line waits in the buffer.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// Combined Log Format lines buffered per worker and appended to the shared
+/// file with one write per flush (O_APPEND keeps whole lines intact).
+pub struct AccessLog {
+    fd: RawFd,
+    buf: Vec<u8>,
+    last_flush: Instant,
+    clock: ClfClock,
+}
+
+impl AccessLog {
+    /// Log to an already opened (O_APPEND) file.
+    pub fn new(fd: RawFd, now: Instant) -> AccessLog {
+        AccessLog {
+            fd,
+            buf: Vec::with_capacity(64 * 1024),
+            last_flush: now,
+            clock: ClfClock::new(),
+        }
+    }
+
+    /// Lines wait in the buffer?
+    pub fn has_pending(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
+    /// The longest the worker may sleep before the buffer is due.
+    pub fn max_wait(&self) -> Option<Duration> {
+        self.has_pending().then_some(FLUSH_EVERY)
+    }
+
+    /// Write the buffer when it is large or old enough.
+    pub fn flush_if_due(&mut self, now: Instant) {
+        if self.buf.len() >= FLUSH_BYTES || now.duration_since(self.last_flush) >= FLUSH_EVERY {
+            self.flush(now);
+        }
+    }
+
+    /// Write the buffered lines.
+    pub fn flush(&mut self, now: Instant) {
+        let mut off = 0;
+        while off < self.buf.len() {
+            match sys::write(self.fd, &self.buf[off..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => off += n,
+            }
+        }
+        self.buf.clear();
+        self.last_flush = now;
+    }
+
+    /// Log the request whose head is `data` (parsed into `head`, unless it
+    /// failed to parse: then only the request line is taken from `data`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn log(
+        &mut self,
+        head: &RequestHead,
+        data: &[u8],
+        peer: Option<SocketAddr>,
+        status: u16,
+        bytes: u64,
+        wall: SystemTime,
+        head_only: bool,
+    ) {
+        let line_end = memchr::memchr(b'\n', data).unwrap_or(data.len().min(8192));
+        let line = data[..line_end].strip_suffix(b"\r").unwrap_or(&data[..line_end]);
+        let (referer, ua) = if status < 400 || status == 404 || status == 403 || status == 405 {
+            (head.header(data, "referer"), head.header(data, "user-agent"))
+        } else {
+            (None, None)
+        };
+        let ip = peer.map(|p| p.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let bytes = if head_only { 0 } else { bytes };
+        write_clf(
+            &mut self.buf,
+            &mut self.clock,
+            ip,
+            wall,
+            line,
+            status,
+            bytes,
+            referer,
+            ua,
+        );
+    }
+}
 
 const MONTHS: [&str; 12] = [
     "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",

@@ -1,7 +1,8 @@
-//! The admin endpoint (`--admin ADDR`): live counters as JSON, per worker and
-//! in total, so an experiment can read system calls per request while the
-//! server runs. The listener thread is `weft_io::admin`'s; this module holds
-//! the server's counter slots and renders them.
+//! The admin endpoint (`--admin ADDR`): live counters per worker and in
+//! total, as JSON at `/stats` (so an experiment can read system calls per
+//! request while the server runs) and as Prometheus text at `/metrics`. The
+//! listener thread is `weft_io::admin`'s; the slots and both renderings are
+//! the metrics registry's ([`weft_core::metrics`]).
 //!
 //! Each worker publishes its counters into its own slot of relaxed atomics at
 //! the end of every event-loop batch (a few dozen plain stores, no lock, no
@@ -11,98 +12,73 @@
 
 use crate::stats::ServeStats;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use weft_io::sys::counters::KINDS;
-use weft_io::SysCounts;
-
-const FIELDS: usize = 13;
+use weft_core::metrics;
 
 /// One worker's published counters.
-pub struct Slot {
-    fields: [AtomicU64; FIELDS],
-    syscalls: [AtomicU64; KINDS],
-}
+pub type Slot = metrics::Slot<ServeStats>;
 
-impl Default for Slot {
-    fn default() -> Self {
-        Slot {
-            fields: std::array::from_fn(|_| AtomicU64::new(0)),
-            syscalls: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
-    }
-}
-
-impl Slot {
-    /// Publish a worker's counters.
-    pub fn publish(&self, s: &ServeStats) {
-        let f = [
-            s.accepted,
-            s.refused_fd_limit,
-            s.requests,
-            s.bytes_sendfile,
-            s.bytes_copy,
-            s.bytes_memory,
-            s.timeouts,
-            s.bad_requests,
-            u64::from(s.tracker.is_some()),
-            s.tracker.map_or(0, |t| t.user_passes),
-            s.tracker.map_or(0, |t| t.user_events),
-            s.tracker.map_or(0, |t| t.kernel_polls),
-            s.tracker.map_or(0, |t| t.forced_polls),
-        ];
-        for (a, v) in self.fields.iter().zip(f) {
-            a.store(v, Ordering::Relaxed);
-        }
-        for (a, v) in self.syscalls.iter().zip(s.syscalls.0) {
-            a.store(v, Ordering::Relaxed);
-        }
-    }
-
-    /// Read the published counters.
-    pub fn read(&self) -> ServeStats {
-        let f: Vec<u64> = self.fields.iter().map(|a| a.load(Ordering::Relaxed)).collect();
-        let mut sc = SysCounts::default();
-        for (o, a) in sc.0.iter_mut().zip(self.syscalls.iter()) {
-            *o = a.load(Ordering::Relaxed);
-        }
-        ServeStats {
-            accepted: f[0],
-            refused_fd_limit: f[1],
-            requests: f[2],
-            bytes_sendfile: f[3],
-            bytes_copy: f[4],
-            bytes_memory: f[5],
-            timeouts: f[6],
-            bad_requests: f[7],
-            syscalls: sc,
-            tracker: (f[8] != 0).then_some(weft_io::TrackerStats {
-                user_passes: f[9],
-                user_events: f[10],
-                kernel_polls: f[11],
-                forced_polls: f[12],
-            }),
-        }
-    }
-}
-
-/// The JSON document the endpoint serves.
+/// The JSON document the endpoint serves at `/stats`.
 pub fn render(backend: &str, slots: &[Slot]) -> String {
-    let mut total = ServeStats::default();
-    let mut workers = Vec::with_capacity(slots.len());
-    for (i, s) in slots.iter().enumerate() {
-        let st = s.read();
-        total.add(&st);
-        workers.push(format!("{{\"worker\":{i},\"stats\":{}}}", st.to_json()));
-    }
-    format!(
-        "{{\"backend\":\"{backend}\",\"workers\":[{}],\"total\":{}}}\n",
-        workers.join(","),
-        total.to_json()
-    )
+    metrics::stats_document(backend, &metrics::read_all(slots), &[])
+}
+
+/// The Prometheus text the endpoint serves at `/metrics`
+/// (`weft_serve_<counter>_total{worker="i"}`, and the sum without `worker`).
+pub fn render_prometheus(slots: &[Slot]) -> String {
+    metrics::render_prometheus("serve", &metrics::read_all(slots))
 }
 
 /// Start the admin listener on `addr`; returns the bound address.
 pub fn start(addr: SocketAddr, backend: &'static str, slots: Arc<Vec<Slot>>) -> std::io::Result<SocketAddr> {
-    weft_io::admin::start(addr, Arc::new(move || render(backend, &slots)))
+    let json = slots.clone();
+    weft_io::admin::serve(
+        addr,
+        weft_io::admin::Pages {
+            stats: Arc::new(move || render(backend, &json)),
+            metrics: Some(Arc::new(move || render_prometheus(&slots))),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn get(addr: SocketAddr, path: &str) -> String {
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut s = String::new();
+        c.read_to_string(&mut s).unwrap();
+        s
+    }
+
+    #[test]
+    fn stats_and_metrics_from_the_slots() {
+        let slots: Arc<Vec<Slot>> = Arc::new((0..2).map(|_| Slot::default()).collect());
+        let mut st = ServeStats {
+            requests: 5,
+            ..Default::default()
+        };
+        st.syscalls.0[weft_io::SysKind::Writev as usize] = 5;
+        slots[0].publish(&st);
+        st.requests = 2;
+        slots[1].publish(&st);
+        let doc = render("epoll", &slots);
+        assert!(doc.starts_with("{\"backend\":\"epoll\",\"workers\":[{\"worker\":0,\"stats\":{\"accepted\":0,\"refused_fd_limit\":0,\"requests\":5,"), "{doc}");
+        assert!(doc.ends_with(",\"syscalls\":{\"writev\":10}}}\n"), "{doc}");
+        let addr = start("127.0.0.1:0".parse().unwrap(), "epoll", slots).unwrap();
+        let r = get(addr, "/stats");
+        assert!(r.ends_with(&doc), "{r}");
+        let m = get(addr, "/metrics");
+        assert!(m.contains("\r\nContent-Type: text/plain; version=0.0.4"), "{m}");
+        assert!(m.contains("# TYPE weft_serve_requests_total counter\n"), "{m}");
+        assert!(
+            m.contains("\nweft_serve_requests_total{worker=\"1\"} 2\nweft_serve_requests_total 7\n"),
+            "{m}"
+        );
+        assert!(m.contains("\nweft_serve_syscalls_total{kind=\"writev\"} 10\n"), "{m}");
+    }
 }

@@ -11,56 +11,26 @@
 //! readiness tracking in its simplest form, and it is correct for both level-
 //! and edge-triggered backends.
 
-use crate::files::CachedFile;
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::time::Instant;
-use weft_io::{Fd, Interest, Token};
-
-/// Input buffer size at first read; grows (up to the head limit) only when a
-/// request head does not fit.
-pub const INITIAL_INPUT: usize = 4096;
-
-/// How a file body is moved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BodyPath {
-    /// sendfile(2).
-    Sendfile,
-    /// pread(2) + writev(2).
-    Copy,
-}
-
-/// A file body still to send.
-pub struct FileBody {
-    /// The file.
-    pub file: Rc<CachedFile>,
-    /// Next byte to send.
-    pub offset: u64,
-    /// One past the last byte to send.
-    pub end: u64,
-    /// Transfer path.
-    pub path: BodyPath,
-}
+use weft_io::{Fd, InputBuf, Interest, OutChain, Token};
 
 /// Connection state.
 pub struct Conn {
     pub fd: Fd,
     pub token: Token,
     pub peer: Option<SocketAddr>,
-    /// Input bytes live in `buf[start..end]`; `buf.len()` is the capacity in use.
-    pub buf: Vec<u8>,
-    pub start: usize,
-    pub end: usize,
+    /// Unparsed input; holds a buffer lent from the worker's pool only while
+    /// bytes are pending (an idle keep-alive connection holds none).
+    pub input: InputBuf,
     /// The socket may have unread input (see the module doc).
     pub may_read: bool,
     /// The backend reported the peer's FIN (see the module doc).
     pub read_closed: bool,
     /// The peer closed its side.
     pub eof: bool,
-    /// Response bytes queued in `out[out_pos..]`, sent before `body`.
-    pub out: Vec<u8>,
-    pub out_pos: usize,
-    pub body: Option<FileBody>,
+    /// Response heads and bodies queued to send (a file body as a range).
+    pub out: OutChain,
     /// Current registration (level-triggered backends update it).
     pub interest: Interest,
     /// Requests answered on this connection.
@@ -93,15 +63,11 @@ impl Conn {
             fd,
             token,
             peer,
-            buf: Vec::new(),
-            start: 0,
-            end: 0,
+            input: InputBuf::new(),
             may_read: false,
             read_closed: false,
             eof: false,
-            out: Vec::new(),
-            out_pos: 0,
-            body: None,
+            out: OutChain::new(),
             interest,
             requests: 0,
             close_after: false,
@@ -119,38 +85,26 @@ impl Conn {
     /// Anything queued to send?
     #[inline]
     pub fn has_output(&self) -> bool {
-        self.out_pos < self.out.len() || self.body.is_some()
+        !self.out.is_empty()
     }
 
     /// Nothing in flight: no output, no buffered or partial request.
     #[inline]
     pub fn is_idle(&self) -> bool {
-        !self.has_output() && self.start == self.end && self.head_started.is_none()
+        !self.has_output() && self.input.is_empty() && self.head_started.is_none()
     }
+}
 
-    /// Make room to read: compact consumed bytes away, allocate on first use,
-    /// grow (doubling, up to `max`) when the buffer is full of an incomplete head.
-    /// Returns false when the buffer is full and may not grow.
-    pub fn reserve_input(&mut self, max: usize) -> bool {
-        if self.buf.is_empty() {
-            self.buf = vec![0u8; INITIAL_INPUT];
-        }
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-        if self.end == self.buf.len() && self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.end == self.buf.len() {
-            if self.buf.len() >= max {
-                return false;
-            }
-            let n = (self.buf.len() * 2).min(max);
-            self.buf.resize(n, 0);
-        }
-        true
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_state_stays_small() {
+        // An idle connection's whole cost is this struct (its input buffer
+        // is lent only while bytes are pending): issue 21 tracks it.
+        let size = std::mem::size_of::<Conn>();
+        println!("size_of::<Conn>() = {size}");
+        assert!(size <= 320, "Conn grew to {size} bytes");
     }
 }

@@ -31,6 +31,14 @@ pub struct CachedFile {
     checked: Cell<Instant>,
 }
 
+/// A file body queued on a connection's output chain keeps the file open
+/// (the chain holds an `Rc` of the entry) even if the cache drops it.
+impl std::os::fd::AsRawFd for CachedFile {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.raw()
+    }
+}
+
 /// What a path is.
 pub enum Lookup {
     /// A regular file.
@@ -152,8 +160,8 @@ impl FileCache {
             self.path.extend_from_slice(rel);
         }
         let c = CString::new(self.path.as_slice()).map_err(|_| io::Error::from(sys::Errno::InvalidInput))?;
-        let fd = sys::open_beneath(self.root.raw(), &c, self.resolve)?;
-        let st = sys::fstat(fd.raw())?;
+        let fd = sys::open_beneath(&self.root, &c, self.resolve)?;
+        let st = sys::fstat(&fd)?;
         Ok((fd, st))
     }
 
@@ -181,7 +189,7 @@ fn read_all(fd: &Fd, size: u64) -> io::Result<Box<[u8]>> {
     let mut buf = vec![0u8; size as usize];
     let mut off = 0usize;
     while off < buf.len() {
-        let n = sys::pread(fd.raw(), &mut buf[off..], off as u64)?;
+        let n = sys::pread(fd, &mut buf[off..], off as u64)?;
         if n == 0 {
             // The file shrank under us: serve what is there would lie about the
             // length; treat it as unreadable until revalidation.

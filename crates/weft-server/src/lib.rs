@@ -9,7 +9,8 @@
 //!
 //! - [`config`]: [`ServeConfig`], the validated settings;
 //! - [`worker`]: one event loop's connections and the request cycle;
-//! - `conn`, `files`, `respond`: connection state, the file cache, response heads;
+//! - `conn`, `answer`, `files`, `respond`: connection state, answering a
+//!   target (file, directory, demo page), the file cache, response heads;
 //! - `path`, `mime`, `autoindex`, `accesslog`, `demo`: request-path safety,
 //!   content types, directory listings, Combined Log Format, the built-in site;
 //! - [`stats`]: per-worker counters (bytes by send path, syscalls by kind).
@@ -18,6 +19,7 @@
 
 pub mod accesslog;
 pub mod admin;
+mod answer;
 pub mod autoindex;
 pub mod config;
 mod conn;
@@ -37,17 +39,21 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 use weft_io::sys::{self, Fd};
-use weft_io::{bind_reuseport, Shutdown};
+use weft_io::{bind_reuseport, GroupStats, Shutdown, WorkerGroup, WorkerSeat};
 
-/// A running server: its address, its shutdown switch, and its workers.
+/// A running server: its address and its workers (with their shutdown switch).
 pub struct Server {
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
-    shutdown: Shutdown,
-    workers: Vec<JoinHandle<io::Result<ServeStats>>>,
+    workers: WorkerGroup<ServeStats>,
+}
+
+impl GroupStats for ServeStats {
+    fn merge(&mut self, other: &ServeStats) {
+        self.add(other);
+    }
 }
 
 impl Server {
@@ -86,9 +92,8 @@ impl Server {
             // Accepted sockets inherit TCP_NODELAY from the listener on Linux: a
             // second small write on a connection (pipelined responses) must not
             // wait for the delayed ACK of the first.
-            let _ = sys::setsockopt_int(l.raw(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+            let _ = sys::set_nodelay(l, true);
         }
-        let shutdown = Shutdown::new(workers)?;
         let slots: Arc<Vec<admin::Slot>> = Arc::new((0..workers).map(|_| admin::Slot::default()).collect());
         let admin_addr = match cfg.admin {
             Some(a) => Some(
@@ -98,23 +103,14 @@ impl Server {
             None => None,
         };
         let cfg = Arc::new(cfg);
-        let mut handles = Vec::with_capacity(workers);
-        for (i, listener) in listeners.into_iter().enumerate() {
-            let cfg = cfg.clone();
-            let shutdown = shutdown.clone();
-            let root_path = root_path.clone();
-            let log_fd = log_fd.clone();
-            let slots = slots.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("weft-worker-{i}"))
-                .spawn(move || run_worker(&cfg, i, listener, shutdown, root_path, log_fd, &slots[i]))?;
-            handles.push(h);
-        }
+        let workers = WorkerGroup::start("weft-worker", listeners, move |seat: WorkerSeat| {
+            let slot = &slots[seat.index];
+            run_worker(&cfg, seat, root_path.clone(), log_fd.clone(), slot)
+        })?;
         Ok(Server {
             addr,
             admin_addr,
-            shutdown,
-            workers: handles,
+            workers,
         })
     }
 
@@ -130,36 +126,18 @@ impl Server {
 
     /// The switch that stops the server gracefully.
     pub fn shutdown_handle(&self) -> Shutdown {
-        self.shutdown.clone()
+        self.workers.shutdown().clone()
     }
 
     /// Wait for every worker to finish; returns the summed counters.
     pub fn wait(self) -> io::Result<ServeStats> {
-        let mut total = ServeStats::default();
-        let mut first_err = None;
-        for h in self.workers {
-            match h.join() {
-                Ok(Ok(s)) => total.add(&s),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert(io::Error::other("worker thread panicked"));
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(total),
-        }
+        self.workers.wait()
     }
 }
 
 fn run_worker(
     cfg: &ServeConfig,
-    index: usize,
-    listener: Fd,
-    shutdown: Shutdown,
+    seat: WorkerSeat,
     root: Option<CString>,
     log_fd: Option<Arc<Fd>>,
     slot: &admin::Slot,
@@ -181,9 +159,11 @@ fn run_worker(
         }
         None => None,
     };
-    let log = log_fd.as_ref().map(|f| worker::AccessLog::new(f.raw(), Instant::now()));
-    let waker = shutdown.waker(index);
-    let mut w = worker::Worker::new(cfg, listener, files, shutdown, waker, log, slot);
+    let log = log_fd
+        .as_ref()
+        .map(|f| accesslog::AccessLog::new(f.raw(), Instant::now()));
+    let waker = seat.shutdown.waker(seat.index);
+    let mut w = worker::Worker::new(cfg, seat.listener, files, seat.shutdown, waker, log, slot);
     let stats = weft_io::with_backend!(cfg.event, P => {
         let opts = weft_io::BackendOptions {
             max_pass: cfg.max_pass,

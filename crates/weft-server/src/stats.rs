@@ -1,79 +1,75 @@
-//! Per-worker counters: what was served and by which path.
+//! Per-worker counters: what was served and by which path, declared once in
+//! the metrics registry ([`weft_core::metrics`]). A worker bumps plain `u64`
+//! fields; the registry generates the sum, the slot it publishes into, and
+//! the JSON (`--stats-on-exit`, `/stats`) and Prometheus (`/metrics`) renderings.
 
 use weft_io::{SysCounts, TrackerStats};
 
-/// Counters one worker keeps; summed over workers at exit.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ServeStats {
-    /// Connections accepted.
-    pub accepted: u64,
-    /// Connections refused because the backend could not hold the descriptor.
-    pub refused_fd_limit: u64,
-    /// Requests answered (any status).
-    pub requests: u64,
-    /// Body bytes sent with sendfile.
-    pub bytes_sendfile: u64,
-    /// Body bytes sent by pread + writev.
-    pub bytes_copy: u64,
-    /// Body bytes sent from memory (small-file cache, demo site, generated pages).
-    pub bytes_memory: u64,
-    /// Connections closed by a timeout.
-    pub timeouts: u64,
-    /// Requests rejected with 4xx/5xx by the codec.
-    pub bad_requests: u64,
-    /// System calls by kind.
-    pub syscalls: SysCounts,
-    /// What the `tracked` backend's readiness table answered (None for the
-    /// other backends).
-    pub tracker: Option<TrackerStats>,
+weft_core::metrics! {
+    /// Counters one worker keeps; summed over workers at exit.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct ServeStats {
+        /// Connections accepted.
+        counter accepted,
+        /// Connections refused because the backend could not hold the descriptor.
+        counter refused_fd_limit,
+        /// Requests answered (any status).
+        counter requests,
+        /// Body bytes sent with sendfile.
+        counter bytes_sendfile,
+        /// Body bytes sent by pread + writev.
+        counter bytes_copy,
+        /// Body bytes sent from memory (small-file cache, demo site, generated pages).
+        counter bytes_memory,
+        /// Connections closed by a timeout.
+        counter timeouts,
+        /// Requests rejected with 4xx/5xx by the codec.
+        counter bad_requests,
+    }
+    groups {
+        /// System calls by kind.
+        syscalls: SysCounts,
+        /// What the `tracked` backend's readiness table answered (None for the
+        /// other backends).
+        tracker: Option<TrackerStats>,
+    }
 }
 
-impl ServeStats {
-    /// Add another worker's counters.
-    pub fn add(&mut self, o: &ServeStats) {
-        self.accepted += o.accepted;
-        self.refused_fd_limit += o.refused_fd_limit;
-        self.requests += o.requests;
-        self.bytes_sendfile += o.bytes_sendfile;
-        self.bytes_copy += o.bytes_copy;
-        self.bytes_memory += o.bytes_memory;
-        self.timeouts += o.timeouts;
-        self.bad_requests += o.bad_requests;
-        self.syscalls.add(&o.syscalls);
-        if let Some(t) = &o.tracker {
-            self.tracker.get_or_insert_with(TrackerStats::default).add(t);
-        }
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    /// A JSON object (hand-written: a few integers, no need for a serializer here).
-    pub fn to_json(&self) -> String {
-        let mut s = format!(
-            "{{\"accepted\":{},\"refused_fd_limit\":{},\"requests\":{},\"bytes_sendfile\":{},\"bytes_copy\":{},\"bytes_memory\":{},\"timeouts\":{},\"bad_requests\":{},\"syscalls\":{{",
-            self.accepted,
-            self.refused_fd_limit,
-            self.requests,
-            self.bytes_sendfile,
-            self.bytes_copy,
-            self.bytes_memory,
-            self.timeouts,
-            self.bad_requests
+    /// The document `--stats-on-exit` printed before the registry, key for key.
+    #[test]
+    fn json_is_unchanged() {
+        let mut s = ServeStats {
+            accepted: 1,
+            refused_fd_limit: 2,
+            requests: 3,
+            bytes_sendfile: 4,
+            bytes_copy: 5,
+            bytes_memory: 6,
+            timeouts: 7,
+            bad_requests: 8,
+            ..Default::default()
+        };
+        s.syscalls.0[weft_io::SysKind::Accept as usize] = 9;
+        s.syscalls.0[weft_io::SysKind::Sendfile as usize] = 10;
+        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"syscalls\":{\"accept\":9,\"sendfile\":10}";
+        assert_eq!(s.to_json(), format!("{head}}}"));
+        s.tracker = Some(TrackerStats {
+            user_passes: 11,
+            user_events: 12,
+            kernel_polls: 13,
+            forced_polls: 14,
+        });
+        assert_eq!(
+            s.to_json(),
+            format!("{head},\"tracker\":{{\"user_passes\":11,\"user_events\":12,\"kernel_polls\":13,\"forced_polls\":14}}}}")
         );
-        let mut first = true;
-        for (name, n) in self.syscalls.nonzero() {
-            if !first {
-                s.push(',');
-            }
-            first = false;
-            s.push_str(&format!("\"{name}\":{n}"));
-        }
-        s.push('}');
-        if let Some(t) = &self.tracker {
-            s.push_str(&format!(
-                ",\"tracker\":{{\"user_passes\":{},\"user_events\":{},\"kernel_polls\":{},\"forced_polls\":{}}}",
-                t.user_passes, t.user_events, t.kernel_polls, t.forced_polls
-            ));
-        }
-        s.push('}');
-        s
+        let mut t = ServeStats::default();
+        t.add(&s);
+        t.add(&s);
+        assert_eq!((t.requests, t.tracker.map(|t| t.forced_polls)), (6, Some(28)));
     }
 }

@@ -1,0 +1,492 @@
+//! `weft origin`: the workload server, in the spirit of Polygraph's server and
+//! the server emulator of paper 001.
+//!
+//! What it answers (see [`crate::urls`]):
+//! - `/size/N[/FLAG]/...`: N bytes; `X-Weft-Size: N` overrides any URL;
+//! - SPECweb99 paths `.../dirNNNNN/classC_F` with the file's size;
+//! - cacheability from the URL flag (`c`, `cSECONDS`, `nc`), the request
+//!   header `X-Weft-Cache: <Cache-Control value>`, or `--cache-control`;
+//!   every body has `Last-Modified` and a strong `ETag` derived from its path,
+//!   and conditional requests get 304 (or 412) by RFC 9110's rules;
+//! - a think time before each response from `--think DIST` or the request
+//!   header `X-Weft-Think: DIST` (e.g. `norm(2.5s,1s)`, truncated at 0);
+//! - persistent connections closed after `--conn-requests DIST` requests
+//!   (e.g. PolyMix's `zipf(16)`), or after `--idle-timeout` of silence;
+//! - `CONNECT` (answered 200, the connection then continues with the origin
+//!   itself, so the origin can stand in for a tunnelling proxy) and the
+//!   emulated SSL handshakes of [`crate::ssl`], recognised by their first byte.
+//!
+//! Bodies are cyclic runs of the shared content pattern on the connection's
+//! output chain ([`weft_io::OutChain`]), sent with one writev per call: there
+//! is no per-byte work and no copy per response, so the origin stays cheaper
+//! than whatever it is measuring. The workers are a [`weft_io::WorkerGroup`],
+//! each on its own SO_REUSEPORT listener with its own event loop; input
+//! buffers are lent from a per-worker pool only while bytes are pending.
+//!
+//! - this module: settings, start/stop, connections and their cycle;
+//! - `answer`: requests and emulated handshakes turned into responses.
+
+mod answer;
+
+use crate::dist::Dist;
+pub use crate::origin_stats::OriginStats;
+use crate::ssl::Handshake;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weft_http::{Limits, RequestHead};
+use weft_io::sys::{self, Fd};
+use weft_io::{
+    Acceptor, BackendKind, BufPool, Ctx, Event, Fill, GroupStats, Handler, InputBuf, Interest, OutChain, Poller,
+    Shutdown, Slab, Token, WorkerGroup, WorkerSeat,
+};
+
+const LISTENER: Token = Token::new(u32::MAX, 0);
+const WAKER: Token = Token::new(u32::MAX - 1, 0);
+/// Input buffer lent at a connection's first read.
+const INPUT_BUF: usize = 16 * 1024;
+/// Idle input buffers and output chains a worker keeps for reuse.
+const SPARE_KEEP: usize = 1024;
+
+/// Settings of `weft origin`.
+#[derive(Clone, Debug)]
+pub struct OriginConfig {
+    /// Listen address (port 0 = any).
+    pub listen: SocketAddr,
+    /// Worker threads.
+    pub workers: usize,
+    /// Event backend.
+    pub event: BackendKind,
+    /// Think time before each response.
+    pub think: Option<Dist>,
+    /// Requests per persistent connection.
+    pub conn_requests: Option<Dist>,
+    /// Share of 200 responses aborted halfway (PolyMix-4's server aborts).
+    pub abort: f64,
+    /// Close connections idle this long.
+    pub idle_timeout: Duration,
+    /// Cache-Control of URLs without a flag.
+    pub cache_control: String,
+    /// Largest body served.
+    pub max_size: u64,
+    /// Request limits.
+    pub limits: Limits,
+    /// Seed of the think-time and connection-limit draws.
+    pub seed: u64,
+    /// Listen backlog.
+    pub backlog: i32,
+}
+
+impl Default for OriginConfig {
+    fn default() -> Self {
+        OriginConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            workers: 1,
+            event: BackendKind::Epoll,
+            think: None,
+            conn_requests: None,
+            abort: 0.0,
+            idle_timeout: Duration::from_secs(15),
+            cache_control: "max-age=3600".into(),
+            max_size: 1 << 30,
+            limits: Limits::default(),
+            seed: 1,
+            backlog: 4096,
+        }
+    }
+}
+
+impl GroupStats for OriginStats {
+    fn merge(&mut self, other: &OriginStats) {
+        self.add(other);
+    }
+}
+
+/// A running origin.
+pub struct Origin {
+    addr: SocketAddr,
+    workers: WorkerGroup<OriginStats>,
+}
+
+impl Origin {
+    /// Bind and start the workers.
+    pub fn start(cfg: OriginConfig) -> io::Result<Origin> {
+        cfg.event
+            .probe()
+            .map_err(|e| io::Error::other(format!("--event {}: {e}", cfg.event)))?;
+        let _ = sys::raise_nofile_limit();
+        let workers = cfg.workers.max(1);
+        let (listeners, addr) = weft_io::bind_reuseport(cfg.listen, workers, cfg.backlog)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
+        let cfg = Arc::new(cfg);
+        let workers = WorkerGroup::start("weft-origin", listeners, move |seat: WorkerSeat| {
+            weft_io::with_backend!(cfg.event, P => {
+                let mut cx: Ctx<P> = Ctx::new()?;
+                let mut w = Worker::new(&cfg, seat);
+                w.register(&mut cx)?;
+                weft_io::run(&mut cx, &mut w)?;
+                Ok(w.shared.stats)
+            })
+        })?;
+        Ok(Origin { addr, workers })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stop handle (signals).
+    pub fn shutdown_handle(&self) -> Shutdown {
+        self.workers.shutdown().clone()
+    }
+
+    /// Wait for the workers to finish; their counters summed.
+    pub fn wait(self) -> io::Result<OriginStats> {
+        self.workers.wait()
+    }
+}
+
+enum Mode {
+    Http,
+    /// Emulated SSL handshake: index of the next message; bytes still owed by the client.
+    Ssl {
+        hs: Handshake,
+        next: usize,
+        need: usize,
+    },
+}
+
+struct Conn {
+    fd: Fd,
+    interest: Interest,
+    /// Unparsed input (storage lent from the worker's pool while pending).
+    input: InputBuf,
+    /// Heads and bodies to send.
+    out: OutChain,
+    requests: u32,
+    max_requests: u32,
+    close_after: bool,
+    /// Reset (not close) once the output is sent: an aborted response.
+    abort_after: bool,
+    hold_until: Option<Instant>,
+    deadline: Instant,
+    timer_at: Option<Instant>,
+    may_read: bool,
+    eof: bool,
+    mode: Mode,
+    /// Start of the connection or of a CONNECT tunnel: a handshake may begin.
+    at_stream_start: bool,
+    discard: u64,
+}
+
+impl Conn {
+    fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+}
+
+/// What the connections of one worker share (split from the connection
+/// table so both can be borrowed at once).
+struct Shared<'a> {
+    cfg: &'a OriginConfig,
+    /// This worker's counters (summed over workers when they stop).
+    stats: OriginStats,
+    head: RequestHead,
+    date: weft_http::DateCache,
+    rng: SmallRng,
+    pool: BufPool,
+    draining: bool,
+}
+
+struct Worker<'a> {
+    shared: Shared<'a>,
+    listener: Option<Fd>,
+    waker: std::os::fd::RawFd,
+    shutdown: Shutdown,
+    conns: Slab<Conn>,
+    /// Accepts until EAGAIN: an instrument should take whatever the load offers.
+    acceptor: Acceptor,
+    /// Output chains of closed connections, kept with their buffer's capacity.
+    spare: Vec<OutChain>,
+}
+
+enum Next {
+    Wait,
+    Close,
+}
+
+impl<'a> Worker<'a> {
+    fn new(cfg: &'a OriginConfig, seat: WorkerSeat) -> Worker<'a> {
+        Worker {
+            shared: Shared {
+                cfg,
+                stats: OriginStats::default(),
+                head: RequestHead::new(),
+                date: weft_http::DateCache::new(),
+                rng: SmallRng::seed_from_u64(cfg.seed.wrapping_add(seat.index as u64 * 7919)),
+                pool: BufPool::new(INPUT_BUF, SPARE_KEEP),
+                draining: false,
+            },
+            listener: Some(seat.listener),
+            waker: seat.shutdown.waker(seat.index),
+            shutdown: seat.shutdown,
+            conns: Slab::new(),
+            acceptor: Acceptor::new(None),
+            spare: Vec::new(),
+        }
+    }
+
+    fn register<P: Poller>(&mut self, cx: &mut Ctx<P>) -> io::Result<()> {
+        let reg = |e: weft_io::RegisterError| io::Error::other(e.to_string());
+        if let Some(l) = &self.listener {
+            cx.register(l.raw(), LISTENER, Interest::READ).map_err(reg)?;
+        }
+        cx.register(self.waker, WAKER, Interest::READ).map_err(reg)?;
+        self.shared.date.update(cx.wall);
+        Ok(())
+    }
+
+    fn accept<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        let Some(lfd) = self.listener.as_ref().map(|l| l.raw()) else {
+            return;
+        };
+        self.acceptor.begin();
+        while let Some((fd, _)) = self.acceptor.next(cx, lfd, LISTENER) {
+            self.add_conn(cx, fd);
+        }
+    }
+
+    fn add_conn<P: Poller>(&mut self, cx: &mut Ctx<P>, fd: Fd) {
+        let token = self.conns.next_token();
+        let interest = if P::CAPS.fixed_interest {
+            Interest::BOTH
+        } else {
+            Interest::READ
+        };
+        if cx.register(fd.raw(), token, interest).is_err() {
+            let _ = sys::set_linger_zero(&fd);
+            return;
+        }
+        self.shared.stats.accepted += 1;
+        let max_requests = match &self.shared.cfg.conn_requests {
+            Some(d) => (d.sample(&mut self.shared.rng) as u32).max(1),
+            None => u32::MAX,
+        };
+        let out = self.spare.pop().unwrap_or_default();
+        let now = cx.now;
+        let idle = self.shared.cfg.idle_timeout;
+        self.conns.insert_with(|_| Conn {
+            fd,
+            interest,
+            input: InputBuf::new(),
+            out,
+            requests: 0,
+            max_requests,
+            close_after: false,
+            abort_after: false,
+            hold_until: None,
+            deadline: now + idle,
+            timer_at: None,
+            may_read: true,
+            eof: false,
+            mode: Mode::Http,
+            at_stream_start: true,
+            discard: 0,
+        });
+        self.drive(cx, token);
+    }
+
+    fn close<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) {
+        if let Some(c) = self.conns.remove(token) {
+            if c.abort_after {
+                let _ = sys::set_linger_zero(&c.fd);
+            }
+            let Conn {
+                fd, mut input, mut out, ..
+            } = c;
+            input.discard(&mut self.shared.pool);
+            cx.close_later(fd, true);
+            if self.spare.len() < SPARE_KEEP {
+                out.clear();
+                self.spare.push(out);
+            }
+        }
+    }
+
+    fn drive<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) {
+        let Some(c) = self.conns.get_mut(token) else {
+            return;
+        };
+        let next = drive_conn(c, &mut self.shared, Instant::now());
+        // Everything read is answered: the buffer goes back to the pool.
+        c.input.release(&mut self.shared.pool);
+        match next {
+            Next::Close => self.close(cx, token),
+            Next::Wait => {
+                let want = if P::CAPS.fixed_interest || (c.has_output() && c.hold_until.is_none()) {
+                    Interest::BOTH
+                } else {
+                    Interest::READ
+                };
+                if want != c.interest {
+                    if cx.reregister(c.fd.raw(), token, want).is_err() {
+                        self.close(cx, token);
+                        return;
+                    }
+                    c.interest = want;
+                }
+                let wake = c.hold_until.unwrap_or(c.deadline);
+                if c.timer_at.is_none_or(|t| wake < t) {
+                    c.timer_at = Some(wake);
+                    cx.arm_timer(token, wake);
+                }
+            }
+        }
+    }
+}
+
+/// Send what is queued, answer what is buffered, read more; until the
+/// connection must wait (for the socket, or a think time) or close.
+fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Next {
+    loop {
+        if c.hold_until.is_some_and(|t| now < t) {
+            return Next::Wait;
+        }
+        c.hold_until = None;
+        if c.has_output() {
+            match c.out.flush(&c.fd, &[], &mut []) {
+                Ok(f) => {
+                    s.stats.body_bytes += f.shared as u64;
+                    c.deadline = now + s.cfg.idle_timeout;
+                    if f.blocked {
+                        return Next::Wait;
+                    }
+                }
+                Err(_) => {
+                    s.stats.reset_unfinished += 1;
+                    return Next::Close;
+                }
+            }
+        }
+        if c.close_after {
+            return Next::Close;
+        }
+        if !c.input.is_empty() && answer::answer(c, s, now) {
+            continue;
+        }
+        if c.close_after && !c.has_output() {
+            return Next::Close;
+        }
+        if c.eof {
+            return Next::Close;
+        }
+        if !c.may_read {
+            return Next::Wait;
+        }
+        match c.input.fill(&c.fd, s.cfg.limits.max_head + 4096, &mut s.pool) {
+            Fill::Full => return Next::Close,
+            Fill::Eof => {
+                c.eof = true;
+                c.may_read = false;
+                if !c.has_output() {
+                    return Next::Close;
+                }
+            }
+            Fill::Data(_) => {
+                c.may_read = c.input.spare_len() == 0;
+                c.deadline = now + s.cfg.idle_timeout;
+            }
+            Fill::WouldBlock => {
+                c.may_read = false;
+                return Next::Wait;
+            }
+            Fill::Reset(_) => {
+                if c.input.is_empty() && !c.has_output() {
+                    s.stats.reset_idle += 1;
+                } else {
+                    s.stats.reset_unfinished += 1;
+                }
+                return Next::Close;
+            }
+        }
+    }
+}
+
+impl<P: Poller> Handler<P> for Worker<'_> {
+    fn on_event(&mut self, cx: &mut Ctx<P>, ev: Event) {
+        match ev.token {
+            LISTENER => {
+                if !self.shared.draining && self.acceptor.active() {
+                    self.accept(cx);
+                }
+            }
+            WAKER => {
+                sys::eventfd_drain(self.waker);
+                if self.shutdown.requested() && !self.shared.draining {
+                    self.shared.draining = true;
+                    if let Some(l) = self.listener.take() {
+                        cx.close_later(l, true);
+                    }
+                    for t in self.conns.tokens() {
+                        self.close(cx, t);
+                    }
+                }
+            }
+            token => {
+                let Some(c) = self.conns.get_mut(token) else {
+                    return;
+                };
+                if ev.readable || ev.error {
+                    c.may_read = true;
+                }
+                self.drive(cx, token);
+            }
+        }
+    }
+
+    fn on_timer(&mut self, cx: &mut Ctx<P>, token: Token, due: Instant) -> Option<Instant> {
+        let c = self.conns.get_mut(token)?;
+        if c.timer_at != Some(due) {
+            return None;
+        }
+        c.timer_at = None;
+        let now = Instant::now();
+        if c.hold_until.is_some_and(|t| now >= t) {
+            c.hold_until = None;
+            self.drive(cx, token);
+            return None;
+        }
+        if c.hold_until.is_none() && now >= c.deadline {
+            self.close(cx, token);
+            return None;
+        }
+        let wake = c
+            .hold_until
+            .unwrap_or(c.deadline)
+            .max(cx.now + Duration::from_micros(1));
+        c.timer_at = Some(wake);
+        Some(wake)
+    }
+
+    fn after_batch(&mut self, cx: &mut Ctx<P>) {
+        self.shared.date.update(cx.wall);
+        let lfd = self.listener.as_ref().map(|l| l.raw());
+        if self.acceptor.due(cx, lfd, LISTENER) && !self.shared.draining {
+            self.accept(cx);
+        }
+    }
+
+    fn max_wait(&self) -> Option<Duration> {
+        // The Date header is refreshed once a second.
+        let date = Duration::from_secs(1);
+        Some(self.acceptor.max_wait().map_or(date, |d| d.min(date)))
+    }
+
+    fn keep_running(&self) -> bool {
+        !(self.shared.draining && self.conns.is_empty())
+    }
+}

@@ -1,0 +1,242 @@
+//! Answering a GET or HEAD: the request target resolved to a file of the
+//! document root (or the built-in demo site), a directory's index or listing,
+//! a redirect, or an error; a file answered by its validators and the Range
+//! header, its body queued from memory (small files) or as a file range of
+//! the connection's output chain (sendfile or pread + writev).
+
+use crate::config::SendMode;
+use crate::conn::Conn;
+use crate::files::{http_mtime, CachedFile, Lookup};
+use crate::respond::{self, Persist};
+use crate::worker::Shared;
+use std::rc::Rc;
+use weft_http::encode;
+use weft_http::represent::{self, Answer, Conditions, Representation, Role};
+use weft_io::sys::{self, Fd};
+use weft_io::FileSend;
+
+/// Copy path buffer (per worker).
+const COPY_CHUNK: usize = 256 * 1024;
+
+/// GET/HEAD of a path: file, directory, demo page, or an error. Returns
+/// (status, body bytes) for the log.
+pub(crate) fn serve_target(
+    c: &mut Conn,
+    s: &mut Shared<'_>,
+    head_len: usize,
+    persist: Persist,
+    head_only: bool,
+) -> (u16, u64) {
+    let data = &c.input.pending()[..head_len];
+    let mut target = s.head.target(data);
+    if s.head.is_absolute_form() {
+        // http://authority/path → /path (RFC 9112 §3.2.2: servers accept absolute-form).
+        let after_scheme = target.windows(3).position(|w| w == b"://").map(|i| i + 3).unwrap_or(0);
+        target = match target[after_scheme..].iter().position(|&b| b == b'/') {
+            Some(i) => &target[after_scheme + i..],
+            None => b"/",
+        };
+    }
+    s.rel.clear();
+    let info = match crate::path::resolve(target, &mut s.rel) {
+        Ok(i) => i,
+        Err(e) => {
+            let n = respond::simple(
+                c.out.own_mut(),
+                e.status(),
+                s.date.get(),
+                b"",
+                e.reason(),
+                head_only,
+                persist,
+            );
+            return (e.status(), n);
+        }
+    };
+    let date = s.date.get();
+    let Some(files) = s.files.as_mut() else {
+        // The built-in demo site.
+        return match crate::demo::lookup(&s.rel) {
+            Some(f) if !info.trailing_slash || s.rel.is_empty() => {
+                respond::start_head(c.out.own_mut(), 200, date);
+                c.out.own_mut().extend_from_slice(b"Content-Type: ");
+                c.out.own_mut().extend_from_slice(f.content_type.as_bytes());
+                c.out.own_mut().extend_from_slice(b"\r\n");
+                respond::end_head(c.out.own_mut(), Some(f.body.len() as u64), persist);
+                if !head_only {
+                    c.out.own_mut().extend_from_slice(f.body);
+                    s.stats.bytes_memory += f.body.len() as u64;
+                }
+                (200, f.body.len() as u64)
+            }
+            _ => (
+                404,
+                respond::simple(c.out.own_mut(), 404, date, b"", "", head_only, persist),
+            ),
+        };
+    };
+    let now = c.last_activity;
+    match files.lookup(&s.rel, now) {
+        Lookup::File(f) => {
+            if info.trailing_slash {
+                let n = respond::simple(c.out.own_mut(), 404, date, b"", "", head_only, persist);
+                return (404, n);
+            }
+            serve_file(c, s, head_len, f, persist, head_only)
+        }
+        Lookup::Dir(dirfd) => {
+            if !info.trailing_slash {
+                // Redirect to the slash form so relative links resolve inside it.
+                let path_end = target.iter().position(|&b| b == b'?').unwrap_or(target.len());
+                let mut loc = Vec::with_capacity(target.len() + 16);
+                loc.extend_from_slice(b"Location: ");
+                loc.extend_from_slice(&target[..path_end]);
+                loc.push(b'/');
+                loc.extend_from_slice(&target[path_end..]);
+                loc.extend_from_slice(b"\r\n");
+                let n = respond::simple(c.out.own_mut(), 301, date, &loc, "", head_only, persist);
+                return (301, n);
+            }
+            let dir_len = s.rel.len();
+            if dir_len > 0 {
+                s.rel.push(b'/');
+            }
+            s.rel.extend_from_slice(b"index.html");
+            let found = files.lookup(&s.rel, now);
+            s.rel.truncate(dir_len);
+            match found {
+                Lookup::File(f) => serve_file(c, s, head_len, f, persist, head_only),
+                _ if s.cfg.autoindex => autoindex(c, s, dirfd, persist, head_only),
+                _ => {
+                    let n = respond::simple(
+                        c.out.own_mut(),
+                        403,
+                        date,
+                        b"",
+                        "directory listing is off",
+                        head_only,
+                        persist,
+                    );
+                    (403, n)
+                }
+            }
+        }
+        Lookup::NotFound => (
+            404,
+            respond::simple(c.out.own_mut(), 404, date, b"", "", head_only, persist),
+        ),
+        Lookup::Forbidden => (
+            403,
+            respond::simple(c.out.own_mut(), 403, date, b"", "", head_only, persist),
+        ),
+    }
+}
+
+fn autoindex(c: &mut Conn, s: &mut Shared<'_>, dirfd: Fd, persist: Persist, head_only: bool) -> (u16, u64) {
+    let date = s.date.get();
+    let entries = match sys::read_dir(&dirfd, 10_000) {
+        Ok(e) => e,
+        Err(_) => {
+            return (
+                403,
+                respond::simple(c.out.own_mut(), 403, date, b"", "", head_only, persist),
+            )
+        }
+    };
+    let mut items: Vec<crate::autoindex::Entry> = entries
+        .into_iter()
+        .filter_map(|e| {
+            let st = e.stat?;
+            Some(crate::autoindex::Entry {
+                name: e.name,
+                is_dir: st.is_dir,
+                size: st.size,
+                mtime: st.mtime,
+            })
+        })
+        .collect();
+    let shown = format!("/{}/", String::from_utf8_lossy(&s.rel));
+    let shown = if s.rel.is_empty() { "/".to_string() } else { shown };
+    let mut page = Vec::with_capacity(4096);
+    crate::autoindex::render(&shown, &mut items, &mut page);
+    respond::start_head(c.out.own_mut(), 200, date);
+    c.out
+        .own_mut()
+        .extend_from_slice(b"Content-Type: text/html; charset=utf-8\r\n");
+    respond::end_head(c.out.own_mut(), Some(page.len() as u64), persist);
+    if !head_only {
+        c.out.own_mut().extend_from_slice(&page);
+        s.stats.bytes_memory += page.len() as u64;
+    }
+    (200, page.len() as u64)
+}
+
+fn serve_file(
+    c: &mut Conn,
+    s: &mut Shared<'_>,
+    head_len: usize,
+    f: Rc<CachedFile>,
+    persist: Persist,
+    head_only: bool,
+) -> (u16, u64) {
+    let data = &c.input.pending()[..head_len];
+    let date = s.date.get();
+    let rep = Representation {
+        etag: Some(&f.etag),
+        last_modified: Some(http_mtime(&f.stat)),
+        len: f.stat.size,
+    };
+    let answer = represent::answer(
+        s.head.method(),
+        &Conditions::from_head(&s.head, data),
+        &rep,
+        Role::Origin,
+    );
+    let status = answer.status();
+    let out = c.out.own_mut();
+    match answer {
+        Answer::PreconditionFailed => {
+            return (status, respond::simple(out, status, date, b"", "", head_only, persist));
+        }
+        Answer::RangeNotSatisfiable { .. } => {
+            let range = answer.content_range();
+            let extra = |o: &mut Vec<u8>| range.into_iter().for_each(|r| encode::content_range(o, r));
+            return (
+                status,
+                respond::simple_with(out, status, date, extra, "", head_only, persist),
+            );
+        }
+        Answer::Full { .. } | Answer::Partial { .. } | Answer::NotModified => {}
+    }
+    respond::start_head(out, status, date);
+    // Content-Type and the validators (a 304 carries them too: RFC 9110 §15.4.5).
+    out.extend_from_slice(&f.fields);
+    if let Some(r) = answer.content_range() {
+        encode::content_range(out, r);
+    }
+    respond::end_head(out, answer.content_length(), persist);
+    let Some(range) = answer.body().filter(|r| !r.is_empty()) else {
+        return (status, answer.content_length().unwrap_or(0));
+    };
+    let (start, end) = (range.start, range.end);
+    if let Some(body) = &f.body {
+        // Small file held in memory: one copy into the output buffer buys a
+        // single write per response and lets pipelined responses share it.
+        c.out.own_mut().extend_from_slice(&body[start as usize..end as usize]);
+        s.stats.bytes_memory += end - start;
+        return (status, end - start);
+    }
+    let how = match s.cfg.send {
+        SendMode::Sendfile => FileSend::Sendfile,
+        SendMode::Copy => FileSend::Copy,
+        // Past the in-memory size, sendfile: on loopback too it costs no more
+        // CPU than pread + writev at 16 KiB and half as much from 512 KiB up
+        // (lab `send-path`, docs/results.md), and over a NIC it saves the copy.
+        SendMode::Auto => FileSend::Sendfile,
+    };
+    if how == FileSend::Copy && s.scratch.is_empty() {
+        s.scratch = vec![0u8; COPY_CHUNK];
+    }
+    c.out.push_file(f, start, end, how);
+    (status, end - start)
+}
