@@ -4,10 +4,10 @@
 //! study's epoll2), and level-triggered with interest changes batched before
 //! each wait ([`EpollBatched`], the study's epoll_ctlv).
 //!
-//! The modes differ only in constants (the capability bits, whether EPOLLET is
-//! set, whether changes are queued), so each `EpollOf<M>` compiles to the code
-//! its mode needs and nothing else: the branches on `M::BATCHED` and `M::EDGE`
-//! fold away.
+//! The modes differ only in constants (the capability bits, among them
+//! whether EPOLLET is set, and whether changes are queued), so each
+//! `EpollOf<M>` compiles to the code its mode needs and nothing else: the
+//! branches on `M::BATCHED` and `M::CAPS.edge_triggered` fold away.
 //!
 //! The token travels in `epoll_event.u64`, so the kernel hands back slot index and
 //! generation with each event and nothing is looked up by descriptor.
@@ -22,15 +22,13 @@ use std::time::Duration;
 const MAX_EVENTS: usize = 512;
 
 /// How an [`EpollOf`] registers descriptors: one marker type per `--event`
-/// name.
+/// name. Whether it sets EPOLLET is its `CAPS.edge_triggered`.
 pub trait Mode {
     /// The backend's capabilities (and its `--event` name).
     const CAPS: Caps;
-    /// Register with EPOLLET.
-    const EDGE: bool;
     /// Queue interest changes during an iteration and apply them together
     /// just before waiting.
-    const BATCHED: bool;
+    const BATCHED: bool = false;
 }
 
 /// Level-triggered epoll: interest follows the connection's needs (write
@@ -46,8 +44,6 @@ impl Mode for Level {
         close_deregisters: true,
         tracks_readiness: false,
     };
-    const EDGE: bool = false;
-    const BATCHED: bool = false;
 }
 
 /// Edge-triggered epoll: each descriptor is registered once for both directions
@@ -61,8 +57,6 @@ impl Mode for Edge {
         fixed_interest: true,
         ..Level::CAPS
     };
-    const EDGE: bool = true;
-    const BATCHED: bool = false;
 }
 
 /// epoll2 of the µserver study: level-triggered, each connection registered
@@ -78,8 +72,6 @@ impl Mode for Once {
         fixed_interest: true,
         ..Level::CAPS
     };
-    const EDGE: bool = false;
-    const BATCHED: bool = false;
 }
 
 /// Level-triggered epoll whose interest changes are queued during a loop
@@ -95,7 +87,6 @@ impl Mode for Batched {
         name: "epoll-batched",
         ..Level::CAPS
     };
-    const EDGE: bool = false;
     const BATCHED: bool = true;
 }
 
@@ -134,7 +125,7 @@ impl<M: Mode> EpollOf<M> {
         if interest.write {
             b |= libc::EPOLLOUT as u32;
         }
-        if M::EDGE {
+        if M::CAPS.edge_triggered {
             b |= libc::EPOLLET as u32;
         }
         b
