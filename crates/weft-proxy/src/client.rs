@@ -40,7 +40,7 @@ impl Client {
     /// socket is read: callers decide what the outcome means for them
     /// (close, wait, read on).
     pub(crate) fn read_input(&mut self, max: usize, pool: &mut BufPool) -> ClientRead {
-        let Some(fd) = self.fd.as_ref().map(|f| f.raw()) else {
+        let Some(fd) = self.fd.as_ref() else {
             return ClientRead::Failed;
         };
         match self.input.fill(fd, max, pool) {
@@ -91,7 +91,7 @@ impl Worker<'_> {
                 weft_core::warn!("closing a client connection: {e}");
             }
             self.refused_logged += 1;
-            let _ = sys::set_linger_zero(fd.raw());
+            let _ = sys::set_linger_zero(&fd);
             return;
         }
         self.sh.stats.accepted += 1;
@@ -139,7 +139,7 @@ impl Worker<'_> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        let Some(fd) = c.fd.as_ref().map(|f| f.raw()) else {
+        let Some(fd) = c.fd.as_ref() else {
             self.close_client(cx, ct);
             return Flow::Closed;
         };
@@ -228,7 +228,7 @@ impl Worker<'_> {
     /// shows up as a write error, which aborts the transaction.
     pub(crate) fn client_side_while_waiting<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Option<Flow> {
         let c = client_of(&mut self.slab, ct)?;
-        let fd = c.fd.as_ref()?.raw();
+        let fd = c.fd.as_ref()?;
         let streaming_body = c
             .txn
             .as_ref()
@@ -336,7 +336,7 @@ pub(crate) fn set_notsent_lowat(fd: &Option<Fd>, state: &mut bool, on: bool, cfg
     let Some(fd) = fd.as_ref() else { return };
     let bytes = if on { cfg.notsent_lowat } else { 0 };
     // 0 restores the kernel's default (net.ipv4.tcp_notsent_lowat).
-    if sys::set_notsent_lowat(fd.raw(), bytes).is_ok() {
+    if sys::set_notsent_lowat(fd, bytes).is_ok() {
         *state = on;
     }
 }
@@ -350,23 +350,22 @@ mod tests {
     fn notsent_lowat_follows_what_the_connection_sends() {
         let cfg = ProxyConfig::default();
         let l = sys::tcp_listener(&SocketAddr::from(([127, 0, 0, 1], 0)), false, 4).unwrap();
-        let _peer = std::net::TcpStream::connect(sys::local_addr(l.raw()).unwrap()).unwrap();
-        let (fd, _) = sys::accept(l.raw()).unwrap();
-        let raw = fd.raw();
-        let lowat = || sys::notsent_lowat(raw).unwrap();
+        let _peer = std::net::TcpStream::connect(sys::local_addr(&l).unwrap()).unwrap();
+        let (fd, _) = sys::accept(&l).unwrap();
+        let lowat = |c: &Client| sys::notsent_lowat(c.fd.as_ref().expect("open")).unwrap();
         let mut c = Client::new(fd, None, true, Interest::READ, Instant::now());
-        assert_eq!(lowat(), 0);
+        assert_eq!(lowat(&c), 0);
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, true, &cfg);
-        assert_eq!(lowat(), cfg.notsent_lowat, "bounded while relaying");
+        assert_eq!(lowat(&c), cfg.notsent_lowat, "bounded while relaying");
         assert!(c.notsent_lowat);
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, &cfg);
-        assert_eq!(lowat(), 0, "unbounded for a large hit");
+        assert_eq!(lowat(&c), 0, "unbounded for a large hit");
         // `--notsent-lowat 0` never touches the socket.
         let off = ProxyConfig {
             notsent_lowat: 0,
             ..ProxyConfig::default()
         };
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, true, &off);
-        assert_eq!(lowat(), 0);
+        assert_eq!(lowat(&c), 0);
     }
 }

@@ -52,7 +52,7 @@ pub use stats::ProxyStats;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use weft_io::sys;
+use weft_io::sys::{self, Fd};
 use weft_io::{bind_reuseport, GroupStats, PipeBudget, PipePool, Shutdown, WorkerGroup, WorkerSeat};
 
 /// Idle pipes kept per worker (HAProxy keeps a similar per-thread cache).
@@ -86,7 +86,7 @@ pub struct Proxy {
 /// lifts it for large cache hits (`client::set_notsent_lowat`), which write
 /// an object already in memory and would only be cut into small writes.
 /// Here we check once that the kernel takes the option.
-fn tune_listener(fd: std::os::fd::RawFd, cfg: &ProxyConfig) {
+fn tune_listener(fd: &Fd, cfg: &ProxyConfig) {
     let _ = sys::set_nodelay(fd, true);
     if cfg.notsent_lowat > 0 {
         let probe = sys::set_notsent_lowat(fd, cfg.notsent_lowat).and_then(|()| sys::set_notsent_lowat(fd, 0));
@@ -113,7 +113,7 @@ impl Proxy {
         let (listeners, addr) = bind_reuseport(cfg.listen, workers, cfg.backlog)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
         for l in &listeners {
-            tune_listener(l.raw(), &cfg);
+            tune_listener(l, &cfg);
         }
         let resolver = resolve::Resolver::start(workers, cfg.resolver_threads)?;
         let store = (cfg.cache_size > 0).then(|| {
@@ -313,11 +313,11 @@ mod tests {
                 ..ProxyConfig::default()
             };
             let l = sys::tcp_listener(&SocketAddr::from(([127, 0, 0, 1], 0)), false, 16).unwrap();
-            tune_listener(l.raw(), &cfg);
-            let addr = sys::local_addr(l.raw()).unwrap();
+            tune_listener(&l, &cfg);
+            let addr = sys::local_addr(&l).unwrap();
             let _client = std::net::TcpStream::connect(addr).unwrap();
-            let (accepted, _) = sys::accept(l.raw()).unwrap();
-            let fd = accepted.raw();
+            let (accepted, _) = sys::accept(&l).unwrap();
+            let fd = &accepted;
             assert_eq!(sys::notsent_lowat(fd).unwrap(), 0, "0: the kernel default (unbounded)");
             assert!(sys::nodelay(fd).unwrap());
         }

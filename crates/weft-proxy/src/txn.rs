@@ -81,7 +81,7 @@ fn send_request(c: &mut Client, u: &mut Upstream, bufs: &mut BufPool, now: Insta
             if !u.may_write {
                 u.want.write = true;
             } else {
-                match u.out.flush(u.fd.raw(), &[], &mut []) {
+                match u.out.flush(&u.fd, &[], &mut []) {
                     Ok(sent) => {
                         if sent.total() > 0 {
                             u.last_activity = now;
@@ -159,7 +159,7 @@ impl Worker<'_> {
                 u.want.write = true;
                 return Flow::Wait;
             }
-            match sys::take_socket_error(u.fd.raw()) {
+            match sys::take_socket_error(&u.fd) {
                 Ok(None) => {
                     u.connecting = false;
                     u.last_activity = cx.now;

@@ -104,7 +104,7 @@ pub(crate) fn read_response_head(
             return HeadRead::Bad("response head too large");
         }
         let want = room.min(first_read.max(1));
-        match sys::read(u.fd.raw(), &mut u.buf.spare_mut()[..want]) {
+        match sys::read(&u.fd, &mut u.buf.spare_mut()[..want]) {
             Ok(0) => {
                 let started = !u.buf.is_empty();
                 return if started {
@@ -202,9 +202,9 @@ impl Worker<'_> {
                 return self.fail(cx, ct, 502, "cannot create a socket to the upstream");
             }
         };
-        let _ = sys::set_nodelay(fd.raw(), true);
+        let _ = sys::set_nodelay(&fd, true);
         self.sh.stats.upstream_connects += 1;
-        let connected = match sys::connect(fd.raw(), &addr) {
+        let connected = match sys::connect(&fd, &addr) {
             Ok(done) => done,
             Err(e) => return self.connect_failed(cx, ct, e),
         };

@@ -584,7 +584,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                             false,
                             Persist::Close,
                         );
-                        let _ = sys::send(fd.raw(), &out, false);
+                        let _ = sys::send(fd, &out, false);
                     }
                 }
                 self.close_client(cx, token);
