@@ -39,7 +39,7 @@
 use crate::stats::ProxyStats;
 use bytes::{Buf, BytesMut};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use weft_buf::Aggregate;
 use weft_http::ChunkedDecoder;
 use weft_io::sys;
@@ -99,13 +99,13 @@ pub enum Want {
 /// The two sockets, as a session sees them.
 pub struct Ends<'a> {
     /// The client socket (None once the client is gone).
-    pub client: Option<RawFd>,
+    pub client: Option<BorrowedFd<'a>>,
     /// The client socket may accept writes.
     pub client_may_write: &'a mut bool,
     /// The client's output queue (heads before the body, framing).
     pub out: &'a mut OutChain,
     /// The upstream socket.
-    pub up: RawFd,
+    pub up: BorrowedFd<'a>,
     /// The upstream socket may have input.
     pub up_may_read: &'a mut bool,
     /// The upstream's input buffer (the first body bytes arrive with the head).
@@ -710,7 +710,7 @@ impl Relay {
     /// worker's `BATCH_WAIT` ends batching for the session
     /// (`stop_batching`). Chunked bodies are read framing by framing and do
     /// not batch.
-    fn batch_reads(&mut self, up: RawFd) {
+    fn batch_reads(&mut self, up: BorrowedFd<'_>) {
         let bulk = std::mem::take(&mut self.pulled) >= MIN_BATCH;
         if self.rcv_lowat == 0 || self.batching_off || self.body_done {
             return;
@@ -726,7 +726,7 @@ impl Relay {
         self.set_lowat(up, if bulk && batch >= MIN_BATCH { batch } else { 1 });
     }
 
-    fn set_lowat(&mut self, up: RawFd, v: usize) {
+    fn set_lowat(&mut self, up: BorrowedFd<'_>, v: usize) {
         if self.lowat_set.max(1) == v {
             return;
         }
@@ -753,7 +753,7 @@ impl Relay {
     /// A batch did not fill within the worker's `BATCH_WAIT`: the upstream is
     /// slower than batching assumes. Wake at every arrival for the rest of the session
     /// (the caller reads what is there now).
-    pub fn stop_batching(&mut self, up: RawFd, st: &mut ProxyStats) {
+    pub fn stop_batching(&mut self, up: BorrowedFd<'_>, st: &mut ProxyStats) {
         if self.batching() {
             st.read_batches_cut += 1;
         }

@@ -19,6 +19,7 @@ use crate::stats::ProxyStats;
 use crate::store::Object;
 use crate::worker::{pair, Flow, Shared, Worker};
 use bytes::Bytes;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use weft_http::caching::{self, StoreQuery};
 use weft_http::date::unix_secs;
@@ -271,10 +272,10 @@ fn start_relay(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstream, framing: F
     let mut relay = Relay::new(framing, how, spare, &mut sh.pipes, &mut sh.stats);
     {
         let mut ends = Ends {
-            client: c.fd.as_ref().map(|f| f.raw()),
+            client: c.fd.as_ref().map(|f| f.as_fd()),
             client_may_write: &mut c.may_write,
             out: &mut c.out,
-            up: u.fd.raw(),
+            up: u.fd.as_fd(),
             up_may_read: &mut u.may_read,
             up_buf: &mut u.buf,
             bufs: &mut sh.bufs,

@@ -10,7 +10,7 @@
 
 use crate::stats::ProxyStats;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use weft_io::sys;
 use weft_io::{OutChain, Pipe, PipePool};
 
@@ -53,7 +53,7 @@ pub struct Direction {
 /// One side's sockets and readiness, as a direction sees it.
 pub struct Side<'a> {
     /// Descriptor.
-    pub fd: RawFd,
+    pub fd: BorrowedFd<'a>,
     /// May have input.
     pub may_read: &'a mut bool,
     /// May accept output.

@@ -15,6 +15,7 @@ use crate::response::store_object;
 use crate::tunnel::{Side, Tunnel, TunnelState};
 use crate::upstream::{read_response_head, HeadRead};
 use crate::worker::{client_of, interest, pair, Flow, Worker, BATCH_TIMER, BATCH_WAIT};
+use std::os::fd::AsFd;
 use std::time::Instant;
 use weft_http::respond::{self, Persist};
 use weft_io::sys;
@@ -250,10 +251,10 @@ impl Worker<'_> {
         let relay = txn.relay.as_mut().expect("body has a relay");
         let result = {
             let mut ends = Ends {
-                client: c.fd.as_ref().map(|f| f.raw()),
+                client: c.fd.as_ref().map(|f| f.as_fd()),
                 client_may_write: &mut c.may_write,
                 out: &mut c.out,
-                up: u.fd.raw(),
+                up: u.fd.as_fd(),
                 up_may_read: &mut u.may_read,
                 up_buf: &mut u.buf,
                 bufs: &mut sh.bufs,
@@ -416,7 +417,7 @@ impl Worker<'_> {
             self.close_client(cx, ct);
             return Flow::Closed;
         };
-        let Some(cfd) = c.fd.as_ref().map(|f| f.raw()) else {
+        let Some(cfd) = c.fd.as_ref().map(|f| f.as_fd()) else {
             self.close_client(cx, ct);
             return Flow::Closed;
         };
@@ -427,7 +428,7 @@ impl Worker<'_> {
             may_write: &mut c.may_write,
         };
         let mut uside = Side {
-            fd: u.fd.raw(),
+            fd: u.fd.as_fd(),
             may_read: &mut u.may_read,
             may_write: &mut u.may_write,
         };

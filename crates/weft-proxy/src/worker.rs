@@ -36,7 +36,7 @@ use crate::stats::{ProxyStats, Slot};
 use crate::store::Store;
 use crate::upstream::UpstreamPool;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, RawFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use weft_http::caching::Heuristic;
@@ -283,7 +283,7 @@ impl<'a> Worker<'a> {
             };
             let due = u.last_activity + BATCH_WAIT;
             if cx.now >= due && u.want.read {
-                relay.stop_batching(u.fd.raw(), &mut self.sh.stats);
+                relay.stop_batching(u.fd.as_fd(), &mut self.sh.stats);
                 u.may_read = true;
                 cut.push(ct);
                 return false;

@@ -2,7 +2,7 @@
 
 use super::*;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use weft_io::PipeBudget;
 
@@ -47,10 +47,10 @@ fn run(
     want: Want,
     fill: bool,
     wire: Vec<u8>,
-    up_fd: Option<RawFd>,
+    up_fd: Option<BorrowedFd<'_>>,
 ) -> (Vec<u8>, Option<Vec<u8>>, ProxyStats) {
     let mut r = rig();
-    let up = up_fd.unwrap_or(r.up_r.as_raw_fd());
+    let up = up_fd.unwrap_or(r.up_r.as_fd());
     let mut relay = Relay::new(
         framing,
         Plan {
@@ -80,7 +80,7 @@ fn run(
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let mut e = Ends {
-            client: Some(r.cl_w.as_raw_fd()),
+            client: Some(r.cl_w.as_fd()),
             client_may_write: &mut may_write,
             out: &mut r.out,
             up,
@@ -102,7 +102,7 @@ fn run(
     }
     // Whatever the output queue still holds.
     while !r.out.is_empty() {
-        r.out.flush(r.cl_w.as_raw_fd(), &[], &mut []).unwrap();
+        r.out.flush(r.cl_w.as_fd(), &[], &mut []).unwrap();
     }
     feeder.join().unwrap();
     let cached = relay.finish(&mut r.pool, &mut r.st).map(|a| a.to_vec());
@@ -176,8 +176,8 @@ fn splice_failure_falls_back_to_copying() {
     // splice(2) from an eventfd fails with EINVAL; read(2) of it works
     // (8 bytes: the counter). The session must finish by copying.
     let ev = weft_io::sys::eventfd().unwrap();
-    weft_io::sys::eventfd_signal(ev.raw()).unwrap();
-    let (got, cached, st) = run(Framing::Length(8), Want::Tee, true, Vec::new(), Some(ev.raw()));
+    weft_io::sys::eventfd_signal(&ev).unwrap();
+    let (got, cached, st) = run(Framing::Length(8), Want::Tee, true, Vec::new(), Some(ev.as_fd()));
     assert_eq!(got, 1u64.to_ne_bytes());
     assert_eq!(cached.as_deref(), Some(&1u64.to_ne_bytes()[..]));
     assert_eq!(st.sessions_fallback, 1);
@@ -194,7 +194,7 @@ fn read_batches_follow_the_body() {
     let mut w = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (up, _) = l.accept().unwrap();
     up.set_nonblocking(true).unwrap();
-    let fd = up.as_raw_fd();
+    let fd = up.as_fd();
     let lowat = || sys::rcvlowat(fd).unwrap();
     let mut r = rig();
     let mut relay = Relay::new(
@@ -229,7 +229,7 @@ fn read_batches_follow_the_body() {
     let pump = |relay: &mut Relay, r: &mut Rig| loop {
         let (mut mr, mut mw) = (true, true);
         let mut e = Ends {
-            client: Some(r.cl_w.as_raw_fd()),
+            client: Some(r.cl_w.as_fd()),
             client_may_write: &mut mw,
             out: &mut r.out,
             up: fd,
@@ -311,10 +311,10 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
     let (mut mr, mut mw) = (true, true);
     loop {
         let mut e = Ends {
-            client: Some(r.cl_w.as_raw_fd()),
+            client: Some(r.cl_w.as_fd()),
             client_may_write: &mut mw,
             out: &mut r.out,
-            up: r.up_r.as_raw_fd(),
+            up: r.up_r.as_fd(),
             up_may_read: &mut mr,
             up_buf: &mut r.up_buf,
             bufs: &mut r.bufs,
@@ -349,10 +349,10 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
     drop(r.up_w);
     let (mut mr, mut mw) = (true, true);
     let mut e = Ends {
-        client: Some(r.cl_w.as_raw_fd()),
+        client: Some(r.cl_w.as_fd()),
         client_may_write: &mut mw,
         out: &mut r.out,
-        up: r.up_r.as_raw_fd(),
+        up: r.up_r.as_fd(),
         up_may_read: &mut mr,
         up_buf: &mut r.up_buf,
         bufs: &mut r.bufs,
