@@ -122,6 +122,11 @@ fn send_request(c: &mut Client, u: &mut Upstream, bufs: &mut BufPool, now: Insta
 }
 
 impl Worker<'_> {
+    /// The upstream connection of `ct`'s transaction, if it has one.
+    fn txn_upstream(&mut self, ct: Token) -> Option<Token> {
+        client_of(&mut self.slab, ct)?.txn.as_ref()?.up
+    }
+
     pub(crate) fn step_txn<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
@@ -143,10 +148,7 @@ impl Worker<'_> {
 
     /// Send the request (and body), read the response head.
     fn txn_exchange<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
-        let Some(ut) = client_of(&mut self.slab, ct)
-            .and_then(|c| c.txn.as_ref())
-            .and_then(|t| t.up)
-        else {
+        let Some(ut) = self.txn_upstream(ct) else {
             return Flow::Closed;
         };
         let limits = self.sh.cfg.limits;
@@ -237,10 +239,7 @@ impl Worker<'_> {
     }
 
     fn txn_body<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
-        let Some(ut) = client_of(&mut self.slab, ct)
-            .and_then(|c| c.txn.as_ref())
-            .and_then(|t| t.up)
-        else {
+        let Some(ut) = self.txn_upstream(ct) else {
             return Flow::Closed;
         };
         let sh = &mut self.sh;
