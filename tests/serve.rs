@@ -517,32 +517,6 @@ fn unsafe_is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// Run every listed scenario under every event backend.
-macro_rules! per_backend {
-    ($($scenario:ident),* $(,)?) => {
-        per_backend!(@backend select, "select", $($scenario),*);
-        per_backend!(@backend poll, "poll", $($scenario),*);
-        per_backend!(@backend epoll, "epoll", $($scenario),*);
-        per_backend!(@backend epoll_et, "epoll-et", $($scenario),*);
-        per_backend!(@backend epoll_once, "epoll-once", $($scenario),*);
-        per_backend!(@backend epoll_batched, "epoll-batched", $($scenario),*);
-        per_backend!(@backend uring, "uring", $($scenario),*);
-        per_backend!(@backend tracked, "tracked", $($scenario),*);
-        per_backend!(@backend tracked_epoll_et, "tracked:epoll-et", $($scenario),*);
-        per_backend!(@backend tracked_select, "tracked:select", $($scenario),*);
-    };
-    (@backend $module:ident, $name:literal, $($scenario:ident),*) => {
-        mod $module {
-            $(
-                #[test]
-                fn $scenario() {
-                    super::scenarios::$scenario($name);
-                }
-            )*
-        }
-    };
-}
-
 /// Wake-up batching changes when the loop wakes, never what it answers:
 /// keep-alive, pipelining and many connections under uring and tracked.
 #[test]

@@ -319,3 +319,39 @@ pub fn send_with_fin(stream: &mut TcpStream, data: &[u8]) {
     stream.write_all(data).unwrap();
     stream.shutdown(std::net::Shutdown::Write).unwrap();
 }
+
+/// Run each listed scenario under every event backend (`weft backends` lists
+/// them): `per_backend!(a, b)` defines `mod epoll { #[test] fn a() }` and so on,
+/// each calling `scenarios::a("epoll")`. `per_backend!(untracked: a, b)`
+/// leaves out the `tracked` backends, for roles whose handler does not report
+/// its EAGAINs to the loop (proxy, origin), which refuse them.
+#[allow(unused_macros)]
+macro_rules! per_backend {
+    (untracked: $($scenario:ident),* $(,)?) => {
+        per_backend!(@backend select, "select", $($scenario),*);
+        per_backend!(@backend poll, "poll", $($scenario),*);
+        per_backend!(@backend epoll, "epoll", $($scenario),*);
+        per_backend!(@backend epoll_et, "epoll-et", $($scenario),*);
+        per_backend!(@backend epoll_once, "epoll-once", $($scenario),*);
+        per_backend!(@backend epoll_batched, "epoll-batched", $($scenario),*);
+        per_backend!(@backend uring, "uring", $($scenario),*);
+    };
+    (@backend $module:ident, $name:literal, $($scenario:ident),*) => {
+        mod $module {
+            $(
+                #[test]
+                fn $scenario() {
+                    super::scenarios::$scenario($name);
+                }
+            )*
+        }
+    };
+    ($($scenario:ident),* $(,)?) => {
+        per_backend!(untracked: $($scenario),*);
+        per_backend!(@backend tracked, "tracked", $($scenario),*);
+        per_backend!(@backend tracked_epoll_et, "tracked:epoll-et", $($scenario),*);
+        per_backend!(@backend tracked_select, "tracked:select", $($scenario),*);
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use per_backend;

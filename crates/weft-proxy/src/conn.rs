@@ -8,8 +8,7 @@
 //! call it knows would block and edge-triggered backends lose no event.
 
 use crate::disk::LoadedObjects;
-use crate::outq::OutQueue;
-use crate::relay::{Relay, UpBuf};
+use crate::relay::Relay;
 use crate::store::Object;
 use crate::tunnel::Tunnel;
 use bytes::Bytes;
@@ -17,10 +16,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 use weft_http::{CacheControl, ChunkedDecoder, Method, RequestHead};
-use weft_io::{Fd, Interest, Token};
+use weft_io::{Fd, InputBuf, Interest, OutChain, Token};
 
-/// Input buffer size at first read.
-pub const INITIAL_INPUT: usize = 4096;
+/// Size of the input buffers a worker lends its connections (a request
+/// head, or a response head's first read, fits in one).
+pub const INPUT_BUF: usize = 4096;
+/// Idle input buffers a worker keeps for reuse.
+pub const INPUT_BUFS_KEPT: usize = 256;
 
 /// A slab slot.
 pub enum Entry {
@@ -37,9 +39,9 @@ pub struct Client {
     pub peer: Option<SocketAddr>,
     /// Passed access control.
     pub allowed: bool,
-    pub buf: Vec<u8>,
-    pub start: usize,
-    pub end: usize,
+    /// Bytes received and not handled yet (storage lent from the worker's
+    /// pool while there are any).
+    pub input: InputBuf,
     pub may_read: bool,
     pub may_write: bool,
     /// The client's FIN has been seen by the event backend (RDHUP): a short
@@ -49,7 +51,7 @@ pub struct Client {
     /// A read returned end-of-file: no more requests; those already received
     /// are still answered (a half-closed client may be reading).
     pub eof: bool,
-    pub out: OutQueue,
+    pub out: OutChain,
     /// Registered interest (level-triggered backends).
     pub interest: Interest,
     /// What the last step waits for.
@@ -97,14 +99,12 @@ impl Client {
             fd: Some(fd),
             peer,
             allowed,
-            buf: Vec::new(),
-            start: 0,
-            end: 0,
+            input: InputBuf::new(),
             may_read: true,
             may_write: true,
             read_closed: false,
             eof: false,
-            out: OutQueue::new(),
+            out: OutChain::new(),
             interest,
             want: Interest::NONE,
             requests: 0,
@@ -133,32 +133,13 @@ impl Client {
         self.out.is_empty()
             && self.txn.is_none()
             && self.tunnel.is_none()
-            && self.start == self.end
+            && self.input.is_empty()
             && self.head_started.is_none()
     }
 
-    /// Make room to read (see weft-server's connection: compact, grow up to `max`).
-    pub fn reserve_input(&mut self, max: usize) -> bool {
-        if self.buf.is_empty() {
-            self.buf = vec![0u8; INITIAL_INPUT];
-        }
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-        if self.end == self.buf.len() && self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.end == self.buf.len() {
-            if self.buf.len() >= max {
-                return false;
-            }
-            let n = (self.buf.len() * 2).min(max);
-            self.buf.resize(n, 0);
-        }
-        true
+    /// The input may take more bytes without passing `max`.
+    pub fn has_room(&self, max: usize) -> bool {
+        self.input.len() < max.max(self.input.capacity())
     }
 }
 
@@ -169,9 +150,12 @@ pub struct Upstream {
     /// The client whose transaction uses it (None: idle in the pool).
     pub owner: Option<Token>,
     pub connecting: bool,
-    pub buf: UpBuf,
+    /// Response bytes received and not relayed yet. Its storage stays with
+    /// the connection while it lives (pooled too): a buffer grown for a
+    /// chunked body is not allocated again for the next response.
+    pub buf: InputBuf,
     /// Request bytes to send.
-    pub out: OutQueue,
+    pub out: OutChain,
     pub may_read: bool,
     pub may_write: bool,
     pub interest: Interest,

@@ -8,8 +8,15 @@
 //! (KeepCopy). Cache hits are written from shared buffers with writev.
 //!
 //! - [`config`]: [`ProxyConfig`], the validated settings;
-//! - [`worker`]: one event loop's clients, upstreams and transactions;
+//! - [`worker`]: one event loop: its state, events, timers, draining;
+//! - `client`: the client side (accept, the one socket read, linger, reject);
+//! - `request`: a request routed, answered from the cache, or forwarded;
+//! - `txn`: a transaction's state machine (connect, exchange, body, tunnel);
+//! - `upstream`: the upstream pool, connecting, retrying, response heads;
+//! - `response`: a response head's cache decisions, framing and body path;
+//! - `hit`: answering from a stored response (conditionals, ranges);
 //! - `relay`, `tunnel`: body transfers (copy, splice, tee) and CONNECT tunnels;
+//! - `cache`: the two tiers behind one facade (order and locking);
 //! - [`store`]: the memory cache (weft-buf aggregates, LRU or GDS);
 //! - [`disk`]: the disk tier under it (`--cache-dir`), kept across restarts;
 //! - `headers`: forwarded and relayed heads, Via, cache keys;
@@ -21,16 +28,22 @@
 #![forbid(unsafe_code)]
 
 pub mod acl;
+mod cache;
+mod client;
 pub mod config;
 mod conn;
 pub mod disk;
 mod headers;
-mod outq;
+mod hit;
 mod relay;
+mod request;
 pub mod resolve;
+mod response;
 pub mod stats;
 pub mod store;
 mod tunnel;
+mod txn;
+mod upstream;
 pub mod worker;
 
 pub use config::{CachePolicy, ProxyConfig, SpliceMode};
@@ -39,9 +52,8 @@ pub use stats::ProxyStats;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use weft_io::sys::{self, Fd};
-use weft_io::{bind_reuseport, PipeBudget, PipePool, Shutdown};
+use weft_io::{bind_reuseport, GroupStats, PipeBudget, PipePool, Shutdown, WorkerGroup, WorkerSeat};
 
 /// Idle pipes kept per worker (HAProxy keeps a similar per-thread cache).
 const IDLE_PIPES: usize = 64;
@@ -50,9 +62,8 @@ const IDLE_PIPES: usize = 64;
 pub struct Proxy {
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
-    shutdown: Shutdown,
     resolver: resolve::Resolver,
-    workers: Vec<JoinHandle<io::Result<ProxyStats>>>,
+    workers: WorkerGroup<ProxyStats>,
     store: Option<Arc<Mutex<store::Store>>>,
     disk: Option<Arc<disk::DiskStore>>,
 }
@@ -72,10 +83,10 @@ pub struct Proxy {
 ///
 /// The bound is not inherited from the listener: the worker sets it on a
 /// client socket when it first relays an upstream body or tunnel to it and
-/// lifts it for large cache hits (`worker::set_notsent_lowat`), which write
+/// lifts it for large cache hits (`client::set_notsent_lowat`), which write
 /// an object already in memory and would only be cut into small writes.
 /// Here we check once that the kernel takes the option.
-fn tune_listener(fd: std::os::fd::RawFd, cfg: &ProxyConfig) {
+fn tune_listener(fd: &Fd, cfg: &ProxyConfig) {
     let _ = sys::set_nodelay(fd, true);
     if cfg.notsent_lowat > 0 {
         let probe = sys::set_notsent_lowat(fd, cfg.notsent_lowat).and_then(|()| sys::set_notsent_lowat(fd, 0));
@@ -102,9 +113,8 @@ impl Proxy {
         let (listeners, addr) = bind_reuseport(cfg.listen, workers, cfg.backlog)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
         for l in &listeners {
-            tune_listener(l.raw(), &cfg);
+            tune_listener(l, &cfg);
         }
-        let shutdown = Shutdown::new(workers)?;
         let resolver = resolve::Resolver::start(workers, cfg.resolver_threads)?;
         let store = (cfg.cache_size > 0).then(|| {
             Arc::new(Mutex::new(store::Store::new(
@@ -154,41 +164,21 @@ impl Proxy {
             .via_name
             .clone()
             .unwrap_or_else(|| format!("{}:{}", hostname(), addr.port()));
-        let cfg = Arc::new(cfg);
-        let mut handles = Vec::with_capacity(workers);
-        for (i, listener) in listeners.into_iter().enumerate() {
-            let cfg = cfg.clone();
-            let shutdown = shutdown.clone();
-            let slots = slots.clone();
-            let store = store.clone();
-            let disk = disk.clone();
-            let resolver = resolver.clone();
-            let via_name = via_name.clone();
-            let pipes = PipePool::new(budget.clone(), IDLE_PIPES);
-            let h = std::thread::Builder::new()
-                .name(format!("weft-proxy-{i}"))
-                .spawn(move || {
-                    run_worker(
-                        &cfg,
-                        i,
-                        listener,
-                        shutdown,
-                        store.as_deref(),
-                        disk.as_deref(),
-                        pipes,
-                        &resolver,
-                        via_name,
-                        &slots[i],
-                    )
-                })?;
-            handles.push(h);
-        }
+        let shared = Arc::new(WorkerShared {
+            cfg,
+            store: store.clone(),
+            disk: disk.clone(),
+            resolver: resolver.clone(),
+            via_name,
+            budget,
+            slots,
+        });
+        let workers = WorkerGroup::start("weft-proxy", listeners, move |seat| run_worker(&shared, seat))?;
         Ok(Proxy {
             addr,
             admin_addr,
-            shutdown,
             resolver,
-            workers: handles,
+            workers,
             store,
             disk,
         })
@@ -206,24 +196,12 @@ impl Proxy {
 
     /// The switch that stops the proxy gracefully.
     pub fn shutdown_handle(&self) -> Shutdown {
-        self.shutdown.clone()
+        self.workers.shutdown().clone()
     }
 
     /// Wait for every worker; returns the summed counters and the store's as JSON.
     pub fn wait(self) -> io::Result<(ProxyStats, String)> {
-        let mut total = ProxyStats::default();
-        let mut first_err = None;
-        for h in self.workers {
-            match h.join() {
-                Ok(Ok(s)) => total.add(&s),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert(io::Error::other("worker thread panicked"));
-                }
-            }
-        }
+        let total = self.workers.wait();
         self.resolver.stop();
         if let Some(d) = &self.disk {
             // Queued writes finish: an object stored in memory is on disk
@@ -231,10 +209,7 @@ impl Proxy {
             d.stop();
         }
         let store = store_json(self.store.as_deref(), self.disk.as_deref());
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok((total, store)),
-        }
+        Ok((total?, store))
     }
 }
 
@@ -283,30 +258,37 @@ pub fn render_stats(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_worker(
-    cfg: &ProxyConfig,
-    index: usize,
-    listener: Fd,
-    shutdown: Shutdown,
-    store: Option<&Mutex<store::Store>>,
-    disk: Option<&disk::DiskStore>,
-    pipes: PipePool,
-    resolver: &resolve::Resolver,
+/// What every worker thread shares, owned by the group's closure.
+struct WorkerShared {
+    cfg: ProxyConfig,
+    store: Option<Arc<Mutex<store::Store>>>,
+    disk: Option<Arc<disk::DiskStore>>,
+    resolver: resolve::Resolver,
     via_name: String,
-    slot: &stats::Slot,
-) -> io::Result<ProxyStats> {
+    budget: Arc<PipeBudget>,
+    slots: Arc<Vec<stats::Slot>>,
+}
+
+impl GroupStats for ProxyStats {
+    fn merge(&mut self, other: &ProxyStats) {
+        self.add(other);
+    }
+}
+
+/// One worker thread: its loop over its seat's listener.
+fn run_worker(shared: &WorkerShared, seat: WorkerSeat) -> io::Result<ProxyStats> {
+    let cfg = &shared.cfg;
     let mut w = worker::Worker::new(worker::WorkerSetup {
         cfg,
-        index,
-        listener,
-        shutdown,
-        store,
-        disk,
-        pipes,
-        resolver,
-        via_name,
-        slot,
+        index: seat.index,
+        listener: seat.listener,
+        shutdown: seat.shutdown,
+        store: shared.store.as_deref(),
+        disk: shared.disk.as_deref(),
+        pipes: PipePool::new(shared.budget.clone(), IDLE_PIPES),
+        resolver: &shared.resolver,
+        via_name: shared.via_name.clone(),
+        slot: &shared.slots[seat.index],
     });
     let stats = weft_io::with_backend!(cfg.event, P => {
         let mut cx = weft_io::Ctx::<P>::new()?;
@@ -331,11 +313,11 @@ mod tests {
                 ..ProxyConfig::default()
             };
             let l = sys::tcp_listener(&SocketAddr::from(([127, 0, 0, 1], 0)), false, 16).unwrap();
-            tune_listener(l.raw(), &cfg);
-            let addr = sys::local_addr(l.raw()).unwrap();
+            tune_listener(&l, &cfg);
+            let addr = sys::local_addr(&l).unwrap();
             let _client = std::net::TcpStream::connect(addr).unwrap();
-            let (accepted, _) = sys::accept(l.raw()).unwrap();
-            let fd = accepted.raw();
+            let (accepted, _) = sys::accept(&l).unwrap();
+            let fd = &accepted;
             assert_eq!(sys::notsent_lowat(fd).unwrap(), 0, "0: the kernel default (unbounded)");
             assert!(sys::nodelay(fd).unwrap());
         }

@@ -18,8 +18,8 @@
 //!   (`linux-mechanisms.md`). If the client goes away, the body keeps coming
 //!   into the cache (tee stops, reads go on) up to `--max-object-size`.
 //!
-//! Chunked bodies alternate: framing is read and parsed in user space
-//! (`ChunkedDecoder`), chunk data of at least the splice threshold goes
+//! Chunked bodies alternate (`relay/chunked.rs`): framing is read and parsed
+//! in user space (`ChunkedDecoder`), chunk data of at least the splice threshold goes
 //! through the pipe (`data_remaining` / `consume_data`). Framing is forwarded
 //! verbatim to HTTP/1.1 clients and dropped for HTTP/1.0 ones.
 //!
@@ -36,15 +36,14 @@
 //! ENOSYS, ENOMEM...) moves the bytes already in the pipes into the output
 //! queue and the session continues by copying (counted as a fallback).
 
-use crate::outq::OutQueue;
 use crate::stats::ProxyStats;
 use bytes::{Buf, BytesMut};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use weft_buf::Aggregate;
 use weft_http::ChunkedDecoder;
 use weft_io::sys;
-use weft_io::{Pipe, PipePool};
+use weft_io::{BufPool, InputBuf, OutChain, Pipe, PipePool};
 
 /// Copy-path read size (and relay buffer) when not filling the cache.
 const RELAY_BUF: usize = 128 * 1024;
@@ -56,52 +55,6 @@ const PUMP_BUDGET: u64 = 4 << 20;
 const OUTQ_HIGH: usize = 256 * 1024;
 /// Smallest read batch worth a setsockopt (`batch_reads`).
 const MIN_BATCH: usize = 16 * 1024;
-
-/// An upstream connection's input buffer (`buf[start..end]` unread).
-#[derive(Default)]
-pub struct UpBuf {
-    /// Storage.
-    pub buf: Vec<u8>,
-    /// First unread byte.
-    pub start: usize,
-    /// One past the last byte read.
-    pub end: usize,
-}
-
-impl UpBuf {
-    /// Unread bytes.
-    #[inline]
-    pub fn pending(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
-    }
-    /// Consume `n` bytes.
-    #[inline]
-    pub fn consume(&mut self, n: usize) {
-        self.start += n;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-    /// Make room for `want` more bytes (compacting first), growing up to `max`.
-    /// Returns the room available.
-    pub fn reserve(&mut self, want: usize, max: usize) -> usize {
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-        if self.buf.len() - self.end < want && self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.buf.len() - self.end < want && self.buf.len() < max {
-            let n = (self.end + want).min(max).max(self.buf.len());
-            self.buf.resize(n, 0);
-        }
-        self.buf.len() - self.end
-    }
-}
 
 /// How the body is delimited.
 pub enum Framing {
@@ -146,17 +99,19 @@ pub enum Want {
 /// The two sockets, as a session sees them.
 pub struct Ends<'a> {
     /// The client socket (None once the client is gone).
-    pub client: Option<RawFd>,
+    pub client: Option<BorrowedFd<'a>>,
     /// The client socket may accept writes.
     pub client_may_write: &'a mut bool,
     /// The client's output queue (heads before the body, framing).
-    pub out: &'a mut OutQueue,
+    pub out: &'a mut OutChain,
     /// The upstream socket.
-    pub up: RawFd,
+    pub up: BorrowedFd<'a>,
     /// The upstream socket may have input.
     pub up_may_read: &'a mut bool,
     /// The upstream's input buffer (the first body bytes arrive with the head).
-    pub up_buf: &'a mut UpBuf,
+    pub up_buf: &'a mut InputBuf,
+    /// The worker's input buffers (`up_buf` borrows from them).
+    pub bufs: &'a mut BufPool,
 }
 
 /// What a pump call ended with.
@@ -218,22 +173,38 @@ fn is_peer_error(e: &io::Error) -> bool {
     sys::is_peer_gone(e)
 }
 
+/// How a session is to move its body.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    /// The path asked for (a Tee without a fill is a Splice).
+    pub want: Want,
+    /// Fill the cache, up to this many bytes.
+    pub fill_max: Option<u64>,
+    /// Chunk data runs at least this long go through the pipe.
+    pub pipe_min: u64,
+    /// Read size for chunk framing (`--first-read`).
+    pub framing_read: usize,
+    /// Read batch of a long body (`--rcv-lowat`).
+    pub rcv_lowat: usize,
+}
+
 impl Relay {
-    /// Start a session. `fill_max`: fill the cache, up to this many bytes;
-    /// `want`: the path asked for (a Tee without a fill is a Splice); pipes
-    /// come from `pool` and a shortage means copying (counted).
-    #[allow(clippy::too_many_arguments)]
+    /// Start a session as `plan` says; pipes come from `pool` and a shortage
+    /// means copying (counted). `spare`: a recycled copy buffer.
     pub fn new(
         framing: Framing,
-        want: Want,
-        fill_max: Option<u64>,
-        pipe_min: u64,
-        framing_read: usize,
-        rcv_lowat: usize,
+        plan: Plan,
         spare: Option<BytesMut>,
         pool: &mut PipePool,
         st: &mut ProxyStats,
     ) -> Relay {
+        let Plan {
+            want,
+            fill_max,
+            pipe_min,
+            framing_read,
+            rcv_lowat,
+        } = plan;
         let want = match (want, fill_max) {
             (Want::Tee, None) => Want::Splice,
             (w, _) => w,
@@ -453,7 +424,7 @@ impl Relay {
 
     /// The client hung up (seen by a read): keep filling the cache without it
     /// if there is a fill; false when nothing is left to do.
-    pub fn client_left(&mut self, out: &mut OutQueue) -> bool {
+    pub fn client_left(&mut self, out: &mut OutChain) -> bool {
         self.client_gone = true;
         out.clear();
         self.sent = self.acc.len();
@@ -482,12 +453,11 @@ impl Relay {
                 return Ok(0);
             }
             let tail: &[u8] = if has_tail { &self.acc[self.sent..] } else { &[] };
-            let mut would_block = false;
-            let (q, t) = e.out.flush(cfd, tail, &mut would_block)?;
-            self.sent += t;
-            st.bytes_copied += t as u64;
-            total += q + t;
-            if would_block {
+            let sent = e.out.flush(cfd, tail, &mut [])?;
+            self.sent += sent.tail;
+            st.bytes_copied += sent.tail as u64;
+            total += sent.total() as usize;
+            if sent.blocked {
                 *e.client_may_write = false;
             }
             if tail_mode && self.fill.is_none() {
@@ -740,7 +710,7 @@ impl Relay {
     /// worker's `BATCH_WAIT` ends batching for the session
     /// (`stop_batching`). Chunked bodies are read framing by framing and do
     /// not batch.
-    fn batch_reads(&mut self, up: RawFd) {
+    fn batch_reads(&mut self, up: BorrowedFd<'_>) {
         let bulk = std::mem::take(&mut self.pulled) >= MIN_BATCH;
         if self.rcv_lowat == 0 || self.batching_off || self.body_done {
             return;
@@ -756,7 +726,7 @@ impl Relay {
         self.set_lowat(up, if bulk && batch >= MIN_BATCH { batch } else { 1 });
     }
 
-    fn set_lowat(&mut self, up: RawFd, v: usize) {
+    fn set_lowat(&mut self, up: BorrowedFd<'_>, v: usize) {
         if self.lowat_set.max(1) == v {
             return;
         }
@@ -783,7 +753,7 @@ impl Relay {
     /// A batch did not fill within the worker's `BATCH_WAIT`: the upstream is
     /// slower than batching assumes. Wake at every arrival for the rest of the session
     /// (the caller reads what is there now).
-    pub fn stop_batching(&mut self, up: RawFd, st: &mut ProxyStats) {
+    pub fn stop_batching(&mut self, up: BorrowedFd<'_>, st: &mut ProxyStats) {
         if self.batching() {
             st.read_batches_cut += 1;
         }
@@ -804,123 +774,6 @@ impl Relay {
             Path::Splice { pipe, bytes } => pipe.capacity().saturating_sub(*bytes),
             Path::Tee { intake, in_intake, .. } => intake.capacity().saturating_sub(*in_intake),
         }
-    }
-
-    /// Chunked bodies: framing through user space, long data runs through the pipe.
-    fn pull_chunked(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<usize, Option<Pump>> {
-        let Framing::Chunked { dec, keep_framing } = &mut self.framing else {
-            return Ok(0);
-        };
-        let keep_framing = *keep_framing && !self.client_gone;
-        let data_left = dec.data_remaining();
-        let buffered = e.up_buf.start < e.up_buf.end;
-        if !buffered && !*e.up_may_read {
-            return Ok(0);
-        }
-        // Data phase through the pipe.
-        if data_left >= self.pipe_min && !buffered {
-            let target = match &mut self.path {
-                Path::Copy => None,
-                Path::Splice { pipe, bytes } => Some((pipe.write_fd(), pipe.capacity(), bytes)),
-                Path::Tee { intake, in_intake, .. } => Some((intake.write_fd(), intake.capacity(), in_intake)),
-            };
-            if let Some((wfd, cap, bytes)) = target {
-                let room = cap.saturating_sub(*bytes);
-                if room == 0 {
-                    return Ok(0);
-                }
-                let want = data_left.min(room as u64) as usize;
-                return match sys::splice(e.up, wfd, want, false) {
-                    Ok(0) => Err(Some(Pump::UpstreamFailed("upstream closed the connection mid-body"))),
-                    Ok(n) => {
-                        *bytes += n;
-                        dec.consume_data(n as u64);
-                        Ok(n)
-                    }
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                        if *bytes == 0 {
-                            *e.up_may_read = false;
-                        }
-                        Ok(0)
-                    }
-                    Err(err) if err.kind() == io::ErrorKind::Interrupted => Ok(0),
-                    Err(err) if is_peer_error(&err) => {
-                        Err(Some(Pump::UpstreamFailed("upstream connection failed mid-body")))
-                    }
-                    Err(_) => Err(None),
-                };
-            }
-        }
-        // Framing (and short data) in user space: only once the pipe is empty,
-        // so the output queue never overtakes piped bytes.
-        let piped = match &self.path {
-            Path::Copy => 0,
-            Path::Splice { bytes, .. } => *bytes,
-            Path::Tee { in_intake, in_out, .. } => in_intake + in_out,
-        };
-        if piped > 0 || (!self.client_gone && e.out.len() >= OUTQ_HIGH) {
-            return Ok(0);
-        }
-        if !buffered {
-            let read_size = if matches!(self.path, Path::Copy) {
-                RELAY_BUF
-            } else {
-                self.framing_read
-            };
-            let room = e.up_buf.reserve(read_size, RELAY_BUF.max(self.framing_read));
-            let end = e.up_buf.end;
-            match sys::read(e.up, &mut e.up_buf.buf[end..end + room]) {
-                Ok(0) => return Err(Some(Pump::UpstreamFailed("upstream closed the connection mid-body"))),
-                Ok(n) => e.up_buf.end += n,
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                    *e.up_may_read = false;
-                    return Ok(0);
-                }
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => return Ok(0),
-                Err(_) => return Err(Some(Pump::UpstreamFailed("upstream connection failed mid-body"))),
-            }
-        }
-        let mut total = 0;
-        while e.up_buf.start < e.up_buf.end && !dec.is_done() {
-            let input = &e.up_buf.buf[e.up_buf.start..e.up_buf.end];
-            let d = match dec.decode(input) {
-                Ok(d) => d,
-                Err(_) => return Err(Some(Pump::UpstreamFailed("invalid chunked body from upstream"))),
-            };
-            if d.consumed == 0 {
-                break;
-            }
-            let consumed = &input[..d.consumed];
-            if keep_framing {
-                e.out.push_copy(consumed);
-            }
-            if let Some(r) = d.data.clone() {
-                let data = &consumed[r];
-                if !keep_framing && !self.client_gone {
-                    e.out.push_copy(data);
-                }
-                if !self.client_gone {
-                    st.bytes_copied += data.len() as u64;
-                }
-                if let Some(f) = &mut self.fill {
-                    self.acc.extend_from_slice(data);
-                    f.size += data.len() as u64;
-                    st.bytes_filled += data.len() as u64;
-                }
-            }
-            total += d.consumed;
-            e.up_buf.consume(d.consumed);
-            // Leave long data runs to the pipe.
-            if dec.data_remaining() >= self.pipe_min && !matches!(self.path, Path::Copy) {
-                break;
-            }
-        }
-        self.sent = self.acc.len();
-        if dec.is_done() {
-            self.body_done = true;
-        }
-        self.check_fill_limit();
-        Ok(total.max(1))
     }
 
     /// A splice or tee failed: move what the pipes hold into the output queue
@@ -1043,352 +896,6 @@ impl Relay {
     }
 }
 
+mod chunked;
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::{Read, Write};
-    use std::os::fd::AsRawFd;
-    use std::os::unix::net::UnixStream;
-    use weft_io::PipeBudget;
-
-    fn body(n: usize) -> Vec<u8> {
-        (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
-    }
-
-    struct Rig {
-        up_w: UnixStream,
-        up_r: UnixStream,
-        cl_w: UnixStream,
-        cl_r: UnixStream,
-        out: OutQueue,
-        up_buf: UpBuf,
-        pool: PipePool,
-        st: ProxyStats,
-    }
-
-    fn rig() -> Rig {
-        let (up_w, up_r) = UnixStream::pair().unwrap();
-        let (cl_w, cl_r) = UnixStream::pair().unwrap();
-        up_r.set_nonblocking(true).unwrap();
-        cl_w.set_nonblocking(true).unwrap();
-        Rig {
-            up_w,
-            up_r,
-            cl_w,
-            cl_r,
-            out: OutQueue::new(),
-            up_buf: UpBuf::default(),
-            pool: PipePool::new(PipeBudget::new(8, 1 << 20), 8),
-            st: ProxyStats::default(),
-        }
-    }
-
-    /// Feed `wire` from a thread, pump until done, return what the client got
-    /// and the filled object.
-    fn run(
-        framing: Framing,
-        want: Want,
-        fill: bool,
-        wire: Vec<u8>,
-        up_fd: Option<RawFd>,
-    ) -> (Vec<u8>, Option<Vec<u8>>, ProxyStats) {
-        let mut r = rig();
-        let up = up_fd.unwrap_or(r.up_r.as_raw_fd());
-        let mut relay = Relay::new(
-            framing,
-            want,
-            fill.then_some(1 << 30),
-            1,
-            4096,
-            64 * 1024,
-            None,
-            &mut r.pool,
-            &mut r.st,
-        );
-        let mut w = r.up_w.try_clone().unwrap();
-        let feeder = std::thread::spawn(move || {
-            for c in wire.chunks(100_000) {
-                w.write_all(c).unwrap();
-            }
-        });
-        let mut cl_r = r.cl_r.try_clone().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut got = Vec::new();
-            cl_r.read_to_end(&mut got).unwrap();
-            got
-        });
-        let (mut may_read, mut may_write) = (true, true);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        loop {
-            let mut e = Ends {
-                client: Some(r.cl_w.as_raw_fd()),
-                client_may_write: &mut may_write,
-                out: &mut r.out,
-                up,
-                up_may_read: &mut may_read,
-                up_buf: &mut r.up_buf,
-            };
-            match relay.pump(&mut e, &mut r.st) {
-                Pump::Done => break,
-                Pump::Yield => {}
-                Pump::Wait { .. } => {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                    may_read = true;
-                    may_write = true;
-                }
-                other => panic!("{other:?}"),
-            }
-            assert!(std::time::Instant::now() < deadline, "relay stuck");
-        }
-        // Whatever the output queue still holds.
-        while !r.out.is_empty() {
-            let mut wb = false;
-            r.out.flush(r.cl_w.as_raw_fd(), &[], &mut wb).unwrap();
-        }
-        feeder.join().unwrap();
-        let cached = relay.finish(&mut r.pool, &mut r.st).map(|a| a.to_vec());
-        drop(r.cl_w);
-        let got = reader.join().unwrap();
-        (got, cached, r.st)
-    }
-
-    #[test]
-    fn length_bodies_by_every_path() {
-        let b = body(3_000_000);
-        for (want, fill) in [
-            (Want::Copy, false),
-            (Want::Copy, true),
-            (Want::Splice, false),
-            (Want::Tee, true),
-        ] {
-            let (got, cached, st) = run(Framing::Length(b.len() as u64), want, fill, b.clone(), None);
-            assert!(got == b, "{want:?} fill={fill}");
-            if fill {
-                assert!(cached.as_deref() == Some(&b[..]), "{want:?}: cached copy");
-            } else {
-                assert!(cached.is_none());
-            }
-            match want {
-                Want::Splice => assert_eq!(st.bytes_spliced, b.len() as u64),
-                Want::Tee => {
-                    assert_eq!(st.bytes_spliced, b.len() as u64);
-                    assert_eq!(st.bytes_teed, b.len() as u64);
-                }
-                Want::Copy => assert_eq!(st.bytes_copied, b.len() as u64),
-            }
-        }
-    }
-
-    #[test]
-    fn chunked_framing_is_kept_and_data_cached() {
-        let b = body(500_000);
-        let mut wire = Vec::new();
-        for c in b.chunks(70_001) {
-            weft_http::chunked::encode_chunk_head(c.len(), &mut wire);
-            wire.extend_from_slice(c);
-            wire.extend_from_slice(b"\r\n");
-        }
-        wire.extend_from_slice(b"0\r\n\r\n");
-        for want in [Want::Copy, Want::Splice, Want::Tee] {
-            let f = Framing::Chunked {
-                dec: ChunkedDecoder::new(),
-                keep_framing: true,
-            };
-            let (got, cached, _) = run(f, want, want != Want::Splice, wire.clone(), None);
-            assert!(got == wire, "{want:?}: framing forwarded verbatim");
-            if want != Want::Splice {
-                assert!(
-                    cached.as_deref() == Some(&b[..]),
-                    "{want:?}: data cached without framing"
-                );
-            }
-            // HTTP/1.0 client: de-chunked.
-            let f = Framing::Chunked {
-                dec: ChunkedDecoder::new(),
-                keep_framing: false,
-            };
-            let (got, _, _) = run(f, want, false, wire.clone(), None);
-            assert!(got == b, "{want:?}: de-chunked");
-        }
-    }
-
-    #[test]
-    fn splice_failure_falls_back_to_copying() {
-        // splice(2) from an eventfd fails with EINVAL; read(2) of it works
-        // (8 bytes: the counter). The session must finish by copying.
-        let ev = weft_io::sys::eventfd().unwrap();
-        weft_io::sys::eventfd_signal(ev.raw()).unwrap();
-        let (got, cached, st) = run(Framing::Length(8), Want::Tee, true, Vec::new(), Some(ev.raw()));
-        assert_eq!(got, 1u64.to_ne_bytes());
-        assert_eq!(cached.as_deref(), Some(&1u64.to_ne_bytes()[..]));
-        assert_eq!(st.sessions_fallback, 1);
-        assert_eq!(st.sessions_copy, 1);
-    }
-
-    /// SO_RCVLOWAT follows the body: asked only after a bulk delivery, never
-    /// above the rest of the body, lowered for the last part, back to 1 when
-    /// the body is complete (the connection may be pooled), never set for a
-    /// trickle, and cut for good by `stop_batching`.
-    #[test]
-    fn read_batches_follow_the_body() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut w = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (up, _) = l.accept().unwrap();
-        up.set_nonblocking(true).unwrap();
-        let fd = up.as_raw_fd();
-        let lowat = || sys::rcvlowat(fd).unwrap();
-        let mut r = rig();
-        let mut relay = Relay::new(
-            Framing::Length(300_000),
-            Want::Splice,
-            None,
-            1,
-            4096,
-            128 * 1024,
-            None,
-            &mut r.pool,
-            &mut r.st,
-        );
-        let b = body(300_000);
-        let mut reader = r.cl_r.try_clone().unwrap();
-        let drain = std::thread::spawn(move || {
-            let mut got = Vec::new();
-            reader.read_to_end(&mut got).unwrap();
-            got
-        });
-        // Wait until the socket holds exactly `n` unread bytes from `w`.
-        let settle = |n: usize| {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            while sys::bytes_readable(fd).unwrap() < n && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        };
-        // Pump until the relay waits on the upstream (the client side drains
-        // in the reader thread) or the body is done.
-        let pump = |relay: &mut Relay, r: &mut Rig| loop {
-            let (mut mr, mut mw) = (true, true);
-            let mut e = Ends {
-                client: Some(r.cl_w.as_raw_fd()),
-                client_may_write: &mut mw,
-                out: &mut r.out,
-                up: fd,
-                up_may_read: &mut mr,
-                up_buf: &mut r.up_buf,
-            };
-            match relay.pump(&mut e, &mut r.st) {
-                Pump::Wait { up_read: false, .. } | Pump::Yield => {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-                p => return p,
-            }
-        };
-        let mut sent = 0;
-        // A trickle (under MIN_BATCH since the socket last ran dry) never batches.
-        w.write_all(&b[..1000]).unwrap();
-        sent += 1000;
-        settle(1000);
-        assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
-        assert_eq!(lowat(), 1);
-        assert!(!relay.batching());
-        // A bulk delivery: batch the next 128 KiB.
-        w.write_all(&b[sent..sent + 100_000]).unwrap();
-        sent += 100_000;
-        settle(100_000);
-        assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
-        assert_eq!(lowat(), 128 * 1024);
-        assert!(relay.batching());
-        // Another bulk delivery: the rest of the body is less than a batch.
-        w.write_all(&b[sent..sent + 150_000]).unwrap();
-        sent += 150_000;
-        settle(150_000);
-        assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
-        assert_eq!(lowat(), 300_000 - sent, "never above the rest of the body");
-        // The batch does not fill in time: cut, and not asked again.
-        relay.stop_batching(fd, &mut r.st);
-        assert_eq!((lowat(), r.st.read_batches_cut), (1, 1));
-        w.write_all(&b[sent..sent + 30_000]).unwrap();
-        sent += 30_000;
-        settle(30_000);
-        assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
-        assert_eq!(lowat(), 1);
-        // The rest completes the body.
-        w.write_all(&b[sent..]).unwrap();
-        settle(300_000 - sent);
-        assert_eq!(pump(&mut relay, &mut r), Pump::Done);
-        assert_eq!(lowat(), 1, "a complete body leaves the socket as it was");
-        relay.finish(&mut r.pool, &mut r.st);
-        drop(r.cl_w);
-        assert!(drain.join().unwrap() == b);
-    }
-
-    #[test]
-    fn close_delimited_ends_at_eof_and_short_length_fails() {
-        let b = body(200_000);
-        let mut r = rig();
-        let mut relay = Relay::new(
-            Framing::Close,
-            Want::Splice,
-            None,
-            1,
-            4096,
-            64 * 1024,
-            None,
-            &mut r.pool,
-            &mut r.st,
-        );
-        r.up_w.write_all(&b).unwrap();
-        drop(r.up_w);
-        let mut cl_r = r.cl_r.try_clone().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut got = Vec::new();
-            cl_r.read_to_end(&mut got).unwrap();
-            got
-        });
-        let (mut mr, mut mw) = (true, true);
-        loop {
-            let mut e = Ends {
-                client: Some(r.cl_w.as_raw_fd()),
-                client_may_write: &mut mw,
-                out: &mut r.out,
-                up: r.up_r.as_raw_fd(),
-                up_may_read: &mut mr,
-                up_buf: &mut r.up_buf,
-            };
-            match relay.pump(&mut e, &mut r.st) {
-                Pump::Done => break,
-                Pump::Wait { .. } | Pump::Yield => {
-                    mr = true;
-                    mw = true;
-                }
-                other => panic!("{other:?}"),
-            }
-        }
-        drop(r.cl_w);
-        assert!(reader.join().unwrap() == b);
-        // A Content-Length body cut short is a failure, not a completion.
-        let mut r = rig();
-        let mut relay = Relay::new(
-            Framing::Length(1000),
-            Want::Copy,
-            Some(1 << 20),
-            1,
-            4096,
-            64 * 1024,
-            None,
-            &mut r.pool,
-            &mut r.st,
-        );
-        r.up_w.write_all(&b[..10]).unwrap();
-        drop(r.up_w);
-        let (mut mr, mut mw) = (true, true);
-        let mut e = Ends {
-            client: Some(r.cl_w.as_raw_fd()),
-            client_may_write: &mut mw,
-            out: &mut r.out,
-            up: r.up_r.as_raw_fd(),
-            up_may_read: &mut mr,
-            up_buf: &mut r.up_buf,
-        };
-        assert!(matches!(relay.pump(&mut e, &mut r.st), Pump::UpstreamFailed(_)));
-    }
-}
+mod tests;

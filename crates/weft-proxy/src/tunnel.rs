@@ -8,12 +8,11 @@
 //! (shutdown(SHUT_WR)) once everything before it has been delivered; the tunnel
 //! ends when both directions have been closed this way, or at the first error.
 
-use crate::outq::OutQueue;
 use crate::stats::ProxyStats;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 use weft_io::sys;
-use weft_io::{Pipe, PipePool};
+use weft_io::{OutChain, Pipe, PipePool};
 
 const BUF: usize = 64 * 1024;
 const PUMP_BUDGET: usize = 4 << 20;
@@ -54,7 +53,7 @@ pub struct Direction {
 /// One side's sockets and readiness, as a direction sees it.
 pub struct Side<'a> {
     /// Descriptor.
-    pub fd: RawFd,
+    pub fd: BorrowedFd<'a>,
     /// May have input.
     pub may_read: &'a mut bool,
     /// May accept output.
@@ -116,7 +115,7 @@ impl Direction {
         &mut self,
         src: &mut Side<'_>,
         dst: &mut Side<'_>,
-        pre: &mut OutQueue,
+        pre: &mut OutChain,
         bufs: &mut TunnelBufs,
         st: &mut ProxyStats,
     ) -> Result<usize, ()> {
@@ -127,10 +126,9 @@ impl Direction {
                 if !*dst.may_write {
                     return Ok(moved);
                 }
-                let mut wb = false;
-                let (n, _) = pre.flush(dst.fd, &[], &mut wb).map_err(drop)?;
-                moved += n;
-                if wb {
+                let sent = pre.flush(dst.fd, &[], &mut []).map_err(drop)?;
+                moved += sent.total() as usize;
+                if sent.blocked {
                     *dst.may_write = false;
                 }
                 if !pre.is_empty() {
@@ -283,7 +281,7 @@ pub struct Tunnel {
     u2c: Direction,
     /// Bytes for the upstream before the tunnel's own (what the client sent
     /// right after its CONNECT head).
-    pub to_upstream: OutQueue,
+    pub to_upstream: OutChain,
 }
 
 impl Tunnel {
@@ -294,7 +292,7 @@ impl Tunnel {
         Tunnel {
             c2u: Direction::new(splice, pool, bufs, st),
             u2c: Direction::new(splice, pool, bufs, st),
-            to_upstream: OutQueue::new(),
+            to_upstream: OutChain::new(),
         }
     }
 
@@ -304,7 +302,7 @@ impl Tunnel {
         &mut self,
         client: &mut Side<'_>,
         up: &mut Side<'_>,
-        client_out: &mut OutQueue,
+        client_out: &mut OutChain,
         bufs: &mut TunnelBufs,
         st: &mut ProxyStats,
     ) -> TunnelState {

@@ -1,4 +1,13 @@
-//! epoll, level-triggered ([`Epoll`]) and edge-triggered ([`EpollEt`]).
+//! epoll, as one type [`EpollOf`] parameterised by its [`Mode`]: level-triggered
+//! with interest following the connection ([`Epoll`]), edge-triggered
+//! ([`EpollEt`]), level-triggered registered once ([`EpollOnce`], the µserver
+//! study's epoll2), and level-triggered with interest changes batched before
+//! each wait ([`EpollBatched`], the study's epoll_ctlv).
+//!
+//! The modes differ only in constants (the capability bits, among them
+//! whether EPOLLET is set, and whether changes are queued), so each
+//! `EpollOf<M>` compiles to the code its mode needs and nothing else: the
+//! branches on `M::BATCHED` and `M::CAPS.edge_triggered` fold away.
 //!
 //! The token travels in `epoll_event.u64`, so the kernel hands back slot index and
 //! generation with each event and nothing is looked up by descriptor.
@@ -6,67 +15,27 @@
 use super::{timeout_ms, Caps, Event, Interest, Poller, Token};
 use crate::sys::{self, Fd};
 use std::io;
+use std::marker::PhantomData;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
 const MAX_EVENTS: usize = 512;
 
-fn bits(interest: Interest, edge: bool) -> u32 {
-    let mut b = 0;
-    // RDHUP only with read interest: level-triggered, a half-closed socket
-    // reports it at every wait, so a socket kept for writing only (a tunnel
-    // whose other direction is still open, a response going to a client
-    // that sent its FIN) would wake the loop without end.
-    if interest.read {
-        b |= (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
-    }
-    if interest.write {
-        b |= libc::EPOLLOUT as u32;
-    }
-    if edge {
-        b |= libc::EPOLLET as u32;
-    }
-    b
-}
-
-struct Inner {
-    epfd: Fd,
-    buf: Vec<libc::epoll_event>,
-}
-
-impl Inner {
-    fn new() -> io::Result<Inner> {
-        Ok(Inner {
-            epfd: sys::epoll_create()?,
-            buf: vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS],
-        })
-    }
-
-    fn wait(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()> {
-        let n = match sys::epoll_wait(self.epfd.raw(), &mut self.buf, timeout_ms(timeout)) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
-            Err(e) => return Err(e),
-        };
-        for ev in &self.buf[..n] {
-            let e = ev.events;
-            events.push(Event {
-                token: Token(ev.u64),
-                readable: e & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP) as u32 != 0,
-                writable: e & libc::EPOLLOUT as u32 != 0,
-                error: e & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0,
-                read_closed: e & (libc::EPOLLRDHUP | libc::EPOLLHUP) as u32 != 0,
-            });
-        }
-        Ok(())
-    }
+/// How an [`EpollOf`] registers descriptors: one marker type per `--event`
+/// name. Whether it sets EPOLLET is its `CAPS.edge_triggered`.
+pub trait Mode {
+    /// The backend's capabilities (and its `--event` name).
+    const CAPS: Caps;
+    /// Queue interest changes during an iteration and apply them together
+    /// just before waiting.
+    const BATCHED: bool = false;
 }
 
 /// Level-triggered epoll: interest follows the connection's needs (write
 /// interest only while output is pending), at the cost of epoll_ctl calls.
-pub struct Epoll(Inner);
+pub struct Level;
 
-impl Poller for Epoll {
+impl Mode for Level {
     const CAPS: Caps = Caps {
         name: "epoll",
         edge_triggered: false,
@@ -75,75 +44,19 @@ impl Poller for Epoll {
         close_deregisters: true,
         tracks_readiness: false,
     };
-    fn new() -> io::Result<Self> {
-        Inner::new().map(Epoll)
-    }
-    fn add(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()> {
-        sys::epoll_ctl(
-            self.0.epfd.raw(),
-            libc::EPOLL_CTL_ADD,
-            fd,
-            bits(interest, false),
-            token.0,
-        )
-    }
-    fn modify(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()> {
-        sys::epoll_ctl(
-            self.0.epfd.raw(),
-            libc::EPOLL_CTL_MOD,
-            fd,
-            bits(interest, false),
-            token.0,
-        )
-    }
-    fn delete(&mut self, fd: RawFd) -> io::Result<()> {
-        sys::epoll_ctl(self.0.epfd.raw(), libc::EPOLL_CTL_DEL, fd, 0, 0)
-    }
-    fn wait(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()> {
-        self.0.wait(events, timeout)
-    }
 }
 
 /// Edge-triggered epoll: each descriptor is registered once for both directions
 /// and never modified; handlers drain reads and writes until EAGAIN.
-pub struct EpollEt(Inner);
+pub struct Edge;
 
-impl Poller for EpollEt {
+impl Mode for Edge {
     const CAPS: Caps = Caps {
         name: "epoll-et",
         edge_triggered: true,
         fixed_interest: true,
-        max_fd: None,
-        close_deregisters: true,
-        tracks_readiness: false,
+        ..Level::CAPS
     };
-    fn new() -> io::Result<Self> {
-        Inner::new().map(EpollEt)
-    }
-    fn add(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()> {
-        sys::epoll_ctl(
-            self.0.epfd.raw(),
-            libc::EPOLL_CTL_ADD,
-            fd,
-            bits(interest, true),
-            token.0,
-        )
-    }
-    fn modify(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()> {
-        sys::epoll_ctl(
-            self.0.epfd.raw(),
-            libc::EPOLL_CTL_MOD,
-            fd,
-            bits(interest, true),
-            token.0,
-        )
-    }
-    fn delete(&mut self, fd: RawFd) -> io::Result<()> {
-        sys::epoll_ctl(self.0.epfd.raw(), libc::EPOLL_CTL_DEL, fd, 0, 0)
-    }
-    fn wait(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()> {
-        self.0.wait(events, timeout)
-    }
 }
 
 /// epoll2 of the µserver study: level-triggered, each connection registered
@@ -151,44 +64,14 @@ impl Poller for EpollEt {
 /// state change, but epoll_wait keeps reporting writable sockets the server has
 /// nothing to write to — the cost the study measured, worst with many idle
 /// connections.
-pub struct EpollOnce(Inner);
+pub struct Once;
 
-impl Poller for EpollOnce {
+impl Mode for Once {
     const CAPS: Caps = Caps {
         name: "epoll-once",
-        edge_triggered: false,
         fixed_interest: true,
-        max_fd: None,
-        close_deregisters: true,
-        tracks_readiness: false,
+        ..Level::CAPS
     };
-    fn new() -> io::Result<Self> {
-        Inner::new().map(EpollOnce)
-    }
-    fn add(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()> {
-        sys::epoll_ctl(
-            self.0.epfd.raw(),
-            libc::EPOLL_CTL_ADD,
-            fd,
-            bits(interest, false),
-            token.0,
-        )
-    }
-    fn modify(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()> {
-        sys::epoll_ctl(
-            self.0.epfd.raw(),
-            libc::EPOLL_CTL_MOD,
-            fd,
-            bits(interest, false),
-            token.0,
-        )
-    }
-    fn delete(&mut self, fd: RawFd) -> io::Result<()> {
-        sys::epoll_ctl(self.0.epfd.raw(), libc::EPOLL_CTL_DEL, fd, 0, 0)
-    }
-    fn wait(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()> {
-        self.0.wait(events, timeout)
-    }
 }
 
 /// Level-triggered epoll whose interest changes are queued during a loop
@@ -197,31 +80,81 @@ impl Poller for EpollOnce {
 /// one io_uring_enter. Without io_uring the batch is applied with one
 /// epoll_ctl per change (still deferred, so changes that cancel out within an
 /// iteration are merged).
-pub struct EpollBatched {
-    inner: Inner,
-    ring: Option<sys::uring::Ring>,
-    pending: Vec<(i32, RawFd, u32, u64)>,
-    results: Vec<i32>,
+pub struct Batched;
+
+impl Mode for Batched {
+    const CAPS: Caps = Caps {
+        name: "epoll-batched",
+        ..Level::CAPS
+    };
+    const BATCHED: bool = true;
 }
 
-impl EpollBatched {
-    fn queue(&mut self, op: i32, fd: RawFd, events: u32, data: u64) {
+/// Level-triggered epoll (`--event epoll`).
+pub type Epoll = EpollOf<Level>;
+/// Edge-triggered epoll (`--event epoll-et`).
+pub type EpollEt = EpollOf<Edge>;
+/// Level-triggered epoll, registered once (`--event epoll-once`).
+pub type EpollOnce = EpollOf<Once>;
+/// Level-triggered epoll with batched interest changes (`--event epoll-batched`).
+pub type EpollBatched = EpollOf<Batched>;
+
+/// One epoll instance, registering as its mode `M` says.
+pub struct EpollOf<M: Mode> {
+    epfd: Fd,
+    buf: Vec<libc::epoll_event>,
+    /// Batched mode: changes not yet given to the kernel (op, fd, events,
+    /// data), the ring that applies them in one enter (when io_uring works),
+    /// and its per-change results. Empty, and never allocated, otherwise.
+    pending: Vec<(i32, RawFd, u32, u64)>,
+    ring: Option<sys::uring::Ring>,
+    results: Vec<i32>,
+    mode: PhantomData<M>,
+}
+
+impl<M: Mode> EpollOf<M> {
+    fn bits(interest: Interest) -> u32 {
+        let mut b = 0;
+        // RDHUP only with read interest: level-triggered, a half-closed socket
+        // reports it at every wait, so a socket kept for writing only (a tunnel
+        // whose other direction is still open, a response going to a client
+        // that sent its FIN) would wake the loop without end.
+        if interest.read {
+            b |= (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+        }
+        if interest.write {
+            b |= libc::EPOLLOUT as u32;
+        }
+        if M::CAPS.edge_triggered {
+            b |= libc::EPOLLET as u32;
+        }
+        b
+    }
+
+    /// An ADD or MOD: now, or queued in batched mode.
+    fn ctl(&mut self, op: i32, fd: RawFd, token: Token, interest: Interest) -> io::Result<()> {
+        let events = Self::bits(interest);
+        if !M::BATCHED {
+            return sys::epoll_ctl(self.epfd.raw(), op, fd, events, token.0);
+        }
         // A later MOD of a descriptor with a queued ADD/MOD replaces its events.
         if op == libc::EPOLL_CTL_MOD {
             if let Some(p) = self.pending.iter_mut().rev().find(|p| p.1 == fd) {
                 p.2 = events;
-                p.3 = data;
-                return;
+                p.3 = token.0;
+                return Ok(());
             }
         }
-        self.pending.push((op, fd, events, data));
+        self.pending.push((op, fd, events, token.0));
+        Ok(())
     }
 
+    /// Batched mode: give the queued changes to the kernel.
     fn flush(&mut self) -> io::Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let epfd = self.inner.epfd.raw();
+        let epfd = self.epfd.raw();
         match self.ring.as_mut() {
             Some(ring) => {
                 ring.epoll_ctl_batch(epfd, &self.pending, &mut self.results)?;
@@ -239,40 +172,113 @@ impl EpollBatched {
     }
 }
 
-impl Poller for EpollBatched {
-    const CAPS: Caps = Caps {
-        name: "epoll-batched",
-        edge_triggered: false,
-        fixed_interest: false,
-        max_fd: None,
-        close_deregisters: true,
-        tracks_readiness: false,
-    };
+impl<M: Mode> Poller for EpollOf<M> {
+    const CAPS: Caps = M::CAPS;
+
     fn new() -> io::Result<Self> {
-        Ok(EpollBatched {
-            inner: Inner::new()?,
-            ring: sys::uring::Ring::new(64).ok(),
+        Ok(EpollOf {
+            epfd: sys::epoll_create()?,
+            buf: vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS],
             pending: Vec::new(),
+            ring: if M::BATCHED {
+                sys::uring::Ring::new(64).ok()
+            } else {
+                None
+            },
             results: Vec::new(),
+            mode: PhantomData,
         })
     }
+
     fn add(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()> {
-        self.queue(libc::EPOLL_CTL_ADD, fd, bits(interest, false), token.0);
-        Ok(())
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, interest)
     }
+
     fn modify(&mut self, fd: RawFd, token: Token, interest: Interest) -> io::Result<()> {
-        self.queue(libc::EPOLL_CTL_MOD, fd, bits(interest, false), token.0);
-        Ok(())
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, interest)
     }
+
     fn delete(&mut self, fd: RawFd) -> io::Result<()> {
         self.forget(fd);
-        sys::epoll_ctl(self.inner.epfd.raw(), libc::EPOLL_CTL_DEL, fd, 0, 0)
+        sys::epoll_ctl(self.epfd.raw(), libc::EPOLL_CTL_DEL, fd, 0, 0)
     }
+
     fn wait(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()> {
-        self.flush()?;
-        self.inner.wait(events, timeout)
+        if M::BATCHED {
+            self.flush()?;
+        }
+        let n = match sys::epoll_wait(self.epfd.raw(), &mut self.buf, timeout_ms(timeout)) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+            Err(e) => return Err(e),
+        };
+        for ev in &self.buf[..n] {
+            let e = ev.events;
+            events.push(Event {
+                token: Token(ev.u64),
+                readable: e & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP) as u32 != 0,
+                writable: e & libc::EPOLLOUT as u32 != 0,
+                error: e & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0,
+                read_closed: e & (libc::EPOLLRDHUP | libc::EPOLLHUP) as u32 != 0,
+            });
+        }
+        Ok(())
     }
+
     fn forget(&mut self, fd: RawFd) {
-        self.pending.retain(|p| p.1 != fd);
+        if M::BATCHED {
+            self.pending.retain(|p| p.1 != fd);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_keep_their_names_and_bits() {
+        let names = [
+            Epoll::CAPS.name,
+            EpollEt::CAPS.name,
+            EpollOnce::CAPS.name,
+            EpollBatched::CAPS.name,
+        ];
+        assert_eq!(names, ["epoll", "epoll-et", "epoll-once", "epoll-batched"]);
+        let edge = [
+            Epoll::CAPS.edge_triggered,
+            EpollEt::CAPS.edge_triggered,
+            EpollOnce::CAPS.edge_triggered,
+        ];
+        assert_eq!(edge, [false, true, false]);
+        let fixed = [
+            Epoll::CAPS.fixed_interest,
+            EpollEt::CAPS.fixed_interest,
+            EpollOnce::CAPS.fixed_interest,
+            EpollBatched::CAPS.fixed_interest,
+        ];
+        assert_eq!(fixed, [false, true, true, false]);
+        assert_eq!(
+            EpollEt::bits(Interest::READ) & libc::EPOLLET as u32,
+            libc::EPOLLET as u32
+        );
+        assert_eq!(Epoll::bits(Interest::BOTH) & libc::EPOLLET as u32, 0);
+        assert_eq!(Epoll::bits(Interest::WRITE) & libc::EPOLLRDHUP as u32, 0);
+    }
+
+    #[test]
+    fn only_the_batched_mode_queues() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&a);
+        let mut level = Epoll::new().unwrap();
+        level.add(fd, Token(1), Interest::READ).unwrap();
+        assert!(level.pending.is_empty() && level.ring.is_none());
+        let mut batched = EpollBatched::new().unwrap();
+        batched.add(fd, Token(1), Interest::READ).unwrap();
+        batched.modify(fd, Token(2), Interest::BOTH).unwrap();
+        assert_eq!(batched.pending.len(), 1, "a MOD folds into the queued ADD");
+        assert_eq!(batched.pending[0].3, 2);
+        batched.forget(fd);
+        assert!(batched.pending.is_empty());
     }
 }

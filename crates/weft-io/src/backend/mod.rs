@@ -10,13 +10,13 @@
 //! (uselect): the one backend that listens to [`Poller::learned`], the
 //! handler's report of what its reads and writes showed.
 
-mod epoll;
+pub mod epoll;
 mod poll;
 mod select;
 mod tracked;
 mod uring;
 
-pub use epoll::{Epoll, EpollBatched, EpollEt, EpollOnce};
+pub use epoll::{Epoll, EpollBatched, EpollEt, EpollOf, EpollOnce};
 pub use poll::Poll;
 pub use select::Select;
 pub use tracked::{Tracked, TrackedInner, DEFAULT_MAX_PASS};

@@ -1,0 +1,214 @@
+//! The two-tier cache as a worker sees it: the memory store first, the disk
+//! store (`--cache-dir`) under it, behind one facade.
+//!
+//! The facade owns the order of the tiers and their locking, so no caller
+//! sequences them:
+//!
+//! - **lookup**: memory, then what a disk load handed this request (the
+//!   memory store may have evicted it again since), else — once per
+//!   request — a park for a disk load when the disk index has the key. The
+//!   load's result comes back through the disk store's mailbox as a
+//!   [`Loaded`] and the request is answered again.
+//! - **insert** and **replace** write through: memory first (under its
+//!   lock), then a disk write is queued (after the lock is released).
+//! - **invalidate** removes from the disk first and from memory second, and
+//!   never holds the memory store's lock while it talks to the disk.
+//!
+//! Lock order across the process (docs/proxy.md, disk.rs, store.rs): the
+//! disk writer's queue → the disk index → the memory store. A disk load
+//! holds the index's lock while it inserts in memory, so once the index has
+//! forgotten a key nothing brings it back; taking the memory lock first here
+//! would invert that order.
+
+use crate::disk::{DiskStore, Loaded, LoadedObjects};
+use crate::store::{Object, Store};
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use weft_io::Token;
+
+/// What a lookup found.
+pub enum Lookup {
+    /// A stored object (its id in the memory store, for a later `replace`).
+    Found(u64, Arc<Object>),
+    /// Not in memory but on disk: a load was queued; the request waits for
+    /// the `Loaded` carrying this park number.
+    Parked(u64),
+    /// In neither tier.
+    Miss,
+}
+
+/// One worker's handle on the memory and disk stores.
+pub struct TwoTier<'a> {
+    store: Option<&'a Mutex<Store>>,
+    disk: Option<&'a DiskStore>,
+    /// The worker's index (its disk mailbox).
+    worker: usize,
+    /// Number of the next park for a disk load.
+    next_wait: u64,
+}
+
+fn lock(store: &Mutex<Store>) -> MutexGuard<'_, Store> {
+    store.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<'a> TwoTier<'a> {
+    /// The tiers a worker was given (no memory store: caching is off).
+    pub fn new(store: Option<&'a Mutex<Store>>, disk: Option<&'a DiskStore>, worker: usize) -> TwoTier<'a> {
+        TwoTier {
+            store,
+            disk,
+            worker,
+            next_wait: 0,
+        }
+    }
+
+    /// Caching is on.
+    pub fn enabled(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// The disk store's mailbox descriptor for this worker, if there is a disk tier.
+    pub fn disk_waker(&self) -> Option<RawFd> {
+        self.disk.map(|d| d.waker(self.worker))
+    }
+
+    /// Find a stored response for `key` that `select` accepts (its Vary
+    /// match): memory first, then `loaded` (what a finished disk load read
+    /// for this request). When both miss and `may_load` (the request has not
+    /// been through the disk already) and the disk index has the key, a load
+    /// is queued for `token` and the request parks.
+    pub fn lookup(
+        &mut self,
+        key: &[u8],
+        loaded: Option<&LoadedObjects>,
+        may_load: bool,
+        token: Token,
+        mut select: impl FnMut(&Object) -> bool,
+    ) -> Lookup {
+        let Some(store) = self.store else {
+            return Lookup::Miss;
+        };
+        let found = lock(store).lookup(key, &mut select).or_else(|| {
+            let loaded = loaded?;
+            loaded.iter().find(|(_, o)| select(o)).cloned()
+        });
+        if let Some((id, obj)) = found {
+            return Lookup::Found(id, obj);
+        }
+        match self.disk {
+            Some(d) if may_load && d.contains(key) => {
+                let wait = self.next_wait;
+                self.next_wait += 1;
+                d.load(key, self.worker, token, wait);
+                Lookup::Parked(wait)
+            }
+            _ => Lookup::Miss,
+        }
+    }
+
+    /// Finished disk loads for this worker, appended to `out`.
+    pub fn take_loaded(&self, out: &mut Vec<Loaded>) {
+        if let Some(d) = self.disk {
+            d.take_loaded(self.worker, out);
+        }
+    }
+
+    /// Store a new response under `key`, in memory and (queued) on disk.
+    /// False: the memory store refused it (too large, or caching off).
+    pub fn insert(&self, key: &[u8], obj: Arc<Object>) -> bool {
+        let Some(store) = self.store else { return false };
+        // The memory lock is released before the disk write is queued.
+        let stored = lock(store).insert_shared(key, obj.clone()).is_some();
+        if let (true, Some(d)) = (stored, self.disk) {
+            d.write(key, &obj);
+        }
+        stored
+    }
+
+    /// Put a refreshed response (a 304 merged into the stored head) in the
+    /// place of object `id`, in memory and (queued) on disk. Nothing happens
+    /// when memory has let `id` go meanwhile.
+    pub fn replace(&self, key: &[u8], id: u64, obj: &Arc<Object>) {
+        let Some(store) = self.store else { return };
+        let kept = lock(store).replace(id, obj.clone());
+        if let (true, Some(d)) = (kept, self.disk) {
+            d.write(key, obj);
+        }
+    }
+
+    /// Forget every stored response under each of `keys` (RFC 9111 §4.4),
+    /// disk first, then memory. Returns how many memory objects went.
+    pub fn invalidate<'k>(&self, keys: impl Iterator<Item = &'k [u8]> + Clone) -> u64 {
+        let Some(store) = self.store else { return 0 };
+        // Disk first, and not under the memory store's lock: a load holds
+        // the disk index's lock while it inserts in memory, so once the
+        // index has forgotten a key nothing brings it back.
+        if let Some(d) = self.disk {
+            keys.clone().for_each(|k| d.remove(k));
+        }
+        let mut st = lock(store);
+        keys.map(|k| st.invalidate(k) as u64).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::CachePolicy;
+    use bytes::Bytes;
+    use weft_http::caching::Heuristic;
+
+    fn object(body: &'static [u8]) -> Arc<Object> {
+        let head = Bytes::from_static(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\r\n");
+        let mut agg = weft_buf::Aggregate::new();
+        agg.push(Bytes::from_static(body));
+        Arc::new(Object::build(head, agg, b"", 100, 100, &Heuristic::default()).expect("storable"))
+    }
+
+    #[test]
+    fn memory_only_lookup_insert_replace_invalidate() {
+        let store = Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru));
+        let mut tiers = TwoTier::new(Some(&store), None, 0);
+        let token = Token::new(1, 0);
+        assert!(tiers.enabled());
+        assert!(matches!(tiers.lookup(b"k", None, true, token, |_| true), Lookup::Miss));
+        assert!(tiers.insert(b"k", object(b"one")));
+        let Lookup::Found(id, o) = tiers.lookup(b"k", None, true, token, |_| true) else {
+            panic!("stored object not found");
+        };
+        assert_eq!(o.body.len(), 3);
+        tiers.replace(b"k", id, &object(b"three"));
+        let Lookup::Found(_, o) = tiers.lookup(b"k", None, true, token, |_| true) else {
+            panic!("replaced object not found");
+        };
+        assert_eq!(o.body.len(), 5);
+        // A selector that rejects (a Vary mismatch) is a miss.
+        assert!(matches!(tiers.lookup(b"k", None, true, token, |_| false), Lookup::Miss));
+        let keys: [&[u8]; 2] = [b"k", b"other"];
+        assert_eq!(tiers.invalidate(keys.iter().copied()), 1);
+        assert!(matches!(tiers.lookup(b"k", None, true, token, |_| true), Lookup::Miss));
+    }
+
+    #[test]
+    fn a_disk_load_result_answers_when_memory_has_let_it_go() {
+        let store = Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru));
+        let mut tiers = TwoTier::new(Some(&store), None, 0);
+        let loaded: LoadedObjects = Arc::from(vec![(7u64, object(b"disk"))]);
+        let Lookup::Found(id, _) = tiers.lookup(b"k", Some(&loaded), false, Token::new(1, 0), |_| true) else {
+            panic!("the loaded object is not used");
+        };
+        assert_eq!(id, 7);
+    }
+
+    #[test]
+    fn no_memory_store_is_caching_off() {
+        let mut tiers = TwoTier::new(None, None, 0);
+        assert!(!tiers.enabled());
+        assert!(!tiers.insert(b"k", object(b"x")));
+        assert!(matches!(
+            tiers.lookup(b"k", None, true, Token::new(1, 0), |_| true),
+            Lookup::Miss
+        ));
+        assert_eq!(tiers.invalidate(std::iter::once(&b"k"[..])), 0);
+    }
+}

@@ -1,0 +1,371 @@
+//! The client side of a connection: accepting it, reading its socket (in one
+//! place, [`Client::read_input`]), flushing what is queued for it while no
+//! transaction runs, answering what it sent next, rejecting bad requests,
+//! lingering before a close, and closing it with what it owns.
+
+use crate::acl;
+use crate::config::ProxyConfig;
+use crate::conn::{Client, Entry, ReqBody};
+use crate::worker::{client_of, Flow, Worker, LISTENER};
+use std::net::SocketAddr;
+use std::time::Duration;
+use weft_http::respond::{self, Persist};
+use weft_io::sys::{self, Fd};
+use weft_io::{BufPool, Ctx, Fill, Interest, Poller, Token};
+
+/// How long a closing connection may linger reading the client's leftovers.
+const LINGER: Duration = Duration::from_secs(2);
+/// Bytes a lingering close reads before giving up.
+const LINGER_MAX: usize = 256 * 1024;
+
+/// What one read of the client socket did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClientRead {
+    /// `n` bytes were appended to the input; `filled`: they filled all the
+    /// room there was (the socket may hold more).
+    Data { n: usize, filled: bool },
+    /// End of file: `eof` is set and `may_read` cleared.
+    Eof,
+    /// Nothing to read: `may_read` is cleared and the step waits to read.
+    WouldBlock,
+    /// The input holds `max` bytes already: nothing was read.
+    Full,
+    /// Any other error (a reset), or no socket.
+    Failed,
+}
+
+impl Client {
+    /// Read the client socket once into the input buffer, growing it up to
+    /// `max` bytes, with storage from `pool`. The one place the client
+    /// socket is read: callers decide what the outcome means for them
+    /// (close, wait, read on).
+    pub(crate) fn read_input(&mut self, max: usize, pool: &mut BufPool) -> ClientRead {
+        let Some(fd) = self.fd.as_ref() else {
+            return ClientRead::Failed;
+        };
+        match self.input.fill(fd, max, pool) {
+            Fill::Data(n) => ClientRead::Data {
+                n,
+                filled: self.input.spare_len() == 0,
+            },
+            Fill::Eof => {
+                self.eof = true;
+                self.may_read = false;
+                ClientRead::Eof
+            }
+            Fill::WouldBlock => {
+                self.may_read = false;
+                self.want.read = true;
+                ClientRead::WouldBlock
+            }
+            Fill::Full => ClientRead::Full,
+            Fill::Reset(_) => ClientRead::Failed,
+        }
+    }
+}
+
+impl Worker<'_> {
+    // ------------------------------------------------------------------
+    // Accepting
+
+    pub(crate) fn accept<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        let Some(lfd) = self.listener.as_ref().map(|l| l.raw()) else {
+            return;
+        };
+        self.acceptor.begin();
+        while let Some((fd, peer)) = self.acceptor.next(cx, lfd, LISTENER) {
+            self.add_client(cx, fd, peer);
+        }
+    }
+
+    fn add_client<P: Poller>(&mut self, cx: &mut Ctx<P>, fd: Fd, peer: Option<SocketAddr>) {
+        let token = self.slab.next_token();
+        let initial = if P::CAPS.edge_triggered {
+            Interest::BOTH
+        } else {
+            Interest::READ
+        };
+        if let Err(e) = cx.register(fd.raw(), token, initial) {
+            self.sh.stats.refused_fd_limit += 1;
+            if self.refused_logged.is_multiple_of(1000) {
+                weft_core::warn!("closing a client connection: {e}");
+            }
+            self.refused_logged += 1;
+            let _ = sys::set_linger_zero(&fd);
+            return;
+        }
+        self.sh.stats.accepted += 1;
+        let allowed = peer.map(|p| acl::allowed(&self.sh.allow, p.ip())).unwrap_or(false);
+        let now = cx.now;
+        let t = self
+            .slab
+            .insert_with(|_| Entry::Client(Box::new(Client::new(fd, peer, allowed, initial, now))));
+        debug_assert_eq!(t, token);
+        self.drive(cx, token);
+    }
+
+    // ------------------------------------------------------------------
+    // Closing
+
+    /// Close a client and whatever it owns (transaction upstream, tunnel).
+    pub(crate) fn close_client<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) {
+        let Some(Entry::Client(mut c)) = self.slab.remove(ct) else {
+            return;
+        };
+        c.input.discard(&mut self.sh.bufs);
+        if let Some(fd) = c.fd.take() {
+            cx.close_later(fd, true);
+        }
+        if let Some(mut txn) = c.txn.take() {
+            if let Some(relay) = txn.relay.take() {
+                relay.abandon(&mut self.sh.stats, false);
+            }
+            if let Some(ut) = txn.up.take() {
+                self.close_upstream(cx, ut);
+            }
+        }
+        if let Some((tunnel, ut)) = c.tunnel.take() {
+            tunnel.close(&mut self.sh.pipes, &mut self.sh.tunnel_bufs);
+            self.close_upstream(cx, ut);
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Between transactions
+
+    /// A client with no transaction or tunnel: flush its output, close it
+    /// when asked to, answer the requests it has sent, read more.
+    pub(crate) fn step_idle<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
+        let Some(c) = client_of(&mut self.slab, ct) else {
+            return Flow::Closed;
+        };
+        let Some(fd) = c.fd.as_ref() else {
+            self.close_client(cx, ct);
+            return Flow::Closed;
+        };
+        if !c.out.is_empty() {
+            if !c.may_write {
+                c.want = Interest::WRITE;
+                return Flow::Wait;
+            }
+            match c.out.flush(fd, &[], &mut []) {
+                Ok(sent) => {
+                    if sent.total() > 0 {
+                        c.last_activity = cx.now;
+                    }
+                    if sent.blocked {
+                        c.may_write = false;
+                        c.want = Interest::WRITE;
+                        return Flow::Wait;
+                    }
+                }
+                Err(_) => {
+                    self.close_client(cx, ct);
+                    return Flow::Closed;
+                }
+            }
+        }
+        if c.close_after {
+            if c.linger_on_close {
+                if sys::shutdown_write(fd).is_err() {
+                    self.close_client(cx, ct);
+                    return Flow::Closed;
+                }
+                c.lingering = true;
+                c.deadline = Some(cx.now + LINGER);
+                c.timer_at = None;
+                return Flow::Again;
+            }
+            self.close_client(cx, ct);
+            return Flow::Closed;
+        }
+        if c.disk_wait.is_some() {
+            // The request at the front waits for the disk store (`on_loaded`).
+            return Flow::Wait;
+        }
+        if !c.input.is_empty() {
+            if let Some(f) = self.answer_next(cx, ct) {
+                return f;
+            }
+        }
+        let Some(c) = client_of(&mut self.slab, ct) else {
+            return Flow::Closed;
+        };
+        if c.eof {
+            self.close_client(cx, ct);
+            return Flow::Closed;
+        }
+        if !c.may_read {
+            c.want = Interest::READ;
+            return Flow::Wait;
+        }
+        let max = self.sh.cfg.limits.max_head + 1024;
+        match c.read_input(max, &mut self.sh.bufs) {
+            ClientRead::Data { filled, .. } => {
+                c.last_activity = cx.now;
+                if c.head_started.is_none() {
+                    c.head_started = Some(cx.now);
+                }
+                // A short read drained the socket, unless the FIN came with
+                // the data: then the next read returns EOF and no new event
+                // would announce it on an edge-triggered backend.
+                c.may_read = filled || c.read_closed;
+                Flow::Again
+            }
+            ClientRead::Eof => Flow::Again,
+            ClientRead::WouldBlock => Flow::Wait,
+            ClientRead::Full | ClientRead::Failed => {
+                self.close_client(cx, ct);
+                Flow::Closed
+            }
+        }
+    }
+
+    /// Flush queued client output and read ahead (bounded) while a
+    /// transaction waits on its upstream. A FIN from the client only ends its
+    /// requests: a half-closed client still reads, so what it asked for is
+    /// answered (as HAProxy and weft serve do); a client that is really gone
+    /// shows up as a write error, which aborts the transaction.
+    pub(crate) fn client_side_while_waiting<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Option<Flow> {
+        let c = client_of(&mut self.slab, ct)?;
+        let fd = c.fd.as_ref()?;
+        let streaming_body = c
+            .txn
+            .as_ref()
+            .is_some_and(|t| !matches!(t.body, ReqBody::None) && !t.connect);
+        if !c.out.is_empty() && c.may_write {
+            match c.out.flush(fd, &[], &mut []) {
+                Ok(sent) => {
+                    if sent.blocked {
+                        c.may_write = false;
+                    }
+                }
+                Err(_) => {
+                    self.close_client(cx, ct);
+                    return Some(Flow::Closed);
+                }
+            }
+        }
+        if !c.out.is_empty() {
+            c.want.write = true;
+        }
+        if streaming_body {
+            return None;
+        }
+        let max = self.sh.cfg.limits.max_head + 1024;
+        if c.eof || !c.has_room(max) {
+            return None;
+        }
+        if !c.may_read {
+            c.want.read = true;
+            return None;
+        }
+        match c.read_input(max, &mut self.sh.bufs) {
+            ClientRead::Data { .. } | ClientRead::Eof | ClientRead::WouldBlock | ClientRead::Full => None,
+            ClientRead::Failed => {
+                self.close_client(cx, ct);
+                Some(Flow::Closed)
+            }
+        }
+    }
+
+    /// Read and discard after shutting down our side, until EOF, a cap or
+    /// the deadline.
+    pub(crate) fn step_linger<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
+        let Some(c) = client_of(&mut self.slab, ct) else {
+            return Flow::Closed;
+        };
+        match linger_read(c, &mut self.sh.bufs) {
+            Flow::Closed => {
+                self.close_client(cx, ct);
+                Flow::Closed
+            }
+            f => f,
+        }
+    }
+}
+
+/// Read and discard what the client still sends (see `step_linger`).
+fn linger_read(c: &mut Client, pool: &mut BufPool) -> Flow {
+    if c.fd.is_none() {
+        return Flow::Closed;
+    }
+    // Whatever is buffered is discarded: each read fills the whole buffer.
+    c.input.clear();
+    let mut total = 0usize;
+    loop {
+        match c.read_input(usize::MAX, pool) {
+            ClientRead::Data { n, .. } => {
+                c.input.clear();
+                total += n;
+                if total > LINGER_MAX {
+                    return Flow::Closed;
+                }
+            }
+            ClientRead::WouldBlock => return Flow::Wait,
+            ClientRead::Eof | ClientRead::Full | ClientRead::Failed => return Flow::Closed,
+        }
+    }
+}
+
+/// Queue an error response and close afterwards (lingering, so the client
+/// can read it).
+pub(crate) fn reject(c: &mut Client, date: &weft_http::DateCache, status: u16, reason: &str) {
+    respond::simple(c.out.own_mut(), status, date.get(), b"", reason, false, Persist::Close);
+    c.close_after = true;
+    c.linger_on_close = true;
+    c.input.clear();
+}
+
+/// Bound (`on`) or unbound the unsent bytes the client socket holds
+/// (TCP_NOTSENT_LOWAT, `--notsent-lowat`). Bounded while upstream bodies and
+/// tunnels are relayed: the body then waits in the pipe and the upstream
+/// socket instead of piling up in the client socket, where a pacing
+/// congestion control would release it from a timer in the proxy's context
+/// (see `tune_listener`). Unbounded for cache hits larger than the bound:
+/// their bytes are already in memory, and a bound would split one writev of
+/// the object into a write and an epoll_ctl pair per 32 KiB (measured: 1 MiB
+/// hits cost 342 µs of proxy CPU with the bound, 157 without). One
+/// setsockopt per change of kind on a connection, none while it stays the
+/// same.
+/// (Takes the client's fields apart so a caller may hold its input buffer.)
+pub(crate) fn set_notsent_lowat(fd: &Option<Fd>, state: &mut bool, on: bool, cfg: &ProxyConfig) {
+    if cfg.notsent_lowat == 0 || *state == on {
+        return;
+    }
+    let Some(fd) = fd.as_ref() else { return };
+    let bytes = if on { cfg.notsent_lowat } else { 0 };
+    // 0 restores the kernel's default (net.ipv4.tcp_notsent_lowat).
+    if sys::set_notsent_lowat(fd, bytes).is_ok() {
+        *state = on;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn notsent_lowat_follows_what_the_connection_sends() {
+        let cfg = ProxyConfig::default();
+        let l = sys::tcp_listener(&SocketAddr::from(([127, 0, 0, 1], 0)), false, 4).unwrap();
+        let _peer = std::net::TcpStream::connect(sys::local_addr(&l).unwrap()).unwrap();
+        let (fd, _) = sys::accept(&l).unwrap();
+        let lowat = |c: &Client| sys::notsent_lowat(c.fd.as_ref().expect("open")).unwrap();
+        let mut c = Client::new(fd, None, true, Interest::READ, Instant::now());
+        assert_eq!(lowat(&c), 0);
+        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, true, &cfg);
+        assert_eq!(lowat(&c), cfg.notsent_lowat, "bounded while relaying");
+        assert!(c.notsent_lowat);
+        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, &cfg);
+        assert_eq!(lowat(&c), 0, "unbounded for a large hit");
+        // `--notsent-lowat 0` never touches the socket.
+        let off = ProxyConfig {
+            notsent_lowat: 0,
+            ..ProxyConfig::default()
+        };
+        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, true, &off);
+        assert_eq!(lowat(&c), 0);
+    }
+}

@@ -1,0 +1,193 @@
+//! Answering a request from a stored response: a fresh hit, or an object
+//! the origin has just validated (a 304 to the proxy's conditional request).
+//! The client's own conditionals, If-Range, Range and HEAD are applied; body
+//! bytes go out as shared segments of the stored object, never copied.
+
+use crate::client::set_notsent_lowat;
+use crate::headers;
+use crate::stats::ProxyStats;
+use crate::store::Object;
+use crate::worker::{pair, Flow, Worker};
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+use weft_http::caching;
+use weft_http::date::unix_secs;
+use weft_http::encode;
+use weft_http::represent::{self, Answer, Conditions, Representation, Role};
+use weft_http::{Method, RequestHead, ResponseHead, Version};
+use weft_io::{Ctx, OutChain, Poller, Token};
+
+/// How a hit is answered, beyond the request and the object.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HitAnswer {
+    /// Now, in Unix seconds (for `Age`).
+    pub now: u64,
+    /// Close the connection after this answer.
+    pub close: bool,
+    /// The origin has just validated the object for this request.
+    pub validated: bool,
+}
+
+impl Worker<'_> {
+    /// A revalidation came back 304 (the head is the first `n` bytes of the
+    /// upstream's input): merge it into the stored object, store the result
+    /// in both tiers, and answer the client's request from it.
+    pub(crate) fn serve_revalidated<P: Poller>(
+        &mut self,
+        cx: &mut Ctx<P>,
+        ct: Token,
+        ut: Token,
+        n: usize,
+        (id, obj): (u64, Arc<Object>),
+    ) -> Flow {
+        let cfg = self.sh.cfg;
+        let sh = &mut self.sh;
+        let Some((c, u)) = pair(&mut self.slab, ct, ut) else {
+            return Flow::Closed;
+        };
+        let Some(txn) = c.txn.as_mut() else {
+            return Flow::Again;
+        };
+        let now = unix_secs(cx.wall);
+        let resp = &sh.resp;
+        let rdata = &u.buf.pending()[..n];
+        let mut stored_head = ResponseHead::new();
+        let lim = weft_http::Limits {
+            max_head: obj.head.len() + 1,
+            max_headers: weft_http::MAX_HEADERS_CAP,
+            ..weft_http::Limits::default()
+        };
+        let mut merged = Vec::with_capacity(obj.head.len() + 128);
+        if stored_head.parse(&obj.head, &lim).ok().flatten().is_some() {
+            caching::merge_304(&obj.head, &stored_head, rdata, resp, &mut merged);
+        }
+        let refreshed = Object::build(
+            Bytes::from(merged),
+            obj.body.clone(),
+            &obj.vary_key,
+            txn.request_time,
+            now,
+            &sh.heuristic,
+        );
+        u.buf.consume(n);
+        let reusable = txn.up_keep_alive;
+        sh.stats.revalidated += 1;
+        let serve = match refreshed {
+            Some(o) => {
+                let o = Arc::new(o);
+                sh.cache.replace(&c.key, id, &o);
+                o
+            }
+            None => obj,
+        };
+        let close = !txn.client_keep_alive || sh.draining;
+        txn.up = None;
+        let spare = c.txn.take();
+        c.spare = spare;
+        // Serve the refreshed object, with the client's own
+        // conditionals and range (its head is kept in req_data):
+        // from memory, so without the relay's unsent-bytes bound.
+        if serve.body.len() > cfg.notsent_lowat {
+            set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, cfg);
+        }
+        let answer = HitAnswer {
+            now,
+            close,
+            validated: true,
+        };
+        serve_hit(&mut c.out, &c.req, &c.req_data, &serve, answer, &mut sh.stats);
+        c.close_after |= close;
+        self.release_upstream(cx, ut, reusable);
+        Flow::Again
+    }
+}
+
+/// Answer a request (head `data`, parsed as `req`) from a stored object: its
+/// conditionals, If-Range, Range and HEAD applied by the shared answer
+/// function (`weft_http::represent`, as a cache), the head written with
+/// `weft_http::encode`. Body bytes go out as shared segments of the object
+/// (no copy). A stored response other than a 200 is sent as it is: the
+/// conditionals and ranges do not apply to it (RFC 9110 §13.2.1).
+/// `validated`: the origin has just validated the object for this request
+/// (a 304 to our conditional request): the answer then has no `Age`, whose
+/// presence says the opposite (RFC 9111 §5.1), so clients and measuring
+/// tools can tell it from a hit.
+pub(crate) fn serve_hit(
+    out: &mut OutChain,
+    req: &RequestHead,
+    data: &[u8],
+    obj: &Object,
+    answer: HitAnswer,
+    st: &mut ProxyStats,
+) {
+    let HitAnswer { now, close, validated } = answer;
+    let method = req.method();
+    let len = obj.body.len() as u64;
+    let decision = if obj.status == 200 {
+        let rep = Representation {
+            etag: obj.etag.as_deref().filter(|e| !e.is_empty()),
+            last_modified: obj
+                .last_modified
+                .as_ref()
+                .map(|(_, t)| UNIX_EPOCH + Duration::from_secs(*t)),
+            len,
+        };
+        represent::answer(method, &Conditions::from_head(req, data), &rep, Role::Cache)
+    } else {
+        Answer::Full {
+            len,
+            body: method != Method::Head,
+        }
+    };
+    let age = obj.age(now);
+    let persist = encode::Persist::new(close, req.version() == Version::Http10);
+    // Age, the length, the connection, the blank line.
+    let tail = |v: &mut Vec<u8>, content_length: Option<u64>| {
+        if !validated {
+            encode::field_u64(v, b"Age", age);
+        }
+        if let Some(l) = content_length {
+            encode::content_length(v, l);
+        }
+        encode::connection(v, persist);
+        encode::end(v);
+    };
+    // The stored head without its blank line.
+    let stored_fields = obj.head.len() - 2;
+    match decision {
+        Answer::NotModified => {
+            let v = out.own_mut();
+            headers::write_304_fields(v, &obj.head[..stored_fields], obj.status_line_len);
+            tail(v, None);
+        }
+        Answer::PreconditionFailed | Answer::RangeNotSatisfiable { .. } => {
+            let v = out.own_mut();
+            encode::status_line(v, decision.status());
+            if let Some(cr) = decision.content_range() {
+                encode::content_range(v, cr);
+            }
+            tail(v, Some(0));
+        }
+        Answer::Partial { start, end, .. } => {
+            encode::status_line(out.own_mut(), 206);
+            out.push_shared(obj.head.slice(obj.status_line_len..stored_fields));
+            let v = out.own_mut();
+            if let Some(cr) = decision.content_range() {
+                encode::content_range(v, cr);
+            }
+            tail(v, decision.content_length());
+            out.push_aggregate(&obj.body.slice(start as usize, end as usize));
+            st.bytes_cache += end - start;
+        }
+        Answer::Full { body, .. } => {
+            out.push_shared(obj.head.slice(..stored_fields));
+            let cl = if obj.status == 204 { None } else { Some(len) };
+            tail(out.own_mut(), cl);
+            if body {
+                out.push_aggregate(&obj.body);
+                st.bytes_cache += len;
+            }
+        }
+    }
+}

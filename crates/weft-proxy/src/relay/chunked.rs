@@ -1,0 +1,125 @@
+//! Chunked response bodies: chunk framing is parsed (and forwarded, or
+//! dropped for HTTP/1.0 clients) in user space from the upstream's input
+//! buffer; chunk data runs of at least the splice threshold go through the
+//! pipe, shorter ones through the output queue. The queue is only appended to
+//! while the pipe is empty, so nothing overtakes anything.
+
+use super::*;
+
+impl Relay {
+    /// Chunked bodies: framing through user space, long data runs through the pipe.
+    pub(super) fn pull_chunked(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<usize, Option<Pump>> {
+        let Framing::Chunked { dec, keep_framing } = &mut self.framing else {
+            return Ok(0);
+        };
+        let keep_framing = *keep_framing && !self.client_gone;
+        let data_left = dec.data_remaining();
+        let buffered = !e.up_buf.is_empty();
+        if !buffered && !*e.up_may_read {
+            return Ok(0);
+        }
+        // Data phase through the pipe.
+        if data_left >= self.pipe_min && !buffered {
+            let target = match &mut self.path {
+                Path::Copy => None,
+                Path::Splice { pipe, bytes } => Some((pipe.write_fd(), pipe.capacity(), bytes)),
+                Path::Tee { intake, in_intake, .. } => Some((intake.write_fd(), intake.capacity(), in_intake)),
+            };
+            if let Some((wfd, cap, bytes)) = target {
+                let room = cap.saturating_sub(*bytes);
+                if room == 0 {
+                    return Ok(0);
+                }
+                let want = data_left.min(room as u64) as usize;
+                return match sys::splice(e.up, wfd, want, false) {
+                    Ok(0) => Err(Some(Pump::UpstreamFailed("upstream closed the connection mid-body"))),
+                    Ok(n) => {
+                        *bytes += n;
+                        dec.consume_data(n as u64);
+                        Ok(n)
+                    }
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                        if *bytes == 0 {
+                            *e.up_may_read = false;
+                        }
+                        Ok(0)
+                    }
+                    Err(err) if err.kind() == io::ErrorKind::Interrupted => Ok(0),
+                    Err(err) if is_peer_error(&err) => {
+                        Err(Some(Pump::UpstreamFailed("upstream connection failed mid-body")))
+                    }
+                    Err(_) => Err(None),
+                };
+            }
+        }
+        // Framing (and short data) in user space: only once the pipe is empty,
+        // so the output queue never overtakes piped bytes.
+        let piped = match &self.path {
+            Path::Copy => 0,
+            Path::Splice { bytes, .. } => *bytes,
+            Path::Tee { in_intake, in_out, .. } => in_intake + in_out,
+        };
+        if piped > 0 || (!self.client_gone && e.out.len() >= OUTQ_HIGH as u64) {
+            return Ok(0);
+        }
+        if !buffered {
+            let read_size = if matches!(self.path, Path::Copy) {
+                RELAY_BUF
+            } else {
+                self.framing_read
+            };
+            let room = e.up_buf.reserve(read_size, RELAY_BUF.max(self.framing_read), e.bufs);
+            match sys::read(e.up, &mut e.up_buf.spare_mut()[..room]) {
+                Ok(0) => return Err(Some(Pump::UpstreamFailed("upstream closed the connection mid-body"))),
+                Ok(n) => e.up_buf.commit(n),
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    *e.up_may_read = false;
+                    return Ok(0);
+                }
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => return Ok(0),
+                Err(_) => return Err(Some(Pump::UpstreamFailed("upstream connection failed mid-body"))),
+            }
+        }
+        let mut total = 0;
+        while !e.up_buf.is_empty() && !dec.is_done() {
+            let input = e.up_buf.pending();
+            let d = match dec.decode(input) {
+                Ok(d) => d,
+                Err(_) => return Err(Some(Pump::UpstreamFailed("invalid chunked body from upstream"))),
+            };
+            if d.consumed == 0 {
+                break;
+            }
+            let consumed = &input[..d.consumed];
+            if keep_framing {
+                e.out.push_copy(consumed);
+            }
+            if let Some(r) = d.data.clone() {
+                let data = &consumed[r];
+                if !keep_framing && !self.client_gone {
+                    e.out.push_copy(data);
+                }
+                if !self.client_gone {
+                    st.bytes_copied += data.len() as u64;
+                }
+                if let Some(f) = &mut self.fill {
+                    self.acc.extend_from_slice(data);
+                    f.size += data.len() as u64;
+                    st.bytes_filled += data.len() as u64;
+                }
+            }
+            total += d.consumed;
+            e.up_buf.consume(d.consumed);
+            // Leave long data runs to the pipe.
+            if dec.data_remaining() >= self.pipe_min && !matches!(self.path, Path::Copy) {
+                break;
+            }
+        }
+        self.sent = self.acc.len();
+        if dec.is_done() {
+            self.body_done = true;
+        }
+        self.check_fill_limit();
+        Ok(total.max(1))
+    }
+}

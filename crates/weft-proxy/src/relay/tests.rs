@@ -1,0 +1,361 @@
+//! Tests of `relay.rs`.
+
+use super::*;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use weft_io::PipeBudget;
+
+fn body(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+struct Rig {
+    up_w: UnixStream,
+    up_r: UnixStream,
+    cl_w: UnixStream,
+    cl_r: UnixStream,
+    out: OutChain,
+    up_buf: InputBuf,
+    bufs: BufPool,
+    pool: PipePool,
+    st: ProxyStats,
+}
+
+fn rig() -> Rig {
+    let (up_w, up_r) = UnixStream::pair().unwrap();
+    let (cl_w, cl_r) = UnixStream::pair().unwrap();
+    up_r.set_nonblocking(true).unwrap();
+    cl_w.set_nonblocking(true).unwrap();
+    Rig {
+        up_w,
+        up_r,
+        cl_w,
+        cl_r,
+        out: OutChain::new(),
+        up_buf: InputBuf::new(),
+        bufs: BufPool::new(4096, 4),
+        pool: PipePool::new(PipeBudget::new(8, 1 << 20), 8),
+        st: ProxyStats::default(),
+    }
+}
+
+/// Feed `wire` from a thread, pump until done, return what the client got
+/// and the filled object.
+fn run(
+    framing: Framing,
+    want: Want,
+    fill: bool,
+    wire: Vec<u8>,
+    up_fd: Option<BorrowedFd<'_>>,
+) -> (Vec<u8>, Option<Vec<u8>>, ProxyStats) {
+    let mut r = rig();
+    let up = up_fd.unwrap_or(r.up_r.as_fd());
+    let mut relay = Relay::new(
+        framing,
+        Plan {
+            want,
+            fill_max: fill.then_some(1 << 30),
+            pipe_min: 1,
+            framing_read: 4096,
+            rcv_lowat: 64 * 1024,
+        },
+        None,
+        &mut r.pool,
+        &mut r.st,
+    );
+    let mut w = r.up_w.try_clone().unwrap();
+    let feeder = std::thread::spawn(move || {
+        for c in wire.chunks(100_000) {
+            w.write_all(c).unwrap();
+        }
+    });
+    let mut cl_r = r.cl_r.try_clone().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        cl_r.read_to_end(&mut got).unwrap();
+        got
+    });
+    let (mut may_read, mut may_write) = (true, true);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let mut e = Ends {
+            client: Some(r.cl_w.as_fd()),
+            client_may_write: &mut may_write,
+            out: &mut r.out,
+            up,
+            up_may_read: &mut may_read,
+            up_buf: &mut r.up_buf,
+            bufs: &mut r.bufs,
+        };
+        match relay.pump(&mut e, &mut r.st) {
+            Pump::Done => break,
+            Pump::Yield => {}
+            Pump::Wait { .. } => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                may_read = true;
+                may_write = true;
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "relay stuck");
+    }
+    // Whatever the output queue still holds.
+    while !r.out.is_empty() {
+        r.out.flush(r.cl_w.as_fd(), &[], &mut []).unwrap();
+    }
+    feeder.join().unwrap();
+    let cached = relay.finish(&mut r.pool, &mut r.st).map(|a| a.to_vec());
+    drop(r.cl_w);
+    let got = reader.join().unwrap();
+    (got, cached, r.st)
+}
+
+#[test]
+fn length_bodies_by_every_path() {
+    let b = body(3_000_000);
+    for (want, fill) in [
+        (Want::Copy, false),
+        (Want::Copy, true),
+        (Want::Splice, false),
+        (Want::Tee, true),
+    ] {
+        let (got, cached, st) = run(Framing::Length(b.len() as u64), want, fill, b.clone(), None);
+        assert!(got == b, "{want:?} fill={fill}");
+        if fill {
+            assert!(cached.as_deref() == Some(&b[..]), "{want:?}: cached copy");
+        } else {
+            assert!(cached.is_none());
+        }
+        match want {
+            Want::Splice => assert_eq!(st.bytes_spliced, b.len() as u64),
+            Want::Tee => {
+                assert_eq!(st.bytes_spliced, b.len() as u64);
+                assert_eq!(st.bytes_teed, b.len() as u64);
+            }
+            Want::Copy => assert_eq!(st.bytes_copied, b.len() as u64),
+        }
+    }
+}
+
+#[test]
+fn chunked_framing_is_kept_and_data_cached() {
+    let b = body(500_000);
+    let mut wire = Vec::new();
+    for c in b.chunks(70_001) {
+        weft_http::chunked::encode_chunk_head(c.len(), &mut wire);
+        wire.extend_from_slice(c);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire.extend_from_slice(b"0\r\n\r\n");
+    for want in [Want::Copy, Want::Splice, Want::Tee] {
+        let f = Framing::Chunked {
+            dec: ChunkedDecoder::new(),
+            keep_framing: true,
+        };
+        let (got, cached, _) = run(f, want, want != Want::Splice, wire.clone(), None);
+        assert!(got == wire, "{want:?}: framing forwarded verbatim");
+        if want != Want::Splice {
+            assert!(
+                cached.as_deref() == Some(&b[..]),
+                "{want:?}: data cached without framing"
+            );
+        }
+        // HTTP/1.0 client: de-chunked.
+        let f = Framing::Chunked {
+            dec: ChunkedDecoder::new(),
+            keep_framing: false,
+        };
+        let (got, _, _) = run(f, want, false, wire.clone(), None);
+        assert!(got == b, "{want:?}: de-chunked");
+    }
+}
+
+#[test]
+fn splice_failure_falls_back_to_copying() {
+    // splice(2) from an eventfd fails with EINVAL; read(2) of it works
+    // (8 bytes: the counter). The session must finish by copying.
+    let ev = weft_io::sys::eventfd().unwrap();
+    weft_io::sys::eventfd_signal(&ev).unwrap();
+    let (got, cached, st) = run(Framing::Length(8), Want::Tee, true, Vec::new(), Some(ev.as_fd()));
+    assert_eq!(got, 1u64.to_ne_bytes());
+    assert_eq!(cached.as_deref(), Some(&1u64.to_ne_bytes()[..]));
+    assert_eq!(st.sessions_fallback, 1);
+    assert_eq!(st.sessions_copy, 1);
+}
+
+/// SO_RCVLOWAT follows the body: asked only after a bulk delivery, never
+/// above the rest of the body, lowered for the last part, back to 1 when
+/// the body is complete (the connection may be pooled), never set for a
+/// trickle, and cut for good by `stop_batching`.
+#[test]
+fn read_batches_follow_the_body() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut w = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (up, _) = l.accept().unwrap();
+    up.set_nonblocking(true).unwrap();
+    let fd = up.as_fd();
+    let lowat = || sys::rcvlowat(fd).unwrap();
+    let mut r = rig();
+    let mut relay = Relay::new(
+        Framing::Length(300_000),
+        Plan {
+            want: Want::Splice,
+            fill_max: None,
+            pipe_min: 1,
+            framing_read: 4096,
+            rcv_lowat: 128 * 1024,
+        },
+        None,
+        &mut r.pool,
+        &mut r.st,
+    );
+    let b = body(300_000);
+    let mut reader = r.cl_r.try_clone().unwrap();
+    let drain = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        got
+    });
+    // Wait until the socket holds exactly `n` unread bytes from `w`.
+    let settle = |n: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while sys::bytes_readable(fd).unwrap() < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
+    // Pump until the relay waits on the upstream (the client side drains
+    // in the reader thread) or the body is done.
+    let pump = |relay: &mut Relay, r: &mut Rig| loop {
+        let (mut mr, mut mw) = (true, true);
+        let mut e = Ends {
+            client: Some(r.cl_w.as_fd()),
+            client_may_write: &mut mw,
+            out: &mut r.out,
+            up: fd,
+            up_may_read: &mut mr,
+            up_buf: &mut r.up_buf,
+            bufs: &mut r.bufs,
+        };
+        match relay.pump(&mut e, &mut r.st) {
+            Pump::Wait { up_read: false, .. } | Pump::Yield => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            p => return p,
+        }
+    };
+    let mut sent = 0;
+    // A trickle (under MIN_BATCH since the socket last ran dry) never batches.
+    w.write_all(&b[..1000]).unwrap();
+    sent += 1000;
+    settle(1000);
+    assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
+    assert_eq!(lowat(), 1);
+    assert!(!relay.batching());
+    // A bulk delivery: batch the next 128 KiB.
+    w.write_all(&b[sent..sent + 100_000]).unwrap();
+    sent += 100_000;
+    settle(100_000);
+    assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
+    assert_eq!(lowat(), 128 * 1024);
+    assert!(relay.batching());
+    // Another bulk delivery: the rest of the body is less than a batch.
+    w.write_all(&b[sent..sent + 150_000]).unwrap();
+    sent += 150_000;
+    settle(150_000);
+    assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
+    assert_eq!(lowat(), 300_000 - sent, "never above the rest of the body");
+    // The batch does not fill in time: cut, and not asked again.
+    relay.stop_batching(fd, &mut r.st);
+    assert_eq!((lowat(), r.st.read_batches_cut), (1, 1));
+    w.write_all(&b[sent..sent + 30_000]).unwrap();
+    sent += 30_000;
+    settle(30_000);
+    assert!(matches!(pump(&mut relay, &mut r), Pump::Wait { up_read: true, .. }));
+    assert_eq!(lowat(), 1);
+    // The rest completes the body.
+    w.write_all(&b[sent..]).unwrap();
+    settle(300_000 - sent);
+    assert_eq!(pump(&mut relay, &mut r), Pump::Done);
+    assert_eq!(lowat(), 1, "a complete body leaves the socket as it was");
+    relay.finish(&mut r.pool, &mut r.st);
+    drop(r.cl_w);
+    assert!(drain.join().unwrap() == b);
+}
+
+#[test]
+fn close_delimited_ends_at_eof_and_short_length_fails() {
+    let b = body(200_000);
+    let mut r = rig();
+    let mut relay = Relay::new(
+        Framing::Close,
+        Plan {
+            want: Want::Splice,
+            fill_max: None,
+            pipe_min: 1,
+            framing_read: 4096,
+            rcv_lowat: 64 * 1024,
+        },
+        None,
+        &mut r.pool,
+        &mut r.st,
+    );
+    r.up_w.write_all(&b).unwrap();
+    drop(r.up_w);
+    let mut cl_r = r.cl_r.try_clone().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        cl_r.read_to_end(&mut got).unwrap();
+        got
+    });
+    let (mut mr, mut mw) = (true, true);
+    loop {
+        let mut e = Ends {
+            client: Some(r.cl_w.as_fd()),
+            client_may_write: &mut mw,
+            out: &mut r.out,
+            up: r.up_r.as_fd(),
+            up_may_read: &mut mr,
+            up_buf: &mut r.up_buf,
+            bufs: &mut r.bufs,
+        };
+        match relay.pump(&mut e, &mut r.st) {
+            Pump::Done => break,
+            Pump::Wait { .. } | Pump::Yield => {
+                mr = true;
+                mw = true;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    drop(r.cl_w);
+    assert!(reader.join().unwrap() == b);
+    // A Content-Length body cut short is a failure, not a completion.
+    let mut r = rig();
+    let mut relay = Relay::new(
+        Framing::Length(1000),
+        Plan {
+            want: Want::Copy,
+            fill_max: Some(1 << 20),
+            pipe_min: 1,
+            framing_read: 4096,
+            rcv_lowat: 64 * 1024,
+        },
+        None,
+        &mut r.pool,
+        &mut r.st,
+    );
+    r.up_w.write_all(&b[..10]).unwrap();
+    drop(r.up_w);
+    let (mut mr, mut mw) = (true, true);
+    let mut e = Ends {
+        client: Some(r.cl_w.as_fd()),
+        client_may_write: &mut mw,
+        out: &mut r.out,
+        up: r.up_r.as_fd(),
+        up_may_read: &mut mr,
+        up_buf: &mut r.up_buf,
+        bufs: &mut r.bufs,
+    };
+    assert!(matches!(relay.pump(&mut e, &mut r.st), Pump::UpstreamFailed(_)));
+}

@@ -1,0 +1,326 @@
+//! The request at the front of a client's input: parsed, checked, routed to
+//! its upstream (forward or reverse), looked up in the cache and answered
+//! from it, or turned into a transaction.
+
+use crate::cache::Lookup;
+use crate::client::{reject, set_notsent_lowat};
+use crate::config::{HostPort, ProxyConfig};
+use crate::conn::{Client, Phase, ReqBody, Txn};
+use crate::headers;
+use crate::hit::{serve_hit, HitAnswer};
+use crate::resolve;
+use crate::worker::{client_of, Flow, Shared, Worker};
+use weft_http::caching::{self, Usable};
+use weft_http::date::unix_secs;
+use weft_http::{BodyFraming, CacheControl, ChunkedDecoder, Method, RequestHead, Version};
+use weft_io::{Ctx, Poller, Token};
+
+/// Stop answering pipelined hits beyond this much queued output.
+const COALESCE_MAX: u64 = 256 * 1024;
+
+/// A request refused before it reaches an upstream: status and reason.
+type Refusal = (u16, &'static str);
+
+impl Worker<'_> {
+    /// Parse and answer the request at the front of the buffer. None: the
+    /// head is incomplete (read more).
+    pub(crate) fn answer_next<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Option<Flow> {
+        let limits = self.sh.cfg.limits;
+        let c = client_of(&mut self.slab, ct)?;
+        if c.out.len() >= COALESCE_MAX {
+            return None;
+        }
+        let parsed = c.req.parse(c.input.pending(), &limits);
+        let n = match parsed {
+            Ok(None) => {
+                if c.head_started.is_none() {
+                    c.head_started = Some(cx.now);
+                }
+                return None;
+            }
+            Ok(Some(n)) => n,
+            Err(e) => {
+                self.sh.stats.requests += 1;
+                self.sh.stats.bad_requests += 1;
+                reject(c, &self.sh.date, e.status, e.reason);
+                return Some(Flow::Again);
+            }
+        };
+        if !c.disk_checked {
+            self.sh.stats.requests += 1;
+            c.requests += 1;
+        }
+        c.head_started = None;
+        if !c.allowed {
+            self.sh.stats.denied += 1;
+            reject(c, &self.sh.date, 403, "client address not allowed to use this proxy");
+            return Some(Flow::Again);
+        }
+        let routed = self.route(cx, ct, n);
+        let c = client_of(&mut self.slab, ct)?;
+        if c.disk_wait.is_none() {
+            c.disk_checked = false;
+            c.disk_loaded = None;
+        }
+        match routed {
+            Ok(f) => Some(f),
+            Err((status, reason)) => {
+                self.sh.stats.bad_requests += 1;
+                reject(c, &self.sh.date, status, reason);
+                Some(Flow::Again)
+            }
+        }
+    }
+
+    /// Work out where a request goes, answer it from the cache, or start a
+    /// transaction.
+    /// The head is the first `n` bytes of the client's input.
+    fn route<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, n: usize) -> Result<Flow, Refusal> {
+        let cfg = self.sh.cfg;
+        let sh = &mut self.sh;
+        let c = client_of(&mut self.slab, ct).ok_or((500, "connection gone"))?;
+        let data = &c.input.pending()[..n];
+        let req = &c.req;
+        let method = req.method();
+        if headers::via_lists(req, data, &sh.via_name) {
+            return Err((508, "request loop detected (this proxy is already in Via)"));
+        }
+        let mut txn = c.spare.take().unwrap_or_else(|| Box::new(Txn::new()));
+        txn.reset();
+        txn.method = method;
+        txn.http10 = req.version() == Version::Http10;
+        txn.client_keep_alive = req.keep_alive();
+        if let Err(e) = route_target(cfg, &mut txn, req, data, &mut c.key) {
+            c.spare = Some(txn);
+            return Err(e);
+        }
+        // The request body still to come.
+        txn.body = match req.framing() {
+            BodyFraming::Length(n) => ReqBody::Length(n),
+            BodyFraming::Chunked => ReqBody::Chunked(ChunkedDecoder::new()),
+            _ => ReqBody::None,
+        };
+        txn.had_body = !matches!(txn.body, ReqBody::None);
+        txn.req_cc = CacheControl::parse(req.header_all(data, "cache-control"));
+        if !txn.req_cc.present
+            && req
+                .header_all(data, "pragma")
+                .any(|v| v.eq_ignore_ascii_case(b"no-cache"))
+        {
+            txn.req_cc.no_cache = true;
+        }
+        txn.cacheable = sh.cache.enabled() && matches!(method, Method::Get | Method::Head) && !txn.connect;
+        // The cache.
+        if txn.cacheable {
+            if let Some(done) = from_cache(sh, c, &mut txn, ct, n, unix_secs(cx.wall)) {
+                c.spare = Some(txn);
+                return done;
+            }
+        }
+        if txn.stored.is_some() {
+            sh.stats.revalidations += 1;
+        } else if !txn.connect {
+            sh.stats.misses += 1;
+        }
+        // Keep the head: the input buffer moves on while the request is forwarded.
+        c.req_data.clear();
+        c.req_data.extend_from_slice(&c.input.pending()[..n]);
+        c.input.consume(n);
+        if c.req.expect_continue() && !matches!(txn.body, ReqBody::None) && !txn.http10 {
+            c.out.push_copy(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        txn.request_time = unix_secs(cx.wall);
+        c.txn = Some(txn);
+        self.resolve(cx, ct);
+        Ok(Flow::Again)
+    }
+
+    /// Find the transaction's upstream addresses (or wait for the resolver).
+    pub(crate) fn resolve<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) {
+        let sh = &mut self.sh;
+        let Some(c) = client_of(&mut self.slab, ct) else { return };
+        let Some(txn) = c.txn.as_mut() else { return };
+        if let Some(a) = resolve::literal(&txn.host, txn.port) {
+            txn.addrs.push(a);
+            txn.phase = Phase::Connect;
+            return;
+        }
+        match sh.dns.lookup(&txn.host, txn.port, cx.now, ct, sh.resolver, sh.index) {
+            resolve::Lookup::Ready(addrs) => {
+                txn.addrs.extend_from_slice(addrs);
+                txn.phase = Phase::Connect;
+            }
+            resolve::Lookup::Waiting => txn.phase = Phase::Resolve,
+        }
+    }
+}
+
+/// Fill in where the request goes (the transaction's upstream host and port,
+/// origin-form path and Host value) and its primary cache key, from its
+/// target, Host and the configured routes.
+fn route_target(
+    cfg: &ProxyConfig,
+    txn: &mut Txn,
+    req: &RequestHead,
+    data: &[u8],
+    key: &mut Vec<u8>,
+) -> Result<(), Refusal> {
+    let method = txn.method;
+    let target = req.target(data);
+    // Target host, port and path.
+    let mut key_host: &[u8] = b"";
+    let mut key_port = 80u16;
+    if method == Method::Connect {
+        if cfg.is_reverse() {
+            return Err((405, "CONNECT is only served in forward-proxy mode"));
+        }
+        let (h, p) = headers::split_authority(target, 443).ok_or((400, "invalid CONNECT target"))?;
+        if !cfg.connect_ports.contains(&p) {
+            return Err((403, "CONNECT to this port is not allowed"));
+        }
+        txn.connect = true;
+        push_lower(&mut txn.host, h);
+        txn.port = p;
+    } else if req.is_absolute_form() {
+        let (scheme, authority, path) =
+            weft_http::split_absolute(target).ok_or((400, "invalid absolute-form target"))?;
+        if !scheme.eq_ignore_ascii_case(b"http") {
+            return Err((400, "only http:// URLs are proxied (use CONNECT for https)"));
+        }
+        let (h, p) = headers::split_authority(authority, 80).ok_or((400, "invalid host in the request target"))?;
+        key_host = h;
+        key_port = p;
+        txn.path.extend_from_slice(path);
+        txn.host_value.extend_from_slice(authority);
+        if !cfg.is_reverse() {
+            push_lower(&mut txn.host, h);
+            txn.port = p;
+        }
+    } else {
+        if !cfg.is_reverse() {
+            return Err((400, "a forward proxy needs an absolute-form target (http://host/path)"));
+        }
+        txn.path.extend_from_slice(target);
+        if let Some(h) = req.host(data) {
+            txn.host_value.extend_from_slice(h);
+            if let Some((kh, kp)) = headers::split_authority(h, 80) {
+                key_host = kh;
+                key_port = kp;
+            }
+        }
+    }
+    if cfg.is_reverse() {
+        let up = pick_route(cfg, &txn.host_value).ok_or((421, "no upstream is configured for this host"))?;
+        txn.host.push_str(&up.host);
+        txn.port = up.port;
+        if txn.host_value.is_empty() {
+            txn.host_value.extend_from_slice(up.to_string().as_bytes());
+            key_host = b"";
+        }
+        if key_host.is_empty() {
+            headers::cache_key(key, up.host.as_bytes(), up.port, &txn.path);
+        }
+    }
+    if !txn.connect && !key_host.is_empty() {
+        headers::cache_key(key, key_host, key_port, &txn.path);
+    }
+    Ok(())
+}
+
+/// Look the request up in the cache (memory, then disk) and answer it when a
+/// stored response may be used. Some: the request is dealt with (answered,
+/// refused, or parked for a disk load); None: it goes upstream, as a
+/// revalidation when `txn.stored` was set.
+fn from_cache(
+    sh: &mut Shared<'_>,
+    c: &mut Client,
+    txn: &mut Txn,
+    ct: Token,
+    n: usize,
+    now: u64,
+) -> Option<Result<Flow, Refusal>> {
+    let data = &c.input.pending()[..n];
+    let req = &c.req;
+    let vary_scratch = &mut sh.vary_scratch;
+    let select = |o: &crate::store::Object| match &o.vary {
+        None => true,
+        Some(v) => {
+            caching::vary_key([&v[..]], req, data, vary_scratch);
+            vary_scratch[..] == o.vary_key[..]
+        }
+    };
+    match sh
+        .cache
+        .lookup(&c.key, c.disk_loaded.as_ref(), !c.disk_checked, ct, select)
+    {
+        Lookup::Found(id, obj) => {
+            let age = obj.age(now);
+            match caching::decide(obj.lifetime, age, &obj.cc, &txn.req_cc) {
+                u @ (Usable::Fresh | Usable::StaleAllowed) => {
+                    if u == Usable::StaleAllowed {
+                        sh.stats.stale_hits += 1;
+                    }
+                    sh.stats.hits += 1;
+                    let close = !txn.client_keep_alive || sh.draining || !matches!(txn.body, ReqBody::None);
+                    if obj.body.len() > sh.cfg.notsent_lowat {
+                        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, sh.cfg);
+                    }
+                    let answer = HitAnswer {
+                        now,
+                        close,
+                        validated: false,
+                    };
+                    serve_hit(&mut c.out, req, data, &obj, answer, &mut sh.stats);
+                    c.input.consume(n);
+                    c.close_after |= close;
+                    Some(Ok(Flow::Again))
+                }
+                Usable::Revalidate => {
+                    if txn.req_cc.only_if_cached {
+                        sh.stats.only_if_cached_misses += 1;
+                        return Some(Err((504, "not in cache (only-if-cached)")));
+                    }
+                    if obj.etag.is_some() || obj.last_modified.is_some() {
+                        txn.stored = Some((id, obj));
+                    }
+                    None
+                }
+            }
+        }
+        // Not in memory, but on disk: parked until the disk store has put
+        // the key's objects in memory, then answered again.
+        Lookup::Parked(wait) => {
+            sh.stats.disk_loads += 1;
+            c.disk_wait = Some(wait);
+            c.disk_checked = true;
+            Some(Ok(Flow::Wait))
+        }
+        Lookup::Miss if txn.req_cc.only_if_cached => {
+            sh.stats.only_if_cached_misses += 1;
+            Some(Err((504, "not in cache (only-if-cached)")))
+        }
+        Lookup::Miss => None,
+    }
+}
+
+/// Append ASCII `b` lowercased (host names were checked to be ASCII).
+fn push_lower(s: &mut String, b: &[u8]) {
+    s.extend(b.iter().map(|&c| c.to_ascii_lowercase() as char));
+}
+
+/// The upstream for a reverse-proxied Host value: a route for the whole
+/// value, then for the host without its port, then `--upstream`.
+fn pick_route<'c>(cfg: &'c ProxyConfig, host_value: &[u8]) -> Option<&'c HostPort> {
+    if !cfg.routes.is_empty() && !host_value.is_empty() {
+        let bare = headers::split_authority(host_value, 80).map(|(h, _)| h).unwrap_or(b"");
+        let found = cfg
+            .routes
+            .iter()
+            .find(|r| r.host.as_bytes().eq_ignore_ascii_case(host_value));
+        let found = found.or_else(|| cfg.routes.iter().find(|r| r.host.as_bytes().eq_ignore_ascii_case(bare)));
+        if let Some(r) = found {
+            return Some(&r.upstream);
+        }
+    }
+    cfg.upstream.as_ref()
+}

@@ -1,0 +1,456 @@
+//! A response head from the upstream, and what follows from it: the cache
+//! (a revalidation's 304, invalidation by unsafe methods, whether and how to
+//! store), the head the client gets and how its body is framed, and which
+//! path the body takes (copy, splice, or splice + tee into the cache).
+//!
+//! The two choices are plain functions of their inputs, tested here without
+//! sockets: [`client_framing`] (Content-Length / chunked / until close, from
+//! the upstream's framing, method, status and the client's version) and
+//! [`choose_path`] (Copy / Splice / Tee, from the configuration, whether the
+//! response is stored, and how much body is left).
+
+use crate::cache::TwoTier;
+use crate::client::set_notsent_lowat;
+use crate::config::{ProxyConfig, SpliceMode};
+use crate::conn::{Client, Phase, ReqBody, StorePlan, Txn, Upstream};
+use crate::headers::{self, HeadFor};
+use crate::relay::{Ends, Framing, Plan, Relay, Want};
+use crate::stats::ProxyStats;
+use crate::store::Object;
+use crate::worker::{pair, Flow, Shared, Worker};
+use bytes::Bytes;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use weft_http::caching::{self, StoreQuery};
+use weft_http::date::unix_secs;
+use weft_http::encode;
+use weft_http::{BodyFraming, CacheControl, ChunkedDecoder, Method, RequestHead, ResponseHead};
+use weft_io::{Ctx, OutChain, Poller, Token};
+
+/// How the client's copy of a response is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ClientFraming {
+    /// The Content-Length field to send, if any.
+    pub length: Option<u64>,
+    /// Send `Transfer-Encoding: chunked` (the upstream's chunks are forwarded).
+    pub chunked: bool,
+    /// The body can only end with the connection: close it afterwards.
+    pub close: bool,
+}
+
+/// How the client's copy of a response with upstream `framing` is delimited,
+/// for a request with `method` from an HTTP/1.0 client or not. A response
+/// without a body says how long it would have been (HEAD: the upstream's
+/// `content_length`) or that it is empty (Content-Length: 0), except 304,
+/// 204 and interim ones, which carry no length. Chunked bodies are de-chunked
+/// for HTTP/1.0 clients and end with the connection.
+pub(crate) fn client_framing(
+    framing: BodyFraming,
+    method: Method,
+    status: u16,
+    content_length: Option<u64>,
+    http10: bool,
+) -> ClientFraming {
+    let mut f = ClientFraming {
+        length: None,
+        chunked: false,
+        close: false,
+    };
+    match framing {
+        BodyFraming::Length(len) => f.length = Some(len),
+        BodyFraming::Chunked => {
+            f.chunked = !http10;
+            f.close = http10;
+        }
+        BodyFraming::UntilClose => f.close = true,
+        BodyFraming::None if method == Method::Head && status != 304 => f.length = content_length,
+        BodyFraming::None if status != 304 && status != 204 && status >= 200 => f.length = Some(0),
+        BodyFraming::None => {}
+    }
+    f
+}
+
+/// How the relay reads the body (None: there is none). `keep_framing`:
+/// forward chunk framing (an HTTP/1.1 client).
+pub(crate) fn relay_framing(framing: BodyFraming, keep_framing: bool) -> Option<Framing> {
+    match framing {
+        BodyFraming::None | BodyFraming::Length(0) => None,
+        BodyFraming::Length(len) => Some(Framing::Length(len)),
+        BodyFraming::Chunked => Some(Framing::Chunked {
+            dec: ChunkedDecoder::new(),
+            keep_framing,
+        }),
+        BodyFraming::UntilClose => Some(Framing::Close),
+    }
+}
+
+/// Which path a body takes: bodies below the splice threshold (`auto`), or
+/// all with `--splice off`, are copied; larger ones are spliced, and tee'd
+/// into the cache when the response is `stored` and `--keep-copy` is on
+/// (copied when it is off). `remaining`: body bytes not yet read (u64::MAX
+/// when unknown).
+pub(crate) fn choose_path(cfg: &ProxyConfig, stored: bool, remaining: u64) -> Want {
+    let big = match cfg.splice {
+        SpliceMode::Off => false,
+        SpliceMode::On => remaining > 0,
+        SpliceMode::Auto => remaining >= cfg.splice_threshold,
+    };
+    match (stored, big) {
+        (_, false) => Want::Copy,
+        (true, true) if cfg.keep_copy => Want::Tee,
+        (true, true) => Want::Copy,
+        (false, true) => Want::Splice,
+    }
+}
+
+/// The smallest run of body bytes (a chunk's data) worth the pipe.
+pub(crate) fn pipe_min(cfg: &ProxyConfig) -> u64 {
+    match cfg.splice {
+        SpliceMode::Off => u64::MAX,
+        SpliceMode::On => 1,
+        SpliceMode::Auto => cfg.splice_threshold,
+    }
+}
+
+/// Queue the client's response head: the upstream's fields as relayed, the
+/// framing fields, and the connection's persistence.
+fn write_client_head(
+    out: &mut OutChain,
+    resp: &ResponseHead,
+    rdata: &[u8],
+    sh: &Shared<'_>,
+    f: ClientFraming,
+    persist: encode::Persist,
+) {
+    let v = out.own_mut();
+    headers::write_response_fields(v, resp, rdata, &sh.via, sh.date.get(), HeadFor::Client);
+    if let Some(len) = f.length {
+        encode::content_length(v, len);
+    }
+    if f.chunked {
+        encode::field(v, b"Transfer-Encoding", b"chunked");
+    }
+    encode::connection(v, persist);
+    encode::end(v);
+}
+
+/// Unsafe methods invalidate what is stored for the URI (RFC 9111 §4.4),
+/// and for same-origin Location / Content-Location URIs.
+fn invalidate(
+    cache: &TwoTier<'_>,
+    scratch: &mut Vec<u8>,
+    stats: &mut ProxyStats,
+    key: &[u8],
+    resp: &ResponseHead,
+    rdata: &[u8],
+) {
+    if !cache.enabled() {
+        return;
+    }
+    let mut named: [Option<Vec<u8>>; 2] = [None, None];
+    for (k, field) in named.iter_mut().zip(["location", "content-location"]) {
+        *k = resp.header(rdata, field).and_then(|v| same_origin_key(key, v, scratch));
+    }
+    let keys = std::iter::once(key).chain(named.iter().flatten().map(|k| &k[..]));
+    stats.invalidated += cache.invalidate(keys);
+}
+
+/// The cache key of a Location / Content-Location value when it names the same
+/// origin as `key` (RFC 9111 §4.4: only same-origin URIs are invalidated).
+fn same_origin_key(key: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<Vec<u8>> {
+    let origin_end = key[7..]
+        .iter()
+        .position(|&b| b == b'/')
+        .map(|i| i + 7)
+        .unwrap_or(key.len());
+    let origin = &key[..origin_end];
+    out.clear();
+    if value.starts_with(b"/") {
+        out.extend_from_slice(origin);
+        out.extend_from_slice(value);
+    } else {
+        let (scheme, authority, path) = weft_http::split_absolute(value)?;
+        if !scheme.eq_ignore_ascii_case(b"http") {
+            return None;
+        }
+        let (h, p) = headers::split_authority(authority, 80)?;
+        headers::cache_key(out, h, p, path);
+        if !out.starts_with(origin) || out.get(origin.len()).is_some_and(|&b| b != b'/') {
+            return None;
+        }
+    }
+    Some(out.clone())
+}
+
+/// The response to a cacheable request: if it may be stored (and fits),
+/// the head to store and the request's secondary (Vary) key. `req`: the
+/// request's parsed head and its bytes.
+fn store_plan(
+    sh: &Shared<'_>,
+    txn: &Txn,
+    (req, qdata): (&RequestHead, &[u8]),
+    resp: &ResponseHead,
+    rdata: &[u8],
+    framing: BodyFraming,
+    now: u64,
+) -> Option<StorePlan> {
+    let rcc = CacheControl::parse(resp.header_all(rdata, "cache-control"));
+    let q = StoreQuery {
+        method: txn.method,
+        status: txn.status,
+        request: &txn.req_cc,
+        response: &rcc,
+        authorization: req.header(qdata, "authorization").is_some(),
+        expires: resp.header(rdata, "expires").is_some(),
+        vary_star: caching::vary_has_star(resp.header_all(rdata, "vary")),
+    };
+    let fits = match framing {
+        BodyFraming::Length(len) => len <= sh.cfg.max_object_size,
+        _ => true,
+    };
+    if caching::storable(&q).is_err() || !fits {
+        return None;
+    }
+    let mut head = Vec::with_capacity(rdata.len() + 64);
+    headers::write_response_fields(&mut head, resp, rdata, &sh.via, sh.date.get(), HeadFor::Store);
+    head.extend_from_slice(b"\r\n");
+    let mut vk = Vec::new();
+    let vary: Vec<&[u8]> = resp.header_all(rdata, "vary").collect();
+    if !vary.is_empty() {
+        caching::vary_key(vary, req, qdata, &mut vk);
+    }
+    Some(StorePlan {
+        head: Bytes::from(head),
+        vary_key: vk,
+        response_time: now,
+    })
+}
+
+/// Build the stored object from a complete body and put it in the cache.
+pub(crate) fn store_object(
+    sh: &mut Shared<'_>,
+    key: &[u8],
+    plan: StorePlan,
+    body: weft_buf::Aggregate,
+    request_time: u64,
+) {
+    if !sh.cache.enabled() {
+        return;
+    }
+    if let Some(obj) = Object::build(
+        plan.head,
+        body,
+        &plan.vary_key,
+        request_time,
+        plan.response_time,
+        &sh.heuristic,
+    ) {
+        if sh.cache.insert(key, Arc::new(obj)) {
+            sh.stats.stored += 1;
+        }
+    }
+}
+
+/// Start the body relay of a response with `framing` on its way from `u`
+/// to `c`, filling the cache when there is a `plan`.
+fn start_relay(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstream, framing: Framing, plan: Option<StorePlan>) {
+    let cfg = sh.cfg;
+    let remaining = match framing {
+        Framing::Length(len) => len.saturating_sub(u.buf.pending().len() as u64),
+        _ => u64::MAX,
+    };
+    let want = choose_path(cfg, plan.is_some(), remaining);
+    let fill_max = plan.as_ref().map(|_| cfg.max_object_size);
+    let spare = if fill_max.is_none() { sh.relay_bufs.pop() } else { None };
+    let how = Plan {
+        want,
+        fill_max,
+        pipe_min: pipe_min(cfg),
+        framing_read: cfg.first_read,
+        rcv_lowat: cfg.rcv_lowat,
+    };
+    let mut relay = Relay::new(framing, how, spare, &mut sh.pipes, &mut sh.stats);
+    {
+        let mut ends = Ends {
+            client: c.fd.as_ref().map(|f| f.as_fd()),
+            client_may_write: &mut c.may_write,
+            out: &mut c.out,
+            up: u.fd.as_fd(),
+            up_may_read: &mut u.may_read,
+            up_buf: &mut u.buf,
+            bufs: &mut sh.bufs,
+        };
+        relay.start(&mut ends, &mut sh.stats);
+    }
+    let txn = c.txn.as_mut().expect("a relay has a txn");
+    txn.plan = plan;
+    txn.relay = Some(relay);
+    txn.phase = Phase::Body;
+}
+
+impl Worker<'_> {
+    /// The response head is parsed (`self.sh.resp`, `n` bytes at the front
+    /// of the upstream buffer): decide caching, queue the client's head and
+    /// start the body relay.
+    pub(crate) fn on_response_head<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, ut: Token, n: usize) -> Flow {
+        let cfg = self.sh.cfg;
+        let sh = &mut self.sh;
+        let Some((c, u)) = pair(&mut self.slab, ct, ut) else {
+            return Flow::Closed;
+        };
+        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, true, cfg);
+        let txn = c.txn.as_mut().expect("head has a txn");
+        let now = unix_secs(cx.wall);
+        let resp = &sh.resp;
+        let status = resp.status();
+        txn.status = status;
+        let method = txn.method;
+        let framing = resp.framing(method);
+        txn.up_keep_alive = resp.keep_alive(method) && matches!(txn.body, ReqBody::None);
+        // A revalidation answered 304: refresh the stored object and serve it.
+        if let Some(stored) = txn.stored.take() {
+            if status == 304 {
+                return self.serve_revalidated(cx, ct, ut, n, stored);
+            }
+        }
+        let rdata = &u.buf.pending()[..n];
+        if caching::invalidates(method, status) {
+            invalidate(&sh.cache, &mut sh.scratch, &mut sh.stats, &c.key, resp, rdata);
+        }
+        // Storable?
+        let plan = if txn.cacheable {
+            store_plan(sh, txn, (&c.req, &c.req_data), resp, rdata, framing, now)
+        } else {
+            None
+        };
+        if plan.is_none() {
+            sh.stats.uncacheable += 1;
+        }
+        // The client's head.
+        let f = client_framing(framing, method, status, resp.content_length(), txn.http10);
+        let client_close = f.close || !txn.client_keep_alive || sh.draining || !matches!(txn.body, ReqBody::None);
+        txn.client_close = client_close;
+        let persist = encode::Persist::new(client_close, txn.http10);
+        write_client_head(&mut c.out, resp, rdata, sh, f, persist);
+        txn.responded = true;
+        u.buf.consume(n);
+        let Some(relay_framing) = relay_framing(framing, !txn.http10) else {
+            // No body: done now.
+            if let Some(p) = plan {
+                let request_time = txn.request_time;
+                store_object(sh, &c.key, p, weft_buf::Aggregate::new(), request_time);
+            }
+            return self.finish_txn(cx, ct);
+        };
+        start_relay(sh, c, u, relay_framing, plan);
+        Flow::Again
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn framing_follows_the_upstream_and_the_client() {
+        use BodyFraming as B;
+        let f = |framing, method, status, cl, http10| client_framing(framing, method, status, cl, http10);
+        let field = |length| ClientFraming {
+            length,
+            chunked: false,
+            close: false,
+        };
+        assert_eq!(f(B::Length(10), Method::Get, 200, Some(10), false), field(Some(10)));
+        assert_eq!(
+            f(B::Chunked, Method::Get, 200, None, false),
+            ClientFraming {
+                length: None,
+                chunked: true,
+                close: false
+            }
+        );
+        // HTTP/1.0 clients get the body de-chunked, ended by the close.
+        assert_eq!(
+            f(B::Chunked, Method::Get, 200, None, true),
+            ClientFraming {
+                length: None,
+                chunked: false,
+                close: true
+            }
+        );
+        assert_eq!(
+            f(B::UntilClose, Method::Get, 200, None, false),
+            ClientFraming {
+                length: None,
+                chunked: false,
+                close: true
+            }
+        );
+        // HEAD says how long the body would be; no length known, none sent.
+        assert_eq!(f(B::None, Method::Head, 200, Some(42), false), field(Some(42)));
+        assert_eq!(f(B::None, Method::Head, 200, None, false), field(None));
+        assert_eq!(f(B::None, Method::Head, 304, Some(42), false), field(None));
+        // No body: an explicit empty one, except where none is allowed.
+        assert_eq!(f(B::None, Method::Get, 200, None, false), field(Some(0)));
+        assert_eq!(f(B::None, Method::Get, 304, None, false), field(None));
+        assert_eq!(f(B::None, Method::Get, 204, None, false), field(None));
+        assert_eq!(f(B::None, Method::Get, 101, None, false), field(None));
+    }
+
+    #[test]
+    fn relay_framing_has_no_relay_for_an_empty_body() {
+        assert!(relay_framing(BodyFraming::None, true).is_none());
+        assert!(relay_framing(BodyFraming::Length(0), true).is_none());
+        assert!(matches!(
+            relay_framing(BodyFraming::Length(5), true),
+            Some(Framing::Length(5))
+        ));
+        assert!(matches!(
+            relay_framing(BodyFraming::Chunked, false),
+            Some(Framing::Chunked {
+                keep_framing: false,
+                ..
+            })
+        ));
+        assert!(matches!(
+            relay_framing(BodyFraming::UntilClose, true),
+            Some(Framing::Close)
+        ));
+    }
+
+    #[test]
+    fn path_follows_mode_threshold_and_storage() {
+        let cfg = |splice, keep_copy| ProxyConfig {
+            splice,
+            keep_copy,
+            ..ProxyConfig::default()
+        };
+        let auto = cfg(SpliceMode::Auto, true);
+        let t = auto.splice_threshold;
+        assert_eq!(choose_path(&auto, false, t - 1), Want::Copy, "small: copied");
+        assert_eq!(choose_path(&auto, false, t), Want::Splice);
+        assert_eq!(choose_path(&auto, true, t), Want::Tee, "stored: tee'd into the cache");
+        assert_eq!(choose_path(&auto, false, u64::MAX), Want::Splice, "unknown length");
+        let no_keep = cfg(SpliceMode::Auto, false);
+        assert_eq!(choose_path(&no_keep, true, t), Want::Copy);
+        assert_eq!(choose_path(&no_keep, false, t), Want::Splice);
+        let on = cfg(SpliceMode::On, true);
+        assert_eq!(choose_path(&on, false, 1), Want::Splice);
+        assert_eq!(choose_path(&on, false, 0), Want::Copy, "nothing left");
+        let off = cfg(SpliceMode::Off, true);
+        assert_eq!(choose_path(&off, false, u64::MAX), Want::Copy);
+        assert_eq!(choose_path(&off, true, u64::MAX), Want::Copy);
+        assert_eq!(pipe_min(&off), u64::MAX);
+        assert_eq!(pipe_min(&on), 1);
+        assert_eq!(pipe_min(&auto), t);
+    }
+
+    #[test]
+    fn only_same_origin_locations_are_invalidated() {
+        let key = b"http://a.example:80/x";
+        let mut out = Vec::new();
+        assert!(same_origin_key(key, b"/y", &mut out).is_some_and(|k| k.ends_with(b"/y")));
+        assert!(same_origin_key(key, b"https://a.example/y", &mut out).is_none());
+        assert!(same_origin_key(key, b"http://b.example/y", &mut out).is_none());
+    }
+}

@@ -1,0 +1,457 @@
+//! A transaction: one forwarded request, from its upstream connection to
+//! the end of its response — resolve → connect (or reuse) → exchange (send
+//! the request and its body, read the response head) → relay the body —
+//! and a CONNECT tunnel, the transaction that becomes a byte pipe.
+//!
+//! `Phase` says where a transaction is; [`Worker::step_txn`] advances it one
+//! step. Failures end it through [`Worker::fail`]: an error answer when
+//! nothing of the response has gone out yet, a closed client otherwise.
+
+use crate::client::{set_notsent_lowat, ClientRead};
+use crate::config::SpliceMode;
+use crate::conn::{Client, Phase, ReqBody, Upstream};
+use crate::relay::{Ends, Pump};
+use crate::response::store_object;
+use crate::tunnel::{Side, Tunnel, TunnelState};
+use crate::upstream::{read_response_head, HeadRead};
+use crate::worker::{client_of, interest, pair, Flow, Worker, BATCH_TIMER, BATCH_WAIT};
+use std::os::fd::AsFd;
+use std::time::Instant;
+use weft_http::respond::{self, Persist};
+use weft_io::sys;
+use weft_io::{BufPool, Ctx, Poller, Token};
+
+/// Request bytes queued towards the upstream above which no more of the
+/// request body is taken from the client.
+const REQ_QUEUE_HIGH: u64 = 256 * 1024;
+/// Most request body bytes buffered from the client at once.
+const REQ_BODY_INPUT: usize = 64 * 1024;
+
+/// What sending the request (and the body received so far) came to.
+enum Sent {
+    /// All there is to send now is sent or queued.
+    Ok,
+    /// The chunked request body is malformed: 400.
+    BadBody,
+    /// The upstream refused the bytes.
+    UpstreamClosed,
+    /// The client went away while its body was read.
+    ClientGone,
+}
+
+/// Move request body bytes received from the client behind the head queued
+/// for the upstream, and send; read more of the body from the client while
+/// the upstream takes it.
+fn send_request(c: &mut Client, u: &mut Upstream, bufs: &mut BufPool, now: Instant) -> Sent {
+    let mut moved = false;
+    loop {
+        let txn = c.txn.as_mut().expect("exchange has a txn");
+        let body_done = match &mut txn.body {
+            ReqBody::None => true,
+            ReqBody::Length(left) => {
+                let avail = c.input.len() as u64;
+                let take = avail.min(*left) as usize;
+                if take > 0 && u.out.len() < REQ_QUEUE_HIGH {
+                    u.out.push_copy(&c.input.pending()[..take]);
+                    c.input.consume(take);
+                    *left -= take as u64;
+                    moved = true;
+                }
+                *left == 0
+            }
+            ReqBody::Chunked(dec) => {
+                let avail = c.input.pending();
+                if !avail.is_empty() && u.out.len() < REQ_QUEUE_HIGH {
+                    match dec.decode_all(avail, |_| {}) {
+                        Ok(k) => {
+                            u.out.push_copy(&avail[..k]);
+                            c.input.consume(k);
+                            moved = true;
+                        }
+                        Err(_) => return Sent::BadBody,
+                    }
+                }
+                dec.is_done()
+            }
+        };
+        if body_done {
+            txn.body = ReqBody::None;
+        }
+        // Send.
+        if !u.out.is_empty() {
+            if !u.may_write {
+                u.want.write = true;
+            } else {
+                match u.out.flush(&u.fd, &[], &mut []) {
+                    Ok(sent) => {
+                        if sent.total() > 0 {
+                            u.last_activity = now;
+                        }
+                        if sent.blocked {
+                            u.may_write = false;
+                            u.want.write = true;
+                        }
+                    }
+                    Err(_) => return Sent::UpstreamClosed,
+                }
+            }
+        }
+        if body_done || !u.out.is_empty() {
+            return Sent::Ok;
+        }
+        // More request body from the client.
+        if !c.input.is_empty() && !moved {
+            continue;
+        }
+        if c.fd.is_none() {
+            return Sent::Ok;
+        }
+        if !c.may_read {
+            c.want.read = true;
+            return Sent::Ok;
+        }
+        match c.read_input(REQ_BODY_INPUT, bufs) {
+            ClientRead::Data { .. } => {
+                c.last_activity = now;
+                moved = false;
+            }
+            ClientRead::WouldBlock | ClientRead::Full => return Sent::Ok,
+            ClientRead::Eof | ClientRead::Failed => return Sent::ClientGone,
+        }
+    }
+}
+
+impl Worker<'_> {
+    /// The upstream connection of `ct`'s transaction, if it has one.
+    fn txn_upstream(&mut self, ct: Token) -> Option<Token> {
+        client_of(&mut self.slab, ct)?.txn.as_ref()?.up
+    }
+
+    pub(crate) fn step_txn<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
+        let Some(c) = client_of(&mut self.slab, ct) else {
+            return Flow::Closed;
+        };
+        let phase = c.txn.as_ref().map(|t| t.phase).unwrap_or(Phase::Resolve);
+        if phase != Phase::Body {
+            // Keep earlier pipelined answers moving, and read ahead.
+            if let Some(f) = self.client_side_while_waiting(cx, ct) {
+                return f;
+            }
+        }
+        match phase {
+            Phase::Resolve => Flow::Wait,
+            Phase::Connect => self.txn_connect(cx, ct),
+            Phase::Exchange => self.txn_exchange(cx, ct),
+            Phase::Body => self.txn_body(cx, ct),
+        }
+    }
+
+    /// Send the request (and body), read the response head.
+    fn txn_exchange<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
+        let Some(ut) = self.txn_upstream(ct) else {
+            return Flow::Closed;
+        };
+        let limits = self.sh.cfg.limits;
+        let first_read = self.sh.cfg.first_read;
+        let Some((c, u)) = pair(&mut self.slab, ct, ut) else {
+            return self.fail(cx, ct, 502, "upstream connection lost");
+        };
+        // Connection establishment.
+        if u.connecting {
+            if !u.may_write {
+                u.want.write = true;
+                return Flow::Wait;
+            }
+            match sys::take_socket_error(&u.fd) {
+                Ok(None) => {
+                    u.connecting = false;
+                    u.last_activity = cx.now;
+                }
+                Ok(Some(e)) | Err(e) => return self.connect_failed(cx, ct, e),
+            }
+        }
+        if c.txn.as_ref().is_some_and(|t| t.connect) {
+            return self.start_tunnel(cx, ct, ut);
+        }
+        // Request body bytes already received go out behind the head.
+        match send_request(c, u, &mut self.sh.bufs, cx.now) {
+            Sent::Ok => {}
+            Sent::BadBody => return self.fail(cx, ct, 400, "invalid chunked request body"),
+            Sent::UpstreamClosed => return self.upstream_lost(cx, ct, "the upstream closed the connection"),
+            Sent::ClientGone => {
+                self.close_client(cx, ct);
+                return Flow::Closed;
+            }
+        }
+        // The response head (also while the body is still going out: an
+        // early answer such as 413 is read and relayed).
+        match read_response_head(u, &mut self.sh.resp, &mut self.sh.bufs, &limits, first_read, cx.now) {
+            HeadRead::Head(n) => self.on_response_head(cx, ct, ut, n),
+            HeadRead::Wait => Flow::Wait,
+            HeadRead::Bad(reason) => self.fail(cx, ct, 502, reason),
+            HeadRead::Lost(reason) => self.upstream_lost(cx, ct, reason),
+        }
+    }
+
+    /// Answer the client with an error (or close it if its response has
+    /// begun) and end the transaction; the upstream is closed.
+    pub(crate) fn fail<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, status: u16, reason: &str) -> Flow {
+        let Some(c) = client_of(&mut self.slab, ct) else {
+            return Flow::Closed;
+        };
+        let Some(mut txn) = c.txn.take() else {
+            return Flow::Again;
+        };
+        let ut = txn.up.take();
+        if let Some(relay) = txn.relay.take() {
+            relay.abandon(&mut self.sh.stats, true);
+        }
+        let responded = txn.responded;
+        let body_pending = !matches!(txn.body, ReqBody::None);
+        let keep = txn.client_keep_alive && !body_pending && !self.sh.draining;
+        c.spare = Some(txn);
+        if let Some(ut) = ut {
+            self.close_upstream(cx, ut);
+        }
+        match status {
+            502 => self.sh.stats.errors_502 += 1,
+            504 => self.sh.stats.errors_504 += 1,
+            _ => {}
+        }
+        let Some(c) = client_of(&mut self.slab, ct) else {
+            return Flow::Closed;
+        };
+        if responded || c.fd.is_none() {
+            self.close_client(cx, ct);
+            return Flow::Closed;
+        }
+        let persist = if keep { Persist::Default } else { Persist::Close };
+        let date = self.sh.date.get();
+        {
+            let v = c.out.own_mut();
+            respond::simple(v, status, date, b"", reason, false, persist);
+        }
+        if !keep {
+            c.close_after = true;
+            c.linger_on_close = body_pending;
+        }
+        Flow::Again
+    }
+
+    fn txn_body<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
+        let Some(ut) = self.txn_upstream(ct) else {
+            return Flow::Closed;
+        };
+        let sh = &mut self.sh;
+        let Some((c, u)) = pair(&mut self.slab, ct, ut) else {
+            return Flow::Closed;
+        };
+        let txn = c.txn.as_mut().expect("body has a txn");
+        let relay = txn.relay.as_mut().expect("body has a relay");
+        let result = {
+            let mut ends = Ends {
+                client: c.fd.as_ref().map(|f| f.as_fd()),
+                client_may_write: &mut c.may_write,
+                out: &mut c.out,
+                up: u.fd.as_fd(),
+                up_may_read: &mut u.may_read,
+                up_buf: &mut u.buf,
+                bufs: &mut sh.bufs,
+            };
+            relay.pump(&mut ends, &mut sh.stats)
+        };
+        u.last_activity = cx.now;
+        c.last_activity = cx.now;
+        if relay.take_batch_start() {
+            self.batching.push(ct);
+            if !self.batch_timer {
+                self.batch_timer = true;
+                cx.arm_timer(BATCH_TIMER, cx.now + BATCH_WAIT);
+            }
+        }
+        let gone = relay.client_gone();
+        if gone {
+            if let Some(fd) = c.fd.take() {
+                // The client left; the object is still being filled.
+                cx.close_later(fd, true);
+            }
+        }
+        match result {
+            Pump::Done => {
+                let mut relay = txn.relay.take().expect("present");
+                if let Some(b) = relay.take_buffer() {
+                    if sh.relay_bufs.len() < 16 {
+                        sh.relay_bufs.push(b);
+                    }
+                }
+                let body = relay.finish(&mut sh.pipes, &mut sh.stats);
+                if let (Some(plan), Some(body)) = (txn.plan.take(), body) {
+                    store_object(sh, &c.key, plan, body, txn.request_time);
+                }
+                self.finish_txn(cx, ct)
+            }
+            Pump::Wait { up_read, client_write } => {
+                u.want = interest(up_read, false);
+                c.want = interest(false, client_write);
+                // Notice a client that hangs up (the cache fill goes on
+                // without it), and keep pipelined requests flowing in.
+                let max = sh.cfg.limits.max_head + 1024;
+                if c.fd.is_none() {
+                    return Flow::Wait;
+                }
+                if c.eof || client_write || !c.has_room(max) {
+                    return Flow::Wait;
+                }
+                if !c.may_read {
+                    c.want.read = true;
+                    return Flow::Wait;
+                }
+                match c.read_input(max, &mut sh.bufs) {
+                    // A FIN: no more requests, but a half-closed client
+                    // still reads this response (a gone one makes the
+                    // next write fail).
+                    ClientRead::Eof | ClientRead::WouldBlock | ClientRead::Full => Flow::Wait,
+                    ClientRead::Data { .. } => Flow::Again,
+                    ClientRead::Failed => {
+                        // A reset: the client is gone.
+                        c.eof = true;
+                        let relay = c.txn.as_mut().and_then(|t| t.relay.as_mut()).expect("body has a relay");
+                        if relay.client_left(&mut c.out) {
+                            if let Some(fd) = c.fd.take() {
+                                cx.close_later(fd, true);
+                            }
+                            Flow::Again
+                        } else {
+                            self.close_client(cx, ct);
+                            Flow::Closed
+                        }
+                    }
+                }
+            }
+            Pump::Yield => Flow::Yield,
+            Pump::ClientAborted => {
+                self.close_client(cx, ct);
+                Flow::Closed
+            }
+            Pump::UpstreamFailed(reason) => {
+                weft_core::debug!("{reason}");
+                let relay = txn.relay.take().expect("present");
+                relay.abandon(&mut sh.stats, true);
+                // Never a short response that looks complete: close the client.
+                self.close_client(cx, ct);
+                Flow::Closed
+            }
+        }
+    }
+
+    /// The exchange is complete: release the upstream (AutoRelease), go on
+    /// with the client's next request.
+    pub(crate) fn finish_txn<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
+        let Some(c) = client_of(&mut self.slab, ct) else {
+            return Flow::Closed;
+        };
+        let Some(mut txn) = c.txn.take() else {
+            return Flow::Again;
+        };
+        let ut = txn.up.take();
+        let reusable = txn.up_keep_alive;
+        if txn.client_close {
+            c.close_after = true;
+        }
+        c.spare = Some(txn);
+        let gone = c.fd.is_none();
+        if let Some(ut) = ut {
+            self.release_upstream(cx, ut, reusable);
+        }
+        if gone {
+            self.close_client(cx, ct);
+            return Flow::Closed;
+        }
+        Flow::Again
+    }
+
+    // ------------------------------------------------------------------
+    // Tunnels
+
+    fn start_tunnel<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, ut: Token) -> Flow {
+        let splice = self.sh.cfg.splice != SpliceMode::Off;
+        let sh = &mut self.sh;
+        let Some(c) = client_of(&mut self.slab, ct) else {
+            return Flow::Closed;
+        };
+        let Some(mut txn) = c.txn.take() else {
+            return Flow::Again;
+        };
+        txn.up = None;
+        c.spare = Some(txn);
+        let mut tunnel = Box::new(Tunnel::new(splice, &mut sh.pipes, &mut sh.tunnel_bufs, &mut sh.stats));
+        // A FIN seen while the tunnel was being set up is the tunnel's to
+        // forward: reading again returns EOF, which the tunnel turns into a
+        // half-close towards the upstream.
+        if c.eof {
+            c.eof = false;
+            c.may_read = true;
+        }
+        // What the client sent after its CONNECT head belongs to the tunnel.
+        if !c.input.is_empty() {
+            tunnel.to_upstream.push_copy(c.input.pending());
+            c.input.discard(&mut sh.bufs);
+        }
+        c.out.push_copy(b"HTTP/1.1 200 Connection established\r\n\r\n");
+        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, true, self.sh.cfg);
+        c.tunnel = Some((tunnel, ut));
+        c.last_activity = cx.now;
+        Flow::Again
+    }
+
+    pub(crate) fn step_tunnel<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
+        let Some(ut) = client_of(&mut self.slab, ct)
+            .and_then(|c| c.tunnel.as_ref())
+            .map(|t| t.1)
+        else {
+            return Flow::Closed;
+        };
+        let sh = &mut self.sh;
+        let Some((c, u)) = pair(&mut self.slab, ct, ut) else {
+            self.close_client(cx, ct);
+            return Flow::Closed;
+        };
+        let Some(cfd) = c.fd.as_ref().map(|f| f.as_fd()) else {
+            self.close_client(cx, ct);
+            return Flow::Closed;
+        };
+        let (tunnel, _) = c.tunnel.as_mut().expect("checked");
+        let mut cside = Side {
+            fd: cfd,
+            may_read: &mut c.may_read,
+            may_write: &mut c.may_write,
+        };
+        let mut uside = Side {
+            fd: u.fd.as_fd(),
+            may_read: &mut u.may_read,
+            may_write: &mut u.may_write,
+        };
+        let state = tunnel.pump(&mut cside, &mut uside, &mut c.out, &mut sh.tunnel_bufs, &mut sh.stats);
+        match state {
+            TunnelState::Done | TunnelState::Failed => {
+                self.close_client(cx, ct);
+                Flow::Closed
+            }
+            TunnelState::Yield => {
+                c.last_activity = cx.now;
+                Flow::Yield
+            }
+            TunnelState::Wait {
+                client_read,
+                client_write,
+                up_read,
+                up_write,
+            } => {
+                c.want = interest(client_read, client_write);
+                u.want = interest(up_read, up_write);
+                c.last_activity = cx.now;
+                Flow::Wait
+            }
+        }
+    }
+}
