@@ -357,4 +357,7 @@ fn latency_publishes_at_most_once_a_second_and_never_waits() {
     merged.add(&read);
     merged.add(&read);
     assert_eq!(merged.count(), 6);
+    assert_eq!(read_latencies(&[slot, LatencySlot::default()])[0].count(), 3);
+    // The size the module doc gives for the merge's walk.
+    assert_eq!(Latency::new().hist.distinct_values(), 3_328);
 }
