@@ -100,6 +100,8 @@ fn add_sums_fields_and_groups() {
 fn publish_and_read_round_trip() {
     let slot: Slot<TestStats> = Slot::default();
     assert_eq!(slot.read(), TestStats::default());
+    // 10 words: two lines of their own.
+    assert_eq!((slot.lines.len(), slot.lines.as_ptr() as usize % 64), (2, 0));
     let mut s = sample(7);
     slot.publish(&s);
     assert_eq!(slot.read(), s);
