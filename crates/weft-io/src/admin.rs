@@ -108,6 +108,7 @@ impl Group for SysCounts {
         SysCounts::add(self, other);
     }
 
+    #[inline]
     fn publish(&self, out: &mut Publish<'_>) {
         self.0.iter().for_each(|v| out.put(*v));
     }
@@ -166,6 +167,7 @@ impl Group for TrackerStats {
         TrackerStats::add(self, other);
     }
 
+    #[inline]
     fn publish(&self, out: &mut Publish<'_>) {
         tracker_values(self).iter().for_each(|v| out.put(*v));
     }

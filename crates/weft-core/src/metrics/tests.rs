@@ -100,6 +100,8 @@ fn add_sums_fields_and_groups() {
 fn publish_and_read_round_trip() {
     let slot: Slot<TestStats> = Slot::default();
     assert_eq!(slot.read(), TestStats::default());
+    // 10 words: two lines of their own.
+    assert_eq!((slot.lines.len(), slot.lines.as_ptr() as usize % 64), (2, 0));
     let mut s = sample(7);
     slot.publish(&s);
     assert_eq!(slot.read(), s);
@@ -357,4 +359,7 @@ fn latency_publishes_at_most_once_a_second_and_never_waits() {
     merged.add(&read);
     merged.add(&read);
     assert_eq!(merged.count(), 6);
+    assert_eq!(read_latencies(&[slot, LatencySlot::default()])[0].count(), 3);
+    // The size the module doc gives for the merge's walk.
+    assert_eq!(Latency::new().hist.distinct_values(), 3_328);
 }
