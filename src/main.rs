@@ -5,6 +5,7 @@ mod cli;
 mod load;
 mod origin;
 mod proxy;
+mod sim;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -42,6 +43,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check(args),
         Command::Load(args) => load::run(*args),
         Command::Origin(args) => origin::run(*args),
+        Command::Sim(args) => sim::run(*args),
     }
 }
 

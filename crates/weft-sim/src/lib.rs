@@ -8,6 +8,7 @@
 //! - [`trace`]: Common/Combined Log Format input, streamed, gzip or plain;
 //! - [`synth`]: Rice-like and IBM-like synthetic traces fitted to the
 //!   statistics of §3.2.2;
+//! - [`input`]: a run's trace (log or synthetic) and the JSON document;
 //! - [`report`]: throughput, miss ratio, idle time and delay (§3.2.3).
 //!
 //! It never opens a socket nor reads the clock: simulated time is a `u64` of
@@ -18,6 +19,7 @@
 pub mod cache;
 pub mod cost;
 pub mod engine;
+pub mod input;
 pub mod report;
 pub mod synth;
 pub mod trace;
@@ -25,8 +27,12 @@ pub mod trace;
 pub use cache::CachePolicy;
 pub use cost::CostModel;
 pub use engine::{simulate, SimConfig};
+pub use input::{json_document, Input};
 pub use report::{table, SimReport};
 pub use trace::{ClfTrace, TraceRequest, TraceSource, TraceStats};
+
+/// The distribution code the simulator runs, for callers that configure it.
+pub use weft_policy::{distribution::LardParams, Policy};
 
 /// Simulated time, in nanoseconds.
 pub type Nanos = u64;
