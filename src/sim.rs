@@ -89,6 +89,13 @@ fn parse_speed(s: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_locality(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..1.0).contains(&p) => Ok(p),
+        _ => Err(format!("invalid probability `{s}` (expected 0 <= P < 1)")),
+    }
+}
+
 fn parse_requests(s: &str) -> Result<u64, String> {
     match s.replace('_', "").parse::<u64>() {
         Ok(n) if n > 0 => Ok(n),
@@ -163,6 +170,12 @@ pub struct SimArgs {
     /// 1000000 synthetic, the whole log].
     #[arg(long, value_name = "N", value_parser = parse_requests)]
     pub requests: Option<u64>,
+
+    /// Synthetic traces: the probability that a request repeats one of the last 10,000, adding
+    /// temporal locality without changing popularity; 0 is the independent reference model
+    /// [default: 0].
+    #[arg(long, value_name = "P", value_parser = parse_locality)]
+    pub locality: Option<f64>,
 
     /// Seed of a synthetic trace (sizes and draws) [default: 1].
     #[arg(long, value_name = "S")]
@@ -251,7 +264,7 @@ pub fn run(args: SimArgs) -> ExitCode {
     for &n in &nodes {
         for &p in &policies {
             let config = args.config(n, p);
-            let mut source = match input.open(args.requests, seed) {
+            let mut source = match input.open(args.requests, seed, args.locality.unwrap_or(0.0)) {
                 Ok(s) => s,
                 Err(e) => return crate::args::fatal(e),
             };

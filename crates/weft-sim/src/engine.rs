@@ -17,8 +17,11 @@
 //!
 //! WRR/GMS (§3.3): WRR distribution, and a node that misses in its own memory
 //! but finds the file in another node's fetches it at network cost, charged
-//! as a second transmission of the file on its CPU; the file stays where it
-//! was (global memory holds one copy) and counts as used there.
+//! as a second transmission of the file on its CPU, with no directory or
+//! replacement cost (the thesis's "very generous assumptions"). As in GMS
+//! (Feeley et al.), the page fetched becomes local: the file enters the
+//! fetching node's cache too, so files every node uses are held by every
+//! node, which is what keeps GMS below LARD's aggregate cache.
 //!
 //! A single FIFO server needs no explicit queue: a job enqueued at `now`
 //! starts when the server frees (`max(now, free_at)`) and the server is then
@@ -280,6 +283,8 @@ impl<'a> Sim<'a> {
             let holder = (0..self.nodes.len()).find(|&n| n != c.node && self.nodes[n].cache.contains(c.file));
             if let Some(h) = holder {
                 self.nodes[h].cache.touch(c.file);
+                let miss_cost = cost.disk_read(c.size) as f64 / 1e9;
+                self.nodes[c.node].cache.insert(c.file, c.size, miss_cost);
                 self.remote_hits += 1;
                 self.clients[client as usize].phase = Phase::Transmit;
                 return self.cpu(client, 2 * cost.transmit(c.size), now);

@@ -28,13 +28,13 @@ impl Input {
 
     /// A fresh stream of at most `requests` requests (a synthetic trace has
     /// exactly that many, [`DEFAULT_SYNTHETIC_REQUESTS`] if `None`).
-    pub fn open(&self, requests: Option<u64>, seed: u64) -> Result<Box<dyn TraceSource>, String> {
+    /// `locality` applies to synthetic traces (see [`crate::synth`]).
+    pub fn open(&self, requests: Option<u64>, seed: u64, locality: f64) -> Result<Box<dyn TraceSource>, String> {
         Ok(match self {
-            Input::Synthetic(_, pop) => Box::new(SynthTrace::new(
-                pop.clone(),
-                requests.unwrap_or(DEFAULT_SYNTHETIC_REQUESTS),
-                seed,
-            )),
+            Input::Synthetic(_, pop) => Box::new(
+                SynthTrace::new(pop.clone(), requests.unwrap_or(DEFAULT_SYNTHETIC_REQUESTS), seed)
+                    .with_locality(locality),
+            ),
             Input::Log(path) => Box::new(ClfTrace::open(path, requests)?),
         })
     }

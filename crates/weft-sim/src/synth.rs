@@ -20,8 +20,14 @@
 //!    then match by construction, up to one target's size (checked by a test).
 //!
 //! Requests are drawn independently from the popularity (the independent
-//! reference model: no temporal locality beyond popularity, which is a
-//! simplification of a real log). Target ids are popularity ranks, so
+//! reference model), which has no temporal locality: a real two-month log's
+//! working set at any moment is smaller than its whole-trace coverage says.
+//! `locality` p adds some without changing the popularity: with probability
+//! p a request repeats one drawn uniformly from the last [`WINDOW`] requests,
+//! whose targets are themselves distributed by popularity, so the marginal
+//! popularity (and so the coverage fit) is unchanged in expectation while
+//! re-references come sooner. p = 0 (the default) is the plain model.
+//! Target ids are popularity ranks, so
 //! striping files over several disks by id is the thesis's round-robin in
 //! order of falling popularity (§3.3.3).
 
@@ -166,11 +172,17 @@ impl Population {
     }
 }
 
-/// A synthetic trace of `requests` independent draws.
+/// Requests remembered for `locality` re-references.
+pub const WINDOW: usize = 10_000;
+
+/// A synthetic trace of `requests` draws.
 pub struct SynthTrace {
     population: std::sync::Arc<Population>,
     rng: SmallRng,
     remaining: u64,
+    locality: f64,
+    recent: Vec<u32>,
+    drawn: u64,
     seen: Vec<bool>,
     stats: TraceStats,
 }
@@ -183,9 +195,18 @@ impl SynthTrace {
             population,
             rng: SmallRng::seed_from_u64(seed),
             remaining: requests,
+            locality: 0.0,
+            recent: Vec::with_capacity(WINDOW),
+            drawn: 0,
             seen: vec![false; n],
             stats: TraceStats::default(),
         }
+    }
+
+    /// Repeat a recent request with probability `p` (0 ≤ p < 1).
+    pub fn with_locality(mut self, p: f64) -> SynthTrace {
+        self.locality = p.clamp(0.0, 0.999);
+        self
     }
 }
 
@@ -195,7 +216,21 @@ impl TraceSource for SynthTrace {
             return None;
         }
         self.remaining -= 1;
-        let r = self.population.rank(self.rng.gen::<f64>());
+        let repeat = self.locality > 0.0 && !self.recent.is_empty() && self.rng.gen::<f64>() < self.locality;
+        let r = if repeat {
+            self.recent[self.rng.gen_range(0..self.recent.len())] as usize
+        } else {
+            self.population.rank(self.rng.gen::<f64>())
+        };
+        if self.locality > 0.0 {
+            let slot = (self.drawn % WINDOW as u64) as usize;
+            if slot < self.recent.len() {
+                self.recent[slot] = r as u32;
+            } else {
+                self.recent.push(r as u32);
+            }
+        }
+        self.drawn += 1;
         let size = self.population.sizes[r];
         if !self.seen[r] {
             self.seen[r] = true;
@@ -250,5 +285,15 @@ mod tests {
         }
         assert!((4_500..5_500).contains(&top), "top target drawn {top} times");
         assert_eq!(t.stats().requests, 100_000);
+        // With locality the hottest target keeps its share.
+        let mut t = SynthTrace::new(p, 100_000, 7).with_locality(0.8);
+        let mut top = 0;
+        while let Some(r) = t.next_request() {
+            top += u32::from(r.target == 0);
+        }
+        assert!(
+            (4_000..6_000).contains(&top),
+            "top target drawn {top} times with locality"
+        );
     }
 }
