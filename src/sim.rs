@@ -204,6 +204,10 @@ impl SimArgs {
                     Policy::LardR(_) => Policy::LardR(lard),
                     Policy::LbGc { .. } => Policy::LbGc {
                         cache_bytes: self.cache_bytes(),
+                        max_file: match self.cache_policy {
+                            Some(CachePolicy::Lru) => weft_sim::cache::LRU_MAX_FILE,
+                            _ => self.cache_bytes(),
+                        },
                     },
                     Policy::Chash { .. } => Policy::Chash {
                         balance_factor: self.balance_factor.unwrap_or(125),

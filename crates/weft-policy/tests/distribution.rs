@@ -150,7 +150,10 @@ proptest! {
         let policy: Policy = match policy.parse().unwrap() {
             Policy::Lard(_) => Policy::Lard(params()),
             Policy::LardR(_) => Policy::LardR(params()),
-            Policy::LbGc { .. } => Policy::LbGc { cache_bytes: 300 },
+            Policy::LbGc { .. } => Policy::LbGc {
+                cache_bytes: 300,
+                max_file: 300,
+            },
             p => p,
         };
         let config = DispatcherConfig { t_low: T_LOW, t_high: T_HIGH, queue_limit: 5, admission: true };
@@ -225,4 +228,33 @@ fn lard_r_replicates_a_hot_target_and_drops_the_replica_after_k() {
     let chosen = lr.choose(&Request::new(1), &hot, 2 + K).unwrap();
     assert_eq!(chosen, s1);
     assert_eq!(lr.server_set(1).unwrap().nodes, vec![s1]);
+}
+
+#[test]
+fn lard_moves_a_target_exactly_at_figure_3_2s_thresholds() {
+    let mut lard = Lard::new(params());
+    let b = |loads: &[u32]| Backends::from_state(&[1; 3], loads, &[true; 3]);
+    assert_eq!(lard.choose(&Request::new(9), &b(&[0, 1, 1]), 0), Some(0));
+    // Above T_high, but no node below T_low: stays.
+    assert_eq!(
+        lard.choose(&Request::new(9), &b(&[T_HIGH + 1, T_LOW, T_LOW + 1]), 0),
+        Some(0)
+    );
+    // At T_high exactly, with an idle node: stays (the test is load > T_high).
+    assert_eq!(lard.choose(&Request::new(9), &b(&[T_HIGH, 0, 0]), 0), Some(0));
+    // Above T_high with a node below T_low: moves to the least loaded.
+    assert_eq!(
+        lard.choose(&Request::new(9), &b(&[T_HIGH + 1, T_LOW, T_LOW - 1]), 0),
+        Some(2)
+    );
+    assert_eq!(lard.reassignments(), 1);
+    // At 2·T_high: moves even though no node is below T_low.
+    assert_eq!(
+        lard.choose(&Request::new(9), &b(&[T_LOW, T_LOW + 1, 2 * T_HIGH]), 0),
+        Some(0)
+    );
+    assert_eq!(lard.assigned(9), Some(0));
+    // Its node goes down: the target is placed again as if new.
+    lard.backend_down(0);
+    assert_eq!(lard.assigned(9), None);
 }

@@ -45,10 +45,12 @@ impl Strategy for Lb {
 /// whose oldest targets are then evicted from the model until the new one fits.
 ///
 /// The model is LRU over whole targets of the request's `size` (unknown sizes
-/// count as 0 bytes); a target larger than a whole cache is never cached and
-/// goes to the least loaded back-end.
+/// count as 0 bytes), so it mirrors back-ends whose caches are LRU; a target
+/// larger than `max_file` (LRU's 500 KB rule in the thesis) is never cached
+/// and goes to the least loaded back-end.
 pub struct LbGc {
     cache_bytes: u64,
+    max_file: u64,
     used: Vec<u64>,
     /// target → (back-end, size), in global recency order.
     model: LruMap<(ServerId, u64)>,
@@ -56,10 +58,11 @@ pub struct LbGc {
 }
 
 impl LbGc {
-    /// Back-ends with `cache_bytes` of cache each.
-    pub fn new(backends: usize, cache_bytes: u64) -> LbGc {
+    /// Back-ends with `cache_bytes` of cache each, caching targets of at most `max_file` bytes.
+    pub fn new(backends: usize, cache_bytes: u64, max_file: u64) -> LbGc {
         LbGc {
             cache_bytes,
+            max_file: max_file.min(cache_bytes),
             used: vec![0; backends],
             // The model is bounded by the caches' bytes; this only bounds
             // the count when targets are tiny.
@@ -107,7 +110,7 @@ impl Strategy for LbGc {
             }
         }
         let size = req.size.unwrap_or(0);
-        if size > self.cache_bytes {
+        if size > self.max_file {
             let s = b.least_loaded(self.next)?;
             self.next = s + 1;
             return Some(s);
@@ -170,7 +173,7 @@ mod tests {
     #[test]
     fn lbgc_fills_then_evicts_the_oldest() {
         let b = Backends::new(&[1, 1]);
-        let mut g = LbGc::new(2, 100);
+        let mut g = LbGc::new(2, 100, 100);
         let a = g.choose(&req(1, 60), &b, 0).unwrap();
         let c = g.choose(&req(2, 60), &b, 0).unwrap();
         assert_ne!(a, c, "the second goes where there is room");

@@ -178,6 +178,8 @@ pub enum Policy {
     LbGc {
         /// Modelled cache size of each back-end.
         cache_bytes: u64,
+        /// Largest target the back-ends cache (LRU's 500 KB rule; else `cache_bytes`).
+        max_file: u64,
     },
     /// Basic LARD (Figure 3.2).
     Lard(LardParams),
@@ -199,7 +201,7 @@ impl Policy {
         match *self {
             Policy::Wrr => Box::new(Wrr::new()),
             Policy::Lb => Box::new(Lb::new()),
-            Policy::LbGc { cache_bytes } => Box::new(LbGc::new(weights.len(), cache_bytes)),
+            Policy::LbGc { cache_bytes, max_file } => Box::new(LbGc::new(weights.len(), cache_bytes, max_file)),
             Policy::Lard(p) => Box::new(Lard::new(p)),
             Policy::LardR(p) => Box::new(LardR::new(p)),
             Policy::Chash { balance_factor } => Box::new(Chash::new(weights, balance_factor)),
@@ -233,7 +235,10 @@ impl FromStr for Policy {
         Ok(match s {
             "wrr" => Policy::Wrr,
             "lb" => Policy::Lb,
-            "lb-gc" | "lbgc" => Policy::LbGc { cache_bytes: 32 << 20 },
+            "lb-gc" | "lbgc" => Policy::LbGc {
+                cache_bytes: 32 << 20,
+                max_file: 32 << 20,
+            },
             "lard" => Policy::Lard(LardParams::default()),
             "lard-r" | "lardr" => Policy::LardR(LardParams::default()),
             "chash" => Policy::Chash { balance_factor: 125 },
