@@ -39,6 +39,11 @@ pub struct OriginArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
 
+    /// Share the port with other processes that listen on it with this flag (several processes behind
+    /// one port; the same user). Without it, a port another process holds is an error [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub reuse_port: Option<bool>,
+
     /// Worker threads [default: 1].
     #[arg(long, value_name = "N", value_parser = parse_workers)]
     pub workers: Option<usize>,
@@ -92,6 +97,7 @@ impl OriginArgs {
             self,
             c;
             listen,
+            reuse_port,
             workers,
             event,
             abort,

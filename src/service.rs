@@ -53,6 +53,11 @@ pub struct ServiceArgs {
     #[arg(long, value_name = "N")]
     pub backlog: Option<i32>,
 
+    /// Share the port with other processes that listen on it with this flag (several processes behind
+    /// one port; the same user). Without it, a port another process holds is an error [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub reuse_port: Option<bool>,
+
     /// Close keep-alive connections idle this long [default: 60s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub idle_timeout: Option<Duration>,
@@ -112,6 +117,7 @@ macro_rules! apply_service_args {
             event,
             workers,
             backlog,
+            reuse_port,
             idle_timeout,
             header_timeout,
             send_timeout,

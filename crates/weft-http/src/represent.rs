@@ -66,6 +66,18 @@ impl<'a> Conditions<'a> {
         c
     }
 
+    /// Whether a cache may answer this request from a stored response.
+    /// Not when it carries If-Match or If-Unmodified-Since: RFC 9111 §4.3.2
+    /// says those are not for a cache to evaluate (they guard a change of
+    /// state at the origin, and the stored response may not be what the
+    /// origin holds now). Such a request goes to the origin, whose answer is
+    /// relayed (and stored) as usual; [`answer`] with [`Role::Cache`] is only
+    /// for requests this allows.
+    #[inline]
+    pub fn cache_may_answer(&self) -> bool {
+        self.if_match.is_none() && self.if_unmodified_since.is_none()
+    }
+
     fn preconditions(&self) -> Preconditions<'a> {
         Preconditions {
             if_match: self.if_match,
@@ -96,7 +108,8 @@ pub struct Representation<'a> {
 pub enum Role {
     /// The origin server of the representation (`weft serve`).
     Origin,
-    /// A cache answering from a stored response (`weft proxy`).
+    /// A cache answering from a stored response (`weft proxy`), for a
+    /// request [`Conditions::cache_may_answer`] allows.
     Cache,
 }
 
@@ -121,12 +134,15 @@ pub enum Answer {
         /// Length of the whole representation.
         len: u64,
     },
-    /// 304: no body and no `Content-Length`; the head carries the validators
-    /// (and the caching fields a 200 would have: RFC 9110 §15.4.5).
+    /// 304: no body and no `Content-Length`; the head carries only what
+    /// RFC 9110 §15.4.5 lists of the fields a 200 would have (written with
+    /// [`crate::respond::not_modified`]).
     NotModified,
-    /// 412: the representation is not sent; the caller's own short answer.
+    /// 412: the representation is not sent; the caller's own short answer
+    /// ([`crate::respond::simple`]: `Date`, `Server`, a text body, no `Age`).
     PreconditionFailed,
-    /// 416: no range is satisfiable; `Content-Range: bytes */len`.
+    /// 416: no range is satisfiable; `Content-Range: bytes */len` on the
+    /// caller's own short answer, as for 412.
     RangeNotSatisfiable {
         /// Length of the whole representation.
         len: u64,

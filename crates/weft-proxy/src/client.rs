@@ -309,9 +309,17 @@ fn linger_read(c: &mut Client, pool: &mut BufPool) -> Flow {
 }
 
 /// Queue an error response and close afterwards (lingering, so the client
-/// can read it).
-pub(crate) fn reject(c: &mut Client, date: &weft_http::DateCache, status: u16, reason: &str) {
-    respond::simple(c.out.own_mut(), status, date.get(), b"", reason, false, Persist::Close);
+/// can read it). `head_only`: the request is a HEAD (the body is left out).
+pub(crate) fn reject(c: &mut Client, date: &weft_http::DateCache, status: u16, reason: &str, head_only: bool) {
+    respond::simple(
+        c.out.own_mut(),
+        status,
+        date.get(),
+        b"",
+        reason,
+        head_only,
+        Persist::Close,
+    );
     c.close_after = true;
     c.linger_on_close = true;
     c.input.clear();

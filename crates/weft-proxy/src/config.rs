@@ -151,6 +151,9 @@ pub struct ProxyConfig {
     pub workers: usize,
     /// Listen backlog.
     pub backlog: i32,
+    /// Share the listening port with other processes (`--reuse-port`);
+    /// otherwise a port another process holds is an error.
+    pub reuse_port: bool,
     /// Client connections accepted per listener readiness event (`None`:
     /// until EAGAIN). 10 by default, as `weft serve`: under overload an
     /// unbounded accept loop fills the loop with new connections whose
@@ -257,6 +260,7 @@ impl Default for ProxyConfig {
             event: BackendKind::Epoll,
             workers: weft_io::sys::available_cpus(),
             backlog: 4096,
+            reuse_port: false,
             accept_limit: Some(10),
             upstream: None,
             routes: Vec::new(),

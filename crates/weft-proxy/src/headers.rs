@@ -8,7 +8,7 @@
 //! HTTP/1.1 in origin-form whatever the client spoke.
 
 use std::net::IpAddr;
-use weft_http::{is_hop_by_hop, list_items, trim, Method, RequestHead, ResponseHead};
+use weft_http::{is_hop_by_hop, list_items, Method, RequestHead, ResponseHead};
 
 /// `host[:port]` → (host, port); IPv6 literals keep their brackets off.
 /// None for an empty host or a bad port.
@@ -212,35 +212,6 @@ pub fn write_response_fields(
     out.extend_from_slice(b"\r\n");
 }
 
-/// Fields of a stored head that a 304 answer to a client carries (RFC 9110
-/// §15.4.5: the validators and caching fields a 200 would have had).
-pub fn write_304_fields(out: &mut Vec<u8>, stored: &[u8], status_line_len: usize) {
-    const KEEP: [&[u8]; 9] = [
-        b"cache-control",
-        b"content-location",
-        b"date",
-        b"etag",
-        b"expires",
-        b"last-modified",
-        b"vary",
-        b"via",
-        b"server",
-    ];
-    out.extend_from_slice(b"HTTP/1.1 304 Not Modified\r\n");
-    let fields = &stored[status_line_len.min(stored.len())..];
-    for line in fields.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let name = trim(&line[..colon]);
-        if KEEP.iter().any(|k| k.eq_ignore_ascii_case(name)) {
-            out.extend_from_slice(line);
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,13 +334,6 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 Fine\r\nETag: \"e\"\r\nDate: DATE\r\nVia: 1.1 me\r\n"
-        );
-        let stored = b"HTTP/1.1 200 OK\r\nDate: d\r\nETag: \"e\"\r\nContent-Type: text/plain\r\nCache-Control: max-age=5\r\n\r\n";
-        let mut out = Vec::new();
-        write_304_fields(&mut out, stored, 17);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "HTTP/1.1 304 Not Modified\r\nDate: d\r\nETag: \"e\"\r\nCache-Control: max-age=5\r\n"
         );
     }
 }

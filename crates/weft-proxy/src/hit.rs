@@ -2,9 +2,11 @@
 //! the origin has just validated (a 304 to the proxy's conditional request).
 //! The client's own conditionals, If-Range, Range and HEAD are applied; body
 //! bytes go out as shared segments of the stored object, never copied.
+//! A request with If-Match or If-Unmodified-Since never comes here: a cache
+//! does not evaluate those (RFC 9111 §4.3.2), the request goes to the origin
+//! (see `request.rs`).
 
 use crate::client::set_notsent_lowat;
-use crate::headers;
 use crate::stats::ProxyStats;
 use crate::store::Object;
 use crate::worker::{pair, Flow, Worker};
@@ -15,18 +17,22 @@ use weft_http::caching;
 use weft_http::date::unix_secs;
 use weft_http::encode;
 use weft_http::represent::{self, Answer, Conditions, Representation, Role};
+use weft_http::respond;
 use weft_http::{Method, RequestHead, ResponseHead, Version};
 use weft_io::{Ctx, OutChain, Poller, Token};
 
 /// How a hit is answered, beyond the request and the object.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct HitAnswer {
+pub(crate) struct HitAnswer<'d> {
     /// Now, in Unix seconds (for `Age`).
     pub now: u64,
     /// Close the connection after this answer.
     pub close: bool,
     /// The origin has just validated the object for this request.
     pub validated: bool,
+    /// Now as an HTTP date (the `Date` of an answer the proxy generates: a
+    /// 412 or 416).
+    pub date: &'d [u8],
 }
 
 impl Worker<'_> {
@@ -95,20 +101,25 @@ impl Worker<'_> {
             now,
             close,
             validated: true,
+            date: sh.date.get(),
         };
-        serve_hit(&mut c.out, &c.req, &c.req_data, &serve, answer, &mut sh.stats);
+        let conds = Conditions::from_head(&c.req, &c.req_data);
+        serve_hit(&mut c.out, &c.req, &conds, &serve, answer, &mut sh.stats);
         c.close_after |= close;
         self.release_upstream(cx, ut, reusable);
         Flow::Again
     }
 }
 
-/// Answer a request (head `data`, parsed as `req`) from a stored object: its
-/// conditionals, If-Range, Range and HEAD applied by the shared answer
-/// function (`weft_http::represent`, as a cache), the head written with
-/// `weft_http::encode`. Body bytes go out as shared segments of the object
-/// (no copy). A stored response other than a 200 is sent as it is: the
-/// conditionals and ranges do not apply to it (RFC 9110 §13.2.1).
+/// Answer a request (parsed as `req`, its conditional and range fields
+/// `conds`) from a stored object: its conditionals, If-Range, Range and HEAD
+/// applied by the shared answer function (`weft_http::represent`, as a
+/// cache), the head written with `weft_http::encode` and
+/// `weft_http::respond` (a 304 with only the fields RFC 9110 §15.4.5 lists;
+/// a 412 or 416 as a generated answer: `Date`, `Server`, a short body, no
+/// `Age`). Body bytes go out as shared segments of the object (no copy). A
+/// stored response other than a 200 is sent as it is: the conditionals and
+/// ranges do not apply to it (RFC 9110 §13.2.1).
 /// `validated`: the origin has just validated the object for this request
 /// (a 304 to our conditional request): the answer then has no `Age`, whose
 /// presence says the opposite (RFC 9111 §5.1), so clients and measuring
@@ -116,12 +127,17 @@ impl Worker<'_> {
 pub(crate) fn serve_hit(
     out: &mut OutChain,
     req: &RequestHead,
-    data: &[u8],
+    conds: &Conditions<'_>,
     obj: &Object,
-    answer: HitAnswer,
+    answer: HitAnswer<'_>,
     st: &mut ProxyStats,
 ) {
-    let HitAnswer { now, close, validated } = answer;
+    let HitAnswer {
+        now,
+        close,
+        validated,
+        date,
+    } = answer;
     let method = req.method();
     let len = obj.body.len() as u64;
     let decision = if obj.status == 200 {
@@ -133,7 +149,7 @@ pub(crate) fn serve_hit(
                 .map(|(_, t)| UNIX_EPOCH + Duration::from_secs(*t)),
             len,
         };
-        represent::answer(method, &Conditions::from_head(req, data), &rep, Role::Cache)
+        represent::answer(method, conds, &rep, Role::Cache)
     } else {
         Answer::Full {
             len,
@@ -142,7 +158,8 @@ pub(crate) fn serve_hit(
     };
     let age = obj.age(now);
     let persist = encode::Persist::new(close, req.version() == Version::Http10);
-    // Age, the length, the connection, the blank line.
+    // Age (an answer from the stored response), the length, the
+    // connection, the blank line.
     let tail = |v: &mut Vec<u8>, content_length: Option<u64>| {
         if !validated {
             encode::field_u64(v, b"Age", age);
@@ -158,16 +175,20 @@ pub(crate) fn serve_hit(
     match decision {
         Answer::NotModified => {
             let v = out.own_mut();
-            headers::write_304_fields(v, &obj.head[..stored_fields], obj.status_line_len);
+            let fields = &obj.head[obj.status_line_len.min(stored_fields)..stored_fields];
+            respond::not_modified(v, date, fields);
             tail(v, None);
         }
         Answer::PreconditionFailed | Answer::RangeNotSatisfiable { .. } => {
-            let v = out.own_mut();
-            encode::status_line(v, decision.status());
-            if let Some(cr) = decision.content_range() {
-                encode::content_range(v, cr);
-            }
-            tail(v, Some(0));
+            // Generated here, not stored: no Age, no validators.
+            let range = decision.content_range();
+            let extra = |v: &mut Vec<u8>| range.into_iter().for_each(|r| encode::content_range(v, r));
+            let why = match decision {
+                Answer::PreconditionFailed => "a precondition of the request does not hold",
+                _ => "no requested range is in the stored response",
+            };
+            let head_only = method == Method::Head;
+            respond::simple_with(out.own_mut(), decision.status(), date, extra, why, head_only, persist);
         }
         Answer::Partial { start, end, .. } => {
             encode::status_line(out.own_mut(), 206);

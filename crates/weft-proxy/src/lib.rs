@@ -53,7 +53,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use weft_io::sys::{self, Fd};
-use weft_io::{bind_reuseport, GroupStats, PipeBudget, PipePool, Shutdown, WorkerGroup, WorkerSeat};
+use weft_io::{GroupStats, PipeBudget, PipePool, Shutdown, WorkerGroup, WorkerSeat};
 
 /// Idle pipes kept per worker (HAProxy keeps a similar per-thread cache).
 const IDLE_PIPES: usize = 64;
@@ -110,8 +110,8 @@ impl Proxy {
         let nofile = sys::raise_nofile_limit().unwrap_or(1024);
         weft_core::debug!("descriptor limit {nofile}");
         let workers = cfg.workers.max(1);
-        let (listeners, addr) = bind_reuseport(cfg.listen, workers, cfg.backlog)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
+        let share = weft_io::workers::PortShare::from_reuse_port(cfg.reuse_port);
+        let (listeners, addr) = weft_io::workers::bind_listeners(cfg.listen, workers, cfg.backlog, share)?;
         for l in &listeners {
             tune_listener(l, &cfg);
         }

@@ -12,6 +12,7 @@ use crate::resolve;
 use crate::worker::{client_of, Flow, Shared, Worker};
 use weft_http::caching::{self, Usable};
 use weft_http::date::unix_secs;
+use weft_http::represent::Conditions;
 use weft_http::{BodyFraming, CacheControl, ChunkedDecoder, Method, RequestHead, Version};
 use weft_io::{Ctx, Poller, Token};
 
@@ -42,7 +43,9 @@ impl Worker<'_> {
             Err(e) => {
                 self.sh.stats.requests += 1;
                 self.sh.stats.bad_requests += 1;
-                reject(c, &self.sh.date, e.status, e.reason);
+                // The method of a request that does not parse is not known:
+                // the body goes out (the connection closes after it).
+                reject(c, &self.sh.date, e.status, e.reason, false);
                 return Some(Flow::Again);
             }
         };
@@ -51,9 +54,16 @@ impl Worker<'_> {
             c.requests += 1;
         }
         c.head_started = None;
+        let head_only = c.req.method() == Method::Head;
         if !c.allowed {
             self.sh.stats.denied += 1;
-            reject(c, &self.sh.date, 403, "client address not allowed to use this proxy");
+            reject(
+                c,
+                &self.sh.date,
+                403,
+                "client address not allowed to use this proxy",
+                head_only,
+            );
             return Some(Flow::Again);
         }
         let routed = self.route(cx, ct, n);
@@ -66,7 +76,7 @@ impl Worker<'_> {
             Ok(f) => Some(f),
             Err((status, reason)) => {
                 self.sh.stats.bad_requests += 1;
-                reject(c, &self.sh.date, status, reason);
+                reject(c, &self.sh.date, status, reason, head_only);
                 Some(Flow::Again)
             }
         }
@@ -241,6 +251,17 @@ fn from_cache(
 ) -> Option<Result<Flow, Refusal>> {
     let data = &c.input.pending()[..n];
     let req = &c.req;
+    let conds = Conditions::from_head(req, data);
+    if !conds.cache_may_answer() {
+        // If-Match / If-Unmodified-Since: not a cache's to evaluate (RFC
+        // 9111 §4.3.2); the origin answers, and its response is stored as
+        // usual. Unless the client forbids asking it.
+        if txn.req_cc.only_if_cached {
+            sh.stats.only_if_cached_misses += 1;
+            return Some(Err((504, "not in cache (only-if-cached)")));
+        }
+        return None;
+    }
     let vary_scratch = &mut sh.vary_scratch;
     let select = |o: &crate::store::Object| match &o.vary {
         None => true,
@@ -269,8 +290,9 @@ fn from_cache(
                         now,
                         close,
                         validated: false,
+                        date: sh.date.get(),
                     };
-                    serve_hit(&mut c.out, req, data, &obj, answer, &mut sh.stats);
+                    serve_hit(&mut c.out, req, &conds, &obj, answer, &mut sh.stats);
                     c.input.consume(n);
                     c.close_after |= close;
                     Some(Ok(Flow::Again))

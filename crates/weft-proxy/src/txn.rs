@@ -18,6 +18,7 @@ use crate::worker::{client_of, interest, pair, Flow, Worker, BATCH_TIMER, BATCH_
 use std::os::fd::AsFd;
 use std::time::Instant;
 use weft_http::respond::{self, Persist};
+use weft_http::Method;
 use weft_io::sys;
 use weft_io::{BufPool, Ctx, Poller, Token};
 
@@ -207,6 +208,7 @@ impl Worker<'_> {
             relay.abandon(&mut self.sh.stats, true);
         }
         let responded = txn.responded;
+        let head_only = txn.method == Method::Head;
         let body_pending = !matches!(txn.body, ReqBody::None);
         let keep = txn.client_keep_alive && !body_pending && !self.sh.draining;
         c.spare = Some(txn);
@@ -229,7 +231,7 @@ impl Worker<'_> {
         let date = self.sh.date.get();
         {
             let v = c.out.own_mut();
-            respond::simple(v, status, date, b"", reason, false, persist);
+            respond::simple(v, status, date, b"", reason, head_only, persist);
         }
         if !keep {
             c.close_after = true;

@@ -196,20 +196,35 @@ fn serve_file(
     let out = c.out.own_mut();
     match answer {
         Answer::PreconditionFailed => {
-            return (status, respond::simple(out, status, date, b"", "", head_only, persist));
+            let why = "a precondition of the request does not hold";
+            return (status, respond::simple(out, status, date, b"", why, head_only, persist));
         }
         Answer::RangeNotSatisfiable { .. } => {
             let range = answer.content_range();
             let extra = |o: &mut Vec<u8>| range.into_iter().for_each(|r| encode::content_range(o, r));
             return (
                 status,
-                respond::simple_with(out, status, date, extra, "", head_only, persist),
+                respond::simple_with(
+                    out,
+                    status,
+                    date,
+                    extra,
+                    "no requested range is in the file",
+                    head_only,
+                    persist,
+                ),
             );
         }
-        Answer::Full { .. } | Answer::Partial { .. } | Answer::NotModified => {}
+        Answer::NotModified => {
+            // Only what RFC 9110 §15.4.5 lists: here the ETag (no Content-Type).
+            respond::not_modified(out, date, &f.fields);
+            respond::end_head(out, None, persist);
+            return (status, 0);
+        }
+        Answer::Full { .. } | Answer::Partial { .. } => {}
     }
     respond::start_head(out, status, date);
-    // Content-Type and the validators (a 304 carries them too: RFC 9110 §15.4.5).
+    // Content-Type and the validators.
     out.extend_from_slice(&f.fields);
     if let Some(r) = answer.content_range() {
         encode::content_range(out, r);

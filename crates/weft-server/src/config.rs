@@ -69,6 +69,9 @@ pub struct ServeConfig {
     pub accept_limit: Option<usize>,
     /// Listen backlog.
     pub backlog: i32,
+    /// Share the listening port with other processes (`--reuse-port`);
+    /// otherwise a port another process holds is an error.
+    pub reuse_port: bool,
     /// Close a keep-alive connection idle this long.
     pub idle_timeout: Duration,
     /// Close a connection whose request head is not complete this long after it began.
@@ -112,6 +115,7 @@ impl Default for ServeConfig {
             workers: weft_io::sys::available_cpus(),
             accept_limit: Some(10),
             backlog: 4096,
+            reuse_port: false,
             idle_timeout: Duration::from_secs(60),
             header_timeout: Duration::from_secs(10),
             send_timeout: Duration::from_secs(60),

@@ -41,7 +41,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Instant;
 use weft_io::sys::{self, Fd};
-use weft_io::{bind_reuseport, GroupStats, Shutdown, WorkerGroup, WorkerSeat};
+use weft_io::{GroupStats, Shutdown, WorkerGroup, WorkerSeat};
 
 /// A running server: its address and its workers (with their shutdown switch).
 pub struct Server {
@@ -86,8 +86,8 @@ impl Server {
             }
             None => None,
         };
-        let (listeners, addr) = bind_reuseport(cfg.listen, workers, cfg.backlog)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
+        let share = weft_io::workers::PortShare::from_reuse_port(cfg.reuse_port);
+        let (listeners, addr) = weft_io::workers::bind_listeners(cfg.listen, workers, cfg.backlog, share)?;
         for l in &listeners {
             // Accepted sockets inherit TCP_NODELAY from the listener on Linux: a
             // second small write on a connection (pipelined responses) must not

@@ -568,3 +568,27 @@ proptest! {
 fn get_len(range: &[u8], len: u64) -> Answer {
     answer(Method::Get, &ranged(range), &file(len), Role::Origin)
 }
+
+#[test]
+fn a_cache_forwards_if_match_and_if_unmodified_since() {
+    assert!(Conditions::default().cache_may_answer());
+    let inm = Conditions {
+        if_none_match: Some(ETAG),
+        if_modified_since: Some(b"x"),
+        range: Some(b"bytes=0-1"),
+        ..Conditions::default()
+    };
+    assert!(inm.cache_may_answer());
+    for c in [
+        Conditions {
+            if_match: Some(b"*"),
+            ..Conditions::default()
+        },
+        Conditions {
+            if_unmodified_since: Some(b"Sun, 06 Nov 1994 08:49:37 GMT"),
+            ..Conditions::default()
+        },
+    ] {
+        assert!(!c.cache_may_answer());
+    }
+}

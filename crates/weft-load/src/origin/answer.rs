@@ -303,7 +303,12 @@ fn object(c: &mut Conn, s: &mut Shared<'_>, n: usize, spec: Option<urls::Spec>, 
             s.stats.not_modified += 1;
             (304, 0)
         }
-        Precondition::Failed => (412, 0),
+        Precondition::Failed => {
+            // A generated answer: a short body, no validators or caching fields.
+            let why = b"a precondition of the request does not hold\n";
+            simple(&mut c.out, s.date.get(), 412, why, head_only, close);
+            return;
+        }
     };
     let cache_value: &[u8] = match head.header(req, "x-weft-cache") {
         Some(v) if !v.is_empty() && v.iter().all(|&b| (b' '..0x7f).contains(&b)) => v,
@@ -316,11 +321,13 @@ fn object(c: &mut Conn, s: &mut Shared<'_>, n: usize, spec: Option<urls::Spec>, 
     encode::status_line(out, status);
     encode::date(out, s.date.get());
     encode::field(out, b"Server", b"weft-origin");
-    encode::field(out, b"Content-Type", content_type(path));
+    // A 304 carries only what RFC 9110 §15.4.5 lists (ETag, Cache-Control):
+    // no Content-Type, and no Last-Modified beside the ETag.
     if status != 304 {
+        encode::field(out, b"Content-Type", content_type(path));
         encode::content_length(out, body_len);
+        encode::last_modified(out, lm);
     }
-    encode::last_modified(out, lm);
     encode::etag(out, etag);
     if !cache_value.is_empty() {
         encode::field(out, b"Cache-Control", cache_value);

@@ -80,6 +80,9 @@ pub struct OriginConfig {
     pub seed: u64,
     /// Listen backlog.
     pub backlog: i32,
+    /// Share the listening port with other processes (`--reuse-port`);
+    /// otherwise a port another process holds is an error.
+    pub reuse_port: bool,
 }
 
 impl Default for OriginConfig {
@@ -97,6 +100,7 @@ impl Default for OriginConfig {
             limits: Limits::default(),
             seed: 1,
             backlog: 4096,
+            reuse_port: false,
         }
     }
 }
@@ -121,8 +125,8 @@ impl Origin {
             .map_err(|e| io::Error::other(format!("--event {}: {e}", cfg.event)))?;
         let _ = sys::raise_nofile_limit();
         let workers = cfg.workers.max(1);
-        let (listeners, addr) = weft_io::bind_reuseport(cfg.listen, workers, cfg.backlog)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
+        let share = weft_io::workers::PortShare::from_reuse_port(cfg.reuse_port);
+        let (listeners, addr) = weft_io::workers::bind_listeners(cfg.listen, workers, cfg.backlog, share)?;
         let cfg = Arc::new(cfg);
         let workers = WorkerGroup::start("weft-origin", listeners, move |seat: WorkerSeat| {
             weft_io::with_backend!(cfg.event, P => {
