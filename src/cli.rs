@@ -33,6 +33,8 @@ pub enum Command {
     Load(Box<crate::load::LoadArgs>),
     /// The workload origin server: sizes, cacheability and think times per URL or header.
     Origin(Box<crate::origin::OriginArgs>),
+    /// Trace-driven cluster simulator: WRR, LB, LARD, LARD/R... on a log or a synthetic trace.
+    Sim(Box<crate::sim::SimArgs>),
 }
 
 /// `weft check`.

@@ -9,6 +9,7 @@ mod origin;
 mod proxy;
 mod serve;
 mod service;
+mod sim;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -46,6 +47,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check(args),
         Command::Load(args) => load::run(*args),
         Command::Origin(args) => origin::run(*args),
+        Command::Sim(args) => sim::run(*args),
     }
 }
 

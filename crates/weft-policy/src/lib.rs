@@ -6,12 +6,15 @@
 //!
 //! - [`replacement`]: cache replacement — LRU and Greedy-Dual-Size (Cao and
 //!   Irani, as used by IO-Lite's unified cache in the thesis, 004 ch. 2).
-//!
-//! Request distribution (WRR, LARD, LARD/R) and back-end health states will
-//! live here too, shared by `weft front` and `weft sim`.
+//! - [`distribution`]: request distribution for a cluster front-end — WRR,
+//!   LB, LB/GC, LARD, LARD/R (thesis 004 ch. 3) and bounded-load consistent
+//!   hashing — behind one [`Dispatcher`] that holds loads, health and the
+//!   admission limit. `weft sim` drives it today; `weft front` will.
 
 #![forbid(unsafe_code)]
 
+pub mod distribution;
 pub mod replacement;
 
+pub use distribution::{Dispatcher, DispatcherConfig, Placement, Policy, Request, Strategy};
 pub use replacement::{Gds, Lru, Replacement};
