@@ -230,6 +230,8 @@ pub struct ProxyConfig {
     pub stats_on_exit: bool,
     /// Serve live counters as JSON on this address.
     pub admin: Option<SocketAddr>,
+    /// `weft front`: the upstream of each request is chosen by this decision state.
+    pub front: Option<std::sync::Arc<crate::front::Front>>,
 }
 
 impl ProxyConfig {
@@ -289,6 +291,7 @@ impl Default for ProxyConfig {
             grace: Duration::from_secs(10),
             stats_on_exit: false,
             admin: None,
+            front: None,
         }
     }
 }
