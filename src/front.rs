@@ -83,7 +83,7 @@ pub struct FrontArgs {
     #[arg(long, value_name = "PATH")]
     pub health_path: Option<String>,
 
-    /// Give up connecting to a back-end after this long (504) [default: 10s].
+    /// Give up connecting to a back-end after this long (504) [default: 5s].
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub connect_timeout: Option<Duration>,
 
@@ -95,7 +95,7 @@ pub struct FrontArgs {
     #[arg(long, value_name = "N", value_parser = positive)]
     pub pool_size: Option<usize>,
 
-    /// Close pooled idle back-end connections after this long [default: 30s].
+    /// Close pooled idle back-end connections after this long [default: 15s].
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub pool_idle_timeout: Option<Duration>,
 }

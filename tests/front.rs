@@ -60,7 +60,10 @@ fn get_on(r: &mut Reader, path: &str) -> common::Response {
 /// Which back-end wrote a target's body.
 fn who(body: &[u8]) -> usize {
     let s = String::from_utf8_lossy(body);
-    s.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("body {s:?}"))
+    s.split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("body {s:?}"))
 }
 
 /// `GET path` with Connection: close on a fresh connection; the whole reply.
@@ -113,7 +116,9 @@ fn holding_backend() -> Holding {
                         // Wait for one release per request.
                         let _ = gate.lock().unwrap().recv();
                     }
-                    if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n").is_err() {
+                    if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+                        .is_err()
+                    {
                         return;
                     }
                 }
@@ -148,7 +153,11 @@ mod scenarios {
         let bs: Vec<(Weft, TempDir)> = (0..3).map(backend).collect();
         let addrs: Vec<SocketAddr> = bs.iter().map(|b| b.0.addr).collect();
         let admin = free_addr();
-        let f = front(event, &addrs, &["--policy", "lard", "--admin", &admin, "--health-path", "/health"]);
+        let f = front(
+            event,
+            &addrs,
+            &["--policy", "lard", "--admin", &admin, "--health-path", "/health"],
+        );
         let mut owner = vec![None; TARGETS];
         let mut used = HashSet::new();
         for round in 0..3 {
@@ -211,7 +220,9 @@ mod scenarios {
             clients.push(std::thread::spawn(move || {
                 let mut statuses = Vec::new();
                 while stop.load(Ordering::SeqCst) == 0 {
-                    let Ok(s) = TcpStream::connect(front_addr) else { continue };
+                    let Ok(s) = TcpStream::connect(front_addr) else {
+                        continue;
+                    };
                     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
                     let mut r = Reader::new(s);
                     for k in 0..TARGETS {
@@ -269,7 +280,16 @@ mod scenarios {
         let f = front(
             event,
             &[h.addr],
-            &["--t-low", "1", "--t-high", "1", "--queue-limit", "1", "--health-path", "/health"],
+            &[
+                "--t-low",
+                "1",
+                "--t-high",
+                "1",
+                "--queue-limit",
+                "1",
+                "--health-path",
+                "/health",
+            ],
         );
         let mut first = Reader::new(f.connect());
         first.send(b"GET /one HTTP/1.1\r\nHost: c\r\n\r\n");
@@ -277,7 +297,11 @@ mod scenarios {
         let mut second = Reader::new(f.connect());
         second.send(b"GET /two HTTP/1.1\r\nHost: c\r\n\r\n");
         std::thread::sleep(Duration::from_millis(200));
-        assert_eq!(h.seen.load(Ordering::SeqCst), 1, "the second request waits at the front-end");
+        assert_eq!(
+            h.seen.load(Ordering::SeqCst),
+            1,
+            "the second request waits at the front-end"
+        );
         let mut third = Reader::new(f.connect());
         third.send(b"GET /three HTTP/1.1\r\nHost: c\r\n\r\n");
         let resp = third.response(false);

@@ -108,7 +108,12 @@ pub fn section_settings(
                     match t.get("weight") {
                         Some(toml::Value::Integer(w)) => format!("{addr}={w}"),
                         None if t.len() == 1 => addr.to_string(),
-                        _ => return Err(err(Some(full.clone()), "expected `addr` and an integer `weight`".into())),
+                        _ => {
+                            return Err(err(
+                                Some(full.clone()),
+                                "expected `addr` and an integer `weight`".into(),
+                            ))
+                        }
                     }
                 }
                 _ => {

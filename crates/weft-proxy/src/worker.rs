@@ -231,7 +231,8 @@ impl<'a> Worker<'a> {
             cx.register(fd, DISK, Interest::READ).map_err(reg)?;
         }
         if let Some(front) = self.sh.cfg.front.as_deref() {
-            cx.register(front.waker(self.sh.index), FRONT, Interest::READ).map_err(reg)?;
+            cx.register(front.waker(self.sh.index), FRONT, Interest::READ)
+                .map_err(reg)?;
         }
         self.sh.date.update(cx.wall);
         Ok(())

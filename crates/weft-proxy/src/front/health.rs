@@ -139,7 +139,11 @@ fn run(front: &Front, cfg: &HealthConfig, stop: &AtomicBool) {
         }
         // Sleep out the interval in short slices so a stop is quick.
         while !stop.load(Ordering::Relaxed) && round.elapsed() < cfg.interval {
-            std::thread::sleep(cfg.interval.saturating_sub(round.elapsed()).min(Duration::from_millis(20)));
+            std::thread::sleep(
+                cfg.interval
+                    .saturating_sub(round.elapsed())
+                    .min(Duration::from_millis(20)),
+            );
         }
     }
 }

@@ -345,7 +345,10 @@ impl FrontServer {
     /// cache is turned off and its upstream is chosen per request.
     pub fn start((front_cfg, mut proxy): (FrontConfig, ProxyConfig)) -> io::Result<FrontServer> {
         let Some(first) = front_cfg.backends.first() else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no back-end (--backend ADDR)"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no back-end (--backend ADDR)",
+            ));
         };
         let front = Arc::new(Front::new(&front_cfg, proxy.workers.max(1))?);
         // Reverse mode routes every request; the address is replaced by the
@@ -362,9 +365,10 @@ impl FrontServer {
         let proxy = Proxy::start(proxy)?;
         let health = health::Checker::start(front.clone(), front_cfg.health.clone())?;
         let admin_addr = match front_cfg.admin {
-            Some(a) => Some(admin::start(a, front.clone()).map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}"))
-            })?),
+            Some(a) => Some(
+                admin::start(a, front.clone())
+                    .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}")))?,
+            ),
             None => None,
         };
         Ok(FrontServer {
