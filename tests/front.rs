@@ -158,17 +158,17 @@ mod scenarios {
             &addrs,
             &["--policy", "lard", "--admin", &admin, "--health-path", "/health"],
         );
-        let mut owner = vec![None; TARGETS];
+        let mut owner: [Option<usize>; TARGETS] = [None; TARGETS];
         let mut used = HashSet::new();
         for round in 0..3 {
             let mut r = Reader::new(f.connect());
-            for k in 0..TARGETS {
+            for (k, owner) in owner.iter_mut().enumerate() {
                 let resp = get_on(&mut r, &format!("/t{k}.txt"));
                 assert_eq!(resp.status, 200, "round {round} target {k}");
                 let b = who(&resp.body);
                 assert_eq!(resp.body, format!("backend {b} target {k}\n").into_bytes());
-                match owner[k] {
-                    None => owner[k] = Some(b),
+                match *owner {
+                    None => *owner = Some(b),
                     Some(o) => assert_eq!(o, b, "target {k} moved at light load"),
                 }
                 used.insert(b);
