@@ -8,7 +8,10 @@ use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use weft_sim::{json_document, simulate, table, CachePolicy, CostModel, Input, LardParams, Policy, SimConfig};
+use weft_sim::synth::HotTargets;
+use weft_sim::{
+    json_document, simulate, table, CachePolicy, CostModel, Input, LardParams, Policy, SimConfig, SynthOptions,
+};
 
 /// A strategy as `weft sim` names it: a weft-policy strategy, or WRR over a
 /// global memory system.
@@ -96,6 +99,33 @@ fn parse_locality(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `SHARE[:COUNT[:SIZE]]`, e.g. `0.3` or `0.3:5:32KiB`.
+fn parse_hot(s: &str) -> Result<HotTargets, String> {
+    let bad = || format!("invalid hot targets `{s}` (expected SHARE[:COUNT[:SIZE]], e.g. 0.3:5:32KiB, 0 < SHARE < 1)");
+    let mut parts = s.split(':');
+    let share = parts
+        .next()
+        .and_then(|p| p.parse::<f64>().ok())
+        .filter(|p| *p > 0.0 && *p < 1.0)
+        .ok_or_else(bad)?;
+    let count = match parts.next() {
+        Some(c) => c
+            .parse::<u32>()
+            .ok()
+            .filter(|c| (1..=10_000).contains(c))
+            .ok_or_else(bad)?,
+        None => 5,
+    };
+    let size = match parts.next() {
+        Some(z) => parse_size(z).map_err(|_| bad())?,
+        None => 32 * 1024,
+    };
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    Ok(HotTargets { share, count, size })
+}
+
 fn parse_requests(s: &str) -> Result<u64, String> {
     match s.replace('_', "").parse::<u64>() {
         Ok(n) if n > 0 => Ok(n),
@@ -176,6 +206,11 @@ pub struct SimArgs {
     /// [default: 0].
     #[arg(long, value_name = "P", value_parser = parse_locality)]
     pub locality: Option<f64>,
+
+    /// Synthetic traces: artificial hot targets (§3.3.2), SHARE[:COUNT[:SIZE]]: COUNT extra
+    /// targets of SIZE bytes draw SHARE of all requests [default count 5, size 32KiB].
+    #[arg(long, value_name = "SHARE[:COUNT[:SIZE]]", value_parser = parse_hot)]
+    pub hot: Option<HotTargets>,
 
     /// Seed of a synthetic trace (sizes and draws) [default: 1].
     #[arg(long, value_name = "S")]
@@ -263,12 +298,16 @@ pub fn run(args: SimArgs) -> ExitCode {
     );
     let seed = args.seed.unwrap_or(1);
     let input = Input::from_arg(&args.trace, seed);
+    let synth = SynthOptions {
+        locality: args.locality.unwrap_or(0.0),
+        hot: args.hot,
+    };
     let mut runs = Vec::new();
     let mut warned = false;
     for &n in &nodes {
         for &p in &policies {
             let config = args.config(n, p);
-            let mut source = match input.open(args.requests, seed, args.locality.unwrap_or(0.0)) {
+            let mut source = match input.open(args.requests, seed, synth) {
                 Ok(s) => s,
                 Err(e) => return crate::args::fatal(e),
             };

@@ -1,13 +1,22 @@
 //! Where a run's requests come from: a log file or a synthetic trace, opened
 //! anew for each run so every run sees the same requests.
 
-use crate::synth::{Population, SynthTrace, TraceShape};
+use crate::synth::{HotTargets, Population, SynthTrace, TraceShape};
 use crate::trace::{ClfTrace, TraceSource};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Requests of a synthetic trace unless told otherwise.
 pub const DEFAULT_SYNTHETIC_REQUESTS: u64 = 1_000_000;
+
+/// How a synthetic trace departs from the plain fit (see [`crate::synth`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SynthOptions {
+    /// Probability of repeating one of the last requests.
+    pub locality: f64,
+    /// Artificial hot targets.
+    pub hot: Option<HotTargets>,
+}
 
 /// A trace to run.
 pub enum Input {
@@ -28,12 +37,13 @@ impl Input {
 
     /// A fresh stream of at most `requests` requests (a synthetic trace has
     /// exactly that many, [`DEFAULT_SYNTHETIC_REQUESTS`] if `None`).
-    /// `locality` applies to synthetic traces (see [`crate::synth`]).
-    pub fn open(&self, requests: Option<u64>, seed: u64, locality: f64) -> Result<Box<dyn TraceSource>, String> {
+    /// `synth` applies to synthetic traces only.
+    pub fn open(&self, requests: Option<u64>, seed: u64, synth: SynthOptions) -> Result<Box<dyn TraceSource>, String> {
         Ok(match self {
             Input::Synthetic(_, pop) => Box::new(
                 SynthTrace::new(pop.clone(), requests.unwrap_or(DEFAULT_SYNTHETIC_REQUESTS), seed)
-                    .with_locality(locality),
+                    .with_locality(synth.locality)
+                    .with_hot(synth.hot),
             ),
             Input::Log(path) => Box::new(ClfTrace::open(path, requests)?),
         })

@@ -27,7 +27,7 @@ pub mod trace;
 pub use cache::CachePolicy;
 pub use cost::CostModel;
 pub use engine::{simulate, SimConfig};
-pub use input::{json_document, Input};
+pub use input::{json_document, Input, SynthOptions};
 pub use report::{table, SimReport};
 pub use trace::{ClfTrace, TraceRequest, TraceSource, TraceStats};
 
