@@ -404,3 +404,67 @@ impl FrontServer {
 }
 
 pub(crate) use place::{count_bytes, release};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_backends(queue_limit: usize) -> Front {
+        let cfg = FrontConfig {
+            backends: vec!["127.0.0.1:1".parse().unwrap(), "127.0.0.1:2=2".parse().unwrap()],
+            policy: Policy::Wrr,
+            dispatch: DispatcherConfig {
+                t_low: 1,
+                t_high: 1,
+                queue_limit,
+                admission: true,
+            },
+            ..FrontConfig::default()
+        };
+        Front::new(&cfg, 2).unwrap()
+    }
+
+    #[test]
+    fn backends_parse_with_weights() {
+        let b: BackendSpec = "10.0.0.1:80=3".parse().unwrap();
+        assert_eq!((b.addr.port(), b.weight), (80, 3));
+        assert_eq!("10.0.0.1:80".parse::<BackendSpec>().unwrap().weight, 1);
+        assert!("10.0.0.1:80=0".parse::<BackendSpec>().is_err());
+        assert!("host:80".parse::<BackendSpec>().is_err());
+        assert!("handoff".parse::<Mode>().unwrap_err().contains("not built"));
+    }
+
+    #[test]
+    fn waiting_requests_are_admitted_through_their_workers_mailbox() {
+        // S = (2-1)*1 + 1 - 1 = 1; one may wait.
+        let f = two_backends(1);
+        let t = |i| Token::new(i, 0);
+        let Placement::Assigned(s) = f.place(0, t(1), 7) else {
+            panic!()
+        };
+        assert_eq!(f.place(1, t(2), 8), Placement::Queued);
+        assert!(matches!(f.place(0, t(3), 9), Placement::Rejected(_)));
+        f.finished(s);
+        let mut got = Vec::new();
+        f.take_admitted(0, &mut got);
+        assert!(got.is_empty(), "worker 0 has nothing waiting");
+        f.take_admitted(1, &mut got);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].token, t(2));
+        let s2 = got[0].server.expect("a back-end");
+        let json = admin::render_json(&f);
+        assert!(
+            json.contains("\"in_flight\":1,\"admission_limit\":1,\"queue_len\":0"),
+            "{json}"
+        );
+        // Every back-end down: what waits is refused.
+        assert_eq!(f.place(0, t(4), 10), Placement::Queued);
+        f.failed(0);
+        f.set_up(1, false);
+        got.clear();
+        f.take_admitted(0, &mut got);
+        assert_eq!((got.len(), got[0].server), (1, None));
+        f.finished(s2);
+        assert!(admin::render_prometheus(&f).contains("weft_front_backend_up{worker=\"1\"} 0"));
+    }
+}
