@@ -132,6 +132,20 @@ fn holding_backend() -> Holding {
     }
 }
 
+/// A back-end that reads a request head and closes without answering.
+fn dropping_backend() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { return };
+            let mut tmp = [0u8; 4096];
+            let _ = s.read(&mut tmp);
+        }
+    });
+    addr
+}
+
 fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
@@ -314,6 +328,49 @@ mod scenarios {
         assert_eq!(resp.status, 200);
         assert_eq!(resp.body, b"ok\n");
     }
+
+    /// A back-end that drops requests unanswered: a GET goes to another
+    /// back-end (nothing was sent to the client yet) and the dropper is
+    /// marked down; a POST with a body, which may have reached it, gets 502.
+    pub fn dropped_requests_go_elsewhere_or_502(event: &str) {
+        let good = backend(0);
+        let dropper = dropping_backend();
+        let admin = free_addr();
+        let f = front(
+            event,
+            &[dropper, good.0.addr],
+            &[
+                "--policy",
+                "wrr",
+                "--admin",
+                &admin,
+                "--health-path",
+                "/health",
+                "--health-interval",
+                "1h",
+            ],
+        );
+        let mut r = Reader::new(f.connect());
+        for k in 0..6 {
+            let resp = get_on(&mut r, &format!("/t{k}.txt"));
+            assert_eq!(resp.status, 200, "target {k}");
+            assert_eq!(who(&resp.body), 0);
+        }
+        let stats = fetch(&admin, "/stats");
+        assert!(
+            stats.contains(&format!("\"addr\":\"{dropper}\",\"state\":\"down\"")),
+            "{stats}"
+        );
+        // Only the dropper: a POST is not sent twice.
+        let f = front(
+            event,
+            &[dropper],
+            &["--health-path", "/health", "--health-interval", "1h"],
+        );
+        let mut r = Reader::new(f.connect());
+        r.send(b"POST /form HTTP/1.1\r\nHost: c\r\nContent-Length: 5\r\n\r\nhello");
+        assert_eq!(r.response(false).status, 502);
+    }
 }
 
 // The proxy's worker (and so the front-end) takes the untracked backends:
@@ -322,7 +379,8 @@ per_backend!(
     untracked:
     places_by_target_and_relays_exactly,
     backend_killed_mid_run,
-    queued_at_s_and_503_beyond
+    queued_at_s_and_503_beyond,
+    dropped_requests_go_elsewhere_or_502
 );
 
 #[test]
