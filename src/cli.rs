@@ -25,6 +25,9 @@ pub enum Command {
     Serve(Box<crate::serve::ServeArgs>),
     /// Caching forward and reverse HTTP proxy with kernel splicing (KeepCopy, CONNECT tunnels).
     Proxy(Box<crate::proxy::ProxyArgs>),
+    /// Cluster front-end: places each request on a back-end by WRR, LB, LARD, LARD/R or
+    /// bounded-load consistent hashing, and relays it over pooled connections.
+    Front(Box<crate::front::FrontArgs>),
     /// Show which event backends and kernel features work on this machine.
     Backends,
     /// Validate a config file and exit (like `nginx -t`).
@@ -46,7 +49,7 @@ pub struct CheckArgs {
 }
 
 /// Sections a config file may have.
-pub const SECTIONS: &[&str] = &["serve", "proxy", "load", "origin"];
+pub const SECTIONS: &[&str] = &["serve", "proxy", "front", "load", "origin"];
 
 /// Find `-c FILE` / `--config FILE` / `--config=FILE` after the subcommand name.
 fn find_config(args: &[OsString]) -> Option<PathBuf> {

@@ -4,6 +4,7 @@
 
 mod args;
 mod cli;
+mod front;
 mod load;
 mod origin;
 mod proxy;
@@ -43,6 +44,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Proxy(args) => proxy::run(*args),
+        Command::Front(args) => front::run(*args),
         Command::Backends => backends(),
         Command::Check(args) => check(args),
         Command::Load(args) => load::run(*args),

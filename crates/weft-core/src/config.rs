@@ -101,6 +101,21 @@ pub fn section_settings(
                 toml::Value::Integer(i) => i.to_string(),
                 toml::Value::Float(f) => f.to_string(),
                 toml::Value::Boolean(b) => b.to_string(),
+                // An array of tables with `addr` and an optional `weight`
+                // (`[[front.backend]]`): the flag's `ADDR=WEIGHT` form.
+                toml::Value::Table(t) if t.get("addr").is_some_and(|a| a.is_str()) && t.len() <= 2 => {
+                    let addr = t["addr"].as_str().unwrap_or_default();
+                    match t.get("weight") {
+                        Some(toml::Value::Integer(w)) => format!("{addr}={w}"),
+                        None if t.len() == 1 => addr.to_string(),
+                        _ => {
+                            return Err(err(
+                                Some(full.clone()),
+                                "expected `addr` and an integer `weight`".into(),
+                            ))
+                        }
+                    }
+                }
                 _ => {
                     return Err(err(
                         Some(full.clone()),
@@ -187,6 +202,16 @@ mod tests {
         assert_eq!(s.len(), 2);
         let e = section_settings("w.toml", "[serve.x]\na=1\n", "serve", KNOWN).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("serve.x"));
+    }
+
+    #[test]
+    fn arrays_of_address_tables_become_addr_weight_values() {
+        let text = "[proxy]\n[[proxy.backend]]\naddr = \"127.0.0.1:1\"\nweight = 3\n[[proxy.backend]]\naddr = \"127.0.0.1:2\"\n";
+        let s = section_settings("w.toml", text, "proxy", KNOWN).unwrap();
+        let values: Vec<&str> = s.iter().map(|x| x.value.as_str()).collect();
+        assert_eq!(values, ["127.0.0.1:1=3", "127.0.0.1:2"]);
+        let bad = "[proxy]\n[[proxy.backend]]\naddr = \"a\"\nport = 3\n";
+        assert!(section_settings("w.toml", bad, "proxy", KNOWN).is_err());
     }
 
     #[test]

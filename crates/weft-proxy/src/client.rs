@@ -117,6 +117,7 @@ impl Worker<'_> {
             cx.close_later(fd, true);
         }
         if let Some(mut txn) = c.txn.take() {
+            crate::front::release(self.sh.cfg, &mut txn);
             if let Some(relay) = txn.relay.take() {
                 relay.abandon(&mut self.sh.stats, false);
             }

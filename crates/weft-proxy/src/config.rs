@@ -233,6 +233,8 @@ pub struct ProxyConfig {
     pub stats_on_exit: bool,
     /// Serve live counters as JSON on this address.
     pub admin: Option<SocketAddr>,
+    /// `weft front`: the upstream of each request is chosen by this decision state.
+    pub front: Option<std::sync::Arc<crate::front::Front>>,
 }
 
 impl ProxyConfig {
@@ -293,6 +295,7 @@ impl Default for ProxyConfig {
             grace: Duration::from_secs(10),
             stats_on_exit: false,
             admin: None,
+            front: None,
         }
     }
 }

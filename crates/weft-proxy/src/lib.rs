@@ -33,6 +33,7 @@ mod client;
 pub mod config;
 mod conn;
 pub mod disk;
+pub mod front;
 mod headers;
 mod hit;
 mod relay;

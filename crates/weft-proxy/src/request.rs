@@ -141,7 +141,10 @@ impl Worker<'_> {
         }
         txn.request_time = unix_secs(cx.wall);
         c.txn = Some(txn);
-        self.resolve(cx, ct);
+        match cfg.front.as_deref() {
+            Some(front) => self.front_place(cx, ct, front),
+            None => self.resolve(cx, ct),
+        }
         Ok(Flow::Again)
     }
 

@@ -332,6 +332,7 @@ impl Worker<'_> {
         txn.client_close = client_close;
         let persist = encode::Persist::new(client_close, txn.http10);
         write_client_head(&mut c.out, resp, rdata, sh, f, persist);
+        crate::front::count_bytes(cfg, txn, n as u64 + resp.content_length().unwrap_or(0));
         txn.responded = true;
         u.buf.consume(n);
         let Some(relay_framing) = relay_framing(framing, !txn.http10) else {

@@ -203,6 +203,7 @@ impl Worker<'_> {
         let Some(mut txn) = c.txn.take() else {
             return Flow::Again;
         };
+        crate::front::release(self.sh.cfg, &mut txn);
         let ut = txn.up.take();
         if let Some(relay) = txn.relay.take() {
             relay.abandon(&mut self.sh.stats, true);
@@ -355,6 +356,7 @@ impl Worker<'_> {
         let Some(mut txn) = c.txn.take() else {
             return Flow::Again;
         };
+        crate::front::release(self.sh.cfg, &mut txn);
         let ut = txn.up.take();
         let reusable = txn.up_keep_alive;
         if txn.client_close {

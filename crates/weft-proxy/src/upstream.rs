@@ -240,6 +240,9 @@ impl Worker<'_> {
     }
 
     pub(crate) fn connect_failed<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, e: io::Error) -> Flow {
+        if let Some(f) = self.front_backend_failed(cx, ct, false) {
+            return f;
+        }
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
@@ -326,6 +329,9 @@ impl Worker<'_> {
                 self.close_upstream(cx, ut);
             }
             return Flow::Again;
+        }
+        if let Some(f) = self.front_backend_failed(cx, ct, true) {
+            return f;
         }
         self.fail(cx, ct, 502, reason)
     }

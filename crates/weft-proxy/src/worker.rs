@@ -52,6 +52,8 @@ const WAKER: Token = Token::new(u32::MAX - 1, 0);
 const RESOLVER: Token = Token::new(u32::MAX - 2, 0);
 /// The disk store's mailbox: loads finished.
 const DISK: Token = Token::new(u32::MAX - 4, 0);
+/// `weft front`: queued requests admitted (`Worker::on_front_admitted`).
+const FRONT: Token = Token::new(u32::MAX - 5, 0);
 /// The worker's one timer for read batches (`cut_stalled_batches`).
 pub(crate) const BATCH_TIMER: Token = Token::new(u32::MAX - 3, 0);
 
@@ -227,6 +229,10 @@ impl<'a> Worker<'a> {
             .map_err(reg)?;
         if let Some(fd) = self.sh.cache.disk_waker() {
             cx.register(fd, DISK, Interest::READ).map_err(reg)?;
+        }
+        if let Some(front) = self.sh.cfg.front.as_deref() {
+            cx.register(front.waker(self.sh.index), FRONT, Interest::READ)
+                .map_err(reg)?;
         }
         self.sh.date.update(cx.wall);
         Ok(())
@@ -493,6 +499,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             }
             RESOLVER => self.on_answers(cx),
             DISK => self.on_loaded(cx),
+            FRONT => self.on_front_admitted(cx),
             token => {
                 let owner = match self.slab.get_mut(token) {
                     None => return,

@@ -1,0 +1,198 @@
+//! `weft front`: the argument struct, its mapping onto the proxy's settings
+//! and the front-end's (`FrontConfig`), and the run function.
+
+use crate::args::{duration, positive, set_given};
+use crate::service::{self, apply_service_args, Service, ServiceArgs};
+use clap::{ArgAction, Args};
+use std::io;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+use weft_io::Shutdown;
+use weft_proxy::front::{BackendSpec, FrontConfig, FrontServer, Mode, Policy};
+
+#[derive(Args, Debug, Default)]
+#[command(
+    mut_arg("listen", |a| a.help(
+        "Address to listen on; port 0 picks a free port. The bound address is printed on stdout as \
+         `listening on ADDR:PORT` [default: 127.0.0.1:3128]"
+    )),
+    mut_arg("event", |a| a
+        .value_parser(crate::args::event_untracked)
+        .help("Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll]")),
+    mut_arg("admin", |a| a.help(
+        "Serve the front-end's state (back-ends: state, load, requests, bytes; target map, queue) \
+         as JSON at http://ADDR/stats and as Prometheus text at /metrics"
+    )),
+    mut_arg("config", |a| a.help("Read settings from this TOML file's [front] table; flags override it")),
+)]
+pub struct FrontArgs {
+    // Listening, workers, timeouts, head limits, logging, the config file.
+    #[command(flatten)]
+    pub service: ServiceArgs,
+
+    /// A back-end HTTP server, with an optional weight (repeatable; the config
+    /// file takes a list, or `[[front.backend]]` tables with `addr` and `weight`).
+    #[arg(long, value_name = "ADDR:PORT[=WEIGHT]", action = ArgAction::Append)]
+    pub backend: Vec<BackendSpec>,
+
+    /// Request distribution: wrr, lb, lb-gc, lard, lard-r or chash (bounded-load
+    /// consistent hashing, factor 125) [default: lard-r].
+    #[arg(long, value_name = "POLICY")]
+    pub policy: Option<Policy>,
+
+    /// How requests reach the back-ends: relay (forward over pooled connections,
+    /// bodies back by splice) [default: relay]. handoff is not built yet.
+    #[arg(long, value_name = "relay")]
+    pub mode: Option<Mode>,
+
+    /// T_low: LARD's load below which a back-end counts as idle, and a term of
+    /// the admission limit S = (n-1)*T_high + T_low - 1 [default: 25].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub t_low: Option<usize>,
+
+    /// T_high: LARD's load above which a target moves, and a term of S [default: 65].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub t_high: Option<usize>,
+
+    /// Requests that may wait in order for admission beyond S; more get 503 [default: 4096].
+    #[arg(long, value_name = "N")]
+    pub queue_limit: Option<usize>,
+
+    /// Apply the admission limit S (false: send every request at once) [default: true].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub admission: Option<bool>,
+
+    /// Time between two active health checks of a back-end [default: 2s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub health_interval: Option<Duration>,
+
+    /// Longest an active health check may take [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub health_timeout: Option<Duration>,
+
+    /// Passing checks in a row that bring a down back-end back [default: 2].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub health_rise: Option<usize>,
+
+    /// Failing checks in a row that take a back-end down [default: 3].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub health_fall: Option<usize>,
+
+    /// The path the health checks GET; a status below 500 passes [default: /].
+    #[arg(long, value_name = "PATH")]
+    pub health_path: Option<String>,
+
+    /// Give up connecting to a back-end after this long (504) [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub connect_timeout: Option<Duration>,
+
+    /// Give up on a back-end that sends nothing for this long [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub upstream_timeout: Option<Duration>,
+
+    /// Idle connections kept per back-end, per worker [default: 1024].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub pool_size: Option<usize>,
+
+    /// Close pooled idle back-end connections after this long [default: 15s].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub pool_idle_timeout: Option<Duration>,
+}
+
+impl FrontArgs {
+    /// The validated configuration: the front-end's and the proxy's.
+    pub fn to_config(&self) -> (FrontConfig, weft_proxy::ProxyConfig) {
+        let mut p = weft_proxy::ProxyConfig::default();
+        apply_service_args!(self.service, p);
+        set_given!(self, p; connect_timeout, upstream_timeout, pool_size, pool_idle_timeout);
+        let mut f = FrontConfig {
+            backends: self.backend.clone(),
+            admin: p.admin.take(),
+            ..FrontConfig::default()
+        };
+        set_given!(self, f; policy, mode);
+        let d = &mut f.dispatch;
+        if let Some(v) = self.t_low {
+            d.t_low = v as u32;
+        }
+        if let Some(v) = self.t_high {
+            d.t_high = v as u32;
+        }
+        if let Some(v) = self.queue_limit {
+            d.queue_limit = v;
+        }
+        if let Some(v) = self.admission {
+            d.admission = v;
+        }
+        let h = &mut f.health;
+        if let Some(v) = self.health_interval {
+            h.interval = v;
+        }
+        if let Some(v) = self.health_timeout {
+            h.timeout = v;
+        }
+        if let Some(v) = &self.health_path {
+            h.path.clone_from(v);
+        }
+        if let Some(v) = self.health_rise {
+            h.rise = v as u32;
+        }
+        if let Some(v) = self.health_fall {
+            h.fall = v as u32;
+        }
+        (f, p)
+    }
+}
+
+impl Service for FrontServer {
+    type Config = (FrontConfig, weft_proxy::ProxyConfig);
+    type Stats = (weft_proxy::ProxyStats, String);
+    fn start(cfg: Self::Config) -> io::Result<Self> {
+        FrontServer::start(cfg)
+    }
+    fn shutdown_handle(&self) -> Shutdown {
+        FrontServer::shutdown_handle(self)
+    }
+    fn local_addr(&self) -> SocketAddr {
+        FrontServer::local_addr(self)
+    }
+    fn admin_addr(&self) -> Option<SocketAddr> {
+        FrontServer::admin_addr(self)
+    }
+    fn wait(self) -> io::Result<Self::Stats> {
+        FrontServer::wait(self)
+    }
+}
+
+/// Run `weft front` until a shutdown signal.
+pub fn run(args: FrontArgs) -> ExitCode {
+    args.service.set_log_level();
+    let (front, proxy) = args.to_config();
+    if front.backends.is_empty() {
+        eprintln!("weft: front: at least one --backend ADDR:PORT is needed");
+        return ExitCode::from(2);
+    }
+    let stats_on_exit = proxy.stats_on_exit;
+    let (n, policy, mode, workers, event) = (
+        front.backends.len(),
+        front.policy,
+        front.mode,
+        proxy.workers,
+        proxy.event,
+    );
+    service::run::<FrontServer>(
+        (front, proxy),
+        || {
+            weft_core::info!(
+                "front-end over {n} back-end(s), policy {policy}, mode {}, {workers} worker(s), event backend {event}",
+                mode.name()
+            );
+        },
+        |(stats, front)| {
+            if stats_on_exit {
+                eprintln!("{{\"total\":{},\"front\":{}}}", stats.to_json(), front.trim_end());
+            }
+        },
+    )
+}

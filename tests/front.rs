@@ -1,0 +1,394 @@
+//! Integration tests of `weft front` in relay mode: the real binary in front
+//! of several `weft serve` back-ends, each serving its own version of every
+//! file (so which back-end answered is visible in the body), and of a test
+//! back-end that holds requests (to fill the admission limit S).
+
+mod common;
+
+use common::{pattern, per_backend, Reader, TempDir, Weft};
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Bytes of the large file every back-end serves identically.
+const BIG: usize = 300_000;
+/// Targets `/t0.txt`..: each back-end answers `backend B target K`.
+const TARGETS: usize = 12;
+
+/// A back-end: `weft serve` over a root where every target names it.
+fn backend(i: usize) -> (Weft, TempDir) {
+    let d = TempDir::new("front-backend");
+    for k in 0..TARGETS {
+        d.write(&format!("t{k}.txt"), format!("backend {i} target {k}\n").as_bytes());
+    }
+    d.write("big.bin", &pattern(BIG));
+    d.write("health", b"ok\n");
+    let root = d.path.to_str().unwrap().to_string();
+    let w = Weft::serve(&[&root, "--workers", "1"]);
+    (w, d)
+}
+
+/// A free port for the admin endpoint (the process prints only its first
+/// address where the test harness reads it).
+fn free_addr() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+fn front(event: &str, backends: &[SocketAddr], extra: &[&str]) -> Weft {
+    let mut args: Vec<String> = ["front", "--listen", "127.0.0.1:0", "--event", event, "--workers", "2"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for b in backends {
+        args.push("--backend".into());
+        args.push(b.to_string());
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    Weft::start(&refs)
+}
+
+fn get_on(r: &mut Reader, path: &str) -> common::Response {
+    r.send(format!("GET {path} HTTP/1.1\r\nHost: cluster\r\n\r\n").as_bytes());
+    r.response(false)
+}
+
+/// Which back-end wrote a target's body.
+fn who(body: &[u8]) -> usize {
+    let s = String::from_utf8_lossy(body);
+    s.split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("body {s:?}"))
+}
+
+/// `GET path` with Connection: close on a fresh connection; the whole reply.
+fn fetch(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+// ---------------------------------------------------------------------------
+// A back-end that holds every request until told to answer.
+
+struct Holding {
+    addr: SocketAddr,
+    /// Requests received (health checks excluded).
+    seen: Arc<AtomicUsize>,
+    release: mpsc::Sender<()>,
+}
+
+fn holding_backend() -> Holding {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = mpsc::channel::<()>();
+    let gate = Arc::new(Mutex::new(rx));
+    let counter = seen.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { return };
+            let (gate, counter) = (gate.clone(), counter.clone());
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 4096];
+                loop {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut tmp) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                        }
+                    }
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                    let health = buf.starts_with(b"GET /health ");
+                    buf.drain(..end);
+                    if !health {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        // Wait for one release per request.
+                        let _ = gate.lock().unwrap().recv();
+                    }
+                    if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Holding {
+        addr,
+        seen,
+        release: tx,
+    }
+}
+
+/// A back-end that reads a request head and closes without answering.
+fn dropping_backend() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { return };
+            let mut tmp = [0u8; 4096];
+            let _ = s.read(&mut tmp);
+        }
+    });
+    addr
+}
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+mod scenarios {
+    use super::*;
+
+    /// Byte-exact relays, and LARD's placement: a target always goes to the
+    /// same back-end (on one persistent connection and across connections),
+    /// while different targets on one connection are spread.
+    pub fn places_by_target_and_relays_exactly(event: &str) {
+        let bs: Vec<(Weft, TempDir)> = (0..3).map(backend).collect();
+        let addrs: Vec<SocketAddr> = bs.iter().map(|b| b.0.addr).collect();
+        let admin = free_addr();
+        let f = front(
+            event,
+            &addrs,
+            &["--policy", "lard", "--admin", &admin, "--health-path", "/health"],
+        );
+        let mut owner: [Option<usize>; TARGETS] = [None; TARGETS];
+        let mut used = HashSet::new();
+        for round in 0..3 {
+            let mut r = Reader::new(f.connect());
+            for (k, owner) in owner.iter_mut().enumerate() {
+                let resp = get_on(&mut r, &format!("/t{k}.txt"));
+                assert_eq!(resp.status, 200, "round {round} target {k}");
+                let b = who(&resp.body);
+                assert_eq!(resp.body, format!("backend {b} target {k}\n").into_bytes());
+                match *owner {
+                    None => *owner = Some(b),
+                    Some(o) => assert_eq!(o, b, "target {k} moved at light load"),
+                }
+                used.insert(b);
+            }
+            let big = get_on(&mut r, "/big.bin");
+            assert_eq!(big.status, 200);
+            assert!(big.body == pattern(BIG), "big body differs (round {round})");
+        }
+        assert!(used.len() >= 2, "targets on one connection all went to {used:?}");
+        let stats = fetch(&admin, "/stats");
+        assert!(stats.contains("\"policy\":\"lard\""), "{stats}");
+        assert!(stats.contains("\"target_map\":13"), "{stats}");
+        let metrics = fetch(&admin, "/metrics");
+        assert!(metrics.contains("weft_front_backend_requests_total"), "{metrics}");
+    }
+
+    /// A back-end killed mid-run: requests in flight get 502 or are retried
+    /// elsewhere, then every request is answered by the others, and the dead
+    /// one is marked down.
+    pub fn backend_killed_mid_run(event: &str) {
+        let mut bs: Vec<(Weft, TempDir)> = (0..3).map(backend).collect();
+        let addrs: Vec<SocketAddr> = bs.iter().map(|b| b.0.addr).collect();
+        let admin = free_addr();
+        let f = front(
+            event,
+            &addrs,
+            &[
+                "--policy",
+                "lard",
+                "--admin",
+                &admin,
+                "--health-interval",
+                "100ms",
+                "--health-path",
+                "/health",
+            ],
+        );
+        // Find a target owned by back-end 0.
+        let mut r = Reader::new(f.connect());
+        let victim_target = (0..TARGETS)
+            .find(|k| who(&get_on(&mut r, &format!("/t{k}.txt")).body) == 0)
+            .expect("back-end 0 owns a target");
+        // Clients keep asking while back-end 0 dies.
+        let front_addr = f.addr;
+        let stop = Arc::new(AtomicUsize::new(0));
+        let mut clients = Vec::new();
+        for c in 0..4 {
+            let stop = stop.clone();
+            clients.push(std::thread::spawn(move || {
+                let mut statuses = Vec::new();
+                while stop.load(Ordering::SeqCst) == 0 {
+                    let Ok(s) = TcpStream::connect(front_addr) else {
+                        continue;
+                    };
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    let mut r = Reader::new(s);
+                    for k in 0..TARGETS {
+                        let k = (k + c) % TARGETS;
+                        let req = format!("GET /t{k}.txt HTTP/1.1\r\nHost: cluster\r\n\r\n");
+                        if r.stream.write_all(req.as_bytes()).is_err() {
+                            break;
+                        }
+                        let resp = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.response(false)));
+                        match resp {
+                            Ok(resp) => {
+                                statuses.push(resp.status);
+                                if resp.status != 200 {
+                                    break;
+                                }
+                            }
+                            Err(_) => break, // closed mid-response: the front-end never fakes a short body
+                        }
+                    }
+                }
+                statuses
+            }));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = bs[0].0.child.kill();
+        let _ = bs[0].0.child.wait();
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(1, Ordering::SeqCst);
+        for c in clients {
+            let statuses = c.join().unwrap();
+            assert!(
+                statuses.iter().all(|&s| s == 200 || s == 502),
+                "only 200 or 502 while a back-end dies: {statuses:?}"
+            );
+        }
+        // The victim's target now comes from a live back-end, every time.
+        for _ in 0..5 {
+            let mut r = Reader::new(f.connect());
+            let resp = get_on(&mut r, &format!("/t{victim_target}.txt"));
+            assert_eq!(resp.status, 200);
+            assert_ne!(who(&resp.body), 0);
+        }
+        let stats = fetch(&admin, "/stats");
+        assert!(
+            stats.contains(&format!("\"addr\":\"{}\",\"state\":\"down\"", addrs[0])),
+            "{stats}"
+        );
+    }
+
+    /// With S = 1 (one back-end, T_low = T_high = 1) and a queue of 1: the
+    /// first request is in flight, the second waits in order, the third gets
+    /// 503; releasing the first lets the second through.
+    pub fn queued_at_s_and_503_beyond(event: &str) {
+        let h = holding_backend();
+        let f = front(
+            event,
+            &[h.addr],
+            &[
+                "--t-low",
+                "1",
+                "--t-high",
+                "1",
+                "--queue-limit",
+                "1",
+                "--health-path",
+                "/health",
+            ],
+        );
+        let mut first = Reader::new(f.connect());
+        first.send(b"GET /one HTTP/1.1\r\nHost: c\r\n\r\n");
+        assert!(wait_until(Duration::from_secs(5), || h.seen.load(Ordering::SeqCst) == 1));
+        let mut second = Reader::new(f.connect());
+        second.send(b"GET /two HTTP/1.1\r\nHost: c\r\n\r\n");
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            h.seen.load(Ordering::SeqCst),
+            1,
+            "the second request waits at the front-end"
+        );
+        let mut third = Reader::new(f.connect());
+        third.send(b"GET /three HTTP/1.1\r\nHost: c\r\n\r\n");
+        let resp = third.response(false);
+        assert_eq!(resp.status, 503, "beyond the queue");
+        h.release.send(()).unwrap();
+        assert_eq!(first.response(false).status, 200);
+        assert!(wait_until(Duration::from_secs(5), || h.seen.load(Ordering::SeqCst) == 2));
+        h.release.send(()).unwrap();
+        let resp = second.response(false);
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.body, b"ok\n");
+    }
+
+    /// A back-end that drops requests unanswered: a GET goes to another
+    /// back-end (nothing was sent to the client yet) and the dropper is
+    /// marked down; a POST with a body, which may have reached it, gets 502.
+    pub fn dropped_requests_go_elsewhere_or_502(event: &str) {
+        let good = backend(0);
+        let dropper = dropping_backend();
+        let admin = free_addr();
+        let f = front(
+            event,
+            &[dropper, good.0.addr],
+            &[
+                "--policy",
+                "wrr",
+                "--admin",
+                &admin,
+                "--health-path",
+                "/health",
+                "--health-interval",
+                "1h",
+            ],
+        );
+        let mut r = Reader::new(f.connect());
+        for k in 0..6 {
+            let resp = get_on(&mut r, &format!("/t{k}.txt"));
+            assert_eq!(resp.status, 200, "target {k}");
+            assert_eq!(who(&resp.body), 0);
+        }
+        let stats = fetch(&admin, "/stats");
+        assert!(
+            stats.contains(&format!("\"addr\":\"{dropper}\",\"state\":\"down\"")),
+            "{stats}"
+        );
+        // Only the dropper: a POST is not sent twice.
+        let f = front(
+            event,
+            &[dropper],
+            &["--health-path", "/health", "--health-interval", "1h"],
+        );
+        let mut r = Reader::new(f.connect());
+        r.send(b"POST /form HTTP/1.1\r\nHost: c\r\nContent-Length: 5\r\n\r\nhello");
+        assert_eq!(r.response(false).status, 502);
+    }
+}
+
+// The proxy's worker (and so the front-end) takes the untracked backends:
+// tracked readiness is for `weft serve` only.
+per_backend!(
+    untracked:
+    places_by_target_and_relays_exactly,
+    backend_killed_mid_run,
+    queued_at_s_and_503_beyond,
+    dropped_requests_go_elsewhere_or_502
+);
+
+#[test]
+fn handoff_mode_is_refused_until_built() {
+    let out = std::process::Command::new(common::weft_bin())
+        .args(["front", "--backend", "127.0.0.1:1", "--mode", "handoff"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("handoff"));
+}
