@@ -109,6 +109,22 @@ const fn err(status: u16, reason: &'static str) -> ParseError {
     ParseError::new(status, reason)
 }
 
+/// Whether the request line at the start of `buf` is complete. Checked before
+/// httparse so a client cannot make us buffer a huge line (and so it gets
+/// 414, not 431).
+#[inline]
+fn request_line_complete(buf: &[u8], limits: &Limits) -> Result<bool, ParseError> {
+    let line_max = limits.max_request_line;
+    let skip = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
+    let rest = &buf[skip..];
+    match memchr::memchr(b'\n', &rest[..rest.len().min(line_max + 1)]) {
+        Some(_) => Ok(true),
+        None if rest.len() > line_max => Err(err(414, "request line too long")),
+        None if buf.len() > limits.max_head => Err(err(431, "request head too large")),
+        None => Ok(false),
+    }
+}
+
 fn map_httparse(e: httparse::Error) -> ParseError {
     use httparse::Error as E;
     match e {
@@ -143,20 +159,8 @@ impl RequestHead {
     /// `n` bytes (the body, if any, follows); `Ok(None)`: incomplete, read more;
     /// `Err`: refuse with the given status and close the connection.
     pub fn parse(&mut self, buf: &[u8], limits: &Limits) -> Result<Option<usize>, ParseError> {
-        // The request line limit is checked before httparse so a client cannot
-        // make us buffer a huge line (and so it gets 414, not 431).
-        let line_max = limits.max_request_line;
-        let skip = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
-        let rest = &buf[skip..];
-        match memchr::memchr(b'\n', &rest[..rest.len().min(line_max + 1)]) {
-            Some(_) => {}
-            None if rest.len() > line_max => return Err(err(414, "request line too long")),
-            None => {
-                if buf.len() > limits.max_head {
-                    return Err(err(431, "request head too large"));
-                }
-                return Ok(None);
-            }
+        if !request_line_complete(buf, limits)? {
+            return Ok(None);
         }
         let max_fields = limits.max_headers.min(MAX_HEADERS_CAP);
         let mut raw: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS_CAP] =
