@@ -70,6 +70,51 @@ impl Field {
     }
 }
 
+/// The field lookups request and response heads share: `$head` keeps its
+/// fields as `fields: Vec<Field>` over the buffer it parsed.
+macro_rules! field_lookups {
+    ($head:ty) => {
+        impl $head {
+            /// The first field named `name` (ASCII case-insensitive), trimmed.
+            #[inline]
+            pub fn header<'a>(&self, data: &'a [u8], name: &str) -> Option<&'a [u8]> {
+                let name = name.as_bytes();
+                self.fields
+                    .iter()
+                    .find(|f| f.name.len as usize == name.len() && f.name(data).eq_ignore_ascii_case(name))
+                    .map(|f| f.value(data))
+            }
+            /// Every field named `name`, in order.
+            pub fn header_all<'a, 'b>(&'b self, data: &'a [u8], name: &'b str) -> impl Iterator<Item = &'a [u8]> + 'b
+            where
+                'a: 'b,
+            {
+                self.fields
+                    .iter()
+                    .filter(move |f| f.name(data).eq_ignore_ascii_case(name.as_bytes()))
+                    .map(move |f| f.value(data))
+            }
+            /// Every field, in order.
+            pub fn fields(&self) -> &[$crate::request::Field] {
+                &self.fields
+            }
+            /// Does a Connection field list `token`?
+            pub fn connection_has(&self, data: &[u8], token: &str) -> bool {
+                self.connection_has_bytes(data, token.as_bytes())
+            }
+            /// [`connection_has`](Self::connection_has) for a token given as
+            /// bytes (a field name read from another message).
+            pub fn connection_has_bytes(&self, data: &[u8], token: &[u8]) -> bool {
+                self.header_all(data, "connection")
+                    .any(|v| $crate::list_items(v).any(|t| t.eq_ignore_ascii_case(token)))
+            }
+        }
+    };
+}
+pub(crate) use field_lookups;
+
+field_lookups!(RequestHead);
+
 /// Target forms (RFC 9112 §3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TargetForm {
@@ -350,38 +395,6 @@ impl RequestHead {
     /// The Host field's value, if present.
     pub fn host<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
         self.host.map(|s| s.get(data))
-    }
-    /// The first field named `name` (ASCII case-insensitive), trimmed.
-    #[inline]
-    pub fn header<'a>(&self, data: &'a [u8], name: &str) -> Option<&'a [u8]> {
-        let name = name.as_bytes();
-        self.fields
-            .iter()
-            .find(|f| f.name.len as usize == name.len() && f.name(data).eq_ignore_ascii_case(name))
-            .map(|f| f.value(data))
-    }
-    /// Every field named `name`, in order.
-    pub fn header_all<'a, 'b>(&'b self, data: &'a [u8], name: &'b str) -> impl Iterator<Item = &'a [u8]> + 'b
-    where
-        'a: 'b,
-    {
-        self.fields
-            .iter()
-            .filter(move |f| f.name(data).eq_ignore_ascii_case(name.as_bytes()))
-            .map(move |f| f.value(data))
-    }
-    /// Every field, in order.
-    pub fn fields(&self) -> &[Field] {
-        &self.fields
-    }
-    /// Does a Connection field list `token`?
-    pub fn connection_has(&self, data: &[u8], token: &str) -> bool {
-        self.connection_has_bytes(data, token.as_bytes())
-    }
-    /// [`connection_has`](Self::connection_has) for a token given as bytes.
-    pub fn connection_has_bytes(&self, data: &[u8], token: &[u8]) -> bool {
-        self.header_all(data, "connection")
-            .any(|v| list_items(v).any(|t| t.eq_ignore_ascii_case(token)))
     }
 }
 
