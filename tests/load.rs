@@ -646,15 +646,7 @@ fn client_closed_connections_reset_after_complete_replies() {
 #[test]
 fn every_event_backend_drives_the_client() {
     let o = origin(&[]);
-    for e in [
-        "select",
-        "poll",
-        "epoll",
-        "epoll-et",
-        "epoll-once",
-        "epoll-batched",
-        "uring",
-    ] {
+    for e in common::BACKENDS {
         let v = load(&[
             &url(&o, "/size/100/x"),
             "--clients",
