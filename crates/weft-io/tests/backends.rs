@@ -90,22 +90,27 @@ fn readiness_with<P: Poller>(opts: &weft_io::BackendOptions) {
     }
 }
 
-#[test]
-fn select_delivers_events() {
-    readiness::<weft_io::backend::Select>();
+/// One test per plain backend, each running `readiness` under it.
+macro_rules! delivers_events {
+    ($($test:ident: $backend:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                readiness::<weft_io::backend::$backend>();
+            }
+        )+
+    };
 }
-#[test]
-fn poll_delivers_events() {
-    readiness::<weft_io::backend::Poll>();
-}
-#[test]
-fn epoll_delivers_events() {
-    readiness::<weft_io::backend::Epoll>();
-}
-#[test]
-fn epoll_et_delivers_events() {
-    readiness::<weft_io::backend::EpollEt>();
-}
+
+delivers_events!(
+    select_delivers_events: Select,
+    poll_delivers_events: Poll,
+    epoll_delivers_events: Epoll,
+    epoll_et_delivers_events: EpollEt,
+    epoll_once_delivers_events: EpollOnce,
+    epoll_batched_delivers_events: EpollBatched,
+    uring_delivers_events: Uring,
+);
 
 #[test]
 fn select_refuses_descriptors_at_fd_setsize() {
@@ -170,19 +175,6 @@ fn syscalls_are_counted() {
     assert_eq!(after.get(sys::SysKind::Write) - before.get(sys::SysKind::Write), 1);
     assert_eq!(after.get(sys::SysKind::Read) - before.get(sys::SysKind::Read), 1);
     assert_eq!(after.get(sys::SysKind::Close) - before.get(sys::SysKind::Close), 2);
-}
-
-#[test]
-fn epoll_once_delivers_events() {
-    readiness::<weft_io::backend::EpollOnce>();
-}
-#[test]
-fn epoll_batched_delivers_events() {
-    readiness::<weft_io::backend::EpollBatched>();
-}
-#[test]
-fn uring_delivers_events() {
-    readiness::<weft_io::backend::Uring>();
 }
 
 /// Wake-up batching changes when a wait returns, never what it returns.
