@@ -15,6 +15,18 @@ struct Probe {
     deadline: Instant,
 }
 
+impl Probe {
+    /// Stops after the first event or timer (or 5 s).
+    fn one() -> Probe {
+        Probe {
+            seen: vec![],
+            timers: vec![],
+            stop_after: 1,
+            deadline: Instant::now() + Duration::from_secs(5),
+        }
+    }
+}
+
 impl<P: Poller> Handler<P> for Probe {
     fn on_event(&mut self, _cx: &mut Ctx<P>, event: Event) {
         self.seen.push(event);
@@ -51,36 +63,21 @@ fn readiness_with<P: Poller>(opts: &weft_io::BackendOptions) {
         .map_err(|e| e.to_string())
         .unwrap();
     a.write_all(b"ping").unwrap();
-    let mut p = Probe {
-        seen: vec![],
-        timers: vec![],
-        stop_after: 1,
-        deadline: Instant::now() + Duration::from_secs(5),
-    };
+    let mut p = Probe::one();
     weft_io::run(&mut cx, &mut p).unwrap();
     assert_eq!(p.seen.len(), 1, "{}", P::CAPS.name);
     assert_eq!(p.seen[0].token, t, "the token (with its generation) comes back");
     assert!(p.seen[0].readable);
     // Ask for writability instead: a fresh socket is writable at once.
     cx.reregister(b.as_raw_fd(), t, Interest::WRITE).unwrap();
-    let mut p = Probe {
-        seen: vec![],
-        timers: vec![],
-        stop_after: 1,
-        deadline: Instant::now() + Duration::from_secs(5),
-    };
+    let mut p = Probe::one();
     weft_io::run(&mut cx, &mut p).unwrap();
     assert!(p.seen[0].writable, "{}", P::CAPS.name);
     // A timer fires with its token.
     cx.reregister(b.as_raw_fd(), t, Interest::NONE).unwrap();
     let tt = Token::new(1, 1);
     cx.arm_timer(tt, Instant::now() + Duration::from_millis(30));
-    let mut p = Probe {
-        seen: vec![],
-        timers: vec![],
-        stop_after: 1,
-        deadline: Instant::now() + Duration::from_secs(5),
-    };
+    let mut p = Probe::one();
     let t0 = Instant::now();
     weft_io::run(&mut cx, &mut p).unwrap();
     assert_eq!(p.timers, vec![tt]);
@@ -464,12 +461,7 @@ fn half_close_is_reported<P: Poller>() {
     a.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
     a.shutdown(std::net::Shutdown::Write).unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    let mut p = Probe {
-        seen: vec![],
-        timers: vec![],
-        stop_after: 1,
-        deadline: Instant::now() + Duration::from_secs(5),
-    };
+    let mut p = Probe::one();
     weft_io::run(&mut cx, &mut p).unwrap();
     let name = P::CAPS.name;
     assert!(

@@ -14,80 +14,90 @@ fn int_bytes(n: usize) -> i32 {
     n.min(i32::MAX as usize) as i32
 }
 
-/// TCP_NODELAY: send small segments at once instead of waiting for the ACK
-/// of the previous one (Nagle). Accepted sockets inherit it from the listener.
-pub fn set_nodelay(fd: impl FdArg, on: bool) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, on as i32)
+/// Socket options as typed functions. `flag` options take and return `bool`;
+/// `bytes` options take a `usize` (saturated at `i32::MAX`) and return one.
+/// Each gives a setter and, when named after `get`, a getter.
+macro_rules! sockopt {
+    ($(#[$doc:meta])* flag $set:ident $(, get $(#[$gdoc:meta])* $get:ident)? = $level:ident, $opt:ident) => {
+        $(#[$doc])*
+        pub fn $set(fd: impl FdArg, on: bool) -> io::Result<()> {
+            setsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt, on as i32)
+        }
+        $(
+            $(#[$gdoc])*
+            pub fn $get(fd: impl FdArg) -> io::Result<bool> {
+                getsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt).map(|v| v != 0)
+            }
+        )?
+    };
+    ($(#[$doc:meta])* bytes $set:ident $(, get $(#[$gdoc:meta])* $get:ident)? = $level:ident, $opt:ident) => {
+        $(#[$doc])*
+        pub fn $set(fd: impl FdArg, bytes: usize) -> io::Result<()> {
+            setsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt, int_bytes(bytes))
+        }
+        $(
+            $(#[$gdoc])*
+            pub fn $get(fd: impl FdArg) -> io::Result<usize> {
+                getsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt).map(|v| v.max(0) as usize)
+            }
+        )?
+    };
 }
 
-/// Is TCP_NODELAY set?
-pub fn nodelay(fd: impl FdArg) -> io::Result<bool> {
-    let fd = fd.raw_for_call();
-    getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY).map(|v| v != 0)
-}
+sockopt!(
+    /// TCP_NODELAY: send small segments at once instead of waiting for the ACK
+    /// of the previous one (Nagle). Accepted sockets inherit it from the listener.
+    flag set_nodelay, get
+    /// Is TCP_NODELAY set?
+    nodelay = IPPROTO_TCP, TCP_NODELAY
+);
 
-/// TCP_CORK: hold partial segments until uncorked (or 200 ms pass).
-pub fn set_cork(fd: impl FdArg, on: bool) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, on as i32)
-}
+sockopt!(
+    /// TCP_CORK: hold partial segments until uncorked (or 200 ms pass).
+    flag set_cork = IPPROTO_TCP, TCP_CORK
+);
 
-/// TCP_NOTSENT_LOWAT: writable only while fewer than `bytes` unsent bytes
-/// are queued (saturated at `i32::MAX`); 0 restores the kernel's default
-/// (net.ipv4.tcp_notsent_lowat, unbounded unless the sysctl says otherwise).
-pub fn set_notsent_lowat(fd: impl FdArg, bytes: usize) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, int_bytes(bytes))
-}
+sockopt!(
+    /// TCP_NOTSENT_LOWAT: writable only while fewer than `bytes` unsent bytes
+    /// are queued (saturated at `i32::MAX`); 0 restores the kernel's default
+    /// (net.ipv4.tcp_notsent_lowat, unbounded unless the sysctl says otherwise).
+    bytes set_notsent_lowat, get
+    /// The TCP_NOTSENT_LOWAT in force (0: the kernel default).
+    notsent_lowat = IPPROTO_TCP, TCP_NOTSENT_LOWAT
+);
 
-/// The TCP_NOTSENT_LOWAT in force (0: the kernel default).
-pub fn notsent_lowat(fd: impl FdArg) -> io::Result<usize> {
-    let fd = fd.raw_for_call();
-    getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT).map(|v| v.max(0) as usize)
-}
+sockopt!(
+    /// SO_RCVLOWAT: readable only once `bytes` are queued (saturated at
+    /// `i32::MAX`; 1 is the kernel default: every arrival wakes the reader).
+    bytes set_rcvlowat, get
+    /// The SO_RCVLOWAT in force.
+    rcvlowat = SOL_SOCKET, SO_RCVLOWAT
+);
 
-/// SO_RCVLOWAT: readable only once `bytes` are queued (saturated at
-/// `i32::MAX`; 1 is the kernel default: every arrival wakes the reader).
-pub fn set_rcvlowat(fd: impl FdArg, bytes: usize) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, int_bytes(bytes))
-}
+sockopt!(
+    /// SO_RCVBUF: the receive buffer size asked for (the kernel doubles it for
+    /// its bookkeeping and caps it at net.core.rmem_max).
+    bytes set_rcvbuf = SOL_SOCKET, SO_RCVBUF
+);
 
-/// The SO_RCVLOWAT in force.
-pub fn rcvlowat(fd: impl FdArg) -> io::Result<usize> {
-    let fd = fd.raw_for_call();
-    getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).map(|v| v.max(0) as usize)
-}
+sockopt!(
+    /// SO_REUSEADDR: bind may take a port whose earlier connection is in
+    /// TIME_WAIT.
+    flag set_reuseaddr = SOL_SOCKET, SO_REUSEADDR
+);
 
-/// SO_RCVBUF: the receive buffer size asked for (the kernel doubles it for
-/// its bookkeeping and caps it at net.core.rmem_max).
-pub fn set_rcvbuf(fd: impl FdArg, bytes: usize) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, int_bytes(bytes))
-}
+sockopt!(
+    /// SO_REUSEPORT: several sockets bind the same address; the kernel spreads
+    /// incoming connections over the listeners.
+    flag set_reuseport = SOL_SOCKET, SO_REUSEPORT
+);
 
-/// SO_REUSEADDR: bind may take a port whose earlier connection is in
-/// TIME_WAIT.
-pub fn set_reuseaddr(fd: impl FdArg, on: bool) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, on as i32)
-}
-
-/// SO_REUSEPORT: several sockets bind the same address; the kernel spreads
-/// incoming connections over the listeners.
-pub fn set_reuseport(fd: impl FdArg, on: bool) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, on as i32)
-}
-
-/// IP_BIND_ADDRESS_NO_PORT: a bind to an address with port 0 leaves the port
-/// choice to connect, where the whole 4-tuple is known (many connections
-/// from one source address).
-pub fn set_bind_address_no_port(fd: impl FdArg, on: bool) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, on as i32)
-}
+sockopt!(
+    /// IP_BIND_ADDRESS_NO_PORT: a bind to an address with port 0 leaves the port
+    /// choice to connect, where the whole 4-tuple is known (many connections
+    /// from one source address).
+    flag set_bind_address_no_port = IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT
+);
 
 #[cfg(test)]
 mod tests {
