@@ -14,31 +14,43 @@ fn int_bytes(n: usize) -> i32 {
     n.min(i32::MAX as usize) as i32
 }
 
-/// Socket options as typed functions. `flag` options take and return `bool`;
-/// `bytes` options take a `usize` (saturated at `i32::MAX`) and return one.
-/// Each gives a setter and, when named after `get`, a getter.
+/// What an option's value is on our side: `bool` for on/off options, `usize`
+/// for byte counts (saturated at `i32::MAX`; a negative reading is 0).
+trait OptValue: Copy {
+    fn to_int(self) -> i32;
+    fn from_int(v: i32) -> Self;
+}
+
+impl OptValue for bool {
+    fn to_int(self) -> i32 {
+        self as i32
+    }
+    fn from_int(v: i32) -> bool {
+        v != 0
+    }
+}
+
+impl OptValue for usize {
+    fn to_int(self) -> i32 {
+        int_bytes(self)
+    }
+    fn from_int(v: i32) -> usize {
+        v.max(0) as usize
+    }
+}
+
+/// A socket option as typed functions: a setter and, when one is named after
+/// `get`, a getter.
 macro_rules! sockopt {
-    ($(#[$doc:meta])* flag $set:ident $(, get $(#[$gdoc:meta])* $get:ident)? = $level:ident, $opt:ident) => {
+    ($(#[$doc:meta])* $set:ident($arg:ident: $ty:ty) $(, get $(#[$gdoc:meta])* $get:ident)? = $level:ident, $opt:ident) => {
         $(#[$doc])*
-        pub fn $set(fd: impl FdArg, on: bool) -> io::Result<()> {
-            setsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt, on as i32)
+        pub fn $set(fd: impl FdArg, $arg: $ty) -> io::Result<()> {
+            setsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt, OptValue::to_int($arg))
         }
         $(
             $(#[$gdoc])*
-            pub fn $get(fd: impl FdArg) -> io::Result<bool> {
-                getsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt).map(|v| v != 0)
-            }
-        )?
-    };
-    ($(#[$doc:meta])* bytes $set:ident $(, get $(#[$gdoc:meta])* $get:ident)? = $level:ident, $opt:ident) => {
-        $(#[$doc])*
-        pub fn $set(fd: impl FdArg, bytes: usize) -> io::Result<()> {
-            setsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt, int_bytes(bytes))
-        }
-        $(
-            $(#[$gdoc])*
-            pub fn $get(fd: impl FdArg) -> io::Result<usize> {
-                getsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt).map(|v| v.max(0) as usize)
+            pub fn $get(fd: impl FdArg) -> io::Result<$ty> {
+                getsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt).map(<$ty as OptValue>::from_int)
             }
         )?
     };
@@ -47,21 +59,21 @@ macro_rules! sockopt {
 sockopt!(
     /// TCP_NODELAY: send small segments at once instead of waiting for the ACK
     /// of the previous one (Nagle). Accepted sockets inherit it from the listener.
-    flag set_nodelay, get
+    set_nodelay(on: bool), get
     /// Is TCP_NODELAY set?
     nodelay = IPPROTO_TCP, TCP_NODELAY
 );
 
 sockopt!(
     /// TCP_CORK: hold partial segments until uncorked (or 200 ms pass).
-    flag set_cork = IPPROTO_TCP, TCP_CORK
+    set_cork(on: bool) = IPPROTO_TCP, TCP_CORK
 );
 
 sockopt!(
     /// TCP_NOTSENT_LOWAT: writable only while fewer than `bytes` unsent bytes
     /// are queued (saturated at `i32::MAX`); 0 restores the kernel's default
     /// (net.ipv4.tcp_notsent_lowat, unbounded unless the sysctl says otherwise).
-    bytes set_notsent_lowat, get
+    set_notsent_lowat(bytes: usize), get
     /// The TCP_NOTSENT_LOWAT in force (0: the kernel default).
     notsent_lowat = IPPROTO_TCP, TCP_NOTSENT_LOWAT
 );
@@ -69,7 +81,7 @@ sockopt!(
 sockopt!(
     /// SO_RCVLOWAT: readable only once `bytes` are queued (saturated at
     /// `i32::MAX`; 1 is the kernel default: every arrival wakes the reader).
-    bytes set_rcvlowat, get
+    set_rcvlowat(bytes: usize), get
     /// The SO_RCVLOWAT in force.
     rcvlowat = SOL_SOCKET, SO_RCVLOWAT
 );
@@ -77,26 +89,26 @@ sockopt!(
 sockopt!(
     /// SO_RCVBUF: the receive buffer size asked for (the kernel doubles it for
     /// its bookkeeping and caps it at net.core.rmem_max).
-    bytes set_rcvbuf = SOL_SOCKET, SO_RCVBUF
+    set_rcvbuf(bytes: usize) = SOL_SOCKET, SO_RCVBUF
 );
 
 sockopt!(
     /// SO_REUSEADDR: bind may take a port whose earlier connection is in
     /// TIME_WAIT.
-    flag set_reuseaddr = SOL_SOCKET, SO_REUSEADDR
+    set_reuseaddr(on: bool) = SOL_SOCKET, SO_REUSEADDR
 );
 
 sockopt!(
     /// SO_REUSEPORT: several sockets bind the same address; the kernel spreads
     /// incoming connections over the listeners.
-    flag set_reuseport = SOL_SOCKET, SO_REUSEPORT
+    set_reuseport(on: bool) = SOL_SOCKET, SO_REUSEPORT
 );
 
 sockopt!(
     /// IP_BIND_ADDRESS_NO_PORT: a bind to an address with port 0 leaves the port
     /// choice to connect, where the whole 4-tuple is known (many connections
     /// from one source address).
-    flag set_bind_address_no_port = IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT
+    set_bind_address_no_port(on: bool) = IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT
 );
 
 #[cfg(test)]
