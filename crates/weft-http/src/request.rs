@@ -70,11 +70,19 @@ impl Field {
     }
 }
 
-/// The field lookups request and response heads share: `$head` keeps its
-/// fields as `fields: Vec<Field>` over the buffer it parsed.
-macro_rules! field_lookups {
+/// What request and response heads share: parsing a complete head, and the
+/// field lookups (`$head` keeps its fields as `fields: Vec<Field>` over the
+/// buffer it parsed).
+macro_rules! head_common {
     ($head:ty) => {
         impl $head {
+            /// A head parsed from `buf`, which holds a complete one, under
+            /// default limits (tests and tools); `None` when it is incomplete
+            /// or refused.
+            pub fn parsed(buf: &[u8]) -> Option<$head> {
+                let mut h = <$head>::new();
+                h.parse(buf, &$crate::Limits::default()).ok().flatten().map(|_| h)
+            }
             /// The first field named `name` (ASCII case-insensitive), trimmed.
             #[inline]
             pub fn header<'a>(&self, data: &'a [u8], name: &str) -> Option<&'a [u8]> {
@@ -111,9 +119,9 @@ macro_rules! field_lookups {
         }
     };
 }
-pub(crate) use field_lookups;
+pub(crate) use head_common;
 
-field_lookups!(RequestHead);
+head_common!(RequestHead);
 
 /// Target forms (RFC 9112 §3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -204,16 +204,14 @@ impl ResponseHead {
     }
 }
 
-crate::request::field_lookups!(ResponseHead);
+crate::request::head_common!(ResponseHead);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parsed(s: &[u8]) -> ResponseHead {
-        let mut h = ResponseHead::new();
-        h.parse(s, &Limits::default()).unwrap().unwrap();
-        h
+        ResponseHead::parsed(s).expect("a complete head")
     }
 
     #[test]

@@ -244,7 +244,6 @@ pub fn write_304_fields(out: &mut Vec<u8>, stored: &[u8], status_line_len: usize
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weft_http::Limits;
 
     #[test]
     fn authorities() {
@@ -282,9 +281,7 @@ mod tests {
     }
 
     fn req(s: &[u8]) -> RequestHead {
-        let mut h = RequestHead::new();
-        h.parse(s, &Limits::default()).unwrap().unwrap();
-        h
+        RequestHead::parsed(s).expect("a complete head")
     }
 
     #[test]
@@ -343,9 +340,7 @@ mod tests {
     }
 
     fn resp(s: &[u8]) -> ResponseHead {
-        let mut h = ResponseHead::new();
-        h.parse(s, &Limits::default()).unwrap().unwrap();
-        h
+        ResponseHead::parsed(s).expect("a complete head")
     }
 
     #[test]
