@@ -613,3 +613,10 @@ def run_bench(prog: str, commands: Sequence[str], a, body: Callable[[core.Lab, s
         raise SystemExit(f"{prog}: {e}")
     finally:
         lab.cleanup()
+
+
+def checks(problems: Sequence[tuple[dict, list[str]]], run_name: Callable[[dict], str], ok: str) -> list[str]:
+    """A summary's "Checks" section: one line per run with problems
+    (`run_name(row)`: its problems), or the one line `ok`."""
+    lines = [f"- {run_name(r)}: {', '.join(p)}" for r, p in problems]
+    return ["", "## Checks", ""] + (lines or [f"- {ok}"])
