@@ -620,6 +620,10 @@ mod tests {
         RequestHead::parsed(s).expect("a complete head")
     }
 
+    fn resp(s: &[u8]) -> ResponseHead {
+        ResponseHead::parsed(s).expect("a complete head")
+    }
+
     #[test]
     fn vary_keys() {
         let a = b"GET / HTTP/1.1\r\nHost: h\r\nAccept-Encoding: gzip\r\nAccept-Language: en\r\n\r\n";
@@ -651,10 +655,6 @@ mod tests {
         assert_eq!(key(m, b"X"), key(n, b"X"));
         assert!(vary_has_star([&b"Accept, *"[..]]));
         assert!(!vary_has_star([&b"Accept"[..]]));
-    }
-
-    fn resp(s: &[u8]) -> ResponseHead {
-        ResponseHead::parsed(s).expect("a complete head")
     }
 
     #[test]
