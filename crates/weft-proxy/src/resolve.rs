@@ -246,8 +246,8 @@ mod tests {
 
     /// One resolver helper, an empty cache with a 60 s TTL, now, a waiter.
     fn one_helper() -> (Resolver, DnsCache, Instant, Token) {
-        let r = Resolver::start(1, 1).unwrap();
-        (r, DnsCache::new(Duration::from_secs(60)), Instant::now(), Token::new(1, 0))
+        let cache = DnsCache::new(Duration::from_secs(60));
+        (Resolver::start(1, 1).unwrap(), cache, Instant::now(), Token::new(1, 0))
     }
 
     #[test]
