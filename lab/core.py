@@ -90,6 +90,38 @@ class Lab:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+
+class ServerRounds:
+    """The servers of a comparison, each started in turn in `pool`, `reps`
+    times over, each repetition's order rotated by one so that no server
+    always runs first. Iterating yields `(rep, spec, running server, base
+    URL)` and stops the server when the caller moves on; `tick()` counts the
+    measured runs for the progress line; `commands` keeps each server's
+    command line for the results.
+    """
+
+    def __init__(self, lab: Lab, name: str, pool: servers.ServerPool, specs, reps: int, items: int, what: str, duration_s: float):
+        self.pool, self.specs, self.reps = pool, list(specs), reps
+        self.total = reps * len(self.specs) * items
+        self.done = 0
+        self.commands: dict[str, list[str]] = {}
+        lab.log(f"{name}: {reps} repetition(s) x {len(self.specs)} servers x {items} {what}, {duration_s:g}s each ({self.total} runs)")
+
+    def __iter__(self):
+        for rep in range(self.reps):
+            k = rep % len(self.specs)
+            for spec in self.specs[k:] + self.specs[:k]:
+                rs = self.pool.start(spec)
+                self.commands[spec.label] = rs.command
+                yield rep, spec, rs, f"http://127.0.0.1:{rs.port}/"
+                self.pool.stop(rs)
+
+    def tick(self) -> str:
+        """One more run measured: its `[done/total]` progress tag."""
+        self.done += 1
+        return f"[{self.done}/{self.total}]"
+
+
 def utc_now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime())
 

@@ -145,6 +145,19 @@ def parse_weft_load(doc: dict, command: list[str] | None = None) -> LoadResult:
     )
 
 
+
+def run_client(what: str, cmd: list[str], duration_s: float) -> subprocess.CompletedProcess:
+    """Run a load client for a `duration_s` run (30 s of slack); a hang or a
+    failure becomes a DriverError naming `what`."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s + 30)
+    except subprocess.TimeoutExpired as e:
+        raise DriverError(f"{what} did not finish: {' '.join(cmd)}") from e
+    if p.returncode != 0:
+        raise DriverError(f"{what} exited {p.returncode}: {p.stderr.strip()[-500:]}")
+    return p
+
+
 class WrkDriver:
     """Closed-loop keep-alive load with wrk."""
 
@@ -168,12 +181,7 @@ class WrkDriver:
             with open(script, "w") as f:
                 f.write(WRK_DONE_LUA)
             cmd = self.command(url, connections=connections, duration_s=duration_s, threads=threads, script=script)
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s + 30)
-            except subprocess.TimeoutExpired as e:
-                raise DriverError(f"wrk did not finish: {' '.join(cmd)}") from e
-            if p.returncode != 0:
-                raise DriverError(f"wrk exited {p.returncode}: {p.stderr.strip()[-500:]}")
+            p = run_client("wrk", cmd, duration_s)
             shown = self.command(url, connections=connections, duration_s=duration_s, threads=threads)
             return parse_wrk(p.stdout, shown)
 
@@ -206,12 +214,7 @@ class WeftLoadDriver:
         with tempfile.TemporaryDirectory(prefix="weft-lab-load-") as d:
             out = os.path.join(d, "load.json")
             cmd = self.command(url, connections=connections, duration_s=duration_s, threads=threads, json_path=out)
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration_s + 30)
-            except subprocess.TimeoutExpired as e:
-                raise DriverError(f"weft load did not finish: {' '.join(cmd)}") from e
-            if p.returncode != 0:
-                raise DriverError(f"weft load exited {p.returncode}: {p.stderr.strip()[-500:]}")
+            p = run_client("weft load", cmd, duration_s)
             with open(out) as f:
                 doc = json.load(f)
             return parse_weft_load(doc, self.command(url, connections=connections, duration_s=duration_s, threads=threads))

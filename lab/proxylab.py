@@ -26,6 +26,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -33,7 +34,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from . import drivers, proc, servers
+from . import core, drivers, env, proc, servers
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -541,3 +542,81 @@ def commands_block(commands: dict[str, list[str]]) -> list[str]:
 
 def versions_block(versions: dict) -> list[str]:
     return [f"- {k}: {v}" for k, v in versions.items()]
+
+
+def size_files(scratch: str, sizes: Sequence[int]) -> str:
+    """A document root under `scratch` with one file per size, named by `size_name`."""
+    www = os.path.join(scratch, "www")
+    os.makedirs(www)
+    for n in sizes:
+        core.make_file(os.path.join(www, size_name(n)), n)
+    return www
+
+
+def bench_rounds(a, running: dict, names: Sequence[str], sizes: Sequence[int], *, scratch: str, path: str,
+                 origin: servers.RunningServer | None, role: str, line: Callable[[int, int, str, dict], str]) -> list[dict]:
+    """The A/B loop of scripts/serve_bench.py and scripts/proxy_bench.py:
+    `a.rounds` rounds; in each, every size; for each, every server of
+    `running` in an order rotated by the round (no server always first). A
+    run is checked with one fetch of `/{path}{size}`, warmed with wrk for
+    `a.warmup` s when asked, then measured with wrk for `a.duration` s on
+    `a.conns` connections. Returns the sample rows (the server's name under
+    `role`); `line(round, size, name, row)` is printed to stderr after each.
+    """
+    samples = []
+    for r in range(a.rounds):
+        for n in sizes:
+            for name in rotate(names, r):
+                rs = running[name]
+                url = f"http://{rs.addr}/{path}{size_name(n)}"
+                check_fetch(name, url, n)
+
+                def warmup():
+                    run_wrk(url, connections=a.conns, duration_s=a.warmup, scratch=scratch)
+
+                def client():
+                    return run_wrk(url, connections=a.conns, duration_s=a.duration, scratch=scratch)
+
+                s = measure(rs, origin, client, warmup if a.warmup else None)
+                row = s.row(round=r + 1, size=n, size_bytes=n, **{role: name})
+                samples.append(row)
+                print(line(r, n, name, row), file=sys.stderr)
+    return samples
+
+
+def bench_sizes(prog: str, a) -> list[int]:
+    """The sizes of a bench script's `--sizes`, after checking `--rounds`,
+    `--duration` and `--baseline`; a bad value ends the script with one line."""
+    try:
+        sizes = [parse_size(s) for s in a.sizes.split(",")]
+    except ValueError as e:
+        raise SystemExit(f"{prog}: --sizes: {e}")
+    if a.rounds < 1 or a.duration <= 0:
+        raise SystemExit(f"{prog}: --rounds and --duration must be positive")
+    if a.baseline and not os.access(a.baseline, os.X_OK):
+        raise SystemExit(f"{prog}: --baseline {a.baseline}: not an executable")
+    return sizes
+
+
+def run_bench(prog: str, commands: Sequence[str], a, body: Callable[[core.Lab, str], object]):
+    """`body(lab, weft binary)` in a scratch lab, for a bench script: the
+    commands it needs checked, weft built unless `--weft` names one, every
+    lab error turned into one line, the scratch directory removed after."""
+    lab = core.Lab(prog.replace("_", "-"), quick=False)
+    try:
+        env.ensure_commands(list(commands), lab.log)
+        weft = a.weft or env.build_weft(lab.log)
+        if not os.access(weft, os.X_OK):
+            raise SystemExit(f"{prog}: {weft} missing: run `cargo build --release` or pass --weft")
+        return body(lab, weft)
+    except (env.EnvError, servers.ServerError, ClientError) as e:
+        raise SystemExit(f"{prog}: {e}")
+    finally:
+        lab.cleanup()
+
+
+def checks(problems: Sequence[tuple[dict, list[str]]], run_name: Callable[[dict], str], ok: str) -> list[str]:
+    """A summary's "Checks" section: one line per run with problems
+    (`run_name(row)`: its problems), or the one line `ok`."""
+    lines = [f"- {run_name(r)}: {', '.join(p)}" for r, p in problems]
+    return ["", "## Checks", ""] + (lines or [f"- {ok}"])

@@ -43,7 +43,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lab import core, env, proxylab as pl, servers  # noqa: E402
+from lab import proxylab as pl, servers  # noqa: E402
 
 ANCHOR_KINDS = {
     "haproxy-splice": ("haproxy-splice", "haproxy"),
@@ -97,12 +97,7 @@ def main():
                 f.write(a.congestion)
         except OSError as e:
             raise SystemExit(f"proxy_bench: --congestion {a.congestion}: {e}")
-    try:
-        sizes = [pl.parse_size(s) for s in a.sizes.split(",")]
-    except ValueError as e:
-        raise SystemExit(f"proxy_bench: --sizes: {e}")
-    if a.rounds < 1 or a.duration <= 0:
-        raise SystemExit("proxy_bench: --rounds and --duration must be positive")
+    sizes = pl.bench_sizes("proxy_bench", a)
     variants = {}
     for v in a.variant:
         name, sep, args = v.partition("=")
@@ -117,29 +112,14 @@ def main():
     for n in names:
         if n not in allowed:
             raise SystemExit(f"proxy_bench: --only: unknown proxy `{n}` (known: {', '.join(sorted(allowed))})")
-    if a.baseline and not os.access(a.baseline, os.X_OK):
-        raise SystemExit(f"proxy_bench: --baseline {a.baseline}: not an executable")
-
-    lab = core.Lab("proxy-bench", quick=False)
-    try:
-        env.ensure_commands(["nginx", "wrk"] + sorted({ANCHOR_KINDS[n][1] for n in names if n in ANCHOR_KINDS}), lab.log)
-        weft = a.weft or env.build_weft(lab.log)
-        if not os.access(weft, os.X_OK):
-            raise SystemExit(f"proxy_bench: {weft} missing: run `cargo build --release` or pass --weft")
-        samples = bench(lab, a, weft, names, variants, sizes)
-    except (env.EnvError, servers.ServerError, pl.ClientError) as e:
-        raise SystemExit(f"proxy_bench: {e}")
-    finally:
-        lab.cleanup()
+    commands = ["nginx", "wrk"] + sorted({ANCHOR_KINDS[n][1] for n in names if n in ANCHOR_KINDS})
+    samples = pl.run_bench("proxy_bench", commands, a, lambda lab, weft: bench(lab, a, weft, names, variants, sizes))
     report(a, names, sizes, samples)
 
 
 def bench(lab, a, weft, names, variants, sizes):
-    www = os.path.join(lab.scratch, "www")
-    os.makedirs(www)
-    for n in sizes:
-        core.make_file(os.path.join(www, pl.size_name(n)), n)
-    samples, weft_stats = [], {}
+    www = pl.size_files(lab.scratch, sizes)
+    weft_stats = {}
     path = "nc" if a.mode == "miss" else "c"
     with lab.pool(www) as pool:
         origin = pool.start(servers.ServerSpec("nginx origin", "nginx-origin"))
@@ -156,30 +136,18 @@ def bench(lab, a, weft, names, variants, sizes):
             running[name] = pool.start(spec)
         cc = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
         print(f"congestion control {cc}; load average at start {open('/proc/loadavg').read().split()[:3]}", file=sys.stderr)
-        scratch = os.path.join(lab.scratch, "client")
-        for r in range(a.rounds):
-            for n in sizes:
-                for name in pl.rotate(names, r):
-                    rs = running[name]
-                    url = f"http://{rs.addr}/{path}/{pl.size_name(n)}"
-                    pl.check_fetch(name, url, n)
-
-                    def warmup():
-                        pl.run_wrk(url, connections=a.conns, duration_s=a.warmup, scratch=scratch)
-
-                    def client():
-                        return pl.run_wrk(url, connections=a.conns, duration_s=a.duration, scratch=scratch)
-
-                    s = pl.measure(rs, origin, client, warmup if a.warmup else None)
-                    row = s.row(round=r + 1, size=n, size_bytes=n, proxy=name)
-                    samples.append(row)
-                    print(f"round {r + 1} {pl.size_name(n):>7} {name:<15} {row['requests']:>8} req  proxy {row['proxy_us']:8.1f}"
-                          f"  origin {row['origin_us']:8.1f}  client {row['client_us']:8.1f} µs/req", file=sys.stderr)  # fmt: skip
+        samples = pl.bench_rounds(a, running, names, sizes, scratch=os.path.join(lab.scratch, "client"), path=f"{path}/",
+                                  origin=origin, role="proxy", line=progress_line)
         for name, rs in running.items():
             st = servers.weft_exit_stats(pool.stop(rs)) if rs.spec.kind == "weft-proxy" else None
             if st:
                 weft_stats[name] = st
     return samples, weft_stats
+
+
+def progress_line(r, n, name, row):
+    return (f"round {r + 1} {pl.size_name(n):>7} {name:<15} {row['requests']:>8} req  proxy {row['proxy_us']:8.1f}"
+            f"  origin {row['origin_us']:8.1f}  client {row['client_us']:8.1f} µs/req")  # fmt: skip
 
 
 def report(a, names, sizes, result):

@@ -27,7 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lab import core, env, proxylab as pl, servers  # noqa: E402
+from lab import proxylab as pl, servers  # noqa: E402
 
 
 def main():
@@ -44,40 +44,18 @@ def main():
     ap.add_argument("--json", default=None, help="write every sample and the medians to this file")
     a = ap.parse_args()
 
-    try:
-        sizes = [pl.parse_size(s) for s in a.sizes.split(",")]
-    except ValueError as e:
-        raise SystemExit(f"serve_bench: --sizes: {e}")
-    if a.rounds < 1 or a.duration <= 0:
-        raise SystemExit("serve_bench: --rounds and --duration must be positive")
+    sizes = pl.bench_sizes("serve_bench", a)
     known = ["weft", "nginx"] + (["base"] if a.baseline else [])
     names = [n.strip() for n in (a.only or ",".join(known)).split(",") if n.strip()]
     for n in names:
         if n not in known:
             raise SystemExit(f"serve_bench: --only: unknown server `{n}` (known: {', '.join(known)})")
-    if a.baseline and not os.access(a.baseline, os.X_OK):
-        raise SystemExit(f"serve_bench: --baseline {a.baseline}: not an executable")
-
-    lab = core.Lab("serve-bench", quick=False)
-    try:
-        env.ensure_commands(["nginx", "wrk"], lab.log)
-        weft = a.weft or env.build_weft(lab.log)
-        if not os.access(weft, os.X_OK):
-            raise SystemExit(f"serve_bench: {weft} missing: run `cargo build --release` or pass --weft")
-        samples = bench(lab, a, weft, names, sizes)
-    except (env.EnvError, servers.ServerError, pl.ClientError) as e:
-        raise SystemExit(f"serve_bench: {e}")
-    finally:
-        lab.cleanup()
+    samples = pl.run_bench("serve_bench", ["nginx", "wrk"], a, lambda lab, weft: bench(lab, a, weft, names, sizes))
     report(a, names, sizes, samples)
 
 
 def bench(lab, a, weft, names, sizes):
-    www = os.path.join(lab.scratch, "www")
-    os.makedirs(www)
-    for n in sizes:
-        core.make_file(os.path.join(www, pl.size_name(n)), n)
-    samples = []
+    www = pl.size_files(lab.scratch, sizes)
     with lab.pool(www) as pool:
         running = {}
         for name in names:
@@ -88,26 +66,13 @@ def bench(lab, a, weft, names, sizes):
             pool.weft_binary = a.baseline if name == "base" else weft
             running[name] = pool.start(spec)
         print(f"load average at start {open('/proc/loadavg').read().split()[:3]}", file=sys.stderr)
-        scratch = os.path.join(lab.scratch, "client")
-        for r in range(a.rounds):
-            for n in sizes:
-                for name in pl.rotate(names, r):
-                    rs = running[name]
-                    url = f"http://{rs.addr}/{pl.size_name(n)}"
-                    pl.check_fetch(name, url, n)
+        return pl.bench_rounds(a, running, names, sizes, scratch=os.path.join(lab.scratch, "client"), path="",
+                               origin=None, role="server", line=progress_line)
 
-                    def warmup():
-                        pl.run_wrk(url, connections=a.conns, duration_s=a.warmup, scratch=scratch)
 
-                    def client():
-                        return pl.run_wrk(url, connections=a.conns, duration_s=a.duration, scratch=scratch)
-
-                    s = pl.measure(rs, None, client, warmup if a.warmup else None)
-                    row = s.row(round=r + 1, size=n, size_bytes=n, server=name)
-                    samples.append(row)
-                    print(f"round {r + 1} {pl.size_name(n):>7} {name:<6} {row['requests']:>8} req  server {row['proxy_us']:7.2f}"
-                          f" µs/req  client {row['client_us']:7.2f} µs/req", file=sys.stderr)  # fmt: skip
-    return samples
+def progress_line(r, n, name, row):
+    return (f"round {r + 1} {pl.size_name(n):>7} {name:<6} {row['requests']:>8} req  server {row['proxy_us']:7.2f}"
+            f" µs/req  client {row['client_us']:7.2f} µs/req")  # fmt: skip
 
 
 def report(a, names, sizes, samples):

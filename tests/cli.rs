@@ -114,14 +114,7 @@ fn backends_reports_event_mechanisms_and_features() {
     let out = weft(&["backends"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for name in [
-        "select",
-        "poll",
-        "epoll",
-        "epoll-et",
-        "epoll-once",
-        "epoll-batched",
-        "uring",
+    for name in common::BACKENDS.into_iter().chain([
         "sendfile",
         "splice",
         "tee",
@@ -129,7 +122,7 @@ fn backends_reports_event_mechanisms_and_features() {
         "SO_REUSEPORT",
         "RWF_NOWAIT",
         "TCP_REPAIR",
-    ] {
+    ]) {
         assert!(text.contains(name), "missing {name}: {text}");
     }
 }

@@ -106,6 +106,14 @@ fn load(args: &[&str]) -> Value {
     r.json.expect("a JSON report")
 }
 
+/// `weft load URL FLAGS...` that must succeed, the flags written as on a
+/// command line (split at white space).
+fn load_flags(url: &str, flags: &str) -> Value {
+    let mut args = vec![url];
+    args.extend(flags.split_whitespace());
+    load(&args)
+}
+
 fn n(v: &Value, path: &str) -> u64 {
     let mut cur = v;
     for k in path.split('.') {
@@ -121,16 +129,7 @@ fn no_errors(v: &Value) {
 #[test]
 fn one_byte_open_loop_against_origin() {
     let o = origin(&[]);
-    let v = load(&[
-        &url(&o, "/"),
-        "--workload",
-        "one-byte",
-        "--rate",
-        "400",
-        "--num-conns",
-        "200",
-        "--verify",
-    ]);
+    let v = load_flags(&url(&o, "/"), "--workload one-byte --rate 400 --num-conns 200 --verify");
     no_errors(&v);
     assert_eq!(n(&v, "requests"), 200);
     assert_eq!(n(&v, "replies.2xx"), 200);
@@ -152,31 +151,16 @@ fn one_byte_open_loop_against_origin() {
 fn closed_loop_keepalive_and_pipelining_against_serve() {
     let site = site();
     let w = Weft::serve(&[path_str(&site.path), "--workers", "1"]);
-    let v = load(&[
-        &url(&w, "/one.bin"),
-        "--clients",
-        "4",
-        "--pipeline",
-        "8",
-        "--duration",
-        "500ms",
-    ]);
+    let v = load_flags(&url(&w, "/one.bin"), "--clients 4 --pipeline 8 --duration 500ms");
     no_errors(&v);
     assert_eq!(n(&v, "connections"), 4, "keep-alive: one connection per client");
     assert!(n(&v, "replies.2xx") > 100);
     assert_eq!(n(&v, "requests"), n(&v, "replies.total"));
     // Two threads share the clients.
-    let v = load(&[
+    let v = load_flags(
         &url(&w, "/hello.txt"),
-        "--clients",
-        "4",
-        "--calls",
-        "5",
-        "--num-conns",
-        "40",
-        "--threads",
-        "2",
-    ]);
+        "--clients 4 --calls 5 --num-conns 40 --threads 2",
+    );
     no_errors(&v);
     assert_eq!(n(&v, "sessions"), 40);
     assert_eq!(n(&v, "replies.2xx"), 200);
@@ -185,17 +169,10 @@ fn closed_loop_keepalive_and_pipelining_against_serve() {
 #[test]
 fn http10_close_and_large_bodies_are_verified() {
     let o = origin(&[]);
-    let v = load(&[
+    let v = load_flags(
         &url(&o, "/"),
-        "--workload",
-        "file:300KiB",
-        "--http10",
-        "--rate",
-        "500",
-        "--num-conns",
-        "40",
-        "--verify",
-    ]);
+        "--workload file:300KiB --http10 --rate 500 --num-conns 40 --verify",
+    );
     no_errors(&v);
     assert_eq!(n(&v, "verified"), 40);
     assert_eq!(n(&v, "bytes.reply_body"), 40 * 300 * 1024);
@@ -223,18 +200,10 @@ fn http10_close_and_large_bodies_are_verified() {
 #[test]
 fn specweb99_against_origin_and_against_a_generated_file_set() {
     let o = origin(&[]);
-    let v = load(&[
+    let v = load_flags(
         &url(&o, "/"),
-        "--workload",
-        "specweb99",
-        "--param",
-        "dirs=3",
-        "--rate",
-        "300",
-        "--num-conns",
-        "60",
-        "--verify",
-    ]);
+        "--workload specweb99 --param dirs=3 --rate 300 --num-conns 60 --verify",
+    );
     no_errors(&v);
     assert_eq!(n(&v, "sessions"), 60);
     assert_eq!(n(&v, "requests"), n(&v, "replies.2xx"));
@@ -257,18 +226,10 @@ fn specweb99_against_origin_and_against_a_generated_file_set() {
     assert_eq!(g.code, Some(0), "{}", g.stderr);
     assert!(g.stdout.contains("36 files, 5119484 bytes"), "{}", g.stdout);
     let w = Weft::serve(&[path_str(&dir.path), "--workers", "1"]);
-    let v = load(&[
+    let v = load_flags(
         &url(&w, "/"),
-        "--workload",
-        "specweb99",
-        "--param",
-        "dirs=1",
-        "--clients",
-        "3",
-        "--num-conns",
-        "30",
-        "--verify",
-    ]);
+        "--workload specweb99 --param dirs=1 --clients 3 --num-conns 30 --verify",
+    );
     no_errors(&v);
     assert_eq!(n(&v, "verified"), n(&v, "replies.2xx"));
     assert!(n(&v, "verified") >= 30);
@@ -533,16 +494,10 @@ fn ssl_emulation_through_connect_and_direct() {
     assert!((40..=80).contains(&abbr), "about 60 % abbreviated: {abbr}");
     // The handshake bytes crossed the tunnel: 2239 from a full one alone.
     assert!(n(&v, "bytes.received") > full * 2239 + 100 * 5000);
-    let v = load(&[
+    let v = load_flags(
         &url(&o, "/"),
-        "--workload",
-        "ssl-emulation",
-        "--rate",
-        "200",
-        "--num-conns",
-        "20",
-        "--verify",
-    ]);
+        "--workload ssl-emulation --rate 200 --num-conns 20 --verify",
+    );
     no_errors(&v);
     assert_eq!(n(&v, "ssl.full") + n(&v, "ssl.abbreviated"), 20);
 }
@@ -557,15 +512,10 @@ fn idle_connections_are_held_and_reopened() {
     assert!(n(&v, "idle.reopened") >= 20, "{}", v["idle"]);
     assert!(n(&v, "connections") >= 40);
     // Spread over source addresses (each with its own ports).
-    let v = load(&[
+    let v = load_flags(
         &url(&o, "/size/3/x"),
-        "--rate",
-        "500",
-        "--num-conns",
-        "50",
-        "--local-addrs",
-        "127.0.0.2-127.0.0.5",
-    ]);
+        "--rate 500 --num-conns 50 --local-addrs 127.0.0.2-127.0.0.5",
+    );
     no_errors(&v);
     assert_eq!(n(&v, "replies.2xx"), 50);
     // Alongside a load.
@@ -594,40 +544,20 @@ fn client_closed_connections_reset_after_complete_replies() {
     let o = origin(&["--stats-on-exit"]);
     // Default: the client ends each HTTP/1.1 connection itself and resets it
     // once its reply is in, so its port keeps no TIME_WAIT entry.
-    let v = load(&[
-        &url(&o, "/size/10/x"),
-        "--rate",
-        "1000",
-        "--num-conns",
-        "100",
-        "--verify",
-    ]);
+    let v = load_flags(&url(&o, "/size/10/x"), "--rate 1000 --num-conns 100 --verify");
     no_errors(&v);
     assert_eq!(n(&v, "replies.2xx"), 100);
     assert_eq!(v["config"]["client_close"], "reset");
     assert_eq!(time_wait_to(o.addr.port()), 0, "reset connections leave no TIME_WAIT");
     // Explicit source ports (httperf's --hog), still reset.
-    let v = load(&[
+    let v = load_flags(
         &url(&o, "/size/10/x"),
-        "--rate",
-        "1000",
-        "--num-conns",
-        "30",
-        "--local-ports",
-        "45000-45999",
-    ]);
+        "--rate 1000 --num-conns 30 --local-ports 45000-45999",
+    );
     no_errors(&v);
     assert_eq!(n(&v, "replies.2xx"), 30);
     // A normal close (FIN), as httperf does.
-    let v = load(&[
-        &url(&o, "/size/10/x"),
-        "--rate",
-        "1000",
-        "--num-conns",
-        "50",
-        "--client-close",
-        "fin",
-    ]);
+    let v = load_flags(&url(&o, "/size/10/x"), "--rate 1000 --num-conns 50 --client-close fin");
     no_errors(&v);
     assert_eq!(n(&v, "replies.2xx"), 50);
     // The server saw every reply delivered: the resets came on idle
@@ -646,15 +576,7 @@ fn client_closed_connections_reset_after_complete_replies() {
 #[test]
 fn every_event_backend_drives_the_client() {
     let o = origin(&[]);
-    for e in [
-        "select",
-        "poll",
-        "epoll",
-        "epoll-et",
-        "epoll-once",
-        "epoll-batched",
-        "uring",
-    ] {
+    for e in common::BACKENDS {
         let v = load(&[
             &url(&o, "/size/100/x"),
             "--clients",
@@ -676,13 +598,7 @@ fn every_event_backend_drives_the_client() {
 fn errors_are_counted_by_kind() {
     // Refused: a port nobody listens on.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let v = load(&[
-        &format!("http://127.0.0.1:{port}/"),
-        "--rate",
-        "200",
-        "--num-conns",
-        "20",
-    ]);
+    let v = load_flags(&format!("http://127.0.0.1:{port}/"), "--rate 200 --num-conns 20");
     assert_eq!(n(&v, "errors.refused"), 20);
     assert_eq!(n(&v, "replies.total"), 0);
 
@@ -699,15 +615,7 @@ fn errors_are_counted_by_kind() {
         }
         std::thread::sleep(Duration::from_secs(5));
     });
-    let v = load(&[
-        &format!("http://{addr}/"),
-        "--rate",
-        "100",
-        "--num-conns",
-        "5",
-        "--timeout",
-        "300ms",
-    ]);
+    let v = load_flags(&format!("http://{addr}/"), "--rate 100 --num-conns 5 --timeout 300ms");
     assert_eq!(n(&v, "errors.timeout"), 5);
 
     // Malformed replies, and a reset before any reply.
@@ -729,30 +637,13 @@ fn errors_are_counted_by_kind() {
             }
         }
     });
-    let v = load(&[
-        &format!("http://{addr}/"),
-        "--clients",
-        "1",
-        "--calls",
-        "1",
-        "--num-conns",
-        "10",
-    ]);
+    let v = load_flags(&format!("http://{addr}/"), "--clients 1 --calls 1 --num-conns 10");
     assert_eq!(n(&v, "errors.bad_response"), 10, "{}", v["errors"]);
 
     // Verification against content that is not the origin's.
     let site = site();
     let w = Weft::serve(&[path_str(&site.path), "--workers", "1"]);
-    let v = load(&[
-        &url(&w, "/hello.txt"),
-        "--clients",
-        "1",
-        "--calls",
-        "1",
-        "--num-conns",
-        "3",
-        "--verify",
-    ]);
+    let v = load_flags(&url(&w, "/hello.txt"), "--clients 1 --calls 1 --num-conns 3 --verify");
     assert_eq!(n(&v, "errors.verify"), 3);
     assert_eq!(n(&v, "replies.2xx"), 3);
 
@@ -904,15 +795,7 @@ fn json_samples_and_a_progress_line_only_on_a_terminal() {
 #[test]
 fn repeated_runs_report_confidence_intervals() {
     let o = origin(&[]);
-    let v = load(&[
-        &url(&o, "/size/10/r"),
-        "--rate",
-        "200",
-        "--num-conns",
-        "20",
-        "--repeat",
-        "3",
-    ]);
+    let v = load_flags(&url(&o, "/size/10/r"), "--rate 200 --num-conns 20 --repeat 3");
     no_errors(&v);
     assert_eq!(n(&v, "repeat.k"), 3);
     assert_eq!(n(&v, "replies.total"), 60);
@@ -1062,15 +945,7 @@ fn origin_think_time_and_connection_limits() {
     assert_eq!(got.len() - head_len, 500, "half the body");
     // Seen by weft load: each abort is one failed request, nothing else.
     let half = origin(&["--abort", "0.5"]);
-    let v = load(&[
-        &url(&half, "/size/1000/x"),
-        "--clients",
-        "1",
-        "--calls",
-        "1",
-        "--num-conns",
-        "40",
-    ]);
+    let v = load_flags(&url(&half, "/size/1000/x"), "--clients 1 --calls 1 --num-conns 40");
     let failed = n(&v, "errors.reset") + n(&v, "errors.bad_response");
     assert!((5..=35).contains(&failed), "{}", v["errors"]);
     assert_eq!(n(&v, "replies.2xx") + failed, 40, "{v}");

@@ -417,18 +417,7 @@ impl Conn {
                 return Err(ReadErr::Truncated);
             }
         };
-        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().unwrap();
-        assert!(status_line.starts_with("HTTP/1.1 "), "status line {status_line:?}");
-        let status: u16 = status_line[9..12].parse().unwrap();
-        let headers: Vec<(String, String)> = lines
-            .filter(|l| !l.is_empty())
-            .map(|l| {
-                let (n, v) = l.split_once(':').unwrap();
-                (n.trim().to_string(), v.trim().to_string())
-            })
-            .collect();
+        let (status, headers) = common::parse_head(&self.buf[..head_end]);
         self.buf.drain(..head_end);
         let mut r = Resp {
             status,

@@ -61,48 +61,38 @@ def run(lab: core.Lab) -> dict:
     for _, size in FILES:
         core.make_file(os.path.join(www, f"file-{size}.bin"), size)
     all_specs = specs(lab.quick)
-    total = reps * len(all_specs) * len(WORKLOADS)
-    lab.log(f"{NAME}: {reps} repetition(s) x {len(all_specs)} servers x {len(WORKLOADS)} workloads, {duration:g}s each ({total} runs)")
     rows: list[dict] = []
-    commands: dict[str, list[str]] = {}
-    done = 0
     with lab.pool(www) as pool:
-        for rep in range(reps):
-            order = all_specs[rep % len(all_specs) :] + all_specs[: rep % len(all_specs)]
-            for spec in order:
-                rs = pool.start(spec)
-                commands[spec.label] = rs.command
-                base = f"http://127.0.0.1:{rs.port}/"
-                for _, size in FILES:
-                    core.fetch(base + f"file-{size}.bin")
-                for label, size, threads, conns in WORKLOADS:
-                    m = core.measure(lab, rs, base + f"file-{size}.bin", connections=conns, duration_s=duration, threads=threads)
-                    done += 1
-                    spr = m.syscalls_per_request()
-                    row = {
-                        "rep": rep + 1,
-                        "server": spec.label,
-                        "workload": label,
-                        "requests": m.load.requests,
-                        "rps": m.load.rps,
-                        "cpu_us_per_req": m.cpu_us_per_request,
-                        "event_syscalls_per_req": m.event_syscalls_per_request(),
-                        "non_2xx": m.load.non_2xx,
-                        "socket_errors": m.load.error_total,
-                    }
-                    for k in core.EVENT_SYSCALLS:
-                        row[k] = spr.get(k) if m.weft else None
-                    if m.weft and m.weft.get("tracker"):
-                        t = m.weft["tracker"]
-                        row["tracker_user_passes"] = t.get("user_passes", 0)
-                        row["tracker_kernel_polls"] = t.get("kernel_polls", 0)
-                    rows.append(row)
-                    ev = m.event_syscalls_per_request()
-                    ev_s = f"{ev:.3f} event syscalls/req" if ev is not None else ""
-                    lab.log(f"  [{done}/{total}] rep {rep + 1} {spec.label:<22} {label:>19}: {m.load.rps:>10,.0f} req/s {report.fmt_num(m.cpu_us_per_request):>7} µs/req  {ev_s}")
-                pool.stop(rs)
+        runs = core.ServerRounds(lab, NAME, pool, all_specs, reps, len(WORKLOADS), "workloads", duration)
+        for rep, spec, rs, base in runs:
+            for _, size in FILES:
+                core.fetch(base + f"file-{size}.bin")
+            for label, size, threads, conns in WORKLOADS:
+                m = core.measure(lab, rs, base + f"file-{size}.bin", connections=conns, duration_s=duration, threads=threads)
+                spr = m.syscalls_per_request()
+                row = {
+                    "rep": rep + 1,
+                    "server": spec.label,
+                    "workload": label,
+                    "requests": m.load.requests,
+                    "rps": m.load.rps,
+                    "cpu_us_per_req": m.cpu_us_per_request,
+                    "event_syscalls_per_req": m.event_syscalls_per_request(),
+                    "non_2xx": m.load.non_2xx,
+                    "socket_errors": m.load.error_total,
+                }
+                for k in core.EVENT_SYSCALLS:
+                    row[k] = spr.get(k) if m.weft else None
+                if m.weft and m.weft.get("tracker"):
+                    t = m.weft["tracker"]
+                    row["tracker_user_passes"] = t.get("user_passes", 0)
+                    row["tracker_kernel_polls"] = t.get("kernel_polls", 0)
+                rows.append(row)
+                ev = m.event_syscalls_per_request()
+                ev_s = f"{ev:.3f} event syscalls/req" if ev is not None else ""
+                lab.log(f"  {runs.tick()} rep {rep + 1} {spec.label:<22} {label:>19}: {m.load.rps:>10,.0f} req/s {report.fmt_num(m.cpu_us_per_request):>7} µs/req  {ev_s}")
     lab.load_command = lab.driver.command("http://127.0.0.1:PORT/file-SIZE.bin", connections=50, duration_s=duration)
-    return summarize(lab, rows, commands, reps, duration, all_specs)
+    return summarize(lab, rows, runs.commands, reps, duration, all_specs)
 
 
 def summarize(lab, rows, commands, reps, duration, all_specs) -> dict:

@@ -195,11 +195,6 @@ def summarize(lab: core.Lab, pn: pl.Plan, rows: list[dict], commands: dict, load
         scale = 100 if key == "proxy_util" else 1
         series = OrderedDict((p, [scale * med[(p, r)][key] if (p, r) in med and med[(p, r)][key] is not None else None for r in rates]) for p in proxies)
         report.plot_series(os.path.join(d, fname), rates, series, xlabel="offered requests/s", ylabel=ylabel, title=f"{NAME}: {title}", styles=styles)
-    md += ["", "## Checks", ""]
-    if problems:
-        for r, p in problems:
-            md.append(f"- round {r['round']} {r['proxy']} {r['rate']}/s: {', '.join(p)}")
-    else:
-        md.append("- no socket errors, timeouts, 4xx or 5xx in any run")
+    md += pl.checks(problems, lambda r: f"round {r['round']} {r['proxy']} {r['rate']}/s", "no socket errors, timeouts, 4xx or 5xx in any run")
     pl.write_summary(d, md, commands, [load_shown], "Load:", lab.versions, ["cpu.png", "hit_time.png", "miss_time.png"])
     return {"problems": len(problems), "weft_problems": pl.weft_rows(problems)}

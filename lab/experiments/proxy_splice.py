@@ -401,12 +401,8 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, load_co
     crow.reverse()
     md.append(report.markdown_table(["section", "config", "object", "body bytes by path", "hits/req", "sessions per request", "system calls per request"], crow, "lllllll"))
 
-    md += ["", "## Checks", ""]
-    if problems:
-        for r, p in problems:
-            md.append(f"- round {r['round']} {r['section']} {r['config']} {r['size']} {r['rate'] or ''}: {', '.join(p)}")
-    else:
-        md.append("- every response 2xx, no socket errors, every body complete")
+    md += pl.checks(problems, lambda r: f"round {r['round']} {r['section']} {r['config']} {r['size']} {r['rate'] or ''}",
+                    "every response 2xx, no socket errors, every body complete")
     hit_runs = [r for r in rows if r["mode"] in ("c", "nc") and r.get("hit_share")]
     if hit_runs:
         md.append(f"- {len(hit_runs)} miss run(s) saw weft cache hits (max {max(r['hit_share'] for r in hit_runs):.3f} per request)")

@@ -36,35 +36,25 @@ def run(lab: core.Lab) -> dict:
     os.makedirs(www)
     for _, size in SIZES:
         core.make_file(os.path.join(www, f"file-{size}.bin"), size)
-    total = reps * len(SERVERS) * len(SIZES)
-    lab.log(f"{NAME}: {reps} repetition(s) x {len(SERVERS)} servers x {len(SIZES)} sizes, {duration:g}s each ({total} runs)")
     rows: list[dict] = []
-    commands: dict[str, list[str]] = {}
-    done = 0
     with lab.pool(www) as pool:
-        for rep in range(reps):
-            order = SERVERS[rep % len(SERVERS) :] + SERVERS[: rep % len(SERVERS)]
-            for spec in order:
-                rs = pool.start(spec)
-                commands[spec.label] = rs.command
-                base = f"http://127.0.0.1:{rs.port}/"
-                for label, size in SIZES:
-                    core.fetch(base + f"file-{size}.bin")
-                    m = core.measure(lab, rs, base + f"file-{size}.bin", connections=CONNECTIONS, duration_s=duration)
-                    done += 1
-                    rows.append({
-                        "rep": rep + 1, "server": spec.label, "size": label, "size_bytes": size,
-                        "requests": m.load.requests, "rps": m.load.rps, "cpu_us_per_req": m.cpu_us_per_request,
-                        "cpu_ns_per_kib": (m.cpu_us_per_request or 0) * 1000 / (size / 1024),
-                        "non_2xx": m.load.non_2xx, "socket_errors": m.load.error_total,
-                        "bytes_copy": m.weft.get("bytes_copy") if m.weft else None,
-                        "bytes_sendfile": m.weft.get("bytes_sendfile") if m.weft else None,
-                    })  # fmt: skip
-                    lab.log(f"  [{done}/{total}] rep {rep + 1} {spec.label:<18} {label:>8}: {m.load.rps:>9,.0f} req/s {report.fmt_num(m.cpu_us_per_request):>7} µs/req")
-                pool.stop(rs)
+        runs = core.ServerRounds(lab, NAME, pool, SERVERS, reps, len(SIZES), "sizes", duration)
+        for rep, spec, rs, base in runs:
+            for label, size in SIZES:
+                core.fetch(base + f"file-{size}.bin")
+                m = core.measure(lab, rs, base + f"file-{size}.bin", connections=CONNECTIONS, duration_s=duration)
+                rows.append({
+                    "rep": rep + 1, "server": spec.label, "size": label, "size_bytes": size,
+                    "requests": m.load.requests, "rps": m.load.rps, "cpu_us_per_req": m.cpu_us_per_request,
+                    "cpu_ns_per_kib": (m.cpu_us_per_request or 0) * 1000 / (size / 1024),
+                    "non_2xx": m.load.non_2xx, "socket_errors": m.load.error_total,
+                    "bytes_copy": m.weft.get("bytes_copy") if m.weft else None,
+                    "bytes_sendfile": m.weft.get("bytes_sendfile") if m.weft else None,
+                })  # fmt: skip
+                lab.log(f"  {runs.tick()} rep {rep + 1} {spec.label:<18} {label:>8}: {m.load.rps:>9,.0f} req/s {report.fmt_num(m.cpu_us_per_request):>7} µs/req")
     lab.load_command = lab.driver.command("http://127.0.0.1:PORT/file-SIZE.bin", connections=CONNECTIONS, duration_s=duration)
     med = report.group_medians(rows, ["server", "size"], ["rps", "cpu_us_per_req", "cpu_ns_per_kib"])
-    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": commands, "load_command": lab.load_command, "runs": rows})
+    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": runs.commands, "load_command": lab.load_command, "runs": rows})
     report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
     report.write_csv(os.path.join(lab.results_dir, "medians.csv"), med)
     cols, cpu = report.pivot(med, "server", "size", "cpu_us_per_req")

@@ -47,55 +47,45 @@ def run(lab: core.Lab) -> dict:
     os.makedirs(www)
     for _, size in SIZES:
         core.make_file(os.path.join(www, file_name(size)), size)
-    total_runs = reps * len(SERVERS) * len(SIZES)
-    lab.log(f"{NAME}: {reps} repetition(s) x {len(SERVERS)} servers x {len(SIZES)} sizes, {duration:g}s each ({total_runs} runs)")
     rows: list[dict] = []
-    commands: dict[str, list[str]] = {}
-    done = 0
     with lab.pool(www) as pool:
-        for rep in range(reps):
-            order = SERVERS[rep % len(SERVERS) :] + SERVERS[: rep % len(SERVERS)]
-            for spec in order:
-                rs = pool.start(spec)
-                commands[spec.label] = rs.command
-                base = f"http://127.0.0.1:{rs.port}/"
-                for _, size in SIZES:  # warm caches; check the bytes
-                    status, n = core.fetch(base + file_name(size))
-                    if status != 200 or n != size:
-                        raise servers.ServerError(f"{spec.label}: GET {file_name(size)} gave {status}, {n} bytes")
-                for label, size in SIZES:
-                    m = core.measure(lab, rs, base + file_name(size), connections=CONNECTIONS, duration_s=duration, threads=THREADS)
-                    done += 1
-                    row = {
-                        "rep": rep + 1,
-                        "server": spec.label,
-                        "kind": spec.kind,
-                        "size": label,
-                        "size_bytes": size,
-                        "requests": m.load.requests,
-                        "duration_s": m.load.duration_s,
-                        "rps": m.load.rps,
-                        "cpu_ticks": m.cpu_ticks,
-                        "cpu_us_per_req": m.cpu_us_per_request,
-                        "non_2xx": m.load.non_2xx,
-                        "socket_errors": m.load.error_total,
-                        "bytes_per_response": m.load.bytes_received / m.load.requests if m.load.requests else None,
-                        "latency_ms": m.load.latency_ms,
+        runs = core.ServerRounds(lab, NAME, pool, SERVERS, reps, len(SIZES), "sizes", duration)
+        for rep, spec, rs, base in runs:
+            for _, size in SIZES:  # warm caches; check the bytes
+                status, n = core.fetch(base + file_name(size))
+                if status != 200 or n != size:
+                    raise servers.ServerError(f"{spec.label}: GET {file_name(size)} gave {status}, {n} bytes")
+            for label, size in SIZES:
+                m = core.measure(lab, rs, base + file_name(size), connections=CONNECTIONS, duration_s=duration, threads=THREADS)
+                row = {
+                    "rep": rep + 1,
+                    "server": spec.label,
+                    "kind": spec.kind,
+                    "size": label,
+                    "size_bytes": size,
+                    "requests": m.load.requests,
+                    "duration_s": m.load.duration_s,
+                    "rps": m.load.rps,
+                    "cpu_ticks": m.cpu_ticks,
+                    "cpu_us_per_req": m.cpu_us_per_request,
+                    "non_2xx": m.load.non_2xx,
+                    "socket_errors": m.load.error_total,
+                    "bytes_per_response": m.load.bytes_received / m.load.requests if m.load.requests else None,
+                    "latency_ms": m.load.latency_ms,
+                }
+                if m.weft:
+                    row["weft"] = {
+                        "syscalls_per_req": m.syscalls_per_request(),
+                        "event_syscalls_per_req": m.event_syscalls_per_request(),
+                        "bytes_sendfile": m.weft.get("bytes_sendfile", 0),
+                        "bytes_copy": m.weft.get("bytes_copy", 0),
+                        "bytes_memory": m.weft.get("bytes_memory", 0),
                     }
-                    if m.weft:
-                        row["weft"] = {
-                            "syscalls_per_req": m.syscalls_per_request(),
-                            "event_syscalls_per_req": m.event_syscalls_per_request(),
-                            "bytes_sendfile": m.weft.get("bytes_sendfile", 0),
-                            "bytes_copy": m.weft.get("bytes_copy", 0),
-                            "bytes_memory": m.weft.get("bytes_memory", 0),
-                        }
-                    rows.append(row)
-                    cpu = report.fmt_num(m.cpu_us_per_request)
-                    lab.log(f"  [{done}/{total_runs}] rep {rep + 1} {spec.label:<18} {label:>7}: {m.load.rps:>10,.0f} req/s  {cpu:>7} µs/req")
-                pool.stop(rs)
+                rows.append(row)
+                cpu = report.fmt_num(m.cpu_us_per_request)
+                lab.log(f"  {runs.tick()} rep {rep + 1} {spec.label:<18} {label:>7}: {m.load.rps:>10,.0f} req/s  {cpu:>7} µs/req")
     lab.load_command = lab.driver.command("http://127.0.0.1:PORT/file-SIZE.bin", connections=CONNECTIONS, duration_s=duration, threads=THREADS)
-    return summarize(lab, rows, commands, reps, duration)
+    return summarize(lab, rows, runs.commands, reps, duration)
 
 
 def body_path(row: dict) -> str:

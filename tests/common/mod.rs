@@ -178,6 +178,34 @@ impl Response {
     }
 }
 
+/// The event backends every build has (`--event NAME`), in `weft backends` order.
+pub const BACKENDS: [&str; 7] = [
+    "select",
+    "poll",
+    "epoll",
+    "epoll-et",
+    "epoll-once",
+    "epoll-batched",
+    "uring",
+];
+
+/// Status and fields of an HTTP/1.1 response head (through its blank line).
+pub fn parse_head(head: &[u8]) -> (u16, Vec<(String, String)>) {
+    let head = String::from_utf8_lossy(head);
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap();
+    assert!(status_line.starts_with("HTTP/1.1 "), "status line {status_line:?}");
+    let status: u16 = status_line[9..12].parse().unwrap();
+    let headers = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (n, v) = l.split_once(':').unwrap();
+            (n.trim().to_string(), v.trim().to_string())
+        })
+        .collect();
+    (status, headers)
+}
+
 /// Reads responses from a stream, keeping leftover bytes between calls.
 pub struct Reader {
     pub stream: TcpStream,
@@ -220,18 +248,7 @@ impl Reader {
                 );
             }
         };
-        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().unwrap();
-        assert!(status_line.starts_with("HTTP/1.1 "), "status line {status_line:?}");
-        let status: u16 = status_line[9..12].parse().unwrap();
-        let headers: Vec<(String, String)> = lines
-            .filter(|l| !l.is_empty())
-            .map(|l| {
-                let (n, v) = l.split_once(':').unwrap();
-                (n.trim().to_string(), v.trim().to_string())
-            })
-            .collect();
+        let (status, headers) = parse_head(&self.buf[..head_end]);
         self.buf.drain(..head_end);
         let mut r = Response {
             status,

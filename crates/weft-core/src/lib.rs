@@ -3,6 +3,7 @@
 //! - [`config`]: reading `weft.toml` into per-subcommand key/value settings, with
 //!   one-line errors that name the file, section and key;
 //! - [`log`]: a minimal leveled logger to stderr (`--log-level`);
+//! - [`names`]: [`enum_names!`], the word ↔ variant table of a setting's values;
 //! - [`units`]: parsing of sizes (`64KiB`) and durations (`10s`, `250ms`).
 
 #![forbid(unsafe_code)]
@@ -10,4 +11,5 @@
 pub mod config;
 pub mod log;
 pub mod metrics;
+pub mod names;
 pub mod units;

@@ -33,18 +33,12 @@ pub fn enabled(l: Level) -> bool {
     l as u8 <= LEVEL.load(Ordering::Relaxed)
 }
 
-impl std::str::FromStr for Level {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Level, String> {
-        match s {
-            "error" => Ok(Level::Error),
-            "warn" => Ok(Level::Warn),
-            "info" => Ok(Level::Info),
-            "debug" => Ok(Level::Debug),
-            _ => Err(format!("unknown log level `{s}` (expected error|warn|info|debug)")),
-        }
-    }
-}
+crate::enum_names!(Level, "log level", {
+    Error => "error",
+    Warn => "warn",
+    Info => "info",
+    Debug => "debug",
+});
 
 /// Log at warn level.
 #[macro_export]

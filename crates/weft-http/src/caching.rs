@@ -372,7 +372,6 @@ pub fn merge_304(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Limits;
 
     fn cc(v: &str) -> CacheControl {
         CacheControl::parse([v.as_bytes()])
@@ -618,9 +617,11 @@ mod tests {
     }
 
     fn req(s: &[u8]) -> RequestHead {
-        let mut h = RequestHead::new();
-        h.parse(s, &Limits::default()).unwrap().unwrap();
-        h
+        RequestHead::parsed(s).expect("a complete head")
+    }
+
+    fn resp(s: &[u8]) -> ResponseHead {
+        ResponseHead::parsed(s).expect("a complete head")
     }
 
     #[test]
@@ -654,12 +655,6 @@ mod tests {
         assert_eq!(key(m, b"X"), key(n, b"X"));
         assert!(vary_has_star([&b"Accept, *"[..]]));
         assert!(!vary_has_star([&b"Accept"[..]]));
-    }
-
-    fn resp(s: &[u8]) -> ResponseHead {
-        let mut h = ResponseHead::new();
-        h.parse(s, &Limits::default()).unwrap().unwrap();
-        h
     }
 
     #[test]

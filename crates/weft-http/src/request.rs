@@ -70,6 +70,59 @@ impl Field {
     }
 }
 
+/// What request and response heads share: parsing a complete head, and the
+/// field lookups (`$head` keeps its fields as `fields: Vec<Field>` over the
+/// buffer it parsed).
+macro_rules! head_common {
+    ($head:ty) => {
+        impl $head {
+            /// A head parsed from `buf`, which holds a complete one, under
+            /// default limits (tests and tools); `None` when it is incomplete
+            /// or refused.
+            pub fn parsed(buf: &[u8]) -> Option<$head> {
+                let mut h = <$head>::new();
+                h.parse(buf, &$crate::Limits::default()).ok().flatten().map(|_| h)
+            }
+            /// The first field named `name` (ASCII case-insensitive), trimmed.
+            #[inline]
+            pub fn header<'a>(&self, data: &'a [u8], name: &str) -> Option<&'a [u8]> {
+                let name = name.as_bytes();
+                self.fields
+                    .iter()
+                    .find(|f| f.name.len as usize == name.len() && f.name(data).eq_ignore_ascii_case(name))
+                    .map(|f| f.value(data))
+            }
+            /// Every field named `name`, in order.
+            pub fn header_all<'a, 'b>(&'b self, data: &'a [u8], name: &'b str) -> impl Iterator<Item = &'a [u8]> + 'b
+            where
+                'a: 'b,
+            {
+                self.fields
+                    .iter()
+                    .filter(move |f| f.name(data).eq_ignore_ascii_case(name.as_bytes()))
+                    .map(move |f| f.value(data))
+            }
+            /// Every field, in order.
+            pub fn fields(&self) -> &[$crate::request::Field] {
+                &self.fields
+            }
+            /// Does a Connection field list `token`?
+            pub fn connection_has(&self, data: &[u8], token: &str) -> bool {
+                self.connection_has_bytes(data, token.as_bytes())
+            }
+            /// [`connection_has`](Self::connection_has) for a token given as
+            /// bytes (a field name read from another message).
+            pub fn connection_has_bytes(&self, data: &[u8], token: &[u8]) -> bool {
+                self.header_all(data, "connection")
+                    .any(|v| $crate::list_items(v).any(|t| t.eq_ignore_ascii_case(token)))
+            }
+        }
+    };
+}
+pub(crate) use head_common;
+
+head_common!(RequestHead);
+
 /// Target forms (RFC 9112 §3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TargetForm {
@@ -109,6 +162,22 @@ const fn err(status: u16, reason: &'static str) -> ParseError {
     ParseError::new(status, reason)
 }
 
+/// Whether the request line at the start of `buf` is complete. Checked before
+/// httparse so a client cannot make us buffer a huge line (and so it gets
+/// 414, not 431).
+#[inline]
+fn request_line_complete(buf: &[u8], limits: &Limits) -> Result<bool, ParseError> {
+    let line_max = limits.max_request_line;
+    let skip = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
+    let rest = &buf[skip..];
+    match memchr::memchr(b'\n', &rest[..rest.len().min(line_max + 1)]) {
+        Some(_) => Ok(true),
+        None if rest.len() > line_max => Err(err(414, "request line too long")),
+        None if buf.len() > limits.max_head => Err(err(431, "request head too large")),
+        None => Ok(false),
+    }
+}
+
 fn map_httparse(e: httparse::Error) -> ParseError {
     use httparse::Error as E;
     match e {
@@ -143,20 +212,8 @@ impl RequestHead {
     /// `n` bytes (the body, if any, follows); `Ok(None)`: incomplete, read more;
     /// `Err`: refuse with the given status and close the connection.
     pub fn parse(&mut self, buf: &[u8], limits: &Limits) -> Result<Option<usize>, ParseError> {
-        // The request line limit is checked before httparse so a client cannot
-        // make us buffer a huge line (and so it gets 414, not 431).
-        let line_max = limits.max_request_line;
-        let skip = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
-        let rest = &buf[skip..];
-        match memchr::memchr(b'\n', &rest[..rest.len().min(line_max + 1)]) {
-            Some(_) => {}
-            None if rest.len() > line_max => return Err(err(414, "request line too long")),
-            None => {
-                if buf.len() > limits.max_head {
-                    return Err(err(431, "request head too large"));
-                }
-                return Ok(None);
-            }
+        if !request_line_complete(buf, limits)? {
+            return Ok(None);
         }
         let max_fields = limits.max_headers.min(MAX_HEADERS_CAP);
         let mut raw: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS_CAP] =
@@ -346,38 +403,6 @@ impl RequestHead {
     /// The Host field's value, if present.
     pub fn host<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
         self.host.map(|s| s.get(data))
-    }
-    /// The first field named `name` (ASCII case-insensitive), trimmed.
-    #[inline]
-    pub fn header<'a>(&self, data: &'a [u8], name: &str) -> Option<&'a [u8]> {
-        let name = name.as_bytes();
-        self.fields
-            .iter()
-            .find(|f| f.name.len as usize == name.len() && f.name(data).eq_ignore_ascii_case(name))
-            .map(|f| f.value(data))
-    }
-    /// Every field named `name`, in order.
-    pub fn header_all<'a, 'b>(&'b self, data: &'a [u8], name: &'b str) -> impl Iterator<Item = &'a [u8]> + 'b
-    where
-        'a: 'b,
-    {
-        self.fields
-            .iter()
-            .filter(move |f| f.name(data).eq_ignore_ascii_case(name.as_bytes()))
-            .map(move |f| f.value(data))
-    }
-    /// Every field, in order.
-    pub fn fields(&self) -> &[Field] {
-        &self.fields
-    }
-    /// Does a Connection field list `token`?
-    pub fn connection_has(&self, data: &[u8], token: &str) -> bool {
-        self.connection_has_bytes(data, token.as_bytes())
-    }
-    /// [`connection_has`](Self::connection_has) for a token given as bytes.
-    pub fn connection_has_bytes(&self, data: &[u8], token: &[u8]) -> bool {
-        self.header_all(data, "connection")
-            .any(|v| list_items(v).any(|t| t.eq_ignore_ascii_case(token)))
     }
 }
 

@@ -202,49 +202,16 @@ impl ResponseHead {
             Version::Http10 => self.conn_keep_alive && !self.conn_close,
         }
     }
-
-    /// The first field named `name`, trimmed.
-    pub fn header<'a>(&self, data: &'a [u8], name: &str) -> Option<&'a [u8]> {
-        let name = name.as_bytes();
-        self.fields
-            .iter()
-            .find(|f| f.name(data).eq_ignore_ascii_case(name))
-            .map(|f| f.value(data))
-    }
-    /// Every field named `name`, in order.
-    pub fn header_all<'a, 'b>(&'b self, data: &'a [u8], name: &'b str) -> impl Iterator<Item = &'a [u8]> + 'b
-    where
-        'a: 'b,
-    {
-        self.fields
-            .iter()
-            .filter(move |f| f.name(data).eq_ignore_ascii_case(name.as_bytes()))
-            .map(move |f| f.value(data))
-    }
-    /// Every field, in order.
-    pub fn fields(&self) -> &[Field] {
-        &self.fields
-    }
-    /// Does a Connection field list `token`?
-    pub fn connection_has(&self, data: &[u8], token: &str) -> bool {
-        self.connection_has_bytes(data, token.as_bytes())
-    }
-    /// [`connection_has`](Self::connection_has) for a token given as bytes
-    /// (a field name read from another message).
-    pub fn connection_has_bytes(&self, data: &[u8], token: &[u8]) -> bool {
-        self.header_all(data, "connection")
-            .any(|v| list_items(v).any(|t| t.eq_ignore_ascii_case(token)))
-    }
 }
+
+crate::request::head_common!(ResponseHead);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parsed(s: &[u8]) -> ResponseHead {
-        let mut h = ResponseHead::new();
-        h.parse(s, &Limits::default()).unwrap().unwrap();
-        h
+        ResponseHead::parsed(s).expect("a complete head")
     }
 
     #[test]

@@ -15,6 +15,18 @@ struct Probe {
     deadline: Instant,
 }
 
+impl Probe {
+    /// Stops after the first event or timer (or 5 s).
+    fn one() -> Probe {
+        Probe {
+            seen: vec![],
+            timers: vec![],
+            stop_after: 1,
+            deadline: Instant::now() + Duration::from_secs(5),
+        }
+    }
+}
+
 impl<P: Poller> Handler<P> for Probe {
     fn on_event(&mut self, _cx: &mut Ctx<P>, event: Event) {
         self.seen.push(event);
@@ -51,36 +63,21 @@ fn readiness_with<P: Poller>(opts: &weft_io::BackendOptions) {
         .map_err(|e| e.to_string())
         .unwrap();
     a.write_all(b"ping").unwrap();
-    let mut p = Probe {
-        seen: vec![],
-        timers: vec![],
-        stop_after: 1,
-        deadline: Instant::now() + Duration::from_secs(5),
-    };
+    let mut p = Probe::one();
     weft_io::run(&mut cx, &mut p).unwrap();
     assert_eq!(p.seen.len(), 1, "{}", P::CAPS.name);
     assert_eq!(p.seen[0].token, t, "the token (with its generation) comes back");
     assert!(p.seen[0].readable);
     // Ask for writability instead: a fresh socket is writable at once.
     cx.reregister(b.as_raw_fd(), t, Interest::WRITE).unwrap();
-    let mut p = Probe {
-        seen: vec![],
-        timers: vec![],
-        stop_after: 1,
-        deadline: Instant::now() + Duration::from_secs(5),
-    };
+    let mut p = Probe::one();
     weft_io::run(&mut cx, &mut p).unwrap();
     assert!(p.seen[0].writable, "{}", P::CAPS.name);
     // A timer fires with its token.
     cx.reregister(b.as_raw_fd(), t, Interest::NONE).unwrap();
     let tt = Token::new(1, 1);
     cx.arm_timer(tt, Instant::now() + Duration::from_millis(30));
-    let mut p = Probe {
-        seen: vec![],
-        timers: vec![],
-        stop_after: 1,
-        deadline: Instant::now() + Duration::from_secs(5),
-    };
+    let mut p = Probe::one();
     let t0 = Instant::now();
     weft_io::run(&mut cx, &mut p).unwrap();
     assert_eq!(p.timers, vec![tt]);
@@ -90,22 +87,27 @@ fn readiness_with<P: Poller>(opts: &weft_io::BackendOptions) {
     }
 }
 
-#[test]
-fn select_delivers_events() {
-    readiness::<weft_io::backend::Select>();
+/// One test per plain backend, each running `readiness` under it.
+macro_rules! delivers_events {
+    ($($test:ident: $backend:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                readiness::<weft_io::backend::$backend>();
+            }
+        )+
+    };
 }
-#[test]
-fn poll_delivers_events() {
-    readiness::<weft_io::backend::Poll>();
-}
-#[test]
-fn epoll_delivers_events() {
-    readiness::<weft_io::backend::Epoll>();
-}
-#[test]
-fn epoll_et_delivers_events() {
-    readiness::<weft_io::backend::EpollEt>();
-}
+
+delivers_events!(
+    select_delivers_events: Select,
+    poll_delivers_events: Poll,
+    epoll_delivers_events: Epoll,
+    epoll_et_delivers_events: EpollEt,
+    epoll_once_delivers_events: EpollOnce,
+    epoll_batched_delivers_events: EpollBatched,
+    uring_delivers_events: Uring,
+);
 
 #[test]
 fn select_refuses_descriptors_at_fd_setsize() {
@@ -170,19 +172,6 @@ fn syscalls_are_counted() {
     assert_eq!(after.get(sys::SysKind::Write) - before.get(sys::SysKind::Write), 1);
     assert_eq!(after.get(sys::SysKind::Read) - before.get(sys::SysKind::Read), 1);
     assert_eq!(after.get(sys::SysKind::Close) - before.get(sys::SysKind::Close), 2);
-}
-
-#[test]
-fn epoll_once_delivers_events() {
-    readiness::<weft_io::backend::EpollOnce>();
-}
-#[test]
-fn epoll_batched_delivers_events() {
-    readiness::<weft_io::backend::EpollBatched>();
-}
-#[test]
-fn uring_delivers_events() {
-    readiness::<weft_io::backend::Uring>();
 }
 
 /// Wake-up batching changes when a wait returns, never what it returns.
@@ -472,12 +461,7 @@ fn half_close_is_reported<P: Poller>() {
     a.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
     a.shutdown(std::net::Shutdown::Write).unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    let mut p = Probe {
-        seen: vec![],
-        timers: vec![],
-        stop_after: 1,
-        deadline: Instant::now() + Duration::from_secs(5),
-    };
+    let mut p = Probe::one();
     weft_io::run(&mut cx, &mut p).unwrap();
     let name = P::CAPS.name;
     assert!(

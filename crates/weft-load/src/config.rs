@@ -24,30 +24,11 @@ pub enum Arrivals {
     Uniform,
 }
 
-impl std::str::FromStr for Arrivals {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Arrivals, String> {
-        match s {
-            "fixed" | "det" | "d" => Ok(Arrivals::Fixed),
-            "exp" | "poisson" | "e" => Ok(Arrivals::Exp),
-            "uniform" | "unif" | "u" => Ok(Arrivals::Uniform),
-            _ => Err(format!(
-                "unknown inter-arrival distribution `{s}` (expected fixed|exp|uniform)"
-            )),
-        }
-    }
-}
-
-impl Arrivals {
-    /// Name as accepted by `--dist`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Arrivals::Fixed => "fixed",
-            Arrivals::Exp => "exp",
-            Arrivals::Uniform => "uniform",
-        }
-    }
-}
+weft_core::enum_names!(Arrivals, "inter-arrival distribution", {
+    Fixed => "fixed" | "det" | "d",
+    Exp => "exp" | "poisson" | "e",
+    Uniform => "uniform" | "unif" | "u",
+});
 
 /// How the client closes a connection it ends itself (`--client-close`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -60,26 +41,10 @@ pub enum ClientClose {
     Fin,
 }
 
-impl std::str::FromStr for ClientClose {
-    type Err = String;
-    fn from_str(s: &str) -> Result<ClientClose, String> {
-        match s {
-            "reset" | "rst" => Ok(ClientClose::Reset),
-            "fin" => Ok(ClientClose::Fin),
-            _ => Err(format!("unknown --client-close `{s}` (expected reset|fin)")),
-        }
-    }
-}
-
-impl ClientClose {
-    /// Name as accepted by `--client-close`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ClientClose::Reset => "reset",
-            ClientClose::Fin => "fin",
-        }
-    }
-}
+weft_core::enum_names!(ClientClose, "--client-close", {
+    Reset => "reset" | "rst",
+    Fin => "fin",
+});
 
 /// Everything a run needs.
 #[derive(Clone, Debug)]

@@ -274,25 +274,34 @@ pub fn text(cfg: &LoadConfig, runs: &[RunResult]) -> String {
 fn one(cfg: &LoadConfig, r: &RunResult) -> String {
     let s = &r.stats;
     let mut o = String::new();
-    let d = r.duration_s.max(1e-9);
-    let replies = s.replies_total();
-    let h = &s.response_us;
-    let hq = |p: f64| {
-        if h.is_empty() {
-            0.0
-        } else {
-            h.value_at_quantile(p) as f64 / 1000.0
-        }
-    };
-    let c = &s.connect_us;
-    let l = &s.conn_life_us;
     let _ = writeln!(o, "weft load {} workload {}", cfg.url, cfg.workload.name());
     let _ = writeln!(
         o,
         "Total: connections {} requests {} replies {} test-duration {:.3} s",
-        s.connections, s.requests, replies, r.duration_s
+        s.connections,
+        s.requests,
+        s.replies_total(),
+        r.duration_s
     );
     let _ = writeln!(o);
+    connection_lines(&mut o, r);
+    let _ = writeln!(o);
+    request_lines(&mut o, r);
+    let _ = writeln!(o);
+    reply_lines(&mut o, cfg, r);
+    let _ = writeln!(o);
+    cpu_lines(&mut o, r);
+    let _ = writeln!(o);
+    error_lines(&mut o, cfg, r);
+    o
+}
+
+/// Connection rate and times, idle connections, aborts.
+fn connection_lines(o: &mut String, r: &RunResult) {
+    let s = &r.stats;
+    let d = r.duration_s.max(1e-9);
+    let c = &s.connect_us;
+    let l = &s.conn_life_us;
     let conn_rate = s.connections as f64 / d;
     let _ = writeln!(
         o,
@@ -329,7 +338,12 @@ fn one(cfg: &LoadConfig, r: &RunResult) -> String {
     if s.aborted > 0 {
         let _ = writeln!(o, "Aborted by the client (workload): {} transactions", s.aborted);
     }
-    let _ = writeln!(o);
+}
+
+/// Request rate.
+fn request_lines(o: &mut String, r: &RunResult) {
+    let s = &r.stats;
+    let d = r.duration_s.max(1e-9);
     let req = r.request_rate();
     let _ = writeln!(
         o,
@@ -350,7 +364,20 @@ fn one(cfg: &LoadConfig, r: &RunResult) -> String {
         req.stddev,
         req.samples.len()
     );
-    let _ = writeln!(o);
+}
+
+/// Reply rate, response times, sizes, statuses, verification, SSL emulation.
+fn reply_lines(o: &mut String, cfg: &LoadConfig, r: &RunResult) {
+    let s = &r.stats;
+    let replies = s.replies_total();
+    let h = &s.response_us;
+    let hq = |p: f64| {
+        if h.is_empty() {
+            0.0
+        } else {
+            h.value_at_quantile(p) as f64 / 1000.0
+        }
+    };
     let rr = r.reply_rate();
     let _ = writeln!(
         o,
@@ -412,7 +439,12 @@ fn one(cfg: &LoadConfig, r: &RunResult) -> String {
             s.ssl_handshakes.0, s.ssl_handshakes.1
         );
     }
-    let _ = writeln!(o);
+}
+
+/// CPU time and network I/O.
+fn cpu_lines(o: &mut String, r: &RunResult) {
+    let s = &r.stats;
+    let d = r.duration_s.max(1e-9);
     let cpu = r.cpu.0 + r.cpu.1;
     let _ = writeln!(
         o,
@@ -429,7 +461,11 @@ fn one(cfg: &LoadConfig, r: &RunResult) -> String {
         s.bytes_sent as f64 / 1024.0,
         s.bytes_received as f64 / 1024.0
     );
-    let _ = writeln!(o);
+}
+
+/// Errors, the warnings they call for, and the trace's summary.
+fn error_lines(o: &mut String, cfg: &LoadConfig, r: &RunResult) {
+    let s = &r.stats;
     let e = &s.errors;
     let _ = writeln!(
         o,
@@ -484,7 +520,6 @@ fn one(cfg: &LoadConfig, r: &RunResult) -> String {
             }
         );
     }
-    o
 }
 
 #[cfg(test)]

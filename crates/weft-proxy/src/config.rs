@@ -20,28 +20,11 @@ pub enum SpliceMode {
     Auto,
 }
 
-impl SpliceMode {
-    /// The `--splice` name.
-    pub fn name(self) -> &'static str {
-        match self {
-            SpliceMode::On => "on",
-            SpliceMode::Off => "off",
-            SpliceMode::Auto => "auto",
-        }
-    }
-}
-
-impl FromStr for SpliceMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "on" => Ok(SpliceMode::On),
-            "off" => Ok(SpliceMode::Off),
-            "auto" => Ok(SpliceMode::Auto),
-            _ => Err(format!("unknown splice mode `{s}` (expected on|off|auto)")),
-        }
-    }
-}
+weft_core::enum_names!(SpliceMode, "splice mode", {
+    On => "on",
+    Off => "off",
+    Auto => "auto",
+});
 
 /// The cache's replacement policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -53,26 +36,10 @@ pub enum CachePolicy {
     Gds,
 }
 
-impl CachePolicy {
-    /// The `--cache-policy` name.
-    pub fn name(self) -> &'static str {
-        match self {
-            CachePolicy::Lru => "lru",
-            CachePolicy::Gds => "gds",
-        }
-    }
-}
-
-impl FromStr for CachePolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "lru" => Ok(CachePolicy::Lru),
-            "gds" => Ok(CachePolicy::Gds),
-            _ => Err(format!("unknown cache policy `{s}` (expected lru|gds)")),
-        }
-    }
-}
+weft_core::enum_names!(CachePolicy, "cache policy", {
+    Lru => "lru",
+    Gds => "gds",
+});
 
 /// `host:port` of an upstream (a name is resolved off the event loop).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -215,7 +215,6 @@ pub fn write_response_fields(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weft_http::Limits;
 
     #[test]
     fn authorities() {
@@ -253,9 +252,7 @@ mod tests {
     }
 
     fn req(s: &[u8]) -> RequestHead {
-        let mut h = RequestHead::new();
-        h.parse(s, &Limits::default()).unwrap().unwrap();
-        h
+        RequestHead::parsed(s).expect("a complete head")
     }
 
     #[test]
@@ -272,51 +269,37 @@ mod tests {
     fn forwarded_request_drops_hop_by_hop_fields() {
         let d = b"GET http://o.example/x?y HTTP/1.1\r\nHost: wrong\r\nConnection: close, X-Secret\r\nX-Secret: s\r\nKeep-Alive: 5\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nTrailer: X\r\nUpgrade: h2c\r\nProxy-Authorization: Basic x\r\nAccept: */*\r\nVia: 1.0 a\r\nX-Forwarded-For: 10.0.0.1\r\nIf-None-Match: \"c\"\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n";
         let r = req(d);
-        let mut out = Vec::new();
-        write_request(
-            &mut out,
-            &r,
-            d,
-            &Forward {
-                method: Method::Get,
-                path: b"/x?y",
-                host: b"o.example",
-                via: b"1.1 me",
-                client: Some("127.0.0.1".parse().unwrap()),
-                chunked_body: false,
-                validators: None,
-            },
-        );
-        let s = String::from_utf8(out).unwrap();
+        let forward = Forward {
+            method: Method::Get,
+            path: b"/x?y",
+            host: b"o.example",
+            via: b"1.1 me",
+            client: Some("127.0.0.1".parse().unwrap()),
+            chunked_body: false,
+            validators: None,
+        };
+        let written = |f: &Forward<'_>| {
+            let mut out = Vec::new();
+            write_request(&mut out, &r, d, f);
+            String::from_utf8(out).unwrap()
+        };
+        let s = written(&forward);
         assert_eq!(
             s,
             "GET /x?y HTTP/1.1\r\nHost: o.example\r\nAccept: */*\r\nVia: 1.0 a\r\nX-Forwarded-For: 10.0.0.1\r\nIf-None-Match: \"c\"\r\nContent-Length: 0\r\nVia: 1.1 me\r\nX-Forwarded-For: 127.0.0.1\r\n\r\n"
         );
         // Revalidation replaces the client's conditionals with the stored validators.
-        let mut out = Vec::new();
-        write_request(
-            &mut out,
-            &r,
-            d,
-            &Forward {
-                method: Method::Get,
-                path: b"/x?y",
-                host: b"o.example",
-                via: b"1.1 me",
-                client: None,
-                chunked_body: false,
-                validators: Some((Some(b"\"v1\""), Some(b"Thu, 01 Jan 1970 00:00:00 GMT"))),
-            },
-        );
-        let s = String::from_utf8(out).unwrap();
+        let s = written(&Forward {
+            client: None,
+            validators: Some((Some(b"\"v1\""), Some(b"Thu, 01 Jan 1970 00:00:00 GMT"))),
+            ..forward
+        });
         assert!(s.contains("If-None-Match: \"v1\"\r\n") && !s.contains("\"c\""));
         assert!(s.contains("If-Modified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n"));
     }
 
     fn resp(s: &[u8]) -> ResponseHead {
-        let mut h = ResponseHead::new();
-        h.parse(s, &Limits::default()).unwrap().unwrap();
-        h
+        ResponseHead::parsed(s).expect("a complete head")
     }
 
     #[test]

@@ -629,7 +629,14 @@ impl Relay {
                     Err(err) => Err(err),
                 }
             }
-            Path::Splice { pipe, bytes } => {
+            // Into the pipe the body leaves by (Splice), or the intake pipe
+            // that is tee'd into the cache (Tee): the same splice.
+            Path::Splice { pipe, bytes }
+            | Path::Tee {
+                intake: pipe,
+                in_intake: bytes,
+                ..
+            } => {
                 if room == 0 {
                     return Ok(0);
                 }
@@ -640,20 +647,6 @@ impl Relay {
                         Ok(n)
                     }
                     Err(err) if err.kind() == io::ErrorKind::WouldBlock && *bytes > 0 => return Ok(0),
-                    Err(err) => Err(err),
-                }
-            }
-            Path::Tee { intake, in_intake, .. } => {
-                if room == 0 {
-                    return Ok(0);
-                }
-                let want = (left.min(room as u64)) as usize;
-                match sys::splice(e.up, intake.write_fd(), want, false) {
-                    Ok(n) => {
-                        *in_intake += n;
-                        Ok(n)
-                    }
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock && *in_intake > 0 => return Ok(0),
                     Err(err) => Err(err),
                 }
             }

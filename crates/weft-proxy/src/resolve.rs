@@ -244,12 +244,15 @@ mod tests {
         assert!(literal("localhost", 80).is_none());
     }
 
+    /// One resolver helper, an empty cache with a 60 s TTL, now, a waiter.
+    fn one_helper() -> (Resolver, DnsCache, Instant, Token) {
+        let cache = DnsCache::new(Duration::from_secs(60));
+        (Resolver::start(1, 1).unwrap(), cache, Instant::now(), Token::new(1, 0))
+    }
+
     #[test]
     fn lookups_are_answered_by_helpers_and_cached() {
-        let r = Resolver::start(1, 1).unwrap();
-        let mut c = DnsCache::new(Duration::from_secs(60));
-        let now = Instant::now();
-        let t = Token::new(1, 0);
+        let (r, mut c, now, t) = one_helper();
         assert!(matches!(c.lookup("localhost", 80, now, t, &r, 0), Lookup::Waiting));
         // A second waiter for the same name does not submit again.
         assert!(matches!(
@@ -275,10 +278,7 @@ mod tests {
 
     #[test]
     fn failures_are_reported() {
-        let r = Resolver::start(1, 1).unwrap();
-        let mut c = DnsCache::new(Duration::from_secs(60));
-        let now = Instant::now();
-        let t = Token::new(1, 0);
+        let (r, mut c, now, t) = one_helper();
         assert!(matches!(c.lookup("name.invalid", 80, now, t, &r, 0), Lookup::Waiting));
         let mut answers = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -253,6 +253,26 @@ pub(crate) fn store_object(
 
 /// Start the body relay of a response with `framing` on its way from `u`
 /// to `c`, filling the cache when there is a `plan`.
+/// A relay's view of its two sockets. Takes the client's fields one by one
+/// so a caller may hold the client's transaction (and its relay) meanwhile.
+pub(crate) fn relay_ends<'a>(
+    client: Option<&'a weft_io::Fd>,
+    client_may_write: &'a mut bool,
+    out: &'a mut OutChain,
+    u: &'a mut Upstream,
+    bufs: &'a mut weft_io::BufPool,
+) -> Ends<'a> {
+    Ends {
+        client: client.map(|f| f.as_fd()),
+        client_may_write,
+        out,
+        up: u.fd.as_fd(),
+        up_may_read: &mut u.may_read,
+        up_buf: &mut u.buf,
+        bufs,
+    }
+}
+
 fn start_relay(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstream, framing: Framing, plan: Option<StorePlan>) {
     let cfg = sh.cfg;
     let remaining = match framing {
@@ -271,15 +291,7 @@ fn start_relay(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstream, framing: F
     };
     let mut relay = Relay::new(framing, how, spare, &mut sh.pipes, &mut sh.stats);
     {
-        let mut ends = Ends {
-            client: c.fd.as_ref().map(|f| f.as_fd()),
-            client_may_write: &mut c.may_write,
-            out: &mut c.out,
-            up: u.fd.as_fd(),
-            up_may_read: &mut u.may_read,
-            up_buf: &mut u.buf,
-            bufs: &mut sh.bufs,
-        };
+        let mut ends = relay_ends(c.fd.as_ref(), &mut c.may_write, &mut c.out, u, &mut sh.bufs);
         relay.start(&mut ends, &mut sh.stats);
     }
     let txn = c.txn.as_mut().expect("a relay has a txn");

@@ -165,13 +165,7 @@ impl Direction {
                         moved += n;
                         progress = true;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => *dst.may_write = false,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if matches!(self.path, Path::Splice { .. }) && is_splice_failure(&e) => {
-                        self.fallback(bufs, st)?;
-                        progress = true;
-                    }
-                    Err(_) => return Err(()),
+                    Err(e) => progress |= self.failed(&e, dst.may_write, bufs, st)?,
                 }
             }
             // Take more from the source.
@@ -217,13 +211,7 @@ impl Direction {
                         moved += n;
                         progress = true;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => *src.may_read = false,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if matches!(self.path, Path::Splice { .. }) && is_splice_failure(&e) => {
-                        self.fallback(bufs, st)?;
-                        progress = true;
-                    }
-                    Err(_) => return Err(()),
+                    Err(e) => progress |= self.failed(&e, src.may_read, bufs, st)?,
                 }
             }
             if self.eof && self.pending() == 0 && !self.shut {
@@ -236,6 +224,29 @@ impl Direction {
                 return Ok(moved);
             }
         }
+    }
+
+    /// A read or write that failed with `e`: a socket not ready clears its
+    /// `ready` flag, EINTR is retried on the next pass, splice refused on this
+    /// kernel falls back to copying (progress: Ok(true)); anything else ends
+    /// the tunnel.
+    fn failed(
+        &mut self,
+        e: &io::Error,
+        ready: &mut bool,
+        bufs: &mut TunnelBufs,
+        st: &mut ProxyStats,
+    ) -> Result<bool, ()> {
+        match e.kind() {
+            io::ErrorKind::WouldBlock => *ready = false,
+            io::ErrorKind::Interrupted => {}
+            _ if matches!(self.path, Path::Splice { .. }) && is_splice_failure(e) => {
+                self.fallback(bufs, st)?;
+                return Ok(true);
+            }
+            _ => return Err(()),
+        }
+        Ok(false)
     }
 
     fn fallback(&mut self, bufs: &mut TunnelBufs, st: &mut ProxyStats) -> Result<(), ()> {

@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 use weft_io::BackendKind;
 
@@ -21,28 +20,11 @@ pub enum SendMode {
     Auto,
 }
 
-impl SendMode {
-    /// The `--send` name.
-    pub fn name(self) -> &'static str {
-        match self {
-            SendMode::Sendfile => "sendfile",
-            SendMode::Copy => "copy",
-            SendMode::Auto => "auto",
-        }
-    }
-}
-
-impl FromStr for SendMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "sendfile" => Ok(SendMode::Sendfile),
-            "copy" => Ok(SendMode::Copy),
-            "auto" => Ok(SendMode::Auto),
-            _ => Err(format!("unknown send mode `{s}` (expected sendfile|copy|auto)")),
-        }
-    }
-}
+weft_core::enum_names!(SendMode, "send mode", {
+    Sendfile => "sendfile",
+    Copy => "copy",
+    Auto => "auto",
+});
 
 /// Everything `weft serve` needs.
 #[derive(Clone, Debug)]

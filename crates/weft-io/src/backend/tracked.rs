@@ -63,30 +63,29 @@ pub trait TrackedInner: Poller {
     const MIRROR_INTEREST: bool;
 }
 
-impl TrackedInner for Uring {
-    const TRACKED_NAME: &'static str = "tracked";
-    /// io_uring queues a poll change in the submission ring, where it rides
-    /// with the next io_uring_enter: no system call of its own. Mirroring keeps
-    /// the multishot polls to what is wanted, so the socket's write-space
-    /// wake-ups (each ACK) do not post completions the loop would take only to
-    /// discard (docs/events.md has the measured effect on enters).
-    const MIRROR_INTEREST: bool = true;
+/// The wrappable backends: `inner => "--event name", mirror interest?`.
+macro_rules! tracked_inner {
+    ($($inner:ident => $name:literal, $mirror:literal;)+) => {
+        $(
+            impl TrackedInner for $inner {
+                const TRACKED_NAME: &'static str = $name;
+                const MIRROR_INTEREST: bool = $mirror;
+            }
+        )+
+    };
 }
-impl TrackedInner for EpollEt {
-    const TRACKED_NAME: &'static str = "tracked:epoll-et";
-    const MIRROR_INTEREST: bool = false;
-}
-impl TrackedInner for Epoll {
-    const TRACKED_NAME: &'static str = "tracked:epoll";
-    const MIRROR_INTEREST: bool = true;
-}
-impl TrackedInner for Poll {
-    const TRACKED_NAME: &'static str = "tracked:poll";
-    const MIRROR_INTEREST: bool = true;
-}
-impl TrackedInner for Select {
-    const TRACKED_NAME: &'static str = "tracked:select";
-    const MIRROR_INTEREST: bool = true;
+
+// io_uring queues a poll change in the submission ring, where it rides with
+// the next io_uring_enter: no system call of its own. Mirroring keeps the
+// multishot polls to what is wanted, so the socket's write-space wake-ups
+// (each ACK) do not post completions the loop would take only to discard
+// (docs/events.md has the measured effect on enters).
+tracked_inner! {
+    Uring => "tracked", true;
+    EpollEt => "tracked:epoll-et", false;
+    Epoll => "tracked:epoll", true;
+    Poll => "tracked:poll", true;
+    Select => "tracked:select", true;
 }
 
 #[derive(Clone, Copy)]

@@ -359,25 +359,26 @@ pub fn tcp_listener(addr: &SocketAddr, reuseport: bool, backlog: i32) -> io::Res
 
 /// getsockname(2).
 pub fn local_addr(fd: impl FdArg) -> io::Result<SocketAddr> {
-    let fd = fd.raw_for_call();
-    bump(SysKind::Other);
-    // SAFETY: all-zero sockaddr_storage is valid; len is its size.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: storage/len are valid for the kernel to fill.
-    cvt(unsafe { libc::getsockname(fd, (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len) })?;
-    sockaddr_to(&storage).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown address family"))
+    socket_name(fd.raw_for_call(), libc::getsockname)
 }
 
 /// getpeername(2).
 pub fn peer_addr(fd: impl FdArg) -> io::Result<SocketAddr> {
-    let fd = fd.raw_for_call();
+    socket_name(fd.raw_for_call(), libc::getpeername)
+}
+
+/// The signature getsockname(2) and getpeername(2) share.
+type NameCall = unsafe extern "C" fn(libc::c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> libc::c_int;
+
+/// One of the calls that fill in a socket's address (`NameCall`).
+fn socket_name(fd: RawFd, call: NameCall) -> io::Result<SocketAddr> {
     bump(SysKind::Other);
     // SAFETY: all-zero sockaddr_storage is valid; len is its size.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: storage/len are valid for the kernel to fill.
-    cvt(unsafe { libc::getpeername(fd, (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len) })?;
+    // SAFETY: storage/len are valid for the kernel to fill; `call` is
+    // getsockname or getpeername, which write at most `len` bytes there.
+    cvt(unsafe { call(fd, (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len) })?;
     sockaddr_to(&storage).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown address family"))
 }
 

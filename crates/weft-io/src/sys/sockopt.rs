@@ -14,80 +14,102 @@ fn int_bytes(n: usize) -> i32 {
     n.min(i32::MAX as usize) as i32
 }
 
-/// TCP_NODELAY: send small segments at once instead of waiting for the ACK
-/// of the previous one (Nagle). Accepted sockets inherit it from the listener.
-pub fn set_nodelay(fd: impl FdArg, on: bool) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, on as i32)
+/// What an option's value is on our side: `bool` for on/off options, `usize`
+/// for byte counts (saturated at `i32::MAX`; a negative reading is 0).
+trait OptValue: Copy {
+    fn to_int(self) -> i32;
+    fn from_int(v: i32) -> Self;
 }
 
-/// Is TCP_NODELAY set?
-pub fn nodelay(fd: impl FdArg) -> io::Result<bool> {
-    let fd = fd.raw_for_call();
-    getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY).map(|v| v != 0)
+impl OptValue for bool {
+    fn to_int(self) -> i32 {
+        self as i32
+    }
+    fn from_int(v: i32) -> bool {
+        v != 0
+    }
 }
 
-/// TCP_CORK: hold partial segments until uncorked (or 200 ms pass).
-pub fn set_cork(fd: impl FdArg, on: bool) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, on as i32)
+impl OptValue for usize {
+    fn to_int(self) -> i32 {
+        int_bytes(self)
+    }
+    fn from_int(v: i32) -> usize {
+        v.max(0) as usize
+    }
 }
 
-/// TCP_NOTSENT_LOWAT: writable only while fewer than `bytes` unsent bytes
-/// are queued (saturated at `i32::MAX`); 0 restores the kernel's default
-/// (net.ipv4.tcp_notsent_lowat, unbounded unless the sysctl says otherwise).
-pub fn set_notsent_lowat(fd: impl FdArg, bytes: usize) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, int_bytes(bytes))
+/// A socket option as typed functions: a setter and, when one is named after
+/// `get`, a getter.
+macro_rules! sockopt {
+    ($(#[$doc:meta])* $set:ident($arg:ident: $ty:ty) $(, get $(#[$gdoc:meta])* $get:ident)? = $level:ident, $opt:ident) => {
+        $(#[$doc])*
+        pub fn $set(fd: impl FdArg, $arg: $ty) -> io::Result<()> {
+            setsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt, OptValue::to_int($arg))
+        }
+        $(
+            $(#[$gdoc])*
+            pub fn $get(fd: impl FdArg) -> io::Result<$ty> {
+                getsockopt_int(fd.raw_for_call(), libc::$level, libc::$opt).map(<$ty as OptValue>::from_int)
+            }
+        )?
+    };
 }
 
-/// The TCP_NOTSENT_LOWAT in force (0: the kernel default).
-pub fn notsent_lowat(fd: impl FdArg) -> io::Result<usize> {
-    let fd = fd.raw_for_call();
-    getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT).map(|v| v.max(0) as usize)
-}
+sockopt!(
+    /// TCP_NODELAY: send small segments at once instead of waiting for the ACK
+    /// of the previous one (Nagle). Accepted sockets inherit it from the listener.
+    set_nodelay(on: bool), get
+    /// Is TCP_NODELAY set?
+    nodelay = IPPROTO_TCP, TCP_NODELAY
+);
 
-/// SO_RCVLOWAT: readable only once `bytes` are queued (saturated at
-/// `i32::MAX`; 1 is the kernel default: every arrival wakes the reader).
-pub fn set_rcvlowat(fd: impl FdArg, bytes: usize) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, int_bytes(bytes))
-}
+sockopt!(
+    /// TCP_CORK: hold partial segments until uncorked (or 200 ms pass).
+    set_cork(on: bool) = IPPROTO_TCP, TCP_CORK
+);
 
-/// The SO_RCVLOWAT in force.
-pub fn rcvlowat(fd: impl FdArg) -> io::Result<usize> {
-    let fd = fd.raw_for_call();
-    getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT).map(|v| v.max(0) as usize)
-}
+sockopt!(
+    /// TCP_NOTSENT_LOWAT: writable only while fewer than `bytes` unsent bytes
+    /// are queued (saturated at `i32::MAX`); 0 restores the kernel's default
+    /// (net.ipv4.tcp_notsent_lowat, unbounded unless the sysctl says otherwise).
+    set_notsent_lowat(bytes: usize), get
+    /// The TCP_NOTSENT_LOWAT in force (0: the kernel default).
+    notsent_lowat = IPPROTO_TCP, TCP_NOTSENT_LOWAT
+);
 
-/// SO_RCVBUF: the receive buffer size asked for (the kernel doubles it for
-/// its bookkeeping and caps it at net.core.rmem_max).
-pub fn set_rcvbuf(fd: impl FdArg, bytes: usize) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, int_bytes(bytes))
-}
+sockopt!(
+    /// SO_RCVLOWAT: readable only once `bytes` are queued (saturated at
+    /// `i32::MAX`; 1 is the kernel default: every arrival wakes the reader).
+    set_rcvlowat(bytes: usize), get
+    /// The SO_RCVLOWAT in force.
+    rcvlowat = SOL_SOCKET, SO_RCVLOWAT
+);
 
-/// SO_REUSEADDR: bind may take a port whose earlier connection is in
-/// TIME_WAIT.
-pub fn set_reuseaddr(fd: impl FdArg, on: bool) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, on as i32)
-}
+sockopt!(
+    /// SO_RCVBUF: the receive buffer size asked for (the kernel doubles it for
+    /// its bookkeeping and caps it at net.core.rmem_max).
+    set_rcvbuf(bytes: usize) = SOL_SOCKET, SO_RCVBUF
+);
 
-/// SO_REUSEPORT: several sockets bind the same address; the kernel spreads
-/// incoming connections over the listeners.
-pub fn set_reuseport(fd: impl FdArg, on: bool) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, on as i32)
-}
+sockopt!(
+    /// SO_REUSEADDR: bind may take a port whose earlier connection is in
+    /// TIME_WAIT.
+    set_reuseaddr(on: bool) = SOL_SOCKET, SO_REUSEADDR
+);
 
-/// IP_BIND_ADDRESS_NO_PORT: a bind to an address with port 0 leaves the port
-/// choice to connect, where the whole 4-tuple is known (many connections
-/// from one source address).
-pub fn set_bind_address_no_port(fd: impl FdArg, on: bool) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, on as i32)
-}
+sockopt!(
+    /// SO_REUSEPORT: several sockets bind the same address; the kernel spreads
+    /// incoming connections over the listeners.
+    set_reuseport(on: bool) = SOL_SOCKET, SO_REUSEPORT
+);
+
+sockopt!(
+    /// IP_BIND_ADDRESS_NO_PORT: a bind to an address with port 0 leaves the port
+    /// choice to connect, where the whole 4-tuple is known (many connections
+    /// from one source address).
+    set_bind_address_no_port(on: bool) = IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT
+);
 
 #[cfg(test)]
 mod tests {

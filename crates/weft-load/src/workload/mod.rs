@@ -138,7 +138,19 @@ pub struct Out<'a> {
     pub now: Instant,
 }
 
-impl Out<'_> {
+impl<'a> Out<'a> {
+    /// Output for a unit test: keep-alive, no `--verify`, made now.
+    #[cfg(test)]
+    pub(crate) fn for_test(buf: &'a mut Vec<u8>, writer: &'a Writer) -> Out<'a> {
+        Out {
+            buf,
+            writer,
+            keep_alive: true,
+            verify: false,
+            now: Instant::now(),
+        }
+    }
+
     /// Render one request and describe it.
     pub fn request(
         &mut self,

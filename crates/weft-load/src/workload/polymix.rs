@@ -525,7 +525,6 @@ mod tests {
     use super::*;
     use crate::request::Writer;
     use rand::SeedableRng;
-    use std::time::Instant;
 
     fn cfg() -> PolymixConfig {
         PolymixConfig::from_params(&mut Params::default(), 2).unwrap()
@@ -558,13 +557,7 @@ mod tests {
                 repeats += 1;
             }
             buf.clear();
-            let mut out = Out {
-                buf: &mut buf,
-                writer: &w,
-                keep_alive: true,
-                verify: false,
-                now: Instant::now(),
-            };
+            let mut out = Out::for_test(&mut buf, &w);
             let meta = p.render(a.item, &mut rng, &mut out);
             assert!(buf.starts_with(b"GET http://") || buf.starts_with(b"POST ") || buf.starts_with(b"HEAD "));
             follow.clear();

@@ -383,13 +383,7 @@ mod tests {
         let mut prev_page = None;
         for _ in 0..8000 {
             buf.clear();
-            let mut out = Out {
-                buf: &mut buf,
-                writer: &w,
-                keep_alive: true,
-                verify: false,
-                now: std::time::Instant::now(),
-            };
+            let mut out = Out::for_test(&mut buf, &w);
             let Next::Request(meta, think) = user.next_request(&mut cur, &mut rng, &mut out) else {
                 panic!("a SURGE user never runs out");
             };

@@ -22,6 +22,29 @@ struct Rig {
     st: ProxyStats,
 }
 
+impl Rig {
+    /// One pump of `relay` from `up` (this rig's own upstream socket when
+    /// None) to the rig's client socket.
+    fn pump(
+        &mut self,
+        relay: &mut Relay,
+        up: Option<BorrowedFd<'_>>,
+        may_read: &mut bool,
+        may_write: &mut bool,
+    ) -> Pump {
+        let mut e = Ends {
+            client: Some(self.cl_w.as_fd()),
+            client_may_write: may_write,
+            out: &mut self.out,
+            up: up.unwrap_or(self.up_r.as_fd()),
+            up_may_read: may_read,
+            up_buf: &mut self.up_buf,
+            bufs: &mut self.bufs,
+        };
+        relay.pump(&mut e, &mut self.st)
+    }
+}
+
 fn rig() -> Rig {
     let (up_w, up_r) = UnixStream::pair().unwrap();
     let (cl_w, cl_r) = UnixStream::pair().unwrap();
@@ -50,7 +73,6 @@ fn run(
     up_fd: Option<BorrowedFd<'_>>,
 ) -> (Vec<u8>, Option<Vec<u8>>, ProxyStats) {
     let mut r = rig();
-    let up = up_fd.unwrap_or(r.up_r.as_fd());
     let mut relay = Relay::new(
         framing,
         Plan {
@@ -79,16 +101,7 @@ fn run(
     let (mut may_read, mut may_write) = (true, true);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
-        let mut e = Ends {
-            client: Some(r.cl_w.as_fd()),
-            client_may_write: &mut may_write,
-            out: &mut r.out,
-            up,
-            up_may_read: &mut may_read,
-            up_buf: &mut r.up_buf,
-            bufs: &mut r.bufs,
-        };
-        match relay.pump(&mut e, &mut r.st) {
+        match r.pump(&mut relay, up_fd, &mut may_read, &mut may_write) {
             Pump::Done => break,
             Pump::Yield => {}
             Pump::Wait { .. } => {
@@ -228,16 +241,7 @@ fn read_batches_follow_the_body() {
     // in the reader thread) or the body is done.
     let pump = |relay: &mut Relay, r: &mut Rig| loop {
         let (mut mr, mut mw) = (true, true);
-        let mut e = Ends {
-            client: Some(r.cl_w.as_fd()),
-            client_may_write: &mut mw,
-            out: &mut r.out,
-            up: fd,
-            up_may_read: &mut mr,
-            up_buf: &mut r.up_buf,
-            bufs: &mut r.bufs,
-        };
-        match relay.pump(&mut e, &mut r.st) {
+        match r.pump(relay, Some(fd), &mut mr, &mut mw) {
             Pump::Wait { up_read: false, .. } | Pump::Yield => {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
@@ -301,7 +305,7 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
         &mut r.st,
     );
     r.up_w.write_all(&b).unwrap();
-    drop(r.up_w);
+    r.up_w.shutdown(std::net::Shutdown::Write).unwrap();
     let mut cl_r = r.cl_r.try_clone().unwrap();
     let reader = std::thread::spawn(move || {
         let mut got = Vec::new();
@@ -310,16 +314,7 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
     });
     let (mut mr, mut mw) = (true, true);
     loop {
-        let mut e = Ends {
-            client: Some(r.cl_w.as_fd()),
-            client_may_write: &mut mw,
-            out: &mut r.out,
-            up: r.up_r.as_fd(),
-            up_may_read: &mut mr,
-            up_buf: &mut r.up_buf,
-            bufs: &mut r.bufs,
-        };
-        match relay.pump(&mut e, &mut r.st) {
+        match r.pump(&mut relay, None, &mut mr, &mut mw) {
             Pump::Done => break,
             Pump::Wait { .. } | Pump::Yield => {
                 mr = true;
@@ -346,16 +341,10 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
         &mut r.st,
     );
     r.up_w.write_all(&b[..10]).unwrap();
-    drop(r.up_w);
+    r.up_w.shutdown(std::net::Shutdown::Write).unwrap();
     let (mut mr, mut mw) = (true, true);
-    let mut e = Ends {
-        client: Some(r.cl_w.as_fd()),
-        client_may_write: &mut mw,
-        out: &mut r.out,
-        up: r.up_r.as_fd(),
-        up_may_read: &mut mr,
-        up_buf: &mut r.up_buf,
-        bufs: &mut r.bufs,
-    };
-    assert!(matches!(relay.pump(&mut e, &mut r.st), Pump::UpstreamFailed(_)));
+    assert!(matches!(
+        r.pump(&mut relay, None, &mut mr, &mut mw),
+        Pump::UpstreamFailed(_)
+    ));
 }
