@@ -53,6 +53,11 @@ pub struct ServiceArgs {
     #[arg(long, value_name = "N")]
     pub backlog: Option<i32>,
 
+    /// Connections one worker holds at most; beyond it new ones are closed at accept and counted
+    /// (`refused_max_connections`), so memory has a ceiling; 0 = unlimited [default: 0].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+
     /// Close keep-alive connections idle this long [default: 60s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub idle_timeout: Option<Duration>,
@@ -112,6 +117,7 @@ macro_rules! apply_service_args {
             event,
             workers,
             backlog,
+            max_connections,
             idle_timeout,
             header_timeout,
             send_timeout,

@@ -151,6 +151,8 @@ pub struct ProxyConfig {
     pub workers: usize,
     /// Listen backlog.
     pub backlog: i32,
+    /// Connections a worker holds at most; more are closed at accept (0 = unlimited).
+    pub max_connections: usize,
     /// Client connections accepted per listener readiness event (`None`:
     /// until EAGAIN). 10 by default, as `weft serve`: under overload an
     /// unbounded accept loop fills the loop with new connections whose
@@ -257,6 +259,7 @@ impl Default for ProxyConfig {
             event: BackendKind::Epoll,
             workers: weft_io::sys::available_cpus(),
             backlog: 4096,
+            max_connections: 0,
             accept_limit: Some(10),
             upstream: None,
             routes: Vec::new(),

@@ -69,6 +69,8 @@ pub struct ServeConfig {
     pub accept_limit: Option<usize>,
     /// Listen backlog.
     pub backlog: i32,
+    /// Connections a worker holds at most; more are closed at accept (0 = unlimited).
+    pub max_connections: usize,
     /// Close a keep-alive connection idle this long.
     pub idle_timeout: Duration,
     /// Close a connection whose request head is not complete this long after it began.
@@ -112,6 +114,7 @@ impl Default for ServeConfig {
             workers: weft_io::sys::available_cpus(),
             accept_limit: Some(10),
             backlog: 4096,
+            max_connections: 0,
             idle_timeout: Duration::from_secs(60),
             header_timeout: Duration::from_secs(10),
             send_timeout: Duration::from_secs(60),
