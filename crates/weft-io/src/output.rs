@@ -123,12 +123,8 @@ const QUEUE_KEEP_MAX: usize = 64;
 
 impl std::fmt::Debug for OwnPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OwnPool")
-            .field("idle", &self.idle.len())
-            .field("idle_bytes", &self.idle_bytes)
-            .field("queues", &self.queues.len())
-            .field("lent", &self.lent)
-            .finish()
+        let (idle, queues) = (self.idle.len(), self.queues.len());
+        write!(f, "OwnPool {{ idle: {idle}, queues: {queues}, lent: {} }}", self.lent)
     }
 }
 
