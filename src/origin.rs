@@ -68,6 +68,11 @@ pub struct OriginArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub idle_timeout: Option<Duration>,
 
+    /// Connections one worker holds at most; beyond it new ones are closed at accept and counted
+    /// (`refused_max_connections`); 0 = unlimited [default: 0].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+
     /// Cache-Control of URLs without a cacheability flag [default: max-age=3600].
     #[arg(long, value_name = "VALUE", value_parser = parse_cache_control)]
     pub cache_control: Option<String>,
@@ -102,6 +107,7 @@ impl OriginArgs {
             event,
             abort,
             idle_timeout,
+            max_connections,
             cache_control,
             max_size,
             seed

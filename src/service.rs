@@ -58,6 +58,11 @@ pub struct ServiceArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub reuse_port: Option<bool>,
 
+    /// Connections one worker holds at most; beyond it new ones are closed at accept and counted
+    /// (`refused_max_connections`), so memory has a ceiling; 0 = unlimited [default: 0].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+
     /// Close keep-alive connections idle this long [default: 60s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub idle_timeout: Option<Duration>,
@@ -118,6 +123,7 @@ macro_rules! apply_service_args {
             workers,
             backlog,
             reuse_port,
+            max_connections,
             idle_timeout,
             header_timeout,
             send_timeout,

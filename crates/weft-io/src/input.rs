@@ -34,18 +34,31 @@ pub enum Fill {
 
 /// Input buffers of one worker, lent to connections while they hold bytes.
 ///
-/// Buffers of the pool's size are kept for reuse, at most `keep` of them; a
-/// buffer that grew past the pool's size is freed when given back, so one
-/// large head does not pin a large buffer. The counters make the memory a
-/// worker lends visible (admin, `--stats-on-exit`).
+/// Buffers of the pool's size are kept for reuse, at most `keep` of them.
+/// A buffer that grew past the pool's size (a long head, the proxy's 128 KiB
+/// chunked-relay buffer) is kept apart, at most `keep_large` of them, and
+/// lent again to the next buffer that must grow, so a role that grows a
+/// buffer for every response does not allocate one per response, and a
+/// connection need not keep its grown buffer while idle. [`BufPool::decay`]
+/// halves the idle buffers (down to a floor) so a burst does not pin its
+/// peak. The counters make the memory a worker lends visible (admin,
+/// `--stats-on-exit`).
 #[derive(Debug)]
 pub struct BufPool {
     size: usize,
     keep: usize,
     idle: Vec<Vec<u8>>,
+    large: Vec<Vec<u8>>,
+    keep_large: usize,
+    large_bytes: usize,
     lent: usize,
     lent_bytes: usize,
 }
+
+/// Grown buffers a pool keeps unless told otherwise ([`BufPool::keep_large`]).
+const KEEP_LARGE: usize = 4;
+/// Idle buffers [`BufPool::decay`] never goes below.
+pub const DECAY_FLOOR: usize = 16;
 
 impl BufPool {
     /// A pool of `size`-byte buffers keeping at most `keep` idle ones.
@@ -54,9 +67,51 @@ impl BufPool {
             size: size.max(1),
             keep,
             idle: Vec::new(),
+            large: Vec::new(),
+            keep_large: KEEP_LARGE,
+            large_bytes: 0,
             lent: 0,
             lent_bytes: 0,
         }
+    }
+
+    /// Keep at most `n` grown buffers for reuse (default 4).
+    pub fn keep_large(mut self, n: usize) -> BufPool {
+        self.keep_large = n;
+        self
+    }
+
+    /// Buffers waiting in the pool, grown ones included.
+    #[inline]
+    pub fn idle_total(&self) -> usize {
+        self.idle.len() + self.large.len()
+    }
+
+    /// Bytes of the buffers waiting in the pool.
+    #[inline]
+    pub fn idle_bytes(&self) -> usize {
+        self.idle.len() * self.size + self.large_bytes
+    }
+
+    /// Halve the idle buffers, never below [`DECAY_FLOOR`] plain ones and
+    /// one grown one: called about once a second, a burst's buffers are
+    /// freed within seconds while a steady load keeps what it reuses.
+    /// True when buffers remain above the floor (call again later).
+    pub fn decay(&mut self) -> bool {
+        let keep = (self.idle.len() / 2).max(DECAY_FLOOR);
+        self.idle.truncate(keep);
+        self.idle.shrink_to(keep);
+        if self.large.len() > 1 {
+            self.large.truncate(self.large.len() / 2);
+            self.large_bytes = self.large.iter().map(Vec::len).sum();
+        }
+        self.above_floor()
+    }
+
+    /// More idle buffers than [`decay`](Self::decay) would keep?
+    #[inline]
+    pub fn above_floor(&self) -> bool {
+        self.idle.len() > DECAY_FLOOR || self.large.len() > 1
     }
 
     /// Size of a fresh buffer.
@@ -86,6 +141,17 @@ impl BufPool {
     /// Free idle buffers beyond `keep` (after a burst of busy connections).
     pub fn trim(&mut self, keep: usize) {
         self.idle.truncate(keep);
+        self.large.truncate(keep.min(self.keep_large));
+        self.large_bytes = self.large.iter().map(Vec::len).sum();
+    }
+
+    /// A kept grown buffer of `size..=max` bytes, if any (never more than
+    /// the caller's bound: it is what limits a head's size).
+    fn take_large(&mut self, size: usize, max: usize) -> Option<Vec<u8>> {
+        let i = self.large.iter().position(|v| v.len() >= size && v.len() <= max)?;
+        let v = self.large.swap_remove(i);
+        self.large_bytes -= v.len();
+        Some(v)
     }
 
     #[inline]
@@ -105,8 +171,13 @@ impl BufPool {
     fn give_back(&mut self, v: Vec<u8>) {
         self.lent = self.lent.saturating_sub(1);
         self.lent_bytes = self.lent_bytes.saturating_sub(v.len());
-        if v.len() == self.size && self.idle.len() < self.keep {
-            self.idle.push(v);
+        if v.len() == self.size {
+            if self.idle.len() < self.keep {
+                self.idle.push(v);
+            }
+        } else if v.len() > self.size && self.large.len() < self.keep_large {
+            self.large_bytes += v.len();
+            self.large.push(v);
         }
     }
 }
@@ -214,8 +285,19 @@ impl InputBuf {
             size = (size * 2).min(max);
         }
         if size > old {
-            self.storage.resize(size, 0);
-            pool.grew(old, size);
+            if let Some(mut big) = pool.take_large(size, max.max(size)) {
+                // A grown buffer given back earlier: move the pending bytes
+                // (the consumed prefix is compacted away, start is 0).
+                big[..self.end].copy_from_slice(&self.storage[..self.end]);
+                let small = std::mem::replace(&mut self.storage, big);
+                pool.grew(old, self.storage.len());
+                pool.lent_bytes += small.len();
+                pool.lent += 1;
+                pool.give_back(small);
+            } else {
+                self.storage.resize(size, 0);
+                pool.grew(old, size);
+            }
         }
         self.spare_len()
     }
@@ -370,6 +452,43 @@ mod tests {
         assert_eq!(c.reserve(1, 64, &mut pool), 4);
         c.commit(4);
         assert_eq!(c.reserve(1, 4, &mut pool), 0, "full at the bound");
+    }
+
+    #[test]
+    fn grown_buffers_are_lent_again_within_the_bound() {
+        let mut pool = BufPool::new(4, 4);
+        let mut b = InputBuf::new();
+        assert_eq!(b.reserve(30, 64, &mut pool), 32);
+        b.commit(2);
+        b.consume(2);
+        assert!(b.release(&mut pool));
+        assert_eq!((pool.lent(), pool.idle_total(), pool.idle_bytes()), (0, 1, 32));
+        // The next growth takes the kept 32-byte buffer, pending bytes moved.
+        let mut c = InputBuf::new();
+        c.reserve(1, 64, &mut pool);
+        c.spare_mut()[..4].copy_from_slice(b"abcd");
+        c.commit(4);
+        assert_eq!(c.reserve(20, 64, &mut pool), 28);
+        assert_eq!(c.pending(), b"abcd");
+        assert_eq!(
+            (pool.lent(), pool.lent_bytes(), pool.idle(), pool.idle_bytes()),
+            (1, 32, 1, 4)
+        );
+        // A bound below the kept buffer's size leaves it alone.
+        c.discard(&mut pool);
+        let mut d = InputBuf::new();
+        d.reserve(1, 16, &mut pool);
+        assert_eq!(d.reserve(8, 16, &mut pool), 8);
+        assert_eq!(d.capacity(), 8);
+        d.discard(&mut pool);
+        assert_eq!((pool.lent(), pool.lent_bytes()), (0, 0));
+        for _ in 0..40 {
+            pool.idle.push(vec![0; 4]);
+        }
+        assert!(pool.decay());
+        assert_eq!(pool.idle(), 20);
+        while pool.decay() {}
+        assert_eq!(pool.idle(), DECAY_FLOOR);
     }
 
     #[test]

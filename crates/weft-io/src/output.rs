@@ -102,13 +102,30 @@ impl Flushed {
 /// holds no output buffer either). A buffer that grew past `max_capacity`
 /// (a burst of large in-memory answers) is freed when given back, and at
 /// most `keep` wait in the pool.
-#[derive(Debug)]
+///
+/// The pool also keeps the overflow queues of chains that held more than two
+/// items (a head and an aggregate's segments): given back with the buffer,
+/// lent again with the next one, so neither the queue nor its allocation
+/// stays with an idle connection.
 pub struct OwnPool {
     idle: Vec<Vec<u8>>,
+    idle_bytes: usize,
+    #[allow(clippy::vec_box)] // the boxes move into and out of chains as they are
+    queues: Vec<Box<VecDeque<Item>>>,
     keep: usize,
     initial: usize,
     max_capacity: usize,
     lent: usize,
+}
+
+/// Largest overflow queue (items) a pool keeps.
+const QUEUE_KEEP_MAX: usize = 64;
+
+impl std::fmt::Debug for OwnPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (idle, queues) = (self.idle.len(), self.queues.len());
+        write!(f, "OwnPool {{ idle: {idle}, queues: {queues}, lent: {} }}", self.lent)
+    }
 }
 
 impl OwnPool {
@@ -117,6 +134,8 @@ impl OwnPool {
     pub fn new(initial: usize, max_capacity: usize, keep: usize) -> OwnPool {
         OwnPool {
             idle: Vec::new(),
+            idle_bytes: 0,
+            queues: Vec::new(),
             keep,
             initial,
             max_capacity,
@@ -136,9 +155,44 @@ impl OwnPool {
         self.idle.len()
     }
 
-    /// Free idle buffers beyond `keep`.
+    /// Bytes of the buffers waiting in the pool.
+    #[inline]
+    pub fn idle_bytes(&self) -> usize {
+        self.idle_bytes
+    }
+
+    /// Overflow queues waiting in the pool.
+    #[inline]
+    pub fn idle_queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Free idle buffers (and queues) beyond `keep`.
     pub fn trim(&mut self, keep: usize) {
-        self.idle.truncate(keep);
+        while self.idle.len() > keep {
+            if let Some(v) = self.idle.pop() {
+                self.idle_bytes -= v.capacity();
+            }
+        }
+        self.queues.truncate(keep);
+    }
+
+    /// Halve the idle buffers and queues, never below
+    /// [`DECAY_FLOOR`](crate::input::DECAY_FLOOR) (as [`BufPool::decay`](crate::BufPool::decay)).
+    /// True when some remain above the floor.
+    pub fn decay(&mut self) -> bool {
+        let floor = crate::input::DECAY_FLOOR;
+        self.trim((self.idle.len() / 2).max(floor));
+        self.queues.truncate((self.queues.len() / 2).max(floor));
+        self.idle.shrink_to(self.idle.len().max(floor));
+        self.above_floor()
+    }
+
+    /// More idle buffers or queues than [`decay`](Self::decay) would keep?
+    #[inline]
+    pub fn above_floor(&self) -> bool {
+        let floor = crate::input::DECAY_FLOOR;
+        self.idle.len() > floor || self.queues.len() > floor
     }
 }
 
@@ -291,8 +345,17 @@ impl OutChain {
     #[inline]
     pub fn lend_own(&mut self, pool: &mut OwnPool) {
         if self.own.capacity() == 0 {
-            self.own = pool.idle.pop().unwrap_or_else(|| Vec::with_capacity(pool.initial));
+            self.own = match pool.idle.pop() {
+                Some(v) => {
+                    pool.idle_bytes -= v.capacity();
+                    v
+                }
+                None => Vec::with_capacity(pool.initial),
+            };
             pool.lent += 1;
+        }
+        if self.items.rest.is_none() {
+            self.items.rest = pool.queues.pop();
         }
     }
 
@@ -309,7 +372,14 @@ impl OutChain {
             pool.lent = pool.lent.saturating_sub(1);
             if v.capacity() <= pool.max_capacity && pool.idle.len() < pool.keep {
                 v.clear();
+                pool.idle_bytes += v.capacity();
                 pool.idle.push(v);
+            }
+        }
+        if let Some(mut q) = self.items.rest.take() {
+            q.clear();
+            if q.capacity() <= QUEUE_KEEP_MAX && pool.queues.len() < pool.keep {
+                pool.queues.push(q);
             }
         }
         true
@@ -877,6 +947,29 @@ mod tests {
         assert!(q.release_own(&mut pool));
         assert_eq!((pool.lent(), pool.idle()), (0, 0));
         assert_eq!(drain(a, b), b"answer");
+    }
+
+    #[test]
+    fn overflow_queues_go_back_to_the_pool() {
+        let (a, b) = pair();
+        let mut pool = OwnPool::new(64, 1024, 4);
+        let mut q = OutChain::new();
+        q.lend_own(&mut pool);
+        q.push_copy(b"head ");
+        for part in [&b"one "[..], b"two ", b"three"] {
+            q.push_shared(Bytes::from_static(part));
+        }
+        assert!(q.items.spilled());
+        q.flush(a.as_raw_fd(), b"", &mut []).unwrap();
+        assert!(q.release_own(&mut pool));
+        assert!(q.items.rest.is_none(), "an idle chain holds no queue");
+        assert_eq!((pool.idle(), pool.idle_queues(), pool.idle_bytes()), (1, 1, 64));
+        // Lent again with the next buffer.
+        q.lend_own(&mut pool);
+        assert!(q.items.rest.is_some());
+        assert_eq!((pool.idle(), pool.idle_queues(), pool.idle_bytes()), (0, 0, 0));
+        assert!(q.release_own(&mut pool));
+        assert_eq!(drain(a, b), b"head one two three");
     }
 
     #[test]

@@ -79,6 +79,14 @@ impl Worker<'_> {
     }
 
     fn add_client<P: Poller>(&mut self, cx: &mut Ctx<P>, fd: Fd, peer: Option<SocketAddr>) {
+        let max = self.sh.cfg.max_connections;
+        if max > 0 && self.sh.open_clients >= max {
+            // The documented ceiling (N × per-connection + caches): closed
+            // at once with a reset, so the client learns now.
+            self.sh.stats.refused_max_connections += 1;
+            let _ = sys::set_linger_zero(&fd);
+            return;
+        }
         let token = self.slab.next_token();
         let initial = if P::CAPS.edge_triggered {
             Interest::BOTH
@@ -95,11 +103,13 @@ impl Worker<'_> {
             return;
         }
         self.sh.stats.accepted += 1;
+        self.sh.open_clients += 1;
         let allowed = peer.map(|p| acl::allowed(&self.sh.allow, p.ip())).unwrap_or(false);
         let now = cx.now;
+        let blank = &self.sh.blank_head;
         let t = self
             .slab
-            .insert_with(|_| Entry::Client(Box::new(Client::new(fd, peer, allowed, initial, now))));
+            .insert_with(|_| Entry::Client(Box::new(Client::new(fd, peer, allowed, initial, now, blank))));
         debug_assert_eq!(t, token);
         self.drive(cx, token);
     }
@@ -112,7 +122,10 @@ impl Worker<'_> {
         let Some(Entry::Client(mut c)) = self.slab.remove(ct) else {
             return;
         };
+        self.sh.open_clients -= 1;
         c.input.discard(&mut self.sh.bufs);
+        c.out.clear();
+        c.out.release_own(&mut self.sh.own_pool);
         if let Some(fd) = c.fd.take() {
             cx.close_later(fd, true);
         }
@@ -185,6 +198,13 @@ impl Worker<'_> {
             return Flow::Wait;
         }
         if !c.input.is_empty() {
+            // A request is arriving: lend the state it needs (given back by
+            // `Worker::drive` once the client is idle again).
+            c.unpark(&mut self.sh.request_states);
+            c.out.lend_own(&mut self.sh.own_pool);
+            if c.began.is_none() {
+                c.began = Some(cx.now);
+            }
             if let Some(f) = self.answer_next(cx, ct) {
                 return f;
             }
@@ -206,6 +226,9 @@ impl Worker<'_> {
                 c.last_activity = cx.now;
                 if c.head_started.is_none() {
                     c.head_started = Some(cx.now);
+                }
+                if c.began.is_none() {
+                    c.began = Some(cx.now);
                 }
                 // A short read drained the socket, unless the FIN came with
                 // the data: then the next read returns EOF and no new event
@@ -362,7 +385,14 @@ mod tests {
         let _peer = std::net::TcpStream::connect(sys::local_addr(&l).unwrap()).unwrap();
         let (fd, _) = sys::accept(&l).unwrap();
         let lowat = |c: &Client| sys::notsent_lowat(c.fd.as_ref().expect("open")).unwrap();
-        let mut c = Client::new(fd, None, true, Interest::READ, Instant::now());
+        let mut c = Client::new(
+            fd,
+            None,
+            true,
+            Interest::READ,
+            Instant::now(),
+            &weft_http::RequestHead::new(),
+        );
         assert_eq!(lowat(&c), 0);
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, true, &cfg);
         assert_eq!(lowat(&c), cfg.notsent_lowat, "bounded while relaying");

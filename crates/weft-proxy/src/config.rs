@@ -121,6 +121,8 @@ pub struct ProxyConfig {
     /// Share the listening port with other processes (`--reuse-port`);
     /// otherwise a port another process holds is an error.
     pub reuse_port: bool,
+    /// Connections a worker holds at most; more are closed at accept (0 = unlimited).
+    pub max_connections: usize,
     /// Client connections accepted per listener readiness event (`None`:
     /// until EAGAIN). 10 by default, as `weft serve`: under overload an
     /// unbounded accept loop fills the loop with new connections whose
@@ -230,6 +232,7 @@ impl Default for ProxyConfig {
             workers: weft_io::sys::available_cpus(),
             backlog: 4096,
             reuse_port: false,
+            max_connections: 0,
             accept_limit: Some(10),
             upstream: None,
             routes: Vec::new(),

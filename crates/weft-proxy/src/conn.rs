@@ -91,10 +91,55 @@ pub struct Client {
     /// What the disk store read for that request (looked in when the memory
     /// store has evicted it again before the request is answered).
     pub disk_loaded: Option<LoadedObjects>,
+    /// `req`, `req_data`, `key` and `spare` are blanks (no storage): their
+    /// [`RequestState`] went back to the worker's pool while the connection
+    /// is idle ([`Client::park`]).
+    pub parked: bool,
+    /// Requests whose response time has been recorded.
+    pub timed: u64,
+    /// When the head of the oldest request not yet timed began.
+    pub began: Option<Instant>,
+}
+
+/// The per-request state a client needs only while a request is in flight:
+/// the parsed head's field table, the copy of the forwarded head, the cache
+/// key, a finished transaction kept for its buffers' capacity. Lent from the
+/// worker's pool when bytes arrive and given back when the client is idle
+/// again (issue 21: an idle keep-alive client holds none of it).
+pub struct RequestState {
+    req: RequestHead,
+    req_data: Vec<u8>,
+    key: Vec<u8>,
+    spare: Option<Box<Txn>>,
+}
+
+impl RequestState {
+    fn new() -> RequestState {
+        RequestState {
+            req: RequestHead::new(),
+            req_data: Vec::new(),
+            key: Vec::with_capacity(128),
+            spare: None,
+        }
+    }
+}
+
+/// A head with no field table: cloning an empty head allocates nothing.
+fn blank_head(template: &RequestHead) -> RequestHead {
+    template.clone()
 }
 
 impl Client {
-    pub fn new(fd: Fd, peer: Option<SocketAddr>, allowed: bool, interest: Interest, now: Instant) -> Client {
+    /// A new client holding no request state yet (`blank`: an empty head to
+    /// copy, see [`Client::park`]).
+    pub fn new(
+        fd: Fd,
+        peer: Option<SocketAddr>,
+        allowed: bool,
+        interest: Interest,
+        now: Instant,
+        blank: &RequestHead,
+    ) -> Client {
         Client {
             fd: Some(fd),
             peer,
@@ -119,12 +164,49 @@ impl Client {
             txn: None,
             spare: None,
             tunnel: None,
-            req: RequestHead::new(),
+            req: blank_head(blank),
             req_data: Vec::new(),
-            key: Vec::with_capacity(128),
+            key: Vec::new(),
             disk_wait: None,
             disk_checked: false,
             disk_loaded: None,
+            parked: true,
+            timed: 0,
+            began: None,
+        }
+    }
+
+    /// Take the request state from `pool` (or make one) before handling a
+    /// request. No-op when it is held.
+    pub fn unpark(&mut self, pool: &mut Vec<RequestState>) {
+        if !self.parked {
+            return;
+        }
+        let p = pool.pop().unwrap_or_else(RequestState::new);
+        self.req = p.req;
+        self.req_data = p.req_data;
+        self.key = p.key;
+        self.spare = p.spare;
+        self.parked = false;
+    }
+
+    /// Give the request state back to `pool` (keeping at most `keep`) and
+    /// hold blanks; `blank` is an empty head to copy. Only when idle.
+    pub fn park(&mut self, pool: &mut Vec<RequestState>, keep: usize, blank: &RequestHead) {
+        if self.parked || !self.is_idle() || self.disk_wait.is_some() {
+            return;
+        }
+        let mut p = RequestState {
+            req: std::mem::replace(&mut self.req, blank_head(blank)),
+            req_data: std::mem::take(&mut self.req_data),
+            key: std::mem::take(&mut self.key),
+            spare: self.spare.take(),
+        };
+        self.parked = true;
+        if pool.len() < keep {
+            p.req_data.clear();
+            p.key.clear();
+            pool.push(p);
         }
     }
 
@@ -150,9 +232,10 @@ pub struct Upstream {
     /// The client whose transaction uses it (None: idle in the pool).
     pub owner: Option<Token>,
     pub connecting: bool,
-    /// Response bytes received and not relayed yet. Its storage stays with
-    /// the connection while it lives (pooled too): a buffer grown for a
-    /// chunked body is not allocated again for the next response.
+    /// Response bytes received and not relayed yet. Its storage is lent
+    /// from the worker's pool and given back when the connection is pooled
+    /// (the pool keeps a few grown buffers, so a buffer grown for a chunked
+    /// body is not allocated again for the next response).
     pub buf: InputBuf,
     /// Request bytes to send.
     pub out: OutChain,
@@ -288,5 +371,50 @@ impl Txn {
     pub fn retryable(&self) -> bool {
         let idempotent = self.method.is_safe() || matches!(self.method, Method::Put | Method::Delete);
         !self.retried && !self.responded && !self.had_body && idempotent && !self.connect
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_state_stays_small() {
+        // An idle client's whole cost is its slab entry and this box: its
+        // buffers and request state are lent only while a request is in
+        // flight (issue 21). A pooled upstream holds no buffer either.
+        let client = std::mem::size_of::<Client>();
+        let upstream = std::mem::size_of::<Upstream>();
+        let entry = std::mem::size_of::<Entry>();
+        println!("size_of::<proxy::Client>() = {client}, size_of::<proxy::Upstream>() = {upstream}, size_of::<Entry>() = {entry}");
+        assert!(client <= 640, "Client grew to {client} bytes");
+        assert!(upstream <= 320, "Upstream grew to {upstream} bytes");
+    }
+
+    #[test]
+    fn an_idle_client_holds_no_request_state() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let blank = RequestHead::new();
+        let mut c = Client::new(
+            Fd::from(std::os::fd::OwnedFd::from(a)),
+            None,
+            true,
+            Interest::READ,
+            Instant::now(),
+            &blank,
+        );
+        assert!(c.parked && c.key.capacity() == 0 && c.req_data.capacity() == 0);
+        let mut pool = Vec::new();
+        c.unpark(&mut pool);
+        assert!(!c.parked && c.key.capacity() >= 128);
+        c.key.extend_from_slice(b"http://x/");
+        c.park(&mut pool, 4, &blank);
+        assert!(c.parked && c.key.capacity() == 0);
+        assert_eq!(pool.len(), 1);
+        c.unpark(&mut pool);
+        assert!(
+            pool.is_empty() && c.key.is_empty() && c.key.capacity() >= 128,
+            "reused, cleared"
+        );
     }
 }

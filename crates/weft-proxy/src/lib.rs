@@ -153,9 +153,14 @@ impl Proxy {
                 let store = store.clone();
                 let disk = disk.clone();
                 let backend = cfg.event.name();
+                let prom = slots.clone();
                 let render = Arc::new(move || render_stats(backend, &slots, store.as_deref(), disk.as_deref()));
+                let pages = weft_io::admin::Pages {
+                    stats: render,
+                    metrics: Some(Arc::new(move || stats::render_prometheus(&prom))),
+                };
                 Some(
-                    weft_io::admin::start(a, render)
+                    weft_io::admin::serve(a, pages)
                         .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}")))?,
                 )
             }

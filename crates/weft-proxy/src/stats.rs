@@ -92,6 +92,33 @@ weft_core::metrics! {
         /// Read batches (`--rcv-lowat`) that did not fill in time; those
         /// sessions then read at every arrival.
         counter read_batches_cut,
+        /// Client connections closed at accept because the worker held
+        /// `--max-connections` already.
+        counter refused_max_connections,
+        /// Client connections open.
+        gauge open_connections,
+        /// Upstream connections open (in use or pooled).
+        gauge upstream_connections,
+        /// Upstream connections idle in the pool.
+        gauge upstream_pooled,
+        /// Input buffers lent to client and upstream connections (held while
+        /// bytes are pending).
+        gauge input_bufs_lent,
+        /// Bytes of the input buffers lent.
+        gauge input_bytes_lent,
+        /// Input buffers waiting in the worker's pool (grown ones included).
+        gauge input_bufs_pooled,
+        /// Bytes of the input buffers waiting in the pool.
+        gauge input_bytes_pooled,
+        /// Output buffers lent to connections (held while a request is in flight).
+        gauge output_bufs_lent,
+        /// Output buffers waiting in the worker's pool.
+        gauge output_bufs_pooled,
+        /// Bytes of the output buffers waiting in the pool.
+        gauge output_bytes_pooled,
+        /// Request state (head table, head copy, cache key, transaction) lent
+        /// to clients with a request in flight.
+        gauge request_state_pooled,
     }
     groups {
         /// System calls by kind.
@@ -99,13 +126,41 @@ weft_core::metrics! {
     }
 }
 
-/// One worker's published counters (relaxed atomics, written once per batch).
-pub type Slot = metrics::Slot<ProxyStats>;
+/// Where one worker publishes: its counters (relaxed atomics, written once
+/// per batch) and its response latency histogram (about once a second).
+#[derive(Default)]
+pub struct Slot {
+    pub counters: metrics::Slot<ProxyStats>,
+    pub latency: metrics::LatencySlot,
+}
+
+impl Slot {
+    /// Publish the worker's counters.
+    #[inline]
+    pub fn publish(&self, s: &ProxyStats) {
+        self.counters.publish(s);
+    }
+
+    /// The last published counters.
+    pub fn read(&self) -> ProxyStats {
+        self.counters.read()
+    }
+}
+
+/// The help text of `weft_proxy_response_seconds`.
+pub const LATENCY_HELP: &str = "Time from the first byte of a request head to its response fully \
+    handed to the client socket (transaction over, nothing left queued): hits, misses and errors alike.";
 
 /// The Prometheus text of the workers' counters (`weft_proxy_<counter>_total`
-/// per worker and summed), for the admin endpoint's `/metrics`.
+/// per worker and summed) and response latencies (`weft_proxy_response_seconds`),
+/// for the admin endpoint's `/metrics`.
 pub fn render_prometheus(slots: &[Slot]) -> String {
-    metrics::render_prometheus("proxy", &metrics::read_all(slots))
+    let counters: Vec<ProxyStats> = slots.iter().map(Slot::read).collect();
+    let latency: Vec<metrics::Latency> = slots.iter().map(|s| s.latency.read()).collect();
+    metrics::Prometheus::new()
+        .group("proxy", &counters)
+        .histogram("proxy", "response", LATENCY_HELP, &latency)
+        .finish()
 }
 
 #[cfg(test)]
@@ -140,7 +195,11 @@ mod tests {
             bytes_spliced bytes_teed bytes_copied bytes_filled bytes_cache tunnel_bytes_spliced \
             tunnel_bytes_copied sessions_splice sessions_keep_copy sessions_copy sessions_fallback \
             sessions_no_pipe sessions_client_abort sessions_orphan_fill sessions_upstream_abort read_batches_cut";
-        let names: Vec<&str> = BEFORE.split_whitespace().collect();
+        // Added by issue 21, after every earlier key.
+        const ADDED: &str = "refused_max_connections open_connections upstream_connections upstream_pooled \
+            input_bufs_lent input_bytes_lent input_bufs_pooled input_bytes_pooled output_bufs_lent \
+            output_bufs_pooled output_bytes_pooled request_state_pooled";
+        let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();
         s.syscalls.0[weft_io::SysKind::Splice as usize] = 4;
@@ -155,5 +214,6 @@ mod tests {
             text.contains("\nweft_proxy_read_batches_cut_total{worker=\"0\"} 0\n"),
             "{text}"
         );
+        assert!(text.contains("\nweft_proxy_response_seconds_count 0\n"), "{text}");
     }
 }

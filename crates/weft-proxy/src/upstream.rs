@@ -18,18 +18,24 @@ use weft_io::{BufPool, Ctx, InputBuf, Interest, OutChain, Poller, Token};
 #[derive(Default)]
 pub(crate) struct UpstreamPool {
     idle: HashMap<SocketAddr, Vec<Token>>,
+    /// Idle connections over every address (a gauge read every batch).
+    count: usize,
 }
 
 impl UpstreamPool {
     /// The most recently released idle connection to `addr`.
     pub(crate) fn take(&mut self, addr: &SocketAddr) -> Option<Token> {
-        self.idle.get_mut(addr).and_then(|l| l.pop())
+        let t = self.idle.get_mut(addr).and_then(|l| l.pop());
+        self.count -= usize::from(t.is_some());
+        t
     }
 
     /// Forget an idle connection (it is being closed).
     pub(crate) fn forget(&mut self, addr: &SocketAddr, ut: Token) {
         if let Some(list) = self.idle.get_mut(addr) {
+            let before = list.len();
             list.retain(|&t| t != ut);
+            self.count -= before - list.len();
         }
     }
 
@@ -41,10 +47,17 @@ impl UpstreamPool {
     /// Keep `ut` idle for reuse.
     pub(crate) fn put(&mut self, addr: SocketAddr, ut: Token) {
         self.idle.entry(addr).or_default().push(ut);
+        self.count += 1;
+    }
+
+    /// Idle connections over every address.
+    pub(crate) fn len(&self) -> usize {
+        self.count
     }
 
     /// Every idle connection, forgotten.
     pub(crate) fn drain(&mut self) -> Vec<Token> {
+        self.count = 0;
         self.idle.drain().flat_map(|(_, v)| v).collect()
     }
 }
@@ -134,7 +147,10 @@ pub(crate) fn read_response_head(
 impl Worker<'_> {
     pub(crate) fn close_upstream<P: Poller>(&mut self, cx: &mut Ctx<P>, ut: Token) {
         if let Some(Entry::Upstream(mut u)) = self.slab.remove(ut) {
+            self.sh.open_upstreams -= 1;
             u.buf.discard(&mut self.sh.bufs);
+            u.out.clear();
+            u.out.release_own(&mut self.sh.own_pool);
             if u.owner.is_none() {
                 self.sh.pool.forget(&u.addr, ut);
             }
@@ -153,6 +169,10 @@ impl Worker<'_> {
             self.close_upstream(cx, ut);
             return;
         }
+        // Pooled, it holds no buffer: both go back to the worker's pools
+        // (lent again by the next exchange; grown ones are kept there).
+        u.buf.release(&mut self.sh.bufs);
+        u.out.release_own(&mut self.sh.own_pool);
         u.owner = None;
         u.reused = true;
         u.want = Interest::READ;
@@ -218,6 +238,7 @@ impl Worker<'_> {
             return self.fail(cx, ct, 502, "cannot watch the upstream connection");
         }
         let now = cx.now;
+        self.sh.open_upstreams += 1;
         self.slab.insert_with(|_| {
             Entry::Upstream(Box::new(Upstream {
                 fd,
@@ -298,6 +319,7 @@ impl Worker<'_> {
             chunked_body: chunked,
             validators,
         };
+        u.out.lend_own(&mut sh.own_pool);
         headers::write_request(u.out.own_mut(), head, data, &fwd);
         Flow::Again
     }

@@ -29,7 +29,7 @@
 use crate::acl::Cidr;
 use crate::cache::TwoTier;
 use crate::config::ProxyConfig;
-use crate::conn::{Client, Entry, Phase, Upstream, INPUT_BUF, INPUT_BUFS_KEPT};
+use crate::conn::{Client, Entry, Phase, RequestState, Upstream, INPUT_BUF, INPUT_BUFS_KEPT};
 use crate::disk::{DiskStore, Loaded};
 use crate::resolve::{Answer, DnsCache, Resolver};
 use crate::stats::{ProxyStats, Slot};
@@ -44,7 +44,7 @@ use weft_http::respond::{self, Persist};
 use weft_http::ResponseHead;
 use weft_io::sys::{self, Fd};
 use weft_io::{
-    Acceptor, BufPool, Ctx, Event, Handler, Interest, PipePool, Poller, RegisterError, Shutdown, Slab, Token,
+    Acceptor, BufPool, Ctx, Event, Handler, Interest, OwnPool, PipePool, Poller, RegisterError, Shutdown, Slab, Token,
 };
 
 pub(crate) const LISTENER: Token = Token::new(u32::MAX, 0);
@@ -59,6 +59,15 @@ pub(crate) const BATCH_TIMER: Token = Token::new(u32::MAX - 3, 0);
 
 /// Steps per drive before yielding to other connections.
 const MAX_STEPS: usize = 64;
+/// Grown input buffers (the chunked relay's) a worker keeps for reuse.
+const GROWN_BUFS_KEPT: usize = 16;
+/// Capacity of a fresh output buffer (a response or request head).
+const OUTPUT_BUF: usize = 2048;
+/// Output buffers that grew past this (pipelined answers coalesced) are
+/// freed when given back.
+const OUTPUT_BUF_MAX: usize = 128 * 1024;
+/// How often idle pool buffers beyond the floor are halved.
+const POOL_DECAY_EVERY: Duration = Duration::from_secs(1);
 /// How long an upstream may stay quiet while a read batch (`--rcv-lowat`)
 /// is pending before the batch is cut and the relay reads what has come.
 /// Batches are asked only of an upstream delivering in bulk, which fills them
@@ -123,6 +132,19 @@ pub(crate) struct Shared<'a> {
     pub(crate) pipes: PipePool,
     /// Input buffers lent to client and upstream connections.
     pub(crate) bufs: BufPool,
+    /// Output buffers lent to client and upstream connections while a
+    /// request is in flight.
+    pub(crate) own_pool: OwnPool,
+    /// Request state lent to clients while a request is in flight.
+    pub(crate) request_states: Vec<RequestState>,
+    /// An empty head, copied into a parked client (no allocation).
+    pub(crate) blank_head: weft_http::RequestHead,
+    /// Client and upstream connections open.
+    pub(crate) open_clients: usize,
+    pub(crate) open_upstreams: usize,
+    /// Response times (see `stats::LATENCY_HELP`), published to the
+    /// worker's latency slot about once a second.
+    pub(crate) latency: weft_core::metrics::Latency,
     /// Idle upstream connections.
     pub(crate) pool: UpstreamPool,
     pub(crate) dns: DnsCache,
@@ -158,6 +180,8 @@ pub struct Worker<'a> {
     answers: Vec<Answer>,
     loaded: Vec<Loaded>,
     pub(crate) refused_logged: u64,
+    /// When the pools may shrink next (about once a second).
+    next_decay: Instant,
 }
 
 /// What the worker is given at start.
@@ -187,7 +211,15 @@ impl<'a> Worker<'a> {
                 via_name: s.via_name.into_bytes(),
                 cache: TwoTier::new(s.store, s.disk, s.index),
                 pipes: s.pipes,
-                bufs: BufPool::new(INPUT_BUF, INPUT_BUFS_KEPT),
+                // A few grown buffers (the chunked relay's 128 KiB) are kept,
+                // so pooled upstreams need not keep theirs.
+                bufs: BufPool::new(INPUT_BUF, INPUT_BUFS_KEPT).keep_large(GROWN_BUFS_KEPT),
+                own_pool: OwnPool::new(OUTPUT_BUF, OUTPUT_BUF_MAX, INPUT_BUFS_KEPT),
+                request_states: Vec::new(),
+                blank_head: weft_http::RequestHead::new(),
+                open_clients: 0,
+                open_upstreams: 0,
+                latency: weft_core::metrics::Latency::new(),
                 pool: UpstreamPool::default(),
                 dns: DnsCache::new(s.cfg.dns_ttl),
                 resolver: s.resolver,
@@ -214,6 +246,7 @@ impl<'a> Worker<'a> {
             answers: Vec::new(),
             loaded: Vec::new(),
             refused_logged: 0,
+            next_decay: Instant::now(),
         }
     }
 
@@ -242,7 +275,61 @@ impl<'a> Worker<'a> {
     pub fn stats(&self) -> ProxyStats {
         let mut s = self.sh.stats;
         s.syscalls = sys::SysCounts::current();
+        let (sh, input, own) = (&self.sh, &self.sh.bufs, &self.sh.own_pool);
+        s.open_connections = sh.open_clients as u64;
+        s.upstream_connections = sh.open_upstreams as u64;
+        s.upstream_pooled = sh.pool.len() as u64;
+        s.input_bufs_lent = input.lent() as u64;
+        s.input_bytes_lent = input.lent_bytes() as u64;
+        s.input_bufs_pooled = input.idle_total() as u64;
+        s.input_bytes_pooled = input.idle_bytes() as u64;
+        s.output_bufs_lent = own.lent() as u64;
+        s.output_bufs_pooled = own.idle() as u64;
+        s.output_bytes_pooled = own.idle_bytes() as u64;
+        s.request_state_pooled = sh.request_states.len() as u64;
         s
+    }
+
+    /// Shrink the pools after a burst (at most once a second).
+    fn decay_pools(&mut self, now: Instant) {
+        if now < self.next_decay {
+            return;
+        }
+        self.next_decay = now + POOL_DECAY_EVERY;
+        self.sh.bufs.decay();
+        self.sh.own_pool.decay();
+        let states = &mut self.sh.request_states;
+        states.truncate((states.len() / 2).max(weft_io::input::DECAY_FLOOR));
+    }
+
+    /// Do the pools hold more than they keep for good?
+    fn pools_above_floor(&self) -> bool {
+        self.sh.bufs.above_floor()
+            || self.sh.own_pool.above_floor()
+            || self.sh.request_states.len() > weft_io::input::DECAY_FLOOR
+    }
+
+    /// A client's requests whose responses are out (no transaction, nothing
+    /// queued) get their time recorded; an idle client gives its buffers
+    /// and request state back to the pools.
+    fn after_drive(&mut self, ct: Token) {
+        let sh = &mut self.sh;
+        let Some(c) = client_of(&mut self.slab, ct) else {
+            return;
+        };
+        if c.requests > c.timed && c.txn.is_none() && c.out.is_empty() {
+            let began = c.began.take().unwrap_or(c.last_activity);
+            let d = Instant::now().saturating_duration_since(began);
+            for _ in c.timed..c.requests {
+                sh.latency.record(d);
+            }
+            c.timed = c.requests;
+        }
+        if c.is_idle() && !c.lingering && c.fd.is_some() {
+            c.input.release(&mut sh.bufs);
+            c.out.release_own(&mut sh.own_pool);
+            c.park(&mut sh.request_states, INPUT_BUFS_KEPT, &sh.blank_head);
+        }
     }
 
     // ------------------------------------------------------------------
@@ -266,6 +353,7 @@ impl<'a> Worker<'a> {
             Flow::Wait => {}
         }
         self.settle(cx, ct);
+        self.after_drive(ct);
     }
 
     /// BATCH_TIMER: cut every read batch whose upstream has been quiet for
@@ -456,7 +544,10 @@ impl<'a> Worker<'a> {
         }
         for ut in self.sh.pool.drain() {
             if let Some(Entry::Upstream(mut u)) = self.slab.remove(ut) {
+                self.sh.open_upstreams -= 1;
                 u.buf.discard(&mut self.sh.bufs);
+                u.out.clear();
+                u.out.release_own(&mut self.sh.own_pool);
                 cx.close_later(u.fd, true);
             }
         }
@@ -641,7 +732,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             self.ready = ready;
             self.ready.clear();
         }
+        self.decay_pools(cx.now);
         self.slot.publish(&self.stats());
+        self.slot.latency.publish(&mut self.sh.latency, cx.now);
         let lfd = self.listener.as_ref().map(|l| l.raw());
         if self.acceptor.due(cx, lfd, LISTENER) && !self.sh.draining {
             self.accept(cx);
@@ -669,6 +762,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if !self.ready.is_empty() {
             bound(Duration::ZERO);
         }
+        if self.pools_above_floor() || self.sh.latency.count() > 0 {
+            // Wake to shrink the pools and publish the latencies.
+            bound(POOL_DECAY_EVERY);
+        }
         if let Some(d) = self.acceptor.max_wait() {
             bound(d);
         }
@@ -680,5 +777,13 @@ impl<P: Poller> Handler<P> for Worker<'_> {
 
     fn keep_running(&self) -> bool {
         !(self.sh.draining && self.slab.is_empty())
+    }
+}
+
+impl Drop for Worker<'_> {
+    fn drop(&mut self) {
+        // The last latencies recorded reach the slot (a scrape after stop,
+        // and the sum at exit, see them).
+        self.slot.latency.flush(&mut self.sh.latency);
     }
 }

@@ -18,19 +18,38 @@ use weft_core::metrics;
 /// One worker's published counters.
 pub type Slot = metrics::Slot<ServeStats>;
 
+/// Where one worker publishes: its counters (every batch) and its response
+/// latency histogram (about once a second).
+#[derive(Default)]
+pub struct WorkerSlot {
+    pub counters: Slot,
+    pub latency: metrics::LatencySlot,
+}
+
+/// The help text of `weft_serve_response_seconds`.
+pub const LATENCY_HELP: &str = "Time from the first byte of a request head to its response fully \
+    queued (whole in-memory answers and heads written; a file body still being sent is not waited for).";
+
 /// The JSON document the endpoint serves at `/stats`.
-pub fn render(backend: &str, slots: &[Slot]) -> String {
-    metrics::stats_document(backend, &metrics::read_all(slots), &[])
+pub fn render(backend: &str, slots: &[WorkerSlot]) -> String {
+    let counters: Vec<ServeStats> = slots.iter().map(|s| s.counters.read()).collect();
+    metrics::stats_document(backend, &counters, &[])
 }
 
 /// The Prometheus text the endpoint serves at `/metrics`
-/// (`weft_serve_<counter>_total{worker="i"}`, and the sum without `worker`).
-pub fn render_prometheus(slots: &[Slot]) -> String {
-    metrics::render_prometheus("serve", &metrics::read_all(slots))
+/// (`weft_serve_<counter>_total{worker="i"}`, and the sum without `worker`;
+/// `weft_serve_response_seconds` histogram).
+pub fn render_prometheus(slots: &[WorkerSlot]) -> String {
+    let counters: Vec<ServeStats> = slots.iter().map(|s| s.counters.read()).collect();
+    let latency: Vec<metrics::Latency> = slots.iter().map(|s| s.latency.read()).collect();
+    metrics::Prometheus::new()
+        .group("serve", &counters)
+        .histogram("serve", "response", LATENCY_HELP, &latency)
+        .finish()
 }
 
 /// Start the admin listener on `addr`; returns the bound address.
-pub fn start(addr: SocketAddr, backend: &'static str, slots: Arc<Vec<Slot>>) -> std::io::Result<SocketAddr> {
+pub fn start(addr: SocketAddr, backend: &'static str, slots: Arc<Vec<WorkerSlot>>) -> std::io::Result<SocketAddr> {
     let json = slots.clone();
     weft_io::admin::serve(
         addr,
@@ -57,15 +76,18 @@ mod tests {
 
     #[test]
     fn stats_and_metrics_from_the_slots() {
-        let slots: Arc<Vec<Slot>> = Arc::new((0..2).map(|_| Slot::default()).collect());
+        let slots: Arc<Vec<WorkerSlot>> = Arc::new((0..2).map(|_| WorkerSlot::default()).collect());
         let mut st = ServeStats {
             requests: 5,
             ..Default::default()
         };
         st.syscalls.0[weft_io::SysKind::Writev as usize] = 5;
-        slots[0].publish(&st);
+        slots[0].counters.publish(&st);
         st.requests = 2;
-        slots[1].publish(&st);
+        slots[1].counters.publish(&st);
+        let mut lat = metrics::Latency::new();
+        lat.record_us(300);
+        slots[1].latency.flush(&mut lat);
         let doc = render("epoll", &slots);
         assert!(doc.starts_with("{\"backend\":\"epoll\",\"workers\":[{\"worker\":0,\"stats\":{\"accepted\":0,\"refused_fd_limit\":0,\"requests\":5,"), "{doc}");
         assert!(doc.ends_with(",\"syscalls\":{\"writev\":10}}}\n"), "{doc}");
@@ -80,5 +102,7 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("\nweft_serve_syscalls_total{kind=\"writev\"} 10\n"), "{m}");
+        assert!(m.contains("# TYPE weft_serve_response_seconds histogram\n"), "{m}");
+        assert!(m.contains("\nweft_serve_response_seconds_count 1\n"), "{m}");
     }
 }

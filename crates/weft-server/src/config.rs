@@ -54,6 +54,8 @@ pub struct ServeConfig {
     /// Share the listening port with other processes (`--reuse-port`);
     /// otherwise a port another process holds is an error.
     pub reuse_port: bool,
+    /// Connections a worker holds at most; more are closed at accept (0 = unlimited).
+    pub max_connections: usize,
     /// Close a keep-alive connection idle this long.
     pub idle_timeout: Duration,
     /// Close a connection whose request head is not complete this long after it began.
@@ -98,6 +100,7 @@ impl Default for ServeConfig {
             accept_limit: Some(10),
             backlog: 4096,
             reuse_port: false,
+            max_connections: 0,
             idle_timeout: Duration::from_secs(60),
             header_timeout: Duration::from_secs(10),
             send_timeout: Duration::from_secs(60),

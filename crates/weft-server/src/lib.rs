@@ -94,7 +94,7 @@ impl Server {
             // wait for the delayed ACK of the first.
             let _ = sys::set_nodelay(l, true);
         }
-        let slots: Arc<Vec<admin::Slot>> = Arc::new((0..workers).map(|_| admin::Slot::default()).collect());
+        let slots: Arc<Vec<admin::WorkerSlot>> = Arc::new((0..workers).map(|_| admin::WorkerSlot::default()).collect());
         let admin_addr = match cfg.admin {
             Some(a) => Some(
                 admin::start(a, cfg.event.name(), slots.clone())
@@ -140,7 +140,7 @@ fn run_worker(
     seat: WorkerSeat,
     root: Option<CString>,
     log_fd: Option<Arc<Fd>>,
-    slot: &admin::Slot,
+    slot: &admin::WorkerSlot,
 ) -> io::Result<ServeStats> {
     let files = match root {
         Some(c) => {

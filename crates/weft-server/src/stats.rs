@@ -25,6 +25,25 @@ weft_core::metrics! {
         counter timeouts,
         /// Requests rejected with 4xx/5xx by the codec.
         counter bad_requests,
+        /// Connections closed at accept because the worker held
+        /// `--max-connections` already.
+        counter refused_max_connections,
+        /// Connections open now.
+        gauge open_connections,
+        /// Input buffers lent to connections now (held while bytes are pending).
+        gauge input_bufs_lent,
+        /// Bytes of the input buffers lent now.
+        gauge input_bytes_lent,
+        /// Input buffers waiting in the worker's pool.
+        gauge input_bufs_pooled,
+        /// Bytes of the input buffers waiting in the pool.
+        gauge input_bytes_pooled,
+        /// Output buffers lent to connections now (held while bytes are queued).
+        gauge output_bufs_lent,
+        /// Output buffers waiting in the worker's pool.
+        gauge output_bufs_pooled,
+        /// Bytes of the output buffers waiting in the pool.
+        gauge output_bytes_pooled,
     }
     groups {
         /// System calls by kind.
@@ -55,7 +74,8 @@ mod tests {
         };
         s.syscalls.0[weft_io::SysKind::Accept as usize] = 9;
         s.syscalls.0[weft_io::SysKind::Sendfile as usize] = 10;
-        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"syscalls\":{\"accept\":9,\"sendfile\":10}";
+        // Keys before issue 21, then the memory gauges it added.
+        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"open_connections\":0,\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0,\"syscalls\":{\"accept\":9,\"sendfile\":10}";
         assert_eq!(s.to_json(), format!("{head}}}"));
         s.tracker = Some(TrackerStats {
             user_passes: 11,

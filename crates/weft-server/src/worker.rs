@@ -56,6 +56,9 @@ const OUTPUT_POOL_KEEP: usize = 1024;
 /// `--pipeline 16`) finishes in one pass.
 const REQUESTS_PER_PASS: u32 = 64;
 
+/// How often idle pool buffers beyond the floor are halved.
+const POOL_DECAY_EVERY: Duration = Duration::from_secs(1);
+
 /// What a connection waits for after `drive`.
 enum Next {
     Read,
@@ -81,6 +84,9 @@ pub(crate) struct Shared<'a> {
     /// Output buffers lent to connections while they have bytes to send.
     pub(crate) own_pool: OwnPool,
     pub(crate) stats: ServeStats,
+    /// Response times (head start to response queued), published to the
+    /// worker's latency slot about once a second.
+    pub(crate) latency: weft_core::metrics::Latency,
     pub(crate) log: Option<AccessLog>,
     pub(crate) draining: bool,
 }
@@ -88,7 +94,7 @@ pub(crate) struct Shared<'a> {
 /// One worker's handler.
 pub struct Worker<'a> {
     shared: Shared<'a>,
-    slot: &'a crate::admin::Slot,
+    slot: &'a crate::admin::WorkerSlot,
     conns: Slab<Conn>,
     listener: Option<Fd>,
     waker: RawFd,
@@ -103,6 +109,9 @@ pub struct Worker<'a> {
     /// Connections that used up their budget of requests in this pass with
     /// work left ([`REQUESTS_PER_PASS`]); driven again after the batch.
     resume: Vec<Token>,
+    /// When the pools may shrink next (about once a second while they hold
+    /// more idle buffers than their floor: a burst's buffers do not stay).
+    next_decay: Instant,
 }
 
 impl<'a> Worker<'a> {
@@ -114,7 +123,7 @@ impl<'a> Worker<'a> {
         shutdown: Shutdown,
         waker: RawFd,
         log: Option<AccessLog>,
-        slot: &'a crate::admin::Slot,
+        slot: &'a crate::admin::WorkerSlot,
     ) -> Worker<'a> {
         Worker {
             slot,
@@ -134,6 +143,7 @@ impl<'a> Worker<'a> {
                     OUTPUT_POOL_KEEP,
                 ),
                 stats: ServeStats::default(),
+                latency: weft_core::metrics::Latency::new(),
                 log,
                 draining: false,
             },
@@ -146,6 +156,7 @@ impl<'a> Worker<'a> {
             refused_logged: 0,
             tracker: None,
             resume: Vec::new(),
+            next_decay: Instant::now(),
         }
     }
 
@@ -165,7 +176,31 @@ impl<'a> Worker<'a> {
         let mut s = self.shared.stats;
         s.syscalls = sys::SysCounts::current();
         s.tracker = self.tracker;
+        let (input, own) = (&self.shared.pool, &self.shared.own_pool);
+        s.open_connections = self.conns.len() as u64;
+        s.input_bufs_lent = input.lent() as u64;
+        s.input_bytes_lent = input.lent_bytes() as u64;
+        s.input_bufs_pooled = input.idle_total() as u64;
+        s.input_bytes_pooled = input.idle_bytes() as u64;
+        s.output_bufs_lent = own.lent() as u64;
+        s.output_bufs_pooled = own.idle() as u64;
+        s.output_bytes_pooled = own.idle_bytes() as u64;
         s
+    }
+
+    /// Shrink the pools after a burst (at most once a second).
+    fn decay_pools(&mut self, now: Instant) {
+        if now < self.next_decay {
+            return;
+        }
+        self.next_decay = now + POOL_DECAY_EVERY;
+        self.shared.pool.decay();
+        self.shared.own_pool.decay();
+    }
+
+    /// Do the pools hold more idle buffers than they keep for good?
+    fn pools_above_floor(&self) -> bool {
+        self.shared.pool.above_floor() || self.shared.own_pool.above_floor()
     }
 
     fn accept<P: Poller>(&mut self, cx: &mut Ctx<P>) {
@@ -179,6 +214,14 @@ impl<'a> Worker<'a> {
     }
 
     fn add_conn<P: Poller>(&mut self, cx: &mut Ctx<P>, fd: Fd, peer: Option<std::net::SocketAddr>) {
+        let max = self.shared.cfg.max_connections;
+        if max > 0 && self.conns.len() >= max {
+            // The documented ceiling (N × per-connection + caches): closed
+            // at once with a reset, so the client learns now.
+            self.shared.stats.refused_max_connections += 1;
+            let _ = sys::set_linger_zero(&fd);
+            return;
+        }
         let token = self.conns.next_token();
         // Fixed-interest backends: register once for both directions, never modify.
         let interest = if P::CAPS.fixed_interest {
@@ -377,7 +420,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if P::CAPS.tracks_readiness {
             self.tracker = cx.poller.tracker_stats();
         }
-        self.slot.publish(&self.stats());
+        self.decay_pools(cx.now);
+        self.slot.counters.publish(&self.stats());
+        self.slot.latency.publish(&mut self.shared.latency, cx.now);
         let lfd = self.listener.as_ref().map(|l| l.raw());
         if self.acceptor.due(cx, lfd, LISTENER) && !self.shared.draining {
             self.accept(cx);
@@ -404,6 +449,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if !self.resume.is_empty() {
             bound(Duration::ZERO);
         }
+        if self.pools_above_floor() || self.shared.latency.count() > 0 {
+            // Wake to shrink the pools and publish the latencies.
+            bound(POOL_DECAY_EVERY);
+        }
         if let Some(d) = self.acceptor.max_wait() {
             bound(d);
         }
@@ -423,6 +472,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
 
 impl Drop for Worker<'_> {
     fn drop(&mut self) {
+        self.slot.latency.flush(&mut self.shared.latency);
         if let Some(log) = &mut self.shared.log {
             log.flush(Instant::now());
         }
@@ -592,7 +642,10 @@ fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemT
                 }
                 answer(c, s, head_len, wall, chunked_pending);
                 c.input.consume(next);
-                c.head_started = None;
+                // Head start (the read that brought its first byte, or now
+                // for a pipelined one) to response queued.
+                let began = c.head_started.take().unwrap_or(now);
+                s.latency.record(Instant::now().saturating_duration_since(began));
                 c.requests += 1;
                 *budget -= 1;
                 s.stats.requests += 1;

@@ -83,6 +83,8 @@ pub struct OriginConfig {
     /// Share the listening port with other processes (`--reuse-port`);
     /// otherwise a port another process holds is an error.
     pub reuse_port: bool,
+    /// Connections a worker holds at most; more are closed at accept (0 = unlimited).
+    pub max_connections: usize,
 }
 
 impl Default for OriginConfig {
@@ -101,6 +103,7 @@ impl Default for OriginConfig {
             seed: 1,
             backlog: 4096,
             reuse_port: false,
+            max_connections: 0,
         }
     }
 }
@@ -134,7 +137,7 @@ impl Origin {
                 let mut w = Worker::new(&cfg, seat);
                 w.register(&mut cx)?;
                 weft_io::run(&mut cx, &mut w)?;
-                Ok(w.shared.stats)
+                Ok(w.stats())
             })
         })?;
         Ok(Origin { addr, workers })
@@ -218,6 +221,8 @@ struct Worker<'a> {
     conns: Slab<Conn>,
     /// Accepts until EAGAIN: an instrument should take whatever the load offers.
     acceptor: Acceptor,
+    /// When the pools may shrink next.
+    next_decay: Instant,
 }
 
 enum Next {
@@ -243,7 +248,23 @@ impl<'a> Worker<'a> {
             shutdown: seat.shutdown,
             conns: Slab::new(),
             acceptor: Acceptor::new(None),
+            next_decay: Instant::now(),
         }
+    }
+
+    /// Counters, with the memory gauges of now.
+    fn stats(&self) -> OriginStats {
+        let mut s = self.shared.stats;
+        let (input, own) = (&self.shared.pool, &self.shared.own_pool);
+        s.open_connections = self.conns.len() as u64;
+        s.input_bufs_lent = input.lent() as u64;
+        s.input_bytes_lent = input.lent_bytes() as u64;
+        s.input_bufs_pooled = input.idle_total() as u64;
+        s.input_bytes_pooled = input.idle_bytes() as u64;
+        s.output_bufs_lent = own.lent() as u64;
+        s.output_bufs_pooled = own.idle() as u64;
+        s.output_bytes_pooled = own.idle_bytes() as u64;
+        s
     }
 
     fn register<P: Poller>(&mut self, cx: &mut Ctx<P>) -> io::Result<()> {
@@ -267,6 +288,12 @@ impl<'a> Worker<'a> {
     }
 
     fn add_conn<P: Poller>(&mut self, cx: &mut Ctx<P>, fd: Fd) {
+        let max = self.shared.cfg.max_connections;
+        if max > 0 && self.conns.len() >= max {
+            self.shared.stats.refused_max_connections += 1;
+            let _ = sys::set_linger_zero(&fd);
+            return;
+        }
         let token = self.conns.next_token();
         let interest = if P::CAPS.fixed_interest {
             Interest::BOTH
@@ -479,6 +506,13 @@ impl<P: Poller> Handler<P> for Worker<'_> {
 
     fn after_batch(&mut self, cx: &mut Ctx<P>) {
         self.shared.date.update(cx.wall);
+        if cx.now >= self.next_decay {
+            // At most once a second (max_wait wakes the loop that often):
+            // a burst's idle buffers do not stay.
+            self.next_decay = cx.now + Duration::from_secs(1);
+            self.shared.pool.decay();
+            self.shared.own_pool.decay();
+        }
         let lfd = self.listener.as_ref().map(|l| l.raw());
         if self.acceptor.due(cx, lfd, LISTENER) && !self.shared.draining {
             self.accept(cx);

@@ -1,0 +1,413 @@
+//! Issue 21: connections hold buffers only while a request is in flight.
+//!
+//! Under every event backend, for `weft serve` and `weft proxy` (reverse, in
+//! front of `weft origin`; the proxy on the untracked backends, as in
+//! tests/proxy.rs): heads split across many small reads, 100
+//! pipelined requests in one write, a head arriving one byte at a time over
+//! 5 s, a request body larger than a lent buffer; and after 1,000 idle
+//! keep-alive connections the pools lend no buffer (read from the admin
+//! endpoint's `/stats` gauges). `/metrics` of both roles carries the
+//! response-time histogram.
+
+mod common;
+
+use common::{per_backend, Reader, Weft};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `weft serve` or `weft proxy` started with `--admin 127.0.0.1:0`: both
+/// bound addresses read from its stdout (a port picked here and released
+/// could be taken by a parallel test's listener before weft binds it).
+struct Served {
+    child: Child,
+    addr: SocketAddr,
+    admin: SocketAddr,
+}
+
+impl Served {
+    fn start(args: &[&str]) -> Served {
+        let mut child = Command::new(common::weft_bin())
+            .args(args)
+            .args(["--admin", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start weft");
+        let mut lines = BufReader::new(child.stdout.take().unwrap());
+        let mut s = Served {
+            child,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            admin: SocketAddr::from(([0, 0, 0, 0], 0)),
+        };
+        let mut line = String::new();
+        while s.admin.port() == 0 {
+            line.clear();
+            assert!(
+                lines.read_line(&mut line).unwrap_or(0) > 0,
+                "weft {args:?} exited early"
+            );
+            if let Some(a) = line.trim().strip_prefix("listening on ") {
+                s.addr = a.parse().unwrap();
+            } else if let Some(a) = line.trim().strip_prefix("admin on ") {
+                s.admin = a.parse().unwrap();
+            }
+        }
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = lines.read_to_end(&mut sink);
+        });
+        s
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET path` from the admin endpoint, body only.
+fn admin_get(addr: SocketAddr, path: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut c) = TcpStream::connect(addr) {
+            c.write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+                .unwrap();
+            let mut s = String::new();
+            c.read_to_string(&mut s).unwrap();
+            return s.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        }
+        assert!(Instant::now() < deadline, "admin endpoint {addr} not up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The role's total counters from `/stats`.
+fn totals(admin: SocketAddr) -> serde_json::Value {
+    let doc: serde_json::Value = serde_json::from_str(&admin_get(admin, "/stats")).unwrap();
+    doc["total"].clone()
+}
+
+/// A role under test: its process, the admin address, and the origin
+/// behind it (proxy only).
+struct Role {
+    w: Served,
+    admin: SocketAddr,
+    _origin: Option<Weft>,
+    _site: Option<common::TempDir>,
+    /// The path of an 8 KiB answer.
+    path: &'static str,
+}
+
+fn serve(event: &str) -> Role {
+    let site = common::site();
+    site.write("8k.bin", &common::pattern(8192));
+    let root = common::path_str(&site.path).to_string();
+    let w = Served::start(&[
+        "serve",
+        &root,
+        "--listen",
+        "127.0.0.1:0",
+        "--event",
+        event,
+        "--workers",
+        "1",
+    ]);
+    let admin = w.admin;
+    Role {
+        w,
+        admin,
+        _origin: None,
+        _site: Some(site),
+        path: "/8k.bin",
+    }
+}
+
+fn proxy(event: &str) -> Role {
+    let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
+    let up = origin.addr.to_string();
+    let w = Served::start(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--event",
+        event,
+        "--workers",
+        "1",
+    ]);
+    let admin = w.admin;
+    Role {
+        w,
+        admin,
+        _origin: Some(origin),
+        _site: None,
+        path: "/size/8192/c60/a.bin",
+    }
+}
+
+fn request(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n")
+}
+
+/// Heads cut into pieces of 1 to 7 bytes, each its own segment.
+fn split_heads(r: &Role) {
+    let mut c = Reader::new(r.w.connect());
+    for i in 0..5 {
+        let req = request(r.path);
+        let bytes = req.as_bytes();
+        let mut at = 0;
+        let mut step = 1 + i;
+        while at < bytes.len() {
+            let end = (at + step).min(bytes.len());
+            c.send(&bytes[at..end]);
+            std::thread::sleep(Duration::from_millis(2));
+            at = end;
+            step = step % 7 + 1;
+        }
+        let resp = c.response(false);
+        assert_eq!((resp.status, resp.body.len()), (200, 8192));
+    }
+}
+
+/// 100 requests in one write, answered in order on the one connection.
+fn pipelined(r: &Role) {
+    let mut c = Reader::new(r.w.connect());
+    let all: String = (0..100).map(|_| request(r.path)).collect();
+    c.send(all.as_bytes());
+    for i in 0..100 {
+        let resp = c.response(false);
+        assert_eq!((resp.status, resp.body.len()), (200, 8192), "response {i}");
+    }
+}
+
+/// A head dribbled one byte at a time over `over`.
+fn byte_by_byte(r: &Role, over: Duration) {
+    let mut c = Reader::new(r.w.connect());
+    let req = request(r.path);
+    let pause = over / req.len() as u32;
+    for b in req.as_bytes() {
+        c.send(std::slice::from_ref(b));
+        std::thread::sleep(pause);
+    }
+    let resp = c.response(false);
+    assert_eq!((resp.status, resp.body.len()), (200, 8192));
+}
+
+/// A POST whose body (64 KiB) is larger than a lent input buffer (4 KiB),
+/// then a GET on the same connection.
+fn large_body(r: &Role) {
+    let mut c = Reader::new(r.w.connect());
+    let body = vec![b'b'; 64 * 1024];
+    let head = format!(
+        "POST {} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        r.path,
+        body.len()
+    );
+    c.send(head.as_bytes());
+    c.send(&body);
+    let resp = c.response(false);
+    // serve answers 405 (it serves files only) and skips the body; the proxy
+    // forwards it and the origin answers it as a GET.
+    assert!(resp.status == 405 || resp.status == 200, "status {}", resp.status);
+    c.send(request(r.path).as_bytes());
+    let resp = c.response(false);
+    assert_eq!((resp.status, resp.body.len()), (200, 8192));
+}
+
+/// 1,000 keep-alive connections, one 8 KiB GET each, then idle: the pools
+/// lend no buffer and the gauges say so.
+fn idle_connections_hold_no_buffer(r: &Role) {
+    let mut conns = Vec::with_capacity(1000);
+    for _ in 0..1000 {
+        let mut c = Reader::new(r.w.connect());
+        c.send(request(r.path).as_bytes());
+        assert_eq!(c.response(false).status, 200);
+        conns.push(c);
+    }
+    // The gauges are published at the end of each loop batch.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let t = loop {
+        let t = totals(r.admin);
+        if t["open_connections"] == 1000 && t["input_bufs_lent"] == 0 && t["output_bufs_lent"] == 0 {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "buffers still lent while idle: {t}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(t["input_bytes_lent"], 0, "{t}");
+    assert_eq!(t["refused_max_connections"], 0, "{t}");
+    // The connections still work.
+    let c = &mut conns[500];
+    c.send(request(r.path).as_bytes());
+    assert_eq!(c.response(false).status, 200);
+}
+
+mod scenarios {
+    use super::*;
+
+    /// The proxy runs on the untracked backends only (as tests/proxy.rs).
+    fn proxied(event: &str) -> bool {
+        !event.starts_with("tracked")
+    }
+
+    pub fn split_heads(event: &str) {
+        super::split_heads(&serve(event));
+        if proxied(event) {
+            super::split_heads(&proxy(event));
+        }
+    }
+
+    pub fn pipelined_100(event: &str) {
+        super::pipelined(&serve(event));
+        if proxied(event) {
+            super::pipelined(&proxy(event));
+        }
+    }
+
+    pub fn head_one_byte_at_a_time(event: &str) {
+        // Both roles at once: the test takes the 5 s once.
+        let s = serve(event);
+        let p = proxied(event).then(|| proxy(event));
+        std::thread::scope(|sc| {
+            sc.spawn(|| byte_by_byte(&s, Duration::from_secs(5)));
+            if let Some(p) = &p {
+                sc.spawn(|| byte_by_byte(p, Duration::from_secs(5)));
+            }
+        });
+    }
+
+    pub fn body_larger_than_a_lent_buffer(event: &str) {
+        large_body(&serve(event));
+        if proxied(event) {
+            large_body(&proxy(event));
+        }
+    }
+
+    pub fn idle_pools_lend_nothing(event: &str) {
+        idle_connections_hold_no_buffer(&serve(event));
+        if proxied(event) {
+            idle_connections_hold_no_buffer(&proxy(event));
+        }
+    }
+}
+
+per_backend!(
+    split_heads,
+    pipelined_100,
+    head_one_byte_at_a_time,
+    body_larger_than_a_lent_buffer,
+    idle_pools_lend_nothing
+);
+
+/// `--max-connections`: the connection beyond the bound is closed at accept
+/// and counted; serve and proxy alike.
+#[test]
+fn max_connections_refuses_beyond_the_bound() {
+    for role in ["serve", "proxy"] {
+        let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
+        let up = origin.addr.to_string();
+        let site = common::site();
+        let root = common::path_str(&site.path).to_string();
+        let w = if role == "serve" {
+            Served::start(&[
+                "serve",
+                &root,
+                "--listen",
+                "127.0.0.1:0",
+                "--workers",
+                "1",
+                "--max-connections",
+                "3",
+            ])
+        } else {
+            Served::start(&[
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                &up,
+                "--workers",
+                "1",
+                "--max-connections",
+                "3",
+            ])
+        };
+        let admin = w.admin;
+        let path = if role == "serve" { "/hello.txt" } else { "/size/10" };
+        let mut held: Vec<Reader> = (0..3).map(|_| Reader::new(w.connect())).collect();
+        for c in &mut held {
+            c.send(request(path).as_bytes());
+            assert_eq!(c.response(false).status, 200, "{role}");
+        }
+        let mut extra = Reader::new(w.connect());
+        extra.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = extra.stream.write_all(request(path).as_bytes());
+        assert!(extra.closed(), "{role}: the fourth connection is closed at accept");
+        // Published at the end of the worker's batch, maybe after the reset.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let t = loop {
+            let t = totals(admin);
+            if t["refused_max_connections"] == 1 || Instant::now() > deadline {
+                break t;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(t["refused_max_connections"], 1, "{role}: {t}");
+        assert_eq!(t["open_connections"], 3, "{role}: {t}");
+        // Room again once one closes.
+        drop(held.pop());
+        std::thread::sleep(Duration::from_millis(200));
+        let mut again = Reader::new(w.connect());
+        again.send(request(path).as_bytes());
+        assert_eq!(again.response(false).status, 200, "{role}");
+    }
+}
+
+/// `/metrics` of serve and proxy: counters, the memory gauges and the
+/// response-time histogram as Prometheus text.
+#[test]
+fn metrics_of_serve_and_proxy() {
+    for (role, r) in [("serve", serve("epoll")), ("proxy", proxy("epoll"))] {
+        for _ in 0..3 {
+            let mut c = Reader::new(r.w.connect());
+            c.send(request(r.path).as_bytes());
+            assert_eq!(c.response(false).status, 200);
+        }
+        // Latencies are published about once a second.
+        let family = format!("weft_{role}_response_seconds");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let m = loop {
+            let m = admin_get(r.admin, "/metrics");
+            if m.contains(&format!("\n{family}_count 3\n")) {
+                break m;
+            }
+            assert!(Instant::now() < deadline, "{role}: no latencies in\n{m}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(m.contains(&format!("# TYPE {family} histogram\n")), "{m}");
+        assert!(m.contains(&format!("\n{family}_bucket{{le=\"+Inf\"}} 3\n")), "{m}");
+        assert!(m.contains(&format!("\n{family}_sum ")), "{m}");
+        assert!(
+            m.contains(&format!("# TYPE weft_{role}_open_connections gauge\n")),
+            "{m}"
+        );
+        assert!(m.contains(&format!("\nweft_{role}_requests_total 3\n")), "{m}");
+        assert!(
+            m.contains(&format!("# TYPE weft_{role}_input_bytes_lent gauge\n")),
+            "{m}"
+        );
+    }
+}
