@@ -356,8 +356,8 @@ def remove_stale_cgroups(root: str, log) -> None:
 
 
 def write_dataset(root: str, n_files: int, size: int) -> None:
-    """n_files deterministic files of `size` bytes under root/f/, written,
-    synced and evicted from the page cache."""
+    """n_files deterministic files of `size` bytes under root/f/ (then
+    `os.sync()` and `evict` them: dirty pages cannot be dropped)."""
     os.makedirs(os.path.join(root, "f"), exist_ok=True)
     os.chmod(root, 0o755)
     os.chmod(os.path.join(root, "f"), 0o755)
@@ -367,9 +367,6 @@ def write_dataset(root: str, n_files: int, size: int) -> None:
         with open(p, "wb") as f:
             os.fchmod(f.fileno(), 0o644)
             f.write(block[i % 251 :] + block[: i % 251])
-            f.flush()
-            os.fsync(f.fileno())
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def evict(roots: list[str], n_files: int) -> None:
@@ -412,13 +409,13 @@ class Bed:
         self.lab, self.pool, self.pn, self.cgroups = lab, pool, pn, cgroups
         self.commands: dict[str, list[str]] = {}
 
-    def start_backends(self, kind: str, roots: list[str], n: int, label: str) -> list[servers.RunningServer]:
+    def start_backends(self, kind: str, roots: list[str], n: int, label: str, cgroups: bool = True) -> list[servers.RunningServer]:
         out = []
         for i in range(n):
             self.pool.www = roots[i]
             spec = servers.ServerSpec(f"{label} b{i}", kind, {"workers": 1} if kind == "weft" else {})
             rs = self.pool.start(spec)
-            if self.cgroups:
+            if cgroups and self.cgroups:
                 self.cgroups[i].add_tree(rs.pid)
             out.append(rs)
             self.commands.setdefault(f"back-end ({label})", rs.command)
@@ -511,7 +508,7 @@ def run_capacity(bed: Bed, pn: Plan, root: str, urls: str, rnd: int, rows: list[
     lab = bed.lab
     counts = sorted({p.backends for p in pn.points if p.part == "capacity"})
     for n in counts:
-        backends = bed.start_backends("weft", [root] * n, n, "weft serve (capacity)")
+        backends = bed.start_backends("weft", [root] * n, n, "weft serve (capacity)", cgroups=False)
         addrs = [b.addr for b in backends]
         for p in [p for p in pn.points if p.part == "capacity" and p.backends == n]:
             front = bed.start_front(p.config, addrs, p.policy)
@@ -561,6 +558,8 @@ def run(lab: core.Lab) -> dict:
             root = os.path.join(data, f"b{i}")
             write_dataset(root, pn.files, pn.file_kib * pl.KiB)
             roots.append(root)
+        os.sync()
+        evict(roots, pn.files)
         for rnd in range(pn.rounds):
             if nmax:
                 urls = os.path.join(lab.scratch, "cluster-urls.txt")
@@ -637,14 +636,15 @@ def summary_lines(pn: Plan, quick: bool, med: dict, med_cap: dict, tg: list[Targ
         md += ["", "## Front-end capacity (§3.5.2, Figure 3.15): all data cached", ""]
         crow = []
         for (c, n), m in sorted(med_cap.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-            bpc = backends_per_core(m["front_us"], m["backend_us"] / n if m["backend_us"] and n else None)
+            bpc = backends_per_core(m["front_us"], m["backend_us"])
             crow.append([c, str(n), report.fmt_num(m["rps"], 0), report.fmt_num(m["front_us"], 1), report.fmt_num(m["decision_ns"], 0),
                          report.fmt_num(m["backend_us"], 1), report.fmt_num(bpc, 1),
                          report.fmt_num(backends_at_rate(m["front_us"], 1000), 1)])  # fmt: skip
         md.append(report.markdown_table(["front-end", "back-ends", "req/s", "front µs/req", "decision ns", "back-ends µs/req",
                                          "back-ends per front core (each back-end saturating a core)", "back-ends of 1,000 req/s per front core"],
                                         crow, "llrrrrrr"))  # fmt: skip
-        md += ["", "Back-ends per front-end core = one back-end's CPU per request / the front-end's: a back-end with one core serves "
+        md += ["", "Each request runs on one back-end, so the back-ends' CPU summed over the run per request is one back-end's cost of a "
+               "request. Back-ends per front-end core = that / the front-end's CPU per request: a back-end with one core serves "
                "1e6/backend_us requests/s, a front-end core relays 1e6/front_us.", ""]  # fmt: skip
     md += ["", "## Checks", ""]
     md += [f"- {r['part']} {r['config']} {r['backends']} back-end(s): {', '.join(p)}" for r, p in problems] or ["- every response 2xx, no socket errors"]
