@@ -287,6 +287,8 @@ def memory_v1_root() -> str:
     """The v1 memory controller's mount, mounting it when it is not (root
     only); CgroupError with the reason when neither works."""
     if os.path.exists(os.path.join(CGROUP_ROOT, "memory.limit_in_bytes")):
+        if not os.access(CGROUP_ROOT, os.W_OK):
+            raise CgroupError(f"cannot create memory cgroups under {CGROUP_ROOT} (not root?): the cluster part is skipped")
         return CGROUP_ROOT
     if os.geteuid() != 0:
         raise CgroupError("cgroup v1 memory controller not mounted and not root: lard-cluster needs it (skipped)")
@@ -304,7 +306,11 @@ class MemCgroup:
     def __init__(self, root: str, name: str, limit_bytes: int):
         self.path = os.path.join(root, name)
         os.makedirs(self.path, exist_ok=True)
-        self._write("memory.limit_in_bytes", str(limit_bytes))
+        try:
+            self._write("memory.limit_in_bytes", str(limit_bytes))
+        except OSError:
+            os.rmdir(self.path)  # not yet in the caller's list: remove it here
+            raise
         self.limit = limit_bytes
 
     def _write(self, f: str, v: str) -> None:
@@ -524,8 +530,16 @@ def run_capacity(bed: Bed, pn: Plan, root: str, urls: str, rnd: int, rows: list[
 
 def run(lab: core.Lab) -> dict:
     pn = plan(lab.quick, lab.only)
-    parts = sorted({p.part for p in pn.points})
-    cg_root = memory_v1_root() if "cluster" in parts else ""
+    cg_root, skipped = "", ""
+    if any(p.part == "cluster" for p in pn.points):
+        try:
+            cg_root = memory_v1_root()
+        except CgroupError as e:
+            # No memory cgroups, no cluster whose memory is smaller than its
+            # data: say so and measure what does not need them.
+            skipped = str(e)
+            lab.log(f"  {skipped}")
+            pn.points = [p for p in pn.points if p.part != "cluster"]
     lab.prepare(commands=["nginx", "haproxy"])
     rows: list[dict] = []
     commands: dict[str, list[str]] = {}
@@ -575,7 +589,7 @@ def run(lab: core.Lab) -> dict:
         commands = bed.commands
     previous = pl.read_runs(lab.results_dir)
     rows, commands = pl.merge_parts(previous, lab.quick, lab.only, rows, commands)
-    return summarize(lab, plan(lab.quick), rows, commands)
+    return summarize(lab, plan(lab.quick), rows, commands, skipped)
 
 
 def resummarize(lab: core.Lab) -> dict:
@@ -589,7 +603,7 @@ def resummarize(lab: core.Lab) -> dict:
 FIELDS = ["rps", "front_us", "backend_us", "client_us", "front_util", "disk_kib_per_req", "decision_ns", "latency_ms_mean", "latency_ms_p99"]
 
 
-def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict) -> dict:
+def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, skipped: str = "") -> dict:
     cl = [r for r in rows if r.get("part") == "cluster"]
     cap = [r for r in rows if r.get("part") == "capacity"]
     med = pl.median_rows(cl, ["config", "backends"], FIELDS)
@@ -602,13 +616,16 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict) -> dict
                                                     "runs": rows, "targets": [t.to_dict() for t in tg]})  # fmt: skip
     report.write_csv(os.path.join(d, "runs.csv"), rows)
     md = summary_lines(pn, lab.quick, med, med_cap, tg, problems)
+    if skipped:
+        md[2:2] = [f"**Not measured: {skipped}.**", ""]
     load = [f"weft load http://FRONT/ --urls ZIPF_URLS.txt --clients {pn.clients} --duration {pn.measure_s:g}s --timeout 5s "
             f"(after a {pn.warmup_s:g}s warm-up; Zipf alpha {ZIPF_ALPHA} over the data set's files, {URLS_IN_STREAM:,} draws)"]  # fmt: skip
     pl.write_summary(d, md, commands, load, "Load:", lab.versions, ["cluster_rps.png", "capacity_front_us.png"])
     plots(d, med, med_cap)
     for t in tg:
         lab.log("  " + t.describe())
-    return {"problems": len(problems), "weft_problems": sum(1 for r, _ in problems if is_weft(r.get("config", ""))), "targets": [t.to_dict() for t in tg]}
+    return {"problems": len(problems), "weft_problems": sum(1 for r, _ in problems if is_weft(r.get("config", ""))), "targets": [t.to_dict() for t in tg],
+            "skipped": skipped}  # fmt: skip
 
 
 def summary_lines(pn: Plan, quick: bool, med: dict, med_cap: dict, tg: list[Target], problems: list) -> list[str]:

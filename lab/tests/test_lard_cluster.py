@@ -127,3 +127,17 @@ def test_summarize_writes_targets_tables_and_checks(tmp_path):
 def test_row_problems():
     assert lc.row_problems({"requests": 10, "non_2xx": 0, "errors": 0}) == []
     assert lc.row_problems({"requests": 0, "non_2xx": 2, "errors": 1}) == ["2 non-2xx", "1 errors", "no replies"]
+
+
+def test_summary_says_what_was_skipped(tmp_path):
+    pytest.importorskip("matplotlib")
+    lab = core.Lab(lc.NAME, quick=True, results_root=str(tmp_path))
+    try:
+        rows = [{"part": "capacity", "config": "weft lard-r", "policy": "lard-r", "backends": 1, "requests": 10, "rps": 5.0,
+                 "front_us": 12.0, "backend_us": 6.0, "decision_ns": 150.0, "non_2xx": 0, "errors": 0}]  # fmt: skip
+        out = lc.summarize(lab, lc.plan(True), rows, {}, skipped="no memory cgroups here")
+        md = open(os.path.join(lab.results_dir, "summary.md")).read()
+        assert "**Not measured: no memory cgroups here.**" in md and out["skipped"]
+        assert "| LARD/R vs WRR throughput, 4 back-ends |" in md and "not measured" in md
+    finally:
+        lab.cleanup()
