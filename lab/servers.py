@@ -90,6 +90,26 @@ ANCHORS = {
         "package": "haproxy",
         "binary": "haproxy",
     },
+    # Cluster front-ends (lard-cluster): @SERVERS@ holds the back-ends'
+    # `server` lines (ServerSpec options "values").
+    "haproxy-front-rr": {
+        "template": "haproxy_front_roundrobin.cfg",
+        "cmd": ["haproxy", "-f", "{conf}", "-db"],
+        "package": "haproxy",
+        "binary": "haproxy",
+    },
+    "haproxy-front-uri": {
+        "template": "haproxy_front_uri.cfg",
+        "cmd": ["haproxy", "-f", "{conf}", "-db"],
+        "package": "haproxy",
+        "binary": "haproxy",
+    },
+    "nginx-front-hash": {
+        "template": "nginx_front_hash.conf",
+        "cmd": ["nginx", "-c", "{conf}", "-p", "{run}"],
+        "package": "nginx-light",
+        "binary": "nginx",
+    },
     "varnish-hit": {
         "template": "varnish_hit.vcl",
         "cmd": ["varnishd", "-F", "-a", "127.0.0.1:{port}", "-f", "{conf}", "-s", "malloc,256m", "-p", "thread_pools=1", "-n", "{run}/varnish"],
@@ -117,7 +137,7 @@ ANCHORS = {
 }
 
 # weft's own servers: the subcommand each ServerSpec kind runs.
-WEFT_KINDS = {"weft": "serve", "weft-proxy": "proxy", "weft-origin": "origin"}
+WEFT_KINDS = {"weft": "serve", "weft-proxy": "proxy", "weft-origin": "origin", "weft-front": "front"}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -174,7 +194,8 @@ class ServerSpec:
     kind is "weft" (`weft serve`; options: event, send, workers, extra = list
     of flags), "weft-proxy" / "weft-origin" (`weft proxy` / `weft origin`;
     options: workers, event, extra), an anchor name from ANCHORS (options:
-    origin = (host, port) for the proxies' upstream, binary = another build
+    origin = (host, port) for the proxies' upstream, values = {KEY: text}
+    for further @KEY@ placeholders of the template, binary = another build
     of the same server, edits = [(old, new), ...] applied to the rendered
     configuration, see `edit_config`), or "process" (started with
     `ServerPool.start_process`)."""
@@ -328,6 +349,9 @@ class ServerPool:
         origin = spec.options.get("origin")
         if origin:
             values.update({"ORIGIN_HOST": origin[0], "ORIGIN_PORT": str(origin[1])})
+        # Further placeholders of an experiment's own templates (e.g. a
+        # front-end's list of back-ends, @SERVERS@).
+        values.update(spec.options.get("values", {}))
         rendered = render_template(text, values)
         with open(conf, "w") as f:
             f.write(edit_config(rendered, spec.options.get("edits", ())))
@@ -394,6 +418,8 @@ def weft_command(binary: str, spec: ServerSpec, www: str = "") -> list[str]:
     if sub == "serve":
         head = [binary, "serve", www, "--listen", "127.0.0.1:0", *workers, *event, "--send", o.get("send", "auto"),
                 "--admin", "127.0.0.1:0", "--stats-on-exit"]  # fmt: skip
+    elif sub == "front":
+        head = [binary, "front", "--listen", "127.0.0.1:0", *workers, *event, "--admin", "127.0.0.1:0"]
     elif sub == "proxy":
         head = [binary, "proxy", "--listen", "127.0.0.1:0", *workers, *event, "--admin", "127.0.0.1:0", "--stats-on-exit"]
     else:

@@ -16,7 +16,8 @@ def test_render_template_replaces_every_placeholder():
 
 
 def test_anchor_templates_have_a_port_placeholder_and_nothing_fixed():
-    values = {"WWW": "/w", "RUN": "/r", "CONF": "/c", "PORT": "1", "ORIGIN_HOST": "127.0.0.9", "ORIGIN_PORT": "2"}
+    values = {"WWW": "/w", "RUN": "/r", "CONF": "/c", "PORT": "1", "ORIGIN_HOST": "127.0.0.9", "ORIGIN_PORT": "2",
+              "SERVERS": "    server b0 127.0.0.9:2"}  # the cluster front-ends' back-end lines  # fmt: skip
     for kind, a in servers.ANCHORS.items():
         with open(os.path.join(servers.ANCHOR_DIR, a["template"])) as f:
             text = f.read()
