@@ -16,6 +16,8 @@
 //! - [`output`]: a connection's output chain ([`OutChain`]): own bytes, shared
 //!   buffers, file ranges and pipe segments sent with the fewest system calls;
 //! - [`mailbox`]: helper threads' results for each worker, behind an eventfd;
+//! - [`helpers`]: AMPED helper threads started on demand for the work a loop
+//!   must not wait for (open, stat, read-ahead), reporting through a mailbox;
 //! - [`features`]: what this kernel supports (`weft backends`);
 //! - [`pipes`]: pipes for splice and tee, pooled per worker under a global cap;
 //! - [`admin`]: the `--admin` JSON endpoint's listener thread;
@@ -28,6 +30,7 @@ pub mod backend;
 pub mod event_loop;
 pub mod features;
 pub mod group;
+pub mod helpers;
 pub mod input;
 pub mod mailbox;
 pub mod output;
