@@ -106,6 +106,12 @@ fn submit_never_blocks_while_helpers_are_stuck_on_a_fifo() {
     });
     let done = collect(&pool, 10 - refused);
     assert_eq!(done.len(), 10 - refused, "every accepted job reports by eventfd");
+    // A helper posts its result before it counts it and goes idle: wait for
+    // the counters to settle.
+    let settle = Instant::now() + Duration::from_secs(5);
+    while (pool.stats().completed as usize, pool.stats().idle) != (10 - refused, 2) && Instant::now() < settle {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert_eq!(pool.stats().completed as usize, 10 - refused);
     assert_eq!(pool.stats().idle, 2, "helpers stay in reserve");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -41,6 +41,11 @@ pub enum Nowait {
 /// [`super::retry`].
 pub fn pread_nowait(fd: impl FdArg, buf: &mut [u8], offset: u64) -> io::Result<Nowait> {
     let fd = fd.raw_for_call();
+    if offset > i64::MAX as u64 {
+        // Would reach the kernel as a negative offset: EINVAL, which below
+        // means "no RWF_NOWAIT here".
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
     bump(SysKind::Pread);
     let iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -249,6 +254,10 @@ mod tests {
     fn errors_are_errors() {
         let mut buf = [0u8; 8];
         assert!(pread_nowait(-1, &mut buf, 0).is_err());
+        assert!(
+            pread_nowait(0, &mut buf, u64::MAX).is_err(),
+            "an offset past i64 is not 'unsupported'"
+        );
         assert!(advise_willneed(-1, 0, 0).is_err());
         assert!(resident(-1, 0, 10).is_err());
     }
