@@ -6,11 +6,21 @@
 //! an *aggregate* — an ordered list of (buffer, offset, length) slices —
 //! assembled without copying. Here, immutable segments are `bytes::Bytes`;
 //! [`Aggregate`] is the buffer aggregate (append, prepend, slice, split without
-//! copying; written to a socket as an iovec). The object store that keeps
-//! aggregates under a byte budget with a `weft-policy` replacement policy is
-//! built on top of this by the proxy cache.
+//! copying; written to a socket as an iovec).
+//!
+//! - [`segment`]: immutable segments and where their bytes live (heap, or a
+//!   file mapping whose pages are the page cache);
+//! - [`cache`]: the object cache of ready-to-send responses (head + body
+//!   aggregate) keyed by path and content generation, under a byte budget,
+//!   replaced by Greedy-Dual-Size or LRU, pinned entries evicted last.
 
 #![forbid(unsafe_code)]
+
+pub mod cache;
+pub mod segment;
+
+pub use cache::{CacheStats, CachedResponse, FileId, ObjectCache};
+pub use segment::{Segment, SegmentKind};
 
 use bytes::Bytes;
 use std::io::IoSlice;

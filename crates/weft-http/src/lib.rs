@@ -23,7 +23,9 @@
 //!   order, giving 200 / 206 / 304 / 412 / 416 and the bytes to send;
 //! - [`encode`]: the head writer (status line, Date, Content-Length,
 //!   Content-Range, validators) with integers formatted without allocating;
-//! - [`respond`]: whole heads and short generated responses built on it.
+//! - [`respond`]: whole heads and short generated responses built on it;
+//! - [`fastcgi`]: the FastCGI responder role's records, the CGI response head
+//!   and the CGI/1.1 environment, for zero-copy dynamic content.
 //!
 //! Heads are parsed into offsets, not copies: a [`RequestHead`] or
 //! [`ResponseHead`] is reused across messages and answers questions about the
@@ -37,6 +39,7 @@ pub mod chunked;
 pub mod conditional;
 pub mod date;
 pub mod encode;
+pub mod fastcgi;
 pub mod range;
 pub mod represent;
 pub mod request;

@@ -16,6 +16,10 @@
 //! - [`output`]: a connection's output chain ([`OutChain`]): own bytes, shared
 //!   buffers, file ranges and pipe segments sent with the fewest system calls;
 //! - [`mailbox`]: helper threads' results for each worker, behind an eventfd;
+//! - [`mapcache`]: files mapped in chunks, inactive chunks unmapped lazily in
+//!   LRU order (Flash's mapped-file cache);
+//! - [`helpers`]: AMPED helper threads started on demand for the work a loop
+//!   must not wait for (open, stat, read-ahead), reporting through a mailbox;
 //! - [`features`]: what this kernel supports (`weft backends`);
 //! - [`pipes`]: pipes for splice and tee, pooled per worker under a global cap;
 //! - [`admin`]: the `--admin` JSON endpoint's listener thread;
@@ -28,8 +32,10 @@ pub mod backend;
 pub mod event_loop;
 pub mod features;
 pub mod group;
+pub mod helpers;
 pub mod input;
 pub mod mailbox;
+pub mod mapcache;
 pub mod output;
 pub mod pipes;
 pub mod slab;

@@ -17,4 +17,4 @@ pub mod distribution;
 pub mod replacement;
 
 pub use distribution::{Dispatcher, DispatcherConfig, Placement, Policy, Request, Strategy};
-pub use replacement::{Gds, Lru, Replacement};
+pub use replacement::{Gds, GdsCost, Lru, PolicyKind, Replacement, LRU_MAX_OBJECT};

@@ -167,6 +167,101 @@ impl<K: Hash + Eq + Ord + Clone> Replacement<K> for Gds<K> {
     }
 }
 
+/// The cost Greedy-Dual-Size assigns an object of `size` bytes (§2.4, §3.2.1;
+/// Cao and Irani). Cost 1 maximizes the object hit ratio but favours small
+/// objects (a lower byte hit ratio than LRU, usually); `Bytes` makes every
+/// object's H equal at insertion, so GDS degenerates to FIFO-with-hits, close
+/// to LRU; `Packets` (2 + size/536, the TCP segments of the transfer)
+/// approximates network cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GdsCost {
+    /// Every miss costs the same.
+    One,
+    /// 2 + size / 536: the packets a transfer takes.
+    Packets,
+    /// The object's size in bytes.
+    Bytes,
+}
+
+impl GdsCost {
+    /// The cost of fetching an object of `size` bytes again.
+    pub fn cost(self, size: u64) -> f64 {
+        match self {
+            GdsCost::One => 1.0,
+            GdsCost::Packets => (2 + size / 536) as f64,
+            GdsCost::Bytes => size.max(1) as f64,
+        }
+    }
+}
+
+impl std::str::FromStr for GdsCost {
+    type Err = String;
+    fn from_str(s: &str) -> Result<GdsCost, String> {
+        match s {
+            "1" | "one" => Ok(GdsCost::One),
+            "packets" => Ok(GdsCost::Packets),
+            "bytes" => Ok(GdsCost::Bytes),
+            _ => Err(format!("unknown GDS cost {s:?} (1, packets or bytes)")),
+        }
+    }
+}
+
+/// The largest object the LRU-500K variant caches (§3.2.1: the thesis's
+/// back-ends never cache files over 500 KB under LRU).
+pub const LRU_MAX_OBJECT: u64 = 500 * 1000;
+
+/// A cache's choice of replacement (`--cache-policy`, `--gds-cost`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// Least recently used.
+    Lru,
+    /// LRU that never admits objects over [`LRU_MAX_OBJECT`] bytes.
+    LruMax500K,
+    /// Greedy-Dual-Size with the given cost function.
+    Gds(GdsCost),
+}
+
+impl PolicyKind {
+    /// A fresh policy of this kind.
+    pub fn build<K: Hash + Eq + Ord + Clone + Send + 'static>(self) -> Box<dyn Replacement<K> + Send> {
+        match self {
+            PolicyKind::Lru | PolicyKind::LruMax500K => Box::new(Lru::new()),
+            PolicyKind::Gds(_) => Box::new(Gds::new()),
+        }
+    }
+
+    /// Whether an object of `size` bytes may be cached at all.
+    pub fn admits(self, size: u64) -> bool {
+        self != PolicyKind::LruMax500K || size <= LRU_MAX_OBJECT
+    }
+
+    /// The cost to pass to [`Replacement::insert`] for an object of `size`.
+    pub fn cost(self, size: u64) -> f64 {
+        match self {
+            PolicyKind::Gds(c) => c.cost(size),
+            _ => 1.0,
+        }
+    }
+}
+
+impl std::str::FromStr for PolicyKind {
+    type Err = String;
+    /// `lru`, `lru-500k`, `gds` (cost 1), `gds-packets`, `gds-bytes`.
+    fn from_str(s: &str) -> Result<PolicyKind, String> {
+        match s {
+            "lru" => Ok(PolicyKind::Lru),
+            "lru-500k" => Ok(PolicyKind::LruMax500K),
+            "gds" => Ok(PolicyKind::Gds(GdsCost::One)),
+            _ => match s.strip_prefix("gds-") {
+                Some(c) => Ok(PolicyKind::Gds(c.parse()?)),
+                None => Err(format!(
+                    "unknown cache policy {s:?} (lru, lru-500k, gds, gds-packets, gds-bytes)"
+                )),
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +292,26 @@ mod tests {
         assert_eq!(g.evict(), Some("big2"));
         assert_eq!(g.evict(), Some("small"));
         assert!(g.is_empty());
+    }
+
+    #[test]
+    fn cost_functions_and_kinds() {
+        assert_eq!(GdsCost::One.cost(1 << 20), 1.0);
+        assert_eq!(GdsCost::Packets.cost(0), 2.0);
+        assert_eq!(GdsCost::Packets.cost(1072), 4.0);
+        assert_eq!(GdsCost::Bytes.cost(8192), 8192.0);
+        assert_eq!("gds-packets".parse(), Ok(PolicyKind::Gds(GdsCost::Packets)));
+        assert_eq!("gds".parse(), Ok(PolicyKind::Gds(GdsCost::One)));
+        assert_eq!("lru-500k".parse(), Ok(PolicyKind::LruMax500K));
+        assert!("gds-x".parse::<PolicyKind>().is_err());
+        assert!(PolicyKind::LruMax500K.admits(500_000) && !PolicyKind::LruMax500K.admits(500_001));
+        assert!(PolicyKind::Lru.admits(u64::MAX));
+        // GDS with byte cost: equal H at insertion, so the oldest goes first.
+        let mut p = PolicyKind::Gds(GdsCost::Bytes).build();
+        for (k, s) in [("a", 10u64), ("b", 1000), ("c", 5)] {
+            p.insert(k, s, PolicyKind::Gds(GdsCost::Bytes).cost(s));
+        }
+        assert_eq!(p.evict(), Some("a"));
     }
 
     #[test]

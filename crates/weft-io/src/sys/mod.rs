@@ -16,6 +16,8 @@
 pub mod counters;
 mod errno;
 mod fd;
+pub mod mmap;
+pub mod residency;
 pub mod sockopt;
 pub mod splice;
 pub mod uring;

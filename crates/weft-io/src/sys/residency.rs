@@ -1,0 +1,264 @@
+//! Is a file range in the page cache, and how to get it there without blocking
+//! the event loop (Flash's AMPED, thesis 004 §4.3–4.4).
+//!
+//! An event-driven server must never wait on the disk. Flash tested residency
+//! with `mincore` over its mapped chunks and handed misses to helper
+//! processes; Linux offers a cheaper test that is also the read itself:
+//!
+//! - [`pread_nowait`]: `preadv2(RWF_NOWAIT)` copies what is cached and returns
+//!   EAGAIN instead of starting I/O. A partly cached range gives a short read.
+//!   Kernels or file systems without it say so ([`Nowait::Unsupported`]) and the
+//!   caller falls back to a residency test or to a helper.
+//! - [`resident`]: `mincore(2)` over a temporary read-only mapping of the range
+//!   (mincore needs a mapping; [`super::mmap::MappedChunk::residency`] tests an
+//!   existing one). Caveats measured on this machine
+//!   (`/work/shared/research/linux-mechanisms.md`): pages still under I/O count
+//!   as resident, and a file the process may not write may be reported resident
+//!   regardless, so it is a hint, not a guarantee.
+//! - [`advise_willneed`] (`posix_fadvise(WILLNEED)`, asynchronous) and
+//!   [`readahead`] (`readahead(2)`, may block on metadata): ask the kernel to
+//!   start reading; a helper thread calls [`load`] to wait until the range is
+//!   resident, after which the loop's [`pread_nowait`] succeeds.
+
+use super::{bump, cvt, cvt_size, FdArg, SysKind};
+use std::io;
+
+/// What [`pread_nowait`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nowait {
+    /// `n` bytes were copied (0: end of file; fewer than asked: the rest is not
+    /// resident, or end of file).
+    Read(usize),
+    /// Nothing at `offset` is resident: reading would block on the disk.
+    WouldBlock,
+    /// This kernel or file system has no RWF_NOWAIT for this descriptor: use
+    /// [`resident`] or a helper instead.
+    Unsupported,
+}
+
+/// Read at `offset` only what is already in the page cache
+/// (`preadv2(RWF_NOWAIT)`). EINTR is returned as an error for the caller's
+/// [`super::retry`].
+pub fn pread_nowait(fd: impl FdArg, buf: &mut [u8], offset: u64) -> io::Result<Nowait> {
+    let fd = fd.raw_for_call();
+    if offset > i64::MAX as u64 {
+        // Would reach the kernel as a negative offset: EINVAL, which below
+        // means "no RWF_NOWAIT here".
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    bump(SysKind::Pread);
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: iov describes buf, valid for writes of buf.len() bytes for the call.
+    let rc = unsafe { libc::preadv2(fd, &iov, 1, offset as libc::off_t, libc::RWF_NOWAIT) };
+    match cvt_size(rc) {
+        Ok(n) => Ok(Nowait::Read(n)),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::EAGAIN) => Ok(Nowait::WouldBlock),
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(Nowait::Unsupported),
+            // EINVAL: a kernel that does not know the flag (before 4.14).
+            Some(libc::EINVAL) if !buf.is_empty() => Ok(Nowait::Unsupported),
+            _ => Err(e),
+        },
+    }
+}
+
+/// How much of a range is in the page cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Residency {
+    /// Pages of the range found resident.
+    pub resident: usize,
+    /// Pages the range spans.
+    pub pages: usize,
+}
+
+impl Residency {
+    /// Every page is resident (an empty range is).
+    pub fn all(&self) -> bool {
+        self.resident == self.pages
+    }
+}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as usize
+    } else {
+        4096
+    }
+}
+
+/// Pages tested per mincore call: the vector lives on the stack.
+const MINCORE_BATCH: usize = 512;
+
+/// mincore(2) over the mapped region `[addr, addr + len)`; `addr` page-aligned.
+pub(super) fn mincore_mapped(addr: *const u8, len: usize) -> io::Result<Residency> {
+    let page = page_size();
+    let pages = len.div_ceil(page);
+    let mut vec = [0u8; MINCORE_BATCH];
+    let mut resident = 0;
+    let mut done = 0;
+    while done < pages {
+        let n = (pages - done).min(MINCORE_BATCH);
+        let start = done * page;
+        let bytes = (len - start).min(n * page);
+        bump(SysKind::Other);
+        // SAFETY: the caller guarantees [addr, addr+len) is one live mapping, so
+        // this page-aligned sub-range is mapped; vec holds at least n entries,
+        // one per page of the sub-range.
+        cvt(unsafe { libc::mincore(addr.add(start) as *mut libc::c_void, bytes, vec.as_mut_ptr()) })?;
+        resident += vec[..n].iter().filter(|&&b| b & 1 != 0).count();
+        done += n;
+    }
+    Ok(Residency { resident, pages })
+}
+
+/// Test with mincore how much of `[offset, offset + len)` of a file is in the
+/// page cache, through a temporary read-only mapping (nothing is read). The
+/// range must lie within the file.
+pub fn resident(fd: impl FdArg, offset: u64, len: usize) -> io::Result<Residency> {
+    if len == 0 {
+        return Ok(Residency::default());
+    }
+    let map = super::mmap::MappedChunk::map(fd, offset, len)?;
+    map.residency()
+}
+
+/// posix_fadvise(WILLNEED): start reading the range in the background.
+pub fn advise_willneed(fd: impl FdArg, offset: u64, len: u64) -> io::Result<()> {
+    let fd = fd.raw_for_call();
+    bump(SysKind::Other);
+    // SAFETY: posix_fadvise takes plain integers.
+    let rc = unsafe { libc::posix_fadvise(fd, offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_WILLNEED) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+/// posix_fadvise(DONTNEED): drop the range's clean pages from the page cache
+/// (tests use it to make a file cold; it is a request, not a guarantee).
+pub fn advise_dontneed(fd: impl FdArg, offset: u64, len: u64) -> io::Result<()> {
+    let fd = fd.raw_for_call();
+    bump(SysKind::Other);
+    // SAFETY: posix_fadvise takes plain integers.
+    let rc = unsafe { libc::posix_fadvise(fd, offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_DONTNEED) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+/// readahead(2): read the range into the page cache (may block; helpers only).
+pub fn readahead(fd: impl FdArg, offset: u64, len: usize) -> io::Result<()> {
+    let fd = fd.raw_for_call();
+    bump(SysKind::Other);
+    // SAFETY: readahead takes plain integers.
+    cvt(unsafe { libc::readahead(fd, offset as libc::off64_t, len) } as libc::c_int).map(drop)
+}
+
+/// Bring `[offset, offset + len)` into the page cache and return when it is
+/// there (a helper's job: this blocks on the disk). Reads through `scratch`
+/// (any size; 64 KiB is plenty), so it also works where readahead(2) does not
+/// (pipes, some file systems). Returns the bytes loaded (short at end of file).
+pub fn load(fd: impl FdArg, offset: u64, len: u64, scratch: &mut [u8]) -> io::Result<u64> {
+    let raw = fd.raw_for_call();
+    let _ = readahead(raw, offset, len.min(usize::MAX as u64) as usize);
+    let mut done = 0u64;
+    while done < len && !scratch.is_empty() {
+        let want = (len - done).min(scratch.len() as u64) as usize;
+        match super::retry(|| super::pread(raw, &mut scratch[..want], offset + done)) {
+            Ok(0) => break,
+            Ok(n) => done += n as u64,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// True when RWF_NOWAIT reads work on `fd` (probes one byte at offset 0).
+pub fn nowait_supported(fd: impl FdArg) -> bool {
+    let mut b = [0u8; 1];
+    !matches!(pread_nowait(fd, &mut b, 0), Ok(Nowait::Unsupported))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn temp_file(len: usize) -> (std::path::PathBuf, std::fs::File) {
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!(
+            "weft-residency-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let mut f = std::fs::File::create(&path).unwrap();
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        (path.clone(), std::fs::File::open(&path).unwrap())
+    }
+
+    #[test]
+    fn nowait_reads_a_cached_file_or_says_why_not() {
+        let (path, f) = temp_file(10_000);
+        // The file was just written: its pages are in the page cache.
+        let mut buf = vec![0u8; 4096];
+        match pread_nowait(&f, &mut buf, 100).unwrap() {
+            Nowait::Read(n) => {
+                assert!(n > 0);
+                assert_eq!(buf[0], 100);
+            }
+            Nowait::Unsupported => {}
+            Nowait::WouldBlock => panic!("a freshly written file should be cached"),
+        }
+        // Past the end: a read of 0, never WouldBlock.
+        assert!(matches!(
+            pread_nowait(&f, &mut buf, 20_000).unwrap(),
+            Nowait::Read(0) | Nowait::Unsupported
+        ));
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn mincore_counts_pages_and_load_makes_resident() {
+        let page = page_size();
+        let (path, f) = temp_file(3 * page + 10);
+        let r = resident(&f, 0, 3 * page + 10).unwrap();
+        assert_eq!(r.pages, 4);
+        assert!(r.resident <= r.pages);
+        // Ask the kernel to drop the pages (it may refuse), then load them.
+        advise_dontneed(&f, 0, 0).unwrap();
+        advise_willneed(&f, 0, 0).unwrap();
+        let mut scratch = vec![0u8; 8192];
+        assert_eq!(load(&f, 0, 1 << 20, &mut scratch).unwrap(), (3 * page + 10) as u64);
+        assert!(resident(&f, 0, 3 * page + 10).unwrap().all());
+        assert_eq!(resident(&f, 5, 0).unwrap(), Residency::default());
+        // An unaligned offset tests the pages the range touches.
+        assert_eq!(resident(&f, page as u64 + 1, page).unwrap().pages, 2);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn errors_are_errors() {
+        let mut buf = [0u8; 8];
+        assert!(pread_nowait(-1, &mut buf, 0).is_err());
+        assert!(
+            pread_nowait(0, &mut buf, u64::MAX).is_err(),
+            "an offset past i64 is not 'unsupported'"
+        );
+        assert!(advise_willneed(-1, 0, 0).is_err());
+        assert!(resident(-1, 0, 10).is_err());
+    }
+}
