@@ -18,6 +18,7 @@ mod errno;
 mod fd;
 pub mod sockopt;
 pub mod splice;
+mod unix;
 pub mod uring;
 
 use std::ffi::CStr;
@@ -35,6 +36,7 @@ pub use sockopt::{
     set_rcvlowat, set_reuseaddr, set_reuseport,
 };
 pub use splice::{bytes_readable, pipe_capacity, read_to_bytes};
+pub use unix::{recv_fd_with, send_fd_with, seqpacket_connect, seqpacket_listener, seqpacket_pair};
 
 #[inline]
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
