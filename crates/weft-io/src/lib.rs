@@ -28,6 +28,7 @@ pub mod backend;
 pub mod event_loop;
 pub mod features;
 pub mod group;
+pub mod handoff;
 pub mod input;
 pub mod mailbox;
 pub mod output;
