@@ -42,9 +42,15 @@ pub struct FrontArgs {
     pub policy: Option<Policy>,
 
     /// How requests reach the back-ends: relay (forward over pooled connections,
-    /// bodies back by splice) [default: relay]. handoff is not built yet.
-    #[arg(long, value_name = "relay")]
+    /// bodies back by splice) or handoff (pass the client's connection to a `weft serve
+    /// --handoff-socket` on this host, which answers it directly; needs --handoff) [default: relay].
+    #[arg(long, value_name = "relay|handoff")]
     pub mode: Option<Mode>,
+
+    /// Handoff mode: a back-end's handoff socket (its `weft serve --handoff-socket PATH`), one per
+    /// --backend in the same order; the back-end's address stays for the health checks.
+    #[arg(long, value_name = "PATH", action = ArgAction::Append)]
+    pub handoff: Vec<String>,
 
     /// T_low: LARD's load below which a back-end counts as idle, and a term of
     /// the admission limit S = (n-1)*T_high + T_low - 1 [default: 25].
@@ -108,6 +114,7 @@ impl FrontArgs {
         set_given!(self, p; connect_timeout, upstream_timeout, pool_size, pool_idle_timeout);
         let mut f = FrontConfig {
             backends: self.backend.clone(),
+            handoff: self.handoff.clone(),
             admin: p.admin.take(),
             ..FrontConfig::default()
         };

@@ -12,11 +12,14 @@
 //!   admitted later;
 //! - `place`: the worker's hooks (place a request, release its load when its
 //!   response completes or fails, passive health, retry on another back-end);
+//! - `handoff`: `--mode handoff`, the client's connection handed to the
+//!   back-end over a Unix socket (SCM_RIGHTS) instead of relayed;
 //! - `health`: the active checker thread (interval, timeout, rise/fall);
 //! - `admin`: `/stats` (JSON) and `/metrics` (Prometheus) of the front-end;
 //! - [`FrontServer`]: the running role (the proxy's workers + checker + admin).
 
 mod admin;
+mod handoff;
 mod health;
 mod place;
 
@@ -41,6 +44,10 @@ pub enum Mode {
     /// and relays the response (splice for bodies).
     #[default]
     Relay,
+    /// The front-end hands the client's connection, with the bytes it read,
+    /// to the back-end (`weft serve --handoff-socket`, same host), which
+    /// answers the client directly.
+    Handoff,
 }
 
 impl Mode {
@@ -48,6 +55,7 @@ impl Mode {
     pub fn name(self) -> &'static str {
         match self {
             Mode::Relay => "relay",
+            Mode::Handoff => "handoff",
         }
     }
 }
@@ -57,8 +65,8 @@ impl std::str::FromStr for Mode {
     fn from_str(s: &str) -> Result<Mode, String> {
         match s {
             "relay" => Ok(Mode::Relay),
-            "handoff" => Err("handoff mode is not built yet: use --mode relay (docs/front.md)".into()),
-            _ => Err(format!("unknown mode `{s}` (expected relay)")),
+            "handoff" => Ok(Mode::Handoff),
+            _ => Err(format!("unknown mode `{s}` (expected relay or handoff)")),
         }
     }
 }
@@ -105,6 +113,10 @@ pub struct FrontConfig {
     pub policy: Policy,
     /// How requests reach the back-ends.
     pub mode: Mode,
+    /// `--mode handoff`: each back-end's handoff socket (`--handoff PATH`,
+    /// in the order of the back-ends; their addresses stay for the health
+    /// checks).
+    pub handoff: Vec<String>,
     /// Admission limit S's thresholds and the queue bound.
     pub dispatch: DispatcherConfig,
     /// Active health checks.
@@ -119,6 +131,7 @@ impl Default for FrontConfig {
             backends: Vec::new(),
             policy: Policy::LardR(Default::default()),
             mode: Mode::Relay,
+            handoff: Vec::new(),
             dispatch: DispatcherConfig::default(),
             health: HealthConfig::default(),
             admin: None,
@@ -157,6 +170,7 @@ struct Counters {
     queued: AtomicU64,
     rejected: AtomicU64,
     retries: AtomicU64,
+    handoffs: AtomicU64,
 }
 
 /// The front-end's one decision state, shared by every worker.
@@ -164,6 +178,7 @@ pub struct Front {
     backends: Vec<Backend>,
     policy: Policy,
     mode: Mode,
+    handoff: Vec<String>,
     dispatcher: Mutex<Dispatcher<Ticket>>,
     admitted: Mailboxes<Admitted>,
     counters: Counters,
@@ -199,6 +214,7 @@ impl Front {
                 .collect(),
             policy: cfg.policy,
             mode: cfg.mode,
+            handoff: cfg.handoff.clone(),
             dispatcher: Mutex::new(Dispatcher::new(strategy, &weights, cfg.dispatch)),
             admitted: Mailboxes::new(workers)?,
             counters: Counters::default(),
@@ -265,6 +281,35 @@ impl Front {
         let mut d = self.lock();
         d.finished(s, now);
         self.admit(&mut d, now);
+    }
+
+    /// `k` connections handed to `s` are done (reported closed, or their
+    /// channel ended): one lock for all of them.
+    pub(crate) fn finished_n(&self, s: ServerId, k: u64) {
+        if k == 0 {
+            return;
+        }
+        let now = self.now();
+        let mut d = self.lock();
+        for _ in 0..k {
+            d.finished(s, now);
+        }
+        self.admit(&mut d, now);
+    }
+
+    /// In handoff mode?
+    pub(crate) fn hands_off(&self) -> bool {
+        self.mode == Mode::Handoff
+    }
+
+    /// Back-end `s`'s handoff socket.
+    pub(crate) fn handoff_path(&self, s: ServerId) -> Option<&str> {
+        self.handoff.get(s).map(String::as_str)
+    }
+
+    /// A connection was handed over.
+    pub(crate) fn count_handoff(&self) {
+        self.counters.handoffs.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Hand queued requests the limit now lets in to their workers.
@@ -350,6 +395,7 @@ impl FrontServer {
                 "no back-end (--backend ADDR)",
             ));
         };
+        check_handoff(&front_cfg)?;
         let front = Arc::new(Front::new(&front_cfg, proxy.workers.max(1))?);
         // Reverse mode routes every request; the address is replaced by the
         // dispatcher's choice before connecting.
@@ -403,6 +449,25 @@ impl FrontServer {
     }
 }
 
+/// Handoff mode needs one handoff socket per back-end; relay mode none.
+fn check_handoff(cfg: &FrontConfig) -> io::Result<()> {
+    let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
+    match cfg.mode {
+        Mode::Handoff if cfg.handoff.len() != cfg.backends.len() => bad(format!(
+            "--mode handoff needs one --handoff PATH per --backend, in the same order ({} back-ends, {} paths)",
+            cfg.backends.len(),
+            cfg.handoff.len()
+        )),
+        Mode::Handoff if cfg.backends.len() > handoff::MAX_BACKENDS => bad(format!(
+            "handoff mode takes at most {} back-ends",
+            handoff::MAX_BACKENDS
+        )),
+        Mode::Relay if !cfg.handoff.is_empty() => bad("--handoff PATH is for --mode handoff".into()),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) use handoff::{channel_of, Channels};
 pub(crate) use place::{count_bytes, release};
 
 #[cfg(test)]
@@ -431,7 +496,17 @@ mod tests {
         assert_eq!("10.0.0.1:80".parse::<BackendSpec>().unwrap().weight, 1);
         assert!("10.0.0.1:80=0".parse::<BackendSpec>().is_err());
         assert!("host:80".parse::<BackendSpec>().is_err());
-        assert!("handoff".parse::<Mode>().unwrap_err().contains("not built"));
+        assert_eq!("handoff".parse::<Mode>().unwrap(), Mode::Handoff);
+        let mut cfg = FrontConfig {
+            backends: vec!["127.0.0.1:1".parse().unwrap()],
+            mode: Mode::Handoff,
+            ..FrontConfig::default()
+        };
+        assert!(check_handoff(&cfg).is_err(), "a path per back-end");
+        cfg.handoff.push("/run/b.sock".into());
+        assert!(check_handoff(&cfg).is_ok());
+        cfg.mode = Mode::Relay;
+        assert!(check_handoff(&cfg).is_err(), "paths only in handoff mode");
     }
 
     #[test]
