@@ -542,4 +542,26 @@ mod tests {
         f.finished(s2);
         assert!(admin::render_prometheus(&f).contains("weft_front_backend_up{worker=\"1\"} 0"));
     }
+
+    #[test]
+    fn handed_connections_finish_in_batches_and_admit_waiting_ones() {
+        // S = 1: one handed connection holds it; the next waits.
+        let f = two_backends(4);
+        let t = |i| Token::new(i, 0);
+        let Placement::Assigned(s) = f.place(0, t(1), 7) else {
+            panic!()
+        };
+        assert_eq!(f.place(0, t(2), 8), Placement::Queued);
+        f.finished_n(s, 0);
+        let mut got = Vec::new();
+        f.take_admitted(0, &mut got);
+        assert!(got.is_empty(), "nothing finished yet");
+        // The back-end's report (or its channel's end) finishes it once.
+        f.finished_n(s, 1);
+        f.take_admitted(0, &mut got);
+        assert_eq!((got.len(), got[0].token), (1, t(2)));
+        let s2 = got[0].server.unwrap();
+        f.finished_n(s2, 1);
+        assert!(admin::render_json(&f).contains("\"in_flight\":0"));
+    }
 }

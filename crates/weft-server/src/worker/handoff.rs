@@ -165,7 +165,12 @@ impl Worker<'_> {
                 }
                 Ok((fd, n)) => match (fd, proto::parse_handoff(&buf[..n])) {
                     (Some(fd), Some((id, bytes))) => {
-                        let peer = sys::peer_addr(&fd).ok();
+                        // The client's address is only for the access log: no
+                        // getpeername per handoff without one.
+                        let peer = match self.shared.log {
+                            Some(_) => sys::peer_addr(&fd).ok(),
+                            None => None,
+                        };
                         let handed = Handed { channel: t, id, bytes };
                         self.add_conn(cx, fd, peer, Some(handed));
                     }
