@@ -52,6 +52,12 @@ pub struct FrontArgs {
     #[arg(long, value_name = "PATH", action = ArgAction::Append)]
     pub handoff: Vec<String>,
 
+    /// Handoff mode, a persistent connection's next request: keep (the back-end it was handed to
+    /// answers it) or return (the back-end gives the connection back after each response, and each
+    /// request is placed on its own) [default: keep].
+    #[arg(long, value_name = "keep|return", value_parser = handoff_next)]
+    pub handoff_next: Option<bool>,
+
     /// T_low: LARD's load below which a back-end counts as idle, and a term of
     /// the admission limit S = (n-1)*T_high + T_low - 1 [default: 25].
     #[arg(long, value_name = "N", value_parser = positive)]
@@ -106,6 +112,15 @@ pub struct FrontArgs {
     pub pool_idle_timeout: Option<Duration>,
 }
 
+/// `--handoff-next`: true for `return`.
+fn handoff_next(s: &str) -> Result<bool, String> {
+    match s {
+        "keep" => Ok(false),
+        "return" => Ok(true),
+        _ => Err(format!("invalid value `{s}` (expected keep or return)")),
+    }
+}
+
 impl FrontArgs {
     /// The validated configuration: the front-end's and the proxy's.
     pub fn to_config(&self) -> (FrontConfig, weft_proxy::ProxyConfig) {
@@ -115,6 +130,7 @@ impl FrontArgs {
         let mut f = FrontConfig {
             backends: self.backend.clone(),
             handoff: self.handoff.clone(),
+            handoff_return: self.handoff_next.unwrap_or(false),
             admin: p.admin.take(),
             ..FrontConfig::default()
         };

@@ -226,6 +226,48 @@ mod scenarios {
         bs.remove(0);
     }
 
+    /// `--handoff-next return`: the back-end gives the connection back after
+    /// each response, so every request of a persistent connection is placed
+    /// on its own (each target answered by its owner), and an idle
+    /// connection holds no load.
+    pub fn returned_connections_are_placed_per_request(event: &str) {
+        let bs: Vec<Backend> = (0..3).map(backend).collect();
+        let admin = free_addr();
+        let f = front(
+            event,
+            &bs.iter().collect::<Vec<_>>(),
+            &["--policy", "lard", "--admin", &admin, "--handoff-next", "return"],
+        );
+        let owner: Vec<usize> = (0..TARGETS)
+            .map(|k| who(&get_on(&mut Reader::new(f.connect()), &format!("/t{k}.txt")).body))
+            .collect();
+        let mut r = Reader::new(f.connect());
+        let mut used = std::collections::HashSet::new();
+        for _ in 0..2 {
+            for (k, &o) in owner.iter().enumerate() {
+                let resp = get_on(&mut r, &format!("/t{k}.txt"));
+                assert_eq!(
+                    resp.body,
+                    format!("backend {o} target {k}\n").into_bytes(),
+                    "target {k}"
+                );
+                used.insert(o);
+            }
+        }
+        assert!(used.len() >= 2, "one connection's requests went to {used:?}");
+        // Pipelined: the second request comes back with the connection.
+        r.send(b"GET /big.bin HTTP/1.1\r\nHost: c\r\n\r\nGET /t4.txt HTTP/1.1\r\nHost: c\r\n\r\n");
+        assert!(r.response(false).body == pattern(BIG));
+        assert_eq!(who(&r.response(false).body), owner[4]);
+        // Idle between requests: no load held.
+        assert!(
+            wait_until(Duration::from_secs(5), || in_flight(&admin) == "\"in_flight\":0"),
+            "{}",
+            fetch(&admin, "/stats")
+        );
+        assert_eq!(who(&get_on(&mut r, "/t7.txt").body), owner[7], "still usable");
+    }
+
     /// With S = 1 (one back-end, T_low = T_high = 1) and a queue of 1: a
     /// handed-over connection holds the slot while it is open; a second
     /// connection's request waits at the front-end, a third gets 503; when
@@ -262,5 +304,6 @@ per_backend!(
     untracked:
     places_by_target_and_never_carries_responses,
     backend_killed_releases_its_connections,
-    admission_counts_open_connections
+    admission_counts_open_connections,
+    returned_connections_are_placed_per_request
 );

@@ -71,10 +71,13 @@ pub struct HandedAt {
     generation: u32,
 }
 
+/// The top bit of a stored id: give the connection back after each response.
+const GIVE_BACK: u64 = 1 << 63;
+
 impl HandedAt {
-    pub fn new(channel: Token, id: u64) -> HandedAt {
+    pub fn new(channel: Token, id: u64, give_back: bool) -> HandedAt {
         HandedAt {
-            id,
+            id: (id & !GIVE_BACK) | if give_back { GIVE_BACK } else { 0 },
             slot: std::num::NonZeroU32::MIN.saturating_add(channel.index()),
             generation: channel.generation(),
         }
@@ -82,7 +85,12 @@ impl HandedAt {
 
     /// The channel's token and the connection's id on it.
     pub fn get(self) -> (Token, u64) {
-        (Token::new(self.slot.get() - 1, self.generation), self.id)
+        (Token::new(self.slot.get() - 1, self.generation), self.id & !GIVE_BACK)
+    }
+
+    /// Does the front-end want the connection back after each response?
+    pub fn gives_back(self) -> bool {
+        self.id & GIVE_BACK != 0
     }
 }
 
@@ -139,6 +147,8 @@ mod tests {
         assert!(size <= 336, "Conn grew to {size} bytes");
         assert_eq!(std::mem::size_of::<Option<HandedAt>>(), 16);
         let t = Token::new(7, 3);
-        assert_eq!(HandedAt::new(t, 9).get(), (t, 9));
+        assert_eq!(HandedAt::new(t, 9, false).get(), (t, 9));
+        let back = HandedAt::new(t, 9, true);
+        assert_eq!((back.get(), back.gives_back()), ((t, 9), true));
     }
 }

@@ -68,6 +68,7 @@ const POOL_DECAY_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Handed<'b> {
     pub(crate) channel: Token,
     pub(crate) id: u64,
+    pub(crate) give_back: bool,
     pub(crate) bytes: &'b [u8],
 }
 
@@ -289,7 +290,7 @@ impl<'a> Worker<'a> {
             c.may_read = true;
             if let Some(h) = handed {
                 self.shared.stats.handoffs += 1;
-                c.handed = Some(crate::conn::HandedAt::new(h.channel, h.id));
+                c.handed = Some(crate::conn::HandedAt::new(h.channel, h.id, h.give_back));
                 if !h.bytes.is_empty() {
                     let n = h.bytes.len();
                     let max = n.max(self.shared.cfg.limits.max_head + 1024);
@@ -339,6 +340,13 @@ impl<'a> Worker<'a> {
         // pools, so a connection waiting for its next request holds none.
         c.input.release(&mut self.shared.pool);
         c.out.release_own(&mut self.shared.own_pool);
+        let back = matches!(next, Next::Read) && wants_back(c);
+        if back && self.give_back(cx, token) {
+            return;
+        }
+        let Some(c) = self.conns.get_mut(token) else {
+            return;
+        };
         match next {
             Next::Close => self.close(cx, token),
             Next::Read | Next::Write | Next::Resume => {
@@ -555,6 +563,18 @@ impl Drop for Worker<'_> {
     }
 }
 
+/// A handed-over connection whose front-end wants it back after each
+/// response, now idle: its answers are sent, and nothing is half done.
+fn wants_back(c: &Conn) -> bool {
+    c.handed.is_some_and(|h| h.gives_back())
+        && c.requests > 0
+        && !c.has_output()
+        && !c.close_after
+        && !c.lingering
+        && c.discard == 0
+        && !c.eof
+}
+
 /// Set the connection's deadline for its state and make sure a timer will see it.
 fn schedule<P: Poller>(c: &mut Conn, cfg: &ServeConfig, cx: &mut Ctx<P>) {
     c.deadline = if c.lingering {
@@ -599,7 +619,10 @@ fn linger_read(c: &mut Conn, pool: &mut BufPool) -> Next {
 
 /// The connection cycle (see the module doc).
 fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) -> Next {
-    let mut budget = REQUESTS_PER_PASS;
+    // A connection its front-end wants back answers one request, then goes
+    // back (`Worker::drive`) with whatever else it read, unanswered.
+    let gives_back = c.handed.is_some_and(|h| h.gives_back());
+    let mut budget = if gives_back { 1 } else { REQUESTS_PER_PASS };
     loop {
         if c.has_output() {
             match c.out.flush(&c.fd, &[], &mut s.scratch) {
@@ -626,6 +649,9 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
                 return linger_read(c, &mut s.pool);
             }
             return Next::Close;
+        }
+        if gives_back && c.requests > 0 && c.discard == 0 {
+            return Next::Read;
         }
         if budget == 0 && (!c.input.is_empty() || c.may_read) {
             // Everything answered so far is sent; the rest waits its turn.

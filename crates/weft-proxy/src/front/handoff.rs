@@ -110,7 +110,7 @@ impl Worker<'_> {
     ) -> Result<(), Refused> {
         self.open_channel(cx, s, front)?;
         let id = self.channels.next_id;
-        let header = proto::handoff_header(id);
+        let header = proto::handoff_header(id, front.wants_connections_back());
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Ok(()); // gone: nothing to send (its load is released by close)
         };
@@ -195,7 +195,16 @@ impl Worker<'_> {
                     self.channel_ended(cx, s, front);
                     break;
                 }
-                // A descriptor here is not in the protocol: it is closed.
+                Ok((Some(fd), n)) if proto::parse_back(&buf[..n]).is_some() => {
+                    // A connection given back: its load ends here, and its
+                    // next request is placed like a new connection's.
+                    ch.outstanding = ch.outstanding.saturating_sub(1);
+                    front.finished_n(s, 1);
+                    let bytes = proto::parse_back(&buf[..n]).map_or(&[][..], |(_, b)| b);
+                    let peer = sys::peer_addr(&fd).ok();
+                    self.add_client(cx, fd, peer, bytes);
+                }
+                // Any other descriptor is not in the protocol: it is closed.
                 Ok((_, n)) => match proto::parse_closed(&buf[..n]) {
                     Some(ids) => {
                         let k = (ids.count() as u64).min(ch.outstanding);

@@ -117,6 +117,10 @@ pub struct FrontConfig {
     /// in the order of the back-ends; their addresses stay for the health
     /// checks).
     pub handoff: Vec<String>,
+    /// Handoff mode: the back-end gives a connection back after each
+    /// response, so every request is placed (`--handoff-next return`);
+    /// false: it keeps the connection (`keep`).
+    pub handoff_return: bool,
     /// Admission limit S's thresholds and the queue bound.
     pub dispatch: DispatcherConfig,
     /// Active health checks.
@@ -132,6 +136,7 @@ impl Default for FrontConfig {
             policy: Policy::LardR(Default::default()),
             mode: Mode::Relay,
             handoff: Vec::new(),
+            handoff_return: false,
             dispatch: DispatcherConfig::default(),
             health: HealthConfig::default(),
             admin: None,
@@ -179,6 +184,7 @@ pub struct Front {
     policy: Policy,
     mode: Mode,
     handoff: Vec<String>,
+    handoff_return: bool,
     dispatcher: Mutex<Dispatcher<Ticket>>,
     admitted: Mailboxes<Admitted>,
     counters: Counters,
@@ -215,6 +221,7 @@ impl Front {
             policy: cfg.policy,
             mode: cfg.mode,
             handoff: cfg.handoff.clone(),
+            handoff_return: cfg.handoff_return,
             dispatcher: Mutex::new(Dispatcher::new(strategy, &weights, cfg.dispatch)),
             admitted: Mailboxes::new(workers)?,
             counters: Counters::default(),
@@ -300,6 +307,11 @@ impl Front {
     /// In handoff mode?
     pub(crate) fn hands_off(&self) -> bool {
         self.mode == Mode::Handoff
+    }
+
+    /// Do back-ends give connections back after each response?
+    pub(crate) fn wants_connections_back(&self) -> bool {
+        self.handoff_return
     }
 
     /// Back-end `s`'s handoff socket.

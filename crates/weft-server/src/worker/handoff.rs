@@ -15,7 +15,7 @@
 //! connection.
 
 use super::{Handed, Worker};
-use std::io;
+use std::io::{self, IoSlice};
 use weft_io::handoff::{self as proto, MAX_MESSAGE, MAX_REPORT_IDS};
 use weft_io::sys::{self, Fd};
 use weft_io::{Ctx, Interest, Poller, Readiness, Slab, Token};
@@ -164,18 +164,23 @@ impl Worker<'_> {
                     break;
                 }
                 Ok((fd, n)) => match (fd, proto::parse_handoff(&buf[..n])) {
-                    (Some(fd), Some((id, bytes))) => {
+                    (Some(fd), Some((id, give_back, bytes))) => {
                         // The client's address is only for the access log: no
                         // getpeername per handoff without one.
                         let peer = match self.shared.log {
                             Some(_) => sys::peer_addr(&fd).ok(),
                             None => None,
                         };
-                        let handed = Handed { channel: t, id, bytes };
+                        let handed = Handed {
+                            channel: t,
+                            id,
+                            give_back,
+                            bytes,
+                        };
                         self.add_conn(cx, fd, peer, Some(handed));
                     }
                     // No socket came with it: closed at once.
-                    (None, Some((id, _))) => {
+                    (None, Some((id, _, _))) => {
                         if let Some(h) = self.handoff.as_mut() {
                             h.closed(t, id);
                         }
@@ -201,6 +206,40 @@ impl Worker<'_> {
         if let Some(h) = self.handoff.as_mut() {
             h.buf = buf;
         }
+    }
+
+    /// Give connection `token` back to the front-end it came from, with the
+    /// bytes read after its last answer (`wants_back`). False: kept (its
+    /// channel is gone or full): it is served here as usual.
+    pub(super) fn give_back<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) -> bool {
+        let (Some(h), Some(c)) = (self.handoff.as_mut(), self.conns.get(token)) else {
+            return false;
+        };
+        let Some((channel, id)) = c.handed.map(|at| at.get()) else {
+            return false;
+        };
+        let Some(ch) = h.channels.get_mut(channel) else {
+            return false;
+        };
+        let header = proto::back_header(id);
+        let parts = [IoSlice::new(&header), IoSlice::new(c.input.pending())];
+        if sys::send_fd_with(&ch.fd, &c.fd, &parts).is_err() {
+            return false;
+        }
+        self.shared.stats.given_back += 1;
+        let Some(mut c) = self.conns.remove(token) else {
+            return true;
+        };
+        // The socket lives on in the front-end: out of our epoll set
+        // explicitly (closing does not), closed here without a report.
+        if P::CAPS.close_deregisters {
+            let _ = cx.poller.delete(c.fd.raw());
+        }
+        c.input.discard(&mut self.shared.pool);
+        c.out.clear();
+        c.out.release_own(&mut self.shared.own_pool);
+        cx.close_later(c.fd, true);
+        true
     }
 
     /// The front-end worker is gone: its connections stay ours (and are
