@@ -141,6 +141,13 @@ impl Worker<'_> {
         c.out.clear();
         c.out.release_own(&mut self.sh.own_pool);
         if let Some(fd) = c.fd.take() {
+            // Handoff mode: the socket may still be open in a back-end (one
+            // it gave back closes its copy at the end of its batch), and
+            // then closing ours would not end epoll's registration, whose
+            // events would keep waking this worker: remove it first.
+            if P::CAPS.close_deregisters && self.sh.cfg.front.as_deref().is_some_and(|f| f.hands_off()) {
+                let _ = cx.poller.delete(fd.raw());
+            }
             cx.close_later(fd, true);
         }
         if let Some(mut txn) = c.txn.take() {

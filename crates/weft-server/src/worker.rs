@@ -318,6 +318,11 @@ impl<'a> Worker<'a> {
             if let (Some(at), Some(h)) = (c.handed, self.handoff.as_mut()) {
                 let (channel, id) = at.get();
                 h.closed(channel, id);
+                // The front-end may not have closed its copy yet: then
+                // closing ours would leave the socket in our epoll set.
+                if P::CAPS.close_deregisters {
+                    let _ = cx.poller.delete(c.fd.raw());
+                }
             }
             c.input.discard(&mut self.shared.pool);
             c.out.clear();

@@ -171,14 +171,9 @@ impl Worker<'_> {
             c.spare = Some(txn);
         }
         c.input.clear();
-        if let Some(fd) = c.fd.as_ref() {
-            // The socket lives on in the back-end, so closing our descriptor
-            // does not end epoll's registration of it: remove it first, or
-            // its events would keep waking this worker.
-            if P::CAPS.close_deregisters {
-                let _ = cx.poller.delete(fd.raw());
-            }
-        }
+        // The socket lives on in the back-end, so closing our descriptor
+        // would not end epoll's registration of it: `close_client` removes
+        // it first in handoff mode.
         self.close_client(cx, ct);
     }
 
