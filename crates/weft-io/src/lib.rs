@@ -21,6 +21,9 @@
 //! - [`admin`]: the `--admin` JSON endpoint's listener thread;
 //! - [`accept`]: the accept pass every listener handler runs (limit, pause
 //!   when out of descriptors).
+//! - [`handoff`]: the messages `weft front --mode handoff` and `weft serve
+//!   --handoff-socket` exchange on their Unix socket (connections handed
+//!   over, closed, given back).
 
 pub mod accept;
 pub mod admin;
