@@ -42,9 +42,21 @@ pub struct FrontArgs {
     pub policy: Option<Policy>,
 
     /// How requests reach the back-ends: relay (forward over pooled connections,
-    /// bodies back by splice) [default: relay]. handoff is not built yet.
-    #[arg(long, value_name = "relay")]
+    /// bodies back by splice) or handoff (pass the client's connection to a `weft serve
+    /// --handoff-socket` on this host, which answers it directly; needs --handoff) [default: relay].
+    #[arg(long, value_name = "relay|handoff")]
     pub mode: Option<Mode>,
+
+    /// Handoff mode: a back-end's handoff socket (its `weft serve --handoff-socket PATH`), one per
+    /// --backend in the same order; the back-end's address stays for the health checks.
+    #[arg(long, value_name = "PATH", action = ArgAction::Append)]
+    pub handoff: Vec<String>,
+
+    /// Handoff mode, a persistent connection's next request: keep (the back-end it was handed to
+    /// answers it) or return (the back-end gives the connection back after each response, and each
+    /// request is placed on its own) [default: keep].
+    #[arg(long, value_name = "keep|return", value_parser = handoff_next)]
+    pub handoff_next: Option<bool>,
 
     /// T_low: LARD's load below which a back-end counts as idle, and a term of
     /// the admission limit S = (n-1)*T_high + T_low - 1 [default: 25].
@@ -100,6 +112,15 @@ pub struct FrontArgs {
     pub pool_idle_timeout: Option<Duration>,
 }
 
+/// `--handoff-next`: true for `return`.
+fn handoff_next(s: &str) -> Result<bool, String> {
+    match s {
+        "keep" => Ok(false),
+        "return" => Ok(true),
+        _ => Err(format!("invalid value `{s}` (expected keep or return)")),
+    }
+}
+
 impl FrontArgs {
     /// The validated configuration: the front-end's and the proxy's.
     pub fn to_config(&self) -> (FrontConfig, weft_proxy::ProxyConfig) {
@@ -108,6 +129,8 @@ impl FrontArgs {
         set_given!(self, p; connect_timeout, upstream_timeout, pool_size, pool_idle_timeout);
         let mut f = FrontConfig {
             backends: self.backend.clone(),
+            handoff: self.handoff.clone(),
+            handoff_return: self.handoff_next.unwrap_or(false),
             admin: p.admin.take(),
             ..FrontConfig::default()
         };

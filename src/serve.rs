@@ -93,6 +93,12 @@ pub struct ServeArgs {
     /// Combined Log Format access log, or `off` [default: off].
     #[arg(long, value_name = "FILE|off", value_parser = parse_off_path)]
     pub access_log: Option<OffPath>,
+
+    /// Also take client connections handed over by `weft front --mode handoff` on this Unix
+    /// SEQPACKET socket (a path, or `@name` in the abstract namespace): each comes with the bytes
+    /// the front-end read from it and is answered from here directly.
+    #[arg(long, value_name = "PATH")]
+    pub handoff_socket: Option<String>,
 }
 
 impl ServeArgs {
@@ -119,6 +125,7 @@ impl ServeArgs {
         if let Some(v) = &self.access_log {
             c.access_log = v.0.clone();
         }
+        c.handoff_socket.clone_from(&self.handoff_socket);
         c
     }
 }

@@ -25,6 +25,9 @@
 //! - [`admin`]: the `--admin` JSON endpoint's listener thread;
 //! - [`accept`]: the accept pass every listener handler runs (limit, pause
 //!   when out of descriptors).
+//! - [`handoff`]: the messages `weft front --mode handoff` and `weft serve
+//!   --handoff-socket` exchange on their Unix socket (connections handed
+//!   over, closed, given back).
 
 pub mod accept;
 pub mod admin;
@@ -32,6 +35,7 @@ pub mod backend;
 pub mod event_loop;
 pub mod features;
 pub mod group;
+pub mod handoff;
 pub mod helpers;
 pub mod input;
 pub mod mailbox;

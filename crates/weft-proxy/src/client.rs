@@ -74,11 +74,14 @@ impl Worker<'_> {
         };
         self.acceptor.begin();
         while let Some((fd, peer)) = self.acceptor.next(cx, lfd, LISTENER) {
-            self.add_client(cx, fd, peer);
+            self.add_client(cx, fd, peer, &[]);
         }
     }
 
-    fn add_client<P: Poller>(&mut self, cx: &mut Ctx<P>, fd: Fd, peer: Option<SocketAddr>) {
+    /// A new client connection: accepted, or given back by a handoff
+    /// back-end with the bytes it had read (`read`: they start the input,
+    /// as if read here).
+    pub(crate) fn add_client<P: Poller>(&mut self, cx: &mut Ctx<P>, fd: Fd, peer: Option<SocketAddr>, read: &[u8]) {
         let max = self.sh.cfg.max_connections;
         if max > 0 && self.sh.open_clients >= max {
             // The documented ceiling (N × per-connection + caches): closed
@@ -111,6 +114,17 @@ impl Worker<'_> {
             .slab
             .insert_with(|_| Entry::Client(Box::new(Client::new(fd, peer, allowed, initial, now, blank))));
         debug_assert_eq!(t, token);
+        if !read.is_empty() {
+            if let Some(c) = client_of(&mut self.slab, token) {
+                let n = read.len();
+                let max = n.max(self.sh.cfg.limits.max_head + 1024);
+                let room = c.input.reserve(n, max, &mut self.sh.bufs);
+                let k = n.min(room);
+                c.input.spare_mut()[..k].copy_from_slice(&read[..k]);
+                c.input.commit(k);
+                c.head_started = Some(now);
+            }
+        }
         self.drive(cx, token);
     }
 
@@ -127,6 +141,13 @@ impl Worker<'_> {
         c.out.clear();
         c.out.release_own(&mut self.sh.own_pool);
         if let Some(fd) = c.fd.take() {
+            // Handoff mode: the socket may still be open in a back-end (one
+            // it gave back closes its copy at the end of its batch), and
+            // then closing ours would not end epoll's registration, whose
+            // events would keep waking this worker: remove it first.
+            if P::CAPS.close_deregisters && self.sh.cfg.front.as_deref().is_some_and(|f| f.hands_off()) {
+                let _ = cx.poller.delete(fd.raw());
+            }
             cx.close_later(fd, true);
         }
         if let Some(mut txn) = c.txn.take() {

@@ -182,6 +182,8 @@ pub struct Worker<'a> {
     pub(crate) refused_logged: u64,
     /// When the pools may shrink next (about once a second).
     next_decay: Instant,
+    /// `weft front --mode handoff`: this worker's channels to the back-ends.
+    pub(crate) channels: crate::front::Channels,
 }
 
 /// What the worker is given at start.
@@ -247,6 +249,7 @@ impl<'a> Worker<'a> {
             loaded: Vec::new(),
             refused_logged: 0,
             next_decay: Instant::now(),
+            channels: Default::default(),
         }
     }
 
@@ -591,6 +594,11 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             RESOLVER => self.on_answers(cx),
             DISK => self.on_loaded(cx),
             FRONT => self.on_front_admitted(cx),
+            token if crate::front::channel_of(token).is_some() => {
+                if let Some(s) = crate::front::channel_of(token) {
+                    self.on_handoff_channel(cx, s);
+                }
+            }
             token => {
                 let owner = match self.slab.get_mut(token) {
                     None => return,

@@ -86,6 +86,9 @@ pub struct ServeConfig {
     pub stats_on_exit: bool,
     /// Serve live counters as JSON on this address.
     pub admin: Option<SocketAddr>,
+    /// Also take client connections handed over by `weft front --mode
+    /// handoff` on this Unix SEQPACKET socket (a path, or `@name`).
+    pub handoff_socket: Option<String>,
 }
 
 impl Default for ServeConfig {
@@ -116,6 +119,7 @@ impl Default for ServeConfig {
             limits: weft_http::Limits::default(),
             stats_on_exit: false,
             admin: None,
+            handoff_socket: None,
         }
     }
 }

@@ -57,6 +57,41 @@ pub struct Conn {
     /// In the worker's list of connections to resume after this pass (it
     /// used up its request budget with work left).
     pub resume_queued: bool,
+    /// Handed over by a front-end: its channel and id there, reported back
+    /// when the connection closes (`worker/handoff.rs`).
+    pub handed: Option<HandedAt>,
+}
+
+/// Where a handed-over connection came from, in 16 bytes (the channel's
+/// slot index is stored + 1, so `Option<HandedAt>` needs no tag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandedAt {
+    id: u64,
+    slot: std::num::NonZeroU32,
+    generation: u32,
+}
+
+/// The top bit of a stored id: give the connection back after each response.
+const GIVE_BACK: u64 = 1 << 63;
+
+impl HandedAt {
+    pub fn new(channel: Token, id: u64, give_back: bool) -> HandedAt {
+        HandedAt {
+            id: (id & !GIVE_BACK) | if give_back { GIVE_BACK } else { 0 },
+            slot: std::num::NonZeroU32::MIN.saturating_add(channel.index()),
+            generation: channel.generation(),
+        }
+    }
+
+    /// The channel's token and the connection's id on it.
+    pub fn get(self) -> (Token, u64) {
+        (Token::new(self.slot.get() - 1, self.generation), self.id & !GIVE_BACK)
+    }
+
+    /// Does the front-end want the connection back after each response?
+    pub fn gives_back(self) -> bool {
+        self.id & GIVE_BACK != 0
+    }
 }
 
 impl Conn {
@@ -81,6 +116,7 @@ impl Conn {
             deadline: now,
             timer_at: None,
             resume_queued: false,
+            handed: None,
         }
     }
 
@@ -107,6 +143,12 @@ mod tests {
         // is lent only while bytes are pending): issue 21 tracks it.
         let size = std::mem::size_of::<Conn>();
         println!("size_of::<Conn>() = {size}");
-        assert!(size <= 320, "Conn grew to {size} bytes");
+        // 320 before handoff added `handed` (16 bytes, no tag).
+        assert!(size <= 336, "Conn grew to {size} bytes");
+        assert_eq!(std::mem::size_of::<Option<HandedAt>>(), 16);
+        let t = Token::new(7, 3);
+        assert_eq!(HandedAt::new(t, 9, false).get(), (t, 9));
+        let back = HandedAt::new(t, 9, true);
+        assert_eq!((back.get(), back.gives_back()), ((t, 9), true));
     }
 }

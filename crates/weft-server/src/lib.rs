@@ -8,7 +8,9 @@
 //! the event backend chosen at start-up from `weft-io`.
 //!
 //! - [`config`]: [`ServeConfig`], the validated settings;
-//! - [`worker`]: one event loop's connections and the request cycle;
+//! - [`worker`]: one event loop's connections and the request cycle; with
+//!   `--handoff-socket`, also the client connections a `weft front --mode
+//!   handoff` hands over (`worker/handoff.rs`);
 //! - `conn`, `answer`, `files`, `respond`: connection state, answering a
 //!   target (file, directory, demo page), the file cache, response heads;
 //! - `path`, `mime`, `autoindex`, `accesslog`, `demo`: request-path safety,
@@ -37,6 +39,7 @@ pub use stats::ServeStats;
 use std::ffi::CString;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Instant;
@@ -102,10 +105,21 @@ impl Server {
             ),
             None => None,
         };
+        let handoff = match &cfg.handoff_socket {
+            Some(path) => Some(Arc::new(sys::seqpacket_listener(path, cfg.backlog).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot listen on handoff socket {path}: {e}"))
+            })?)),
+            None => None,
+        };
         let cfg = Arc::new(cfg);
         let workers = WorkerGroup::start("weft-worker", listeners, move |seat: WorkerSeat| {
             let slot = &slots[seat.index];
-            run_worker(&cfg, seat, root_path.clone(), log_fd.clone(), slot)
+            // Every worker takes front-end connections from one listener.
+            let handoff = match &handoff {
+                Some(l) => Some(Fd::from(l.as_fd().try_clone_to_owned()?)),
+                None => None,
+            };
+            run_worker(&cfg, seat, root_path.clone(), (log_fd.clone(), handoff), slot)
         })?;
         Ok(Server {
             addr,
@@ -139,7 +153,7 @@ fn run_worker(
     cfg: &ServeConfig,
     seat: WorkerSeat,
     root: Option<CString>,
-    log_fd: Option<Arc<Fd>>,
+    (log_fd, handoff): (Option<Arc<Fd>>, Option<Fd>),
     slot: &admin::WorkerSlot,
 ) -> io::Result<ServeStats> {
     let files = match root {
@@ -164,6 +178,9 @@ fn run_worker(
         .map(|f| accesslog::AccessLog::new(f.raw(), Instant::now()));
     let waker = seat.shutdown.waker(seat.index);
     let mut w = worker::Worker::new(cfg, seat.listener, files, seat.shutdown, waker, log, slot);
+    if let Some(l) = handoff {
+        w = w.with_handoff(l);
+    }
     let stats = weft_io::with_backend!(cfg.event, P => {
         let opts = weft_io::BackendOptions {
             max_pass: cfg.max_pass,

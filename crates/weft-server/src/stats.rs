@@ -28,6 +28,11 @@ weft_core::metrics! {
         /// Connections closed at accept because the worker held
         /// `--max-connections` already.
         counter refused_max_connections,
+        /// Client connections adopted from a front-end (`--handoff-socket`).
+        counter handoffs,
+        /// Adopted connections given back to their front-end after a response
+        /// (`weft front --handoff-next return`).
+        counter given_back,
         /// Connections open now.
         gauge open_connections,
         /// Input buffers lent to connections now (held while bytes are pending).
@@ -75,7 +80,7 @@ mod tests {
         s.syscalls.0[weft_io::SysKind::Accept as usize] = 9;
         s.syscalls.0[weft_io::SysKind::Sendfile as usize] = 10;
         // Keys before issue 21, then the memory gauges it added.
-        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"open_connections\":0,\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0,\"syscalls\":{\"accept\":9,\"sendfile\":10}";
+        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0,\"syscalls\":{\"accept\":9,\"sendfile\":10}";
         assert_eq!(s.to_json(), format!("{head}}}"));
         s.tracker = Some(TrackerStats {
             user_passes: 11,

@@ -11,6 +11,10 @@
 //! wait, the connection says for what, and level-triggered backends have their
 //! interest updated; edge-triggered registrations never change.
 
+mod handoff;
+
+pub(crate) use handoff::Handoff;
+
 use crate::accesslog::AccessLog;
 use crate::config::ServeConfig;
 use crate::conn::Conn;
@@ -58,6 +62,15 @@ const REQUESTS_PER_PASS: u32 = 64;
 
 /// How often idle pool buffers beyond the floor are halved.
 const POOL_DECAY_EVERY: Duration = Duration::from_secs(1);
+
+/// A connection handed over by a front-end (`--handoff-socket`): the
+/// channel it came on, its id there, and the bytes the front-end read.
+pub(crate) struct Handed<'b> {
+    pub(crate) channel: Token,
+    pub(crate) id: u64,
+    pub(crate) give_back: bool,
+    pub(crate) bytes: &'b [u8],
+}
 
 /// What a connection waits for after `drive`.
 enum Next {
@@ -112,6 +125,8 @@ pub struct Worker<'a> {
     /// When the pools may shrink next (about once a second while they hold
     /// more idle buffers than their floor: a burst's buffers do not stay).
     next_decay: Instant,
+    /// `--handoff-socket`: front-end channels and their reports.
+    handoff: Option<Handoff>,
 }
 
 impl<'a> Worker<'a> {
@@ -157,7 +172,15 @@ impl<'a> Worker<'a> {
             tracker: None,
             resume: Vec::new(),
             next_decay: Instant::now(),
+            handoff: None,
         }
+    }
+
+    /// Also adopt connections handed over on `listener` (a duplicate of the
+    /// `--handoff-socket` listener).
+    pub fn with_handoff(mut self, listener: Fd) -> Self {
+        self.handoff = Some(Handoff::new(listener));
+        self
     }
 
     /// Register the listener and the shutdown waker.
@@ -167,6 +190,9 @@ impl<'a> Worker<'a> {
             cx.register(l.raw(), LISTENER, Interest::READ).map_err(reg)?;
         }
         cx.register(self.waker, WAKER, Interest::READ).map_err(reg)?;
+        if let Some(h) = &self.handoff {
+            h.register(cx)?;
+        }
         self.shared.date.update(cx.wall);
         Ok(())
     }
@@ -209,17 +235,26 @@ impl<'a> Worker<'a> {
         };
         self.acceptor.begin();
         while let Some((fd, peer)) = self.acceptor.next(cx, lfd, LISTENER) {
-            self.add_conn(cx, fd, peer);
+            self.add_conn(cx, fd, peer, None);
         }
     }
 
-    fn add_conn<P: Poller>(&mut self, cx: &mut Ctx<P>, fd: Fd, peer: Option<std::net::SocketAddr>) {
+    /// A new connection: accepted, or `handed` over by a front-end with the
+    /// bytes it read (they start the input buffer, as if read here).
+    fn add_conn<P: Poller>(
+        &mut self,
+        cx: &mut Ctx<P>,
+        fd: Fd,
+        peer: Option<std::net::SocketAddr>,
+        handed: Option<Handed<'_>>,
+    ) {
         let max = self.shared.cfg.max_connections;
         if max > 0 && self.conns.len() >= max {
             // The documented ceiling (N × per-connection + caches): closed
             // at once with a reset, so the client learns now.
             self.shared.stats.refused_max_connections += 1;
             let _ = sys::set_linger_zero(&fd);
+            self.handed_closed(handed.as_ref());
             return;
         }
         let token = self.conns.next_token();
@@ -242,6 +277,7 @@ impl<'a> Worker<'a> {
             // Never registered: close at once (RST, so the client learns now).
             let _ = sys::set_linger_zero(&fd);
             drop(fd);
+            self.handed_closed(handed.as_ref());
             return;
         }
         self.shared.stats.accepted += 1;
@@ -252,12 +288,42 @@ impl<'a> Worker<'a> {
         // wrote right after connecting): try to read it now.
         if let Some(c) = self.conns.get_mut(token) {
             c.may_read = true;
+            if let Some(h) = handed {
+                self.shared.stats.handoffs += 1;
+                c.handed = Some(crate::conn::HandedAt::new(h.channel, h.id, h.give_back));
+                if !h.bytes.is_empty() {
+                    let n = h.bytes.len();
+                    let max = n.max(self.shared.cfg.limits.max_head + 1024);
+                    let room = c.input.reserve(n, max, &mut self.shared.pool);
+                    let k = n.min(room);
+                    c.input.spare_mut()[..k].copy_from_slice(&h.bytes[..k]);
+                    c.input.commit(k);
+                    c.head_started = Some(now);
+                    c.last_activity = now;
+                }
+            }
         }
         self.drive(cx, token);
     }
 
+    /// A handed-over connection that was never adopted counts as closed.
+    fn handed_closed(&mut self, handed: Option<&Handed<'_>>) {
+        if let (Some(h), Some(hs)) = (handed, self.handoff.as_mut()) {
+            hs.closed(h.channel, h.id);
+        }
+    }
+
     fn close<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) {
         if let Some(mut c) = self.conns.remove(token) {
+            if let (Some(at), Some(h)) = (c.handed, self.handoff.as_mut()) {
+                let (channel, id) = at.get();
+                h.closed(channel, id);
+                // The front-end may not have closed its copy yet: then
+                // closing ours would leave the socket in our epoll set.
+                if P::CAPS.close_deregisters {
+                    let _ = cx.poller.delete(c.fd.raw());
+                }
+            }
             c.input.discard(&mut self.shared.pool);
             c.out.clear();
             c.out.release_own(&mut self.shared.own_pool);
@@ -279,6 +345,13 @@ impl<'a> Worker<'a> {
         // pools, so a connection waiting for its next request holds none.
         c.input.release(&mut self.shared.pool);
         c.out.release_own(&mut self.shared.own_pool);
+        let back = matches!(next, Next::Read) && wants_back(c);
+        if back && self.give_back(cx, token) {
+            return;
+        }
+        let Some(c) = self.conns.get_mut(token) else {
+            return;
+        };
         match next {
             Next::Close => self.close(cx, token),
             Next::Read | Next::Write | Next::Resume => {
@@ -324,6 +397,9 @@ impl<'a> Worker<'a> {
             // reset by the kernel when the last listener closes.
             cx.close_later(l, true);
         }
+        if let Some(h) = self.handoff.as_mut() {
+            h.stop_listening(cx);
+        }
         for t in self.conns.tokens() {
             let idle = self.conns.get(t).map(|c| c.is_idle() && !c.lingering).unwrap_or(false);
             if idle {
@@ -355,6 +431,12 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                     self.start_draining(cx);
                 }
             }
+            handoff::LISTENER => {
+                if !self.shared.draining {
+                    self.accept_channels(cx);
+                }
+            }
+            token if Handoff::is_channel(token) => self.read_channel(cx, token),
             token => {
                 let Some(c) = self.conns.get_mut(token) else {
                     // Stale: the connection was closed earlier in this batch.
@@ -430,6 +512,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if let Some(log) = &mut self.shared.log {
             log.flush_if_due(cx.now);
         }
+        if let Some(h) = self.handoff.as_mut() {
+            h.send_reports(cx);
+        }
         if let Some(deadline) = self.grace_deadline {
             if cx.now >= deadline && !self.conns.is_empty() {
                 weft_core::warn!(
@@ -448,6 +533,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         let mut bound = |d: Duration| w = Some(w.map_or(d, |x| x.min(d)));
         if !self.resume.is_empty() {
             bound(Duration::ZERO);
+        }
+        if self.handoff.as_ref().is_some_and(Handoff::reports_waiting) {
+            // A front-end's channel was full: try its reports again soon.
+            bound(Duration::from_millis(1));
         }
         if self.pools_above_floor() || self.shared.latency.count() > 0 {
             // Wake to shrink the pools and publish the latencies.
@@ -477,6 +566,18 @@ impl Drop for Worker<'_> {
             log.flush(Instant::now());
         }
     }
+}
+
+/// A handed-over connection whose front-end wants it back after each
+/// response, now idle: its answers are sent, and nothing is half done.
+fn wants_back(c: &Conn) -> bool {
+    c.handed.is_some_and(|h| h.gives_back())
+        && c.requests > 0
+        && !c.has_output()
+        && !c.close_after
+        && !c.lingering
+        && c.discard == 0
+        && !c.eof
 }
 
 /// Set the connection's deadline for its state and make sure a timer will see it.
@@ -523,7 +624,10 @@ fn linger_read(c: &mut Conn, pool: &mut BufPool) -> Next {
 
 /// The connection cycle (see the module doc).
 fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) -> Next {
-    let mut budget = REQUESTS_PER_PASS;
+    // A connection its front-end wants back answers one request, then goes
+    // back (`Worker::drive`) with whatever else it read, unanswered.
+    let gives_back = c.handed.is_some_and(|h| h.gives_back());
+    let mut budget = if gives_back { 1 } else { REQUESTS_PER_PASS };
     loop {
         if c.has_output() {
             match c.out.flush(&c.fd, &[], &mut s.scratch) {
@@ -550,6 +654,9 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
                 return linger_read(c, &mut s.pool);
             }
             return Next::Close;
+        }
+        if gives_back && c.requests > 0 && c.discard == 0 {
+            return Next::Read;
         }
         if budget == 0 && (!c.input.is_empty() || c.may_read) {
             // Everything answered so far is sent; the rest waits its turn.

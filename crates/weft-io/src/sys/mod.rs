@@ -20,6 +20,7 @@ pub mod mmap;
 pub mod residency;
 pub mod sockopt;
 pub mod splice;
+mod unix;
 pub mod uring;
 
 use std::ffi::CStr;
@@ -37,6 +38,7 @@ pub use sockopt::{
     set_rcvlowat, set_reuseaddr, set_reuseport,
 };
 pub use splice::{bytes_readable, pipe_capacity, read_to_bytes};
+pub use unix::{recv_fd_with, send_fd_with, seqpacket_connect, seqpacket_listener, seqpacket_pair};
 
 #[inline]
 fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {

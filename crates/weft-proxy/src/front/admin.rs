@@ -62,6 +62,8 @@ weft_core::metrics! {
         counter rejected,
         /// Requests placed again after their back-end failed.
         counter retries,
+        /// Client connections handed to a back-end (`--mode handoff`).
+        counter handoffs,
     }
     groups {}
 }
@@ -96,6 +98,7 @@ fn snapshot(front: &Front) -> (FrontMetrics, Vec<BackendMetrics>) {
         queued: front.counters.queued.load(Ordering::Relaxed),
         rejected: front.counters.rejected.load(Ordering::Relaxed),
         retries: front.counters.retries.load(Ordering::Relaxed),
+        handoffs: front.counters.handoffs.load(Ordering::Relaxed),
     };
     (f, per)
 }

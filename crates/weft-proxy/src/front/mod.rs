@@ -12,11 +12,14 @@
 //!   admitted later;
 //! - `place`: the worker's hooks (place a request, release its load when its
 //!   response completes or fails, passive health, retry on another back-end);
+//! - `handoff`: `--mode handoff`, the client's connection handed to the
+//!   back-end over a Unix socket (SCM_RIGHTS) instead of relayed;
 //! - `health`: the active checker thread (interval, timeout, rise/fall);
 //! - `admin`: `/stats` (JSON) and `/metrics` (Prometheus) of the front-end;
 //! - [`FrontServer`]: the running role (the proxy's workers + checker + admin).
 
 mod admin;
+mod handoff;
 mod health;
 mod place;
 
@@ -41,6 +44,10 @@ pub enum Mode {
     /// and relays the response (splice for bodies).
     #[default]
     Relay,
+    /// The front-end hands the client's connection, with the bytes it read,
+    /// to the back-end (`weft serve --handoff-socket`, same host), which
+    /// answers the client directly.
+    Handoff,
 }
 
 impl Mode {
@@ -48,6 +55,7 @@ impl Mode {
     pub fn name(self) -> &'static str {
         match self {
             Mode::Relay => "relay",
+            Mode::Handoff => "handoff",
         }
     }
 }
@@ -57,8 +65,8 @@ impl std::str::FromStr for Mode {
     fn from_str(s: &str) -> Result<Mode, String> {
         match s {
             "relay" => Ok(Mode::Relay),
-            "handoff" => Err("handoff mode is not built yet: use --mode relay (docs/front.md)".into()),
-            _ => Err(format!("unknown mode `{s}` (expected relay)")),
+            "handoff" => Ok(Mode::Handoff),
+            _ => Err(format!("unknown mode `{s}` (expected relay or handoff)")),
         }
     }
 }
@@ -105,6 +113,14 @@ pub struct FrontConfig {
     pub policy: Policy,
     /// How requests reach the back-ends.
     pub mode: Mode,
+    /// `--mode handoff`: each back-end's handoff socket (`--handoff PATH`,
+    /// in the order of the back-ends; their addresses stay for the health
+    /// checks).
+    pub handoff: Vec<String>,
+    /// Handoff mode: the back-end gives a connection back after each
+    /// response, so every request is placed (`--handoff-next return`);
+    /// false: it keeps the connection (`keep`).
+    pub handoff_return: bool,
     /// Admission limit S's thresholds and the queue bound.
     pub dispatch: DispatcherConfig,
     /// Active health checks.
@@ -119,6 +135,8 @@ impl Default for FrontConfig {
             backends: Vec::new(),
             policy: Policy::LardR(Default::default()),
             mode: Mode::Relay,
+            handoff: Vec::new(),
+            handoff_return: false,
             dispatch: DispatcherConfig::default(),
             health: HealthConfig::default(),
             admin: None,
@@ -157,6 +175,7 @@ struct Counters {
     queued: AtomicU64,
     rejected: AtomicU64,
     retries: AtomicU64,
+    handoffs: AtomicU64,
 }
 
 /// The front-end's one decision state, shared by every worker.
@@ -164,6 +183,8 @@ pub struct Front {
     backends: Vec<Backend>,
     policy: Policy,
     mode: Mode,
+    handoff: Vec<String>,
+    handoff_return: bool,
     dispatcher: Mutex<Dispatcher<Ticket>>,
     admitted: Mailboxes<Admitted>,
     counters: Counters,
@@ -199,6 +220,8 @@ impl Front {
                 .collect(),
             policy: cfg.policy,
             mode: cfg.mode,
+            handoff: cfg.handoff.clone(),
+            handoff_return: cfg.handoff_return,
             dispatcher: Mutex::new(Dispatcher::new(strategy, &weights, cfg.dispatch)),
             admitted: Mailboxes::new(workers)?,
             counters: Counters::default(),
@@ -265,6 +288,40 @@ impl Front {
         let mut d = self.lock();
         d.finished(s, now);
         self.admit(&mut d, now);
+    }
+
+    /// `k` connections handed to `s` are done (reported closed, or their
+    /// channel ended): one lock for all of them.
+    pub(crate) fn finished_n(&self, s: ServerId, k: u64) {
+        if k == 0 {
+            return;
+        }
+        let now = self.now();
+        let mut d = self.lock();
+        for _ in 0..k {
+            d.finished(s, now);
+        }
+        self.admit(&mut d, now);
+    }
+
+    /// In handoff mode?
+    pub(crate) fn hands_off(&self) -> bool {
+        self.mode == Mode::Handoff
+    }
+
+    /// Do back-ends give connections back after each response?
+    pub(crate) fn wants_connections_back(&self) -> bool {
+        self.handoff_return
+    }
+
+    /// Back-end `s`'s handoff socket.
+    pub(crate) fn handoff_path(&self, s: ServerId) -> Option<&str> {
+        self.handoff.get(s).map(String::as_str)
+    }
+
+    /// A connection was handed over.
+    pub(crate) fn count_handoff(&self) {
+        self.counters.handoffs.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Hand queued requests the limit now lets in to their workers.
@@ -350,6 +407,7 @@ impl FrontServer {
                 "no back-end (--backend ADDR)",
             ));
         };
+        check_handoff(&front_cfg)?;
         let front = Arc::new(Front::new(&front_cfg, proxy.workers.max(1))?);
         // Reverse mode routes every request; the address is replaced by the
         // dispatcher's choice before connecting.
@@ -403,6 +461,25 @@ impl FrontServer {
     }
 }
 
+/// Handoff mode needs one handoff socket per back-end; relay mode none.
+fn check_handoff(cfg: &FrontConfig) -> io::Result<()> {
+    let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
+    match cfg.mode {
+        Mode::Handoff if cfg.handoff.len() != cfg.backends.len() => bad(format!(
+            "--mode handoff needs one --handoff PATH per --backend, in the same order ({} back-ends, {} paths)",
+            cfg.backends.len(),
+            cfg.handoff.len()
+        )),
+        Mode::Handoff if cfg.backends.len() > handoff::MAX_BACKENDS => bad(format!(
+            "handoff mode takes at most {} back-ends",
+            handoff::MAX_BACKENDS
+        )),
+        Mode::Relay if !cfg.handoff.is_empty() => bad("--handoff PATH is for --mode handoff".into()),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) use handoff::{channel_of, Channels};
 pub(crate) use place::{count_bytes, release};
 
 #[cfg(test)]
@@ -431,7 +508,17 @@ mod tests {
         assert_eq!("10.0.0.1:80".parse::<BackendSpec>().unwrap().weight, 1);
         assert!("10.0.0.1:80=0".parse::<BackendSpec>().is_err());
         assert!("host:80".parse::<BackendSpec>().is_err());
-        assert!("handoff".parse::<Mode>().unwrap_err().contains("not built"));
+        assert_eq!("handoff".parse::<Mode>().unwrap(), Mode::Handoff);
+        let mut cfg = FrontConfig {
+            backends: vec!["127.0.0.1:1".parse().unwrap()],
+            mode: Mode::Handoff,
+            ..FrontConfig::default()
+        };
+        assert!(check_handoff(&cfg).is_err(), "a path per back-end");
+        cfg.handoff.push("/run/b.sock".into());
+        assert!(check_handoff(&cfg).is_ok());
+        cfg.mode = Mode::Relay;
+        assert!(check_handoff(&cfg).is_err(), "paths only in handoff mode");
     }
 
     #[test]
@@ -466,5 +553,27 @@ mod tests {
         assert_eq!((got.len(), got[0].server), (1, None));
         f.finished(s2);
         assert!(admin::render_prometheus(&f).contains("weft_front_backend_up{worker=\"1\"} 0"));
+    }
+
+    #[test]
+    fn handed_connections_finish_in_batches_and_admit_waiting_ones() {
+        // S = 1: one handed connection holds it; the next waits.
+        let f = two_backends(4);
+        let t = |i| Token::new(i, 0);
+        let Placement::Assigned(s) = f.place(0, t(1), 7) else {
+            panic!()
+        };
+        assert_eq!(f.place(0, t(2), 8), Placement::Queued);
+        f.finished_n(s, 0);
+        let mut got = Vec::new();
+        f.take_admitted(0, &mut got);
+        assert!(got.is_empty(), "nothing finished yet");
+        // The back-end's report (or its channel's end) finishes it once.
+        f.finished_n(s, 1);
+        f.take_admitted(0, &mut got);
+        assert_eq!((got.len(), got[0].token), (1, t(2)));
+        let s2 = got[0].server.unwrap();
+        f.finished_n(s2, 1);
+        assert!(admin::render_json(&f).contains("\"in_flight\":0"));
     }
 }

@@ -66,6 +66,7 @@ impl Worker<'_> {
         let Some(txn) = c.txn.as_mut() else { return };
         let placed = front.place(index, ct, target_id(&txn.path));
         match placed {
+            Placement::Assigned(s) if front.hands_off() => self.hand_off(cx, ct, s, front),
             Placement::Assigned(s) => {
                 txn.addrs.clear();
                 txn.addrs.push(front.addr(s));
@@ -95,6 +96,7 @@ impl Worker<'_> {
                 .and_then(|c| c.txn.as_mut())
                 .filter(|t| t.phase == Phase::Resolve && t.addrs.is_empty());
             match (waiting, a.server) {
+                (Some(_), Some(s)) if front.hands_off() => self.hand_off(cx, a.token, s, front),
                 (Some(txn), Some(s)) => {
                     txn.addrs.push(front.addr(s));
                     txn.addr_index = 0;

@@ -1,0 +1,309 @@
+//! Integration tests of `weft front --mode handoff`: the real binary in front
+//! of several `weft serve --handoff-socket` back-ends on this host, each
+//! serving its own version of every file (so which back-end answered is
+//! visible in the body). The front-end hands each client connection over
+//! with the bytes it read; the back-end answers the client directly and
+//! keeps the connection.
+
+mod common;
+
+use common::{pattern, per_backend, Reader, TempDir, Weft};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// Bytes of the large file every back-end serves identically.
+const BIG: usize = 300_000;
+/// Targets `/t0.txt`..: each back-end answers `backend B target K`.
+const TARGETS: usize = 12;
+
+/// A back-end: `weft serve --handoff-socket` over a root where every target
+/// names it. The socket lives in the root's directory.
+struct Backend {
+    weft: Weft,
+    socket: String,
+    _root: TempDir,
+}
+
+fn backend(i: usize) -> Backend {
+    let d = TempDir::new("handoff-backend");
+    for k in 0..TARGETS {
+        d.write(
+            &format!("root/t{k}.txt"),
+            format!("backend {i} target {k}\n").as_bytes(),
+        );
+    }
+    d.write("root/big.bin", &pattern(BIG));
+    d.write("root/health", b"ok\n");
+    let root = d.path.join("root");
+    let socket = d.path.join("handoff.sock").to_str().unwrap().to_string();
+    let weft = Weft::serve(&[root.to_str().unwrap(), "--workers", "1", "--handoff-socket", &socket]);
+    Backend { weft, socket, _root: d }
+}
+
+fn free_addr() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+fn front(event: &str, backends: &[&Backend], extra: &[&str]) -> Weft {
+    let mut args: Vec<String> = [
+        "front",
+        "--listen",
+        "127.0.0.1:0",
+        "--event",
+        event,
+        "--workers",
+        "2",
+        "--mode",
+        "handoff",
+        "--health-path",
+        "/health",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for b in backends {
+        args.extend(["--backend".to_string(), b.weft.addr.to_string()]);
+        args.extend(["--handoff".to_string(), b.socket.clone()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    Weft::start(&refs)
+}
+
+fn get_on(r: &mut Reader, path: &str) -> common::Response {
+    r.send(format!("GET {path} HTTP/1.1\r\nHost: cluster\r\n\r\n").as_bytes());
+    r.response(false)
+}
+
+/// Which back-end wrote a target's body.
+fn who(body: &[u8]) -> usize {
+    let s = String::from_utf8_lossy(body);
+    s.split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("body {s:?}"))
+}
+
+/// `GET path` with Connection: close on a fresh connection; the whole reply.
+fn fetch(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// The admin document's `"in_flight":N`.
+fn in_flight(admin: &str) -> String {
+    let s = fetch(admin, "/stats");
+    let i = s.find("\"in_flight\":").expect("in_flight");
+    s[i..].split(',').next().unwrap().to_string()
+}
+
+mod scenarios {
+    use super::*;
+
+    /// Placement by target (LARD: a target's first request always goes to
+    /// one back-end), byte-exact answers sent by the back-ends themselves
+    /// (the front-end counts no response byte), and a persistent connection
+    /// whose later requests are answered by the back-end it was handed to.
+    pub fn places_by_target_and_never_carries_responses(event: &str) {
+        let bs: Vec<Backend> = (0..3).map(backend).collect();
+        let admin = free_addr();
+        let f = front(
+            event,
+            &bs.iter().collect::<Vec<_>>(),
+            &["--policy", "lard", "--admin", &admin],
+        );
+        let mut owner: [Option<usize>; TARGETS] = [None; TARGETS];
+        let mut handed = 0;
+        for round in 0..2 {
+            for (k, owner) in owner.iter_mut().enumerate() {
+                let mut r = Reader::new(f.connect());
+                let resp = get_on(&mut r, &format!("/t{k}.txt"));
+                handed += 1;
+                assert_eq!(resp.status, 200, "round {round} target {k}");
+                let b = who(&resp.body);
+                assert_eq!(resp.body, format!("backend {b} target {k}\n").into_bytes());
+                match *owner {
+                    None => *owner = Some(b),
+                    Some(o) => assert_eq!(o, b, "target {k} moved at light load"),
+                }
+            }
+        }
+        let used: std::collections::HashSet<_> = owner.iter().flatten().collect();
+        assert!(used.len() >= 2, "every target went to {used:?}");
+        // A persistent connection: several requests, pipelined too, all
+        // answered by the back-end its first request was placed on.
+        let mut r = Reader::new(f.connect());
+        handed += 1;
+        let first = get_on(&mut r, "/t0.txt");
+        let b = who(&first.body);
+        assert_eq!(Some(b), owner[0]);
+        for k in 1..TARGETS {
+            let resp = get_on(&mut r, &format!("/t{k}.txt"));
+            assert_eq!(resp.body, format!("backend {b} target {k}\n").into_bytes());
+        }
+        r.send(b"GET /big.bin HTTP/1.1\r\nHost: c\r\n\r\nGET /t3.txt HTTP/1.1\r\nHost: c\r\n\r\n");
+        assert!(r.response(false).body == pattern(BIG), "big body differs");
+        assert_eq!(r.response(false).body, format!("backend {b} target 3\n").into_bytes());
+        // The first request arrives with bytes after it (pipelined): the
+        // back-end gets them all.
+        let mut p = Reader::new(f.connect());
+        handed += 1;
+        p.send(b"GET /t5.txt HTTP/1.1\r\nHost: c\r\n\r\nGET /big.bin HTTP/1.1\r\nHost: c\r\n\r\n");
+        let five = p.response(false);
+        let b5 = who(&five.body);
+        assert_eq!(Some(b5), owner[5]);
+        assert!(p.response(false).body == pattern(BIG));
+        let stats = fetch(&admin, "/stats");
+        assert!(stats.contains("\"mode\":\"handoff\""), "{stats}");
+        assert!(stats.contains(&format!("\"handoffs\":{handed}")), "{stats}");
+        assert_eq!(
+            stats.matches("\"bytes\":0,").count(),
+            3,
+            "no response byte crossed the front-end: {stats}"
+        );
+        // Closed connections are reported back: no load is left.
+        drop((r, p));
+        assert!(
+            wait_until(Duration::from_secs(5), || in_flight(&admin) == "\"in_flight\":0"),
+            "{}",
+            fetch(&admin, "/stats")
+        );
+    }
+
+    /// A back-end killed while it holds a handed-over connection: its
+    /// channel ends, what it held counts as finished (no load is left), it
+    /// is marked down, and its targets are answered by the others.
+    pub fn backend_killed_releases_its_connections(event: &str) {
+        let mut bs: Vec<Backend> = (0..3).map(backend).collect();
+        let admin = free_addr();
+        let f = front(
+            event,
+            &bs.iter().collect::<Vec<_>>(),
+            &["--policy", "lard", "--admin", &admin, "--health-interval", "100ms"],
+        );
+        let victim = (0..TARGETS)
+            .find(|k| who(&get_on(&mut Reader::new(f.connect()), &format!("/t{k}.txt")).body) == 0)
+            .expect("back-end 0 owns a target");
+        // Held open on back-end 0.
+        let mut held = Reader::new(f.connect());
+        assert_eq!(who(&get_on(&mut held, &format!("/t{victim}.txt")).body), 0);
+        assert!(wait_until(Duration::from_secs(5), || in_flight(&admin) == "\"in_flight\":1"));
+        let _ = bs[0].weft.child.kill();
+        let _ = bs[0].weft.child.wait();
+        let down = format!("\"addr\":\"{}\",\"state\":\"down\"", bs[0].weft.addr);
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                let s = fetch(&admin, "/stats");
+                s.contains(&down) && s.contains("\"in_flight\":0")
+            }),
+            "{}",
+            fetch(&admin, "/stats")
+        );
+        assert!(held.closed(), "the dead back-end's connection is gone");
+        for _ in 0..5 {
+            let resp = get_on(&mut Reader::new(f.connect()), &format!("/t{victim}.txt"));
+            assert_eq!(resp.status, 200);
+            assert_ne!(who(&resp.body), 0);
+        }
+        bs.remove(0);
+    }
+
+    /// `--handoff-next return`: the back-end gives the connection back after
+    /// each response, so every request of a persistent connection is placed
+    /// on its own (each target answered by its owner), and an idle
+    /// connection holds no load.
+    pub fn returned_connections_are_placed_per_request(event: &str) {
+        let bs: Vec<Backend> = (0..3).map(backend).collect();
+        let admin = free_addr();
+        let f = front(
+            event,
+            &bs.iter().collect::<Vec<_>>(),
+            &["--policy", "lard", "--admin", &admin, "--handoff-next", "return"],
+        );
+        let owner: Vec<usize> = (0..TARGETS)
+            .map(|k| who(&get_on(&mut Reader::new(f.connect()), &format!("/t{k}.txt")).body))
+            .collect();
+        let mut r = Reader::new(f.connect());
+        let mut used = std::collections::HashSet::new();
+        for _ in 0..2 {
+            for (k, &o) in owner.iter().enumerate() {
+                let resp = get_on(&mut r, &format!("/t{k}.txt"));
+                assert_eq!(
+                    resp.body,
+                    format!("backend {o} target {k}\n").into_bytes(),
+                    "target {k}"
+                );
+                used.insert(o);
+            }
+        }
+        assert!(used.len() >= 2, "one connection's requests went to {used:?}");
+        // Pipelined: the second request comes back with the connection.
+        r.send(b"GET /big.bin HTTP/1.1\r\nHost: c\r\n\r\nGET /t4.txt HTTP/1.1\r\nHost: c\r\n\r\n");
+        assert!(r.response(false).body == pattern(BIG));
+        assert_eq!(who(&r.response(false).body), owner[4]);
+        // Idle between requests: no load held.
+        assert!(
+            wait_until(Duration::from_secs(5), || in_flight(&admin) == "\"in_flight\":0"),
+            "{}",
+            fetch(&admin, "/stats")
+        );
+        assert_eq!(who(&get_on(&mut r, "/t7.txt").body), owner[7], "still usable");
+    }
+
+    /// With S = 1 (one back-end, T_low = T_high = 1) and a queue of 1: a
+    /// handed-over connection holds the slot while it is open; a second
+    /// connection's request waits at the front-end, a third gets 503; when
+    /// the first closes, the second is handed over and answered.
+    pub fn admission_counts_open_connections(event: &str) {
+        let b = backend(0);
+        let f = front(event, &[&b], &["--t-low", "1", "--t-high", "1", "--queue-limit", "1"]);
+        let mut first = Reader::new(f.connect());
+        assert_eq!(get_on(&mut first, "/t1.txt").status, 200);
+        let mut second = Reader::new(f.connect());
+        second
+            .stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        second.send(b"GET /t2.txt HTTP/1.1\r\nHost: c\r\n\r\n");
+        let mut byte = [0u8; 1];
+        assert!(
+            second.stream.read(&mut byte).is_err(),
+            "the second connection waits while the first is open"
+        );
+        let mut third = Reader::new(f.connect());
+        assert_eq!(get_on(&mut third, "/t3.txt").status, 503, "beyond the queue");
+        drop(first);
+        second.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let resp = second.response(false);
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.body, b"backend 0 target 2\n");
+    }
+}
+
+// The front-end takes the untracked backends (as in tests/front.rs); the
+// back-ends run the default one.
+per_backend!(
+    untracked:
+    places_by_target_and_never_carries_responses,
+    backend_killed_releases_its_connections,
+    admission_counts_open_connections,
+    returned_connections_are_placed_per_request
+);
