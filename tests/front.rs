@@ -5,13 +5,13 @@
 
 mod common;
 
-use common::{pattern, per_backend, Reader, TempDir, Weft};
+use common::{fetch, get_on, pattern, per_backend, wait_until, who, Reader, TempDir, Weft};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Bytes of the large file every back-end serves identically.
 const BIG: usize = 300_000;
@@ -50,31 +50,6 @@ fn front(event: &str, backends: &[SocketAddr], extra: &[&str]) -> Weft {
     args.extend(extra.iter().map(|s| s.to_string()));
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     Weft::start(&refs)
-}
-
-fn get_on(r: &mut Reader, path: &str) -> common::Response {
-    r.send(format!("GET {path} HTTP/1.1\r\nHost: cluster\r\n\r\n").as_bytes());
-    r.response(false)
-}
-
-/// Which back-end wrote a target's body.
-fn who(body: &[u8]) -> usize {
-    let s = String::from_utf8_lossy(body);
-    s.split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("body {s:?}"))
-}
-
-/// `GET path` with Connection: close on a fresh connection; the whole reply.
-fn fetch(addr: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
 }
 
 // ---------------------------------------------------------------------------
@@ -144,17 +119,6 @@ fn dropping_backend() -> SocketAddr {
         }
     });
     addr
-}
-
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
 }
 
 mod scenarios {

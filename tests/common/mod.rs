@@ -372,3 +372,45 @@ macro_rules! per_backend {
 }
 #[allow(unused_imports)]
 pub(crate) use per_backend;
+
+// ---------------------------------------------------------------------------
+// Cluster front-end tests (tests/front.rs, tests/handoff.rs): back-ends that
+// write their index into every body.
+
+/// `GET path` on a persistent connection, as a client of the cluster.
+pub fn get_on(r: &mut Reader, path: &str) -> Response {
+    r.send(format!("GET {path} HTTP/1.1\r\nHost: cluster\r\n\r\n").as_bytes());
+    r.response(false)
+}
+
+/// Which back-end wrote a target's body (its second word).
+pub fn who(body: &[u8]) -> usize {
+    let s = String::from_utf8_lossy(body);
+    s.split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("body {s:?}"))
+}
+
+/// `GET path` with Connection: close on a fresh connection; the whole reply.
+pub fn fetch(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// Poll `f` every 10 ms until it holds or `limit` passes.
+pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
