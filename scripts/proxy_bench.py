@@ -168,7 +168,9 @@ def report(a, names, sizes, result):
     for n in sizes:
         parts = []
         p = lambda name: med.get((n, name), {}).get("proxy_us")  # noqa: E731
-        for x, y in (("weft-splice", "haproxy-splice"), ("weft-copy", "haproxy-copy"), ("base-splice", "haproxy-splice")):
+        pairs = (("weft-splice", "base-splice"), ("weft-copy", "base-copy"),  # this build against --baseline
+                 ("weft-splice", "haproxy-splice"), ("weft-copy", "haproxy-copy"), ("base-splice", "haproxy-splice"))
+        for x, y in pairs:
             if p(x) and p(y):
                 parts.append(f"{x} / {y} {p(x) / p(y):.2f}")
         for x, y in (("weft-splice", "weft-copy"), ("haproxy-splice", "haproxy-copy"), ("base-splice", "base-copy")):
