@@ -322,6 +322,8 @@ impl<'a> Worker<'a> {
         };
         if c.requests > c.timed && c.txn.is_none() && c.out.is_empty() {
             let began = c.began.take().unwrap_or(c.last_activity);
+            // A fresh clock read (vDSO, no system call), once per drive that
+            // ended responses: the loop's cached `now` is the batch's start.
             let d = Instant::now().saturating_duration_since(began);
             for _ in c.timed..c.requests {
                 sh.latency.record(d);

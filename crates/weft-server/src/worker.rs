@@ -750,7 +750,10 @@ fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemT
                 answer(c, s, head_len, wall, chunked_pending);
                 c.input.consume(next);
                 // Head start (the read that brought its first byte, or now
-                // for a pipelined one) to response queued.
+                // for a pipelined one) to response queued. One vDSO clock
+                // read per response, no system call: `now` is the batch's
+                // start, so it would time a request answered in the batch
+                // that read it as zero.
                 let began = c.head_started.take().unwrap_or(now);
                 s.latency.record(Instant::now().saturating_duration_since(began));
                 c.requests += 1;
