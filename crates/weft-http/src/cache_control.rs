@@ -11,8 +11,11 @@
 //! - a freshness directive (`max-age`, `s-maxage`) that is malformed, or given
 //!   twice with different values, makes the response stale
 //!   ([`CacheControl::invalid_freshness`]);
-//! - the qualified forms `no-cache="field"` and `private="field"` are treated
-//!   as their unqualified forms (a cache MAY do so, and it is the safe choice).
+//! - the qualified form `private="field"` is treated as its unqualified form
+//!   (a cache MAY do so, and it is the safe choice); `no-cache="field"` sets
+//!   [`CacheControl::no_cache_fields`] instead of `no_cache`: the response
+//!   may be reused without the fields it names (RFC 9111 §5.2.2.4, see
+//!   [`crate::caching::withheld`]).
 
 /// delta-seconds larger than this are clamped to it (RFC 9111 §1.2.2).
 pub const DELTA_MAX: u64 = 1 << 31;
@@ -25,6 +28,9 @@ pub struct CacheControl {
     /// `no-cache`: a stored response must be validated before each use
     /// (response), or the client wants a validated response (request).
     pub no_cache: bool,
+    /// `no-cache="field, ..."` (response): those fields must not be sent from
+    /// the store without validation; the rest of the response may be reused.
+    pub no_cache_fields: bool,
     /// `private`: a shared cache must not store the response.
     pub private: bool,
     /// `public`: storable even when it would not be otherwise.
@@ -66,6 +72,12 @@ impl CacheControl {
 
     /// Parse one field value into `self` (directives accumulate).
     pub fn parse_value(&mut self, value: &[u8]) {
+        Self::directives(value, |name, arg, arg_ok| self.apply(name, arg, arg_ok));
+    }
+
+    /// Call `f(name, argument, well_formed)` for each directive of one
+    /// Cache-Control-like field value (token or quoted-string arguments).
+    pub fn directives<'a>(value: &'a [u8], mut f: impl FnMut(&'a [u8], Option<&'a [u8]>, bool)) {
         let mut i = 0;
         let n = value.len();
         while i < n {
@@ -122,7 +134,7 @@ impl CacheControl {
                 }
                 i += 1;
             }
-            self.apply(name, arg, arg_ok);
+            f(name, arg, arg_ok);
         }
     }
 
@@ -134,7 +146,12 @@ impl CacheControl {
             7 if is(b"private") => self.private = true,
             7 if is(b"max-age") => set_freshness(&mut self.max_age, delta, &mut self.invalid_freshness),
             8 if is(b"no-store") => self.no_store = true,
-            8 if is(b"no-cache") => self.no_cache = true,
+            // A qualified no-cache naming fields withholds them; an empty
+            // or broken list is the unqualified form.
+            8 if is(b"no-cache") => match arg {
+                Some(a) if arg_ok && crate::list_items(a).next().is_some() => self.no_cache_fields = true,
+                _ => self.no_cache = true,
+            },
             8 if is(b"s-maxage") => set_freshness(&mut self.s_maxage, delta, &mut self.invalid_freshness),
             9 if is(b"immutable") => self.immutable = true,
             9 if is(b"min-fresh") => {
@@ -253,7 +270,8 @@ mod tests {
     #[test]
     fn quoted_arguments_may_hold_commas() {
         let c = cc("no-cache=\"Set-Cookie, X-Foo\", max-age=5");
-        assert!(c.no_cache);
+        assert!(c.no_cache_fields && !c.no_cache);
+        assert!(cc("no-cache=\"\"").no_cache, "an empty list is plain no-cache");
         assert_eq!(c.max_age, Some(5));
         let c = cc("private=\"a,b\\\"c\", public");
         assert!(c.private && c.public);

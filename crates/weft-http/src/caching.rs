@@ -19,6 +19,7 @@ use crate::cache_control::{CacheControl, DELTA_MAX};
 use crate::date::{parse_http_date, unix_secs};
 use crate::request::RequestHead;
 use crate::response::ResponseHead;
+pub use crate::targeted::{withheld, CacheRules, Targeted};
 use crate::{is_hop_by_hop, list_items, Method};
 
 /// Status codes that are heuristically cacheable (RFC 9110 §15.1).
@@ -332,7 +333,8 @@ fn kept_from_stored(name: &[u8]) -> bool {
 /// of a 304 response (`fresh`, parsed as `fresh_head`), into `out` (§3.2):
 /// the stored status line, the stored fields the 304 does not carry, then the
 /// 304's fields — except Content-Length, hop-by-hop fields and fields the
-/// 304's Connection names — and the blank line.
+/// 304's Connection names — and the blank line. The stored Age is dropped in
+/// any case: the refreshed response's age is the 304's (§4.2.3).
 pub fn merge_304(
     stored: &[u8],
     stored_head: &ResponseHead,
@@ -353,7 +355,7 @@ pub fn merge_304(
     };
     for f in stored_head.fields() {
         let name = f.name(stored);
-        if !replaced(name) {
+        if !replaced(name) && !name.eq_ignore_ascii_case(b"age") {
             out.extend_from_slice(f.line(stored));
             out.extend_from_slice(b"\r\n");
         }
@@ -558,6 +560,36 @@ mod tests {
     }
 
     #[test]
+    fn an_upstream_age_counts_against_freshness() {
+        // max-age=3600 arriving with Age: 7200 is stale on arrival.
+        let age = current_age(1000, 7200, 1000, 1000, 1000);
+        assert_eq!(age, 7200);
+        assert_eq!(decide(3600, age, &cc("max-age=3600"), &cc("")), Usable::Revalidate);
+        // Age plus the time in flight plus the time resident.
+        assert_eq!(current_age(1000, 100, 998, 1001, 1031), 100 + 3 + 30);
+        // Expires with the origin's Date skewed an hour ahead of this
+        // clock: the lifetime is Expires − Date (skew-free), and Age counts.
+        let date = 10_000 + 3600;
+        let life = lifetime("", Some(&fmt_secs(date + 600)), Some(date), None, 200);
+        assert_eq!(life, 600);
+        assert_eq!(current_age(date, 0, 10_000, 10_000, 10_000), 0);
+        assert_eq!(
+            decide(life, current_age(date, 700, 10_000, 10_000, 10_000), &cc(""), &cc("")),
+            Usable::Revalidate
+        );
+        // ... and an hour behind: the apparent age (response time − Date) counts.
+        let date = 10_000 - 3600;
+        let life = lifetime("", Some(&fmt_secs(date + 7200)), Some(date), None, 200);
+        assert_eq!(life, 7200);
+        assert_eq!(current_age(date, 0, 10_000, 10_000, 10_000), 3600);
+    }
+
+    fn fmt_secs(t: u64) -> String {
+        String::from_utf8(crate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t)).to_vec())
+            .unwrap()
+    }
+
+    #[test]
     fn decide_fresh_and_stale() {
         let none = CacheControl::default();
         assert_eq!(decide(60, 10, &none, &none), Usable::Fresh);
@@ -659,7 +691,7 @@ mod tests {
 
     #[test]
     fn merging_a_304() {
-        let stored = b"HTTP/1.1 200 OK\r\nDate: old\r\nETag: \"v1\"\r\nCache-Control: max-age=10\r\nContent-Length: 5\r\nX-Keep: yes\r\n\r\n";
+        let stored = b"HTTP/1.1 200 OK\r\nDate: old\r\nETag: \"v1\"\r\nAge: 70\r\nCache-Control: max-age=10\r\nContent-Length: 5\r\nX-Keep: yes\r\n\r\n";
         let fresh = b"HTTP/1.1 304 Not Modified\r\nDate: new\r\nCache-Control: max-age=99\r\nContent-Length: 0\r\nConnection: close, X-Hop\r\nX-Hop: no\r\nKeep-Alive: timeout=5\r\n\r\n";
         let mut out = Vec::new();
         merge_304(stored, &resp(stored), fresh, &resp(fresh), &mut out);

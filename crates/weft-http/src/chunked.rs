@@ -146,10 +146,12 @@ impl ChunkedDecoder {
                         _ => return Err(ChunkError("chunk size is not a hex number")),
                     },
                 },
+                // BWS is allowed only before a chunk extension (RFC 9112
+                // §7.1.1): `5 \r\n` is refused, never passed on as it came.
                 State::SizeWs { value } => match b {
                     b' ' | b'\t' => State::SizeWs { value },
                     b';' => State::Ext { value, len: 0 },
-                    b'\r' => State::SizeLf { value },
+                    b'\r' => return Err(ChunkError("whitespace after chunk size")),
                     _ => return Err(ChunkError("junk after chunk size")),
                 },
                 State::Ext { value, len } => match b {
@@ -312,6 +314,8 @@ mod tests {
             b"-1\r\n",
             b"0x5\r\n",
             b"5 x\r\n",
+            b"5 \r\nhello\r\n0\r\n\r\n",
+            b"5\t\r\nhello\r\n0\r\n\r\n",
             b"0\r\nX: 1\n\r\n",
             b"0\r\n\n",
         ] {

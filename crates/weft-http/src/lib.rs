@@ -18,12 +18,16 @@
 //! - [`cache_control`] and [`caching`]: the Cache-Control parser and the rules
 //!   of a shared cache (RFC 9111: storability, freshness, age, Vary, 304
 //!   merging, invalidation), with the clock passed in;
+//! - [`targeted`]: which field a cache takes its directives from (RFC 9213
+//!   targeted fields in a surrogate) and the fields `no-cache="..."` withholds;
 //! - [`represent`]: the answer to a request from a representation already
 //!   held (a file, a cache hit): preconditions, If-Range and Range in RFC
 //!   order, giving 200 / 206 / 304 / 412 / 416 and the bytes to send;
 //! - [`encode`]: the head writer (status line, Date, Content-Length,
 //!   Content-Range, validators) with integers formatted without allocating;
 //! - [`respond`]: whole heads and short generated responses built on it;
+//! - [`host`]: Host / authority validation (RFC 9112 §3.2) and the
+//!   dot-segment removal of a target's path (RFC 3986 §5.2.4) for forwarding;
 //! - [`fastcgi`]: the FastCGI responder role's records, the CGI response head
 //!   and the CGI/1.1 environment, for zero-copy dynamic content.
 //!
@@ -40,16 +44,19 @@ pub mod conditional;
 pub mod date;
 pub mod encode;
 pub mod fastcgi;
+pub mod host;
 pub mod range;
 pub mod represent;
 pub mod request;
 pub mod respond;
 pub mod response;
+pub mod targeted;
 
 pub use cache_control::CacheControl;
 pub use chunked::{ChunkError, ChunkedDecoder, Decoded};
 pub use conditional::{evaluate_preconditions, if_range_allows, make_etag, Precondition};
 pub use date::{fmt_http_date, parse_http_date, DateCache};
+pub use host::{normalize_path, valid_authority};
 pub use range::{evaluate_range, RangeOutcome};
 pub use represent::{Answer, Conditions, Representation, Role};
 pub use request::RequestHead;
@@ -106,7 +113,10 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-/// Request methods weft knows. Anything else is answered 501.
+/// Request methods weft knows. Anything else is answered 501, unless the
+/// head was told to accept extension methods ([`RequestHead::set_extension_methods`],
+/// a proxy forwarding them): then it is [`Method::Other`] and its token is
+/// [`RequestHead::method_bytes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Method {
     /// GET
@@ -127,6 +137,9 @@ pub enum Method {
     Trace,
     /// PATCH
     Patch,
+    /// Any other method token (RFC 9110 §9.1: the method set is extensible),
+    /// neither safe nor cacheable.
+    Other,
 }
 
 impl Method {
@@ -158,6 +171,8 @@ impl Method {
             Method::Options => "OPTIONS",
             Method::Trace => "TRACE",
             Method::Patch => "PATCH",
+            // Written from the request's own bytes by whoever forwards it.
+            Method::Other => "",
         }
     }
 

@@ -7,9 +7,11 @@
 //! other invalid bytes in the request line or field names, HTTP/0.9, a missing
 //! or repeated Host in HTTP/1.1, and request targets that are neither
 //! origin-form (`/...`), absolute-form (`http://...`), `*` for OPTIONS, nor
-//! authority-form for CONNECT. Limits: request line (414), head size and field
-//! count (431). Unknown methods get 501, as do transfer codings other than
-//! chunked.
+//! authority-form for CONNECT, a Host value (or an absolute-form target's
+//! authority) that is not `uri-host [":" port]` (RFC 9112 §3.2: spaces,
+//! userinfo). Limits: request line (414), head size and field count (431).
+//! Unknown methods get 501 (unless the head accepts extension methods), as do
+//! transfer codings other than chunked.
 
 use crate::MAX_HEADERS_CAP;
 use crate::{list_items, parse_decimal, split_absolute, trim, BodyFraming, Limits, Method, ParseError, Version};
@@ -27,8 +29,10 @@ impl Span {
         // `part` normally lies inside `buf` (the offset is a subtraction of
         // addresses, no unsafe needed), but httparse hands back a static ""
         // for a missing reason phrase: anything outside `buf` is an empty span.
+        // An empty part inside `buf` (an empty field value) keeps its place, so
+        // that [`Field::line`] still ends after the colon.
         let start = (part.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
-        if part.is_empty() || start > buf.len() || buf.len() - start < part.len() {
+        if start > buf.len() || buf.len() - start < part.len() {
             return Span::default();
         }
         Span {
@@ -141,6 +145,8 @@ pub enum TargetForm {
 #[derive(Clone, Debug)]
 pub struct RequestHead {
     method: Method,
+    method_span: Span,
+    extension_methods: bool,
     version: Version,
     target: Span,
     form: TargetForm,
@@ -196,6 +202,8 @@ impl RequestHead {
     pub fn new() -> RequestHead {
         RequestHead {
             method: Method::Get,
+            method_span: Span::default(),
+            extension_methods: false,
             version: Version::Http11,
             target: Span::default(),
             form: TargetForm::Origin,
@@ -240,9 +248,12 @@ impl RequestHead {
             return Err(err(431, "request head too large"));
         }
         let method_bytes = req.method.unwrap_or("").as_bytes();
-        let Some(method) = Method::from_bytes(method_bytes) else {
-            return Err(err(501, "method not implemented"));
+        let method = match Method::from_bytes(method_bytes) {
+            Some(m) => m,
+            None if self.extension_methods => Method::Other,
+            None => return Err(err(501, "method not implemented")),
         };
+        self.method_span = Span::of(buf, method_bytes);
         let target = req.path.unwrap_or("").as_bytes();
         let version = match req.version {
             Some(0) => Version::Http10,
@@ -276,6 +287,9 @@ impl RequestHead {
                 4 if name.eq_ignore_ascii_case(b"host") => {
                     if self.host.is_some() {
                         return Err(err(400, "more than one Host field"));
+                    }
+                    if !crate::host::valid_authority(value) {
+                        return Err(err(400, "invalid Host field (not host[:port])"));
                     }
                     self.host = Some(Span::of(buf, value));
                 }
@@ -344,6 +358,11 @@ impl RequestHead {
         if version == Version::Http11 && self.host.is_none() {
             return Err(err(400, "missing Host field"));
         }
+        if self.form == TargetForm::Absolute
+            && !split_absolute(target).is_some_and(|(_, a, _)| crate::host::valid_authority(a))
+        {
+            return Err(err(400, "invalid authority in the request target"));
+        }
         self.keep_alive = match version {
             Version::Http11 => !conn_close,
             Version::Http10 => conn_keep_alive && !conn_close,
@@ -355,6 +374,17 @@ impl RequestHead {
     #[inline]
     pub fn method(&self) -> Method {
         self.method
+    }
+    /// The method token as sent (the only name of a [`Method::Other`]).
+    #[inline]
+    pub fn method_bytes<'a>(&self, data: &'a [u8]) -> &'a [u8] {
+        self.method_span.get(data)
+    }
+    /// Accept methods weft does not know as [`Method::Other`] instead of
+    /// refusing them with 501 (a proxy forwards them).
+    #[inline]
+    pub fn set_extension_methods(&mut self, on: bool) {
+        self.extension_methods = on;
     }
     /// The version.
     #[inline]
@@ -463,6 +493,15 @@ mod tests {
     }
 
     #[test]
+    fn empty_values_keep_their_colon() {
+        let d = b"GET / HTTP/1.1\r\nHost: x\r\nX-Empty:\r\nX-B:   \r\nVary:\r\nVary: *\r\n\r\n";
+        let h = RequestHead::parsed(d).unwrap();
+        let lines: Vec<&[u8]> = h.fields().iter().map(|f| f.line(d)).collect();
+        assert_eq!(lines, [&b"Host: x"[..], b"X-Empty:", b"X-B:   ", b"Vary:", b"Vary: *"]);
+        assert_eq!(h.header(d, "x-empty"), Some(&b""[..]));
+    }
+
+    #[test]
     fn incomplete_heads_ask_for_more() {
         assert_eq!(parse(b"GET / HTTP/1.1\r\nHost: x\r\n"), Ok(None));
         assert_eq!(parse(b"GE"), Ok(None));
@@ -538,10 +577,36 @@ mod tests {
             (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
             (b"GET / HTTP/2.0\r\nHost: t\r\n\r\n", 400),
             (b"FROB / HTTP/1.1\r\nHost: t\r\n\r\n", 501),
+            (b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: user@h\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: h:x\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: h/x\r\n\r\n", 400),
+            (b"GET http://u@h/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+            (b"GET http://h:1:2/ HTTP/1.1\r\nHost: h\r\n\r\n", 400),
         ];
         for (req, want) in cases {
             assert_eq!(status(req), *want, "{:?}", String::from_utf8_lossy(req));
         }
+    }
+
+    #[test]
+    fn extension_methods_when_asked() {
+        let d = b"PURGE /x HTTP/1.1\r\nHost: h\r\n\r\n";
+        let mut h = RequestHead::new();
+        assert_eq!(h.parse(d, &Limits::default()).unwrap_err().status, 501);
+        h.set_extension_methods(true);
+        assert!(h.parse(d, &Limits::default()).unwrap().is_some());
+        assert_eq!(h.method(), Method::Other);
+        assert!(!h.method().is_safe());
+        assert_eq!(h.method_bytes(d), b"PURGE");
+        h.parse(b"GET / HTTP/1.1\r\nHost: \r\n\r\n", &Limits::default())
+            .unwrap();
+        assert_eq!(h.method(), Method::Get);
+        assert_eq!(
+            h.host(b"GET / HTTP/1.1\r\nHost: \r\n\r\n"),
+            Some(&b""[..]),
+            "an empty Host is valid"
+        );
     }
 
     #[test]
