@@ -8,6 +8,7 @@ mod front;
 mod load;
 mod origin;
 mod proxy;
+mod proxy_http;
 mod serve;
 mod service;
 mod sim;

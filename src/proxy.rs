@@ -218,6 +218,10 @@ pub struct ProxyArgs {
     /// This proxy's name in Via, used to detect loops [default: hostname:port].
     #[arg(long, value_name = "NAME")]
     pub via_name: Option<String>,
+
+    // Targeted cache control, unknown methods.
+    #[command(flatten)]
+    pub http: crate::proxy_http::HttpRuleArgs,
 }
 
 impl ProxyArgs {
@@ -255,6 +259,7 @@ impl ProxyArgs {
         if let Some(p) = &self.connect_ports {
             c.connect_ports = p.0.clone();
         }
+        self.http.apply(&mut c);
         c
     }
 }

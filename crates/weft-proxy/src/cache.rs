@@ -156,13 +156,13 @@ mod tests {
     use super::*;
     use crate::config::CachePolicy;
     use bytes::Bytes;
-    use weft_http::caching::Heuristic;
+    use weft_http::caching::CacheRules;
 
     fn object(body: &'static [u8]) -> Arc<Object> {
         let head = Bytes::from_static(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\r\n");
         let mut agg = weft_buf::Aggregate::new();
         agg.push(Bytes::from_static(body));
-        Arc::new(Object::build(head, agg, b"", 100, 100, &Heuristic::default()).expect("storable"))
+        Arc::new(Object::build(head, agg, b"", 100, 100, &CacheRules::default()).expect("storable"))
     }
 
     #[test]

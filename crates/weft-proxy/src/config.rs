@@ -204,6 +204,12 @@ pub struct ProxyConfig {
     pub admin: Option<SocketAddr>,
     /// `weft front`: the upstream of each request is chosen by this decision state.
     pub front: Option<std::sync::Arc<crate::front::Front>>,
+    /// Surrogate mode: a targeted field (`*-Cache-Control`, RFC 9213)
+    /// honoured ahead of CDN-Cache-Control and Cache-Control.
+    pub targeted_cache_control: Option<String>,
+    /// Forward requests with methods weft does not know (they invalidate the
+    /// cached target like unsafe methods); false: 501.
+    pub extension_methods: bool,
 }
 
 impl ProxyConfig {
@@ -266,6 +272,8 @@ impl Default for ProxyConfig {
             stats_on_exit: false,
             admin: None,
             front: None,
+            targeted_cache_control: None,
+            extension_methods: true,
         }
     }
 }

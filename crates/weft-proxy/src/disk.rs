@@ -42,7 +42,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
 use weft_buf::Aggregate;
-use weft_http::caching::Heuristic;
+use weft_http::caching::CacheRules;
 use weft_io::Token;
 use weft_policy::{Lru, Replacement};
 
@@ -69,6 +69,8 @@ pub struct DiskConfig {
     pub cap: u64,
     /// Largest body accepted from a file (`--max-object-size`).
     pub max_object: u64,
+    /// The rules objects read back are built by.
+    pub rules: CacheRules,
 }
 
 /// Counters of the disk store.
@@ -224,7 +226,7 @@ struct Inner {
     stop: AtomicBool,
     mailboxes: Mailboxes<Loaded>,
     store: Arc<Mutex<Store>>,
-    heuristic: Heuristic,
+    rules: CacheRules,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -302,6 +304,7 @@ impl DiskStore {
             scanning: true,
             ..Index::default()
         };
+        let rules = cfg.rules;
         let inner = Arc::new(Inner {
             cfg,
             index: Mutex::new(index),
@@ -313,7 +316,7 @@ impl DiskStore {
             stop: AtomicBool::new(false),
             mailboxes,
             store,
-            heuristic: Heuristic::default(),
+            rules,
         });
         let mut threads = Vec::new();
         let i = inner.clone();
@@ -818,7 +821,7 @@ fn load_file(inner: &Inner, path: &Path, key: &[u8]) -> Result<Object, LoadError
         &h.vary_key,
         h.request_time,
         h.response_time,
-        &inner.heuristic,
+        &inner.rules,
     )
     .ok_or(LoadError::Damaged)
 }

@@ -5,7 +5,9 @@
 //! field it names, Keep-Alive, Proxy-Connection, TE, Trailer, Upgrade, the
 //! proxy authentication fields) are removed; `Via` gets this proxy's entry;
 //! `X-Forwarded-For` gets the client's address. The request goes upstream as
-//! HTTP/1.1 in origin-form whatever the client spoke.
+//! HTTP/1.1 in origin-form whatever the client spoke, with one Content-Length
+//! (repeated equal ones collapsed). Field lines are copied byte for byte, an
+//! empty value with its colon.
 
 use std::net::IpAddr;
 use weft_http::{is_hop_by_hop, list_items, Method, RequestHead, ResponseHead};
@@ -95,7 +97,10 @@ pub struct Forward<'a> {
 }
 
 fn skip_request_field(name: &[u8], req: &RequestHead, data: &[u8], f: &Forward<'_>) -> bool {
-    if name.eq_ignore_ascii_case(b"host") || name.eq_ignore_ascii_case(b"expect") {
+    if name.eq_ignore_ascii_case(b"host")
+        || name.eq_ignore_ascii_case(b"expect")
+        || name.eq_ignore_ascii_case(b"content-length")
+    {
         return true;
     }
     if name.eq_ignore_ascii_case(b"transfer-encoding") {
@@ -120,7 +125,10 @@ fn skip_request_field(name: &[u8], req: &RequestHead, data: &[u8], f: &Forward<'
 
 /// Write the request to send upstream into `out`.
 pub fn write_request(out: &mut Vec<u8>, req: &RequestHead, data: &[u8], f: &Forward<'_>) {
-    out.extend_from_slice(f.method.as_str().as_bytes());
+    match f.method {
+        Method::Other => out.extend_from_slice(req.method_bytes(data)),
+        m => out.extend_from_slice(m.as_str().as_bytes()),
+    }
     out.push(b' ');
     out.extend_from_slice(f.path);
     out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
@@ -132,6 +140,16 @@ pub fn write_request(out: &mut Vec<u8>, req: &RequestHead, data: &[u8], f: &Forw
             continue;
         }
         out.extend_from_slice(field.line(data));
+        out.extend_from_slice(b"\r\n");
+    }
+    // One Content-Length of the length the parser settled on.
+    if req.header(data, "content-length").is_some() {
+        let n = match req.framing() {
+            weft_http::BodyFraming::Length(n) => n,
+            _ => 0,
+        };
+        out.extend_from_slice(b"Content-Length: ");
+        weft_http::push_decimal(out, n);
         out.extend_from_slice(b"\r\n");
     }
     if let Some((etag, lm)) = f.validators {
@@ -161,7 +179,8 @@ pub fn write_request(out: &mut Vec<u8>, req: &RequestHead, data: &[u8], f: &Forw
 pub enum HeadFor {
     /// Relayed to the client now (Age passes through).
     Client,
-    /// Stored (Age is recomputed on every hit, Date added if missing).
+    /// Stored (Date added if missing; the first Age kept, as part of the
+    /// object's age, fields a `no-cache="..."` names left out).
     Store,
 }
 
@@ -186,15 +205,22 @@ pub fn write_response_fields(
         out.extend_from_slice(reason);
     }
     out.extend_from_slice(b"\r\n");
-    let mut has_date = false;
+    let (mut has_date, mut has_age) = (false, false);
     for field in resp.fields() {
         let name = field.name(data);
         if is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"content-length") || resp.connection_has_bytes(data, name)
         {
             continue;
         }
-        if for_ == HeadFor::Store && name.eq_ignore_ascii_case(b"age") {
-            continue;
+        if for_ == HeadFor::Store {
+            if name.eq_ignore_ascii_case(b"age") {
+                if has_age {
+                    continue;
+                }
+                has_age = true;
+            } else if weft_http::caching::withheld(resp, data, name) {
+                continue;
+            }
         }
         if name.eq_ignore_ascii_case(b"date") {
             has_date = true;
@@ -316,7 +342,45 @@ mod tests {
         write_response_fields(&mut out, &r, d, b"1.1 me", b"DATE", HeadFor::Store);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "HTTP/1.1 200 Fine\r\nETag: \"e\"\r\nDate: DATE\r\nVia: 1.1 me\r\n"
+            "HTTP/1.1 200 Fine\r\nAge: 3\r\nETag: \"e\"\r\nDate: DATE\r\nVia: 1.1 me\r\n"
+        );
+    }
+
+    #[test]
+    fn empty_values_and_withheld_fields() {
+        let d = b"HTTP/1.1 200 OK\r\nX-Empty:\r\nVary:\r\nVary: *\r\nCache-Control: max-age=9, no-cache=\"Set-Cookie\"\r\nSet-Cookie: a=1\r\nAge: 1\r\nAge: 2\r\n\r\n";
+        let r = resp(d);
+        let mut out = Vec::new();
+        write_response_fields(&mut out, &r, d, b"1.1 me", b"D", HeadFor::Client);
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("\r\nX-Empty:\r\nVary:\r\nVary: *\r\n") && s.contains("Set-Cookie: a=1"), "{s}");
+        let mut out = Vec::new();
+        write_response_fields(&mut out, &r, d, b"1.1 me", b"D", HeadFor::Store);
+        let s = String::from_utf8(out).unwrap();
+        assert!(!s.contains("Set-Cookie:") && s.contains("X-Empty:\r\n"), "{s}");
+        assert!(s.contains("Age: 1\r\n") && !s.contains("Age: 2"), "{s}");
+    }
+
+    #[test]
+    fn forwarded_length_and_methods() {
+        let d = b"PURGE /x HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nX-Empty:\r\nContent-Length: 3, 3\r\n\r\n";
+        let mut r = RequestHead::new();
+        r.set_extension_methods(true);
+        r.parse(d, &weft_http::Limits::default()).unwrap().unwrap();
+        let mut out = Vec::new();
+        let f = Forward {
+            method: r.method(),
+            path: b"/x",
+            host: b"h",
+            via: b"1.1 me",
+            client: None,
+            chunked_body: false,
+            validators: None,
+        };
+        write_request(&mut out, &r, d, &f);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "PURGE /x HTTP/1.1\r\nHost: h\r\nX-Empty:\r\nContent-Length: 3\r\nVia: 1.1 me\r\n\r\n"
         );
     }
 }

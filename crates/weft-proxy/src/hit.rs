@@ -74,7 +74,7 @@ impl Worker<'_> {
             &obj.vary_key,
             txn.request_time,
             now,
-            &sh.heuristic,
+            &sh.rules,
         );
         u.buf.consume(n);
         let reusable = txn.up_keep_alive;
@@ -175,6 +175,7 @@ pub(crate) fn serve_hit(
     match decision {
         Answer::NotModified => {
             let v = out.own_mut();
+            // (not_modified keeps only the fields RFC 9110 lists: no Age.)
             let fields = &obj.head[obj.status_line_len.min(stored_fields)..stored_fields];
             respond::not_modified(v, date, fields);
             tail(v, None);
@@ -192,7 +193,7 @@ pub(crate) fn serve_hit(
         }
         Answer::Partial { start, end, .. } => {
             encode::status_line(out.own_mut(), 206);
-            out.push_shared(obj.head.slice(obj.status_line_len..stored_fields));
+            push_head(out, obj, obj.status_line_len);
             let v = out.own_mut();
             if let Some(cr) = decision.content_range() {
                 encode::content_range(v, cr);
@@ -202,13 +203,23 @@ pub(crate) fn serve_hit(
             st.bytes_cache += end - start;
         }
         Answer::Full { body, .. } => {
-            out.push_shared(obj.head.slice(..stored_fields));
+            push_head(out, obj, 0);
             let cl = if obj.status == 204 { None } else { Some(len) };
             tail(out.own_mut(), cl);
             if body {
                 out.push_aggregate(&obj.body);
                 st.bytes_cache += len;
             }
+        }
+    }
+}
+
+/// The stored head from `from` to its blank line, without the Age it was
+/// stored with (the answer's own Age follows), as shared slices.
+fn push_head(out: &mut OutChain, obj: &Object, from: usize) {
+    for part in obj.head_parts(from) {
+        if !part.is_empty() {
+            out.push_shared(part);
         }
     }
 }

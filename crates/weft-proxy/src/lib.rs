@@ -116,6 +116,7 @@ impl Proxy {
         for l in &listeners {
             tune_listener(l, &cfg);
         }
+        let rules = store::cache_rules(&cfg).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let resolver = resolve::Resolver::start(workers, cfg.resolver_threads)?;
         let store = (cfg.cache_size > 0).then(|| {
             Arc::new(Mutex::new(store::Store::new(
@@ -138,6 +139,7 @@ impl Proxy {
                         dir: dir.clone(),
                         cap: cfg.cache_dir_size,
                         max_object: cfg.max_object_size,
+                        rules,
                     },
                     workers,
                     store.clone(),

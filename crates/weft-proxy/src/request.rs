@@ -31,6 +31,8 @@ impl Worker<'_> {
         if c.out.len() >= COALESCE_MAX {
             return None;
         }
+        // Methods weft does not know are forwarded (unless configured not to).
+        c.req.set_extension_methods(self.sh.cfg.extension_methods);
         let parsed = c.req.parse(c.input.pending(), &limits);
         let n = match parsed {
             Ok(None) => {
@@ -170,7 +172,9 @@ impl Worker<'_> {
 
 /// Fill in where the request goes (the transaction's upstream host and port,
 /// origin-form path and Host value) and its primary cache key, from its
-/// target, Host and the configured routes.
+/// target, Host and the configured routes. The path is forwarded (and keyed)
+/// with its dot-segments removed; one that climbs above the root, or holds
+/// `%00` or a broken escape, is refused with 400.
 fn route_target(
     cfg: &ProxyConfig,
     txn: &mut Txn,
@@ -203,7 +207,7 @@ fn route_target(
         let (h, p) = headers::split_authority(authority, 80).ok_or((400, "invalid host in the request target"))?;
         key_host = h;
         key_port = p;
-        txn.path.extend_from_slice(path);
+        weft_http::normalize_path(path, &mut txn.path).map_err(|e| (400, e))?;
         txn.host_value.extend_from_slice(authority);
         if !cfg.is_reverse() {
             push_lower(&mut txn.host, h);
@@ -213,7 +217,7 @@ fn route_target(
         if !cfg.is_reverse() {
             return Err((400, "a forward proxy needs an absolute-form target (http://host/path)"));
         }
-        txn.path.extend_from_slice(target);
+        weft_http::normalize_path(target, &mut txn.path).map_err(|e| (400, e))?;
         if let Some(h) = req.host(data) {
             txn.host_value.extend_from_slice(h);
             if let Some((kh, kp)) = headers::split_authority(h, 80) {

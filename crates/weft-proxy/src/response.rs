@@ -24,7 +24,7 @@ use std::sync::Arc;
 use weft_http::caching::{self, StoreQuery};
 use weft_http::date::unix_secs;
 use weft_http::encode;
-use weft_http::{BodyFraming, CacheControl, ChunkedDecoder, Method, RequestHead, ResponseHead};
+use weft_http::{BodyFraming, ChunkedDecoder, Method, RequestHead, ResponseHead};
 use weft_io::{Ctx, OutChain, Poller, Token};
 
 /// How the client's copy of a response is delimited.
@@ -194,14 +194,14 @@ fn store_plan(
     framing: BodyFraming,
     now: u64,
 ) -> Option<StorePlan> {
-    let rcc = CacheControl::parse(resp.header_all(rdata, "cache-control"));
+    let (rcc, expires) = sh.rules.directives(resp, rdata);
     let q = StoreQuery {
         method: txn.method,
         status: txn.status,
         request: &txn.req_cc,
         response: &rcc,
         authorization: req.header(qdata, "authorization").is_some(),
-        expires: resp.header(rdata, "expires").is_some(),
+        expires: expires && resp.header(rdata, "expires").is_some(),
         vary_star: caching::vary_has_star(resp.header_all(rdata, "vary")),
     };
     let fits = match framing {
@@ -243,7 +243,7 @@ pub(crate) fn store_object(
         &plan.vary_key,
         request_time,
         plan.response_time,
-        &sh.heuristic,
+        &sh.rules,
     ) {
         if sh.cache.insert(key, Arc::new(obj)) {
             sh.stats.stored += 1;

@@ -16,12 +16,25 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 use weft_buf::Aggregate;
-use weft_http::caching::{self, Heuristic, LifetimeQuery};
+use weft_http::caching::{self, CacheRules, LifetimeQuery, Targeted};
 use weft_http::date::{parse_http_date, unix_secs};
 use weft_http::{CacheControl, Limits, ResponseHead};
 use weft_policy::{Gds, Lru, Replacement};
 
-use crate::config::CachePolicy;
+use crate::config::{CachePolicy, ProxyConfig};
+
+/// The cache rules of a proxy: the default heuristic, and in a surrogate
+/// (reverse proxy, `weft front`) the targeted fields of RFC 9213 —
+/// `--targeted-cache-control`, then CDN-Cache-Control. A forward proxy uses
+/// Cache-Control only. Err: a bad `targeted-cache-control` name.
+pub fn cache_rules(cfg: &ProxyConfig) -> Result<CacheRules, String> {
+    let targeted = Targeted::surrogate(cfg.targeted_cache_control.as_deref())?;
+    let surrogate = cfg.is_reverse() || cfg.front.is_some();
+    Ok(CacheRules {
+        targeted: if surrogate { targeted } else { Targeted::default() },
+        ..CacheRules::default()
+    })
+}
 
 /// Fixed per-object bookkeeping counted against the budget besides head and body.
 const OVERHEAD: u64 = 256;
@@ -30,8 +43,12 @@ const OVERHEAD: u64 = 256;
 #[derive(Debug)]
 pub struct Object {
     /// Status line and fields, ending with the blank line; no Content-Length,
-    /// no Age, no hop-by-hop fields.
+    /// no hop-by-hop fields, no fields a `no-cache="..."` names. The Age
+    /// received, if any, is kept (it is part of the object's age); a hit
+    /// sends the head without it ([`Object::head_parts`]).
     pub head: Bytes,
+    /// Where the stored Age line (with its CRLF) lies in `head` (empty: none).
+    pub age_line: std::ops::Range<usize>,
     /// Length of the status line including its CRLF.
     pub status_line_len: usize,
     /// The body.
@@ -62,14 +79,16 @@ pub struct Object {
 
 impl Object {
     /// Build an object from a stored head (as described on [`Object::head`]),
-    /// its body, the request's secondary key, and the exchange's times.
+    /// its body, the request's secondary key, and the exchange's times; its
+    /// directives come from the field `rules` select (Cache-Control, or a
+    /// targeted field in a surrogate).
     pub fn build(
         head: Bytes,
         body: Aggregate,
         vary_key: &[u8],
         request_time: u64,
         response_time: u64,
-        heuristic: &Heuristic,
+        rules: &CacheRules,
     ) -> Option<Object> {
         let mut h = ResponseHead::new();
         let limits = Limits {
@@ -82,7 +101,7 @@ impl Object {
             return None;
         }
         let data: &[u8] = &head;
-        let cc = CacheControl::parse(h.header_all(data, "cache-control"));
+        let (cc, expires_counts) = rules.directives(&h, data);
         let vary = {
             let mut v: Vec<u8> = Vec::new();
             for val in h.header_all(data, "vary") {
@@ -107,16 +126,25 @@ impl Object {
             .map(unix_secs)
             .unwrap_or(response_time);
         let age_value = caching::parse_age(h.header(data, "age"));
+        let age_line = h
+            .fields()
+            .iter()
+            .find(|f| f.name(data).eq_ignore_ascii_case(b"age"))
+            .map_or(0..0, |f| {
+                let line = f.line(data);
+                let start = line.as_ptr() as usize - data.as_ptr() as usize;
+                start..(start + line.len() + 2).min(data.len())
+            });
         let lifetime = caching::freshness_lifetime(
             &LifetimeQuery {
                 response: &cc,
-                expires: h.header(data, "expires"),
+                expires: h.header(data, "expires").filter(|_| expires_counts),
                 date: Some(date),
                 last_modified: last_modified.as_ref().map(|(_, t)| *t),
                 status: h.status(),
                 response_time,
             },
-            heuristic,
+            &rules.heuristic,
         );
         let status_line_len = memchr::memmem::find(data, b"\r\n").map(|i| i + 2).unwrap_or(0);
         Some(Object {
@@ -129,12 +157,25 @@ impl Object {
             last_modified,
             date,
             age_value,
+            age_line,
             request_time,
             response_time,
             lifetime,
             head,
             body,
         })
+    }
+
+    /// The stored head from `from` up to its blank line, without the Age
+    /// line: one slice, or two around the Age line (shared, not copied).
+    pub fn head_parts(&self, from: usize) -> [Bytes; 2] {
+        let end = self.head.len() - 2;
+        let from = from.min(end);
+        let a = &self.age_line;
+        if a.is_empty() || a.start < from || a.end > end {
+            return [self.head.slice(from..end), Bytes::new()];
+        }
+        [self.head.slice(from..a.start), self.head.slice(a.end..end)]
     }
 
     /// Current age in seconds at `now` (seconds since the epoch).
@@ -344,7 +385,7 @@ mod tests {
             vary_key,
             1000,
             1000,
-            &Heuristic::default(),
+            &CacheRules::default(),
         )
         .unwrap()
     }
@@ -365,6 +406,26 @@ mod tests {
         assert_eq!(o.vary.as_deref(), Some(&b"Accept"[..]));
         assert_eq!(o.age(1010), 15);
         assert_eq!(o.status_line_len, 17);
+        // A hit sends the head without the stored Age.
+        let [a, b] = o.head_parts(0);
+        let sent = [&a[..], &b[..]].concat();
+        assert!(!String::from_utf8_lossy(&sent).contains("Age:"));
+        assert_eq!(sent.len(), o.head.len() - 2 - "Age: 5\r\n".len());
+        assert!(sent.ends_with(b"Vary: Accept\r\n"));
+        let [a, b] = o.head_parts(o.status_line_len);
+        assert!(a.starts_with(b"Date:") && b.starts_with(b"Vary:"));
+    }
+
+    #[test]
+    fn an_upstream_age_makes_an_object_stale_on_arrival() {
+        let o = obj(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=3600\r\nAge: 7200\r\n\r\n",
+            b"x",
+            b"",
+        );
+        assert!(o.age(1000) >= 7200 && o.lifetime == 3600);
+        let [a, b] = o.head_parts(0);
+        assert!(b.is_empty() && !a.ends_with(b"\r\n\r\n"));
     }
 
     #[test]

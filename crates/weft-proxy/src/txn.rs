@@ -188,6 +188,19 @@ impl Worker<'_> {
         // early answer such as 413 is read and relayed).
         match read_response_head(u, &mut self.sh.resp, &mut self.sh.bufs, &limits, first_read, cx.now) {
             HeadRead::Head(n) => self.on_response_head(cx, ct, ut, n),
+            HeadRead::Interim(n) => {
+                // Relayed at once (the next step flushes it) to an HTTP/1.1
+                // client, before the final response; never stored.
+                if c.txn.as_ref().is_some_and(|t| !t.http10) {
+                    let (sh, v) = (&self.sh, c.out.own_mut());
+                    let rdata = &u.buf.pending()[..n];
+                    let client = crate::headers::HeadFor::Client;
+                    crate::headers::write_response_fields(v, &sh.resp, rdata, &sh.via, sh.date.get(), client);
+                    weft_http::encode::end(v);
+                }
+                u.buf.consume(n);
+                Flow::Again
+            }
             HeadRead::Wait => Flow::Wait,
             HeadRead::Bad(reason) => self.fail(cx, ct, 502, reason),
             HeadRead::Lost(reason) => self.upstream_lost(cx, ct, reason),

@@ -66,6 +66,9 @@ impl UpstreamPool {
 pub(crate) enum HeadRead {
     /// A final response head, this many bytes at the front of the input.
     Head(usize),
+    /// An interim response head (1xx but 100 and 101: 102, 103 Early
+    /// Hints...), this many bytes at the front: relayed, never cached.
+    Interim(usize),
     /// Waiting for the upstream to send more.
     Wait,
     /// A malformed, oversized or cut head: 502.
@@ -76,8 +79,8 @@ pub(crate) enum HeadRead {
 
 /// Read the upstream's response head into its input buffer (reads of
 /// `first_read` bytes, so a body's first bytes stay small) and parse it into
-/// `resp`. Interim 1xx responses are dropped (the proxy answered
-/// Expect: 100-continue itself); 101 is refused.
+/// `resp`. 100 Continue is dropped (the proxy answered Expect: 100-continue
+/// itself); 101 is refused; other 1xx are handed back to be relayed.
 pub(crate) fn read_response_head(
     u: &mut Upstream,
     resp: &mut ResponseHead,
@@ -95,6 +98,9 @@ pub(crate) fn read_response_head(
                     if (100..200).contains(&status) {
                         if status == 101 {
                             return HeadRead::Bad("upstream switched protocols unasked");
+                        }
+                        if status != 100 {
+                            return HeadRead::Interim(n);
                         }
                         u.buf.consume(n);
                         continue;

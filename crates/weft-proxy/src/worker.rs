@@ -39,7 +39,7 @@ use std::io;
 use std::os::fd::{AsFd, RawFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use weft_http::caching::Heuristic;
+use weft_http::caching::CacheRules;
 use weft_http::respond::{self, Persist};
 use weft_http::ResponseHead;
 use weft_io::sys::{self, Fd};
@@ -158,7 +158,7 @@ pub(crate) struct Shared<'a> {
     pub(crate) relay_bufs: Vec<bytes::BytesMut>,
     /// Recycled tunnel copy buffers.
     pub(crate) tunnel_bufs: crate::tunnel::TunnelBufs,
-    pub(crate) heuristic: Heuristic,
+    pub(crate) rules: CacheRules,
     pub(crate) draining: bool,
 }
 
@@ -232,7 +232,7 @@ impl<'a> Worker<'a> {
                 vary_scratch: Vec::new(),
                 relay_bufs: Vec::new(),
                 tunnel_bufs: Default::default(),
-                heuristic: Heuristic::default(),
+                rules: crate::store::cache_rules(s.cfg).unwrap_or_default(),
                 draining: false,
             },
             slot: s.slot,

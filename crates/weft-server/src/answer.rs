@@ -41,6 +41,15 @@ pub(crate) fn serve_target(
     let info = match crate::path::resolve(target, &mut s.rel) {
         Ok(i) => i,
         Err(e) => {
+            // A malformed target (400: %00, a broken escape) closes the
+            // connection like any malformed request.
+            let persist = if e.status() == 400 {
+                c.close_after = true;
+                c.linger_on_close = true;
+                Persist::Close
+            } else {
+                persist
+            };
             let n = respond::simple(
                 c.out.own_mut(),
                 e.status(),

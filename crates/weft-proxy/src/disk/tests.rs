@@ -30,7 +30,7 @@ fn object(body: &[u8], vary_key: &[u8]) -> Arc<Object> {
     let head = Bytes::from_static(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nETag: \"x\"\r\n\r\n");
     let mut agg = Aggregate::new();
     agg.push(Bytes::copy_from_slice(body));
-    Arc::new(Object::build(head, agg, vary_key, 1000, 1001, &Heuristic::default()).unwrap())
+    Arc::new(Object::build(head, agg, vary_key, 1000, 1001, &CacheRules::default()).unwrap())
 }
 
 /// A 1 MiB memory store and the settings of a disk store over `dir`.
@@ -40,6 +40,7 @@ fn setup(dir: &Path, cap: u64) -> (DiskConfig, Arc<Mutex<Store>>) {
         dir: dir.to_path_buf(),
         cap,
         max_object: 1 << 20,
+        rules: CacheRules::default(),
     };
     (cfg, store)
 }

@@ -1,0 +1,38 @@
+//! `weft proxy` flags for HTTP rules beyond RFC 9111's fixed ones: the
+//! targeted cache-control field a surrogate honours (RFC 9213) and what
+//! happens to methods weft does not know.
+
+use clap::Args;
+
+/// `--targeted-cache-control NAME`: a `*-Cache-Control` field name.
+fn targeted_name(s: &str) -> Result<String, String> {
+    weft_http::caching::Targeted::surrogate(Some(s)).map(|_| s.to_string())
+}
+
+/// HTTP rule flags of `weft proxy` (also keys of the config file's table).
+#[derive(Args, Debug, Clone, Default)]
+pub struct HttpRuleArgs {
+    /// Reverse mode: a targeted field (RFC 9213, e.g. Weft-Cache-Control)
+    /// whose directives are used ahead of CDN-Cache-Control, which is used
+    /// ahead of Cache-Control and Expires; forward mode ignores both
+    /// [default: CDN-Cache-Control only].
+    #[arg(long, value_name = "FIELD", value_parser = targeted_name)]
+    pub targeted_cache_control: Option<String>,
+
+    /// Forward requests with methods weft does not know (they invalidate the
+    /// cached target as unsafe methods do); false answers them 501 [default: true].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub forward_unknown_methods: Option<bool>,
+}
+
+impl HttpRuleArgs {
+    /// Apply the flags given.
+    pub fn apply(&self, c: &mut weft_proxy::ProxyConfig) {
+        if let Some(t) = &self.targeted_cache_control {
+            c.targeted_cache_control = Some(t.clone());
+        }
+        if let Some(f) = self.forward_unknown_methods {
+            c.extension_methods = f;
+        }
+    }
+}
