@@ -6,7 +6,9 @@ use clap::Args;
 
 /// `--targeted-cache-control NAME`: a `*-Cache-Control` field name.
 fn targeted_name(s: &str) -> Result<String, String> {
-    weft_http::caching::Targeted::surrogate(Some(s)).map(|_| s.to_string())
+    weft_http::caching::Targeted::surrogate(Some(s))
+        .map(|_| s.to_string())
+        .map_err(|e| e.trim_start_matches("targeted-cache-control: ").to_string())
 }
 
 /// HTTP rule flags of `weft proxy` (also keys of the config file's table).

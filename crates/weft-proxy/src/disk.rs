@@ -815,15 +815,7 @@ fn load_file(inner: &Inner, path: &Path, key: &[u8]) -> Result<Object, LoadError
     if !all.is_empty() {
         body.push(all);
     }
-    Object::build(
-        head,
-        body,
-        &h.vary_key,
-        h.request_time,
-        h.response_time,
-        &inner.rules,
-    )
-    .ok_or(LoadError::Damaged)
+    Object::build(head, body, &h.vary_key, h.request_time, h.response_time, &inner.rules).ok_or(LoadError::Damaged)
 }
 
 #[cfg(test)]

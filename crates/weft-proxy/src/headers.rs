@@ -353,7 +353,10 @@ mod tests {
         let mut out = Vec::new();
         write_response_fields(&mut out, &r, d, b"1.1 me", b"D", HeadFor::Client);
         let s = String::from_utf8(out).unwrap();
-        assert!(s.contains("\r\nX-Empty:\r\nVary:\r\nVary: *\r\n") && s.contains("Set-Cookie: a=1"), "{s}");
+        assert!(
+            s.contains("\r\nX-Empty:\r\nVary:\r\nVary: *\r\n") && s.contains("Set-Cookie: a=1"),
+            "{s}"
+        );
         let mut out = Vec::new();
         write_response_fields(&mut out, &r, d, b"1.1 me", b"D", HeadFor::Store);
         let s = String::from_utf8(out).unwrap();

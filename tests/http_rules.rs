@@ -1,0 +1,382 @@
+//! The HTTP correctness rules of issue 17 §1, through the real binaries:
+//! empty field values, the upstream's Age, targeted cache control (RFC 9213),
+//! interim responses, `no-cache="field"`, Host validation, forwarding hygiene
+//! (Content-Length, chunk sizes, dot-segments, malformed targets) and unknown
+//! methods. The origin is a scripted one written here: it records each
+//! request head byte for byte and answers by path.
+
+mod common;
+
+use common::{raw, Reader, Weft};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// A scripted origin: one thread per connection, keep-alive, every request
+/// head (and body) recorded as received.
+struct Origin {
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+    /// `/hints` holds its final response until this is set.
+    release: Arc<AtomicBool>,
+}
+
+fn http_date(t: SystemTime) -> String {
+    String::from_utf8(weft_http::fmt_http_date(t).to_vec()).unwrap()
+}
+
+/// The response to a request (its head as received), by path.
+fn answer(head: &str, s: &mut TcpStream, release: &AtomicBool) {
+    let path = head.split(' ').nth(1).unwrap_or("");
+    let now = SystemTime::now();
+    let ahead = http_date(now + Duration::from_secs(3600));
+    let ahead_expires = http_date(now + Duration::from_secs(3600 + 600));
+    let fields = match path {
+        "/empty" => "X-Empty:\r\nVary:\r\nVary: *\r\nCache-Control: max-age=60\r\n".to_string(),
+        "/old" => "Cache-Control: max-age=3600\r\nAge: 7200\r\n".into(),
+        "/young" => "Cache-Control: max-age=3600\r\nAge: 100\r\n".into(),
+        "/skew-stale" => format!("Date: {ahead}\r\nExpires: {ahead_expires}\r\nAge: 700\r\n"),
+        "/skew-fresh" => format!("Date: {ahead}\r\nExpires: {ahead_expires}\r\n"),
+        "/cdn" => "Cache-Control: no-store\r\nCDN-Cache-Control: max-age=60\r\n".into(),
+        "/weft" => {
+            "Cache-Control: max-age=60\r\nCDN-Cache-Control: max-age=60\r\nWeft-Cache-Control: no-store\r\n".into()
+        }
+        "/cookie" => "Cache-Control: max-age=60, no-cache=\"Set-Cookie\"\r\nSet-Cookie: a=1\r\n".into(),
+        "/hints" => {
+            let _ = s.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n");
+            let _ = s.write_all(b"HTTP/1.1 102 Processing\r\n\r\n");
+            while !release.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            "Cache-Control: max-age=60\r\n".into()
+        }
+        _ => "Cache-Control: max-age=60\r\n".into(),
+    };
+    // The body: the request head as received.
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\n{fields}Content-Length: {}\r\n\r\n{head}",
+        head.len()
+    );
+    let _ = s.write_all(resp.as_bytes());
+}
+
+impl Origin {
+    fn start() -> Origin {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let release = Arc::new(AtomicBool::new(false));
+        let (log2, release2) = (log.clone(), release.clone());
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                let (log, release) = (log2.clone(), release2.clone());
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let mut tmp = [0u8; 8192];
+                    loop {
+                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            match s.read(&mut tmp) {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                            }
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buf[..end + 4]).into_owned();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("Content-Length: "))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        while buf.len() < end + 4 + len {
+                            match s.read(&mut tmp) {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                            }
+                        }
+                        buf.drain(..end + 4 + len);
+                        log.lock().unwrap().push(head.clone());
+                        answer(&head, &mut s, &release);
+                    }
+                });
+            }
+        });
+        Origin { addr, log, release }
+    }
+
+    /// Requests received whose request line is `line` (e.g. `GET /x`).
+    fn count(&self, line: &str) -> usize {
+        let want = format!("{line} HTTP/1.1\r\n");
+        self.log.lock().unwrap().iter().filter(|h| h.starts_with(&want)).count()
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+fn reverse(o: &Origin, extra: &[&str]) -> Weft {
+    let up = o.addr.to_string();
+    let mut args = vec!["proxy", "--listen", "127.0.0.1:0", "--workers", "1", "--upstream", &up];
+    args.extend_from_slice(extra);
+    Weft::start(&args)
+}
+
+/// One request on a fresh connection, its response.
+fn exchange(w: &Weft, req: &str) -> common::Response {
+    let mut r = Reader::new(w.connect());
+    r.send(req.as_bytes());
+    r.response(req.starts_with("HEAD"))
+}
+
+fn get(w: &Weft, path: &str) -> common::Response {
+    exchange(w, &format!("GET {path} HTTP/1.1\r\nHost: o.example\r\n\r\n"))
+}
+
+/// Every byte the server sends for `req` until it closes.
+fn raw_bytes(w: &Weft, req: &[u8]) -> Vec<u8> {
+    let mut s = w.connect();
+    s.write_all(req).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+#[test]
+fn empty_field_values_keep_their_colon_both_ways() {
+    let o = Origin::start();
+    let p = reverse(&o, &[]);
+    let out = raw_bytes(
+        &p,
+        b"GET /empty HTTP/1.1\r\nHost: o.example\r\nX-Req-Empty:\r\nX-B: b\r\nConnection: close\r\n\r\n",
+    );
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert!(text.contains("\r\nX-Empty:\r\nVary:\r\nVary: *\r\n"), "{text}");
+    let heads = o.heads();
+    assert!(heads[0].contains("\r\nX-Req-Empty:\r\nX-B: b\r\n"), "{}", heads[0]);
+    // weft serve takes an empty value as it is.
+    let s = Weft::serve(&[]);
+    let (r, _) = raw(&s, b"GET / HTTP/1.1\r\nHost: t\r\nX-Empty:\r\nX-Tab:\t\r\n\r\n");
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn the_upstream_age_counts() {
+    let o = Origin::start();
+    let p = reverse(&o, &[]);
+    // max-age=3600 arriving with Age: 7200 is stale: never a hit.
+    get(&p, "/old");
+    let r = get(&p, "/old");
+    assert_eq!(o.count("GET /old"), 2, "served stale from the cache");
+    assert!(r.header("age").unwrap().parse::<u64>().unwrap() >= 7200);
+    // A younger one is a hit whose Age is at least the one received.
+    get(&p, "/young");
+    std::thread::sleep(Duration::from_millis(1100));
+    let r = get(&p, "/young");
+    assert_eq!(o.count("GET /young"), 1);
+    let ages: Vec<&str> = r
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "Age")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(ages.len(), 1, "one Age field: {:?}", r.headers);
+    assert!(ages[0].parse::<u64>().unwrap() >= 101, "{ages:?}");
+    // Expires with the origin's Date an hour ahead: the lifetime is
+    // Expires − Date (600 s), and the Age received (700 s) exceeds it.
+    get(&p, "/skew-stale");
+    get(&p, "/skew-stale");
+    assert_eq!(o.count("GET /skew-stale"), 2);
+    get(&p, "/skew-fresh");
+    get(&p, "/skew-fresh");
+    assert_eq!(
+        o.count("GET /skew-fresh"),
+        1,
+        "a skewed Date does not shorten Expires − Date"
+    );
+}
+
+#[test]
+fn targeted_cache_control_in_a_surrogate_only() {
+    let o = Origin::start();
+    // Reverse mode: CDN-Cache-Control: max-age=60 beats Cache-Control: no-store.
+    let p = reverse(&o, &[]);
+    get(&p, "/cdn");
+    let r = get(&p, "/cdn");
+    assert_eq!(o.count("GET /cdn"), 1);
+    assert_eq!(
+        r.header("cdn-cache-control"),
+        Some("max-age=60"),
+        "passed on downstream"
+    );
+    // A configured field beats CDN-Cache-Control.
+    get(&p, "/weft");
+    get(&p, "/weft");
+    assert_eq!(
+        o.count("GET /weft"),
+        1,
+        "without the configured name, CDN-Cache-Control rules"
+    );
+    drop(p);
+    let p = reverse(&o, &["--targeted-cache-control", "Weft-Cache-Control"]);
+    get(&p, "/weft");
+    get(&p, "/weft");
+    assert_eq!(o.count("GET /weft"), 3, "Weft-Cache-Control: no-store rules");
+    // Forward mode ignores them: Cache-Control: no-store.
+    let f = Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1"]);
+    let url = format!("http://{}/cdn", o.addr);
+    for _ in 0..2 {
+        exchange(&f, &format!("GET {url} HTTP/1.1\r\nHost: {}\r\n\r\n", o.addr));
+    }
+    assert_eq!(o.count("GET /cdn"), 3);
+    // A bad name is a one-line error naming the key.
+    let out = std::process::Command::new(common::weft_bin())
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--targeted-cache-control",
+            "Bad Name",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap_or("");
+    assert!(
+        first.starts_with("weft: ") && first.contains("--targeted-cache-control"),
+        "{err}"
+    );
+    // And in the config file, the key.
+    let d = common::TempDir::new("targeted");
+    let cfg = d.write("weft.toml", b"[proxy]\ntargeted-cache-control = \"Weft-Cache\"\n");
+    let out = std::process::Command::new(common::weft_bin())
+        .args(["proxy", "--listen", "127.0.0.1:0", "--config", common::path_str(&cfg)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("proxy.targeted-cache-control"), "{err}");
+}
+
+#[test]
+fn interim_responses_are_relayed_first_and_never_cached() {
+    let o = Origin::start();
+    let p = reverse(&o, &[]);
+    let mut r = Reader::new(p.connect());
+    r.send(b"GET /hints HTTP/1.1\r\nHost: o.example\r\n\r\n");
+    // Both interim heads arrive while the origin still holds the final one.
+    let hints = r.response(false);
+    assert_eq!(hints.status, 103);
+    assert_eq!(hints.header("link"), Some("</s.css>; rel=preload"));
+    assert_eq!(r.response(false).status, 102);
+    o.release.store(true, Ordering::SeqCst);
+    let fin = r.response(false);
+    assert_eq!(fin.status, 200);
+    // The hit has no interim response.
+    r.send(b"GET /hints HTTP/1.1\r\nHost: o.example\r\n\r\n");
+    let hit = r.response(false);
+    assert_eq!(hit.status, 200);
+    assert!(hit.header("age").is_some());
+    assert_eq!(o.count("GET /hints"), 1);
+}
+
+#[test]
+fn no_cache_with_field_names_reuses_without_them() {
+    let o = Origin::start();
+    let p = reverse(&o, &[]);
+    let first = get(&p, "/cookie");
+    assert_eq!(first.header("set-cookie"), Some("a=1"));
+    let hit = get(&p, "/cookie");
+    assert_eq!(o.count("GET /cookie"), 1, "reused");
+    assert!(hit.header("age").is_some());
+    assert_eq!(hit.header("set-cookie"), None, "the named field is withheld");
+}
+
+#[test]
+fn invalid_hosts_get_400_and_close_in_serve_and_proxy() {
+    let o = Origin::start();
+    let p = reverse(&o, &[]);
+    let s = Weft::serve(&[]);
+    for req in [
+        &b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: user@o.example\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: o.example:x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        b"GET http://user@o.example/ HTTP/1.1\r\nHost: o.example\r\n\r\n",
+    ] {
+        for w in [&p, &s] {
+            let (r, closed) = raw(w, req);
+            assert_eq!(r.status, 400, "{:?}", String::from_utf8_lossy(req));
+            assert!(closed, "{:?}", String::from_utf8_lossy(req));
+        }
+    }
+    assert!(o.heads().is_empty(), "nothing forwarded: {:?}", o.heads());
+}
+
+#[test]
+fn forwarding_hygiene() {
+    let o = Origin::start();
+    let p = reverse(&o, &[]);
+    // Identical Content-Length fields go out as one.
+    let r = exchange(
+        &p,
+        "POST /post HTTP/1.1\r\nHost: o.example\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+    );
+    assert_eq!(r.status, 200);
+    let head = &o.heads()[0];
+    assert_eq!(head.matches("Content-Length").count(), 1, "{head}");
+    assert!(head.contains("Content-Length: 3\r\n"), "{head}");
+    // Differing ones, a chunk size followed by whitespace, a path above the
+    // root, a NUL: 400 and close, nothing forwarded.
+    for req in [
+        &b"POST /d HTTP/1.1\r\nHost: o.example\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"[..],
+        b"POST /c HTTP/1.1\r\nHost: o.example\r\nTransfer-Encoding: chunked\r\n\r\n3 \r\nabc\r\n0\r\n\r\n",
+        b"GET /../etc/passwd HTTP/1.1\r\nHost: o.example\r\n\r\n",
+        b"GET /a/%2e%2e/%2e%2e/x HTTP/1.1\r\nHost: o.example\r\n\r\n",
+        b"GET /a%00b HTTP/1.1\r\nHost: o.example\r\n\r\n",
+    ] {
+        let (r, closed) = raw(&p, req);
+        assert_eq!(r.status, 400, "{:?}", String::from_utf8_lossy(req));
+        assert!(closed, "{:?}", String::from_utf8_lossy(req));
+    }
+    assert_eq!(o.heads().len(), 1, "{:?}", o.heads());
+    // Dot-segments are removed before forwarding (and keying).
+    get(&p, "/a/./b/../c");
+    assert_eq!(o.count("GET /a/c"), 1, "{:?}", o.heads());
+    get(&p, "/a/c");
+    assert_eq!(o.count("GET /a/c"), 1, "the same cache entry");
+    // weft serve: a 400 for a malformed target closes too.
+    let s = Weft::serve(&[]);
+    for req in [
+        &b"GET /a%00b HTTP/1.1\r\nHost: t\r\n\r\n"[..],
+        b"GET /a%zz HTTP/1.1\r\nHost: t\r\n\r\n",
+    ] {
+        let (r, closed) = raw(&s, req);
+        assert_eq!(r.status, 400);
+        assert!(closed, "{:?}", String::from_utf8_lossy(req));
+    }
+}
+
+#[test]
+fn unknown_methods_are_forwarded_and_invalidate() {
+    let o = Origin::start();
+    let p = reverse(&o, &[]);
+    get(&p, "/x");
+    get(&p, "/x");
+    assert_eq!(o.count("GET /x"), 1);
+    let r = exchange(&p, "PURGE /x HTTP/1.1\r\nHost: o.example\r\nX-Empty:\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(o.count("PURGE /x"), 1);
+    get(&p, "/x");
+    assert_eq!(o.count("GET /x"), 2, "the unknown method invalidated the stored entry");
+    drop(p);
+    let p = reverse(&o, &["--forward-unknown-methods", "false"]);
+    let (r, _) = raw(&p, b"PURGE /x HTTP/1.1\r\nHost: o.example\r\n\r\n");
+    assert_eq!(r.status, 501);
+    assert_eq!(o.count("PURGE /x"), 1);
+}
