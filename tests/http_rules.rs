@@ -199,6 +199,15 @@ fn the_upstream_age_counts() {
     );
 }
 
+/// `weft proxy --listen 127.0.0.1:0 ARGS` run to its exit (a refused configuration).
+fn weft_out(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::weft_bin())
+        .args(["proxy", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn targeted_cache_control_in_a_surrogate_only() {
     let o = Origin::start();
@@ -253,10 +262,7 @@ fn targeted_cache_control_in_a_surrogate_only() {
     // And in the config file, the key.
     let d = common::TempDir::new("targeted");
     let cfg = d.write("weft.toml", b"[proxy]\ntargeted-cache-control = \"Weft-Cache\"\n");
-    let out = std::process::Command::new(common::weft_bin())
-        .args(["proxy", "--listen", "127.0.0.1:0", "--config", common::path_str(&cfg)])
-        .output()
-        .unwrap();
+    let out = weft_out(&["--config", common::path_str(&cfg)]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
