@@ -34,7 +34,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from . import core, drivers, env, proc, servers
+from . import core, drivers, env, proc, report, servers
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -525,23 +525,10 @@ def write_summary(d: str, md: list[str], commands: dict[str, list[str]], load: l
                   plots: list[str]) -> None:
     """End a proxy experiment's summary (server commands, load commands,
     versions, plots) and write it to `d`/summary.md."""
-    md += ["", "## Commands", ""] + commands_block(commands) + ["", load_title, "", "```"] + load + ["```"]
-    md += ["", "## Versions", ""] + versions_block(versions)
-    md += ["", f"Plots: {', '.join(f'`{p}`' for p in plots)}. Raw data: `runs.json`, `runs.csv`, `medians.csv`.", ""]
-    with open(os.path.join(d, "summary.md"), "w") as f:
-        f.write("\n".join(md))
-
-
-def commands_block(commands: dict[str, list[str]]) -> list[str]:
-    out = ["```"]
-    for label, cmd in commands.items():
-        out.append(f"{label}: {' '.join(cmd)}")
-    out.append("```")
-    return out
-
-
-def versions_block(versions: dict) -> list[str]:
-    return [f"- {k}: {v}" for k, v in versions.items()]
+    # The load commands in a code block of their own, under `load_title`.
+    loads = ["```", "", load_title, "", "```"] + load
+    md += report.summary_end(commands, versions, more_commands=loads, plots=plots, raw=["runs.json", "runs.csv", "medians.csv"])
+    report.write_summary(d, md)
 
 
 def size_files(scratch: str, sizes: Sequence[int]) -> str:

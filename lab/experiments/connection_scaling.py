@@ -293,12 +293,8 @@ def summarize(lab, plan: Plan, rows: list[dict], commands: dict, load_commands: 
     md.append(f"- load processes' CPU (both together): median {100 * report.median(cl):.0f} %, max {100 * max(cl):.0f} % of one core")
     non2xx = [r for r in rows if r["replies"] != r["replies_2xx"]]
     md.append(f"- runs with non-2xx replies: {len(non2xx)}")
-    md += ["", "## Commands", "", "```"]
-    md += [f"{k}: {' '.join(v)}" for k, v in commands.items()]
-    md += [f"weft load: {' '.join(v)}" for v in load_commands.values()]
-    md += ["```", "", "## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()]
-    md += ["", "Plots: " + ", ".join(f"`{p}`" for p in pngs) + ". Raw data: `runs.json`, `runs.csv`.", ""]
-    with open(os.path.join(d, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    loads = [f"weft load: {' '.join(v)}" for v in load_commands.values()]
+    md += report.summary_end(commands, lab.versions, more_commands=loads, plots=pngs)
+    report.write_summary(d, md)
     print("\n".join(md))
     return {"problems": len(non2xx)}

@@ -128,11 +128,6 @@ def summarize(lab, rows, commands, reps, duration, all_specs) -> dict:
     problems = [r for r in rows if r["non_2xx"] or r["socket_errors"]]
     md += ["", "## Checks", ""]
     md.append(f"- {len(problems)} run(s) with non-2xx responses or socket errors" if problems else "- every response was 2xx, no socket errors")
-    md += ["", "## Commands", "", "```"]
-    md += [f"{k}: {' '.join(v)}" for k, v in commands.items()]
-    md += ["```", "", "## Versions", ""]
-    md += [f"- {k}: {v}" for k, v in lab.versions.items()]
-    md.append("")
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as fh:
-        fh.write("\n".join(md))
+    md += report.summary_end(commands, lab.versions)
+    report.write_summary(lab.results_dir, md)
     return {"medians": med, "problems": len(problems)}

@@ -165,13 +165,7 @@ def summarize(lab: core.Lab, rows: list[dict], commands: dict, reps: int, durati
             md.append(f"- rep {r['rep']} {r['server']} {r['size']}: non-2xx {r['non_2xx']}, socket errors {r['socket_errors']}, bytes/response {r['bytes_per_response']}")
     else:
         md.append("- every response was 2xx, no socket errors, every response carried at least the file's bytes")
-    md += ["", "## Commands", "", "```"]
-    for label, cmd in commands.items():
-        md.append(f"{label}: {' '.join(cmd)}")
-    md += ["```", "", "## Versions", ""]
-    for k, v in lab.versions.items():
-        md.append(f"- {k}: {v}")
-    md += ["", "Plots: `cpu_per_request.png`, `requests_per_second.png`. Raw data: `runs.json`, `runs.csv`, `medians.csv`.", ""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    md += report.summary_end(commands, lab.versions, plots=["cpu_per_request.png", "requests_per_second.png"],
+                             raw=["runs.json", "runs.csv", "medians.csv"])  # fmt: skip
+    report.write_summary(lab.results_dir, md)
     return {"medians": med, "problems": len(problems)}
