@@ -533,11 +533,7 @@ def write_summary(d: str, md: list[str], commands: dict[str, list[str]], load: l
 
 def size_files(scratch: str, sizes: Sequence[int]) -> str:
     """A document root under `scratch` with one file per size, named by `size_name`."""
-    www = os.path.join(scratch, "www")
-    os.makedirs(www)
-    for n in sizes:
-        core.make_file(os.path.join(www, size_name(n)), n)
-    return www
+    return core.size_site(scratch, sizes, size_name)
 
 
 def bench_rounds(a, running: dict, names: Sequence[str], sizes: Sequence[int], *, scratch: str, path: str,

@@ -35,28 +35,21 @@ CONNECTIONS = 50
 THREADS = 1
 
 
-def file_name(size: int) -> str:
-    return f"file-{size}.bin"
-
-
 def run(lab: core.Lab) -> dict:
     reps = 1 if lab.quick else 3
     duration = 2.0 if lab.quick else 10.0
     lab.prepare(commands=["nginx", "h2o", "lighttpd"])
-    www = os.path.join(lab.scratch, "www")
-    os.makedirs(www)
-    for _, size in SIZES:
-        core.make_file(os.path.join(www, file_name(size)), size)
+    www = core.size_site(lab.scratch, [size for _, size in SIZES])
     rows: list[dict] = []
     with lab.pool(www) as pool:
         runs = core.ServerRounds(lab, NAME, pool, SERVERS, reps, len(SIZES), "sizes", duration)
         for rep, spec, rs, base in runs:
             for _, size in SIZES:  # warm caches; check the bytes
-                status, n = core.fetch(base + file_name(size))
+                status, n = core.fetch(base + core.file_name(size))
                 if status != 200 or n != size:
-                    raise servers.ServerError(f"{spec.label}: GET {file_name(size)} gave {status}, {n} bytes")
+                    raise servers.ServerError(f"{spec.label}: GET {core.file_name(size)} gave {status}, {n} bytes")
             for label, size in SIZES:
-                m = core.measure(lab, rs, base + file_name(size), connections=CONNECTIONS, duration_s=duration, threads=THREADS)
+                m = core.measure(lab, rs, base + core.file_name(size), connections=CONNECTIONS, duration_s=duration, threads=THREADS)
                 row = {
                     "rep": rep + 1,
                     "server": spec.label,
