@@ -531,6 +531,22 @@ def write_summary(d: str, md: list[str], commands: dict[str, list[str]], load: l
     report.write_summary(d, md)
 
 
+def print_median_table(med: dict, sizes: Sequence[int], names: Sequence[str], header: str,
+                       row: Callable[[str, dict], str]) -> None:
+    """The benchmark scripts' table: `header`, then per size and server the
+    size, and `row(name, medians)`."""
+    print(header)
+    for n in sizes:
+        for name in names:
+            print(f"{size_name(n):>7} {row(name, med[(n, name)])}")
+
+
+def median_ratios(med: dict, n: int, pairs, digits: int = 2, key: str = "proxy_us") -> list[str]:
+    """`x / y RATIO` of the medians' `key` at size `n`, for each pair where both were measured."""
+    p = lambda name: med.get((n, name), {}).get(key)  # noqa: E731
+    return [f"{x} / {y} {p(x) / p(y):.{digits}f}" for x, y in pairs if p(x) and p(y)]
+
+
 def size_files(scratch: str, sizes: Sequence[int]) -> str:
     """A document root under `scratch` with one file per size, named by `size_name`."""
     return core.size_site(scratch, sizes, size_name)
