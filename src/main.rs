@@ -11,6 +11,7 @@ mod proxy;
 mod serve;
 mod service;
 mod sim;
+mod upstream;
 
 use clap::Parser;
 use cli::{Cli, Command};
