@@ -14,13 +14,8 @@ use weft_proxy::front::{BackendSpec, FrontConfig, FrontServer, Mode, Policy};
 
 #[derive(Args, Debug, Default)]
 #[command(
-    mut_arg("listen", |a| a.help(
-        "Address to listen on; port 0 picks a free port. The bound address is printed on stdout as \
-         `listening on ADDR:PORT` [default: 127.0.0.1:3128]"
-    )),
-    mut_arg("event", |a| a
-        .value_parser(crate::args::event_untracked)
-        .help("Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll]")),
+    mut_arg("listen", |a| a.help(crate::args::PROXY_LISTEN_HELP)),
+    mut_arg("event", |a| a.value_parser(crate::args::event_untracked).help(crate::args::UNTRACKED_EVENT_HELP)),
     mut_arg("admin", |a| a.help(
         "Serve the front-end's state (back-ends: state, load, requests, bytes; target map, queue) \
          as JSON at http://ADDR/stats and as Prometheus text at /metrics"

@@ -70,13 +70,8 @@ fn port_list(s: &str) -> Result<PortList, String> {
 /// `weft proxy`. The shared flags keep the proxy's own wording.
 #[derive(Args, Debug, Default)]
 #[command(
-    mut_arg("listen", |a| a.help(
-        "Address to listen on; port 0 picks a free port. The bound address is printed on stdout as \
-         `listening on ADDR:PORT` [default: 127.0.0.1:3128]"
-    )),
-    mut_arg("event", |a| a
-        .value_parser(crate::args::event_untracked)
-        .help("Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll]")),
+    mut_arg("listen", |a| a.help(crate::args::PROXY_LISTEN_HELP)),
+    mut_arg("event", |a| a.value_parser(crate::args::event_untracked).help(crate::args::UNTRACKED_EVENT_HELP)),
     mut_arg("accept_limit", |a| a.help(
         "Client connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: 10]"
     )),
