@@ -620,6 +620,18 @@ fn workers_share_the_port() {
     }
 }
 
+/// Stop a server started with `--stats-on-exit` gracefully (it exits 0)
+/// and return the JSON line it printed.
+fn stats_at_exit(w: &mut Weft) -> String {
+    w.terminate();
+    assert_eq!(w.wait_exit(Duration::from_secs(10)), Some(0));
+    let err = w.stderr();
+    err.lines()
+        .find(|l| l.starts_with('{'))
+        .expect("stats line")
+        .to_string()
+}
+
 #[test]
 fn stats_on_exit_counts_paths_and_syscalls() {
     let site = site();
@@ -632,10 +644,7 @@ fn stats_on_exit_counts_paths_and_syscalls() {
         "--stats-on-exit",
     ]);
     get(&w, "/big.bin");
-    w.terminate();
-    assert_eq!(w.wait_exit(Duration::from_secs(10)), Some(0));
-    let err = w.stderr();
-    let json = err.lines().find(|l| l.starts_with('{')).expect("stats line");
+    let json = stats_at_exit(&mut w);
     assert!(
         json.contains(&format!("\"bytes_sendfile\":{}", 3 * 1024 * 1024 + 17)),
         "{json}"
@@ -668,10 +677,7 @@ fn tracked_serves_known_ready_descriptors_without_the_kernel() {
         assert_eq!(c.response(false).body, b"hello, weft\n");
     }
     drop(conns);
-    w.terminate();
-    assert_eq!(w.wait_exit(Duration::from_secs(10)), Some(0));
-    let err = w.stderr();
-    let json = err.lines().find(|l| l.starts_with('{')).expect("stats line");
+    let json = stats_at_exit(&mut w);
     let field = |name: &str| -> u64 {
         let at = json
             .find(&format!("\"{name}\":"))
