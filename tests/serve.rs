@@ -620,6 +620,15 @@ fn workers_share_the_port() {
     }
 }
 
+/// `weft serve SITE --workers 1 ARGS --stats-on-exit`: one worker, whose
+/// counters [`stats_at_exit`] reads.
+fn serve_counting(site: &TempDir, args: &[&str]) -> Weft {
+    let mut all = vec![path_str(&site.path), "--workers", "1"];
+    all.extend(args);
+    all.push("--stats-on-exit");
+    Weft::serve(&all)
+}
+
 /// Stop a server started with `--stats-on-exit` gracefully (it exits 0)
 /// and return the JSON line it printed.
 fn stats_at_exit(w: &mut Weft) -> String {
@@ -635,14 +644,7 @@ fn stats_at_exit(w: &mut Weft) -> String {
 #[test]
 fn stats_on_exit_counts_paths_and_syscalls() {
     let site = site();
-    let mut w = Weft::serve(&[
-        path_str(&site.path),
-        "--workers",
-        "1",
-        "--send",
-        "sendfile",
-        "--stats-on-exit",
-    ]);
+    let mut w = serve_counting(&site, &["--send", "sendfile"]);
     get(&w, "/big.bin");
     let json = stats_at_exit(&mut w);
     assert!(
@@ -659,16 +661,7 @@ fn stats_on_exit_counts_paths_and_syscalls() {
 #[test]
 fn tracked_serves_known_ready_descriptors_without_the_kernel() {
     let site = site();
-    let mut w = Weft::serve(&[
-        path_str(&site.path),
-        "--workers",
-        "1",
-        "--event",
-        "tracked",
-        "--accept-limit",
-        "1",
-        "--stats-on-exit",
-    ]);
+    let mut w = serve_counting(&site, &["--event", "tracked", "--accept-limit", "1"]);
     let mut conns: Vec<Reader> = (0..20).map(|_| Reader::new(w.connect())).collect();
     for c in conns.iter_mut() {
         c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
