@@ -13,14 +13,20 @@ use std::time::{Duration, Instant};
 mod scenarios {
     use super::*;
 
+    /// `weft serve ROOT --event EVENT --workers 1 ARGS`.
+    fn one_worker(root: &TempDir, event: &str, args: &[&str]) -> Weft {
+        let mut all = vec![path_str(&root.path), "--event", event, "--workers", "1"];
+        all.extend(args);
+        Weft::serve(&all)
+    }
+
     /// A client that half-closes right after its pipelined requests (the FIN
     /// arrives with them): every response is still delivered, and the server
     /// closes as soon as it has answered, not at the idle timeout
     /// (edge-triggered backends report that FIN only once).
     pub fn half_close_after_pipelining(event: &str) {
         let site = site();
-        let args = [path_str(&site.path), "--event", event, "--workers", "1"];
-        let w = Weft::serve(&[&args[..], &["--idle-timeout", "60s"]].concat());
+        let w = one_worker(&site, event, &["--idle-timeout", "60s"]);
         let mut c = Reader::new(w.connect());
         c.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         // Once the server has accepted and found nothing to read, the requests
@@ -136,15 +142,7 @@ mod scenarios {
 
     pub fn max_requests_per_connection(event: &str) {
         let site = site();
-        let w = Weft::serve(&[
-            path_str(&site.path),
-            "--event",
-            event,
-            "--workers",
-            "1",
-            "--max-requests",
-            "3",
-        ]);
+        let w = one_worker(&site, event, &["--max-requests", "3"]);
         let mut c = Reader::new(w.connect());
         c.send(&b"GET /one.bin HTTP/1.1\r\nHost: t\r\n\r\n".repeat(3));
         assert_eq!(c.response(false).header("connection"), None);
@@ -349,15 +347,7 @@ mod scenarios {
 
     pub fn slow_header_timeout(event: &str) {
         let site = site();
-        let w = Weft::serve(&[
-            path_str(&site.path),
-            "--event",
-            event,
-            "--workers",
-            "1",
-            "--header-timeout",
-            "1s",
-        ]);
+        let w = one_worker(&site, event, &["--header-timeout", "1s"]);
         let mut c = Reader::new(w.connect());
         c.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let t0 = Instant::now();
@@ -422,17 +412,7 @@ mod scenarios {
         let d = TempDir::new("grace");
         let size = 16 << 20;
         d.write("big", &pattern(size));
-        let mut w = Weft::serve(&[
-            path_str(&d.path),
-            "--event",
-            event,
-            "--workers",
-            "1",
-            "--grace",
-            "10s",
-            "--send",
-            "copy",
-        ]);
+        let mut w = one_worker(&d, event, &["--grace", "10s", "--send", "copy"]);
         let idle = w.connect();
         let mut s = w.connect();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -467,15 +447,7 @@ mod scenarios {
         let site = site();
         let logd = TempDir::new("log");
         let log = logd.path.join("access.log");
-        let mut w = Weft::serve(&[
-            path_str(&site.path),
-            "--event",
-            event,
-            "--workers",
-            "1",
-            "--access-log",
-            path_str(&log),
-        ]);
+        let mut w = one_worker(&site, event, &["--access-log", path_str(&log)]);
         let mut c = Reader::new(w.connect());
         c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nUser-Agent: tester/1.0\r\nReferer: http://x/\r\n\r\n");
         c.response(false);
