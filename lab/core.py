@@ -145,6 +145,21 @@ def make_file(path: str, size: int) -> None:
             left -= n
 
 
+def file_name(size: int) -> str:
+    """The test file of `size` bytes in a document root from `size_site`."""
+    return f"file-{size}.bin"
+
+
+def size_site(scratch: str, sizes, name=file_name) -> str:
+    """A document root `scratch`/www with one `make_file` per size, named by
+    `name` (`file-SIZE.bin` unless told)."""
+    www = os.path.join(scratch, "www")
+    os.makedirs(www)
+    for n in sizes:
+        make_file(os.path.join(www, name(n)), n)
+    return www
+
+
 def fetch(url: str, timeout_s: float = 10.0) -> tuple[int, int]:
     """GET `url`; returns (status, body length)."""
     try:

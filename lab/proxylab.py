@@ -34,7 +34,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from . import core, drivers, env, proc, servers
+from . import core, drivers, env, proc, report, servers
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -525,32 +525,31 @@ def write_summary(d: str, md: list[str], commands: dict[str, list[str]], load: l
                   plots: list[str]) -> None:
     """End a proxy experiment's summary (server commands, load commands,
     versions, plots) and write it to `d`/summary.md."""
-    md += ["", "## Commands", ""] + commands_block(commands) + ["", load_title, "", "```"] + load + ["```"]
-    md += ["", "## Versions", ""] + versions_block(versions)
-    md += ["", f"Plots: {', '.join(f'`{p}`' for p in plots)}. Raw data: `runs.json`, `runs.csv`, `medians.csv`.", ""]
-    with open(os.path.join(d, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    # The load commands in a code block of their own, under `load_title`.
+    loads = ["```", "", load_title, "", "```"] + load
+    md += report.summary_end(commands, versions, more_commands=loads, plots=plots, raw=["runs.json", "runs.csv", "medians.csv"])
+    report.write_summary(d, md)
 
 
-def commands_block(commands: dict[str, list[str]]) -> list[str]:
-    out = ["```"]
-    for label, cmd in commands.items():
-        out.append(f"{label}: {' '.join(cmd)}")
-    out.append("```")
-    return out
+def print_median_table(med: dict, sizes: Sequence[int], names: Sequence[str], header: str,
+                       row: Callable[[str, dict], str]) -> None:
+    """The benchmark scripts' table: `header`, then per size and server the
+    size, and `row(name, medians)`."""
+    print(header)
+    for n in sizes:
+        for name in names:
+            print(f"{size_name(n):>7} {row(name, med[(n, name)])}")
 
 
-def versions_block(versions: dict) -> list[str]:
-    return [f"- {k}: {v}" for k, v in versions.items()]
+def median_ratios(med: dict, n: int, pairs, digits: int = 2, key: str = "proxy_us") -> list[str]:
+    """`x / y RATIO` of the medians' `key` at size `n`, for each pair where both were measured."""
+    p = lambda name: med.get((n, name), {}).get(key)  # noqa: E731
+    return [f"{x} / {y} {p(x) / p(y):.{digits}f}" for x, y in pairs if p(x) and p(y)]
 
 
 def size_files(scratch: str, sizes: Sequence[int]) -> str:
     """A document root under `scratch` with one file per size, named by `size_name`."""
-    www = os.path.join(scratch, "www")
-    os.makedirs(www)
-    for n in sizes:
-        core.make_file(os.path.join(www, size_name(n)), n)
-    return www
+    return core.size_site(scratch, sizes, size_name)
 
 
 def bench_rounds(a, running: dict, names: Sequence[str], sizes: Sequence[int], *, scratch: str, path: str,

@@ -61,6 +61,25 @@ def write_json(path: str, doc) -> None:
     os.replace(tmp, path)
 
 
+def summary_end(commands: dict[str, list[str]], versions: dict, *, more_commands: Sequence[str] = (),
+                plots: Sequence[str] | None = None, raw: Sequence[str] = ("runs.json", "runs.csv")) -> list[str]:
+    """The closing sections of an experiment's summary.md: `## Commands` (each
+    labelled command line, then `more_commands`, in one code block), `##
+    Versions`, and a line naming the plots and raw data files (when `plots`
+    is given)."""
+    md = ["", "## Commands", "", "```"] + [f"{k}: {' '.join(v)}" for k, v in commands.items()] + list(more_commands)
+    md += ["```", "", "## Versions", ""] + [f"- {k}: {v}" for k, v in versions.items()]
+    if plots is not None:
+        md += ["", f"Plots: {', '.join(f'`{p}`' for p in plots)}. Raw data: {', '.join(f'`{r}`' for r in raw)}."]
+    return md + [""]
+
+
+def write_summary(d: str, md: Sequence[str]) -> None:
+    """Write an experiment's summary.md into its results folder `d`."""
+    with open(os.path.join(d, "summary.md"), "w") as f:
+        f.write("\n".join(md))
+
+
 def write_csv(path: str, rows: Sequence[dict]) -> None:
     """Rows (possibly nested) as CSV; columns are the union, in first-seen order."""
     flat = [flatten(r) for r in rows]

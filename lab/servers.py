@@ -25,115 +25,47 @@ from . import proc
 LAB_DIR = os.path.dirname(os.path.abspath(__file__))
 ANCHOR_DIR = os.path.join(LAB_DIR, "anchors")
 
+# How each anchor program runs: its command line and Debian package, by binary.
+_PROGRAMS = {
+    "nginx": (["nginx", "-c", "{conf}", "-p", "{run}"], "nginx-light"),
+    "h2o": (["h2o", "-c", "{conf}"], "h2o"),
+    "lighttpd": (["lighttpd", "-D", "-f", "{conf}"], "lighttpd"),
+    "haproxy": (["haproxy", "-f", "{conf}", "-db"], "haproxy"),
+    "varnishd": (["varnishd", "-F", "-a", "127.0.0.1:{port}", "-f", "{conf}", "-s", "malloc,256m", "-p", "thread_pools=1", "-n", "{run}/varnish"], "varnish"),
+    "squid": (["squid", "-N", "-f", "{conf}"], "squid"),
+}
+
+
+def _anchor(binary: str, template: str) -> dict:
+    """An anchor server: `binary` (see _PROGRAMS) run on the config `template`."""
+    cmd, package = _PROGRAMS[binary]
+    return {"template": template, "cmd": list(cmd), "package": package, "binary": binary}
+
+
 # Anchor kinds: config template, command line, Debian package, version command.
 ANCHORS = {
-    "nginx": {
-        "template": "nginx_static_w1.conf",
-        "cmd": ["nginx", "-c", "{conf}", "-p", "{run}"],
-        "package": "nginx-light",
-        "binary": "nginx",
-    },
-    "nginx-nosendfile": {
-        "template": "nginx_static_w1_nosendfile.conf",
-        "cmd": ["nginx", "-c", "{conf}", "-p", "{run}"],
-        "package": "nginx-light",
-        "binary": "nginx",
-    },
-    "h2o": {
-        "template": "h2o_static.conf",
-        "cmd": ["h2o", "-c", "{conf}"],
-        "package": "h2o",
-        "binary": "h2o",
-    },
-    "lighttpd": {
-        "template": "lighttpd_static.conf",
-        "cmd": ["lighttpd", "-D", "-f", "{conf}"],
-        "package": "lighttpd",
-        "binary": "lighttpd",
-    },
+    "nginx": _anchor("nginx", "nginx_static_w1.conf"),
+    "nginx-nosendfile": _anchor("nginx", "nginx_static_w1_nosendfile.conf"),
+    "h2o": _anchor("h2o", "h2o_static.conf"),
+    "lighttpd": _anchor("lighttpd", "lighttpd_static.conf"),
     # Proxy runs: the origin, and the proxies weft is measured against. The
     # proxies' templates name their upstream with @ORIGIN_HOST@/@ORIGIN_PORT@
     # (ServerSpec options "origin": (host, port)).
-    "nginx-origin": {
-        "template": "nginx_origin.conf",
-        "cmd": ["nginx", "-c", "{conf}", "-p", "{run}"],
-        "package": "nginx-light",
-        "binary": "nginx",
-    },
-    "nginx-proxy": {
-        "template": "nginx_proxy.conf",
-        "cmd": ["nginx", "-c", "{conf}", "-p", "{run}"],
-        "package": "nginx-light",
-        "binary": "nginx",
-    },
-    "haproxy-splice": {
-        "template": "haproxy_splice.cfg",
-        "cmd": ["haproxy", "-f", "{conf}", "-db"],
-        "package": "haproxy",
-        "binary": "haproxy",
-    },
-    "haproxy-copy": {
-        "template": "haproxy_nosplice.cfg",
-        "cmd": ["haproxy", "-f", "{conf}", "-db"],
-        "package": "haproxy",
-        "binary": "haproxy",
-    },
-    "haproxy-tcp-splice": {
-        "template": "haproxy_tcp_splice.cfg",
-        "cmd": ["haproxy", "-f", "{conf}", "-db"],
-        "package": "haproxy",
-        "binary": "haproxy",
-    },
-    "haproxy-tcp-copy": {
-        "template": "haproxy_tcp_nosplice.cfg",
-        "cmd": ["haproxy", "-f", "{conf}", "-db"],
-        "package": "haproxy",
-        "binary": "haproxy",
-    },
+    "nginx-origin": _anchor("nginx", "nginx_origin.conf"),
+    "nginx-proxy": _anchor("nginx", "nginx_proxy.conf"),
+    "haproxy-splice": _anchor("haproxy", "haproxy_splice.cfg"),
+    "haproxy-copy": _anchor("haproxy", "haproxy_nosplice.cfg"),
+    "haproxy-tcp-splice": _anchor("haproxy", "haproxy_tcp_splice.cfg"),
+    "haproxy-tcp-copy": _anchor("haproxy", "haproxy_tcp_nosplice.cfg"),
     # Cluster front-ends (lard-cluster): @SERVERS@ holds the back-ends'
     # `server` lines (ServerSpec options "values").
-    "haproxy-front-rr": {
-        "template": "haproxy_front_roundrobin.cfg",
-        "cmd": ["haproxy", "-f", "{conf}", "-db"],
-        "package": "haproxy",
-        "binary": "haproxy",
-    },
-    "haproxy-front-uri": {
-        "template": "haproxy_front_uri.cfg",
-        "cmd": ["haproxy", "-f", "{conf}", "-db"],
-        "package": "haproxy",
-        "binary": "haproxy",
-    },
-    "nginx-front-hash": {
-        "template": "nginx_front_hash.conf",
-        "cmd": ["nginx", "-c", "{conf}", "-p", "{run}"],
-        "package": "nginx-light",
-        "binary": "nginx",
-    },
-    "varnish-hit": {
-        "template": "varnish_hit.vcl",
-        "cmd": ["varnishd", "-F", "-a", "127.0.0.1:{port}", "-f", "{conf}", "-s", "malloc,256m", "-p", "thread_pools=1", "-n", "{run}/varnish"],
-        "package": "varnish",
-        "binary": "varnishd",
-    },
-    "varnish-pass": {
-        "template": "varnish_pass.vcl",
-        "cmd": ["varnishd", "-F", "-a", "127.0.0.1:{port}", "-f", "{conf}", "-s", "malloc,256m", "-p", "thread_pools=1", "-n", "{run}/varnish"],
-        "package": "varnish",
-        "binary": "varnishd",
-    },
-    "squid-forward": {
-        "template": "squid_forward.conf",
-        "cmd": ["squid", "-N", "-f", "{conf}"],
-        "package": "squid",
-        "binary": "squid",
-    },
-    "squid-reverse": {
-        "template": "squid_reverse.conf",
-        "cmd": ["squid", "-N", "-f", "{conf}"],
-        "package": "squid",
-        "binary": "squid",
-    },
+    "haproxy-front-rr": _anchor("haproxy", "haproxy_front_roundrobin.cfg"),
+    "haproxy-front-uri": _anchor("haproxy", "haproxy_front_uri.cfg"),
+    "nginx-front-hash": _anchor("nginx", "nginx_front_hash.conf"),
+    "varnish-hit": _anchor("varnishd", "varnish_hit.vcl"),
+    "varnish-pass": _anchor("varnishd", "varnish_pass.vcl"),
+    "squid-forward": _anchor("squid", "squid_forward.conf"),
+    "squid-reverse": _anchor("squid", "squid_reverse.conf"),
 }
 
 # weft's own servers: the subcommand each ServerSpec kind runs.

@@ -157,22 +157,16 @@ def report(a, names, sizes, result):
     what = "/nc/ (no-store) misses" if a.mode == "miss" else "/c/ cache hits"
     print(f"\nmedian of {a.rounds} x wrk -t1 -c{a.conns} -d{a.duration:g}s, {what}, one worker each,"
           f" congestion control {cc}{' (own netns)' if a.netns else ''}; CPU µs per request")  # fmt: skip
-    print(f"{'size':>7} {'proxy':<15} {'proxy µs/req':>12} {'ms/MiB':>7} {'origin':>8} {'client':>8} {'sum':>8} {'req/s':>8}")
-    for n in sizes:
-        for name in names:
-            m = med[(n, name)]
-            tot = m["proxy_us"] + m["origin_us"] + m["client_us"]
-            print(f"{pl.size_name(n):>7} {name:<15} {m['proxy_us']:12.1f} {m['proxy_ms_per_mib']:7.3f} {m['origin_us']:8.1f}"
-                  f" {m['client_us']:8.1f} {tot:8.1f} {m['rps']:8.0f}")  # fmt: skip
+    pl.print_median_table(med, sizes, names,
+                          f"{'size':>7} {'proxy':<15} {'proxy µs/req':>12} {'ms/MiB':>7} {'origin':>8} {'client':>8} {'sum':>8} {'req/s':>8}",
+                          lambda name, m: f"{name:<15} {m['proxy_us']:12.1f} {m['proxy_ms_per_mib']:7.3f} {m['origin_us']:8.1f}"
+                                          f" {m['client_us']:8.1f} {m['proxy_us'] + m['origin_us'] + m['client_us']:8.1f} {m['rps']:8.0f}")  # fmt: skip
     print("\nratios of medians (proxy CPU per request)")
     for n in sizes:
-        parts = []
         p = lambda name: med.get((n, name), {}).get("proxy_us")  # noqa: E731
         pairs = (("weft-splice", "base-splice"), ("weft-copy", "base-copy"),  # this build against --baseline
                  ("weft-splice", "haproxy-splice"), ("weft-copy", "haproxy-copy"), ("base-splice", "haproxy-splice"))
-        for x, y in pairs:
-            if p(x) and p(y):
-                parts.append(f"{x} / {y} {p(x) / p(y):.2f}")
+        parts = pl.median_ratios(med, n, pairs)
         for x, y in (("weft-splice", "weft-copy"), ("haproxy-splice", "haproxy-copy"), ("base-splice", "base-copy")):
             if p(x) and p(y):
                 parts.append(f"{x.split('-')[0]} splice saves {100 * pl.saving(p(x), p(y)):.0f} %")

@@ -79,15 +79,11 @@ def report(a, names, sizes, samples):
     med = pl.median_rows(samples, ["size", "server"], ["proxy_us", "client_us", "rps"])
     print(f"\nmedian of {a.rounds} x wrk -t1 -c{a.conns} -d{a.duration:g}s keep-alive, one worker each,"
           f" weft --event {a.event} --send auto; server CPU µs per request")  # fmt: skip
-    print(f"{'size':>7} {'server':<6} {'µs/req':>8} {'client':>8} {'req/s':>8}")
-    for n in sizes:
-        for name in names:
-            m = med[(n, name)]
-            print(f"{pl.size_name(n):>7} {name:<6} {m['proxy_us']:8.2f} {m['client_us']:8.2f} {m['rps']:8.0f}")
+    pl.print_median_table(med, sizes, names, f"{'size':>7} {'server':<6} {'µs/req':>8} {'client':>8} {'req/s':>8}",
+                          lambda name, m: f"{name:<6} {m['proxy_us']:8.2f} {m['client_us']:8.2f} {m['rps']:8.0f}")  # fmt: skip
     print("\nratios of medians (server CPU per request)")
     for n in sizes:
-        p = lambda name: med.get((n, name), {}).get("proxy_us")  # noqa: E731
-        parts = [f"{x} / {y} {p(x) / p(y):.3f}" for x, y in (("weft", "base"), ("weft", "nginx"), ("base", "nginx")) if p(x) and p(y)]
+        parts = pl.median_ratios(med, n, (("weft", "base"), ("weft", "nginx"), ("base", "nginx")), digits=3)
         print(f"{pl.size_name(n):>7}: " + "; ".join(parts))
     if a.json:
         with open(a.json, "w") as f:

@@ -32,6 +32,14 @@ pub fn workers(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `--listen` of the roles on the proxy's engine (`weft proxy`, `weft front`).
+pub const PROXY_LISTEN_HELP: &str = "Address to listen on; port 0 picks a free port. The bound address is printed on \
+    stdout as `listening on ADDR:PORT` [default: 127.0.0.1:3128]";
+
+/// `--event` of the roles that take every backend but `tracked` ([`event_untracked`]).
+pub const UNTRACKED_EVENT_HELP: &str =
+    "Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll]";
+
 /// `--event` of a subcommand whose handlers do not report their reads and
 /// writes to the loop (`Ctx::learned`): every backend but the `tracked` ones,
 /// which would hand such a handler its descriptors again at every pass.

@@ -3,6 +3,7 @@
 
 use crate::args::{duration, positive, set_given};
 use crate::service::{self, apply_service_args, Service, ServiceArgs};
+use crate::upstream::UpstreamArgs;
 use clap::{ArgAction, Args};
 use std::io;
 use std::net::SocketAddr;
@@ -13,18 +14,15 @@ use weft_proxy::front::{BackendSpec, FrontConfig, FrontServer, Mode, Policy};
 
 #[derive(Args, Debug, Default)]
 #[command(
-    mut_arg("listen", |a| a.help(
-        "Address to listen on; port 0 picks a free port. The bound address is printed on stdout as \
-         `listening on ADDR:PORT` [default: 127.0.0.1:3128]"
-    )),
-    mut_arg("event", |a| a
-        .value_parser(crate::args::event_untracked)
-        .help("Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll]")),
+    mut_arg("listen", |a| a.help(crate::args::PROXY_LISTEN_HELP)),
+    mut_arg("event", |a| a.value_parser(crate::args::event_untracked).help(crate::args::UNTRACKED_EVENT_HELP)),
     mut_arg("admin", |a| a.help(
         "Serve the front-end's state (back-ends: state, load, requests, bytes; target map, queue) \
          as JSON at http://ADDR/stats and as Prometheus text at /metrics"
     )),
     mut_arg("config", |a| a.help("Read settings from this TOML file's [front] table; flags override it")),
+    // A front-end keeps at least one idle connection per back-end.
+    mut_arg("pool_size", |a| a.value_parser(positive)),
 )]
 pub struct FrontArgs {
     // Listening, workers, timeouts, head limits, logging, the config file.
@@ -95,21 +93,9 @@ pub struct FrontArgs {
     #[arg(long, value_name = "PATH")]
     pub health_path: Option<String>,
 
-    /// Give up connecting to a back-end after this long (504) [default: 5s].
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub connect_timeout: Option<Duration>,
-
-    /// Give up on a back-end that sends nothing for this long [default: 60s].
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub upstream_timeout: Option<Duration>,
-
-    /// Idle connections kept per back-end, per worker [default: 1024].
-    #[arg(long, value_name = "N", value_parser = positive)]
-    pub pool_size: Option<usize>,
-
-    /// Close pooled idle back-end connections after this long [default: 15s].
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub pool_idle_timeout: Option<Duration>,
+    // Back-end connect and silence timeouts, the idle connection pool.
+    #[command(flatten)]
+    pub upstream_conns: UpstreamArgs,
 }
 
 /// `--handoff-next`: true for `return`.
@@ -126,7 +112,7 @@ impl FrontArgs {
     pub fn to_config(&self) -> (FrontConfig, weft_proxy::ProxyConfig) {
         let mut p = weft_proxy::ProxyConfig::default();
         apply_service_args!(self.service, p);
-        set_given!(self, p; connect_timeout, upstream_timeout, pool_size, pool_idle_timeout);
+        self.upstream_conns.apply(&mut p);
         let mut f = FrontConfig {
             backends: self.backend.clone(),
             handoff: self.handoff.clone(),

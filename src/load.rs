@@ -135,8 +135,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "DURATION|DIST", value_parser = parse_think)]
     pub think: Option<Dist>,
 
-    /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll].
-    #[arg(long, value_name = "BACKEND", value_parser = crate::args::event_untracked)]
+    #[arg(long, value_name = "BACKEND", value_parser = crate::args::event_untracked, help = crate::args::UNTRACKED_EVENT_HELP)]
     pub event: Option<weft_io::BackendKind>,
 
     /// SO_RCVBUF of each connection (httperf's --recv-buffer) [default: the kernel's].

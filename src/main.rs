@@ -12,6 +12,7 @@ mod proxy_http;
 mod serve;
 mod service;
 mod sim;
+mod upstream;
 
 use clap::Parser;
 use cli::{Cli, Command};

@@ -3,6 +3,7 @@
 
 use crate::args::set_given;
 use crate::service::{self, apply_service_args, ServiceArgs};
+use crate::upstream::UpstreamArgs;
 use clap::{ArgAction, Args};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -69,13 +70,8 @@ fn port_list(s: &str) -> Result<PortList, String> {
 /// `weft proxy`. The shared flags keep the proxy's own wording.
 #[derive(Args, Debug, Default)]
 #[command(
-    mut_arg("listen", |a| a.help(
-        "Address to listen on; port 0 picks a free port. The bound address is printed on stdout as \
-         `listening on ADDR:PORT` [default: 127.0.0.1:3128]"
-    )),
-    mut_arg("event", |a| a
-        .value_parser(crate::args::event_untracked)
-        .help("Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll]")),
+    mut_arg("listen", |a| a.help(crate::args::PROXY_LISTEN_HELP)),
+    mut_arg("event", |a| a.value_parser(crate::args::event_untracked).help(crate::args::UNTRACKED_EVENT_HELP)),
     mut_arg("accept_limit", |a| a.help(
         "Client connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: 10]"
     )),
@@ -190,22 +186,9 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "SIZE", value_parser = cache_dir_size)]
     pub cache_dir_size: Option<u64>,
 
-    /// Give up connecting to an upstream after this long: 504 [default: 5s].
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub connect_timeout: Option<Duration>,
-
-    /// Give up on an upstream silent this long: 504 before the response head,
-    /// the client connection is closed after it [default: 60s].
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub upstream_timeout: Option<Duration>,
-
-    /// Close pooled idle upstream connections after this long [default: 15s].
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
-    pub pool_idle_timeout: Option<Duration>,
-
-    /// Idle connections kept per upstream address and worker (unused ones expire after --pool-idle-timeout) [default: 1024].
-    #[arg(long, value_name = "N")]
-    pub pool_size: Option<usize>,
+    // Upstream connect and silence timeouts, the idle connection pool.
+    #[command(flatten)]
+    pub upstream_conns: UpstreamArgs,
 
     /// How long resolved host names are kept [default: 60s].
     #[arg(long, value_name = "DURATION", value_parser = duration)]
@@ -229,6 +212,7 @@ impl ProxyArgs {
     pub fn to_config(&self) -> weft_proxy::ProxyConfig {
         let mut c = weft_proxy::ProxyConfig::default();
         apply_service_args!(self.service, c);
+        self.upstream_conns.apply(&mut c);
         set_given!(
             self,
             c;
@@ -244,10 +228,6 @@ impl ProxyArgs {
             max_object_size,
             cache_policy,
             cache_dir_size,
-            connect_timeout,
-            upstream_timeout,
-            pool_idle_timeout,
-            pool_size,
             dns_ttl,
             resolver_threads
         );

@@ -398,27 +398,13 @@ fn proxy_errors_are_complete() {
     assert_eq!(after.status, 200);
     assert_eq!(after.body.len(), 10);
     // Reverse mode: CONNECT is 405.
-    let rev = Weft::start(&[
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "--upstream",
-        &o.addr.to_string(),
-    ]);
+    let reverse_to =
+        |up: String| Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1", "--upstream", &up]);
+    let rev = reverse_to(o.addr.to_string());
     let (r, _) = exchange(rev.addr, "CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n", false);
     check_generated(&r, 405, false, "proxy 405");
     // The origin down in reverse mode: 502 with Date, Server and a body.
-    let dead = Weft::start(&[
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "--upstream",
-        &down.to_string(),
-    ]);
+    let dead = reverse_to(down.to_string());
     let (r, _) = exchange(dead.addr, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n", false);
     check_generated(&r, 502, false, "reverse proxy, origin down");
 }

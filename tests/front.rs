@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{fetch, get_on, pattern, per_backend, wait_until, who, Reader, TempDir, Weft};
+use common::{fetch, get_on, get_target, pattern, per_backend, wait_until, who, Reader, TempDir, Weft};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -141,15 +141,7 @@ mod scenarios {
         for round in 0..3 {
             let mut r = Reader::new(f.connect());
             for (k, owner) in owner.iter_mut().enumerate() {
-                let resp = get_on(&mut r, &format!("/t{k}.txt"));
-                assert_eq!(resp.status, 200, "round {round} target {k}");
-                let b = who(&resp.body);
-                assert_eq!(resp.body, format!("backend {b} target {k}\n").into_bytes());
-                match *owner {
-                    None => *owner = Some(b),
-                    Some(o) => assert_eq!(o, b, "target {k} moved at light load"),
-                }
-                used.insert(b);
+                used.insert(get_target(&mut r, k, owner, round));
             }
             let big = get_on(&mut r, "/big.bin");
             assert_eq!(big.status, 200);

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{fetch, get_on, pattern, per_backend, wait_until, who, Reader, TempDir, Weft};
+use common::{fetch, get_on, get_target, pattern, per_backend, wait_until, who, Reader, TempDir, Weft};
 use std::io::Read;
 use std::net::TcpListener;
 use std::time::Duration;
@@ -99,15 +99,8 @@ mod scenarios {
         for round in 0..2 {
             for (k, owner) in owner.iter_mut().enumerate() {
                 let mut r = Reader::new(f.connect());
-                let resp = get_on(&mut r, &format!("/t{k}.txt"));
+                get_target(&mut r, k, owner, round);
                 handed += 1;
-                assert_eq!(resp.status, 200, "round {round} target {k}");
-                let b = who(&resp.body);
-                assert_eq!(resp.body, format!("backend {b} target {k}\n").into_bytes());
-                match *owner {
-                    None => *owner = Some(b),
-                    Some(o) => assert_eq!(o, b, "target {k} moved at light load"),
-                }
             }
         }
         let used: std::collections::HashSet<_> = owner.iter().flatten().collect();

@@ -110,52 +110,47 @@ struct Role {
     path: &'static str,
 }
 
+impl Role {
+    /// `weft ARGS --listen 127.0.0.1:0 --event EVENT --workers 1` with an
+    /// admin listener, and what it needs kept alive.
+    fn start(
+        args: &[&str],
+        event: &str,
+        origin: Option<Weft>,
+        site: Option<common::TempDir>,
+        path: &'static str,
+    ) -> Role {
+        let mut all = args.to_vec();
+        all.extend(["--listen", "127.0.0.1:0", "--event", event, "--workers", "1"]);
+        let w = Served::start(&all);
+        let admin = w.admin;
+        Role {
+            w,
+            admin,
+            _origin: origin,
+            _site: site,
+            path,
+        }
+    }
+}
+
 fn serve(event: &str) -> Role {
     let site = common::site();
     site.write("8k.bin", &common::pattern(8192));
     let root = common::path_str(&site.path).to_string();
-    let w = Served::start(&[
-        "serve",
-        &root,
-        "--listen",
-        "127.0.0.1:0",
-        "--event",
-        event,
-        "--workers",
-        "1",
-    ]);
-    let admin = w.admin;
-    Role {
-        w,
-        admin,
-        _origin: None,
-        _site: Some(site),
-        path: "/8k.bin",
-    }
+    Role::start(&["serve", &root], event, None, Some(site), "/8k.bin")
 }
 
 fn proxy(event: &str) -> Role {
     let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
     let up = origin.addr.to_string();
-    let w = Served::start(&[
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &up,
-        "--event",
+    Role::start(
+        &["proxy", "--upstream", &up],
         event,
-        "--workers",
-        "1",
-    ]);
-    let admin = w.admin;
-    Role {
-        w,
-        admin,
-        _origin: Some(origin),
-        _site: None,
-        path: "/size/8192/c60/a.bin",
-    }
+        Some(origin),
+        None,
+        "/size/8192/c60/a.bin",
+    )
 }
 
 fn request(path: &str) -> String {
@@ -241,13 +236,14 @@ fn idle_connections_hold_no_buffer(r: &Role) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let t = loop {
         let t = totals(r.admin);
-        if t["open_connections"] == 1000 && t["input_bufs_lent"] == 0 && t["output_bufs_lent"] == 0 {
+        let pools = &t["pools"];
+        if t["open_connections"] == 1000 && pools["input_bufs_lent"] == 0 && pools["output_bufs_lent"] == 0 {
             break t;
         }
         assert!(Instant::now() < deadline, "buffers still lent while idle: {t}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert_eq!(t["input_bytes_lent"], 0, "{t}");
+    assert_eq!(t["pools"]["input_bytes_lent"], 0, "{t}");
     assert_eq!(t["refused_max_connections"], 0, "{t}");
     // The connections still work.
     let c = &mut conns[500];
@@ -406,7 +402,8 @@ fn metrics_of_serve_and_proxy() {
         );
         assert!(m.contains(&format!("\nweft_{role}_requests_total 3\n")), "{m}");
         assert!(
-            m.contains(&format!("# TYPE weft_{role}_input_bytes_lent gauge\n")),
+            // The pool gauges are one group, nested as "pools" (as in the JSON).
+            m.contains(&format!("# TYPE weft_{role}_pools_input_bytes_lent gauge\n")),
             "{m}"
         );
     }

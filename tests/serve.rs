@@ -13,14 +13,20 @@ use std::time::{Duration, Instant};
 mod scenarios {
     use super::*;
 
+    /// `weft serve ROOT --event EVENT --workers 1 ARGS`.
+    fn one_worker(root: &TempDir, event: &str, args: &[&str]) -> Weft {
+        let mut all = vec![path_str(&root.path), "--event", event, "--workers", "1"];
+        all.extend(args);
+        Weft::serve(&all)
+    }
+
     /// A client that half-closes right after its pipelined requests (the FIN
     /// arrives with them): every response is still delivered, and the server
     /// closes as soon as it has answered, not at the idle timeout
     /// (edge-triggered backends report that FIN only once).
     pub fn half_close_after_pipelining(event: &str) {
         let site = site();
-        let args = [path_str(&site.path), "--event", event, "--workers", "1"];
-        let w = Weft::serve(&[&args[..], &["--idle-timeout", "60s"]].concat());
+        let w = one_worker(&site, event, &["--idle-timeout", "60s"]);
         let mut c = Reader::new(w.connect());
         c.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         // Once the server has accepted and found nothing to read, the requests
@@ -136,15 +142,7 @@ mod scenarios {
 
     pub fn max_requests_per_connection(event: &str) {
         let site = site();
-        let w = Weft::serve(&[
-            path_str(&site.path),
-            "--event",
-            event,
-            "--workers",
-            "1",
-            "--max-requests",
-            "3",
-        ]);
+        let w = one_worker(&site, event, &["--max-requests", "3"]);
         let mut c = Reader::new(w.connect());
         c.send(&b"GET /one.bin HTTP/1.1\r\nHost: t\r\n\r\n".repeat(3));
         assert_eq!(c.response(false).header("connection"), None);
@@ -349,15 +347,7 @@ mod scenarios {
 
     pub fn slow_header_timeout(event: &str) {
         let site = site();
-        let w = Weft::serve(&[
-            path_str(&site.path),
-            "--event",
-            event,
-            "--workers",
-            "1",
-            "--header-timeout",
-            "1s",
-        ]);
+        let w = one_worker(&site, event, &["--header-timeout", "1s"]);
         let mut c = Reader::new(w.connect());
         c.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let t0 = Instant::now();
@@ -422,17 +412,7 @@ mod scenarios {
         let d = TempDir::new("grace");
         let size = 16 << 20;
         d.write("big", &pattern(size));
-        let mut w = Weft::serve(&[
-            path_str(&d.path),
-            "--event",
-            event,
-            "--workers",
-            "1",
-            "--grace",
-            "10s",
-            "--send",
-            "copy",
-        ]);
+        let mut w = one_worker(&d, event, &["--grace", "10s", "--send", "copy"]);
         let idle = w.connect();
         let mut s = w.connect();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -467,15 +447,7 @@ mod scenarios {
         let site = site();
         let logd = TempDir::new("log");
         let log = logd.path.join("access.log");
-        let mut w = Weft::serve(&[
-            path_str(&site.path),
-            "--event",
-            event,
-            "--workers",
-            "1",
-            "--access-log",
-            path_str(&log),
-        ]);
+        let mut w = one_worker(&site, event, &["--access-log", path_str(&log)]);
         let mut c = Reader::new(w.connect());
         c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nUser-Agent: tester/1.0\r\nReferer: http://x/\r\n\r\n");
         c.response(false);
@@ -620,22 +592,33 @@ fn workers_share_the_port() {
     }
 }
 
-#[test]
-fn stats_on_exit_counts_paths_and_syscalls() {
-    let site = site();
-    let mut w = Weft::serve(&[
-        path_str(&site.path),
-        "--workers",
-        "1",
-        "--send",
-        "sendfile",
-        "--stats-on-exit",
-    ]);
-    get(&w, "/big.bin");
+/// `weft serve SITE --workers 1 ARGS --stats-on-exit`: one worker, whose
+/// counters [`stats_at_exit`] reads.
+fn serve_counting(site: &TempDir, args: &[&str]) -> Weft {
+    let mut all = vec![path_str(&site.path), "--workers", "1"];
+    all.extend(args);
+    all.push("--stats-on-exit");
+    Weft::serve(&all)
+}
+
+/// Stop a server started with `--stats-on-exit` gracefully (it exits 0)
+/// and return the JSON line it printed.
+fn stats_at_exit(w: &mut Weft) -> String {
     w.terminate();
     assert_eq!(w.wait_exit(Duration::from_secs(10)), Some(0));
     let err = w.stderr();
-    let json = err.lines().find(|l| l.starts_with('{')).expect("stats line");
+    err.lines()
+        .find(|l| l.starts_with('{'))
+        .expect("stats line")
+        .to_string()
+}
+
+#[test]
+fn stats_on_exit_counts_paths_and_syscalls() {
+    let site = site();
+    let mut w = serve_counting(&site, &["--send", "sendfile"]);
+    get(&w, "/big.bin");
+    let json = stats_at_exit(&mut w);
     assert!(
         json.contains(&format!("\"bytes_sendfile\":{}", 3 * 1024 * 1024 + 17)),
         "{json}"
@@ -650,16 +633,7 @@ fn stats_on_exit_counts_paths_and_syscalls() {
 #[test]
 fn tracked_serves_known_ready_descriptors_without_the_kernel() {
     let site = site();
-    let mut w = Weft::serve(&[
-        path_str(&site.path),
-        "--workers",
-        "1",
-        "--event",
-        "tracked",
-        "--accept-limit",
-        "1",
-        "--stats-on-exit",
-    ]);
+    let mut w = serve_counting(&site, &["--event", "tracked", "--accept-limit", "1"]);
     let mut conns: Vec<Reader> = (0..20).map(|_| Reader::new(w.connect())).collect();
     for c in conns.iter_mut() {
         c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -668,10 +642,7 @@ fn tracked_serves_known_ready_descriptors_without_the_kernel() {
         assert_eq!(c.response(false).body, b"hello, weft\n");
     }
     drop(conns);
-    w.terminate();
-    assert_eq!(w.wait_exit(Duration::from_secs(10)), Some(0));
-    let err = w.stderr();
-    let json = err.lines().find(|l| l.starts_with('{')).expect("stats line");
+    let json = stats_at_exit(&mut w);
     let field = |name: &str| -> u64 {
         let at = json
             .find(&format!("\"{name}\":"))

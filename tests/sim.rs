@@ -26,24 +26,34 @@ fn read_json(path: &std::path::Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
+/// `weft sim ARGS --json DIR/out.json`, which must succeed: its output and
+/// the JSON document it wrote.
+fn sim(dir: &TempDir, args: &[&str]) -> (std::process::Output, Value) {
+    let json = dir.path.join("out.json");
+    let mut all = vec!["sim"];
+    all.extend(args);
+    all.extend(["--json", path_str(&json)]);
+    let out = weft(&all);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (out, read_json(&json))
+}
+
 #[test]
 fn a_tiny_log_gives_the_hand_computed_report() {
     let dir = TempDir::new("sim");
     let log = dir.write("access.log", LOG.as_bytes());
-    let json = dir.path.join("out.json");
-    let out = weft(&[
-        "sim",
-        path_str(&log),
-        "--nodes",
-        "1,2",
-        "--policy",
-        "wrr,lard",
-        "--clients",
-        "1",
-        "--json",
-        path_str(&json),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (out, v) = sim(
+        &dir,
+        &[
+            path_str(&log),
+            "--nodes",
+            "1,2",
+            "--policy",
+            "wrr,lard",
+            "--clients",
+            "1",
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("policy"), "{stdout}");
     assert_eq!(stdout.lines().count(), 5, "a heading and four runs: {stdout}");
@@ -53,7 +63,6 @@ fn a_tiny_log_gives_the_hand_computed_report() {
         "{stderr}"
     );
 
-    let v = read_json(&json);
     assert_eq!(v["trace"]["kind"], "log");
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 4);
@@ -97,19 +106,7 @@ fn a_gzip_log_reads_like_the_plain_one() {
         return;
     }
     let gz = dir.path.join("access.log.gz");
-    let json = dir.path.join("gz.json");
-    let out = weft(&[
-        "sim",
-        path_str(&gz),
-        "--nodes",
-        "1",
-        "--policy",
-        "lard-r",
-        "--json",
-        path_str(&json),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v = read_json(&json);
+    let (_, v) = sim(&dir, &[path_str(&gz), "--nodes", "1", "--policy", "lard-r"]);
     assert_eq!(v["runs"][0]["requests"], 3);
     assert_eq!(v["runs"][0]["policy"], "lard-r");
 }
@@ -117,21 +114,7 @@ fn a_gzip_log_reads_like_the_plain_one() {
 #[test]
 fn a_synthetic_trace_runs_every_strategy() {
     let dir = TempDir::new("sim-synth");
-    let json = dir.path.join("ibm.json");
-    let out = weft(&[
-        "sim",
-        "ibm",
-        "--nodes",
-        "2",
-        "--policy",
-        "all",
-        "--requests",
-        "20000",
-        "--json",
-        path_str(&json),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v = read_json(&json);
+    let (_, v) = sim(&dir, &["ibm", "--nodes", "2", "--policy", "all", "--requests", "20000"]);
     assert_eq!(v["trace"]["name"], "ibm");
     let names: Vec<&str> = v["runs"]
         .as_array()

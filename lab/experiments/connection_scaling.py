@@ -240,20 +240,17 @@ def summarize(lab, plan: Plan, rows: list[dict], commands: dict, load_commands: 
                                 for r in rows if r["server"] == s and r["figure"] == fig]) for s in names)  # fmt: skip
 
     pngs = []
-    if any(r["figure"] == "connections" for r in rows):
-        pngs.append("cpu_vs_connections.png")
-        report.plot_lines(os.path.join(d, "cpu_vs_connections.png"),
-                          [(f"CPU, {plan.rate:,} req/s of {FIG4_SIZE_KIB} KiB", series("connections", "conns", "cpu_util")),
-                           ("mean response time", series("connections", "conns", "rt_mean_ms"))],
-                          xlabel="concurrent connections", ylabel="", logx=True, logy=True, sharey=False,
-                          ylabels=["server CPU, % of one core", "mean response time, ms"])  # fmt: skip
-    if any(r["figure"] == "size" for r in rows):
-        pngs.append("cpu_vs_size.png")
-        report.plot_lines(os.path.join(d, "cpu_vs_size.png"),
-                          [(f"CPU, {plan.fig5_conns:,} connections, {plan.rate:,} req/s", series("size", "size_kib", "cpu_util")),
-                           ("mean response time", series("size", "size_kib", "rt_mean_ms"))],
-                          xlabel="file size (KiB)", ylabel="", logx=True, logy=True, sharey=False,
-                          ylabels=["server CPU, % of one core", "mean response time, ms"])  # fmt: skip
+
+    def cpu_and_time(fig: str, x: str, png: str, cpu_title: str, xlabel: str) -> None:
+        # One figure: server CPU and mean response time against `x`, both log scales.
+        if any(r["figure"] == fig for r in rows):
+            pngs.append(png)
+            report.plot_lines(os.path.join(d, png), [(cpu_title, series(fig, x, "cpu_util")), ("mean response time", series(fig, x, "rt_mean_ms"))],
+                              xlabel=xlabel, ylabel="", logx=True, logy=True, sharey=False,
+                              ylabels=["server CPU, % of one core", "mean response time, ms"])  # fmt: skip
+
+    cpu_and_time("connections", "conns", "cpu_vs_connections.png", f"CPU, {plan.rate:,} req/s of {FIG4_SIZE_KIB} KiB", "concurrent connections")
+    cpu_and_time("size", "size_kib", "cpu_vs_size.png", f"CPU, {plan.fig5_conns:,} connections, {plan.rate:,} req/s", "file size (KiB)")
     md = [f"# {NAME}", ""]
     md.append(f"{'Quick' if lab.quick else 'Full'} run, one pass. Offered {plan.rate:,} requests/s as open-loop sessions of {CALLS} requests "
               f"(exponential arrivals and think times; T = C·k/(X·(k−1))), {CLIENT_PROCESSES} `weft load` processes; each point measured "
@@ -293,12 +290,8 @@ def summarize(lab, plan: Plan, rows: list[dict], commands: dict, load_commands: 
     md.append(f"- load processes' CPU (both together): median {100 * report.median(cl):.0f} %, max {100 * max(cl):.0f} % of one core")
     non2xx = [r for r in rows if r["replies"] != r["replies_2xx"]]
     md.append(f"- runs with non-2xx replies: {len(non2xx)}")
-    md += ["", "## Commands", "", "```"]
-    md += [f"{k}: {' '.join(v)}" for k, v in commands.items()]
-    md += [f"weft load: {' '.join(v)}" for v in load_commands.values()]
-    md += ["```", "", "## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()]
-    md += ["", "Plots: " + ", ".join(f"`{p}`" for p in pngs) + ". Raw data: `runs.json`, `runs.csv`.", ""]
-    with open(os.path.join(d, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    loads = [f"weft load: {' '.join(v)}" for v in load_commands.values()]
+    md += report.summary_end(commands, lab.versions, more_commands=loads, plots=pngs)
+    report.write_summary(d, md)
     print("\n".join(md))
     return {"problems": len(non2xx)}

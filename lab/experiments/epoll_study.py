@@ -711,12 +711,8 @@ def summarize(lab, plan, rows, commands, load_commands, peaks, rates, t1_rate, i
     kept = [r["offered"] / r["target"] for r in rows if r["phase"] in ("sweep", "accept", "table1") and r.get("target")]
     if kept:
         md.append(f"- sessions started on schedule: offered/target between {min(kept):.4f} and {max(kept):.4f} at every point")
-    md += ["", "## Commands", "", "```"]
-    md += [f"{k}: {' '.join(v)}" for k, v in commands.items()]
-    md += [f"weft load ({k}): {' '.join(v)}" for k, v in load_commands.items()]
-    md += ["```", "", "## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()]
-    md += ["", "Plots: " + ", ".join(f"`{p}`" for p in pngs) + ". Raw data: `runs.json`, `runs.csv`.", ""]
-    with open(os.path.join(d, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    loads = [f"weft load ({k}): {' '.join(v)}" for k, v in load_commands.items()]
+    md += report.summary_end(commands, lab.versions, more_commands=loads, plots=pngs)
+    report.write_summary(d, md)
     print("\n".join(md[:60]))
     return {"problems": len(non2xx)}

@@ -56,19 +56,16 @@ def run(lab: core.Lab) -> dict:
     reps = 1 if lab.quick else 3
     duration = 2.0 if lab.quick else 5.0
     lab.prepare(commands=["nginx", "h2o", "lighttpd"])
-    www = os.path.join(lab.scratch, "www")
-    os.makedirs(www)
-    for _, size in FILES:
-        core.make_file(os.path.join(www, f"file-{size}.bin"), size)
+    www = core.size_site(lab.scratch, [size for _, size in FILES])
     all_specs = specs(lab.quick)
     rows: list[dict] = []
     with lab.pool(www) as pool:
         runs = core.ServerRounds(lab, NAME, pool, all_specs, reps, len(WORKLOADS), "workloads", duration)
         for rep, spec, rs, base in runs:
             for _, size in FILES:
-                core.fetch(base + f"file-{size}.bin")
+                core.fetch(base + core.file_name(size))
             for label, size, threads, conns in WORKLOADS:
-                m = core.measure(lab, rs, base + f"file-{size}.bin", connections=conns, duration_s=duration, threads=threads)
+                m = core.measure(lab, rs, base + core.file_name(size), connections=conns, duration_s=duration, threads=threads)
                 spr = m.syscalls_per_request()
                 row = {
                     "rep": rep + 1,
@@ -128,11 +125,6 @@ def summarize(lab, rows, commands, reps, duration, all_specs) -> dict:
     problems = [r for r in rows if r["non_2xx"] or r["socket_errors"]]
     md += ["", "## Checks", ""]
     md.append(f"- {len(problems)} run(s) with non-2xx responses or socket errors" if problems else "- every response was 2xx, no socket errors")
-    md += ["", "## Commands", "", "```"]
-    md += [f"{k}: {' '.join(v)}" for k, v in commands.items()]
-    md += ["```", "", "## Versions", ""]
-    md += [f"- {k}: {v}" for k, v in lab.versions.items()]
-    md.append("")
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as fh:
-        fh.write("\n".join(md))
+    md += report.summary_end(commands, lab.versions)
+    report.write_summary(lab.results_dir, md)
     return {"medians": med, "problems": len(problems)}

@@ -211,6 +211,8 @@ def measure_server(lab: core.Lab, pool: servers.ServerPool, spec: servers.Server
                 row["failed"] = stopped
             if stats:
                 t = stats["total"]
+                # The pool gauges are nested under "pools" (the same group in every role).
+                t = {**t, **t.get("pools", {})}
                 for k in ("open_connections", "input_bufs_lent", "input_bytes_pooled", "output_bufs_lent",
                           "output_bytes_pooled", "request_state_pooled"):  # fmt: skip
                     if k in t:

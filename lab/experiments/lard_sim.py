@@ -176,13 +176,6 @@ def summarize(lab: core.Lab, rows: list[dict], commands: dict) -> dict:
                 vals = [lookup(rows, t, pol, n, field) for n in node_cols]
                 table.append([pol] + [fmt.format(v * scale) if v is not None else "–" for v in vals])
             md.append(report.markdown_table(["policy"] + [str(n) for n in node_cols], table, "l" + "r" * len(node_cols)))
-    md += ["", "## Commands", "", "```"]
-    for label, cmd in commands.items():
-        md.append(f"{label}: {' '.join(cmd)}")
-    md += ["```", "", "## Versions", ""]
-    for k, v in lab.versions.items():
-        md.append(f"- {k}: {v}")
-    md += ["", "Plots: `throughput.png`, `miss_ratio.png`, `idle_time.png`. Raw data: `runs.json`, `runs.csv`.", ""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    md += report.summary_end(commands, lab.versions, plots=["throughput.png", "miss_ratio.png", "idle_time.png"])
+    report.write_summary(lab.results_dir, md)
     return {"problems": 0}

@@ -160,11 +160,8 @@ def run(lab: core.Lab) -> dict:
     pn = plan(lab.quick, lab.only)
     needed = pn.proxies()
     lab.prepare(commands=sorted({"nginx"} | {ANCHOR_COMMANDS[p] for p in needed if p in ANCHOR_COMMANDS}))
-    www = os.path.join(lab.scratch, "www")
-    os.makedirs(www)
     sizes = sorted({p.size for p in pn.points})
-    for s in sizes:
-        core.make_file(os.path.join(www, pl.size_name(s)), s)
+    www = core.size_site(lab.scratch, sizes, pl.size_name)
     scratch = os.path.join(lab.scratch, "client")
     lab.log(f"{NAME}: {len(pn.points)} configurations x {pn.rounds} round(s), about {pn.estimate_s() / 60:.0f} min of load")
     rows: list[dict] = []

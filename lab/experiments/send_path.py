@@ -32,17 +32,14 @@ def run(lab: core.Lab) -> dict:
     reps = 1 if lab.quick else 3
     duration = 2.0 if lab.quick else 5.0
     lab.prepare(commands=["nginx"])
-    www = os.path.join(lab.scratch, "www")
-    os.makedirs(www)
-    for _, size in SIZES:
-        core.make_file(os.path.join(www, f"file-{size}.bin"), size)
+    www = core.size_site(lab.scratch, [size for _, size in SIZES])
     rows: list[dict] = []
     with lab.pool(www) as pool:
         runs = core.ServerRounds(lab, NAME, pool, SERVERS, reps, len(SIZES), "sizes", duration)
         for rep, spec, rs, base in runs:
             for label, size in SIZES:
-                core.fetch(base + f"file-{size}.bin")
-                m = core.measure(lab, rs, base + f"file-{size}.bin", connections=CONNECTIONS, duration_s=duration)
+                core.fetch(base + core.file_name(size))
+                m = core.measure(lab, rs, base + core.file_name(size), connections=CONNECTIONS, duration_s=duration)
                 rows.append({
                     "rep": rep + 1, "server": spec.label, "size": label, "size_bytes": size,
                     "requests": m.load.requests, "rps": m.load.rps, "cpu_us_per_req": m.cpu_us_per_request,

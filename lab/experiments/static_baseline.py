@@ -35,28 +35,21 @@ CONNECTIONS = 50
 THREADS = 1
 
 
-def file_name(size: int) -> str:
-    return f"file-{size}.bin"
-
-
 def run(lab: core.Lab) -> dict:
     reps = 1 if lab.quick else 3
     duration = 2.0 if lab.quick else 10.0
     lab.prepare(commands=["nginx", "h2o", "lighttpd"])
-    www = os.path.join(lab.scratch, "www")
-    os.makedirs(www)
-    for _, size in SIZES:
-        core.make_file(os.path.join(www, file_name(size)), size)
+    www = core.size_site(lab.scratch, [size for _, size in SIZES])
     rows: list[dict] = []
     with lab.pool(www) as pool:
         runs = core.ServerRounds(lab, NAME, pool, SERVERS, reps, len(SIZES), "sizes", duration)
         for rep, spec, rs, base in runs:
             for _, size in SIZES:  # warm caches; check the bytes
-                status, n = core.fetch(base + file_name(size))
+                status, n = core.fetch(base + core.file_name(size))
                 if status != 200 or n != size:
-                    raise servers.ServerError(f"{spec.label}: GET {file_name(size)} gave {status}, {n} bytes")
+                    raise servers.ServerError(f"{spec.label}: GET {core.file_name(size)} gave {status}, {n} bytes")
             for label, size in SIZES:
-                m = core.measure(lab, rs, base + file_name(size), connections=CONNECTIONS, duration_s=duration, threads=THREADS)
+                m = core.measure(lab, rs, base + core.file_name(size), connections=CONNECTIONS, duration_s=duration, threads=THREADS)
                 row = {
                     "rep": rep + 1,
                     "server": spec.label,
@@ -165,13 +158,7 @@ def summarize(lab: core.Lab, rows: list[dict], commands: dict, reps: int, durati
             md.append(f"- rep {r['rep']} {r['server']} {r['size']}: non-2xx {r['non_2xx']}, socket errors {r['socket_errors']}, bytes/response {r['bytes_per_response']}")
     else:
         md.append("- every response was 2xx, no socket errors, every response carried at least the file's bytes")
-    md += ["", "## Commands", "", "```"]
-    for label, cmd in commands.items():
-        md.append(f"{label}: {' '.join(cmd)}")
-    md += ["```", "", "## Versions", ""]
-    for k, v in lab.versions.items():
-        md.append(f"- {k}: {v}")
-    md += ["", "Plots: `cpu_per_request.png`, `requests_per_second.png`. Raw data: `runs.json`, `runs.csv`, `medians.csv`.", ""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    md += report.summary_end(commands, lab.versions, plots=["cpu_per_request.png", "requests_per_second.png"],
+                             raw=["runs.json", "runs.csv", "medians.csv"])  # fmt: skip
+    report.write_summary(lab.results_dir, md)
     return {"medians": med, "problems": len(problems)}

@@ -392,6 +392,21 @@ pub fn who(body: &[u8]) -> usize {
         .unwrap_or_else(|| panic!("body {s:?}"))
 }
 
+/// `GET /tK.txt` on `r`: answered whole (`backend B target K`) by back-end B,
+/// the one that answered target K before if any (`owner`, set on first
+/// use: placement by target does not move a target at light load). B.
+pub fn get_target(r: &mut Reader, k: usize, owner: &mut Option<usize>, round: usize) -> usize {
+    let resp = get_on(r, &format!("/t{k}.txt"));
+    assert_eq!(resp.status, 200, "round {round} target {k}");
+    let b = who(&resp.body);
+    assert_eq!(resp.body, format!("backend {b} target {k}\n").into_bytes());
+    match *owner {
+        None => *owner = Some(b),
+        Some(o) => assert_eq!(o, b, "target {k} moved at light load"),
+    }
+    b
+}
+
 /// `GET path` with Connection: close on a fresh connection; the whole reply.
 pub fn fetch(addr: &str, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();

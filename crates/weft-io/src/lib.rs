@@ -28,6 +28,11 @@
 //! - [`handoff`]: the messages `weft front --mode handoff` and `weft serve
 //!   --handoff-socket` exchange on their Unix socket (connections handed
 //!   over, closed, given back).
+//! - [`pools`]: a worker's two buffer pools seen together: what they hold
+//!   ([`PoolGauges`], one gauge group every role embeds in its stats) and a
+//!   connection's buffers given back to them;
+//! - [`timer`]: a connection's deadline against the loop's timer heap
+//!   (arm only when it moves earlier; stale, later or expired when it fires).
 
 pub mod accept;
 pub mod admin;
@@ -42,8 +47,10 @@ pub mod mailbox;
 pub mod mapcache;
 pub mod output;
 pub mod pipes;
+pub mod pools;
 pub mod slab;
 pub mod sys;
+pub mod timer;
 pub mod workers;
 
 pub use accept::Acceptor;
@@ -54,6 +61,7 @@ pub use input::{BufPool, Fill, InputBuf};
 pub use mailbox::Mailboxes;
 pub use output::{FileSend, Flushed, OutChain, OwnPool};
 pub use pipes::{Pipe, PipeBudget, PipeError, PipePool};
+pub use pools::PoolGauges;
 pub use slab::Slab;
 pub use sys::{Fd, SysCounts, SysKind};
 pub use workers::{bind_reuseport, Shutdown};

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use weft_http::respond::{self, Persist};
 use weft_io::sys::{self, Fd};
-use weft_io::{BufPool, Ctx, Fill, Interest, Poller, Token};
+use weft_io::{pools, BufPool, Ctx, Fill, Interest, Poller, Token};
 
 /// How long a closing connection may linger reading the client's leftovers.
 const LINGER: Duration = Duration::from_secs(2);
@@ -137,9 +137,7 @@ impl Worker<'_> {
             return;
         };
         self.sh.open_clients -= 1;
-        c.input.discard(&mut self.sh.bufs);
-        c.out.clear();
-        c.out.release_own(&mut self.sh.own_pool);
+        pools::release_all(&mut c.input, &mut c.out, &mut self.sh.bufs, &mut self.sh.own_pool);
         if let Some(fd) = c.fd.take() {
             // Handoff mode: the socket may still be open in a back-end (one
             // it gave back closes its copy at the end of its batch), and

@@ -8,7 +8,7 @@
 //! worker publishes into once per batch, and the JSON and Prometheus renderings.
 
 use weft_core::metrics;
-use weft_io::SysCounts;
+use weft_io::{PoolGauges, SysCounts};
 
 weft_core::metrics! {
     /// Counters one worker keeps.
@@ -101,26 +101,13 @@ weft_core::metrics! {
         gauge upstream_connections,
         /// Upstream connections idle in the pool.
         gauge upstream_pooled,
-        /// Input buffers lent to client and upstream connections (held while
-        /// bytes are pending).
-        gauge input_bufs_lent,
-        /// Bytes of the input buffers lent.
-        gauge input_bytes_lent,
-        /// Input buffers waiting in the worker's pool (grown ones included).
-        gauge input_bufs_pooled,
-        /// Bytes of the input buffers waiting in the pool.
-        gauge input_bytes_pooled,
-        /// Output buffers lent to connections (held while a request is in flight).
-        gauge output_bufs_lent,
-        /// Output buffers waiting in the worker's pool.
-        gauge output_bufs_pooled,
-        /// Bytes of the output buffers waiting in the pool.
-        gauge output_bytes_pooled,
         /// Request state (head table, head copy, cache key, transaction) lent
         /// to clients with a request in flight.
         gauge request_state_pooled,
     }
     groups {
+        /// What the worker's buffer pools hold now.
+        pools: PoolGauges,
         /// System calls by kind.
         syscalls: SysCounts,
     }
@@ -195,10 +182,10 @@ mod tests {
             bytes_spliced bytes_teed bytes_copied bytes_filled bytes_cache tunnel_bytes_spliced \
             tunnel_bytes_copied sessions_splice sessions_keep_copy sessions_copy sessions_fallback \
             sessions_no_pipe sessions_client_abort sessions_orphan_fill sessions_upstream_abort read_batches_cut";
-        // Added by issue 21, after every earlier key.
+        // Added by issue 21, after every earlier key (its pool gauges nested
+        // under "pools" since issue 14).
         const ADDED: &str = "refused_max_connections open_connections upstream_connections upstream_pooled \
-            input_bufs_lent input_bytes_lent input_bufs_pooled input_bytes_pooled output_bufs_lent \
-            output_bufs_pooled output_bytes_pooled request_state_pooled";
+            request_state_pooled";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();
@@ -207,7 +194,9 @@ mod tests {
         for n in &names {
             want.push_str(&format!("\"{n}\":0,"));
         }
-        want.push_str("\"syscalls\":{\"splice\":4}}");
+        want.push_str("\"pools\":");
+        want.push_str(&PoolGauges::default().to_json());
+        want.push_str(",\"syscalls\":{\"splice\":4}}");
         assert_eq!(s.to_json(), want);
         let text = render_prometheus(&[Slot::default()]);
         assert!(

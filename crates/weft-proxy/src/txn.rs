@@ -9,7 +9,7 @@
 
 use crate::client::{set_notsent_lowat, ClientRead};
 use crate::config::SpliceMode;
-use crate::conn::{Client, Phase, ReqBody, Upstream};
+use crate::conn::{Client, Phase, ReqBody, Txn, Upstream};
 use crate::relay::{Ends, Pump};
 use crate::response::store_object;
 use crate::tunnel::{Side, Tunnel, TunnelState};
@@ -213,11 +213,9 @@ impl Worker<'_> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        let Some(mut txn) = c.txn.take() else {
+        let Some((mut txn, ut)) = c.end_txn(self.sh.cfg) else {
             return Flow::Again;
         };
-        crate::front::release(self.sh.cfg, &mut txn);
-        let ut = txn.up.take();
         if let Some(relay) = txn.relay.take() {
             relay.abandon(&mut self.sh.stats, true);
         }
@@ -366,11 +364,9 @@ impl Worker<'_> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        let Some(mut txn) = c.txn.take() else {
+        let Some((txn, ut)) = c.end_txn(self.sh.cfg) else {
             return Flow::Again;
         };
-        crate::front::release(self.sh.cfg, &mut txn);
-        let ut = txn.up.take();
         let reusable = txn.up_keep_alive;
         if txn.client_close {
             c.close_after = true;
@@ -470,5 +466,17 @@ impl Worker<'_> {
                 Flow::Wait
             }
         }
+    }
+}
+
+impl Client {
+    /// End the client's transaction (failed or complete): take it, give its
+    /// front-end admission back, and detach its upstream (returned for the
+    /// caller to close or release). `None` when no transaction is open.
+    pub(crate) fn end_txn(&mut self, cfg: &crate::config::ProxyConfig) -> Option<(Box<Txn>, Option<Token>)> {
+        let mut txn = self.txn.take()?;
+        crate::front::release(cfg, &mut txn);
+        let up = txn.up.take();
+        Some((txn, up))
     }
 }

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 use weft_http::{Limits, ResponseHead};
 use weft_io::sys::{self, Errno};
-use weft_io::{BufPool, Ctx, InputBuf, Interest, OutChain, Poller, Token};
+use weft_io::{pools, BufPool, Ctx, InputBuf, Interest, OutChain, Poller, Token};
 
 /// Idle upstream connections of one worker, per address.
 #[derive(Default)]
@@ -154,9 +154,7 @@ impl Worker<'_> {
     pub(crate) fn close_upstream<P: Poller>(&mut self, cx: &mut Ctx<P>, ut: Token) {
         if let Some(Entry::Upstream(mut u)) = self.slab.remove(ut) {
             self.sh.open_upstreams -= 1;
-            u.buf.discard(&mut self.sh.bufs);
-            u.out.clear();
-            u.out.release_own(&mut self.sh.own_pool);
+            pools::release_all(&mut u.buf, &mut u.out, &mut self.sh.bufs, &mut self.sh.own_pool);
             if u.owner.is_none() {
                 self.sh.pool.forget(&u.addr, ut);
             }
@@ -177,8 +175,7 @@ impl Worker<'_> {
         }
         // Pooled, it holds no buffer: both go back to the worker's pools
         // (lent again by the next exchange; grown ones are kept there).
-        u.buf.release(&mut self.sh.bufs);
-        u.out.release_own(&mut self.sh.own_pool);
+        pools::release_idle(&mut u.buf, &mut u.out, &mut self.sh.bufs, &mut self.sh.own_pool);
         u.owner = None;
         u.reused = true;
         u.want = Interest::READ;

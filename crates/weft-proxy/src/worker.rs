@@ -43,8 +43,10 @@ use weft_http::caching::CacheRules;
 use weft_http::respond::{self, Persist};
 use weft_http::ResponseHead;
 use weft_io::sys::{self, Fd};
+use weft_io::{pools, timer};
 use weft_io::{
-    Acceptor, BufPool, Ctx, Event, Handler, Interest, OwnPool, PipePool, Poller, RegisterError, Shutdown, Slab, Token,
+    Acceptor, BufPool, Ctx, Event, Handler, Interest, OwnPool, PipePool, Poller, PoolGauges, RegisterError, Shutdown,
+    Slab, Token,
 };
 
 pub(crate) const LISTENER: Token = Token::new(u32::MAX, 0);
@@ -278,17 +280,11 @@ impl<'a> Worker<'a> {
     pub fn stats(&self) -> ProxyStats {
         let mut s = self.sh.stats;
         s.syscalls = sys::SysCounts::current();
-        let (sh, input, own) = (&self.sh, &self.sh.bufs, &self.sh.own_pool);
+        let sh = &self.sh;
         s.open_connections = sh.open_clients as u64;
         s.upstream_connections = sh.open_upstreams as u64;
         s.upstream_pooled = sh.pool.len() as u64;
-        s.input_bufs_lent = input.lent() as u64;
-        s.input_bytes_lent = input.lent_bytes() as u64;
-        s.input_bufs_pooled = input.idle_total() as u64;
-        s.input_bytes_pooled = input.idle_bytes() as u64;
-        s.output_bufs_lent = own.lent() as u64;
-        s.output_bufs_pooled = own.idle() as u64;
-        s.output_bytes_pooled = own.idle_bytes() as u64;
+        s.pools = PoolGauges::of(&sh.bufs, &sh.own_pool);
         s.request_state_pooled = sh.request_states.len() as u64;
         s
     }
@@ -331,8 +327,7 @@ impl<'a> Worker<'a> {
             c.timed = c.requests;
         }
         if c.is_idle() && !c.lingering && c.fd.is_some() {
-            c.input.release(&mut sh.bufs);
-            c.out.release_own(&mut sh.own_pool);
+            pools::release_idle(&mut c.input, &mut c.out, &mut sh.bufs, &mut sh.own_pool);
             c.park(&mut sh.request_states, INPUT_BUFS_KEPT, &sh.blank_head);
         }
     }
@@ -550,9 +545,7 @@ impl<'a> Worker<'a> {
         for ut in self.sh.pool.drain() {
             if let Some(Entry::Upstream(mut u)) = self.slab.remove(ut) {
                 self.sh.open_upstreams -= 1;
-                u.buf.discard(&mut self.sh.bufs);
-                u.out.clear();
-                u.out.release_own(&mut self.sh.own_pool);
+                pools::release_all(&mut u.buf, &mut u.out, &mut self.sh.bufs, &mut self.sh.own_pool);
                 cx.close_later(u.fd, true);
             }
         }
@@ -569,15 +562,7 @@ impl<'a> Worker<'a> {
     }
 }
 
-/// Arm the entry's timer if its deadline is earlier than the armed one.
-pub(crate) fn arm<P: Poller>(cx: &mut Ctx<P>, token: Token, deadline: Option<Instant>, timer_at: &mut Option<Instant>) {
-    if let Some(d) = deadline {
-        if timer_at.is_none_or(|t| d < t) {
-            *timer_at = Some(d);
-            cx.arm_timer(token, d);
-        }
-    }
-}
+pub(crate) use weft_io::timer::arm;
 
 impl<P: Poller> Handler<P> for Worker<'_> {
     fn on_event(&mut self, cx: &mut Ctx<P>, ev: Event) {
@@ -648,26 +633,14 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         }
         let who = match self.slab.get_mut(token)? {
             Entry::Client(c) => {
-                if c.timer_at != Some(due) {
-                    return None;
-                }
-                c.timer_at = None;
-                let d = c.deadline?;
-                if cx.now < d {
-                    c.timer_at = Some(d);
-                    return Some(d);
+                if let Err(next) = timer::expired(&mut c.timer_at, due, cx.now, c.deadline) {
+                    return next;
                 }
                 Who::Client
             }
             Entry::Upstream(u) => {
-                if u.timer_at != Some(due) {
-                    return None;
-                }
-                u.timer_at = None;
-                let d = u.deadline?;
-                if cx.now < d {
-                    u.timer_at = Some(d);
-                    return Some(d);
+                if let Err(next) = timer::expired(&mut u.timer_at, due, cx.now, u.deadline) {
+                    return next;
                 }
                 Who::Upstream(u.owner, u.connecting, u.want.read || u.want.write)
             }

@@ -3,7 +3,7 @@
 //! fields; the registry generates the sum, the slot it publishes into, and
 //! the JSON (`--stats-on-exit`, `/stats`) and Prometheus (`/metrics`) renderings.
 
-use weft_io::{SysCounts, TrackerStats};
+use weft_io::{PoolGauges, SysCounts, TrackerStats};
 
 weft_core::metrics! {
     /// Counters one worker keeps; summed over workers at exit.
@@ -35,22 +35,10 @@ weft_core::metrics! {
         counter given_back,
         /// Connections open now.
         gauge open_connections,
-        /// Input buffers lent to connections now (held while bytes are pending).
-        gauge input_bufs_lent,
-        /// Bytes of the input buffers lent now.
-        gauge input_bytes_lent,
-        /// Input buffers waiting in the worker's pool.
-        gauge input_bufs_pooled,
-        /// Bytes of the input buffers waiting in the pool.
-        gauge input_bytes_pooled,
-        /// Output buffers lent to connections now (held while bytes are queued).
-        gauge output_bufs_lent,
-        /// Output buffers waiting in the worker's pool.
-        gauge output_bufs_pooled,
-        /// Bytes of the output buffers waiting in the pool.
-        gauge output_bytes_pooled,
     }
     groups {
+        /// What the worker's buffer pools hold now.
+        pools: PoolGauges,
         /// System calls by kind.
         syscalls: SysCounts,
         /// What the `tracked` backend's readiness table answered (None for the
@@ -79,8 +67,9 @@ mod tests {
         };
         s.syscalls.0[weft_io::SysKind::Accept as usize] = 9;
         s.syscalls.0[weft_io::SysKind::Sendfile as usize] = 10;
-        // Keys before issue 21, then the memory gauges it added.
-        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0,\"syscalls\":{\"accept\":9,\"sendfile\":10}";
+        // Keys before issue 21, then the gauges it added (the pool gauges
+        // nested under "pools" since issue 14, the same group in every role).
+        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"pools\":{\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0},\"syscalls\":{\"accept\":9,\"sendfile\":10}";
         assert_eq!(s.to_json(), format!("{head}}}"));
         s.tracker = Some(TrackerStats {
             user_passes: 11,

@@ -26,9 +26,10 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant, SystemTime};
 use weft_http::{BodyFraming, Method, RequestHead, Version};
 use weft_io::sys::{self, Fd};
+use weft_io::{pools, timer};
 use weft_io::{
-    Acceptor, BufPool, Ctx, Event, Fill, Handler, Interest, OwnPool, Poller, Readiness, RegisterError, Shutdown, Slab,
-    Token, TrackerStats,
+    Acceptor, BufPool, Ctx, Event, Fill, Handler, Interest, OwnPool, Poller, PoolGauges, Readiness, RegisterError,
+    Shutdown, Slab, Token, TrackerStats,
 };
 
 const LISTENER: Token = Token::new(u32::MAX, 0);
@@ -202,15 +203,8 @@ impl<'a> Worker<'a> {
         let mut s = self.shared.stats;
         s.syscalls = sys::SysCounts::current();
         s.tracker = self.tracker;
-        let (input, own) = (&self.shared.pool, &self.shared.own_pool);
         s.open_connections = self.conns.len() as u64;
-        s.input_bufs_lent = input.lent() as u64;
-        s.input_bytes_lent = input.lent_bytes() as u64;
-        s.input_bufs_pooled = input.idle_total() as u64;
-        s.input_bytes_pooled = input.idle_bytes() as u64;
-        s.output_bufs_lent = own.lent() as u64;
-        s.output_bufs_pooled = own.idle() as u64;
-        s.output_bytes_pooled = own.idle_bytes() as u64;
+        s.pools = PoolGauges::of(&self.shared.pool, &self.shared.own_pool);
         s
     }
 
@@ -324,9 +318,12 @@ impl<'a> Worker<'a> {
                     let _ = cx.poller.delete(c.fd.raw());
                 }
             }
-            c.input.discard(&mut self.shared.pool);
-            c.out.clear();
-            c.out.release_own(&mut self.shared.own_pool);
+            pools::release_all(
+                &mut c.input,
+                &mut c.out,
+                &mut self.shared.pool,
+                &mut self.shared.own_pool,
+            );
             cx.close_later(c.fd, true);
         }
     }
@@ -343,8 +340,12 @@ impl<'a> Worker<'a> {
         };
         // Everything read is answered (and sent): the buffers go back to the
         // pools, so a connection waiting for its next request holds none.
-        c.input.release(&mut self.shared.pool);
-        c.out.release_own(&mut self.shared.own_pool);
+        pools::release_idle(
+            &mut c.input,
+            &mut c.out,
+            &mut self.shared.pool,
+            &mut self.shared.own_pool,
+        );
         let back = matches!(next, Next::Read) && wants_back(c);
         if back && self.give_back(cx, token) {
             return;
@@ -453,14 +454,8 @@ impl<P: Poller> Handler<P> for Worker<'_> {
 
     fn on_timer(&mut self, cx: &mut Ctx<P>, token: Token, due: Instant) -> Option<Instant> {
         let c = self.conns.get_mut(token)?;
-        if c.timer_at != Some(due) {
-            // An older entry superseded by an earlier one.
-            return None;
-        }
-        c.timer_at = None;
-        if cx.now < c.deadline {
-            c.timer_at = Some(c.deadline);
-            return Some(c.deadline);
+        if let Err(next) = timer::expired(&mut c.timer_at, due, cx.now, c.deadline) {
+            return next;
         }
         // Timed out. A client that never finished its request head gets a 408
         // (best effort, one send); the others are simply closed.
@@ -591,12 +586,7 @@ fn schedule<P: Poller>(c: &mut Conn, cfg: &ServeConfig, cx: &mut Ctx<P>) {
     } else {
         c.last_activity + cfg.idle_timeout
     };
-    // One heap entry per connection normally; a second only when the deadline
-    // moved earlier than the armed one (idle → header timeout).
-    if c.timer_at.is_none_or(|t| c.deadline < t) {
-        c.timer_at = Some(c.deadline);
-        cx.arm_timer(c.token, c.deadline);
-    }
+    timer::arm(cx, c.token, c.deadline, &mut c.timer_at);
 }
 
 /// Read and discard after shutting down our side, until EOF, a cap or the deadline.

@@ -255,15 +255,8 @@ impl<'a> Worker<'a> {
     /// Counters, with the memory gauges of now.
     fn stats(&self) -> OriginStats {
         let mut s = self.shared.stats;
-        let (input, own) = (&self.shared.pool, &self.shared.own_pool);
         s.open_connections = self.conns.len() as u64;
-        s.input_bufs_lent = input.lent() as u64;
-        s.input_bytes_lent = input.lent_bytes() as u64;
-        s.input_bufs_pooled = input.idle_total() as u64;
-        s.input_bytes_pooled = input.idle_bytes() as u64;
-        s.output_bufs_lent = own.lent() as u64;
-        s.output_bufs_pooled = own.idle() as u64;
-        s.output_bytes_pooled = own.idle_bytes() as u64;
+        s.pools = weft_io::PoolGauges::of(&self.shared.pool, &self.shared.own_pool);
         s
     }
 
@@ -340,9 +333,7 @@ impl<'a> Worker<'a> {
             let Conn {
                 fd, mut input, mut out, ..
             } = c;
-            input.discard(&mut self.shared.pool);
-            out.clear();
-            out.release_own(&mut self.shared.own_pool);
+            weft_io::pools::release_all(&mut input, &mut out, &mut self.shared.pool, &mut self.shared.own_pool);
             cx.close_later(fd, true);
         }
     }
@@ -354,8 +345,12 @@ impl<'a> Worker<'a> {
         let next = drive_conn(c, &mut self.shared, Instant::now());
         // Everything read is answered (and sent): the buffers go back to
         // the pools.
-        c.input.release(&mut self.shared.pool);
-        c.out.release_own(&mut self.shared.own_pool);
+        weft_io::pools::release_idle(
+            &mut c.input,
+            &mut c.out,
+            &mut self.shared.pool,
+            &mut self.shared.own_pool,
+        );
         match next {
             Next::Close => self.close(cx, token),
             Next::Wait => {
@@ -371,11 +366,7 @@ impl<'a> Worker<'a> {
                     }
                     c.interest = want;
                 }
-                let wake = c.hold_until.unwrap_or(c.deadline);
-                if c.timer_at.is_none_or(|t| wake < t) {
-                    c.timer_at = Some(wake);
-                    cx.arm_timer(token, wake);
-                }
+                weft_io::timer::arm(cx, token, c.hold_until.unwrap_or(c.deadline), &mut c.timer_at);
             }
         }
     }
@@ -482,10 +473,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
 
     fn on_timer(&mut self, cx: &mut Ctx<P>, token: Token, due: Instant) -> Option<Instant> {
         let c = self.conns.get_mut(token)?;
-        if c.timer_at != Some(due) {
+        if !weft_io::timer::take_fired(&mut c.timer_at, due) {
             return None;
         }
-        c.timer_at = None;
         let now = Instant::now();
         if c.hold_until.is_some_and(|t| now >= t) {
             c.hold_until = None;

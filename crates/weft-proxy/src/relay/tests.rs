@@ -45,6 +45,25 @@ impl Rig {
     }
 }
 
+impl Rig {
+    /// A relay from this rig's pipe pool, without a cache fill.
+    fn relay(&mut self, framing: Framing, plan: Plan) -> Relay {
+        Relay::new(framing, plan, None, &mut self.pool, &mut self.st)
+    }
+}
+
+/// The plan of most tests: one pipe at least, a 4 KiB framing read, a 64 KiB
+/// read batch.
+fn plan(want: Want, fill_max: Option<u64>) -> Plan {
+    Plan {
+        want,
+        fill_max,
+        pipe_min: 1,
+        framing_read: 4096,
+        rcv_lowat: 64 * 1024,
+    }
+}
+
 fn rig() -> Rig {
     let (up_w, up_r) = UnixStream::pair().unwrap();
     let (cl_w, cl_r) = UnixStream::pair().unwrap();
@@ -73,19 +92,7 @@ fn run(
     up_fd: Option<BorrowedFd<'_>>,
 ) -> (Vec<u8>, Option<Vec<u8>>, ProxyStats) {
     let mut r = rig();
-    let mut relay = Relay::new(
-        framing,
-        Plan {
-            want,
-            fill_max: fill.then_some(1 << 30),
-            pipe_min: 1,
-            framing_read: 4096,
-            rcv_lowat: 64 * 1024,
-        },
-        None,
-        &mut r.pool,
-        &mut r.st,
-    );
+    let mut relay = r.relay(framing, plan(want, fill.then_some(1 << 30)));
     let mut w = r.up_w.try_clone().unwrap();
     let feeder = std::thread::spawn(move || {
         for c in wire.chunks(100_000) {
@@ -210,18 +217,12 @@ fn read_batches_follow_the_body() {
     let fd = up.as_fd();
     let lowat = || sys::rcvlowat(fd).unwrap();
     let mut r = rig();
-    let mut relay = Relay::new(
+    let mut relay = r.relay(
         Framing::Length(300_000),
         Plan {
-            want: Want::Splice,
-            fill_max: None,
-            pipe_min: 1,
-            framing_read: 4096,
             rcv_lowat: 128 * 1024,
+            ..plan(Want::Splice, None)
         },
-        None,
-        &mut r.pool,
-        &mut r.st,
     );
     let b = body(300_000);
     let mut reader = r.cl_r.try_clone().unwrap();
@@ -291,19 +292,7 @@ fn read_batches_follow_the_body() {
 fn close_delimited_ends_at_eof_and_short_length_fails() {
     let b = body(200_000);
     let mut r = rig();
-    let mut relay = Relay::new(
-        Framing::Close,
-        Plan {
-            want: Want::Splice,
-            fill_max: None,
-            pipe_min: 1,
-            framing_read: 4096,
-            rcv_lowat: 64 * 1024,
-        },
-        None,
-        &mut r.pool,
-        &mut r.st,
-    );
+    let mut relay = r.relay(Framing::Close, plan(Want::Splice, None));
     r.up_w.write_all(&b).unwrap();
     r.up_w.shutdown(std::net::Shutdown::Write).unwrap();
     let mut cl_r = r.cl_r.try_clone().unwrap();
@@ -327,19 +316,7 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
     assert!(reader.join().unwrap() == b);
     // A Content-Length body cut short is a failure, not a completion.
     let mut r = rig();
-    let mut relay = Relay::new(
-        Framing::Length(1000),
-        Plan {
-            want: Want::Copy,
-            fill_max: Some(1 << 20),
-            pipe_min: 1,
-            framing_read: 4096,
-            rcv_lowat: 64 * 1024,
-        },
-        None,
-        &mut r.pool,
-        &mut r.st,
-    );
+    let mut relay = r.relay(Framing::Length(1000), plan(Want::Copy, Some(1 << 20)));
     r.up_w.write_all(&b[..10]).unwrap();
     r.up_w.shutdown(std::net::Shutdown::Write).unwrap();
     let (mut mr, mut mw) = (true, true);

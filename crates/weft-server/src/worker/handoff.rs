@@ -235,9 +235,12 @@ impl Worker<'_> {
         if P::CAPS.close_deregisters {
             let _ = cx.poller.delete(c.fd.raw());
         }
-        c.input.discard(&mut self.shared.pool);
-        c.out.clear();
-        c.out.release_own(&mut self.shared.own_pool);
+        weft_io::pools::release_all(
+            &mut c.input,
+            &mut c.out,
+            &mut self.shared.pool,
+            &mut self.shared.own_pool,
+        );
         cx.close_later(c.fd, true);
         true
     }
