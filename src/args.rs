@@ -32,18 +32,11 @@ pub fn workers(s: &str) -> Result<usize, String> {
     }
 }
 
-/// `--event` of a subcommand whose handlers do not report their reads and
-/// writes to the loop (`Ctx::learned`): every backend but the `tracked` ones,
-/// which would hand such a handler its descriptors again at every pass.
-pub fn event_untracked(s: &str) -> Result<weft_io::BackendKind, String> {
-    let kind: weft_io::BackendKind = s.parse()?;
-    if kind.is_tracked() {
-        return Err(format!(
-            "event backend `{s}` is only for `weft serve` (it needs a handler that reports every EAGAIN); \
-             use uring or epoll-et"
-        ));
-    }
-    Ok(kind)
+/// `--event` of every role: each one's handler reports what its reads and
+/// writes used up (`Ctx::settled`, `Ctx::learned`), so the `tracked`
+/// backends work everywhere (docs/events.md).
+pub fn event(s: &str) -> Result<weft_io::BackendKind, String> {
+    s.parse()
 }
 
 /// A positive count.

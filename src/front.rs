@@ -18,8 +18,8 @@ use weft_proxy::front::{BackendSpec, FrontConfig, FrontServer, Mode, Policy};
          `listening on ADDR:PORT` [default: 127.0.0.1:3128]"
     )),
     mut_arg("event", |a| a
-        .value_parser(crate::args::event_untracked)
-        .help("Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll]")),
+        .value_parser(crate::args::event)
+        .help("Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched, uring, tracked or tracked:INNER [default: epoll]")),
     mut_arg("admin", |a| a.help(
         "Serve the front-end's state (back-ends: state, load, requests, bytes; target map, queue) \
          as JSON at http://ADDR/stats and as Prometheus text at /metrics"

@@ -135,8 +135,8 @@ pub struct LoadArgs {
     #[arg(long, value_name = "DURATION|DIST", value_parser = parse_think)]
     pub think: Option<Dist>,
 
-    /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll].
-    #[arg(long, value_name = "BACKEND", value_parser = crate::args::event_untracked)]
+    /// Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched, uring, tracked or tracked:INNER [default: epoll].
+    #[arg(long, value_name = "BACKEND", value_parser = crate::args::event)]
     pub event: Option<weft_io::BackendKind>,
 
     /// SO_RCVBUF of each connection (httperf's --recv-buffer) [default: the kernel's].

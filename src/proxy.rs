@@ -74,8 +74,8 @@ fn port_list(s: &str) -> Result<PortList, String> {
          `listening on ADDR:PORT` [default: 127.0.0.1:3128]"
     )),
     mut_arg("event", |a| a
-        .value_parser(crate::args::event_untracked)
-        .help("Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll]")),
+        .value_parser(crate::args::event)
+        .help("Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched, uring, tracked or tracked:INNER [default: epoll]")),
     mut_arg("accept_limit", |a| a.help(
         "Client connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: 10]"
     )),

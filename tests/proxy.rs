@@ -987,10 +987,7 @@ mod scenarios {
     }
 }
 
-// The proxy refuses the tracked backends (its handler does not report its
-// EAGAINs), so its scenarios run under the others.
 per_backend!(
-    untracked:
     half_close_after_pipelining,
     bodies_splice_on,
     bodies_splice_off,
