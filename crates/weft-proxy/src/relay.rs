@@ -897,5 +897,7 @@ impl Relay {
 }
 
 mod chunked;
+mod request_body;
+pub(crate) use request_body::{splice_request_body, BodyEnd, BodyPipe};
 #[cfg(test)]
 mod tests;

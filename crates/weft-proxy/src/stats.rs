@@ -134,6 +134,11 @@ weft_core::metrics! {
         counter calls_tee,
         /// Reads of tee'd bytes from the intake pipe into the object.
         counter calls_tee_read,
+        /// Request body bytes moved pipe → upstream by splice (POST, PUT).
+        counter bytes_spliced_up,
+        /// Splices of request bodies (client → pipe, pipe → upstream),
+        /// EAGAINs included.
+        counter calls_splice_up,
     }
     groups {
         /// System calls by kind.
@@ -214,7 +219,8 @@ mod tests {
         const ADDED: &str = "refused_max_connections open_connections upstream_connections upstream_pooled \
             input_bufs_lent input_bytes_lent input_bufs_pooled input_bytes_pooled output_bufs_lent \
             output_bufs_pooled output_bytes_pooled request_state_pooled \
-            calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read";
+            calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
+            bytes_spliced_up calls_splice_up";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();
