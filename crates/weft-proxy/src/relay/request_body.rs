@@ -1,6 +1,8 @@
 //! Spliced request bodies: a POST or PUT body of known length at or above
 //! the splice threshold goes client socket → pipe → upstream socket without
-//! entering user space, as response bodies do. Bytes that arrived with the
+//! entering user space, as response bodies do; a chunked one is decoded at
+//! chunk boundaries (its framing in user space, forwarded as it came) and
+//! each chunk's data at or above the threshold goes through the pipe. Bytes that arrived with the
 //! head (or were read with it) are copied first, behind the head, through
 //! the upstream's output queue; the pipe is used only while that queue is
 //! empty, so nothing overtakes anything. Exactly the body's length is taken
@@ -34,11 +36,23 @@ pub(crate) enum BodyEnd {
     UpstreamClosed,
 }
 
+/// Body bytes that may go through the pipe now: the rest of a body of
+/// known length, or the rest of the current chunk's data (its framing is
+/// decoded in user space, by the copied path).
+fn spliceable(body: &ReqBody) -> Option<u64> {
+    match body {
+        ReqBody::Length(left) => Some(*left),
+        ReqBody::Chunked(dec) if !dec.is_done() => Some(dec.data_remaining()),
+        _ => None,
+    }
+}
+
 /// Move the request body through a pipe while the splice path applies: a
-/// body of known length with nothing of it buffered and nothing queued
-/// before it. `None`: it does not apply (the copied path goes on);
-/// `Some(Ok)`: the body is done or waits for a socket (the views and
-/// interests say which); `Some(Err)`: the transaction ends.
+/// body of known length, or a chunk's data, with nothing of it buffered and
+/// nothing queued before it. `None`: it does not apply (the copied path goes
+/// on: buffered bytes, chunk framing, short bodies); `Some(Ok)`: the body is
+/// done or waits for a socket (the views and interests say which);
+/// `Some(Err)`: the transaction ends.
 pub(crate) fn splice_request_body(
     c: &mut Client,
     u: &mut Upstream,
@@ -48,17 +62,17 @@ pub(crate) fn splice_request_body(
     now: Instant,
 ) -> Option<Result<(), BodyEnd>> {
     let txn = c.txn.as_mut()?;
-    let ReqBody::Length(left) = &mut txn.body else {
-        return None;
-    };
+    let avail = spliceable(&txn.body)?;
     let fd = c.fd.as_ref()?;
-    if !c.input.is_empty() || !u.out.is_empty() {
+    let held = txn.req_pipe.as_ref().map_or(0, |b| b.held);
+    let start = avail > 0 && (txn.req_pipe.is_some() || avail >= pipe_min(cfg));
+    if held == 0 && (!start || !c.input.is_empty() || !u.out.is_empty()) {
+        if let Some(idle) = txn.req_pipe.take() {
+            pipes.put(idle.pipe, 0);
+        }
         return None;
     }
     if txn.req_pipe.is_none() {
-        if *left == 0 || *left < pipe_min(cfg) {
-            return None;
-        }
         // No pipe to be had (the budget is spent): copy, as responses do.
         let pipe = pipes.get().ok()?;
         txn.req_pipe = Some(BodyPipe { pipe, held: 0 });
@@ -86,16 +100,21 @@ pub(crate) fn splice_request_body(
                 u.want.write = true;
             }
         }
+        let left = spliceable(&txn.body).unwrap_or(0);
         let room = bp.pipe.capacity() - bp.held;
-        if *left > 0 && room > 0 {
+        if left > 0 && room > 0 {
             if c.may_read {
                 st.calls_splice_up += 1;
-                let want = (*left).min(room as u64) as usize;
+                let want = left.min(room as u64) as usize;
                 match sys::splice(fd, bp.pipe.write_fd(), want, false) {
                     Ok(0) => return Some(Err(BodyEnd::ClientGone)),
                     Ok(n) => {
                         bp.held += n;
-                        *left -= n as u64;
+                        match &mut txn.body {
+                            ReqBody::Length(l) => *l -= n as u64,
+                            ReqBody::Chunked(dec) => dec.consume_data(n as u64),
+                            ReqBody::None => {}
+                        }
                         c.last_activity = now;
                         progress = true;
                     }
@@ -108,12 +127,17 @@ pub(crate) fn splice_request_body(
                 c.want.read = true;
             }
         }
-        if *left == 0 && bp.held == 0 {
+        if bp.held == 0 && spliceable(&txn.body) == Some(0) {
             if let Some(done) = txn.req_pipe.take() {
                 pipes.put(done.pipe, 0);
             }
-            txn.body = ReqBody::None;
-            return Some(Ok(()));
+            if matches!(txn.body, ReqBody::Length(_)) {
+                txn.body = ReqBody::None;
+                return Some(Ok(()));
+            }
+            // The chunk's data is through: its framing, and the next
+            // chunk's size, go by the copied path.
+            return None;
         }
         if !progress {
             return Some(Ok(()));
