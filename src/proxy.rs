@@ -103,6 +103,10 @@ pub struct ProxyArgs {
     #[command(flatten)]
     pub service: ServiceArgs,
 
+    // --max-pass, --wake-interval (src/event_tuning.rs).
+    #[command(flatten)]
+    pub tuning: crate::event_tuning::EventTuningArgs,
+
     /// Reverse mode: send every request to this upstream (a name is resolved
     /// off the event loop). Without it (and without --route) weft is a forward proxy.
     #[arg(long, value_name = "HOST:PORT")]
@@ -225,6 +229,7 @@ impl ProxyArgs {
     pub fn to_config(&self) -> weft_proxy::ProxyConfig {
         let mut c = weft_proxy::ProxyConfig::default();
         apply_service_args!(self.service, c);
+        c.event_options = self.tuning.options();
         set_given!(
             self,
             c;

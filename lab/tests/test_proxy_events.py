@@ -5,7 +5,7 @@ from lab.experiments import proxy_events as pe
 
 
 def test_quick_form_fits_and_parts_cover_the_plan():
-    assert pe.plan(True).estimate_s() <= 75
+    assert pe.plan(True).estimate_s() <= 80
     whole = pe.plan(False)
     union = []
     for part in pe.PARTS:
@@ -50,5 +50,14 @@ def test_additivity_and_target():
     a = pe.additivity(med, 300)
     assert "tracking saves 10.0" in a and "splicing 20.0" in a and "both together 25.0" in a and "do not add up" in a
     assert pe.additivity(med, 500) is None
-    t = pe.target(med)
+    med[("polymix", pe.weft_label("tracked", "on", pe.WAKE), 0, 300)] = m(70.0, 0.05)
+    t, tw = pe.targets(med)
     assert abs(t.value - 0.1 / 1.1) < 1e-9 and t.met
+    assert abs(tw.value - 0.05 / 1.1) < 1e-9
+
+
+def test_labels_round_trip():
+    for args in (("epoll", "on", ""), ("tracked", "off", ""), ("tracked", "on", "5ms")):
+        assert pe.parse_label(pe.weft_label(*args)) == args
+    s = pe.spec(pe.Point("polymix", pe.weft_label("tracked", "on", "5ms"), 0, 300), 9)
+    assert s.options["extra"] == ["--splice", "on", "--wake-interval", "5ms"]
