@@ -112,10 +112,7 @@ def run(lab: core.Lab) -> dict:
     pn = plan(lab.quick, lab.only)
     sections = {p.section for p in pn.points}
     lab.prepare(commands=sorted({"nginx", "haproxy"} if "fig8" in sections else set()) + (["squid"] if any(p.proxy == SF for p in pn.points) else []))
-    www = os.path.join(lab.scratch, "www")
-    os.makedirs(www)
-    for s in sorted({p.size for p in pn.points if p.size}):
-        core.make_file(os.path.join(www, pl.size_name(s)), s)
+    www = pl.size_files(lab.scratch, sorted({p.size for p in pn.points if p.size}))
     scratch = os.path.join(lab.scratch, "client")
     lab.log(f"{NAME}: {len(pn.points)} configurations, about {pn.estimate_s() / 60:.1f} min of load")
     rows: list[dict] = []

@@ -126,6 +126,23 @@ impl<P: Poller> Ctx<P> {
         }
     }
 
+    /// `settled` for a connection whose cycle keeps a read view and learns
+    /// a blocked write from what is left to send (origin, load): the read
+    /// view before and after the drive, and whether a flush of this drive
+    /// left bytes unsent.
+    #[inline(always)]
+    pub fn settled_cycle(&mut self, fd: RawFd, read_before: bool, read_after: bool, blocked: bool) {
+        let before = Readiness {
+            readable: read_before,
+            writable: true,
+        };
+        let after = Readiness {
+            readable: read_after,
+            writable: !blocked,
+        };
+        self.settled(fd, before, after);
+    }
+
     /// Close `fd` at the end of this iteration. Backends whose interest set lives
     /// in user space forget it now, so it is never polled again.
     pub fn close_later(&mut self, fd: Fd, registered: bool) {

@@ -54,7 +54,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_http::{BodyFraming, ChunkedDecoder, Limits, ResponseHead};
 use weft_io::sys::{self, Fd};
-use weft_io::{Ctx, Event, Handler, Interest, Poller, Readiness, Slab, Token};
+use weft_io::{Ctx, Event, Handler, Interest, Poller, Slab, Token};
 
 const ARRIVAL: Token = Token::new(u32::MAX, 0);
 const TICK: Token = Token::new(u32::MAX - 1, 0);

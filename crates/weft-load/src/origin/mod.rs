@@ -356,17 +356,7 @@ impl<'a> Worker<'a> {
         // The EAGAIN report (`Ctx::settled`): a read that ran dry, and a
         // flush that blocked (output left while no think time holds it).
         let blocked = c.has_output() && c.hold_until.is_none();
-        cx.settled(
-            c.fd.raw(),
-            Readiness {
-                readable: was,
-                writable: true,
-            },
-            Readiness {
-                readable: c.may_read,
-                writable: !blocked,
-            },
-        );
+        cx.settled_cycle(c.fd.raw(), was, c.may_read, blocked);
         // Everything read is answered (and sent): the buffers go back to
         // the pools.
         c.input.release(&mut self.shared.pool);

@@ -36,6 +36,29 @@ pub(crate) enum BodyEnd {
     UpstreamClosed,
 }
 
+/// What one splice of a request body came to.
+enum Moved {
+    /// This many bytes.
+    Bytes(usize),
+    /// EAGAIN: the socket has nothing, or no room.
+    Blocked,
+    /// EINTR: try again.
+    Again,
+    /// End of stream, or an error: the transaction ends.
+    Ended,
+}
+
+fn splice_once(from: impl sys::FdArg, to: impl sys::FdArg, len: usize, st: &mut ProxyStats) -> Moved {
+    st.calls_splice_up += 1;
+    match sys::splice(from, to, len, false) {
+        Ok(0) => Moved::Ended,
+        Ok(n) => Moved::Bytes(n),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Moved::Blocked,
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Moved::Again,
+        Err(_) => Moved::Ended,
+    }
+}
+
 /// Body bytes that may go through the pipe now: the rest of a body of
 /// known length, or the rest of the current chunk's data (its framing is
 /// decoded in user space, by the copied path).
@@ -82,18 +105,16 @@ pub(crate) fn splice_request_body(
         let mut progress = false;
         if bp.held > 0 {
             if u.may_write {
-                st.calls_splice_up += 1;
-                match sys::splice(bp.pipe.read_fd(), &u.fd, bp.held, false) {
-                    Ok(0) => return Some(Err(BodyEnd::UpstreamClosed)),
-                    Ok(n) => {
+                match splice_once(bp.pipe.read_fd(), &u.fd, bp.held, st) {
+                    Moved::Bytes(n) => {
                         bp.held -= n;
                         st.bytes_spliced_up += n as u64;
                         u.last_activity = now;
                         progress = true;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => u.may_write = false,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => progress = true,
-                    Err(_) => return Some(Err(BodyEnd::UpstreamClosed)),
+                    Moved::Blocked => u.may_write = false,
+                    Moved::Again => progress = true,
+                    Moved::Ended => return Some(Err(BodyEnd::UpstreamClosed)),
                 }
             }
             if !u.may_write {
@@ -104,11 +125,9 @@ pub(crate) fn splice_request_body(
         let room = bp.pipe.capacity() - bp.held;
         if left > 0 && room > 0 {
             if c.may_read {
-                st.calls_splice_up += 1;
                 let want = left.min(room as u64) as usize;
-                match sys::splice(fd, bp.pipe.write_fd(), want, false) {
-                    Ok(0) => return Some(Err(BodyEnd::ClientGone)),
-                    Ok(n) => {
+                match splice_once(fd, bp.pipe.write_fd(), want, st) {
+                    Moved::Bytes(n) => {
                         bp.held += n;
                         match &mut txn.body {
                             ReqBody::Length(l) => *l -= n as u64,
@@ -118,9 +137,9 @@ pub(crate) fn splice_request_body(
                         c.last_activity = now;
                         progress = true;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.may_read = false,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => progress = true,
-                    Err(_) => return Some(Err(BodyEnd::ClientGone)),
+                    Moved::Blocked => c.may_read = false,
+                    Moved::Again => progress = true,
+                    Moved::Ended => return Some(Err(BodyEnd::ClientGone)),
                 }
             }
             if !c.may_read {
