@@ -49,6 +49,8 @@ fn bad_flag_values_are_one_line_errors_with_status_2() {
         vec!["proxy", "--cache-dir-size", "0"],
         vec!["serve", "--wake-interval", "1s"],
         vec!["serve", "--wake-interval", "soon"],
+        vec!["proxy", "--wake-interval", "1s"],
+        vec!["proxy", "--max-pass", "-1"],
         vec!["origin", "--event", "tracked:kqueue"],
         vec!["proxy", "--event", "tracked:"],
         vec!["load", "http://127.0.0.1:9/", "--event", "untracked"],
