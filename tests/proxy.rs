@@ -1725,3 +1725,23 @@ fn a_stalled_read_batch_is_cut() {
         r.join().unwrap();
     }
 }
+
+/// Issue 27: a client that stalls in the middle of a request body is timed
+/// out the same way whether its body is spliced or copied (the upstream's
+/// silence ends the exchange with 504), and the proxy goes on serving.
+#[test]
+fn stalled_request_body_times_out_on_both_paths() {
+    let o = Origin::start();
+    for event in ["epoll", "tracked"] {
+        for splice in ["on", "off"] {
+            let p = start_proxy(&["--event", event, "--splice", splice, "--upstream-timeout", "400ms"]);
+            let url = o.url("/sink?cc=no-store");
+            let mut c = Conn::to(p.addr);
+            c.send(format!("POST {url} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n").as_bytes());
+            c.send(&pattern(200_000));
+            let r = c.read(false).unwrap();
+            assert_eq!(r.status, 504, "{event} splice {splice}");
+            assert_eq!(fetch(&p, &o.url("/cl/700?cc=no-store"), "").body, pattern(700));
+        }
+    }
+}
