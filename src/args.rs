@@ -36,22 +36,15 @@ pub fn workers(s: &str) -> Result<usize, String> {
 pub const PROXY_LISTEN_HELP: &str = "Address to listen on; port 0 picks a free port. The bound address is printed on \
     stdout as `listening on ADDR:PORT` [default: 127.0.0.1:3128]";
 
-/// `--event` of the roles that take every backend but `tracked` ([`event_untracked`]).
-pub const UNTRACKED_EVENT_HELP: &str =
-    "Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched or uring [default: epoll]";
+/// `--event` of the roles whose help names every backend.
+pub const EVENT_HELP: &str = "Event backend: select, poll, epoll, epoll-et, epoll-once, epoll-batched, uring, tracked \
+    or tracked:INNER [default: epoll]";
 
-/// `--event` of a subcommand whose handlers do not report their reads and
-/// writes to the loop (`Ctx::learned`): every backend but the `tracked` ones,
-/// which would hand such a handler its descriptors again at every pass.
-pub fn event_untracked(s: &str) -> Result<weft_io::BackendKind, String> {
-    let kind: weft_io::BackendKind = s.parse()?;
-    if kind.is_tracked() {
-        return Err(format!(
-            "event backend `{s}` is only for `weft serve` (it needs a handler that reports every EAGAIN); \
-             use uring or epoll-et"
-        ));
-    }
-    Ok(kind)
+/// `--event` of every role: each one's handler reports what its reads and
+/// writes used up (`Ctx::settled`, `Ctx::learned`), so the `tracked`
+/// backends work everywhere (docs/events.md).
+pub fn event(s: &str) -> Result<weft_io::BackendKind, String> {
+    s.parse()
 }
 
 /// A positive count.

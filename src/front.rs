@@ -15,7 +15,7 @@ use weft_proxy::front::{BackendSpec, FrontConfig, FrontServer, Mode, Policy};
 #[derive(Args, Debug, Default)]
 #[command(
     mut_arg("listen", |a| a.help(crate::args::PROXY_LISTEN_HELP)),
-    mut_arg("event", |a| a.value_parser(crate::args::event_untracked).help(crate::args::UNTRACKED_EVENT_HELP)),
+    mut_arg("event", |a| a.value_parser(crate::args::event).help(crate::args::EVENT_HELP)),
     mut_arg("admin", |a| a.help(
         "Serve the front-end's state (back-ends: state, load, requests, bytes; target map, queue) \
          as JSON at http://ADDR/stats and as Prometheus text at /metrics"

@@ -135,7 +135,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "DURATION|DIST", value_parser = parse_think)]
     pub think: Option<Dist>,
 
-    #[arg(long, value_name = "BACKEND", value_parser = crate::args::event_untracked, help = crate::args::UNTRACKED_EVENT_HELP)]
+    #[arg(long, value_name = "BACKEND", value_parser = crate::args::event, help = crate::args::EVENT_HELP)]
     pub event: Option<weft_io::BackendKind>,
 
     /// SO_RCVBUF of each connection (httperf's --recv-buffer) [default: the kernel's].

@@ -4,6 +4,7 @@
 
 mod args;
 mod cli;
+mod event_tuning;
 mod front;
 mod load;
 mod origin;

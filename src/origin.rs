@@ -49,7 +49,7 @@ pub struct OriginArgs {
     pub workers: Option<usize>,
 
     /// Event backend [default: epoll].
-    #[arg(long, value_name = "BACKEND", value_parser = crate::args::event_untracked)]
+    #[arg(long, value_name = "BACKEND", value_parser = crate::args::event)]
     pub event: Option<weft_io::BackendKind>,
 
     /// Think time before each response, e.g. `norm(2.5s,1s)` (PolyMix-4) or `100ms` [default: none].

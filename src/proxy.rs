@@ -71,7 +71,7 @@ fn port_list(s: &str) -> Result<PortList, String> {
 #[derive(Args, Debug, Default)]
 #[command(
     mut_arg("listen", |a| a.help(crate::args::PROXY_LISTEN_HELP)),
-    mut_arg("event", |a| a.value_parser(crate::args::event_untracked).help(crate::args::UNTRACKED_EVENT_HELP)),
+    mut_arg("event", |a| a.value_parser(crate::args::event).help(crate::args::EVENT_HELP)),
     mut_arg("accept_limit", |a| a.help(
         "Client connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: 10]"
     )),
@@ -98,6 +98,10 @@ pub struct ProxyArgs {
     // Listening, workers, timeouts, head limits, logging, the config file.
     #[command(flatten)]
     pub service: ServiceArgs,
+
+    // --max-pass, --wake-interval (src/event_tuning.rs).
+    #[command(flatten)]
+    pub tuning: crate::event_tuning::EventTuningArgs,
 
     /// Reverse mode: send every request to this upstream (a name is resolved
     /// off the event loop). Without it (and without --route) weft is a forward proxy.
@@ -213,6 +217,7 @@ impl ProxyArgs {
         let mut c = weft_proxy::ProxyConfig::default();
         apply_service_args!(self.service, c);
         self.upstream_conns.apply(&mut c);
+        c.event_options = self.tuning.options();
         set_given!(
             self,
             c;

@@ -8,14 +8,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-fn parse_max_pass(s: &str) -> Result<u32, String> {
+pub(crate) fn parse_max_pass(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(n) if n <= 1_000_000 => Ok(n),
         _ => Err(format!("invalid pass count `{s}` (expected 0..1000000)")),
     }
 }
 
-fn parse_wake_interval(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_wake_interval(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d > Duration::from_millis(10) {
         return Err(format!("wake interval `{s}` is too long (at most 10ms)"));

@@ -49,10 +49,11 @@ fn bad_flag_values_are_one_line_errors_with_status_2() {
         vec!["proxy", "--cache-dir-size", "0"],
         vec!["serve", "--wake-interval", "1s"],
         vec!["serve", "--wake-interval", "soon"],
-        // Only serve's handler reports its EAGAINs, which tracked needs.
-        vec!["origin", "--event", "tracked"],
-        vec!["proxy", "--event", "tracked:epoll-et"],
-        vec!["load", "http://127.0.0.1:9/", "--event", "tracked"],
+        vec!["proxy", "--wake-interval", "1s"],
+        vec!["proxy", "--max-pass", "-1"],
+        vec!["origin", "--event", "tracked:kqueue"],
+        vec!["proxy", "--event", "tracked:"],
+        vec!["load", "http://127.0.0.1:9/", "--event", "untracked"],
     ] {
         let out = weft(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

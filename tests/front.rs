@@ -329,10 +329,7 @@ mod scenarios {
     }
 }
 
-// The proxy's worker (and so the front-end) takes the untracked backends:
-// tracked readiness is for `weft serve` only.
 per_backend!(
-    untracked:
     places_by_target_and_relays_exactly,
     backend_killed_mid_run,
     queued_at_s_and_503_beyond,

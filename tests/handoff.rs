@@ -255,10 +255,8 @@ mod scenarios {
     }
 }
 
-// The front-end takes the untracked backends (as in tests/front.rs); the
-// back-ends run the default one.
+// The back-ends run the default backend.
 per_backend!(
-    untracked:
     places_by_target_and_never_carries_responses,
     backend_killed_releases_its_connections,
     admission_counts_open_connections,

@@ -1,8 +1,7 @@
 //! Issue 21: connections hold buffers only while a request is in flight.
 //!
 //! Under every event backend, for `weft serve` and `weft proxy` (reverse, in
-//! front of `weft origin`; the proxy on the untracked backends, as in
-//! tests/proxy.rs): heads split across many small reads, 100
+//! front of `weft origin`): heads split across many small reads, 100
 //! pipelined requests in one write, a head arriving one byte at a time over
 //! 5 s, a request body larger than a lent buffer; and after 1,000 idle
 //! keep-alive connections the pools lend no buffer (read from the admin
@@ -254,49 +253,34 @@ fn idle_connections_hold_no_buffer(r: &Role) {
 mod scenarios {
     use super::*;
 
-    /// The proxy runs on the untracked backends only (as tests/proxy.rs).
-    fn proxied(event: &str) -> bool {
-        !event.starts_with("tracked")
-    }
-
     pub fn split_heads(event: &str) {
         super::split_heads(&serve(event));
-        if proxied(event) {
-            super::split_heads(&proxy(event));
-        }
+        super::split_heads(&proxy(event));
     }
 
     pub fn pipelined_100(event: &str) {
         super::pipelined(&serve(event));
-        if proxied(event) {
-            super::pipelined(&proxy(event));
-        }
+        super::pipelined(&proxy(event));
     }
 
     pub fn head_one_byte_at_a_time(event: &str) {
         // Both roles at once: the test takes the 5 s once.
         let s = serve(event);
-        let p = proxied(event).then(|| proxy(event));
+        let p = proxy(event);
         std::thread::scope(|sc| {
             sc.spawn(|| byte_by_byte(&s, Duration::from_secs(5)));
-            if let Some(p) = &p {
-                sc.spawn(|| byte_by_byte(p, Duration::from_secs(5)));
-            }
+            sc.spawn(|| byte_by_byte(&p, Duration::from_secs(5)));
         });
     }
 
     pub fn body_larger_than_a_lent_buffer(event: &str) {
         large_body(&serve(event));
-        if proxied(event) {
-            large_body(&proxy(event));
-        }
+        large_body(&proxy(event));
     }
 
     pub fn idle_pools_lend_nothing(event: &str) {
         idle_connections_hold_no_buffer(&serve(event));
-        if proxied(event) {
-            idle_connections_hold_no_buffer(&proxy(event));
-        }
+        idle_connections_hold_no_buffer(&proxy(event));
     }
 }
 

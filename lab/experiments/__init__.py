@@ -10,6 +10,7 @@ from . import (
     lard_sim,
     load_calibration,
     polymix,
+    proxy_events,
     proxy_splice,
     proxy_ssl,
     send_path,
@@ -29,6 +30,7 @@ EXPERIMENTS = {
         proxy_splice,
         proxy_ssl,
         polymix,
+        proxy_events,
         lard_sim,
         lard_cluster,
     )

@@ -179,7 +179,7 @@ impl Response {
 }
 
 /// The event backends every build has (`--event NAME`), in `weft backends` order.
-pub const BACKENDS: [&str; 7] = [
+pub const BACKENDS: [&str; 10] = [
     "select",
     "poll",
     "epoll",
@@ -187,6 +187,9 @@ pub const BACKENDS: [&str; 7] = [
     "epoll-once",
     "epoll-batched",
     "uring",
+    "tracked",
+    "tracked:epoll-et",
+    "tracked:select",
 ];
 
 /// Status and fields of an HTTP/1.1 response head (through its blank line).
@@ -340,8 +343,8 @@ pub fn send_with_fin(stream: &mut TcpStream, data: &[u8]) {
 /// Run each listed scenario under every event backend (`weft backends` lists
 /// them): `per_backend!(a, b)` defines `mod epoll { #[test] fn a() }` and so on,
 /// each calling `scenarios::a("epoll")`. `per_backend!(untracked: a, b)`
-/// leaves out the `tracked` backends, for roles whose handler does not report
-/// its EAGAINs to the loop (proxy, origin), which refuse them.
+/// leaves out the `tracked` backends (every role takes them now; kept for
+/// scenarios about a mechanism the tracker wraps anyway).
 #[allow(unused_macros)]
 macro_rules! per_backend {
     (untracked: $($scenario:ident),* $(,)?) => {

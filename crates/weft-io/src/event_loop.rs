@@ -101,6 +101,48 @@ impl<P: Poller> Ctx<P> {
         }
     }
 
+    /// After the handler drove `fd`: `before` is its own view of the socket's
+    /// readiness when the drive began (after the event that started it was
+    /// applied), `after` the view at its end. A direction that went from
+    /// ready to not ready was used up by an EAGAIN or a short transfer
+    /// during the drive, which is newer than anything the backend holds, so
+    /// a readiness-tracking backend clears it; a direction whose view did not
+    /// change is left as the backend knows it (an edge it took in while the
+    /// handler was not listening for that direction is kept). This is the
+    /// one EAGAIN report of the roles that keep per-socket views (proxy,
+    /// front, origin, load): every read and write site already clears its
+    /// view, so none of them needs a report of its own. Compiles to nothing
+    /// for backends that do not track readiness.
+    #[inline(always)]
+    pub fn settled(&mut self, fd: RawFd, before: Readiness, after: Readiness) {
+        if P::CAPS.tracks_readiness {
+            let gone = Readiness {
+                readable: before.readable && !after.readable,
+                writable: before.writable && !after.writable,
+            };
+            if gone.readable || gone.writable {
+                self.poller.used_up(fd, gone);
+            }
+        }
+    }
+
+    /// `settled` for a connection whose cycle keeps a read view and learns
+    /// a blocked write from what is left to send (origin, load): the read
+    /// view before and after the drive, and whether a flush of this drive
+    /// left bytes unsent.
+    #[inline(always)]
+    pub fn settled_cycle(&mut self, fd: RawFd, read_before: bool, read_after: bool, blocked: bool) {
+        let before = Readiness {
+            readable: read_before,
+            writable: true,
+        };
+        let after = Readiness {
+            readable: read_after,
+            writable: !blocked,
+        };
+        self.settled(fd, before, after);
+    }
+
     /// Close `fd` at the end of this iteration. Backends whose interest set lives
     /// in user space forget it now, so it is never polled again.
     pub fn close_later(&mut self, fd: Fd, registered: bool) {

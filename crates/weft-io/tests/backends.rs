@@ -425,6 +425,46 @@ fn tracked_changes_interest_without_system_calls() {
     assert!(ev.is_empty(), "{ev:?}");
 }
 
+/// `used_up` (the roles' report through `Ctx::settled`) clears only the
+/// directions it names: an edge the table took in for a direction the
+/// handler was not listening to survives the handler's report on the other.
+#[test]
+fn tracked_used_up_clears_only_what_it_names() {
+    use weft_io::backend::{EpollEt, Tracked};
+    let mut p = Tracked::<EpollEt>::new().unwrap();
+    let (mut a, b) = pair();
+    let t = Token::new(4, 1);
+    p.add(b.as_raw_fd(), t, Interest::WRITE).unwrap();
+    a.write_all(b"data").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut ev = Vec::new();
+    p.wait(&mut ev, Some(Duration::from_secs(2))).unwrap();
+    assert!(ev.len() == 1 && ev[0].writable && !ev[0].readable, "{ev:?}");
+    // The handler's write came up short; it knows nothing of the read side.
+    let gone = weft_io::Readiness {
+        readable: false,
+        writable: true,
+    };
+    p.used_up(b.as_raw_fd(), gone);
+    ev.clear();
+    p.wait(&mut ev, Some(Duration::from_millis(30))).unwrap();
+    assert!(ev.is_empty(), "{ev:?}");
+    // Now it wants to read: the remembered edge answers, no new arrival needed.
+    let before = event_syscalls();
+    p.modify(b.as_raw_fd(), t, Interest::READ).unwrap();
+    p.wait(&mut ev, Some(Duration::from_secs(2))).unwrap();
+    assert_eq!(event_syscalls(), before);
+    assert!(ev.len() == 1 && ev[0].readable, "{ev:?}");
+    let gone = weft_io::Readiness {
+        readable: true,
+        writable: false,
+    };
+    p.used_up(b.as_raw_fd(), gone);
+    ev.clear();
+    p.wait(&mut ev, Some(Duration::from_millis(30))).unwrap();
+    assert!(ev.is_empty(), "{ev:?}");
+}
+
 /// An event for an earlier registration of the same descriptor is dropped.
 #[test]
 fn tracked_drops_events_of_earlier_registrations() {

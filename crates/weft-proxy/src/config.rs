@@ -114,6 +114,8 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     /// Event backend.
     pub event: BackendKind,
+    /// Its tuning (`--max-pass`, `--wake-interval`).
+    pub event_options: weft_io::BackendOptions,
     /// Worker threads, each with its own SO_REUSEPORT listener and loop.
     pub workers: usize,
     /// Listen backlog.
@@ -235,6 +237,7 @@ impl Default for ProxyConfig {
         ProxyConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 3128)),
             event: BackendKind::Epoll,
+            event_options: weft_io::BackendOptions::default(),
             workers: weft_io::sys::available_cpus(),
             backlog: 4096,
             reuse_port: false,

@@ -301,6 +301,8 @@ pub struct Txn {
     /// A stored response being revalidated.
     pub stored: Option<(u64, Arc<Object>)>,
     pub body: ReqBody,
+    /// The pipe of a request body being spliced (`relay/request_body.rs`).
+    pub req_pipe: Option<crate::relay::BodyPipe>,
     /// The request came with a body (it cannot be sent again).
     pub had_body: bool,
     pub request_time: u64,
@@ -335,6 +337,7 @@ impl Txn {
             cacheable: false,
             stored: None,
             body: ReqBody::None,
+            req_pipe: None,
             had_body: false,
             request_time: 0,
             retried: false,

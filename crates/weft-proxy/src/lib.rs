@@ -299,7 +299,7 @@ fn run_worker(shared: &WorkerShared, seat: WorkerSeat) -> io::Result<ProxyStats>
         slot: &shared.slots[seat.index],
     });
     let stats = weft_io::with_backend!(cfg.event, P => {
-        let mut cx = weft_io::Ctx::<P>::new()?;
+        let mut cx = weft_io::Ctx::<P>::with_options(&cfg.event_options)?;
         w.register(&mut cx)?;
         weft_io::run(&mut cx, &mut w)?;
         w.stats()

@@ -453,6 +453,7 @@ impl Relay {
                 return Ok(0);
             }
             let tail: &[u8] = if has_tail { &self.acc[self.sent..] } else { &[] };
+            st.calls_client_send += 1;
             let sent = e.out.flush(cfd, tail, &mut [])?;
             self.sent += sent.tail;
             st.bytes_copied += sent.tail as u64;
@@ -483,6 +484,7 @@ impl Relay {
             // No SPLICE_F_MORE: it would hold the last partial segment back
             // until the next splice, which waits on the upstream; measured,
             // it also cost more pacing timer interrupts than it saved.
+            st.calls_splice_out += 1;
             match sys::splice(pipe.read_fd(), cfd, *bytes, false) {
                 Ok(0) => return Err(sys::Errno::BrokenPipe.into()),
                 Ok(n) => {
@@ -518,6 +520,7 @@ impl Relay {
             *in_intake
         } else if self.fill.is_none() {
             // Filling stopped (object too large): move, do not duplicate.
+            st.calls_tee += 1;
             match sys::splice(intake.read_fd(), out.write_fd(), *in_intake, false) {
                 Ok(k) => {
                     *in_intake -= k;
@@ -528,6 +531,7 @@ impl Relay {
                 Err(_) => return Err(()),
             }
         } else {
+            st.calls_tee += 1;
             match sys::tee(intake.read_fd(), out.write_fd(), *in_intake) {
                 Ok(0) => return Ok(0),
                 Ok(t) => {
@@ -543,6 +547,7 @@ impl Relay {
         // Consume exactly the duplicated bytes from the intake into the object.
         let mut got = 0;
         while got < n {
+            st.calls_tee_read += 1;
             match sys::read_to_bytes(intake.read_fd(), &mut self.acc, n - got) {
                 Ok(0) => return Err(()),
                 Ok(k) => got += k,
@@ -613,6 +618,7 @@ impl Relay {
                 if want == 0 {
                     return Ok(0);
                 }
+                st.calls_copy_read += 1;
                 match sys::read_to_bytes(e.up, &mut self.acc, want) {
                     Ok(n) => {
                         if n > 0 {
@@ -641,6 +647,7 @@ impl Relay {
                     return Ok(0);
                 }
                 let want = (left.min(room as u64)) as usize;
+                st.calls_splice_in += 1;
                 match sys::splice(e.up, pipe.write_fd(), want, false) {
                     Ok(n) => {
                         *bytes += n;
@@ -890,5 +897,7 @@ impl Relay {
 }
 
 mod chunked;
+mod request_body;
+pub(crate) use request_body::{splice_request_body, BodyEnd, BodyPipe};
 #[cfg(test)]
 mod tests;

@@ -104,6 +104,26 @@ weft_core::metrics! {
         /// Request state (head table, head copy, cache key, transaction) lent
         /// to clients with a request in flight.
         gauge request_state_pooled,
+        /// Reads of response body bytes from the upstream into user space
+        /// (copy path, and chunked framing), EAGAINs included.
+        counter calls_copy_read,
+        /// Flushes of the client's output during a relay (heads, framing,
+        /// copied body bytes).
+        counter calls_client_send,
+        /// Splices upstream → pipe, EAGAINs included.
+        counter calls_splice_in,
+        /// Splices pipe → client, EAGAINs included.
+        counter calls_splice_out,
+        /// Tees into the output pipe (KeepCopy), or the pipe-to-pipe
+        /// splices that replace them once the object stopped filling.
+        counter calls_tee,
+        /// Reads of tee'd bytes from the intake pipe into the object.
+        counter calls_tee_read,
+        /// Request body bytes moved pipe → upstream by splice (POST, PUT).
+        counter bytes_spliced_up,
+        /// Splices of request bodies (client → pipe, pipe → upstream),
+        /// EAGAINs included.
+        counter calls_splice_up,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -182,10 +202,12 @@ mod tests {
             bytes_spliced bytes_teed bytes_copied bytes_filled bytes_cache tunnel_bytes_spliced \
             tunnel_bytes_copied sessions_splice sessions_keep_copy sessions_copy sessions_fallback \
             sessions_no_pipe sessions_client_abort sessions_orphan_fill sessions_upstream_abort read_batches_cut";
-        // Added by issue 21, after every earlier key (its pool gauges nested
-        // under "pools" since issue 14).
+        // Added by issues 21 and 27, after every earlier key (the pool gauges
+        // nested under "pools" since issue 14).
         const ADDED: &str = "refused_max_connections open_connections upstream_connections upstream_pooled \
-            request_state_pooled";
+            request_state_pooled \
+            calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
+            bytes_spliced_up calls_splice_up";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

@@ -10,17 +10,17 @@
 use crate::client::{set_notsent_lowat, ClientRead};
 use crate::config::SpliceMode;
 use crate::conn::{Client, Phase, ReqBody, Txn, Upstream};
-use crate::relay::{Ends, Pump};
+use crate::relay::{splice_request_body, BodyEnd, Ends, Pump};
 use crate::response::store_object;
 use crate::tunnel::{Side, Tunnel, TunnelState};
 use crate::upstream::{read_response_head, HeadRead};
-use crate::worker::{client_of, interest, pair, Flow, Worker, BATCH_TIMER, BATCH_WAIT};
+use crate::worker::{client_of, interest, pair, Flow, Shared, Worker, BATCH_TIMER, BATCH_WAIT};
 use std::os::fd::AsFd;
 use std::time::Instant;
 use weft_http::respond::{self, Persist};
 use weft_http::Method;
 use weft_io::sys;
-use weft_io::{BufPool, Ctx, Poller, Token};
+use weft_io::{Ctx, Poller, Token};
 
 /// Request bytes queued towards the upstream above which no more of the
 /// request body is taken from the client.
@@ -43,9 +43,12 @@ enum Sent {
 /// Move request body bytes received from the client behind the head queued
 /// for the upstream, and send; read more of the body from the client while
 /// the upstream takes it.
-fn send_request(c: &mut Client, u: &mut Upstream, bufs: &mut BufPool, now: Instant) -> Sent {
+fn send_request(c: &mut Client, u: &mut Upstream, sh: &mut Shared<'_>, now: Instant) -> Sent {
     let mut moved = false;
     loop {
+        if let Some(sent) = spliced_body(c, u, sh, now) {
+            return sent;
+        }
         let txn = c.txn.as_mut().expect("exchange has a txn");
         let body_done = match &mut txn.body {
             ReqBody::None => true,
@@ -111,7 +114,10 @@ fn send_request(c: &mut Client, u: &mut Upstream, bufs: &mut BufPool, now: Insta
             c.want.read = true;
             return Sent::Ok;
         }
-        match c.read_input(REQ_BODY_INPUT, bufs) {
+        if let Some(sent) = spliced_body(c, u, sh, now) {
+            return sent;
+        }
+        match c.read_input(REQ_BODY_INPUT, &mut sh.bufs) {
             ClientRead::Data { .. } => {
                 c.last_activity = now;
                 moved = false;
@@ -120,6 +126,18 @@ fn send_request(c: &mut Client, u: &mut Upstream, bufs: &mut BufPool, now: Insta
             ClientRead::Eof | ClientRead::Failed => return Sent::ClientGone,
         }
     }
+}
+
+/// The rest of a long request body by splice, where that applies
+/// (`relay/request_body.rs`).
+fn spliced_body(c: &mut Client, u: &mut Upstream, sh: &mut Shared<'_>, now: Instant) -> Option<Sent> {
+    Some(
+        match splice_request_body(c, u, &mut sh.pipes, sh.cfg, &mut sh.stats, now)? {
+            Ok(()) => Sent::Ok,
+            Err(BodyEnd::ClientGone) => Sent::ClientGone,
+            Err(BodyEnd::UpstreamClosed) => Sent::UpstreamClosed,
+        },
+    )
 }
 
 impl Worker<'_> {
@@ -175,7 +193,7 @@ impl Worker<'_> {
             return self.start_tunnel(cx, ct, ut);
         }
         // Request body bytes already received go out behind the head.
-        match send_request(c, u, &mut self.sh.bufs, cx.now) {
+        match send_request(c, u, &mut self.sh, cx.now) {
             Sent::Ok => {}
             Sent::BadBody => return self.fail(cx, ct, 400, "invalid chunked request body"),
             Sent::UpstreamClosed => return self.upstream_lost(cx, ct, "the upstream closed the connection"),

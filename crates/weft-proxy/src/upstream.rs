@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 use weft_http::{Limits, ResponseHead};
 use weft_io::sys::{self, Errno};
-use weft_io::{pools, BufPool, Ctx, InputBuf, Interest, OutChain, Poller, Token};
+use weft_io::{pools, BufPool, Ctx, InputBuf, Interest, OutChain, Poller, Readiness, Token};
 
 /// Idle upstream connections of one worker, per address.
 #[derive(Default)]
@@ -176,6 +176,15 @@ impl Worker<'_> {
         // Pooled, it holds no buffer: both go back to the worker's pools
         // (lent again by the next exchange; grown ones are kept there).
         pools::release_idle(&mut u.buf, &mut u.out, &mut self.sh.bufs, &mut self.sh.own_pool);
+        // The response was read whole: whatever readiness a tracking backend
+        // still holds was that response's. Pooled, only a new arrival (the
+        // upstream's FIN, or bytes unasked) may wake it, and that is a new
+        // event; a kept bit would close the connection at the next pass.
+        let read = Readiness {
+            readable: true,
+            writable: false,
+        };
+        cx.settled(u.fd.raw(), read, Readiness::default());
         u.owner = None;
         u.reused = true;
         u.want = Interest::READ;

@@ -45,7 +45,7 @@ use weft_http::ResponseHead;
 use weft_io::sys::{self, Fd};
 use weft_io::{pools, timer};
 use weft_io::{
-    Acceptor, BufPool, Ctx, Event, Handler, Interest, OwnPool, PipePool, Poller, PoolGauges, RegisterError, Shutdown,
+    Acceptor, BufPool, Ctx, Event, Handler, Interest, OwnPool, PipePool, Poller, PoolGauges, Readiness, RegisterError, Shutdown,
     Slab, Token,
 };
 
@@ -336,6 +336,44 @@ impl<'a> Worker<'a> {
     // Driving a client
 
     pub(crate) fn drive<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) {
+        let before = self.views::<P>(ct);
+        self.drive_steps(cx, ct);
+        self.report_views(cx, before);
+    }
+
+    /// The readiness views of the client `ct` and of its upstream, for a
+    /// readiness-tracking backend only (a constant `None` otherwise).
+    fn views<P: Poller>(&self, ct: Token) -> [Option<(Token, Readiness)>; 2] {
+        if !P::CAPS.tracks_readiness {
+            return [None, None];
+        }
+        let Some(Entry::Client(c)) = self.slab.get(ct) else {
+            return [None, None];
+        };
+        let ut = c.txn.as_ref().and_then(|t| t.up).or(c.tunnel.as_ref().map(|t| t.1));
+        [Some(ct), ut].map(|t| t.and_then(|t| self.view(t).map(|(_, r)| (t, r))))
+    }
+
+    fn view(&self, t: Token) -> Option<(RawFd, Readiness)> {
+        let (fd, readable, writable) = match self.slab.get(t)? {
+            Entry::Client(c) => (c.fd.as_ref()?.raw(), c.may_read, c.may_write),
+            Entry::Upstream(u) => (u.fd.raw(), u.may_read, u.may_write),
+        };
+        Some((fd, Readiness { readable, writable }))
+    }
+
+    /// Tell a readiness-tracking backend which directions the drive used up
+    /// (`Ctx::settled`): the proxy's one EAGAIN report, for every read and
+    /// write site (client, upstream, relay, tunnel) at once.
+    fn report_views<P: Poller>(&self, cx: &mut Ctx<P>, before: [Option<(Token, Readiness)>; 2]) {
+        for (t, was) in before.into_iter().flatten() {
+            if let Some((fd, now)) = self.view(t) {
+                cx.settled(fd, was, now);
+            }
+        }
+    }
+
+    fn drive_steps<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) {
         let mut flow = Flow::Again;
         for _ in 0..MAX_STEPS {
             flow = self.step(cx, ct);
@@ -574,13 +612,29 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             }
             WAKER => {
                 sys::eventfd_drain(self.waker);
+                cx.learned(self.waker, Readiness::default());
                 if self.shutdown.requested() {
                     self.start_draining(cx);
                 }
             }
-            RESOLVER => self.on_answers(cx),
-            DISK => self.on_loaded(cx),
-            FRONT => self.on_front_admitted(cx),
+            // The mailboxes' eventfds are drained by taking what they hold
+            // (a handoff channel reports its EAGAIN where it reads).
+            RESOLVER => {
+                cx.learned(self.sh.resolver.waker(self.sh.index), Readiness::default());
+                self.on_answers(cx);
+            }
+            DISK => {
+                if let Some(fd) = self.sh.cache.disk_waker() {
+                    cx.learned(fd, Readiness::default());
+                }
+                self.on_loaded(cx);
+            }
+            FRONT => {
+                if let Some(front) = self.sh.cfg.front.as_deref() {
+                    cx.learned(front.waker(self.sh.index), Readiness::default());
+                }
+                self.on_front_admitted(cx);
+            }
             token if crate::front::channel_of(token).is_some() => {
                 if let Some(s) = crate::front::channel_of(token) {
                     self.on_handoff_channel(cx, s);

@@ -214,6 +214,11 @@ pub trait Poller: Sized {
     /// `CAPS.tracks_readiness`; the others ignore it).
     #[inline(always)]
     fn learned(&mut self, _fd: RawFd, _ready: Readiness) {}
+    /// The handler's I/O on `fd` used up the directions set in `gone` (an
+    /// EAGAIN or short transfer); the other directions stay as the backend
+    /// knows them (backends with `CAPS.tracks_readiness`; see `Ctx::settled`).
+    #[inline(always)]
+    fn used_up(&mut self, _fd: RawFd, _gone: Readiness) {}
     /// The tracker's counters, for backends that track readiness.
     fn tracker_stats(&self) -> Option<TrackerStats> {
         None

@@ -293,6 +293,16 @@ impl<P: TrackedInner> Poller for Tracked<P> {
         }
     }
 
+    fn used_up(&mut self, fd: RawFd, gone: Readiness) {
+        if let Some(s) = self.slot(fd) {
+            let clear = (if gone.readable { READ } else { 0 }) | (if gone.writable { WRITE } else { 0 });
+            if clear != 0 {
+                // As in `learned`, the I/O's result is the word on errors too.
+                s.ready &= !(clear | ERROR);
+            }
+        }
+    }
+
     fn wait(&mut self, events: &mut Vec<Event>, timeout: Option<Duration>) -> io::Result<()> {
         if !self.candidates.is_empty() && self.passes < self.max_pass {
             let before = events.len();

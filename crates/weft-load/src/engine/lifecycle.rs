@@ -130,8 +130,13 @@ impl Engine<'_> {
             return;
         };
         let now = Instant::now();
+        let was = c.may_read;
         match core.drive_conn(c, now) {
             Flow::Continue => {
+                // The EAGAIN report (`Ctx::settled`): a read that ran dry,
+                // and a flush that blocked (output left, no think time).
+                let blocked = c.has_output() && c.think_until.is_none();
+                cx.settled_cycle(c.fd.raw(), was, c.may_read, blocked);
                 let want = core.want::<P>(c);
                 if !P::CAPS.fixed_interest && want != c.interest {
                     if let Err(e) = cx.reregister(c.fd.raw(), token, want) {

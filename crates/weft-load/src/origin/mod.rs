@@ -41,7 +41,7 @@ use weft_http::{Limits, RequestHead};
 use weft_io::sys::{self, Fd};
 use weft_io::{
     Acceptor, BackendKind, BufPool, Ctx, Event, Fill, GroupStats, Handler, InputBuf, Interest, OutChain, OwnPool,
-    Poller, Shutdown, Slab, Token, WorkerGroup, WorkerSeat,
+    Poller, Readiness, Shutdown, Slab, Token, WorkerGroup, WorkerSeat,
 };
 
 const LISTENER: Token = Token::new(u32::MAX, 0);
@@ -342,7 +342,12 @@ impl<'a> Worker<'a> {
         let Some(c) = self.conns.get_mut(token) else {
             return;
         };
+        let was = c.may_read;
         let next = drive_conn(c, &mut self.shared, Instant::now());
+        // The EAGAIN report (`Ctx::settled`): a read that ran dry, and a
+        // flush that blocked (output left while no think time holds it).
+        let blocked = c.has_output() && c.hold_until.is_none();
+        cx.settled_cycle(c.fd.raw(), was, c.may_read, blocked);
         // Everything read is answered (and sent): the buffers go back to
         // the pools.
         weft_io::pools::release_idle(
@@ -449,6 +454,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             }
             WAKER => {
                 sys::eventfd_drain(self.waker);
+                cx.learned(self.waker, Readiness::default());
                 if self.shutdown.requested() && !self.shared.draining {
                     self.shared.draining = true;
                     if let Some(l) = self.listener.take() {

@@ -212,7 +212,10 @@ impl Worker<'_> {
                         break;
                     }
                 },
-                Err(e) if sys::is(&e, sys::Errno::WouldBlock) => break,
+                Err(e) if sys::is(&e, sys::Errno::WouldBlock) => {
+                    cx.learned(ch.fd.raw(), weft_io::Readiness::default());
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.channel_ended(cx, s, front);

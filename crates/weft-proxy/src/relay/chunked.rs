@@ -31,6 +31,7 @@ impl Relay {
                     return Ok(0);
                 }
                 let want = data_left.min(room as u64) as usize;
+                st.calls_splice_in += 1;
                 return match sys::splice(e.up, wfd, want, false) {
                     Ok(0) => Err(Some(Pump::UpstreamFailed("upstream closed the connection mid-body"))),
                     Ok(n) => {
@@ -69,6 +70,7 @@ impl Relay {
                 self.framing_read
             };
             let room = e.up_buf.reserve(read_size, RELAY_BUF.max(self.framing_read), e.bufs);
+            st.calls_copy_read += 1;
             match sys::read(e.up, &mut e.up_buf.spare_mut()[..room]) {
                 Ok(0) => return Err(Some(Pump::UpstreamFailed("upstream closed the connection mid-body"))),
                 Ok(n) => e.up_buf.commit(n),
