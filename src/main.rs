@@ -9,6 +9,7 @@ mod load;
 mod origin;
 mod proxy;
 mod serve;
+mod serve_cgi;
 mod service;
 mod sim;
 

@@ -102,6 +102,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) latency: weft_core::metrics::Latency,
     pub(crate) log: Option<AccessLog>,
     pub(crate) draining: bool,
+    /// `--cgi` / `--fastcgi`: requests in flight and application connections.
+    pub(crate) cgi: Option<crate::cgi::Cgi>,
 }
 
 /// One worker's handler.
@@ -161,6 +163,7 @@ impl<'a> Worker<'a> {
                 latency: weft_core::metrics::Latency::new(),
                 log,
                 draining: false,
+                cgi: None,
             },
             conns: Slab::new(),
             listener: Some(listener),
@@ -180,6 +183,14 @@ impl<'a> Worker<'a> {
     /// `--handoff-socket` listener).
     pub fn with_handoff(mut self, listener: Fd) -> Self {
         self.handoff = Some(Handoff::new(listener));
+        self
+    }
+
+    /// Answer the `--cgi` / `--fastcgi` prefixes (`index`: this worker's).
+    pub fn with_cgi(mut self, index: usize) -> Self {
+        if let Some(c) = &self.shared.cfg.cgi {
+            self.shared.cgi = Some(crate::cgi::Cgi::new(c.clone(), index, self.shared.cfg.workers));
+        }
         self
     }
 
@@ -211,6 +222,7 @@ impl<'a> Worker<'a> {
         s.output_bufs_lent = own.lent() as u64;
         s.output_bufs_pooled = own.idle() as u64;
         s.output_bytes_pooled = own.idle_bytes() as u64;
+        s.cgi = self.shared.cgi.as_ref().map(crate::cgi::Cgi::stats);
         s
     }
 
@@ -327,6 +339,8 @@ impl<'a> Worker<'a> {
             c.input.discard(&mut self.shared.pool);
             c.out.clear();
             c.out.release_own(&mut self.shared.own_pool);
+            // cgi: drop its request in flight.
+            crate::cgi::client_closed(&mut self.shared, token);
             cx.close_later(c.fd, true);
         }
     }
@@ -437,6 +451,12 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 }
             }
             token if Handoff::is_channel(token) => self.read_channel(cx, token),
+            // cgi: an application connection; drive the client it serves.
+            token if crate::cgi::is_upstream(token) => {
+                if let Some(client) = crate::cgi::on_event(&mut self.shared, token, &ev) {
+                    self.drive(cx, client);
+                }
+            }
             token => {
                 let Some(c) = self.conns.get_mut(token) else {
                     // Stale: the connection was closed earlier in this batch.
@@ -502,6 +522,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if P::CAPS.tracks_readiness {
             self.tracker = cx.poller.tracker_stats();
         }
+        // cgi: registrations, timeouts and requests that waited for a connection.
+        for t in crate::cgi::after_batch(&mut self.shared, cx) {
+            self.drive(cx, t);
+        }
         self.decay_pools(cx.now);
         self.slot.counters.publish(&self.stats());
         self.slot.latency.publish(&mut self.shared.latency, cx.now);
@@ -543,6 +567,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             bound(POOL_DECAY_EVERY);
         }
         if let Some(d) = self.acceptor.max_wait() {
+            bound(d);
+        }
+        if let Some(d) = crate::cgi::max_wait(&self.shared) {
             bound(d);
         }
         if let Some(d) = self.shared.log.as_ref().and_then(|l| l.max_wait()) {
@@ -662,7 +689,12 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
             // Everything answered so far is sent; the rest waits its turn.
             return Next::Resume;
         }
-        if !c.input.is_empty() && answer_buffered(c, s, now, wall, &mut budget) {
+        if crate::cgi::busy(s, c) {
+            // cgi: a request in flight is driven by crate::cgi.
+            if let crate::cgi::Drove::Progress = crate::cgi::drive(c, s, now) {
+                continue;
+            }
+        } else if !c.input.is_empty() && answer_buffered(c, s, now, wall, &mut budget) {
             continue;
         }
         if c.eof {
@@ -746,6 +778,15 @@ fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemT
                             continue;
                         }
                     }
+                }
+                if crate::cgi::begin(c, s, head_len, now) {
+                    // cgi: under a CGI prefix; crate::cgi answers it, body and all.
+                    c.head_started = None;
+                    c.requests += 1;
+                    *budget -= 1;
+                    s.stats.requests += 1;
+                    produced = true;
+                    break;
                 }
                 answer(c, s, head_len, wall, chunked_pending);
                 c.input.consume(next);
