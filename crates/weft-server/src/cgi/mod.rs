@@ -217,6 +217,16 @@ pub(crate) struct Up {
     broken: bool,
 }
 
+/// One pool slot as a worker uses it.
+#[derive(Clone, Copy)]
+struct SlotUse {
+    slot: usize,
+    /// Its connection, when open.
+    up: Option<Token>,
+    /// Not before the pool has started this generation (a replacement).
+    min_gen: u64,
+}
+
 /// Per-route state of one worker.
 #[derive(Default)]
 struct RouteState {
@@ -224,8 +234,8 @@ struct RouteState {
     idle: Vec<Token>,
     /// Connections in use or idle.
     open: usize,
-    /// Pool slots this worker owns, and whether each has a connection.
-    slots: Vec<(usize, Option<Token>)>,
+    /// Pool slots this worker owns.
+    slots: Vec<SlotUse>,
     /// Clients waiting for a connection.
     waiting: VecDeque<Token>,
 }
@@ -265,7 +275,11 @@ impl Cgi {
                     .map(|p| {
                         (0..p.len())
                             .filter(|s| s % workers == index % workers)
-                            .map(|s| (s, None))
+                            .map(|slot| SlotUse {
+                                slot,
+                                up: None,
+                                min_gen: 0,
+                            })
                             .collect()
                     })
                     .unwrap_or_default(),
@@ -301,12 +315,15 @@ impl Cgi {
         let rs = &mut self.routes[route];
         if let Some(pool) = &self.pools[route] {
             // A pool slot of this worker with no request in flight.
-            let busy =
-                |t: &Option<Token>, ups: &Slab<Up>| t.is_some_and(|t| ups.get(t).is_some_and(|u| u.client.is_some()));
-            let Some(i) = rs.slots.iter().position(|(_, t)| !busy(t, &self.ups)) else {
+            let ups = &self.ups;
+            let free = |s: &SlotUse| {
+                s.up.is_none_or(|t| ups.get(t).is_none_or(|u| u.client.is_none()))
+                    && pool.generation(s.slot) >= s.min_gen
+            };
+            let Some(i) = rs.slots.iter().position(free) else {
                 return Ok(None);
             };
-            let (slot, held) = rs.slots[i];
+            let SlotUse { slot, up: held, .. } = rs.slots[i];
             let t = match held.filter(|t| self.ups.get(*t).is_some()) {
                 Some(t) => t,
                 None => {
@@ -315,7 +332,7 @@ impl Cgi {
                     })?;
                     self.stats.connects += 1;
                     let t = self.insert_up(fd, route, Some(slot));
-                    self.routes[route].slots[i].1 = Some(t);
+                    self.routes[route].slots[i].up = Some(t);
                     t
                 }
             };
@@ -379,8 +396,12 @@ impl Cgi {
             let u = self.ups.remove(up).expect("present");
             if let (Some(slot), true) = (u.slot, replace) {
                 if let Some(p) = &self.pools[route] {
-                    p.replace(slot);
+                    let next = p.replace(slot);
                     self.stats.restarts += 1;
+                    for s in self.routes[route].slots.iter_mut().filter(|s| s.slot == slot) {
+                        s.min_gen = next;
+                        s.up = None;
+                    }
                 }
             }
             if u.slot.is_none() {
@@ -580,6 +601,12 @@ pub(crate) fn after_batch<P: Poller>(s: &mut Shared<'_>, cx: &mut Ctx<P>) -> Vec
     if cx.now >= g.next_tick {
         g.next_tick = cx.now + Duration::from_millis(50);
         g.zombies.retain_mut(|ch| matches!(ch.try_wait(), Ok(None)));
+        // A replaced process may be up again: let a waiting request look.
+        for r in &mut g.routes {
+            if let Some(c) = r.waiting.pop_front() {
+                g.wake.push(c);
+            }
+        }
         for (client, t) in g.txns.iter_mut() {
             if t.timed_out(cx.now) {
                 g.wake.push(*client);

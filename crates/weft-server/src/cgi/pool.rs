@@ -39,6 +39,9 @@ pub struct Pool {
     dir: PathBuf,
     paths: Vec<String>,
     slots: Mutex<Vec<Slot>>,
+    /// Processes started per slot so far (a slot being replaced is used
+    /// again once its count has moved on).
+    gens: Vec<AtomicU64>,
     wake: Condvar,
     restarts: AtomicU64,
 }
@@ -96,6 +99,7 @@ impl Pool {
             program: program.to_path_buf(),
             dir,
             paths,
+            gens: (0..n.max(1)).map(|_| AtomicU64::new(1)).collect(),
             slots: Mutex::new(slots),
             wake: Condvar::new(),
             restarts: AtomicU64::new(0),
@@ -127,14 +131,23 @@ impl Pool {
         self.restarts.load(Ordering::Relaxed)
     }
 
+    /// Processes started in slot `i` so far.
+    pub fn generation(&self, i: usize) -> u64 {
+        self.gens[i].load(Ordering::Acquire)
+    }
+
     /// Kill slot `i`'s process and start another (it hung or misbehaved).
-    pub fn replace(&self, i: usize) {
+    /// Returns the generation of the replacement: until it runs, a
+    /// connection could reach the old process, still accepting.
+    pub fn replace(&self, i: usize) -> u64 {
+        let next = self.generation(i) + 1;
         if let Ok(mut s) = self.slots.lock() {
             if let Some(slot) = s.get_mut(i) {
                 slot.kill = true;
             }
         }
         self.wake.notify_one();
+        next
     }
 
     /// One round: kill what must go, restart what exited. Returns false
@@ -144,7 +157,7 @@ impl Pool {
             return;
         };
         let now = Instant::now();
-        for s in slots.iter_mut() {
+        for (i, s) in slots.iter_mut().enumerate() {
             if let Some(ch) = s.child.as_mut() {
                 if s.kill {
                     let _ = ch.kill();
@@ -164,6 +177,7 @@ impl Pool {
                 match start_one(&self.program, &s.listener) {
                     Ok(ch) => {
                         s.child = Some(ch);
+                        self.gens[i].fetch_add(1, Ordering::Release);
                         self.restarts.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => {

@@ -285,9 +285,10 @@ impl Txn {
                 Some(t)
             }
             Ok(None) => {
-                if !self.waiting {
-                    self.waiting = true;
-                    g.routes[self.route].waiting.push_back(client);
+                self.waiting = true;
+                let w = &mut g.routes[self.route].waiting;
+                if !w.contains(&client) {
+                    w.push_back(client);
                 }
                 None
             }
