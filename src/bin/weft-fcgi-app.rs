@@ -22,9 +22,11 @@
 //! Every response carries `X-Pid`, so a test can see a worker replaced. The
 //! process exits when its parent goes away (a supervisor that was killed).
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use weft_http::fastcgi::{decode_pairs, record_header, RecordHeader, RecordType, HEADER_LEN};
 
@@ -139,6 +141,23 @@ fn query_value<'a>(query: &'a str, key: &str) -> Option<&'a str> {
         .find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v))
 }
 
+/// The pattern of `len` bytes, made once per size (the lab measures weft,
+/// not the application's body generation).
+fn body_of(len: usize) -> Arc<Vec<u8>> {
+    static CACHE: OnceLock<Mutex<HashMap<usize, Arc<Vec<u8>>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(b) = cache.lock().ok().and_then(|c| c.get(&len).cloned()) {
+        return b;
+    }
+    let b = Arc::new(pattern(len.min(1 << 28)));
+    if let Ok(mut c) = cache.lock() {
+        if c.len() < 64 {
+            c.insert(len, b.clone());
+        }
+    }
+    b
+}
+
 /// The tests' deterministic content (`tests/common/mod.rs`).
 fn pattern(len: usize) -> Vec<u8> {
     let mut x: u32 = 0x9e37_79b9 ^ len as u32;
@@ -156,9 +175,23 @@ fn write_stream<S: Write>(s: &mut S, kind: RecordType, id: u16, data: &[u8], rec
     let pad = [0u8; 8];
     for part in data.chunks(record.clamp(1, 65_535)) {
         let h = record_header(kind, id, part.len());
-        s.write_all(&h)?;
-        s.write_all(part)?;
-        s.write_all(&pad[..h[6] as usize])?;
+        // One writev per record: header, content, padding.
+        let mut bufs = [&h[..], part, &pad[..h[6] as usize]];
+        let mut at = 0;
+        while at < bufs.len() {
+            let iov: Vec<io::IoSlice<'_>> = bufs[at..].iter().map(|b| io::IoSlice::new(b)).collect();
+            let mut n = s.write_vectored(&iov)?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            while at < bufs.len() && n >= bufs[at].len() {
+                n -= bufs[at].len();
+                at += 1;
+            }
+            if at < bufs.len() {
+                bufs[at] = &bufs[at][n..];
+            }
+        }
     }
     Ok(())
 }
@@ -186,11 +219,11 @@ fn answer<S: Write>(s: &mut S, req: &Req) -> io::Result<()> {
     }
     let record = q("record").and_then(|v| v.parse().ok()).unwrap_or(65_528);
     let body = if q("echo").is_some() {
-        req.stdin.clone()
+        Arc::new(req.stdin.clone())
     } else if q("env").is_some() {
-        env
+        Arc::new(env)
     } else {
-        pattern(q("size").and_then(|v| v.parse().ok()).unwrap_or(0))
+        body_of(q("size").and_then(|v| v.parse().ok()).unwrap_or(0))
     };
     let mut out = Vec::with_capacity(body.len() + 256);
     if q("badhead").is_some() {
