@@ -2,6 +2,7 @@
 DESCRIPTION and run(lab) -> dict."""
 
 from . import (
+    cgi,
     connection_scaling,
     epoll_study,
     event_syscalls,
@@ -31,5 +32,6 @@ EXPERIMENTS = {
         polymix,
         lard_sim,
         lard_cluster,
+        cgi,
     )
 }

@@ -51,7 +51,12 @@ fn main() {
         Some(a) => match a.strip_prefix("unix:") {
             Some(p) => {
                 let _ = std::fs::remove_file(p);
-                UnixListener::bind(p).and_then(|l| serve_unix(&l))
+                UnixListener::bind(p).and_then(|l| {
+                    // A web server's workers may run as another user (nginx).
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666))?;
+                    serve_unix(&l)
+                })
             }
             None => std::net::TcpListener::bind(a).and_then(|l| {
                 println!("listening on {}", l.local_addr()?);
