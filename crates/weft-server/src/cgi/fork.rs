@@ -132,12 +132,12 @@ fn read(t: &mut Txn, g: &mut Cgi, c: &mut Conn, date: &[u8], now: Instant) -> Re
     }
     let mut queued = false;
     let r = loop {
-        if c.out.len() > c.out.memory_len() as u64 {
+        if c.out.len() > c.out.memory_len() as u64 || c.out.len() >= super::txn::QUEUED_MAX {
             // Spliced bytes are still in the program's pipe: reading now
             // would take them out of order. Until the client takes them,
             // the pipe's readiness says nothing new.
-            if !queued {
-                g.want(t.up.unwrap_or(weft_io::Token::new(0, 0)), weft_io::Interest::NONE);
+            if let (false, Some(up)) = (queued, t.up) {
+                g.want(up, weft_io::Interest::NONE);
             }
             break Ok(if queued { Done::Queued } else { Done::No });
         }

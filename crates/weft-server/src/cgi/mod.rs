@@ -451,26 +451,18 @@ pub(crate) fn begin(c: &mut Conn, s: &mut Shared<'_>, head_len: usize, now: Inst
         return false;
     };
     g.stats.requests += 1;
-    let date = s.date.get();
     let body = match s.head.framing() {
         BodyFraming::Length(n) => n,
         BodyFraming::None | BodyFraming::UntilClose => 0,
         BodyFraming::Chunked => {
             let why = "a chunked request body is not passed to CGI programs: send Content-Length";
-            respond::simple(c.out.own_mut(), 411, date, b"", why, false, Persist::Close);
-            c.close_after = true;
-            c.linger_on_close = true;
-            c.input.clear();
+            refuse(c, s.date.get(), 411, why);
             return true;
         }
     };
     if body > g.cfg.max_body {
         g.stats.status_413 += 1;
-        let why = "the request body is larger than --cgi-max-body";
-        respond::simple(c.out.own_mut(), 413, date, b"", why, false, Persist::Close);
-        c.close_after = true;
-        c.linger_on_close = true;
-        c.input.clear();
+        refuse(c, s.date.get(), 413, "the request body is larger than --cgi-max-body");
         return true;
     }
     let head_only = s.head.method() == Method::Head;
@@ -492,6 +484,14 @@ pub(crate) fn begin(c: &mut Conn, s: &mut Shared<'_>, head_len: usize, now: Inst
     c.input.consume(head_len);
     g.txns.insert(c.token, t);
     true
+}
+
+/// Answer `status` without reading the body, and close (lingering).
+fn refuse(c: &mut Conn, date: &[u8], status: u16, why: &str) {
+    respond::simple(c.out.own_mut(), status, date, b"", why, false, Persist::Close);
+    c.close_after = true;
+    c.linger_on_close = true;
+    c.input.clear();
 }
 
 /// Is a CGI request in flight on `c`?
@@ -519,6 +519,13 @@ pub(crate) fn drive(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Drove {
     c.out.lend_own(&mut s.own_pool);
     let date = s.date.get();
     let r = t.drive(g, c, date, now);
+    if c.input.is_empty() {
+        // The body is in: the header timeout no longer applies.
+        c.head_started = None;
+    }
+    if matches!(r, txn::Done::Queued | txn::Done::Yes) {
+        c.last_activity = now;
+    }
     match r {
         txn::Done::No => {
             g.txns.insert(c.token, t);

@@ -31,7 +31,10 @@ pub(super) const SPLICE_MIN: usize = 4096;
 /// The request id weft uses (one request per connection at a time).
 const ID: u16 = 1;
 /// User-space reads of the reply at most this large.
-const READ_MAX: usize = 64 * 1024;
+pub(super) const READ_MAX: usize = 64 * 1024;
+/// Stop reading from the application while this much is queued for a
+/// client that has not taken it (copied bytes, or a full pipe).
+pub(super) const QUEUED_MAX: u64 = 1 << 20;
 
 /// Where the reply is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -310,6 +313,12 @@ impl Txn {
         let r = loop {
             if self.reader.is_done() {
                 break Ok(self.ended(g, c));
+            }
+            if c.out.len() >= QUEUED_MAX {
+                // The client is behind: stop hearing from the application
+                // until it has taken some.
+                g.want(up, Interest::NONE);
+                break Ok(if queued { Done::Queued } else { Done::No });
             }
             let left = self.reader.content_left();
             if left > 0 && self.stdout && self.phase == Phase::Body && self.splices(g, left) {
