@@ -364,3 +364,29 @@ fn counters_reach_the_admin_stats() {
     let stats = common::fetch(&admin, "/stats");
     assert!(stats.contains("\"bytes_spliced\":"), "{stats}");
 }
+
+#[test]
+fn fastcgi_over_tcp_and_a_slow_client() {
+    use std::io::BufRead;
+    let mut child = Command::new(app_bin())
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _app = App(child);
+    let addr = line.trim().strip_prefix("listening on ").unwrap().to_string();
+    let route = format!("/t={addr}");
+    let w = Weft::serve(&["--workers", "1", "--fastcgi", &route]);
+    let mut c = Conn::new(&w);
+    assert!(c.get("/t?size=12345").body == pattern(12_345));
+    // A client that reads 4 MiB slowly: weft holds back, then delivers it all.
+    c.send(b"GET /t?size=4194304 HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    let r = c.response(false);
+    assert!(r.body == pattern(4 << 20));
+    assert!(c.get("/t?size=1").body == pattern(1));
+}
