@@ -21,8 +21,10 @@ pub enum CgiMode {
 /// How FastCGI record payloads reach the client.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum CgiSend {
-    /// splice(2) socket → pipe → socket: no byte of the body enters weft.
+    /// Splice from TCP connections and CGI/1.1 pipes, copy from Unix sockets.
     #[default]
+    Auto,
+    /// splice(2) socket → pipe → socket: no byte of the body enters weft.
     Splice,
     /// Read into weft and write (for comparison).
     Copy,
@@ -100,8 +102,10 @@ pub struct CgiArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub cgi_timeout: Option<Duration>,
 
-    /// How response bodies reach the client: splice (no copy through weft) or copy [default: splice].
-    #[arg(long, value_name = "splice|copy")]
+    /// How response bodies reach the client: splice (socket → pipe → socket, no byte through weft),
+    /// copy, or auto (splice from TCP and CGI/1.1 pipes, copy from Unix sockets, whose splice costs
+    /// more than a copy) [default: auto].
+    #[arg(long, value_name = "auto|splice|copy")]
     pub cgi_send: Option<CgiSend>,
 }
 
@@ -138,7 +142,11 @@ impl CgiArgs {
         if let Some(d) = self.cgi_timeout {
             c.timeout = d.max(Duration::from_millis(10));
         }
-        c.copy = self.cgi_send == Some(CgiSend::Copy);
+        c.send = match self.cgi_send.unwrap_or_default() {
+            CgiSend::Auto => weft_server::cgi::Send::Auto,
+            CgiSend::Splice => weft_server::cgi::Send::Splice,
+            CgiSend::Copy => weft_server::cgi::Send::Copy,
+        };
         Some(Arc::new(c))
     }
 }

@@ -144,7 +144,13 @@ fn serve_pool(extra: &[&str]) -> Weft {
 
 #[test]
 fn pool_bodies_are_byte_exact() {
-    let w = serve_pool(&[]);
+    for send in ["splice", "auto"] {
+        pool_bodies(send);
+    }
+}
+
+fn pool_bodies(send: &str) {
+    let w = serve_pool(&["--cgi-send", send]);
     for size in [0usize, 1, 100, 4095, 4096, 5000, 65_536, 1 << 20] {
         let r = get(&w, &format!("/app/x?size={size}"));
         assert_eq!(r.status, 200, "size {size}");

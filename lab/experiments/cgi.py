@@ -4,9 +4,12 @@ thesis 004 §2.2.6: Flash-Lite's persistent CGI with its zero-copy path).
 64 KiB responses, `wrk -t1 -c50` keep-alive, one serve worker:
 
 - weft static: the same size from a file (sendfile), the reference;
-- weft fastcgi splice / copy: `--fastcgi /app=unix:SOCK` to `weft-fcgi-app`
-  (the workspace's FastCGI responder), record payloads spliced to the
-  socket, or read and written (`--cgi-send copy`);
+- weft fastcgi splice / copy: `--fastcgi /app=127.0.0.1:PORT` to
+  `weft-fcgi-app` (the workspace's FastCGI responder), record payloads
+  spliced to the socket, or read and written (`--cgi-send copy`);
+- weft fastcgi unix: the same application on a Unix socket
+  (`--cgi-send auto` copies there: splicing from a Unix stream socket copies
+  in the kernel and costs more);
 - weft cgi pool: `--cgi /app=weft-fcgi-app`, weft starts and supervises the
   processes (persistent CGI);
 - weft cgi1 fork: `--cgi-mode cgi1`, a shell script per request (CGI/1.1);
@@ -63,18 +66,19 @@ def _wait_path(path: str, timeout_s: float) -> bool:
     return False
 
 
-def configs(app: str, sock: str, script: str) -> list[tuple[servers.ServerSpec, str, bool]]:
+def configs(app: str, tcp: str, sock: str, script: str) -> list[tuple[servers.ServerSpec, str, bool]]:
     """(server, URL path, uses the external application)."""
-    fcgi = ["--fastcgi", f"/app=unix:{sock}"]
+    fcgi = ["--fastcgi", f"/app={tcp}"]
     page = f"app/x?size={SIZE}"
     return [
         (servers.ServerSpec("weft static", "weft"), f"file-{SIZE}.bin", False),
         (servers.ServerSpec("weft fastcgi splice", "weft", {"extra": fcgi}), page, True),
         (servers.ServerSpec("weft fastcgi copy", "weft", {"extra": fcgi + ["--cgi-send", "copy"]}), page, True),
+        (servers.ServerSpec("weft fastcgi unix", "weft", {"extra": ["--fastcgi", f"/app=unix:{sock}"]}), page, True),
         (servers.ServerSpec("weft cgi pool", "weft", {"extra": ["--cgi", f"/app={app}", "--cgi-workers", "4"]}), page, False),
         (servers.ServerSpec("weft cgi1 fork", "weft", {"extra": ["--cgi-mode", "cgi1", "--cgi", f"/app={script}"]}), page, False),
         (servers.ServerSpec("nginx static", "nginx"), f"file-{SIZE}.bin", False),
-        (servers.ServerSpec("nginx fastcgi", "nginx-fastcgi", {"values": {"SOCK": sock}}), page, True),
+        (servers.ServerSpec("nginx fastcgi", "nginx-fastcgi", {"values": {"FCGI": tcp}}), page, True),
     ]  # fmt: skip
 
 
@@ -95,24 +99,30 @@ def run(lab: core.Lab) -> dict:
     with open(script, "w") as f:
         f.write(f"#!/bin/sh\nprintf 'Content-Type: application/octet-stream\\r\\nContent-Length: {SIZE}\\r\\n\\r\\n'\nexec head -c {SIZE} /dev/zero\n")
     os.chmod(script, 0o755)
-    cfgs = configs(app, sock, script)
+    tcp = f"127.0.0.1:{servers.free_port()}"
+    cfgs = configs(app, tcp, sock, script)
     paths = {spec.label: (path, ext) for spec, path, ext in cfgs}
     rows: list[dict] = []
     with lab.pool(www) as pool:
-        ext_app = pool.start_process("weft-fcgi-app", [app, "--listen", f"unix:{sock}"])
-        if not _wait_path(sock, 10.0):
-            raise servers.ServerError("weft-fcgi-app did not create its socket")
+        ext_app = pool.start_process("weft-fcgi-app", [app, "--listen", tcp])
+        ext_unix = pool.start_process("weft-fcgi-app unix", [app, "--listen", f"unix:{sock}"])
+        host, port = tcp.split(":")
+        if not _wait_path(sock, 10.0) or not servers.wait_for_port(host, int(port), 10.0, ext_app.popen):
+            raise servers.ServerError("weft-fcgi-app did not start")
         runs = core.ServerRounds(lab, NAME, pool, [c[0] for c in cfgs], reps, 1, "size", duration)
         for rep, spec, rs, base in runs:
             path, ext = paths[spec.label]
             status, got = core.fetch(base + path)
             if status != 200 or got != SIZE:
                 raise servers.ServerError(f"{spec.label}: GET /{path} gave {status} with {got} bytes")
-            app_before = proc.tree_cpu_sample(ext_app.pid)
+            # The application's threads come and go with connections: its
+            # CPU is read in ticks (utime + stime, exited threads included).
+            app_pid = ext_unix.pid if spec.label == "weft fastcgi unix" else ext_app.pid
+            app_before = proc.tree_cpu_sample(app_pid).ticks
             m = core.measure(lab, rs, base + path, connections=CONNECTIONS, duration_s=duration)
-            app_after = proc.tree_cpu_sample(ext_app.pid)
+            app_after = proc.tree_cpu_sample(app_pid).ticks
             n = max(m.load.requests, 1)
-            app_us = (app_after.ns - app_before.ns) / 1000 / n if ext else 0.0
+            app_us = (app_after - app_before) * 1e6 / os.sysconf("SC_CLK_TCK") / n if ext else 0.0
             w = m.weft or {}
             c = w.get("cgi") or {}
             rows.append({
@@ -128,7 +138,7 @@ def run(lab: core.Lab) -> dict:
     med = report.group_medians(rows, ["server"], ["rps", "cpu_us_per_req", "app_cpu_us_per_req", "total_cpu_us_per_req"])
     by = {r["server"]: r for r in med}
     share = OrderedDict()
-    for lbl, ref in [("weft fastcgi splice", "weft static"), ("weft fastcgi copy", "weft static"), ("weft cgi pool", "weft static"), ("weft cgi1 fork", "weft static"), ("nginx fastcgi", "nginx static")]:
+    for lbl, ref in [("weft fastcgi splice", "weft static"), ("weft fastcgi copy", "weft static"), ("weft fastcgi unix", "weft static"), ("weft cgi pool", "weft static"), ("weft cgi1 fork", "weft static"), ("nginx fastcgi", "nginx static")]:
         if by.get(lbl) and by.get(ref) and by[ref]["rps"]:
             share[lbl] = by[lbl]["rps"] / by[ref]["rps"]
     report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": runs.commands, "load_command": lab.load_command, "runs": rows, "share_of_static": share})

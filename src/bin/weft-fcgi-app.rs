@@ -132,9 +132,14 @@ fn read_request<S: Read>(s: &mut S) -> io::Result<Option<Req>> {
     Ok(Some(r))
 }
 
-fn conn<S: Read + Write>(mut s: S) {
-    while let Ok(Some(req)) = read_request(&mut s) {
-        if answer(&mut s, &req).is_err() || !req.keep {
+fn conn<S>(s: S)
+where
+    for<'a> &'a S: Read + Write,
+{
+    // Buffered reads: a request's records usually arrive in one segment.
+    let mut r = io::BufReader::with_capacity(64 * 1024, &s);
+    while let Ok(Some(req)) = read_request(&mut r) {
+        if answer(&mut &s, &req).is_err() || !req.keep {
             return;
         }
     }

@@ -146,7 +146,7 @@ fn read(t: &mut Txn, g: &mut Cgi, c: &mut Conn, date: &[u8], now: Instant) -> Re
         } else {
             0
         };
-        if avail >= SPLICE_MIN && !g.cfg.copy && t.frame != Frame::Discard {
+        if avail >= SPLICE_MIN && t.splice && t.frame != Frame::Discard {
             let mut n = avail;
             if let Frame::Length(l) = t.frame {
                 if l == 0 {

@@ -84,6 +84,32 @@ weft_core::metrics! {
     groups {}
 }
 
+/// How response bodies reach the client (`--cgi-send`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Send {
+    /// Splice where it is cheaper than a copy: from TCP connections and
+    /// CGI/1.1 pipes; copy from Unix stream sockets, whose splice copies
+    /// inside the kernel anyway (their buffers are linear) and costs more
+    /// than a recv + send (lab `cgi`).
+    #[default]
+    Auto,
+    /// Always splice.
+    Splice,
+    /// Always read into weft and write.
+    Copy,
+}
+
+impl Handler {
+    /// Are payloads spliced under `send`?
+    fn splices(&self, send: Send) -> bool {
+        match send {
+            Send::Splice => true,
+            Send::Copy => false,
+            Send::Auto => !matches!(self, Handler::Pool(_) | Handler::FastCgi(Address::Unix(_))),
+        }
+    }
+}
+
 /// Where a FastCGI application listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Address {
@@ -126,8 +152,8 @@ pub struct CgiConfig {
     pub timeout: Duration,
     /// Largest CGI response head.
     pub max_head: usize,
-    /// Read record payloads into weft instead of splicing them.
-    pub copy: bool,
+    /// How response bodies reach the client.
+    pub send: Send,
     /// Idle connections kept per worker and `--fastcgi` prefix.
     pub keep_idle: usize,
     /// The pools, started by the first worker.
@@ -144,7 +170,7 @@ impl CgiConfig {
             max_body: 1 << 20,
             timeout: Duration::from_secs(30),
             max_head: 16 * 1024,
-            copy: false,
+            send: Send::Auto,
             keep_idle: 64,
             pools: OnceLock::new(),
         }

@@ -30,6 +30,8 @@ use weft_io::{Interest, Pipe, Token};
 pub(super) const SPLICE_MIN: usize = 4096;
 /// The request id weft uses (one request per connection at a time).
 const ID: u16 = 1;
+/// Bytes read past a record header when payloads are spliced.
+const HEADER_SLACK: usize = 504;
 /// User-space reads of the reply at most this large.
 pub(super) const READ_MAX: usize = 64 * 1024;
 /// Stop reading from the application while this much is queued for a
@@ -103,6 +105,8 @@ pub(crate) struct Txn {
     /// The application misbehaved: replace its process.
     pub(super) replace: bool,
     pub(super) waiting: bool,
+    /// Payloads are spliced (`--cgi-send`).
+    pub(super) splice: bool,
     /// The pipe is full: the client has not taken what was spliced.
     pub(super) stalled: bool,
     pipe: Option<Pipe>,
@@ -197,6 +201,7 @@ pub(super) fn start(
         failed: None,
         replace: false,
         waiting: false,
+        splice: r.handler.splices(g.cfg.send),
         stalled: false,
         pipe: None,
     }
@@ -340,17 +345,24 @@ impl Txn {
                 }
             }
             let want = if left > 0 {
-                if self.stdout && self.phase == Phase::Head && !g.cfg.copy {
+                if self.stdout && self.phase == Phase::Head && self.splice {
                     match self.peek_head(g, c, fd, left, &mut buf, date) {
                         Ok(Some(n)) => n,
                         Ok(None) => break Ok(if queued { Done::Queued } else { Done::No }),
                         Err(code) => break Err(code),
                     }
-                } else {
+                } else if self.splice {
                     left.min(READ_MAX)
+                } else {
+                    READ_MAX
                 }
+            } else if self.splice {
+                // The padding and the next header, and a little more: the
+                // end of a reply (a short record, END_REQUEST) in one read,
+                // at the price of copying up to HEADER_SLACK payload bytes.
+                self.reader.padding_left() + HEADER_LEN + HEADER_SLACK
             } else {
-                self.reader.padding_left() + HEADER_LEN
+                READ_MAX
             };
             let n = match sys::recv_now(fd, &mut buf[..want]) {
                 Ok(0) => break Err(502),
@@ -378,7 +390,7 @@ impl Txn {
 
     /// Splice this payload? (Not for small records, copy mode or HEAD.)
     fn splices(&mut self, g: &mut Cgi, left: usize) -> bool {
-        if g.cfg.copy || self.frame == Frame::Discard || left < SPLICE_MIN {
+        if !self.splice || self.frame == Frame::Discard || left < SPLICE_MIN {
             return false;
         }
         if self.pipe.is_none() {
