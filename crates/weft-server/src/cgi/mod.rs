@@ -657,3 +657,44 @@ pub(crate) fn max_wait(s: &Shared<'_>) -> Option<Duration> {
     }
     (!g.txns.is_empty() || !g.zombies.is_empty()).then_some(Duration::from_millis(50))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_match_whole_segments_longest_first() {
+        let r = |p: &str| Route {
+            prefix: p.into(),
+            handler: Handler::FastCgi(Address::Unix("/x".into())),
+        };
+        let c = CgiConfig::new(vec![r("/app"), r("/app/admin/"), r("/")]);
+        let at = |t: &str| c.route(t.as_bytes()).map(|i| c.routes[i].prefix.as_str());
+        assert_eq!(at("/app"), Some("/app"));
+        assert_eq!(at("/app/x?y=1"), Some("/app"));
+        assert_eq!(at("/app?y=1"), Some("/app"));
+        assert_eq!(at("/app/admin/z"), Some("/app/admin/"));
+        assert_eq!(at("/apple"), Some("/"));
+        let c = CgiConfig::new(vec![r("/app")]);
+        assert_eq!(c.route(b"/apple"), None);
+        assert_eq!(c.route(b"/"), None);
+    }
+
+    #[test]
+    fn upstream_tokens_do_not_meet_client_or_handoff_tokens() {
+        let t = Token::new(5, 9);
+        assert!(is_upstream(up_token(t)));
+        assert_eq!(slab_token(up_token(t)), t);
+        assert!(!is_upstream(t));
+        assert!(!is_upstream(Token::new(0xFFF0_0000, 0)));
+    }
+
+    #[test]
+    fn send_modes() {
+        let unix = Handler::FastCgi(Address::Unix("/s".into()));
+        let tcp = Handler::FastCgi(Address::Tcp("127.0.0.1:9000".parse().unwrap()));
+        assert!(!unix.splices(Send::Auto) && tcp.splices(Send::Auto));
+        assert!(Handler::Fork("/p".into()).splices(Send::Auto));
+        assert!(unix.splices(Send::Splice) && !tcp.splices(Send::Copy));
+    }
+}
