@@ -78,7 +78,7 @@ def configs(app: str, tcp: str, sock: str, script: str) -> list[tuple[servers.Se
         (servers.ServerSpec("weft cgi pool", "weft", {"extra": ["--cgi", f"/app={app}", "--cgi-workers", "4"]}), page, False),
         (servers.ServerSpec("weft cgi1 fork", "weft", {"extra": ["--cgi-mode", "cgi1", "--cgi", f"/app={script}"]}), page, False),
         (servers.ServerSpec("nginx static", "nginx"), f"file-{SIZE}.bin", False),
-        (servers.ServerSpec("nginx fastcgi", "nginx-fastcgi", {"values": {"FCGI": tcp}}), page, True),
+        (servers.ServerSpec("nginx fastcgi", "nginx-fastcgi", {"origin": tuple(tcp.split(":"))}), page, True),
     ]  # fmt: skip
 
 
