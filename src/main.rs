@@ -11,6 +11,7 @@ mod origin;
 mod proxy;
 mod proxy_http;
 mod serve;
+mod serve_cgi;
 mod service;
 mod sim;
 mod upstream;

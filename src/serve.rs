@@ -99,6 +99,10 @@ pub struct ServeArgs {
     /// the front-end read from it and is answered from here directly.
     #[arg(long, value_name = "PATH")]
     pub handoff_socket: Option<String>,
+
+    // CGI and FastCGI.
+    #[command(flatten)]
+    pub cgi: crate::serve_cgi::CgiArgs,
 }
 
 impl ServeArgs {
@@ -126,6 +130,7 @@ impl ServeArgs {
             c.access_log = v.0.clone();
         }
         c.handoff_socket.clone_from(&self.handoff_socket);
+        c.cgi = self.cgi.to_config();
         c
     }
 }

@@ -2,6 +2,7 @@
 DESCRIPTION and run(lab) -> dict."""
 
 from . import (
+    cgi,
     connection_scaling,
     epoll_study,
     event_syscalls,
@@ -33,5 +34,6 @@ EXPERIMENTS = {
         proxy_events,
         lard_sim,
         lard_cluster,
+        cgi,
     )
 }

@@ -236,6 +236,12 @@ pub fn encode_params<'a>(
     push_stream(out, RecordType::Params, request_id, scratch);
 }
 
+/// PARAMS records carrying pairs already encoded with [`encode_pair`] (a
+/// caller that emits its pairs through a callback, as [`env::cgi_env`] does).
+pub fn encode_params_encoded(out: &mut Vec<u8>, request_id: u16, encoded: &[u8]) {
+    push_stream(out, RecordType::Params, request_id, encoded);
+}
+
 /// The empty PARAMS record that ends the parameters.
 pub fn encode_params_end(out: &mut Vec<u8>, request_id: u16) {
     push_record(out, RecordType::Params, request_id, &[]);

@@ -89,6 +89,8 @@ pub struct ServeConfig {
     /// Also take client connections handed over by `weft front --mode
     /// handoff` on this Unix SEQPACKET socket (a path, or `@name`).
     pub handoff_socket: Option<String>,
+    /// `--cgi` / `--fastcgi` prefixes and their settings.
+    pub cgi: Option<std::sync::Arc<crate::cgi::CgiConfig>>,
 }
 
 impl Default for ServeConfig {
@@ -120,6 +122,7 @@ impl Default for ServeConfig {
             stats_on_exit: false,
             admin: None,
             handoff_socket: None,
+            cgi: None,
         }
     }
 }

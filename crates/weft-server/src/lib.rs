@@ -23,6 +23,7 @@ pub mod accesslog;
 pub mod admin;
 mod answer;
 pub mod autoindex;
+pub mod cgi;
 pub mod config;
 mod conn;
 pub mod demo;
@@ -177,7 +178,8 @@ fn run_worker(
         .as_ref()
         .map(|f| accesslog::AccessLog::new(f.raw(), Instant::now()));
     let waker = seat.shutdown.waker(seat.index);
-    let mut w = worker::Worker::new(cfg, seat.listener, files, seat.shutdown, waker, log, slot);
+    let index = seat.index;
+    let mut w = worker::Worker::new(cfg, seat.listener, files, seat.shutdown, waker, log, slot).with_cgi(index);
     if let Some(l) = handoff {
         w = w.with_handoff(l);
     }

@@ -44,6 +44,8 @@ weft_core::metrics! {
         /// What the `tracked` backend's readiness table answered (None for the
         /// other backends).
         tracker: Option<TrackerStats>,
+        /// `--cgi` / `--fastcgi` (None without them).
+        cgi: Option<crate::cgi::CgiStats>,
     }
 }
 

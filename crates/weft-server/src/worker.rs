@@ -103,6 +103,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) latency: weft_core::metrics::Latency,
     pub(crate) log: Option<AccessLog>,
     pub(crate) draining: bool,
+    /// `--cgi` / `--fastcgi`: requests in flight and application connections.
+    pub(crate) cgi: Option<crate::cgi::Cgi>,
 }
 
 /// One worker's handler.
@@ -162,6 +164,7 @@ impl<'a> Worker<'a> {
                 latency: weft_core::metrics::Latency::new(),
                 log,
                 draining: false,
+                cgi: None,
             },
             conns: Slab::new(),
             listener: Some(listener),
@@ -181,6 +184,14 @@ impl<'a> Worker<'a> {
     /// `--handoff-socket` listener).
     pub fn with_handoff(mut self, listener: Fd) -> Self {
         self.handoff = Some(Handoff::new(listener));
+        self
+    }
+
+    /// Answer the `--cgi` / `--fastcgi` prefixes (`index`: this worker's).
+    pub fn with_cgi(mut self, index: usize) -> Self {
+        if let Some(c) = &self.shared.cfg.cgi {
+            self.shared.cgi = Some(crate::cgi::Cgi::new(c.clone(), index, self.shared.cfg.workers));
+        }
         self
     }
 
@@ -205,6 +216,7 @@ impl<'a> Worker<'a> {
         s.tracker = self.tracker;
         s.open_connections = self.conns.len() as u64;
         s.pools = PoolGauges::of(&self.shared.pool, &self.shared.own_pool);
+        s.cgi = self.shared.cgi.as_ref().map(crate::cgi::Cgi::stats);
         s
     }
 
@@ -324,6 +336,8 @@ impl<'a> Worker<'a> {
                 &mut self.shared.pool,
                 &mut self.shared.own_pool,
             );
+            // cgi: drop its request in flight.
+            crate::cgi::client_closed(&mut self.shared, token);
             cx.close_later(c.fd, true);
         }
     }
@@ -438,6 +452,12 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 }
             }
             token if Handoff::is_channel(token) => self.read_channel(cx, token),
+            // cgi: an application connection; drive the client it serves.
+            token if crate::cgi::is_upstream(token) => {
+                if let Some(client) = crate::cgi::on_event(&mut self.shared, token, &ev) {
+                    self.drive(cx, client);
+                }
+            }
             token => {
                 let Some(c) = self.conns.get_mut(token) else {
                     // Stale: the connection was closed earlier in this batch.
@@ -497,6 +517,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if P::CAPS.tracks_readiness {
             self.tracker = cx.poller.tracker_stats();
         }
+        // cgi: registrations, timeouts and requests that waited for a connection.
+        for t in crate::cgi::after_batch(&mut self.shared, cx) {
+            self.drive(cx, t);
+        }
         self.decay_pools(cx.now);
         self.slot.counters.publish(&self.stats());
         self.slot.latency.publish(&mut self.shared.latency, cx.now);
@@ -538,6 +562,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             bound(POOL_DECAY_EVERY);
         }
         if let Some(d) = self.acceptor.max_wait() {
+            bound(d);
+        }
+        if let Some(d) = crate::cgi::max_wait(&self.shared) {
             bound(d);
         }
         if let Some(d) = self.shared.log.as_ref().and_then(|l| l.max_wait()) {
@@ -652,7 +679,12 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
             // Everything answered so far is sent; the rest waits its turn.
             return Next::Resume;
         }
-        if !c.input.is_empty() && answer_buffered(c, s, now, wall, &mut budget) {
+        if crate::cgi::busy(s, c) {
+            // cgi: a request in flight is driven by crate::cgi.
+            if let crate::cgi::Drove::Progress = crate::cgi::drive(c, s, now) {
+                continue;
+            }
+        } else if !c.input.is_empty() && answer_buffered(c, s, now, wall, &mut budget) {
             continue;
         }
         if c.eof {
@@ -736,6 +768,15 @@ fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemT
                             continue;
                         }
                     }
+                }
+                if crate::cgi::begin(c, s, head_len, now) {
+                    // cgi: under a CGI prefix; crate::cgi answers it, body and all.
+                    c.head_started = None;
+                    c.requests += 1;
+                    *budget -= 1;
+                    s.stats.requests += 1;
+                    produced = true;
+                    break;
                 }
                 answer(c, s, head_len, wall, chunked_pending);
                 c.input.consume(next);

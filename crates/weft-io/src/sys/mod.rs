@@ -20,6 +20,7 @@ pub mod mmap;
 pub mod residency;
 pub mod sockopt;
 pub mod splice;
+mod stream;
 mod unix;
 pub mod uring;
 
@@ -38,6 +39,7 @@ pub use sockopt::{
     set_rcvlowat, set_reuseaddr, set_reuseport,
 };
 pub use splice::{bytes_readable, pipe_capacity, read_to_bytes};
+pub use stream::{peek, recv_now, set_nonblocking, unix_stream_connect};
 pub use unix::{recv_fd_with, send_fd_with, seqpacket_connect, seqpacket_listener, seqpacket_pair};
 
 #[inline]

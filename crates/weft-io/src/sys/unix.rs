@@ -19,7 +19,7 @@ use std::io::{self, IoSlice};
 use std::mem::size_of;
 
 /// A `sockaddr_un` for `addr` (`@name`: abstract) and its length.
-fn sockaddr_un(addr: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+pub(super) fn sockaddr_un(addr: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
     let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     sun.sun_family = libc::AF_UNIX as libc::sa_family_t;

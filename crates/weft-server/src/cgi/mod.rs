@@ -1,0 +1,700 @@
+//! CGI and FastCGI in `weft serve` (issue 24; thesis 004 §2.2.6: Flash-Lite's
+//! persistent CGI, whose output reaches the network without a copy).
+//!
+//! Three ways a request under a configured prefix is answered:
+//!
+//! - `--fastcgi PREFIX=ADDR|unix:PATH`: a FastCGI application server (php-fpm,
+//!   or any responder) weft does not start; persistent connections
+//!   (FCGI_KEEP_CONN), opened on demand and kept idle per worker;
+//! - `--cgi PREFIX=PROGRAM` (`--cgi-mode fastcgi`, the default): weft starts
+//!   `--cgi-workers` processes of PROGRAM, each on its own listening socket
+//!   handed over as descriptor 0 (FCGI_LISTENSOCK_FILENO), and supervises
+//!   them ([`pool`]): one that crashes, hangs past `--cgi-timeout` or writes
+//!   more than it declared is killed and started again. The processes are
+//!   split among the serve workers, each holding one persistent connection
+//!   to each of its own, so no connection moves between threads;
+//! - `--cgi PREFIX=PROGRAM --cgi-mode cgi1`: CGI/1.1, a process per request
+//!   with the standard environment ([`fork`]).
+//!
+//! The exchange ([`txn`]) runs on the serve worker's event loop and never
+//! blocks it: the request (BEGIN_REQUEST, PARAMS from
+//! `weft_http::fastcgi::env`, the body as STDIN records) is written as the
+//! application's socket takes it; the reply's record headers and the CGI
+//! head are read into user space, and every STDOUT payload after the head is
+//! spliced socket → pipe → client socket (the output chain's pipe segments):
+//! record payloads never enter weft's address space. `--cgi-send copy`
+//! reads them instead (the lab's comparison).
+//!
+//! The worker calls in at six places (`worker.rs`, marked `// cgi:`): start
+//! a request ([`begin`]), drive a connection with a request in flight
+//! ([`drive`]), an application socket's event ([`on_event`]), a client
+//! connection closed ([`client_closed`]), after each batch ([`after_batch`]:
+//! registrations, timeouts, requests waiting for a connection) and the
+//! loop's longest sleep ([`max_wait`]).
+
+mod fork;
+pub mod pool;
+mod txn;
+
+use crate::conn::Conn;
+use crate::respond::{self, Persist};
+use crate::worker::Shared;
+use pool::Pool;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use weft_http::{BodyFraming, Method, Version};
+use weft_io::sys::Fd;
+use weft_io::{Ctx, Event, Interest, PipeBudget, PipePool, Poller, Slab, Token};
+
+pub(crate) use txn::Txn;
+
+weft_core::metrics! {
+    /// CGI and FastCGI counters of one serve worker.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct CgiStats {
+        /// Requests passed to a CGI program or FastCGI application.
+        counter requests,
+        /// Response body bytes spliced from the application to the client.
+        counter bytes_spliced,
+        /// Response body bytes read into weft and written (head remainders,
+        /// small records, `--cgi-send copy`, CGI/1.1 leftovers).
+        counter bytes_copied,
+        /// Request body bytes sent to applications.
+        counter bytes_in,
+        /// Connections opened to applications.
+        counter connects,
+        /// Processes started for CGI/1.1 requests.
+        counter forks,
+        /// Application processes replaced (crashed, hung, overran).
+        counter restarts,
+        /// Responses cut at their declared Content-Length.
+        counter cut,
+        /// 502 answers (malformed output, crash, refused connection).
+        counter status_502,
+        /// 504 answers (no answer within `--cgi-timeout`).
+        counter status_504,
+        /// 413 answers (request body over `--cgi-max-body`).
+        counter status_413,
+        /// Responses aborted after their head was sent.
+        counter aborted,
+    }
+    groups {}
+}
+
+/// How response bodies reach the client (`--cgi-send`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Send {
+    /// Splice where it is cheaper than a copy: from TCP connections and
+    /// CGI/1.1 pipes; copy from Unix stream sockets, whose splice copies
+    /// inside the kernel anyway (their buffers are linear) and costs more
+    /// than a recv + send (lab `cgi`).
+    #[default]
+    Auto,
+    /// Always splice.
+    Splice,
+    /// Always read into weft and write.
+    Copy,
+}
+
+impl Handler {
+    /// Are payloads spliced under `send`?
+    fn splices(&self, send: Send) -> bool {
+        match send {
+            Send::Splice => true,
+            Send::Copy => false,
+            Send::Auto => !matches!(self, Handler::Pool(_) | Handler::FastCgi(Address::Unix(_))),
+        }
+    }
+}
+
+/// Where a FastCGI application listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Address {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A Unix stream socket path (or `@name`).
+    Unix(String),
+}
+
+/// How a prefix is answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Handler {
+    /// `--fastcgi`: an application server weft does not start.
+    FastCgi(Address),
+    /// `--cgi` in `fastcgi` mode: a pool of processes weft supervises.
+    Pool(PathBuf),
+    /// `--cgi` in `cgi1` mode: a process per request.
+    Fork(PathBuf),
+}
+
+/// One prefix and what answers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// URL path prefix (`/app`: `/app` and `/app/...`, not `/apple`).
+    pub prefix: String,
+    /// What answers it.
+    pub handler: Handler,
+}
+
+/// CGI settings of `weft serve` (validated by the CLI).
+#[derive(Debug, Default)]
+pub struct CgiConfig {
+    /// Prefixes, longest match first.
+    pub routes: Vec<Route>,
+    /// Processes per `--cgi` pool (at least one per serve worker).
+    pub workers: usize,
+    /// Largest request body passed on; larger ones get 413.
+    pub max_body: u64,
+    /// An application that makes no progress this long: 504 and replaced.
+    pub timeout: Duration,
+    /// Largest CGI response head.
+    pub max_head: usize,
+    /// How response bodies reach the client.
+    pub send: Send,
+    /// Idle connections kept per worker and `--fastcgi` prefix.
+    pub keep_idle: usize,
+    /// The pools, started by the first worker.
+    pools: OnceLock<Vec<Option<Arc<Pool>>>>,
+}
+
+impl CgiConfig {
+    /// Settings with the defaults for everything but the routes.
+    pub fn new(mut routes: Vec<Route>) -> CgiConfig {
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+        CgiConfig {
+            routes,
+            workers: 4,
+            max_body: 1 << 20,
+            timeout: Duration::from_secs(30),
+            max_head: 16 * 1024,
+            send: Send::Auto,
+            keep_idle: 64,
+            pools: OnceLock::new(),
+        }
+    }
+
+    /// The route whose prefix the request path starts with.
+    fn route(&self, target: &[u8]) -> Option<usize> {
+        let path_end = memchr_q(target);
+        let path = &target[..path_end];
+        self.routes.iter().position(|r| {
+            let p = r.prefix.trim_end_matches('/').as_bytes();
+            path.starts_with(p) && (path.len() == p.len() || path[p.len()] == b'/' || p.is_empty())
+        })
+    }
+
+    fn pools(&self, serve_workers: usize) -> &[Option<Arc<Pool>>] {
+        self.pools.get_or_init(|| {
+            self.routes
+                .iter()
+                .map(|r| match &r.handler {
+                    Handler::Pool(p) => {
+                        let n = self.workers.max(serve_workers).div_ceil(serve_workers) * serve_workers;
+                        match Pool::start(p, n) {
+                            Ok(pool) => Some(pool),
+                            Err(e) => {
+                                weft_core::warn!("--cgi {}: cannot start {}: {e}", r.prefix, p.display());
+                                None
+                            }
+                        }
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+    }
+}
+
+fn memchr_q(target: &[u8]) -> usize {
+    target.iter().position(|&b| b == b'?').unwrap_or(target.len())
+}
+
+/// Upstream tokens: far above any client slot, below the handoff channels.
+const UP_BASE: u32 = 0xFF00_0000;
+
+/// Is `t` an application connection's token?
+pub(crate) fn is_upstream(t: Token) -> bool {
+    (UP_BASE..0xFFF0_0000).contains(&t.index())
+}
+
+fn up_token(t: Token) -> Token {
+    Token::new(t.index() + UP_BASE, t.generation())
+}
+
+fn slab_token(t: Token) -> Token {
+    Token::new(t.index() - UP_BASE, t.generation())
+}
+
+/// One connection to an application (or a CGI/1.1 process's stdout).
+pub(crate) struct Up {
+    pub(crate) fd: Fd,
+    route: usize,
+    /// The pool slot it is connected to (`--cgi` pools).
+    slot: Option<usize>,
+    /// The client whose request it carries.
+    client: Option<Token>,
+    /// Interest wanted, and registered (None: not yet).
+    want: Interest,
+    have: Option<Interest>,
+    /// Not reusable: close when the request ends.
+    broken: bool,
+}
+
+/// One pool slot as a worker uses it.
+#[derive(Clone, Copy)]
+struct SlotUse {
+    slot: usize,
+    /// Its connection, when open.
+    up: Option<Token>,
+    /// Not before the pool has started this generation (a replacement).
+    min_gen: u64,
+}
+
+/// Per-route state of one worker.
+#[derive(Default)]
+struct RouteState {
+    /// Idle connections (slab tokens), most recently used last.
+    idle: Vec<Token>,
+    /// Connections in use or idle.
+    open: usize,
+    /// Pool slots this worker owns.
+    slots: Vec<SlotUse>,
+    /// Clients waiting for a connection.
+    waiting: VecDeque<Token>,
+}
+
+/// One worker's CGI state.
+pub(crate) struct Cgi {
+    cfg: Arc<CgiConfig>,
+    pools: Vec<Option<Arc<Pool>>>,
+    routes: Vec<RouteState>,
+    ups: Slab<Up>,
+    txns: HashMap<Token, Txn>,
+    pipes: PipePool,
+    /// Clients to drive after the batch (timed out, or a connection freed).
+    wake: Vec<Token>,
+    /// Descriptors to close through the loop (they may be registered).
+    closing: Vec<(Fd, bool)>,
+    /// Application connections whose registration must change.
+    dirty: Vec<Token>,
+    /// CGI/1.1 processes that closed their output but have not exited.
+    zombies: Vec<std::process::Child>,
+    pub(crate) stats: CgiStats,
+    pub(crate) scratch: Vec<u8>,
+    params: Vec<u8>,
+    next_tick: Instant,
+}
+
+impl Cgi {
+    /// The state of serve worker `index` of `workers`.
+    pub(crate) fn new(cfg: Arc<CgiConfig>, index: usize, workers: usize) -> Cgi {
+        let workers = workers.max(1);
+        let pools = cfg.pools(workers).to_vec();
+        let routes = pools
+            .iter()
+            .map(|p| RouteState {
+                slots: p
+                    .as_ref()
+                    .map(|p| {
+                        (0..p.len())
+                            .filter(|s| s % workers == index % workers)
+                            .map(|slot| SlotUse {
+                                slot,
+                                up: None,
+                                min_gen: 0,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                ..Default::default()
+            })
+            .collect();
+        Cgi {
+            cfg,
+            pools,
+            routes,
+            ups: Slab::new(),
+            txns: HashMap::new(),
+            pipes: PipePool::new(PipeBudget::new(4096, 1 << 20), 64),
+            wake: Vec::new(),
+            closing: Vec::new(),
+            dirty: Vec::new(),
+            zombies: Vec::new(),
+            stats: CgiStats::default(),
+            scratch: Vec::new(),
+            params: Vec::new(),
+            next_tick: Instant::now(),
+        }
+    }
+
+    /// The counters, for the worker's stats.
+    pub(crate) fn stats(&self) -> CgiStats {
+        self.stats
+    }
+
+    /// Take an idle connection for `route`, or open one. None: all busy
+    /// (the caller waits) — or the application cannot be reached (`Err`).
+    fn acquire(&mut self, route: usize, client: Token) -> Result<Option<Token>, ()> {
+        let rs = &mut self.routes[route];
+        if let Some(pool) = &self.pools[route] {
+            // A pool slot of this worker with no request in flight.
+            let ups = &self.ups;
+            let free = |s: &SlotUse| {
+                s.up.is_none_or(|t| ups.get(t).is_none_or(|u| u.client.is_none()))
+                    && pool.generation(s.slot) >= s.min_gen
+            };
+            let Some(i) = rs.slots.iter().position(free) else {
+                return Ok(None);
+            };
+            let SlotUse { slot, up: held, .. } = rs.slots[i];
+            let t = match held.filter(|t| self.ups.get(*t).is_some()) {
+                Some(t) => t,
+                None => {
+                    let fd = weft_io::sys::unix_stream_connect(pool.path(slot)).map_err(|e| {
+                        weft_core::debug!("cgi: connecting to pool slot {slot}: {e}");
+                    })?;
+                    self.stats.connects += 1;
+                    let t = self.insert_up(fd, route, Some(slot));
+                    self.routes[route].slots[i].up = Some(t);
+                    t
+                }
+            };
+            self.ups.get_mut(t).ok_or(())?.client = Some(client);
+            return Ok(Some(t));
+        }
+        let Handler::FastCgi(addr) = &self.cfg.routes[route].handler else {
+            return Err(());
+        };
+        if let Some(t) = rs.idle.pop() {
+            if let Some(u) = self.ups.get_mut(t) {
+                u.client = Some(client);
+                return Ok(Some(t));
+            }
+        }
+        if rs.open >= 1024 {
+            return Ok(None);
+        }
+        let fd = match addr {
+            Address::Unix(p) => weft_io::sys::unix_stream_connect(p),
+            Address::Tcp(a) => weft_io::sys::tcp_socket(a).and_then(|fd| {
+                weft_io::sys::connect(&fd, a)?;
+                let _ = weft_io::sys::set_nodelay(&fd, true);
+                Ok(fd)
+            }),
+        }
+        .map_err(|e| weft_core::debug!("cgi: connecting to {addr:?}: {e}"))?;
+        self.stats.connects += 1;
+        self.routes[route].open += 1;
+        let t = self.insert_up(fd, route, None);
+        if let Some(u) = self.ups.get_mut(t) {
+            u.client = Some(client);
+        }
+        Ok(Some(t))
+    }
+
+    fn insert_up(&mut self, fd: Fd, route: usize, slot: Option<usize>) -> Token {
+        let t = self.ups.insert_with(|_| Up {
+            fd,
+            route,
+            slot,
+            client: None,
+            want: Interest::BOTH,
+            have: None,
+            broken: false,
+        });
+        self.dirty.push(t);
+        t
+    }
+
+    /// The request on `up` is over: keep the connection for the next one,
+    /// or close it (and, for a pool slot, have its process replaced).
+    fn release(&mut self, up: Token, replace: bool) {
+        let Some(u) = self.ups.get_mut(up) else {
+            return;
+        };
+        u.client = None;
+        let route = u.route;
+        let keep = !u.broken && !replace;
+        if !keep {
+            let u = self.ups.remove(up).expect("present");
+            if let (Some(slot), true) = (u.slot, replace) {
+                if let Some(p) = &self.pools[route] {
+                    let next = p.replace(slot);
+                    self.stats.restarts += 1;
+                    for s in self.routes[route].slots.iter_mut().filter(|s| s.slot == slot) {
+                        s.min_gen = next;
+                        s.up = None;
+                    }
+                }
+            }
+            if u.slot.is_none() {
+                self.routes[route].open -= 1;
+            }
+            self.closing.push((u.fd, u.have.is_some()));
+        } else if u.slot.is_none() {
+            u.want = Interest::READ;
+            self.dirty.push(up);
+            if self.routes[route].idle.len() < self.cfg.keep_idle {
+                self.routes[route].idle.push(up);
+            } else {
+                let u = self.ups.remove(up).expect("present");
+                self.routes[route].open -= 1;
+                self.closing.push((u.fd, u.have.is_some()));
+            }
+        } else if u.want != Interest::READ {
+            u.want = Interest::READ;
+            self.dirty.push(up);
+        }
+        if let Some(c) = self.routes[route].waiting.pop_front() {
+            self.wake.push(c);
+        }
+    }
+
+    /// Ask for `interest` on `up` (applied after the batch).
+    fn want(&mut self, up: Token, interest: Interest) {
+        if let Some(u) = self.ups.get_mut(up) {
+            if u.want != interest {
+                u.want = interest;
+                self.dirty.push(up);
+            }
+        }
+    }
+}
+
+/// Start answering the request whose head is the first `head_len` input
+/// bytes, if its path is under a CGI prefix. Returns false when it is not
+/// (the caller serves it as usual). The head is consumed; the body is
+/// passed on as it arrives ([`drive`]).
+pub(crate) fn begin(c: &mut Conn, s: &mut Shared<'_>, head_len: usize, now: Instant) -> bool {
+    let Some(g) = s.cgi.as_mut() else {
+        return false;
+    };
+    let data = &c.input.pending()[..head_len];
+    let Some(route) = g.cfg.route(s.head.target(data)) else {
+        return false;
+    };
+    g.stats.requests += 1;
+    let body = match s.head.framing() {
+        BodyFraming::Length(n) => n,
+        BodyFraming::None | BodyFraming::UntilClose => 0,
+        BodyFraming::Chunked => {
+            let why = "a chunked request body is not passed to CGI programs: send Content-Length";
+            refuse(c, s.date.get(), 411, why);
+            return true;
+        }
+    };
+    if body > g.cfg.max_body {
+        g.stats.status_413 += 1;
+        refuse(c, s.date.get(), 413, "the request body is larger than --cgi-max-body");
+        return true;
+    }
+    let head_only = s.head.method() == Method::Head;
+    let max = s.cfg.max_requests;
+    let persist = if !s.head.keep_alive() || s.draining || (max > 0 && c.requests + 1 >= max) {
+        Persist::Close
+    } else if s.head.version() == Version::Http10 {
+        Persist::KeepAlive10
+    } else {
+        Persist::Default
+    };
+    let root = s
+        .cfg
+        .root
+        .as_ref()
+        .map(|p| p.as_os_str().as_encoded_bytes())
+        .unwrap_or(b"");
+    let t = txn::start(g, c, &s.head, head_len, route, body, (persist, head_only, now), root);
+    c.input.consume(head_len);
+    g.txns.insert(c.token, t);
+    true
+}
+
+/// Answer `status` without reading the body, and close (lingering).
+fn refuse(c: &mut Conn, date: &[u8], status: u16, why: &str) {
+    respond::simple(c.out.own_mut(), status, date, b"", why, false, Persist::Close);
+    c.close_after = true;
+    c.linger_on_close = true;
+    c.input.clear();
+}
+
+/// Is a CGI request in flight on `c`?
+#[inline]
+pub(crate) fn busy(s: &Shared<'_>, c: &Conn) -> bool {
+    s.cgi.as_ref().is_some_and(|g| g.txns.contains_key(&c.token))
+}
+
+/// What [`drive`] did.
+pub(crate) enum Drove {
+    /// Output was queued, or the request ended: flush and call again.
+    Progress,
+    /// Nothing to do until an event.
+    Wait,
+}
+
+/// Move the request in flight on `c` forward.
+pub(crate) fn drive(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Drove {
+    let Some(g) = s.cgi.as_mut() else {
+        return Drove::Wait;
+    };
+    let Some(mut t) = g.txns.remove(&c.token) else {
+        return Drove::Wait;
+    };
+    c.out.lend_own(&mut s.own_pool);
+    let date = s.date.get();
+    let r = t.drive(g, c, date, now);
+    if c.input.is_empty() {
+        // The body is in: the header timeout no longer applies.
+        c.head_started = None;
+    }
+    if matches!(r, txn::Done::Queued | txn::Done::Yes) {
+        c.last_activity = now;
+    }
+    match r {
+        txn::Done::No => {
+            g.txns.insert(c.token, t);
+            Drove::Wait
+        }
+        txn::Done::Queued => {
+            g.txns.insert(c.token, t);
+            Drove::Progress
+        }
+        txn::Done::Yes => {
+            t.finish(g, c);
+            Drove::Progress
+        }
+    }
+}
+
+/// An event on an application connection: the client to drive, if any.
+pub(crate) fn on_event(s: &mut Shared<'_>, token: Token, ev: &Event) -> Option<Token> {
+    let g = s.cgi.as_mut()?;
+    let t = slab_token(token);
+    let u = g.ups.get_mut(t)?;
+    if let Some(c) = u.client {
+        return Some(c);
+    }
+    if ev.readable || ev.error || ev.read_closed {
+        // An idle connection has nothing to say: the application closed it.
+        u.broken = true;
+        let route = u.route;
+        g.routes[route].idle.retain(|x| *x != t);
+        g.release(t, false);
+    }
+    None
+}
+
+/// The client connection `token` closed: drop its request in flight.
+pub(crate) fn client_closed(s: &mut Shared<'_>, token: Token) {
+    let Some(g) = s.cgi.as_mut() else {
+        return;
+    };
+    if let Some(t) = g.txns.remove(&token) {
+        t.abandon(g);
+    }
+    for r in &mut g.routes {
+        r.waiting.retain(|c| *c != token);
+    }
+}
+
+/// After each batch: apply registrations, close what must close, time out
+/// requests, and return the clients to drive.
+pub(crate) fn after_batch<P: Poller>(s: &mut Shared<'_>, cx: &mut Ctx<P>) -> Vec<Token> {
+    let Some(g) = s.cgi.as_mut() else {
+        return Vec::new();
+    };
+    for (fd, registered) in g.closing.drain(..) {
+        cx.close_later(fd, registered);
+    }
+    while let Some(t) = g.dirty.pop() {
+        let Some(u) = g.ups.get_mut(t) else {
+            continue;
+        };
+        let want = if P::CAPS.fixed_interest { Interest::BOTH } else { u.want };
+        let r = match u.have {
+            None => cx
+                .register(u.fd.raw(), up_token(t), want)
+                .map_err(|e| std::io::Error::other(e.to_string())),
+            Some(h) if h != want => cx.reregister(u.fd.raw(), up_token(t), want),
+            Some(_) => Ok(()),
+        };
+        match r {
+            Ok(()) => u.have = Some(want),
+            Err(e) => {
+                weft_core::warn!("cgi: cannot register an application connection: {e}");
+                u.broken = true;
+                if let Some(c) = u.client {
+                    g.wake.push(c);
+                }
+            }
+        }
+    }
+    if cx.now >= g.next_tick {
+        g.next_tick = cx.now + Duration::from_millis(50);
+        g.zombies.retain_mut(|ch| matches!(ch.try_wait(), Ok(None)));
+        // A replaced process may be up again: let a waiting request look.
+        for r in &mut g.routes {
+            if let Some(c) = r.waiting.pop_front() {
+                g.wake.push(c);
+            }
+        }
+        for (client, t) in g.txns.iter_mut() {
+            if t.timed_out(cx.now) {
+                g.wake.push(*client);
+            }
+        }
+    }
+    std::mem::take(&mut g.wake)
+}
+
+/// How long the loop may sleep at most.
+pub(crate) fn max_wait(s: &Shared<'_>) -> Option<Duration> {
+    let g = s.cgi.as_ref()?;
+    if !g.wake.is_empty() || !g.dirty.is_empty() || !g.closing.is_empty() {
+        return Some(Duration::ZERO);
+    }
+    (!g.txns.is_empty() || !g.zombies.is_empty()).then_some(Duration::from_millis(50))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_match_whole_segments_longest_first() {
+        let r = |p: &str| Route {
+            prefix: p.into(),
+            handler: Handler::FastCgi(Address::Unix("/x".into())),
+        };
+        let c = CgiConfig::new(vec![r("/app"), r("/app/admin/"), r("/")]);
+        let at = |t: &str| c.route(t.as_bytes()).map(|i| c.routes[i].prefix.as_str());
+        assert_eq!(at("/app"), Some("/app"));
+        assert_eq!(at("/app/x?y=1"), Some("/app"));
+        assert_eq!(at("/app?y=1"), Some("/app"));
+        assert_eq!(at("/app/admin/z"), Some("/app/admin/"));
+        assert_eq!(at("/apple"), Some("/"));
+        let c = CgiConfig::new(vec![r("/app")]);
+        assert_eq!(c.route(b"/apple"), None);
+        assert_eq!(c.route(b"/"), None);
+    }
+
+    #[test]
+    fn upstream_tokens_do_not_meet_client_or_handoff_tokens() {
+        let t = Token::new(5, 9);
+        assert!(is_upstream(up_token(t)));
+        assert_eq!(slab_token(up_token(t)), t);
+        assert!(!is_upstream(t));
+        assert!(!is_upstream(Token::new(0xFFF0_0000, 0)));
+    }
+
+    #[test]
+    fn send_modes() {
+        let unix = Handler::FastCgi(Address::Unix("/s".into()));
+        let tcp = Handler::FastCgi(Address::Tcp("127.0.0.1:9000".parse().unwrap()));
+        assert!(!unix.splices(Send::Auto) && tcp.splices(Send::Auto));
+        assert!(Handler::Fork("/p".into()).splices(Send::Auto));
+        assert!(unix.splices(Send::Splice) && !tcp.splices(Send::Copy));
+    }
+}

@@ -1,0 +1,158 @@
+"""cgi: dynamic content through weft's FastCGI and CGI support (issue 24,
+thesis 004 §2.2.6: Flash-Lite's persistent CGI with its zero-copy path).
+
+64 KiB responses, `wrk -t1 -c50` keep-alive, one serve worker:
+
+- weft static: the same size from a file (sendfile), the reference;
+- weft fastcgi splice / copy: `--fastcgi /app=127.0.0.1:PORT` to
+  `weft-fcgi-app` (the workspace's FastCGI responder), record payloads
+  spliced to the socket, or read and written (`--cgi-send copy`);
+- weft fastcgi unix: the same application on a Unix socket
+  (`--cgi-send auto` copies there: splicing from a Unix stream socket copies
+  in the kernel and costs more);
+- weft cgi pool: `--cgi /app=weft-fcgi-app`, weft starts and supervises the
+  processes (persistent CGI);
+- weft cgi1 fork: `--cgi-mode cgi1`, a shell script per request (CGI/1.1);
+- nginx static and nginx fastcgi (`fastcgi_pass` to the same application
+  with upstream keepalive and `fastcgi_keep_conn on`): the anchors.
+
+Reported: requests/s, server CPU µs per request (the server's process tree:
+for `weft cgi pool` and `cgi1` that includes the programs), application CPU
+µs per request for the external application, and CGI throughput as a share
+of static (target: FastCGI via splice ≥ 80 % of static; the thesis reports
+87 % for Flash-Lite and about 50 % for copying servers). Median of 3 (1 with
+--quick), 5 s runs (2 s with --quick).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections import OrderedDict
+
+from .. import core, env, proc, report, servers
+
+NAME = "cgi"
+DESCRIPTION = "FastCGI via splice vs copy vs static at 64 KiB, persistent vs fork-per-request, nginx fastcgi_pass anchor"
+
+SIZE = 64 << 10
+CONNECTIONS = 50
+
+servers.ANCHORS.setdefault("nginx-fastcgi", {
+    "template": "nginx_fastcgi.conf",
+    "cmd": ["nginx", "-c", "{conf}", "-p", "{run}"],
+    "package": "nginx-light",
+    "binary": "nginx",
+})  # fmt: skip
+
+
+def build_app(log) -> str:
+    """The FastCGI test application, built beside weft (release)."""
+    binary = os.path.join(env.REPO_DIR, "target", "release", "weft-fcgi-app")
+    p = subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "weft-fcgi-app"], cwd=env.REPO_DIR, capture_output=True, text=True)
+    if p.returncode != 0 and not os.access(binary, os.X_OK):
+        raise env.EnvError(f"cargo build --bin weft-fcgi-app failed:\n{p.stderr[-2000:]}")
+    log(f"FastCGI application: {binary}")
+    return binary
+
+
+def _wait_path(path: str, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def configs(app: str, tcp: str, sock: str, script: str) -> list[tuple[servers.ServerSpec, str, bool]]:
+    """(server, URL path, uses the external application)."""
+    fcgi = ["--fastcgi", f"/app={tcp}"]
+    page = f"app/x?size={SIZE}"
+    return [
+        (servers.ServerSpec("weft static", "weft"), f"file-{SIZE}.bin", False),
+        (servers.ServerSpec("weft fastcgi splice", "weft", {"extra": fcgi}), page, True),
+        (servers.ServerSpec("weft fastcgi copy", "weft", {"extra": fcgi + ["--cgi-send", "copy"]}), page, True),
+        (servers.ServerSpec("weft fastcgi unix", "weft", {"extra": ["--fastcgi", f"/app=unix:{sock}"]}), page, True),
+        (servers.ServerSpec("weft cgi pool", "weft", {"extra": ["--cgi", f"/app={app}", "--cgi-workers", "4"]}), page, False),
+        (servers.ServerSpec("weft cgi1 fork", "weft", {"extra": ["--cgi-mode", "cgi1", "--cgi", f"/app={script}"]}), page, False),
+        (servers.ServerSpec("nginx static", "nginx"), f"file-{SIZE}.bin", False),
+        (servers.ServerSpec("nginx fastcgi", "nginx-fastcgi", {"origin": tuple(tcp.split(":"))}), page, True),
+    ]  # fmt: skip
+
+
+def run(lab: core.Lab) -> dict:
+    reps = 1 if lab.quick else 3
+    duration = 2.0 if lab.quick else 5.0
+    lab.prepare(commands=["nginx"])
+    app = build_app(lab.log)
+    www = os.path.join(lab.scratch, "www")
+    os.makedirs(www)
+    core.make_file(os.path.join(www, f"file-{SIZE}.bin"), SIZE)
+    sockdir = os.path.join(lab.scratch, "fcgi")
+    os.makedirs(sockdir)
+    os.chmod(sockdir, 0o777)
+    os.chmod(lab.scratch, 0o755)
+    sock = os.path.join(sockdir, "app.sock")
+    script = os.path.join(lab.scratch, "cgi1.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/sh\nprintf 'Content-Type: application/octet-stream\\r\\nContent-Length: {SIZE}\\r\\n\\r\\n'\nexec head -c {SIZE} /dev/zero\n")
+    os.chmod(script, 0o755)
+    tcp = f"127.0.0.1:{servers.free_port()}"
+    cfgs = configs(app, tcp, sock, script)
+    paths = {spec.label: (path, ext) for spec, path, ext in cfgs}
+    rows: list[dict] = []
+    with lab.pool(www) as pool:
+        ext_app = pool.start_process("weft-fcgi-app", [app, "--listen", tcp])
+        ext_unix = pool.start_process("weft-fcgi-app unix", [app, "--listen", f"unix:{sock}"])
+        host, port = tcp.split(":")
+        if not _wait_path(sock, 10.0) or not servers.wait_for_port(host, int(port), 10.0, ext_app.popen):
+            raise servers.ServerError("weft-fcgi-app did not start")
+        runs = core.ServerRounds(lab, NAME, pool, [c[0] for c in cfgs], reps, 1, "size", duration)
+        for rep, spec, rs, base in runs:
+            path, ext = paths[spec.label]
+            status, got = core.fetch(base + path)
+            if status != 200 or got != SIZE:
+                raise servers.ServerError(f"{spec.label}: GET /{path} gave {status} with {got} bytes")
+            # The application's threads come and go with connections: its
+            # CPU is read in ticks (utime + stime, exited threads included).
+            app_pid = ext_unix.pid if spec.label == "weft fastcgi unix" else ext_app.pid
+            app_before = proc.tree_cpu_sample(app_pid).ticks
+            m = core.measure(lab, rs, base + path, connections=CONNECTIONS, duration_s=duration)
+            app_after = proc.tree_cpu_sample(app_pid).ticks
+            n = max(m.load.requests, 1)
+            app_us = (app_after - app_before) * 1e6 / os.sysconf("SC_CLK_TCK") / n if ext else 0.0
+            w = m.weft or {}
+            c = w.get("cgi") or {}
+            rows.append({
+                "rep": rep + 1, "server": spec.label, "requests": m.load.requests, "rps": m.load.rps,
+                "cpu_us_per_req": m.cpu_us_per_request, "app_cpu_us_per_req": app_us,
+                "total_cpu_us_per_req": (m.cpu_us_per_request or 0) + app_us,
+                "non_2xx": m.load.non_2xx, "socket_errors": m.load.error_total,
+                "bytes_spliced": c.get("bytes_spliced"), "bytes_copied": c.get("bytes_copied"),
+                "restarts": c.get("restarts"), "status_502": c.get("status_502"), "status_504": c.get("status_504"),
+            })  # fmt: skip
+            lab.log(f"  {runs.tick()} rep {rep + 1} {spec.label:<20}: {m.load.rps:>9,.0f} req/s {report.fmt_num(m.cpu_us_per_request):>7} µs/req (+{app_us:.1f} app)")
+    lab.load_command = lab.driver.command("http://127.0.0.1:PORT/PATH", connections=CONNECTIONS, duration_s=duration)
+    med = report.group_medians(rows, ["server"], ["rps", "cpu_us_per_req", "app_cpu_us_per_req", "total_cpu_us_per_req"])
+    by = {r["server"]: r for r in med}
+    share = OrderedDict()
+    for lbl, ref in [("weft fastcgi splice", "weft static"), ("weft fastcgi copy", "weft static"), ("weft fastcgi unix", "weft static"), ("weft cgi pool", "weft static"), ("weft cgi1 fork", "weft static"), ("nginx fastcgi", "nginx static")]:
+        if by.get(lbl) and by.get(ref) and by[ref]["rps"]:
+            share[lbl] = by[lbl]["rps"] / by[ref]["rps"]
+    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": runs.commands, "load_command": lab.load_command, "runs": rows, "share_of_static": share})
+    report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
+    report.write_csv(os.path.join(lab.results_dir, "medians.csv"), med)
+    table = [[r["server"], f"{r['rps']:,.0f}", report.fmt_num(r["cpu_us_per_req"]), f"{r['app_cpu_us_per_req']:.1f}", report.fmt_num(r["total_cpu_us_per_req"]), f"{share[r['server']]:.0%}" if r["server"] in share else "–"] for r in med]
+    series = OrderedDict((r["server"], [r["rps"]]) for r in med)
+    report.plot_grouped_bars(os.path.join(lab.results_dir, "rps.png"), ["64 KiB"], series, ylabel="requests/s", title=f"{NAME}: median of {reps}")
+    problems = [r for r in rows if r["non_2xx"] or r["socket_errors"]]
+    md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run, {reps} repetition(s), median; `{' '.join(lab.load_command)}`, 64 KiB responses, one worker.", ""]
+    md += ["## Throughput and CPU", "", report.markdown_table(["server", "req/s", "server µs/req", "app µs/req", "total µs/req", "of static"], table), ""]
+    md += ["`of static`: requests/s as a share of the same server's static file at the same size (target for weft fastcgi splice: ≥ 80 %).", ""]
+    md += ["## Checks", "", f"- {len(problems)} run(s) with errors" if problems else "- every response was 2xx, no socket errors", ""]
+    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
+    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
+        f.write("\n".join(md))
+    return {"medians": med, "share_of_static": share, "problems": len(problems)}

@@ -1,0 +1,398 @@
+//! `weft serve --cgi` / `--fastcgi` (issue 24): byte-exact bodies through the
+//! spliced and copied paths, request bodies, keep-alive and pipelining after
+//! a CGI response, and every way a program can misbehave (crash, hang,
+//! malformed head, too much output), plus CGI/1.1 with a shell script.
+//! The application is `weft-fcgi-app` (src/bin), so no php-fpm is needed.
+
+mod common;
+
+use common::{pattern, wait_until, TempDir, Weft};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn app_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_weft-fcgi-app")
+}
+
+/// A response read by its framing: Content-Length, chunked, or until close.
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+struct Conn {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn new(w: &Weft) -> Conn {
+        Conn {
+            s: w.connect(),
+            buf: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, b: &[u8]) {
+        self.s.write_all(b).unwrap();
+    }
+
+    fn fill(&mut self) -> usize {
+        let mut tmp = [0u8; 65536];
+        match self.s.read(&mut tmp) {
+            Ok(n) => {
+                self.buf.extend_from_slice(&tmp[..n]);
+                n
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+
+    fn need(&mut self, n: usize) {
+        while self.buf.len() < n {
+            assert!(self.fill() > 0, "closed after {} of {n} bytes", self.buf.len());
+        }
+    }
+
+    fn line(&mut self) -> String {
+        loop {
+            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let l = String::from_utf8_lossy(&self.buf[..i]).into_owned();
+                self.buf.drain(..i + 2);
+                return l;
+            }
+            assert!(self.fill() > 0, "closed inside a line");
+        }
+    }
+
+    fn response(&mut self, head_request: bool) -> Resp {
+        let status_line = self.line();
+        let status = status_line.split(' ').nth(1).unwrap().parse().unwrap();
+        let mut headers = Vec::new();
+        loop {
+            let l = self.line();
+            if l.is_empty() {
+                break;
+            }
+            let (n, v) = l.split_once(':').unwrap();
+            headers.push((n.trim().to_string(), v.trim().to_string()));
+        }
+        let mut r = Resp {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        if head_request {
+            return r;
+        }
+        if let Some(n) = r.header("content-length") {
+            let n: usize = n.parse().unwrap();
+            self.need(n);
+            r.body = self.buf.drain(..n).collect();
+        } else if r.header("transfer-encoding") == Some("chunked") {
+            loop {
+                let size = usize::from_str_radix(self.line().trim(), 16).unwrap();
+                if size == 0 {
+                    assert_eq!(self.line(), "");
+                    break;
+                }
+                self.need(size + 2);
+                r.body.extend(self.buf.drain(..size));
+                assert_eq!(&self.buf[..2], b"\r\n");
+                self.buf.drain(..2);
+            }
+        } else {
+            while self.fill() > 0 {}
+            r.body = std::mem::take(&mut self.buf);
+        }
+        r
+    }
+
+    fn get(&mut self, path: &str) -> Resp {
+        self.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        self.response(false)
+    }
+
+    fn closed(&mut self) -> bool {
+        self.buf.is_empty() && self.fill() == 0
+    }
+}
+
+fn get(w: &Weft, path: &str) -> Resp {
+    Conn::new(w).get(path)
+}
+
+fn serve_pool(extra: &[&str]) -> Weft {
+    let route = format!("/app={}", app_bin());
+    let mut args = vec!["--workers", "1", "--cgi", &route, "--cgi-workers", "2"];
+    args.extend_from_slice(extra);
+    Weft::serve(&args)
+}
+
+#[test]
+fn pool_bodies_are_byte_exact() {
+    for send in ["splice", "auto"] {
+        pool_bodies(send);
+    }
+}
+
+fn pool_bodies(send: &str) {
+    let w = serve_pool(&["--cgi-send", send]);
+    for size in [0usize, 1, 100, 4095, 4096, 5000, 65_536, 1 << 20] {
+        let r = get(&w, &format!("/app/x?size={size}"));
+        assert_eq!(r.status, 200, "size {size}");
+        assert_eq!(r.header("content-length"), Some(size.to_string().as_str()));
+        assert!(r.body == pattern(size), "size {size}: body differs");
+        // No Content-Length: chunked, each record one chunk; small records too.
+        let r = get(&w, &format!("/app/x?size={size}&nolen=1&record=3000"));
+        assert_eq!((r.status, r.header("transfer-encoding")), (200, Some("chunked")));
+        assert!(r.body == pattern(size), "size {size} chunked: body differs");
+    }
+}
+
+#[test]
+fn http10_without_length_is_close_delimited() {
+    let w = serve_pool(&[]);
+    let mut c = Conn::new(&w);
+    c.send(b"GET /app/x?size=70000&nolen=1 HTTP/1.0\r\n\r\n");
+    let r = c.response(false);
+    assert_eq!(r.status, 200);
+    assert!(r.header("transfer-encoding").is_none());
+    assert!(r.body == pattern(70_000));
+}
+
+#[test]
+fn copy_mode_and_head_requests() {
+    let w = serve_pool(&["--cgi-send", "copy"]);
+    for size in [10usize, 65_536, 300_000] {
+        let r = get(&w, &format!("/app/x?size={size}"));
+        assert!(r.body == pattern(size), "size {size}");
+    }
+    let mut c = Conn::new(&w);
+    c.send(b"HEAD /app/x?size=100000 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response(true);
+    assert_eq!((r.status, r.header("content-length")), (200, Some("100000")));
+    // The connection is still in step after the discarded body.
+    assert!(c.get("/app/x?size=7").body == pattern(7));
+}
+
+#[test]
+fn keep_alive_and_pipelining_after_cgi() {
+    let site = TempDir::new("cgi-site");
+    site.write("f.txt", b"static file\n");
+    let route = format!("/app={}", app_bin());
+    let root = site.path.to_str().unwrap();
+    let w = Weft::serve(&[root, "--workers", "1", "--cgi", &route]);
+    let mut c = Conn::new(&w);
+    c.send(
+        b"GET /app/a?size=70000 HTTP/1.1\r\nHost: t\r\n\r\nGET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n\
+          GET /app/b?size=5&nolen=1 HTTP/1.1\r\nHost: t\r\n\r\nGET /app/c?size=200000 HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    assert!(c.response(false).body == pattern(70_000));
+    assert_eq!(c.response(false).body, b"static file\n");
+    assert!(c.response(false).body == pattern(5));
+    assert!(c.response(false).body == pattern(200_000));
+    // And one more, later, on the same connection.
+    assert!(c.get("/app/d?size=3").body == pattern(3));
+    // Outside the prefix: a file lookup, not CGI.
+    assert_eq!(c.get("/apple").status, 404);
+}
+
+#[test]
+fn request_bodies_and_413() {
+    let w = serve_pool(&["--cgi-max-body", "200000"]);
+    let body = pattern(150_000);
+    let mut c = Conn::new(&w);
+    let head = format!(
+        "POST /app/x?echo=1 HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    c.send(head.as_bytes());
+    // The body in two parts, the second after a pause.
+    c.send(&body[..1000]);
+    std::thread::sleep(Duration::from_millis(50));
+    c.send(&body[1000..]);
+    let r = c.response(false);
+    assert_eq!(r.status, 200);
+    assert!(r.body == body);
+    let r = c.get("/app/x?size=9");
+    assert!(r.body == pattern(9));
+    // Too large: refused before the application sees it.
+    let mut c = Conn::new(&w);
+    c.send(b"POST /app/x?echo=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 300000\r\n\r\n");
+    let r = c.response(false);
+    assert_eq!(r.status, 413);
+    assert!(c.closed());
+}
+
+#[test]
+fn crash_is_502_and_the_process_is_replaced() {
+    let w = serve_pool(&["--cgi-workers", "1"]);
+    let before = get(&w, "/app/x?size=1").header("x-pid").unwrap().to_string();
+    let r = get(&w, "/app/x?crash=1");
+    assert_eq!(r.status, 502);
+    let ok = wait_until(Duration::from_secs(10), || {
+        let r = get(&w, "/app/x?size=2");
+        r.status == 200 && r.header("x-pid").is_some_and(|p| p != before)
+    });
+    assert!(ok, "no new process answered");
+}
+
+#[test]
+fn hang_is_504_and_the_process_is_replaced() {
+    let w = serve_pool(&["--cgi-workers", "1", "--cgi-timeout", "500ms"]);
+    let before = get(&w, "/app/x?size=1").header("x-pid").unwrap().to_string();
+    let mut c = Conn::new(&w);
+    let r = c.get("/app/x?hang=1");
+    assert_eq!(r.status, 504);
+    // The connection stays usable; a new process answers.
+    let r = c.get("/app/x?size=3");
+    assert_eq!(r.status, 200);
+    assert_ne!(r.header("x-pid").unwrap(), before);
+}
+
+#[test]
+fn malformed_head_is_502_and_overlong_output_is_cut() {
+    let w = serve_pool(&["--cgi-workers", "1"]);
+    let mut c = Conn::new(&w);
+    assert_eq!(c.get("/app/x?badhead=1").status, 502);
+    let r = c.get("/app/x?size=1000&over=100000");
+    assert_eq!(r.status, 200);
+    assert!(r.body == pattern(1000));
+    // Nothing of the excess leaks into the next response.
+    let r = c.get("/app/x?size=100000&over=7");
+    assert!(r.body == pattern(100_000));
+    let r = c.get("/app/x?size=5");
+    assert!(r.body == pattern(5));
+}
+
+struct App(Child);
+
+impl Drop for App {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn fastcgi_to_an_external_application() {
+    let dir = TempDir::new("cgi-ext");
+    let sock = dir.path.join("app.sock");
+    let _app = App(Command::new(app_bin())
+        .args(["--listen", &format!("unix:{}", sock.display())])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap());
+    assert!(wait_until(Duration::from_secs(5), || sock.exists()));
+    let route = format!("/php=unix:{}", sock.display());
+    let w = Weft::serve(&["--workers", "2", "--fastcgi", &route, "--admin", "127.0.0.1:0"]);
+    let mut c = Conn::new(&w);
+    for size in [0usize, 65_536, 1 << 20] {
+        assert!(c.get(&format!("/php/i.php?size={size}")).body == pattern(size));
+    }
+    let r = c.get("/php/i.php/extra/path?env=1&q=1");
+    let env = String::from_utf8_lossy(&r.body).into_owned();
+    for want in [
+        "GATEWAY_INTERFACE=CGI/1.1",
+        "REQUEST_METHOD=GET",
+        "SCRIPT_NAME=/php",
+        "PATH_INFO=/i.php/extra/path",
+        "QUERY_STRING=env=1&q=1",
+        "HTTP_HOST=t",
+    ] {
+        assert!(env.lines().any(|l| l == want), "{want} missing in {env}");
+    }
+}
+
+#[test]
+fn cgi1_mode_runs_a_shell_script() {
+    let dir = TempDir::new("cgi1");
+    let script = dir.write(
+        "env.sh",
+        b"#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n\
+          echo \"method=$REQUEST_METHOD query=$QUERY_STRING info=$PATH_INFO len=$CONTENT_LENGTH\"\ncat\n",
+    );
+    let big = dir.write(
+        "big.sh",
+        b"#!/bin/sh\nprintf 'Status: 201 Created\\r\\nContent-Length: 300000\\r\\n\\r\\n'\nhead -c 300000 /dev/zero\n",
+    );
+    for p in [&script, &big] {
+        let _ = Command::new("chmod").arg("+x").arg(p).status();
+    }
+    let r1 = format!("/env={}", script.display());
+    let r2 = format!("/big={}", big.display());
+    let w = Weft::serve(&["--workers", "1", "--cgi-mode", "cgi1", "--cgi", &r1, "--cgi", &r2]);
+    let mut c = Conn::new(&w);
+    c.send(b"POST /env/more?a=b HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello");
+    let r = c.response(false);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        String::from_utf8_lossy(&r.body),
+        "method=POST query=a=b info=/more len=5\nhello"
+    );
+    let r = c.get("/big");
+    assert_eq!((r.status, r.body.len()), (201, 300_000));
+    assert!(r.body.iter().all(|&b| b == 0));
+    let r = c.get("/env");
+    assert!(String::from_utf8_lossy(&r.body).starts_with("method=GET"));
+}
+
+#[test]
+fn counters_reach_the_admin_stats() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let admin = format!("127.0.0.1:{port}");
+    let w = serve_pool(&["--admin", &admin]);
+    let _ = get(&w, "/app/x?size=100000");
+    let _ = get(&w, "/app/x?badhead=1");
+    let ok = wait_until(Duration::from_secs(5), || {
+        let stats = common::fetch(&admin, "/stats");
+        stats.contains("\"cgi\":{\"requests\":2") && stats.contains("\"status_502\":1")
+    });
+    assert!(ok, "{}", common::fetch(&admin, "/stats"));
+    let stats = common::fetch(&admin, "/stats");
+    assert!(stats.contains("\"bytes_spliced\":"), "{stats}");
+}
+
+#[test]
+fn fastcgi_over_tcp_and_a_slow_client() {
+    use std::io::BufRead;
+    let mut child = Command::new(app_bin())
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _app = App(child);
+    let addr = line.trim().strip_prefix("listening on ").unwrap().to_string();
+    let route = format!("/t={addr}");
+    let w = Weft::serve(&["--workers", "1", "--fastcgi", &route]);
+    let mut c = Conn::new(&w);
+    assert!(c.get("/t?size=12345").body == pattern(12_345));
+    // A client that reads 4 MiB slowly: weft holds back, then delivers it all.
+    c.send(b"GET /t?size=4194304 HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    let r = c.response(false);
+    assert!(r.body == pattern(4 << 20));
+    assert!(c.get("/t?size=1").body == pattern(1));
+}
