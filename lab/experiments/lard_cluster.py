@@ -62,7 +62,8 @@ BLKIO_ROOT = "/sys/fs/cgroup/blkio"
 # CPU, so its disk gets 500 reads/s. Without it every back-end reads from the
 # host's cache of one virtual disk, ~6,000 reads/s shared, and a miss costs
 # less than the CPU the relay spends (docs/results.md, "Cluster").
-DISK_IOPS = 500
+# WEFT_LAB_DISK_IOPS=0 runs without it (the set-up before, for comparison).
+DISK_IOPS = int(os.environ.get("WEFT_LAB_DISK_IOPS", "500"))
 CGROUP_PREFIX = "weft-lab-cluster-"
 DATASET_FACTOR = 3  # data set = this × one back-end's memory limit
 ZIPF_ALPHA = 0.8
