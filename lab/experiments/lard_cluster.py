@@ -9,16 +9,19 @@ one shared copy, every back-end would hit in the pages another one read, and
 the cluster would have a global cache whatever the front-end does). The data
 set is `DATASET_FACTOR` × one back-end's memory limit; the request stream is a
 Zipf-like draw over its files (`weft load --urls`, closed loop). In front, on
-1 to 6 back-ends (quick: 1, 2, 4):
+1 to 6 back-ends (quick: 4):
 
-- `weft front --policy wrr` and `--policy lard-r` (relay mode; handoff mode is
-  not built yet and is reported as not measured);
+- `weft front --policy wrr` and `--policy lard-r` (relay mode), and
+  `--policy lard-r --mode handoff --handoff-next return` (every back-end is
+  `weft serve --handoff-socket`, so one set of back-ends serves both modes);
 - `weft front --policy lard-r` with nginx as the (unmodified) back-ends;
 - anchors in the same run: HAProxy `balance roundrobin`, HAProxy `balance uri`
   + `hash-type consistent` + `hash-balance-factor 125`, nginx `hash
   $request_uri consistent`.
 
-Before each run every copy of the data set is evicted from the page cache
+Each back-end also has its own disk: a cgroup-v1 blkio throttle of
+DISK_IOPS reads/s on the device holding the data (see DISK_IOPS for why;
+WEFT_LAB_DISK_IOPS=0 turns it off). Before each run every copy of the data set is evicted from the page cache
 (posix_fadvise DONTNEED), then a warm-up fills the back-ends' caches through
 the front-end under test, then the measured run. Recorded: throughput, the
 front-end's CPU per request (scheduler ns of every thread, lab/proc.py), the
@@ -30,9 +33,14 @@ misses); the front-end's CPU per request and its decisions' cost against the
 number of back-ends (1-6), and the back-ends' CPU per request in the same
 runs, hence how many back-ends one front-end core carries.
 
+**handoff**: front-end CPU per request for 100 KiB responses from two weft
+back-ends (all cached), relay against handoff `keep` and `return`, with one
+request per connection, ten, and keep-alive (docs/front.md).
+
 The summary checks the issue's targets: LARD/R ≥ 2× WRR throughput at 4
 back-ends, ≥ 1.2× HAProxy `balance uri` + bounded load; relay mode's
-front-end CPU per request ≤ 0.9× HAProxy's (both at 4 back-ends).
+front-end CPU per request ≤ 0.9× HAProxy's (both at 4 back-ends); handoff's
+front-end CPU per request ≤ 0.5× relay's (100 KiB).
 
 Everything above `run` is pure and unit-tested (lab/tests/test_lard_cluster.py).
 """
