@@ -210,17 +210,11 @@ fn trace_coverage_and_cut_on_a_tiny_log() {
 #[test]
 fn a_generated_thesis_like_trace_reads_back() {
     let dir = TempDir::new("sim-gen");
-    let out = weft(&[
-        "load",
-        "gen",
-        "trace",
-        "--out",
-        path_str(&dir.path),
-        "--param",
-        "like=owlnet",
-        "--param",
-        "requests=3000",
-    ]);
+    let mut gen: Vec<&str> = "load gen trace --param like=owlnet --param requests=3000 --out"
+        .split(' ')
+        .collect();
+    gen.push(path_str(&dir.path));
+    let out = weft(&gen);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let log = dir.path.join("access.log");
     let out = weft(&["sim", path_str(&log), "--nodes", "2", "--policy", "lard"]);

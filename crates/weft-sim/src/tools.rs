@@ -157,6 +157,15 @@ pub struct Cut {
     pub whole_log: bool,
 }
 
+/// Read the next line of `log` into `line`; false at the end.
+fn next_line(reader: &mut dyn BufRead, line: &mut Vec<u8>, log: &Path) -> Result<bool, String> {
+    line.clear();
+    let n = reader
+        .read_until(b'\n', line)
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    Ok(n > 0)
+}
+
 /// Lines of the longest prefix of `log` whose simulated targets (GET, 2xx
 /// or 304, as `weft sim` reads them) hold at most `data_set` bytes.
 /// Malformed lines are kept, as they are in the log.
@@ -169,12 +178,7 @@ fn prefix(log: &Path, data_set: u64) -> Result<Cut, String> {
     };
     let mut line = Vec::with_capacity(512);
     loop {
-        line.clear();
-        if reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("{}: {e}", log.display()))?
-            == 0
-        {
+        if !next_line(reader.as_mut(), &mut line, log)? {
             break;
         }
         let text = line.strip_suffix(b"\n").unwrap_or(&line);
@@ -220,12 +224,7 @@ pub fn cut(log: &Path, data_set: u64, loops: u64, requests: Option<u64>, out: &m
             if cut.written >= limit {
                 break 'outer;
             }
-            line.clear();
-            if reader
-                .read_until(b'\n', &mut line)
-                .map_err(|e| format!("{}: {e}", log.display()))?
-                == 0
-            {
+            if !next_line(reader.as_mut(), &mut line, log)? {
                 break;
             }
             if !line.ends_with(b"\n") {
