@@ -91,6 +91,7 @@ HANDOFF_MODES = {"relay": ["--mode", "relay"], "handoff keep": ["--mode", "hando
                  "handoff return": ["--mode", "handoff", "--handoff-next", "return"]}  # fmt: skip
 HANDOFF_CONNS = {"1 per connection": ["--close"], "10 per connection": ["--calls", "10"], "keep-alive": []}
 HANDOFF_FILE_KIB = 100
+CAP_HANDOFF = "lard-r handoff"  # the capacity part's handoff front-end (`return`: every request placed)
 
 
 @dataclass(frozen=True)
@@ -139,14 +140,14 @@ def plan(quick: bool, parts: list[str] | None = None) -> Plan:
     if quick:
         pts += [Point("cluster", c, 4) for c in (W_WRR, W_LARD, W_HANDOFF, H_RR, H_URI, N_HASH)]
         for n in (1, 4):
-            pts += [Point("capacity", f"weft {pol}", n, pol) for pol in ("lard-r",)]
+            pts += [Point("capacity", f"weft {pol}", n, pol) for pol in ("lard-r", CAP_HANDOFF)]
         pts += [Point("handoff", m, 2, c) for m in HANDOFF_MODES for c in ("1 per connection", "keep-alive")]
         pn = Plan(rounds=1, limit_mib=24, file_kib=32, warmup_s=3.0, measure_s=2.0, clients=32, cap_files=500, cap_file_kib=8, cap_s=1.5, points=pts)
     else:
         for n in range(1, 7):
             pts += [Point("cluster", c, n) for c in CONFIGS]
         for n in range(1, 7):
-            pts += [Point("capacity", f"weft {pol}", n, pol) for pol in ("wrr", "lard-r")]
+            pts += [Point("capacity", f"weft {pol}", n, pol) for pol in ("wrr", "lard-r", CAP_HANDOFF)]
         pts += [Point("handoff", m, 2, c) for m in HANDOFF_MODES for c in HANDOFF_CONNS]
         pn = Plan(rounds=1, limit_mib=64, file_kib=32, warmup_s=6.0, measure_s=8.0, clients=48, cap_files=1000, cap_file_kib=8, cap_s=4.0, points=pts)
     if parts is not None:
@@ -606,7 +607,10 @@ def run_capacity(bed: Bed, pn: Plan, root: str, urls: str, rnd: int, rows: list[
         backends = bed.start_backends("weft", [root] * n, n, "weft serve (capacity)", cgroups=False)
         addrs = [b.addr for b in backends]
         for p in [p for p in pn.points if p.part == "capacity" and p.backends == n]:
-            front = bed.start_front(p.config, addrs, p.policy)
+            if p.policy == CAP_HANDOFF:  # LARD/R handing every request off (§3.5.2's front-end)
+                front = bed.start_front(p.config, addrs, "lard-r", HANDOFF_MODES["handoff return"])
+            else:
+                front = bed.start_front(p.config, addrs, p.policy)
             bed.load(front, urls, min(1.0, pn.cap_s))
             row = measure(bed, front, backends, urls, pn.cap_s, part="capacity", config=p.config, policy=p.policy, backends=n, round=rnd + 1)
             rows.append(row)
