@@ -379,7 +379,7 @@ def summarize(lab: core.Lab, rows: list[dict], commands: dict) -> dict:
     policies = list(OrderedDict.fromkeys(r["policy"] for r in rows))
     plots = [("throughput", "throughput.png", "requests/s", 1.0), ("miss_ratio", "miss_ratio.png", "cache miss ratio (%)", 100.0),
              ("idle_fraction", "idle_time.png", "idle time (%)", 100.0)]  # fmt: skip
-    for field, fname, ylabel, scale in plots:
+    for field, fname, ylabel, scale in plots if traces else []:
         panels = []
         for t in traces:
             series = OrderedDict()
