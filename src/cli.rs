@@ -38,6 +38,8 @@ pub enum Command {
     Origin(Box<crate::origin::OriginArgs>),
     /// Trace-driven cluster simulator: WRR, LB, LARD, LARD/R... on a log or a synthetic trace.
     Sim(Box<crate::sim::SimArgs>),
+    /// Trace tools: a log's coverage curve; a log cut to a data-set size and looped.
+    Trace(crate::trace::TraceArgs),
 }
 
 /// `weft check`.

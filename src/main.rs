@@ -14,6 +14,7 @@ mod serve;
 mod serve_cgi;
 mod service;
 mod sim;
+mod trace;
 mod upstream;
 
 use clap::Parser;
@@ -54,6 +55,7 @@ fn main() -> ExitCode {
         Command::Load(args) => load::run(*args),
         Command::Origin(args) => origin::run(*args),
         Command::Sim(args) => sim::run(*args),
+        Command::Trace(args) => trace::run(args),
     }
 }
 

@@ -140,9 +140,9 @@ fn parse_cache_policy(s: &str) -> Result<CachePolicy, String> {
 /// `weft sim`.
 #[derive(Args, Debug)]
 pub struct SimArgs {
-    /// An access log (Common or Combined Log Format, plain or gzip), or `rice` or `ibm` for a
-    /// synthetic trace with the statistics of the thesis's Rice or IBM trace.
-    #[arg(value_name = "TRACE|rice|ibm")]
+    /// An access log (Common or Combined Log Format, plain or gzip), or a synthetic trace with
+    /// the statistics of one of the thesis's: rice, ibm, merged, ece, cs, owlnet.
+    #[arg(value_name = "TRACE|SHAPE")]
     pub trace: String,
 
     /// Back-end nodes: N, a list N,M,... or a range N-M; one run per count [default: 8].

@@ -154,3 +154,59 @@ fn bad_flags_and_traces_are_one_line_errors() {
     let out = weft(&["sim", "/nonexistent/trace.log"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn trace_coverage_and_cut_on_a_tiny_log() {
+    let dir = TempDir::new("sim-trace");
+    let log = dir.write("access.log", LOG.as_bytes());
+    let json = dir.path.join("cov.json");
+    let out = weft(&["trace", "coverage", path_str(&log), "--json", path_str(&json)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("requests 3  targets 2"), "{text}");
+    let doc = read_json(&json);
+    // /a.html: 2 of 3 requests, 8,192 bytes; 97 % of requests need both files.
+    assert_eq!(doc["coverage"]["covering"][0][1], 8292);
+    assert_eq!(doc["coverage"]["curve"][0]["bytes"], 8192);
+    // Cut to 8 KiB: the /b.gif line (which would pass 8 KiB) and after are dropped; looped twice.
+    let cut = dir.path.join("cut.log");
+    let out = weft(&[
+        "trace",
+        "cut",
+        path_str(&log),
+        "--data-set",
+        "8KiB",
+        "--loop",
+        "2",
+        "--out",
+        path_str(&cut),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let body = std::fs::read_to_string(&cut).unwrap();
+    assert_eq!(body.lines().count(), 8);
+    assert!(!body.contains("/b.gif"));
+    let out = weft(&["trace", "cut", path_str(&log), "--data-set", "lots"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--data-set"));
+}
+
+#[test]
+fn a_generated_thesis_like_trace_reads_back() {
+    let dir = TempDir::new("sim-gen");
+    let mut gen: Vec<&str> = "load gen trace --param like=owlnet --param requests=3000 --out"
+        .split(' ')
+        .collect();
+    gen.push(path_str(&dir.path));
+    let out = weft(&gen);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let log = dir.path.join("access.log");
+    let out = weft(&["sim", path_str(&log), "--nodes", "2", "--policy", "lard"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.stderr.is_empty(),
+        "no malformed lines: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = weft(&["sim", "cs", "--nodes", "2", "--requests", "2000"]);
+    assert!(out.status.success());
+}

@@ -9,16 +9,19 @@ one shared copy, every back-end would hit in the pages another one read, and
 the cluster would have a global cache whatever the front-end does). The data
 set is `DATASET_FACTOR` × one back-end's memory limit; the request stream is a
 Zipf-like draw over its files (`weft load --urls`, closed loop). In front, on
-1 to 6 back-ends (quick: 1, 2, 4):
+1 to 6 back-ends (quick: 4):
 
-- `weft front --policy wrr` and `--policy lard-r` (relay mode; handoff mode is
-  not built yet and is reported as not measured);
+- `weft front --policy wrr` and `--policy lard-r` (relay mode), and
+  `--policy lard-r --mode handoff --handoff-next return` (every back-end is
+  `weft serve --handoff-socket`, so one set of back-ends serves both modes);
 - `weft front --policy lard-r` with nginx as the (unmodified) back-ends;
 - anchors in the same run: HAProxy `balance roundrobin`, HAProxy `balance uri`
   + `hash-type consistent` + `hash-balance-factor 125`, nginx `hash
   $request_uri consistent`.
 
-Before each run every copy of the data set is evicted from the page cache
+Each back-end also has its own disk: a cgroup-v1 blkio throttle of
+DISK_IOPS reads/s on the device holding the data (see DISK_IOPS for why;
+WEFT_LAB_DISK_IOPS=0 turns it off). Before each run every copy of the data set is evicted from the page cache
 (posix_fadvise DONTNEED), then a warm-up fills the back-ends' caches through
 the front-end under test, then the measured run. Recorded: throughput, the
 front-end's CPU per request (scheduler ns of every thread, lab/proc.py), the
@@ -30,9 +33,14 @@ misses); the front-end's CPU per request and its decisions' cost against the
 number of back-ends (1-6), and the back-ends' CPU per request in the same
 runs, hence how many back-ends one front-end core carries.
 
+**handoff**: front-end CPU per request for 100 KiB responses from two weft
+back-ends (all cached), relay against handoff `keep` and `return`, with one
+request per connection, ten, and keep-alive (docs/front.md).
+
 The summary checks the issue's targets: LARD/R ≥ 2× WRR throughput at 4
 back-ends, ≥ 1.2× HAProxy `balance uri` + bounded load; relay mode's
-front-end CPU per request ≤ 0.9× HAProxy's (both at 4 back-ends).
+front-end CPU per request ≤ 0.9× HAProxy's (both at 4 back-ends); handoff's
+front-end CPU per request ≤ 0.5× relay's (100 KiB).
 
 Everything above `run` is pure and unit-tested (lab/tests/test_lard_cluster.py).
 """
@@ -51,9 +59,19 @@ from .. import core, env, proc, proxylab as pl, report, servers
 
 NAME = "lard-cluster"
 DESCRIPTION = "issue 23 (Fig. 3.17, §3.5.2): real cluster in memory cgroups, weft front WRR vs LARD/R vs HAProxy/nginx; front-end capacity"
-PARTS = ("cluster", "capacity")
+PARTS = ("cluster", "capacity", "handoff")
 
 CGROUP_ROOT = "/sys/fs/cgroup/memory"
+BLKIO_ROOT = "/sys/fs/cgroup/blkio"
+# Each back-end's own "disk": a cgroup-v1 blkio throttle on random reads. The
+# thesis's node served a cached 32 KB file about 10 times faster than its disk
+# read one (2.85 ms of CPU against ~31 ms of seek and transfer, §3.2.1); a
+# back-end here serves ~5,000 cached 32 KiB requests/s of its share of the
+# CPU, so its disk gets 500 reads/s. Without it every back-end reads from the
+# host's cache of one virtual disk, ~6,000 reads/s shared, and a miss costs
+# less than the CPU the relay spends (docs/results.md, "Cluster").
+# WEFT_LAB_DISK_IOPS=0 runs without it (the set-up before, for comparison).
+DISK_IOPS = int(os.environ.get("WEFT_LAB_DISK_IOPS", "500"))
 CGROUP_PREFIX = "weft-lab-cluster-"
 DATASET_FACTOR = 3  # data set = this × one back-end's memory limit
 ZIPF_ALPHA = 0.8
@@ -64,17 +82,24 @@ SEED = 23
 W_WRR, W_LARD, W_LARD_NGX = "weft WRR", "weft LARD/R", "weft LARD/R, nginx back-ends"
 H_RR, H_URI, N_HASH = "HAProxy roundrobin", "HAProxy uri+bounded", "nginx hash consistent"
 W_HANDOFF = "weft LARD/R handoff"
-CONFIGS = (W_WRR, W_LARD, W_LARD_NGX, H_RR, H_URI, N_HASH)
+CONFIGS = (W_WRR, W_LARD, W_HANDOFF, W_LARD_NGX, H_RR, H_URI, N_HASH)
 ANCHOR_KIND = {H_RR: "haproxy-front-rr", H_URI: "haproxy-front-uri", N_HASH: "nginx-front-hash"}
-WEFT_POLICY = {W_WRR: "wrr", W_LARD: "lard-r", W_LARD_NGX: "lard-r"}
+WEFT_POLICY = {W_WRR: "wrr", W_LARD: "lard-r", W_LARD_NGX: "lard-r", W_HANDOFF: "lard-r"}
+# The handoff part (docs/front.md, "Handoff against relay"): weft front modes
+# and the client's connection use, 100 KiB responses from two back-ends.
+HANDOFF_MODES = {"relay": ["--mode", "relay"], "handoff keep": ["--mode", "handoff", "--handoff-next", "keep"],
+                 "handoff return": ["--mode", "handoff", "--handoff-next", "return"]}  # fmt: skip
+HANDOFF_CONNS = {"1 per connection": ["--close"], "10 per connection": ["--calls", "10"], "keep-alive": []}
+HANDOFF_FILE_KIB = 100
+CAP_HANDOFF = "lard-r handoff"  # the capacity part's handoff front-end (`return`: every request placed)
 
 
 @dataclass(frozen=True)
 class Point:
-    part: str  # cluster | capacity
+    part: str  # cluster | capacity | handoff
     config: str
     backends: int
-    policy: str = ""  # capacity: weft front's policy
+    policy: str = ""  # capacity: weft front's policy; handoff: the connection use
 
 
 @dataclass
@@ -89,6 +114,7 @@ class Plan:
     cap_file_kib: int
     cap_s: float
     points: list
+    disk_iops: int = DISK_IOPS  # per back-end (cluster); 0 = no throttle
 
     @property
     def dataset_bytes(self) -> int:
@@ -112,17 +138,17 @@ def plan(quick: bool, parts: list[str] | None = None) -> Plan:
     """What a run measures (pure; the quick form must stay under ~90 s)."""
     pts: list[Point] = []
     if quick:
-        for n in (1, 2, 4):
-            pts += [Point("cluster", c, n) for c in (W_WRR, W_LARD)]
-        pts += [Point("cluster", c, 4) for c in (H_RR, H_URI, N_HASH, W_LARD_NGX)]
-        for n in (1, 2, 4):
-            pts += [Point("capacity", f"weft {pol}", n, pol) for pol in ("lard-r",)]
-        pn = Plan(rounds=1, limit_mib=24, file_kib=32, warmup_s=2.0, measure_s=2.0, clients=32, cap_files=500, cap_file_kib=8, cap_s=1.5, points=pts)
+        pts += [Point("cluster", c, 4) for c in (W_WRR, W_LARD, W_HANDOFF, H_RR, H_URI, N_HASH)]
+        for n in (1, 4):
+            pts += [Point("capacity", f"weft {pol}", n, pol) for pol in ("lard-r", CAP_HANDOFF)]
+        pts += [Point("handoff", m, 2, c) for m in HANDOFF_MODES for c in ("1 per connection", "keep-alive")]
+        pn = Plan(rounds=1, limit_mib=24, file_kib=32, warmup_s=3.0, measure_s=2.0, clients=32, cap_files=500, cap_file_kib=8, cap_s=1.5, points=pts)
     else:
         for n in range(1, 7):
             pts += [Point("cluster", c, n) for c in CONFIGS]
         for n in range(1, 7):
-            pts += [Point("capacity", f"weft {pol}", n, pol) for pol in ("wrr", "lard-r")]
+            pts += [Point("capacity", f"weft {pol}", n, pol) for pol in ("wrr", "lard-r", CAP_HANDOFF)]
+        pts += [Point("handoff", m, 2, c) for m in HANDOFF_MODES for c in HANDOFF_CONNS]
         pn = Plan(rounds=1, limit_mib=64, file_kib=32, warmup_s=6.0, measure_s=8.0, clients=48, cap_files=1000, cap_file_kib=8, cap_s=4.0, points=pts)
     if parts is not None:
         pn.points = [p for p in pn.points if p.part in parts]
@@ -175,11 +201,14 @@ def server_lines(config: str, addrs: list[str]) -> str:
     return nginx_servers(addrs) if config == N_HASH else haproxy_servers(addrs)
 
 
-def front_args(policy: str, addrs: list[str]) -> list[str]:
-    """weft front's flags for `policy` over `addrs` (relay mode)."""
-    out = ["--policy", policy, "--mode", "relay"]
-    for a in addrs:
+def front_args(policy: str, addrs: list[str], sockets: list[str] | None = None, mode: list[str] | None = None) -> list[str]:
+    """weft front's flags for `policy` over `addrs`: relay mode, or handoff
+    (`mode`) to the back-ends' handoff `sockets` (one per address, in order)."""
+    out = ["--policy", policy, *(mode or ["--mode", "relay"])]
+    for i, a in enumerate(addrs):
         out += ["--backend", a]
+        if sockets and "handoff" in (mode or []):
+            out += ["--handoff", sockets[i]]
     return out
 
 
@@ -234,11 +263,15 @@ class Target:
                 "op": self.op, "unit": self.unit, "value": self.value, "met": self.met}  # fmt: skip
 
 
-def targets(med: dict, n: int = 4) -> list[Target]:
-    """The issue's real-cluster targets from the medians keyed (config, backends)."""
+def targets(med: dict, n: int = 4, med_ho: dict | None = None) -> list[Target]:
+    """The issue's real-cluster targets from the medians keyed (config,
+    backends), and the handoff part's keyed (mode, connection use)."""
 
     def v(config, field):
         return med.get((config, n), {}).get(field)
+
+    def h(mode, conns):
+        return (med_ho or {}).get((mode, conns), {}).get("front_us")
 
     return [
         Target(f"LARD/R vs WRR throughput, {n} back-ends", v(W_LARD, "rps"), v(W_WRR, "rps"), W_LARD, W_WRR, 2.0, ">=", "req/s"),
@@ -247,7 +280,12 @@ def targets(med: dict, n: int = 4) -> list[Target]:
                0.9, "<=", "µs/req"),  # fmt: skip
         Target(f"relay front-end CPU per request vs HAProxy roundrobin, {n} back-ends", v(W_WRR, "front_us"), v(H_RR, "front_us"), W_WRR,
                H_RR, 0.9, "<=", "µs/req"),  # fmt: skip
-        Target("handoff front-end CPU per request vs relay (100 KiB)", None, None, W_HANDOFF, W_LARD, 0.5, "<=", "µs/req"),
+        Target("handoff (keep) front-end CPU per request vs relay, 100 KiB, 1 request per connection", h("handoff keep", "1 per connection"),
+               h("relay", "1 per connection"), "handoff keep", "relay", 0.5, "<=", "µs/req"),  # fmt: skip
+        Target("handoff (return) front-end CPU per request vs relay, 100 KiB, keep-alive", h("handoff return", "keep-alive"),
+               h("relay", "keep-alive"), "handoff return", "relay", 0.5, "<=", "µs/req"),  # fmt: skip
+        Target(f"LARD/R handoff (return) vs relay throughput, {n} back-ends", v(W_HANDOFF, "rps"), v(W_LARD, "rps"), W_HANDOFF, W_LARD, 1.0,
+               ">=", "req/s"),  # fmt: skip
     ]
 
 
@@ -346,6 +384,43 @@ class MemCgroup:
         raise CgroupError(f"could not remove {self.path}")
 
 
+class BlkioCgroup(MemCgroup):
+    """One blkio cgroup whose reads from `device` ("MAJ:MIN") are throttled
+    to `iops` per second: a back-end's own disk."""
+
+    def __init__(self, root: str, name: str, device: str, iops: int):  # pylint: disable=super-init-not-called
+        self.path = os.path.join(root, name)
+        os.makedirs(self.path, exist_ok=True)
+        try:
+            self._write("blkio.throttle.read_iops_device", f"{device} {iops}")
+        except OSError:
+            os.rmdir(self.path)
+            raise
+        self.limit = iops
+
+    def usage(self) -> int:
+        return 0
+
+
+def device_of(path: str) -> str:
+    """MAJ:MIN of the block device holding `path`."""
+    st = os.stat(path)
+    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+
+
+def blkio_groups(n: int, device: str, iops: int, log) -> list[BlkioCgroup]:
+    """n throttled blkio cgroups, or none (said in the log) when the v1 blkio
+    controller is not there."""
+    if not iops or not os.path.exists(os.path.join(BLKIO_ROOT, "blkio.throttle.read_iops_device")):
+        log("  no blkio throttle: back-ends read from the shared disk unthrottled")
+        return []
+    remove_stale_cgroups(BLKIO_ROOT, log)
+    out = []
+    for i in range(n):
+        out.append(BlkioCgroup(BLKIO_ROOT, f"{CGROUP_PREFIX}{os.getpid()}-{i}", device, iops))
+    return out
+
+
 def remove_stale_cgroups(root: str, log) -> None:
     """Empty cgroups of an earlier run that could not clean up (killed)."""
     for name in os.listdir(root):
@@ -413,36 +488,51 @@ class Bed:
 
     def __init__(self, lab: core.Lab, pool: servers.ServerPool, pn: Plan, cgroups: list[MemCgroup]):
         self.lab, self.pool, self.pn, self.cgroups = lab, pool, pn, cgroups
+        self.blkio: list[BlkioCgroup] = []
         self.commands: dict[str, list[str]] = {}
+        self.sockets: list[str] = []  # the last weft back-ends' handoff sockets
 
     def start_backends(self, kind: str, roots: list[str], n: int, label: str, cgroups: bool = True) -> list[servers.RunningServer]:
         out = []
+        self.sockets = []
         for i in range(n):
             self.pool.www = roots[i]
-            spec = servers.ServerSpec(f"{label} b{i}", kind, {"workers": 1} if kind == "weft" else {})
+            opts: dict = {}
+            if kind == "weft":
+                # Every weft back-end also takes handed-off connections.
+                sock = os.path.join(self.lab.scratch, f"handoff-{len(self.commands)}-{i}-{time.monotonic_ns()}.sock")
+                self.sockets.append(sock)
+                opts = {"workers": 1, "extra": ["--handoff-socket", sock]}
+            spec = servers.ServerSpec(f"{label} b{i}", kind, opts)
             rs = self.pool.start(spec)
             if cgroups and self.cgroups:
                 self.cgroups[i].add_tree(rs.pid)
+            if cgroups and self.blkio:
+                self.blkio[i].add_tree(rs.pid)
             out.append(rs)
             self.commands.setdefault(f"back-end ({label})", rs.command)
         return out
 
-    def start_front(self, config: str, addrs: list[str], policy: str | None = None) -> servers.RunningServer:
+    def start_front(self, config: str, addrs: list[str], policy: str | None = None, mode: list[str] | None = None) -> servers.RunningServer:
         if is_weft(config):
-            spec = servers.ServerSpec(config, "weft-front", {"workers": 1, "extra": front_args(policy or WEFT_POLICY[config], addrs)})
+            if mode is None and config == W_HANDOFF:
+                mode = HANDOFF_MODES["handoff return"]
+            extra = front_args(policy or WEFT_POLICY[config], addrs, self.sockets, mode)
+            spec = servers.ServerSpec(config, "weft-front", {"workers": 1, "extra": extra})
         else:
             spec = servers.ServerSpec(config, ANCHOR_KIND[config], {"values": {"SERVERS": server_lines(config, addrs)}})
         rs = self.pool.start(spec)
         self.commands.setdefault(config if not policy else f"weft front --policy {policy}", rs.command)
         return rs
 
-    def load(self, front: servers.RunningServer, urls: str, seconds: float) -> pl.ClientRun:
-        args = ["--urls", urls, "--clients", str(self.pn.clients), "--duration", f"{seconds:g}s", "--timeout", "5s"]
+    def load(self, front: servers.RunningServer, urls: str, seconds: float, extra: list[str] | None = None) -> pl.ClientRun:
+        args = ["--urls", urls, "--clients", str(self.pn.clients), "--duration", f"{seconds:g}s", "--timeout", "5s", *(extra or [])]
         return pl.run_weft_load(self.lab.weft, f"http://{front.addr}/", args, scratch=os.path.join(self.lab.scratch, "client"),
                                 timeout_s=seconds + 60)  # fmt: skip
 
 
-def measure(bed: Bed, front: servers.RunningServer, bends: list[servers.RunningServer], urls: str, seconds: float, **keys) -> dict:
+def measure(bed: Bed, front: servers.RunningServer, bends: list[servers.RunningServer], urls: str, seconds: float,
+            load_extra: list[str] | None = None, **keys) -> dict:  # fmt: skip
     """One measured run: throughput, front-end and back-end CPU per request,
     bytes read from storage, weft front's decisions."""
     for rs in [front] + bends:
@@ -452,7 +542,7 @@ def measure(bed: Bed, front: servers.RunningServer, bends: list[servers.RunningS
     f0 = front.cpu_sample()
     b0 = [b.cpu_sample() for b in bends]
     r0 = sum(read_bytes(b.pid) for b in bends)
-    run = bed.load(front, urls, seconds)
+    run = bed.load(front, urls, seconds, load_extra)
     f1 = front.cpu_sample()
     b1 = [b.cpu_sample() for b in bends]
     r1 = sum(read_bytes(b.pid) for b in bends)
@@ -517,7 +607,10 @@ def run_capacity(bed: Bed, pn: Plan, root: str, urls: str, rnd: int, rows: list[
         backends = bed.start_backends("weft", [root] * n, n, "weft serve (capacity)", cgroups=False)
         addrs = [b.addr for b in backends]
         for p in [p for p in pn.points if p.part == "capacity" and p.backends == n]:
-            front = bed.start_front(p.config, addrs, p.policy)
+            if p.policy == CAP_HANDOFF:  # LARD/R handing every request off (§3.5.2's front-end)
+                front = bed.start_front(p.config, addrs, "lard-r", HANDOFF_MODES["handoff return"])
+            else:
+                front = bed.start_front(p.config, addrs, p.policy)
             bed.load(front, urls, min(1.0, pn.cap_s))
             row = measure(bed, front, backends, urls, pn.cap_s, part="capacity", config=p.config, policy=p.policy, backends=n, round=rnd + 1)
             rows.append(row)
@@ -526,6 +619,28 @@ def run_capacity(bed: Bed, pn: Plan, root: str, urls: str, rnd: int, rows: list[
             bed.pool.stop(front)
         for b in backends:
             bed.pool.stop(b)
+
+
+def run_handoff(bed: Bed, pn: Plan, root: str, urls: str, rnd: int, rows: list[dict]) -> None:
+    """Front-end CPU per request, relay against handoff (keep, return), for
+    100 KiB responses from two weft back-ends (docs/front.md, "Handoff
+    against relay")."""
+    lab = bed.lab
+    pts = [p for p in pn.points if p.part == "handoff"]
+    backends = bed.start_backends("weft", [root] * 2, 2, "weft serve (handoff)", cgroups=False)
+    addrs = [b.addr for b in backends]
+    for mode in pl.rotate(list(OrderedDict.fromkeys(p.config for p in pts)), rnd):
+        front = bed.start_front(f"weft front {mode}", addrs, "lard-r", HANDOFF_MODES[mode])
+        pl.check_fetch(mode, f"http://{front.addr}{file_path(0)}", HANDOFF_FILE_KIB * pl.KiB)
+        for p in [p for p in pts if p.config == mode]:
+            bed.load(front, urls, min(1.0, pn.cap_s), HANDOFF_CONNS[p.policy])
+            row = measure(bed, front, backends, urls, pn.cap_s, HANDOFF_CONNS[p.policy], part="handoff", config=mode, policy=p.policy,
+                          backends=2, round=rnd + 1)  # fmt: skip
+            rows.append(row)
+            lab.log(f"  handoff {mode:<15} {p.policy:<18}: {row['rps']:>8,.0f} req/s  front {report.fmt_num(row['front_us']):>6} µs/req")
+        bed.pool.stop(front)
+    for b in backends:
+        bed.pool.stop(b)
 
 
 def run(lab: core.Lab) -> dict:
@@ -563,10 +678,13 @@ def run(lab: core.Lab) -> dict:
             stack.callback(remove_all)
             for i in range(nmax):
                 cgroups.append(MemCgroup(cg_root, f"{CGROUP_PREFIX}{os.getpid()}-{i}", pn.limit_mib * pl.MiB))
+            blkio = blkio_groups(nmax, device_of(data), pn.disk_iops, lab.log)
+            cgroups += blkio  # removed with the others
             lab.log(f"  data set {pn.files} files × {pn.file_kib} KiB = {pn.dataset_bytes / pl.MiB:.0f} MiB per back-end copy, "
                     f"{nmax} copies; memory limit {pn.limit_mib} MiB per back-end")  # fmt: skip
         pool = stack.enter_context(lab.pool(data))  # stopped before the cgroups go
-        bed = Bed(lab, pool, pn, cgroups)
+        bed = Bed(lab, pool, pn, [c for c in cgroups if not isinstance(c, BlkioCgroup)])
+        bed.blkio = [c for c in cgroups if isinstance(c, BlkioCgroup)]
         roots = []
         for i in range(nmax):
             root = os.path.join(data, f"b{i}")
@@ -586,6 +704,13 @@ def run(lab: core.Lab) -> dict:
                 curls = os.path.join(lab.scratch, "capacity-urls.txt")
                 write_urls(curls, zipf_stream(pn.cap_files, ZIPF_ALPHA, 50_000, SEED))
                 run_capacity(bed, pn, croot, curls, rnd, rows)
+            if any(p.part == "handoff" for p in pn.points):
+                hroot = os.path.join(data, "handoff")
+                if not os.path.isdir(hroot):
+                    write_dataset(hroot, 1, HANDOFF_FILE_KIB * pl.KiB)
+                hurls = os.path.join(lab.scratch, "handoff-urls.txt")
+                write_urls(hurls, [0])
+                run_handoff(bed, pn, hroot, hurls, rnd, rows)
         commands = bed.commands
     previous = pl.read_runs(lab.results_dir)
     rows, commands = pl.merge_parts(previous, lab.quick, lab.only, rows, commands)
@@ -608,7 +733,8 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, skipped
     cap = [r for r in rows if r.get("part") == "capacity"]
     med = pl.median_rows(cl, ["config", "backends"], FIELDS)
     med_cap = pl.median_rows(cap, ["config", "backends"], FIELDS)
-    tg = targets(med)
+    med_ho = pl.median_rows([r for r in rows if r.get("part") == "handoff"], ["config", "policy"], FIELDS)
+    tg = targets(med, 4, med_ho)
     problems = [(r, p) for r in rows for p in [row_problems(r)] if p]
     d = lab.results_dir
     os.makedirs(d, exist_ok=True)
@@ -616,6 +742,9 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, skipped
                                                     "runs": rows, "targets": [t.to_dict() for t in tg]})  # fmt: skip
     report.write_csv(os.path.join(d, "runs.csv"), rows)
     md = summary_lines(pn, lab.quick, med, med_cap, tg, problems)
+    if med_ho:
+        at = md.index("## Checks")
+        md[at:at] = handoff_lines(med_ho) + [""]
     if skipped:
         md[2:2] = [f"**Not measured: {skipped}.**", ""]
     load = [f"weft load http://FRONT/ --urls ZIPF_URLS.txt --clients {pn.clients} --duration {pn.measure_s:g}s --timeout 5s "
@@ -637,7 +766,7 @@ def summary_lines(pn: Plan, quick: bool, med: dict, med_cap: dict, tg: list[Targ
           f"{pn.measure_s:g} s run. All processes share this machine's cores.", ""]  # fmt: skip
     md += ["## Targets (same run, 4 back-ends)", ""]
     md.append(report.markdown_table(["target", "weft", "against", "ratio", "target", ""], target_rows(tg), "llllll"))
-    md += ["", "Handoff mode (`--mode handoff`) is not built yet: not measured.", ""]
+    md += ["", f"Each back-end's reads are throttled to {pn.disk_iops} per second (its own disk, a cgroup-v1 blkio throttle; 0 = none).", ""]
     if med:
         configs = [c for c in CONFIGS if any(k[0] == c for k in med)]
         counts = sorted({k[1] for k in med})
@@ -665,6 +794,24 @@ def summary_lines(pn: Plan, quick: bool, med: dict, med_cap: dict, tg: list[Targ
                "1e6/backend_us requests/s, a front-end core relays 1e6/front_us.", ""]  # fmt: skip
     md += ["", "## Checks", ""]
     md += [f"- {r['part']} {r['config']} {r['backends']} back-end(s): {', '.join(p)}" for r, p in problems] or ["- every response 2xx, no socket errors"]
+    return md
+
+
+def handoff_lines(med_ho: dict) -> list[str]:
+    """The handoff part's table: front-end CPU per request by mode and connection use."""
+    modes = [m for m in HANDOFF_MODES if any(k[0] == m for k in med_ho)]
+    conns = [c for c in HANDOFF_CONNS if any(k[1] == c for k in med_ho)]
+    md = ["## Handoff against relay: front-end CPU µs per request, 100 KiB responses, 2 back-ends (req/s in brackets)", ""]
+    trs = []
+    for c in conns:
+        relay = med_ho.get(("relay", c), {}).get("front_us")
+        cells = []
+        for m in modes:
+            x = med_ho.get((m, c), {})
+            q = pl.ratio(x.get("front_us"), relay) if m != "relay" else None
+            cells.append(f"{report.fmt_num(x.get('front_us'), 1)} ({report.fmt_num(x.get('rps'), 0)})" + (f", {q:.2f}×" if q else ""))
+        trs.append([c] + cells)
+    md.append(report.markdown_table(["requests per connection"] + modes, trs))
     return md
 
 

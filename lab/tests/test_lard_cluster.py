@@ -15,8 +15,11 @@ def test_quick_plan_is_small_and_keeps_the_targets_points():
     pn = lc.plan(True)
     assert pn.estimate_s() < 75  # with start-ups, the quick form stays under ~90 s
     at4 = {p.config for p in pn.points if p.part == "cluster" and p.backends == 4}
-    assert {lc.W_WRR, lc.W_LARD, lc.H_URI, lc.H_RR, lc.N_HASH} <= at4
-    assert sorted({p.backends for p in pn.points if p.part == "cluster"}) == [1, 2, 4]
+    assert {lc.W_WRR, lc.W_LARD, lc.W_HANDOFF, lc.H_URI, lc.H_RR, lc.N_HASH} <= at4
+    assert sorted({p.backends for p in pn.points if p.part == "cluster"}) == [4]
+    handoff = {(p.config, p.policy) for p in pn.points if p.part == "handoff"}
+    assert ("relay", "1 per connection") in handoff and ("handoff keep", "1 per connection") in handoff
+    assert ("handoff return", "keep-alive") in handoff and ("relay", "keep-alive") in handoff
     assert pn.dataset_bytes >= 3 * pn.limit_mib * 1024 * 1024
 
 
@@ -27,6 +30,14 @@ def test_full_plan_covers_one_to_six_backends_and_parts_filter():
     only = lc.plan(False, ["capacity"])
     assert only.points and all(p.part == "capacity" for p in only.points)
     assert only.max_backends("cluster") == 0 and only.max_backends("capacity") == 6
+    assert len([p for p in pn.points if p.part == "handoff"]) == len(lc.HANDOFF_MODES) * len(lc.HANDOFF_CONNS)
+
+
+def test_handoff_front_args_name_each_socket_after_its_backend():
+    args = lc.front_args("lard-r", ["a:1", "b:2"], ["/s/0", "/s/1"], lc.HANDOFF_MODES["handoff return"])
+    assert args == ["--policy", "lard-r", "--mode", "handoff", "--handoff-next", "return", "--backend", "a:1", "--handoff", "/s/0",
+                    "--backend", "b:2", "--handoff", "/s/1"]  # fmt: skip
+    assert lc.front_args("wrr", ["a:1"], ["/s/0"]) == ["--policy", "wrr", "--mode", "relay", "--backend", "a:1"]
 
 
 def test_zipf_stream_is_deterministic_skewed_and_in_range():

@@ -52,3 +52,15 @@ def test_summarize_writes_the_tables_and_plots(tmp_path):
         ls.resummarize(lab)
     finally:
         lab.cleanup()
+
+
+def test_trained_thresholds_follow_the_rule():
+    # Peak 60 req/s (R = 1/60 s), 90 % of it first reached at load 2; D = 1 s: T_high = (2 + 60) / 2 = 31.
+    t_low, t_high, r = ls.trained_thresholds([(1, 50.0), (2, 58.0), (4, 60.0), (8, 60.0)])
+    assert (t_low, t_high) == (2, 31) and r == pytest.approx(1 / 60)
+    # T_high stays above T_low when D/R is small.
+    assert ls.trained_thresholds([(1, 1.0), (40, 2.0)], d_seconds=1.0)[:2] == (40, 41)
+
+
+def test_every_part_has_a_runner():
+    assert set(ls.PART_RUNS) == set(ls.PARTS)

@@ -74,6 +74,28 @@ impl Progress {
     }
 }
 
+/// The objects the log at `w.path` names, so `weft serve DIR` can stand in
+/// for the origin: every `/size/N/...` URI logged with 200 or 304 (the 404
+/// lines name files that must stay missing).
+fn write_logged_files(out: &Path, w: &mut Written, prog: &mut Progress) -> Result<(), String> {
+    let text = std::fs::read_to_string(&w.path).map_err(|e| format!("cannot read {}: {e}", w.path.display()))?;
+    let mut objects: Vec<(&str, u64)> = text
+        .lines()
+        .filter_map(|l| trace::parse_line(l).ok())
+        .filter(|l| l.status == 200 || l.status == 304)
+        .filter_map(|l| Some((l.uri, size_in_uri(l.uri)?)))
+        .collect();
+    objects.sort_unstable();
+    objects.dedup();
+    for (uri, size) in &objects {
+        write_file(out, uri, *size)?;
+        w.files += 1;
+        w.bytes += size;
+        prog.tick(w.files, objects.len() as u64);
+    }
+    Ok(())
+}
+
 /// Write the files or trace of `spec` under `out`.
 pub fn generate(spec: &Spec, params: &[String], out: &Path, seed: u64) -> Result<Written, String> {
     let mut p = Params::parse(params)?;
@@ -86,6 +108,8 @@ pub fn generate(spec: &Spec, params: &[String], out: &Path, seed: u64) -> Result
         last: Instant::now(),
     };
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    // `--param like=SHAPE`: a trace shaped like one of the thesis's.
+    let like = matches!(spec, Spec::Trace(_)).then(|| p.take("like")).flatten();
     match spec {
         Spec::OneByte | Spec::File(_) => {
             p.finish(&spec.name(), &[])?;
@@ -117,6 +141,20 @@ pub fn generate(spec: &Spec, params: &[String], out: &Path, seed: u64) -> Result
                 prog.tick(w.files, s.sizes.len() as u64);
             }
         }
+        Spec::Trace(_) if like.is_some() => {
+            // Shaped like one of the thesis's traces (crate::trace_like).
+            let lp = crate::trace_like::LikeParams::from_params(like.as_deref().unwrap_or_default(), &mut p)?;
+            let path = out.join("access.log");
+            let f = std::fs::File::create(&path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            let mut bw = BufWriter::with_capacity(1 << 16, f);
+            w.lines = crate::trace_like::synthesize(&lp, seed, &mut bw)
+                .and_then(|n| bw.flush().map(|_| n))
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            w.path = path;
+            if lp.files {
+                write_logged_files(out, &mut w, &mut prog)?;
+            }
+        }
         Spec::Trace(_) => {
             let sp = trace::SynthParams::from_params(&mut p)?;
             let path = out.join("access.log");
@@ -128,25 +166,7 @@ pub fn generate(spec: &Spec, params: &[String], out: &Path, seed: u64) -> Result
             w.lines = n as u64;
             w.path = path;
             if sp.files {
-                // The objects the log names, so `weft serve DIR` can stand in
-                // for the origin: every `/size/N/...` URI logged with 200 or
-                // 304 (the 404 lines name files that must stay missing).
-                let text =
-                    std::fs::read_to_string(&w.path).map_err(|e| format!("cannot read {}: {e}", w.path.display()))?;
-                let mut objects: Vec<(&str, u64)> = text
-                    .lines()
-                    .filter_map(|l| trace::parse_line(l).ok())
-                    .filter(|l| l.status == 200 || l.status == 304)
-                    .filter_map(|l| Some((l.uri, size_in_uri(l.uri)?)))
-                    .collect();
-                objects.sort_unstable();
-                objects.dedup();
-                for (uri, size) in &objects {
-                    write_file(out, uri, *size)?;
-                    w.files += 1;
-                    w.bytes += size;
-                    prog.tick(w.files, objects.len() as u64);
-                }
+                write_logged_files(out, &mut w, &mut prog)?;
             }
         }
         Spec::Polymix | Spec::Ssl | Spec::Url => {

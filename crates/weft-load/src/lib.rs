@@ -29,6 +29,7 @@ pub mod request;
 pub mod run;
 pub mod ssl;
 pub mod stats;
+pub mod trace_like;
 pub mod urls;
 pub mod workload;
 

@@ -20,14 +20,14 @@ pub struct SynthOptions {
 
 /// A trace to run.
 pub enum Input {
-    /// `rice` or `ibm`, fitted once.
+    /// A synthetic shape (`rice`, `ibm`, `merged`, `ece`, `cs`, `owlnet`), fitted once.
     Synthetic(TraceShape, Arc<Population>),
     /// An access log.
     Log(PathBuf),
 }
 
 impl Input {
-    /// `rice`, `ibm`, or else the path of a log.
+    /// A synthetic shape's name, or else the path of a log.
     pub fn from_arg(arg: &str, seed: u64) -> Input {
         match TraceShape::by_name(arg) {
             Some(shape) => Input::Synthetic(shape, Arc::new(Population::fit(&shape, seed))),
@@ -57,8 +57,9 @@ impl Input {
                 "name": shape.name,
                 "targets": shape.targets,
                 "data_set_mib": shape.data_set_mib,
-                "coverage_mib_97_98_99": shape.coverage_mib,
-                "top_share": shape.top_share,
+                "coverage_share_mib": shape.coverage,
+                "anchor_top_targets_share": shape.anchor,
+                "mean_request_bytes": pop.mean_request,
                 "zipf_alpha": pop.alpha,
             }),
             Input::Log(path) => serde_json::json!({ "kind": "log", "path": path.display().to_string() }),

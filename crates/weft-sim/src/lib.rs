@@ -6,8 +6,9 @@
 //! - [`engine`]: the discrete-event cluster (Figure 3.4) behind weft-policy's
 //!   [`weft_policy::Dispatcher`], with WRR/GMS's global memory;
 //! - [`trace`]: Common/Combined Log Format input, streamed, gzip or plain;
-//! - [`synth`]: Rice-like and IBM-like synthetic traces fitted to the
-//!   statistics of §3.2.2;
+//! - [`synth`]: synthetic traces fitted to the statistics the thesis gives
+//!   for its Rice (MERGED), IBM, ECE, CS and Owlnet traces;
+//! - [`tools`]: a trace's coverage curve, and a log cut to a data-set size and looped;
 //! - [`input`]: a run's trace (log or synthetic) and the JSON document;
 //! - [`report`]: throughput, miss ratio, idle time and delay (§3.2.3).
 //!
@@ -22,6 +23,7 @@ pub mod engine;
 pub mod input;
 pub mod report;
 pub mod synth;
+pub mod tools;
 pub mod trace;
 
 pub use cache::CachePolicy;

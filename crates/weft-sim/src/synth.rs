@@ -45,19 +45,27 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// The published statistics a synthetic trace is fitted to.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TraceShape {
-    /// Name (`rice`, `ibm`).
+    /// Name (`rice`, `ibm`, `merged`, `ece`, `cs`, `owlnet`).
     pub name: &'static str,
     /// Distinct targets.
     pub targets: usize,
     /// Data-set size in MiB.
     pub data_set_mib: f64,
-    /// MiB of the most popular targets covering 97, 98 and 99 % of requests.
-    pub coverage_mib: [f64; 3],
-    /// Share of requests to the hottest target.
-    pub top_share: f64,
+    /// Coverage points, in rising order: (share of requests, MiB of the most
+    /// popular targets that draw it).
+    pub coverage: &'static [(f64, f64)],
+    /// The popularity anchor: the `anchor.0` most popular targets draw
+    /// `anchor.1` of the requests (the hottest target's share when `anchor.0` is 1).
+    pub anchor: (usize, f64),
+    /// Mean bytes per request the thesis gives, fitted when present (see
+    /// [`Population::fit`]); `None` leaves sizes independent of popularity
+    /// within a coverage band.
+    pub mean_request_kib: Option<f64>,
+    /// Where the figures come from.
+    pub source: &'static str,
 }
 
-/// The request shares of [`TraceShape::coverage_mib`].
+/// The request shares of Rice's and IBM's coverage points.
 pub const COVERAGE: [f64; 3] = [0.97, 0.98, 0.99];
 
 /// The Rice University trace (§3.2.2, Figure 3.5).
@@ -65,8 +73,10 @@ pub const RICE: TraceShape = TraceShape {
     name: "rice",
     targets: 37_703,
     data_set_mib: 1418.0,
-    coverage_mib: [560.0, 705.0, 927.0],
-    top_share: 0.02,
+    coverage: &[(0.97, 560.0), (0.98, 705.0), (0.99, 927.0)],
+    anchor: (1, 0.02),
+    mean_request_kib: None,
+    source: "§3.2.2, Fig. 3.5; hottest target §3.3.2",
 };
 
 /// The www.ibm.com trace (§3.2.2, Figure 3.6).
@@ -74,28 +84,90 @@ pub const IBM: TraceShape = TraceShape {
     name: "ibm",
     targets: 38_527,
     data_set_mib: 1029.0,
-    coverage_mib: [51.0, 80.0, 182.0],
-    top_share: 0.05,
+    coverage: &[(0.97, 51.0), (0.98, 80.0), (0.99, 182.0)],
+    anchor: (1, 0.05),
+    mean_request_kib: None,
+    source: "§3.2.2, Fig. 3.6; hottest target §3.3.2",
 };
 
+/// MERGED (§2.4.4): the Rice trace of chapter 3 ("also described as the
+/// MERGED trace", Fig. 3.5) with its mean request size, 17 KB, fitted too.
+pub const MERGED: TraceShape = TraceShape {
+    name: "merged",
+    mean_request_kib: Some(17.0),
+    source: "§2.4.4 (17 KB per request) and §3.2.2, Fig. 3.5",
+    ..RICE
+};
+
+/// ECE (§2.4.4, Fig. 2.7): 523 MB of static data; the 5,000 most requested
+/// files are 39 % of it and draw 95 % of requests; 23 KB per request. The
+/// thesis does not give the file count: 10,000 is assumed.
+pub const ECE: TraceShape = TraceShape {
+    name: "ece",
+    targets: 10_000,
+    data_set_mib: 523.0,
+    coverage: &[(0.95, 0.39 * 523.0)],
+    anchor: (5_000, 0.95),
+    mean_request_kib: Some(23.0),
+    source: "§2.4.4, Fig. 2.7 (file count assumed)",
+};
+
+/// CS (§2.4.4, §4.6): only the mean request size, 20 KB, is in the text
+/// (Fig. 2.7's curves are not); the rest is assumed, between ECE and MERGED:
+/// 20,000 files, 600 MB, the 5,000 most requested drawing 90 % of requests
+/// in 30 % of the bytes, the hottest 2 %. The Flash chapter calls it the
+/// more disk-intensive of CS and Owlnet.
+pub const CS: TraceShape = TraceShape {
+    name: "cs",
+    targets: 20_000,
+    data_set_mib: 600.0,
+    coverage: &[(0.90, 180.0)],
+    anchor: (1, 0.02),
+    mean_request_kib: Some(20.0),
+    source: "§2.4.4 (20 KB per request); the rest assumed",
+};
+
+/// Owlnet (§4.6): students' and staff's personal pages; the thesis says only
+/// that its data set is smaller than CS's, its locality higher and its mean
+/// transfer smaller. Assumed: 12,000 files, 150 MB, 95 % of requests drawn
+/// by 25 % of the bytes, the hottest file 5 % (as IBM's), 12 KB per request.
+pub const OWLNET: TraceShape = TraceShape {
+    name: "owlnet",
+    targets: 12_000,
+    data_set_mib: 150.0,
+    coverage: &[(0.95, 37.5)],
+    anchor: (1, 0.05),
+    mean_request_kib: Some(12.0),
+    source: "§4.6 (smaller, more local, smaller transfers than CS); figures assumed",
+};
+
+/// Every shape, by name.
+pub const SHAPES: [TraceShape; 6] = [RICE, IBM, MERGED, ECE, CS, OWLNET];
+
 impl TraceShape {
-    /// `rice` or `ibm`.
+    /// `rice`, `ibm`, `merged`, `ece`, `cs` or `owlnet`.
     pub fn by_name(name: &str) -> Option<TraceShape> {
-        match name {
-            "rice" => Some(RICE),
-            "ibm" => Some(IBM),
-            _ => None,
-        }
+        SHAPES.into_iter().find(|s| s.name == name)
     }
 }
 
 /// Zipf exponent whose top rank draws `share` of requests among `n` targets.
 pub fn fit_alpha(n: usize, share: f64) -> f64 {
-    let top = |a: f64| 1.0 / (1..=n).map(|r| (r as f64).powf(-a)).sum::<f64>();
+    fit_alpha_at(n, 1, share)
+}
+
+/// Zipf exponent whose `k` most popular of `n` targets draw `share` of requests.
+pub fn fit_alpha_at(n: usize, k: usize, share: f64) -> f64 {
+    let k = k.clamp(1, n);
+    let part = |a: f64| {
+        let w = |r: usize| (r as f64).powf(-a);
+        let head: f64 = (1..=k).map(w).sum();
+        head / (head + (k + 1..=n).map(w).sum::<f64>())
+    };
     let (mut lo, mut hi) = (0.0f64, 3.0f64);
     for _ in 0..60 {
         let mid = (lo + hi) / 2.0;
-        if top(mid) < share {
+        if part(mid) < share {
             lo = mid;
         } else {
             hi = mid;
@@ -113,13 +185,15 @@ pub struct Population {
     pub cumulative: Vec<f64>,
     /// Size in bytes of rank i.
     pub sizes: Vec<u64>,
+    /// Mean bytes per request (popularity-weighted size).
+    pub mean_request: f64,
 }
 
 impl Population {
     /// Fit `shape` (deterministic for a seed).
     pub fn fit(shape: &TraceShape, seed: u64) -> Population {
         let n = shape.targets;
-        let alpha = fit_alpha(n, shape.top_share);
+        let alpha = fit_alpha_at(n, shape.anchor.0, shape.anchor.1);
         let weights: Vec<f64> = (1..=n).map(|r| (r as f64).powf(-alpha)).collect();
         let total: f64 = weights.iter().sum();
         let mut acc = 0.0;
@@ -131,36 +205,72 @@ impl Population {
             })
             .collect();
         *cumulative.last_mut().expect("targets > 0") = 1.0;
-        // Band edges: first rank whose cumulative share reaches each point.
+        // Band edges: first rank whose cumulative share reaches each point;
+        // each band gets the bytes between two coverage points.
         let mut edges = vec![0usize];
-        for c in COVERAGE {
-            edges.push(cumulative.partition_point(|&x| x < c) + 1);
+        let mut budgets = Vec::new();
+        let mut below = 0.0;
+        for &(share, mib) in shape.coverage {
+            edges.push((cumulative.partition_point(|&x| x < share) + 1).min(n));
+            budgets.push(mib - below);
+            below = mib;
         }
         edges.push(n);
-        let budgets = [
-            shape.coverage_mib[0],
-            shape.coverage_mib[1] - shape.coverage_mib[0],
-            shape.coverage_mib[2] - shape.coverage_mib[1],
-            shape.data_set_mib - shape.coverage_mib[2],
-        ];
+        budgets.push(shape.data_set_mib - below);
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_5175);
         let lognormal = LogNormal::new(0.0, 1.0).expect("valid lognormal");
-        let mut sizes = vec![0u64; n];
-        for (band, budget) in budgets.iter().enumerate() {
-            let (a, b) = (edges[band], edges[band + 1].max(edges[band]));
-            if a >= b {
-                continue;
+        let draws: Vec<f64> = (0..n).map(|_| lognormal.sample(&mut rng)).collect();
+        let spread = |beta: f64| {
+            let mut sizes = vec![0u64; n];
+            for (band, budget) in budgets.iter().enumerate() {
+                let (a, b) = (edges[band], edges[band + 1].max(edges[band]));
+                if a >= b {
+                    continue;
+                }
+                let w: Vec<f64> = (a..b).map(|i| draws[i] * ((i + 1) as f64).powf(beta)).collect();
+                let sum: f64 = w.iter().sum();
+                for (i, wi) in (a..b).zip(w) {
+                    sizes[i] = ((budget.max(0.0) * MIB * wi / sum).round() as u64).max(1);
+                }
             }
-            let w: Vec<f64> = (a..b).map(|_| lognormal.sample(&mut rng)).collect();
-            let sum: f64 = w.iter().sum();
-            for (i, wi) in (a..b).zip(w) {
-                sizes[i] = ((budget * MIB * wi / sum).round() as u64).max(1);
+            sizes
+        };
+        let mean = |sizes: &[u64]| {
+            let mut prev = 0.0;
+            cumulative
+                .iter()
+                .zip(sizes)
+                .map(|(&c, &s)| {
+                    let p = c - prev;
+                    prev = c;
+                    p * s as f64
+                })
+                .sum::<f64>()
+        };
+        // Sizes tilted by rank^beta inside each band keep every band's bytes
+        // (so the coverage points) and move the mean request size: beta > 0
+        // makes the popular files of a band the small ones. Bisection on beta.
+        let sizes = match shape.mean_request_kib {
+            None => spread(0.0),
+            Some(kib) => {
+                let (mut lo, mut hi) = (-3.0f64, 3.0f64);
+                for _ in 0..40 {
+                    let mid = (lo + hi) / 2.0;
+                    if mean(&spread(mid)) > kib * 1024.0 {
+                        lo = mid;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                spread((lo + hi) / 2.0)
             }
-        }
+        };
+        let mean_request = mean(&sizes);
         Population {
             alpha,
             cumulative,
             sizes,
+            mean_request,
         }
     }
 
@@ -288,19 +398,23 @@ mod tests {
 
     #[test]
     fn both_shapes_match_their_published_statistics() {
-        for shape in [RICE, IBM] {
+        for shape in SHAPES {
             let p = Population::fit(&shape, 1);
-            let top = p.cumulative[0];
-            assert!((top - shape.top_share).abs() < 1e-6, "{}: top share {top}", shape.name);
+            let (k, share) = shape.anchor;
+            let head = p.cumulative[k - 1];
+            assert!((head - share).abs() < 1e-6, "{}: top {k} draw {head}", shape.name);
+            if let Some(kib) = shape.mean_request_kib {
+                let got = p.mean_request / 1024.0;
+                assert!((got - kib).abs() / kib < 0.02, "{}: {got} KiB per request", shape.name);
+            }
             let total: u64 = p.sizes.iter().sum();
             assert!(
                 (total as f64 / MIB - shape.data_set_mib).abs() < 1.0,
                 "{}: total",
                 shape.name
             );
-            for (i, c) in COVERAGE.iter().enumerate() {
-                let got = p.coverage_bytes(*c) as f64 / MIB;
-                let want = shape.coverage_mib[i];
+            for &(c, want) in shape.coverage {
+                let got = p.coverage_bytes(c) as f64 / MIB;
                 // Within one band-edge target of the published figure.
                 assert!(
                     (got - want).abs() / want < 0.02,

@@ -120,6 +120,25 @@ pub fn parse_log_line(line: &[u8]) -> Result<LogLine<'_>, &'static str> {
     })
 }
 
+/// A log file as lines, plain or gzip (recognised by its magic bytes).
+pub fn open_log(path: &Path) -> Result<Box<dyn BufRead>, String> {
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut buffered = BufReader::with_capacity(1 << 16, file);
+    let gz = buffered
+        .fill_buf()
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .starts_with(&[0x1f, 0x8b]);
+    let reader: Box<dyn BufRead> = if gz {
+        Box::new(BufReader::with_capacity(
+            1 << 16,
+            flate2::bufread::MultiGzDecoder::new(buffered),
+        ))
+    } else {
+        Box::new(buffered)
+    };
+    Ok(reader)
+}
+
 /// An access log read line by line.
 pub struct ClfTrace {
     reader: Box<dyn BufRead>,
@@ -134,21 +153,7 @@ pub struct ClfTrace {
 impl ClfTrace {
     /// Open `path`; gzip is recognised by its magic bytes. At most `limit` requests.
     pub fn open(path: &Path, limit: Option<u64>) -> Result<ClfTrace, String> {
-        let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut buffered = BufReader::with_capacity(1 << 16, file);
-        let gz = buffered
-            .fill_buf()
-            .map_err(|e| format!("{}: {e}", path.display()))?
-            .starts_with(&[0x1f, 0x8b]);
-        let reader: Box<dyn BufRead> = if gz {
-            Box::new(BufReader::with_capacity(
-                1 << 16,
-                flate2::bufread::MultiGzDecoder::new(buffered),
-            ))
-        } else {
-            Box::new(buffered)
-        };
-        Ok(ClfTrace::from_reader(reader, limit))
+        Ok(ClfTrace::from_reader(open_log(path)?, limit))
     }
 
     /// Read from any buffered reader (tests, stdin).
