@@ -9,6 +9,7 @@ mod load;
 mod origin;
 mod proxy;
 mod serve;
+mod serve_flash;
 mod service;
 mod sim;
 

@@ -99,6 +99,10 @@ pub struct ServeArgs {
     /// the front-end read from it and is answered from here directly.
     #[arg(long, value_name = "PATH")]
     pub handoff_socket: Option<String>,
+
+    // Architecture and caches (Flash, IO-Lite).
+    #[command(flatten)]
+    pub flash: crate::serve_flash::FlashArgs,
 }
 
 impl ServeArgs {
@@ -126,6 +130,7 @@ impl ServeArgs {
             c.access_log = v.0.clone();
         }
         c.handoff_socket.clone_from(&self.handoff_socket);
+        self.flash.apply(&mut c);
         c
     }
 }

@@ -33,7 +33,7 @@ mod respond;
 pub mod stats;
 pub mod worker;
 
-pub use config::{SendMode, ServeConfig};
+pub use config::{Arch, ResidencyTest, SendMode, ServeConfig};
 pub use stats::ServeStats;
 
 use std::ffi::CString;
@@ -51,6 +51,7 @@ pub struct Server {
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
     workers: WorkerGroup<ServeStats>,
+    helpers: Option<Arc<worker::amped::Helpers>>,
 }
 
 impl GroupStats for ServeStats {
@@ -111,6 +112,11 @@ impl Server {
             })?)),
             None => None,
         };
+        let helpers = match (cfg.arch, &root_path) {
+            (Arch::Amped, Some(_)) => Some(Arc::new(start_helpers(&cfg, workers)?)),
+            _ => None,
+        };
+        let pool = helpers.clone();
         let cfg = Arc::new(cfg);
         let workers = WorkerGroup::start("weft-worker", listeners, move |seat: WorkerSeat| {
             let slot = &slots[seat.index];
@@ -119,12 +125,14 @@ impl Server {
                 Some(l) => Some(Fd::from(l.as_fd().try_clone_to_owned()?)),
                 None => None,
             };
-            run_worker(&cfg, seat, root_path.clone(), (log_fd.clone(), handoff), slot)
+            let pool = pool.clone();
+            run_worker(&cfg, seat, root_path.clone(), (log_fd.clone(), handoff, pool), slot)
         })?;
         Ok(Server {
             addr,
             admin_addr,
             workers,
+            helpers,
         })
     }
 
@@ -145,15 +153,39 @@ impl Server {
 
     /// Wait for every worker to finish; returns the summed counters.
     pub fn wait(self) -> io::Result<ServeStats> {
-        self.workers.wait()
+        let stats = self.workers.wait();
+        if let Some(h) = &self.helpers {
+            h.shutdown();
+        }
+        stats
     }
 }
+
+/// AMPED's helper pool: one for all workers, threads started on demand.
+fn start_helpers(cfg: &ServeConfig, workers: usize) -> io::Result<worker::amped::Helpers> {
+    let mailboxes = Arc::new(weft_io::Mailboxes::new(workers)?);
+    let delay = cfg.test_disk_delay;
+    Ok(weft_io::helpers::HelperPool::new(
+        cfg.helpers,
+        worker::amped::QUEUE_LIMIT,
+        mailboxes,
+        move |job| {
+            if !delay.is_zero() {
+                // `--test-disk-delay`: a slow disk, for the tests.
+                std::thread::sleep(delay);
+            }
+            weft_io::helpers::run_disk_job(job)
+        },
+    ))
+}
+
+type WorkerExtras = (Option<Arc<Fd>>, Option<Fd>, Option<Arc<worker::amped::Helpers>>);
 
 fn run_worker(
     cfg: &ServeConfig,
     seat: WorkerSeat,
     root: Option<CString>,
-    (log_fd, handoff): (Option<Arc<Fd>>, Option<Fd>),
+    (log_fd, handoff, helpers): WorkerExtras,
     slot: &admin::WorkerSlot,
 ) -> io::Result<ServeStats> {
     let files = match root {
@@ -163,12 +195,18 @@ fn run_worker(
                 SendMode::Auto => Some(cfg.small_file_max),
                 _ => None,
             };
+            // `--path-cache 0`: every request translates its path again.
+            let (entries, valid) = match cfg.path_cache {
+                0 => (cfg.file_cache_entries, std::time::Duration::ZERO),
+                n => (cfg.file_cache_entries.min(n), cfg.file_cache_valid),
+            };
             Some(files::FileCache::new(
                 dir,
                 cfg.follow_symlinks,
-                cfg.file_cache_entries,
-                cfg.file_cache_valid,
+                entries,
+                valid,
                 small,
+                cfg.file_cache,
             ))
         }
         None => None,
@@ -180,6 +218,9 @@ fn run_worker(
     let mut w = worker::Worker::new(cfg, seat.listener, files, seat.shutdown, waker, log, slot);
     if let Some(l) = handoff {
         w = w.with_handoff(l);
+    }
+    if let Some(pool) = helpers {
+        w = w.with_helpers(pool, seat.index);
     }
     let stats = weft_io::with_backend!(cfg.event, P => {
         let opts = weft_io::BackendOptions {

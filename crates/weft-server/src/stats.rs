@@ -49,6 +49,16 @@ weft_core::metrics! {
         gauge output_bufs_pooled,
         /// Bytes of the output buffers waiting in the pool.
         gauge output_bytes_pooled,
+        /// AMPED: requests parked for a helper (open/stat or load).
+        counter parked,
+        /// AMPED: residency tests made (a positive one is trusted briefly).
+        counter residency_tests,
+        /// AMPED: residency tests that found the range not (all) resident.
+        counter residency_misses,
+        /// AMPED: helper jobs finished (all workers' pool).
+        gauge helper_jobs,
+        /// Responses aborted because their file changed while being sent.
+        counter snapshot_aborts,
     }
     groups {
         /// System calls by kind.
@@ -80,7 +90,7 @@ mod tests {
         s.syscalls.0[weft_io::SysKind::Accept as usize] = 9;
         s.syscalls.0[weft_io::SysKind::Sendfile as usize] = 10;
         // Keys before issue 21, then the memory gauges it added.
-        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0,\"syscalls\":{\"accept\":9,\"sendfile\":10}";
+        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0,\"parked\":0,\"residency_tests\":0,\"residency_misses\":0,\"helper_jobs\":0,\"snapshot_aborts\":0,\"syscalls\":{\"accept\":9,\"sendfile\":10}";
         assert_eq!(s.to_json(), format!("{head}}}"));
         s.tracker = Some(TrackerStats {
             user_passes: 11,
