@@ -279,11 +279,18 @@ fn serve_file(
             }
         }
     }
+    // The object cache's ready-to-send response (fields and mapped body).
+    let object = match (&body, s.objects.as_mut()) {
+        (Some(_), Some(o)) => o.response(&s.rel, &f),
+        _ => None,
+    };
     let date = s.date.get();
     let out = c.out.own_mut();
     respond::start_head(out, status, date);
     // Content-Type and the validators.
-    if s.cfg.head_cache {
+    if let Some(o) = &object {
+        out.extend_from_slice(o.head());
+    } else if s.cfg.head_cache {
         out.extend_from_slice(&f.fields);
     } else {
         let etag = weft_http::make_etag(f.stat.ino, f.stat.size, f.stat.mtime_ns);
@@ -297,6 +304,12 @@ fn serve_file(
         return (status, answer.content_length().unwrap_or(0));
     };
     let (start, end) = (range.start, range.end);
+    if let Some(o) = object {
+        let body = o.body().slice(start as usize, end as usize);
+        s.stats.bytes_object += end - start;
+        crate::worker::amped::push_shared_body(c, s, f, body);
+        return (status, end - start);
+    }
     if let Some(body) = &f.body {
         // Small file held in memory: one copy into the output buffer buys a
         // single write per response and lets pipelined responses share it.
@@ -315,6 +328,6 @@ fn serve_file(
     if how == FileSend::Copy && s.scratch.is_empty() {
         s.scratch = vec![0u8; COPY_CHUNK];
     }
-    crate::worker::amped::push_file_body(c, s.cfg, f, start, end, how);
+    crate::worker::amped::push_file_body(c, s, f, start, end, how);
     (status, end - start)
 }

@@ -62,9 +62,9 @@ pub struct Conn {
     pub handed: Option<HandedAt>,
     /// AMPED: waiting for a helper (the request stays in `input`).
     pub parked: bool,
-    /// A file body's last bytes, queued after the file is checked again
-    /// (a response is a snapshot; `worker/amped.rs`).
-    pub snapshot: Option<Box<crate::worker::amped::Tail>>,
+    /// A file body's last bytes wait in the worker's table until the file
+    /// is checked again (a response is a snapshot; `worker/amped.rs`).
+    pub snapshot: bool,
 }
 
 /// Where a handed-over connection came from, in 16 bytes (the channel's
@@ -123,7 +123,7 @@ impl Conn {
             resume_queued: false,
             handed: None,
             parked: false,
-            snapshot: None,
+            snapshot: false,
         }
     }
 

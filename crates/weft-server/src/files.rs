@@ -89,6 +89,10 @@ pub struct FileCache {
     /// A helper's answer for one path, used by the next lookup of it.
     /// (None once used: the entry it made counts as fresh until cleared.)
     adopted: Option<(Box<[u8]>, Option<Opened>)>,
+    /// Answering requests a helper just served: entries count as fresh (they
+    /// were checked at most one helper round ago), so a request is never
+    /// sent round again by `--path-cache 0`.
+    resuming: bool,
     /// Paths known to be directories, and when they were checked.
     dirs: HashMap<Box<[u8]>, Instant>,
 }
@@ -120,6 +124,7 @@ impl FileCache {
             max_held,
             adopted: None,
             dirs: HashMap::new(),
+            resuming: false,
         }
     }
 
@@ -154,9 +159,12 @@ impl FileCache {
         Some(self.open(rel))
     }
 
-    /// Forget an adopted answer nobody used.
-    pub fn clear_adopted(&mut self) {
-        self.adopted = None;
+    /// A helper's answer is being used (true) or has been (false): see `resuming`.
+    pub fn set_resuming(&mut self, on: bool) {
+        self.resuming = on;
+        if !on {
+            self.adopted = None;
+        }
     }
 
     fn remove(&mut self, rel: &[u8]) {
@@ -170,8 +178,16 @@ impl FileCache {
     /// needs the disk is a [`Lookup::Miss`].
     pub fn lookup(&mut self, rel: &[u8], now: Instant, inline: bool) -> Lookup {
         if let Some(f) = self.entries.get(rel) {
-            let adopted = self.adopted.as_ref().is_some_and(|(p, r)| r.is_none() && &p[..] == rel);
-            if adopted || now.duration_since(f.checked.get()) < self.valid {
+            // A helper's answer for this path wins; once used, it is fresh.
+            let answer = self
+                .adopted
+                .as_ref()
+                .filter(|(p, _)| &p[..] == rel)
+                .map(|(_, r)| r.is_some());
+            if answer == Some(false)
+                || (answer.is_none() && self.resuming)
+                || now.duration_since(f.checked.get()) < self.valid
+            {
                 return Lookup::File(f.clone());
             }
             // Stale: revalidate by opening again and comparing identity.

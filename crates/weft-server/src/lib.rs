@@ -28,6 +28,7 @@ mod conn;
 pub mod demo;
 mod files;
 pub mod mime;
+mod objects;
 pub mod path;
 mod respond;
 pub mod stats;
@@ -191,8 +192,10 @@ fn run_worker(
     let files = match root {
         Some(c) => {
             let dir = sys::open_dir(&c)?;
+            // With the object cache, file bytes are page-cache mappings only
+            // (no heap copies of small files).
             let small = match cfg.send {
-                SendMode::Auto => Some(cfg.small_file_max),
+                SendMode::Auto if cfg.object_cache == 0 => Some(cfg.small_file_max),
                 _ => None,
             };
             // `--path-cache 0`: every request translates its path again.

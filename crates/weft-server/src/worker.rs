@@ -117,6 +117,10 @@ pub(crate) struct Shared<'a> {
     pub(crate) loaded: bool,
     /// The `nowait` residency probe's buffer (allocated on first use).
     pub(crate) probe: Vec<u8>,
+    /// The IO-Lite object cache (`--object-cache`).
+    pub(crate) objects: Option<crate::objects::Objects>,
+    /// File bodies' last bytes, by connection, until the file is checked again.
+    pub(crate) tails: std::collections::HashMap<Token, amped::Tail>,
 }
 
 /// One worker's handler.
@@ -185,6 +189,9 @@ impl<'a> Worker<'a> {
                 overloaded: false,
                 loaded: false,
                 probe: Vec::new(),
+                tails: std::collections::HashMap::new(),
+                objects: (cfg.object_cache > 0)
+                    .then(|| crate::objects::Objects::new(cfg.object_cache, cfg.cache_policy)),
             },
             conns: Slab::new(),
             listener: Some(listener),
@@ -247,6 +254,9 @@ impl<'a> Worker<'a> {
         s.output_bufs_lent = own.lent() as u64;
         s.output_bufs_pooled = own.idle() as u64;
         s.output_bytes_pooled = own.idle_bytes() as u64;
+        if let Some(o) = &self.shared.objects {
+            o.report(&mut s);
+        }
         s
     }
 
@@ -361,6 +371,9 @@ impl<'a> Worker<'a> {
                 }
             }
             c.input.discard(&mut self.shared.pool);
+            if c.snapshot {
+                self.shared.tails.remove(&token);
+            }
             c.out.clear();
             c.out.release_own(&mut self.shared.own_pool);
             cx.close_later(c.fd, true);
@@ -476,6 +489,9 @@ impl<'a> Worker<'a> {
             h.finished(&mut self.shared, &mut done);
         }
         for (tokens, rel, d) in done.drain(..) {
+            if let Some(files) = self.shared.files.as_mut() {
+                files.set_resuming(true);
+            }
             let loaded = match d {
                 weft_io::helpers::DiskDone::Opened { result, .. } => {
                     if let (Some(files), Some(rel)) = (self.shared.files.as_mut(), rel) {
@@ -495,7 +511,7 @@ impl<'a> Worker<'a> {
                 self.shared.loaded = false;
             }
             if let Some(files) = self.shared.files.as_mut() {
-                files.clear_adopted();
+                files.set_resuming(false);
             }
         }
         self.resumed = done;
@@ -757,7 +773,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
                 }
                 Err(_) => return Next::Close,
             }
-            if c.snapshot.is_some() {
+            if c.snapshot {
                 // A response is a snapshot: its last bytes go only if the
                 // file is still the one its head described.
                 if !amped::send_tail(c, s) {

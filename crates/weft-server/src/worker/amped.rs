@@ -17,7 +17,7 @@
 //! [`SNAPSHOT_TAIL`] bytes, and the connection is aborted if it changed.
 
 use super::Shared;
-use crate::config::{ResidencyTest, SendMode, ServeConfig};
+use crate::config::{ResidencyTest, SendMode};
 use crate::conn::Conn;
 use crate::files::CachedFile;
 use std::collections::HashMap;
@@ -61,9 +61,15 @@ pub(crate) enum NotYet {
 /// A file body's last bytes, queued once the file is checked again.
 pub(crate) struct Tail {
     file: Rc<CachedFile>,
-    start: u64,
-    end: u64,
-    how: FileSend,
+    body: TailBody,
+}
+
+/// Where a tail's bytes come from.
+enum TailBody {
+    /// A range of the file (sendfile or pread + writev).
+    File { start: u64, end: u64, how: FileSend },
+    /// Page-cache mappings of the object cache.
+    Shared(weft_buf::Aggregate),
 }
 
 /// What a job is about: requests waiting for the same open or load share one job.
@@ -260,32 +266,49 @@ pub(crate) fn same_file(f: &CachedFile) -> bool {
 }
 
 /// Queue a file body; with the snapshot check on, its last bytes wait in
-/// [`Conn::snapshot`] until [`send_tail`] has checked the file again.
-pub(crate) fn push_file_body(c: &mut Conn, cfg: &ServeConfig, f: Rc<CachedFile>, start: u64, end: u64, how: FileSend) {
-    if cfg.snapshot_check && end - start > SNAPSHOT_TAIL {
+/// the worker's table (`Shared::tails`) until [`send_tail`] has checked the file again.
+pub(crate) fn push_file_body(c: &mut Conn, s: &mut Shared<'_>, f: Rc<CachedFile>, start: u64, end: u64, how: FileSend) {
+    if s.cfg.snapshot_check && end - start > SNAPSHOT_TAIL {
         let cut = end - SNAPSHOT_TAIL;
         c.out.push_file(f.clone(), start, cut, how);
-        c.snapshot = Some(Box::new(Tail {
-            file: f,
-            start: cut,
-            end,
-            how,
-        }));
+        let body = TailBody::File { start: cut, end, how };
+        c.snapshot = true;
+        s.tails.insert(c.token, Tail { file: f, body });
     } else {
         c.out.push_file(f, start, end, how);
+    }
+}
+
+/// Queue an object-cache body (shared mappings, no copy), with its last
+/// bytes held back like a file body's: the mapped pages are the file's, so
+/// a file rewritten in place would change them mid-send.
+pub(crate) fn push_shared_body(c: &mut Conn, s: &mut Shared<'_>, f: Rc<CachedFile>, body: weft_buf::Aggregate) {
+    let len = body.len();
+    if s.cfg.snapshot_check && len as u64 > SNAPSHOT_TAIL {
+        let cut = len - SNAPSHOT_TAIL as usize;
+        c.out.push_aggregate(&body.slice(0, cut));
+        let body = TailBody::Shared(body.slice(cut, len));
+        c.snapshot = true;
+        s.tails.insert(c.token, Tail { file: f, body });
+    } else {
+        c.out.push_aggregate(&body);
     }
 }
 
 /// Everything before a body's tail is sent: check the file and queue the
 /// tail (true), or say the response must be aborted (false).
 pub(crate) fn send_tail(c: &mut Conn, s: &mut Shared<'_>) -> bool {
-    let Some(t) = c.snapshot.take() else {
+    c.snapshot = false;
+    let Some(t) = s.tails.remove(&c.token) else {
         return true;
     };
     if !same_file(&t.file) {
         s.stats.snapshot_aborts += 1;
         return false;
     }
-    c.out.push_file(t.file, t.start, t.end, t.how);
+    match t.body {
+        TailBody::File { start, end, how } => c.out.push_file(t.file, start, end, how),
+        TailBody::Shared(a) => c.out.push_aggregate(&a),
+    }
     true
 }
