@@ -10,7 +10,7 @@ use weft_policy::{GdsCost, PolicyKind};
 fn parse_helpers(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=1024).contains(&n) => Ok(n),
-        _ => Err(format!("invalid helper count `{s}` (expected 1..1024)")),
+        _ => Err(format!("invalid count `{s}` (expected 1..1024)")),
     }
 }
 
@@ -73,6 +73,11 @@ pub struct FlashArgs {
     #[arg(long, value_name = "on|off", value_parser = parse_on_off, num_args = 0..=1, default_missing_value = "on")]
     pub snapshot_check: Option<bool>,
 
+    /// MT: threads [default: 64]; MP: processes [default: 32], each serving one connection at a
+    /// time with blocking I/O.
+    #[arg(long, value_name = "N", value_parser = parse_helpers)]
+    pub pool: Option<usize>,
+
     /// Test only: every residency test misses, so every file read goes through a helper.
     #[arg(long, hide = true)]
     pub test_miss: bool,
@@ -107,6 +112,14 @@ impl FlashArgs {
             test_disk_delay
         );
         c.test_miss |= self.test_miss;
+        c.pool = self.pool.or(c.pool);
+        // One of an MP server's processes (started by it, told where to bind).
+        if let Some(addr) = std::env::var(weft_server::blocking::MP_CHILD_ENV)
+            .ok()
+            .and_then(|a| a.parse().ok())
+        {
+            weft_server::blocking::as_mp_child(c, addr);
+        }
         match (self.cache_policy, self.gds_cost) {
             (Some(PolicyKind::Gds(_)) | None, Some(cost)) => c.cache_policy = PolicyKind::Gds(cost),
             (Some(p), _) => c.cache_policy = p,

@@ -18,6 +18,8 @@ macro_rules! per_arch {
         per_arch!(@arch amped_miss, &["--arch", "amped", "--test-miss", "--helpers", "2"], $($scenario),*);
         per_arch!(@arch amped_mincore, &["--arch", "amped", "--residency", "mincore"], $($scenario),*);
         per_arch!(@arch sped, &["--arch", "sped"], $($scenario),*);
+        per_arch!(@arch mt, &["--arch", "mt", "--pool", "8"], $($scenario),*);
+        per_arch!(@arch mp, &["--arch", "mp", "--pool", "4"], $($scenario),*);
         per_arch!(@arch no_caches, &["--path-cache", "0", "--head-cache", "off", "--file-cache", "0"], $($scenario),*);
         per_arch!(@arch object_cache, &["--object-cache", "64MiB"], $($scenario),*);
         per_arch!(@arch object_cache_miss, &["--object-cache", "64MiB", "--test-miss"], $($scenario),*);

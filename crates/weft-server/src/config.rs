@@ -149,6 +149,11 @@ pub struct ServeConfig {
     /// Re-check a file sent with sendfile before its last bytes (a response
     /// is a snapshot: a file changed mid-send aborts the connection).
     pub snapshot_check: bool,
+    /// MT: threads; MP: processes (each serving one connection at a time).
+    /// `None`: the thesis's settings scaled (MT 64, MP 32; `docs/serve.md`).
+    pub pool: Option<usize>,
+    /// This process is one of an MP server's processes (set by the parent).
+    pub mp_child: bool,
     /// Test only: every residency test misses (forces the helper path).
     pub test_miss: bool,
     /// Test only: each helper job first sleeps this long (a slow disk).
@@ -193,6 +198,8 @@ impl Default for ServeConfig {
             object_cache: 0,
             cache_policy: weft_policy::PolicyKind::Gds(weft_policy::GdsCost::One),
             snapshot_check: true,
+            pool: None,
+            mp_child: false,
             test_miss: false,
             test_disk_delay: Duration::ZERO,
         }

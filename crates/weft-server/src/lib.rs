@@ -23,6 +23,7 @@ pub mod accesslog;
 pub mod admin;
 mod answer;
 pub mod autoindex;
+pub mod blocking;
 pub mod config;
 mod conn;
 pub mod demo;
@@ -53,6 +54,8 @@ pub struct Server {
     admin_addr: Option<SocketAddr>,
     workers: WorkerGroup<ServeStats>,
     helpers: Option<Arc<worker::amped::Helpers>>,
+    /// MP: the serving processes (killed when dropped).
+    children: blocking::Children,
 }
 
 impl GroupStats for ServeStats {
@@ -91,8 +94,24 @@ impl Server {
             }
             None => None,
         };
-        let share = weft_io::workers::PortShare::from_reuse_port(cfg.reuse_port);
-        let (listeners, addr) = weft_io::workers::bind_listeners(cfg.listen, workers, cfg.backlog, share)?;
+        // MT: one listener shared by the threads; MP: the processes bind
+        // the port with SO_REUSEPORT beside this one, which then closes.
+        let blocking = matches!(cfg.arch, Arch::Mt | Arch::Mp);
+        let (workers, reuse) = match cfg.arch {
+            Arch::Mt => (cfg.pool.unwrap_or(blocking::MT_THREADS), cfg.reuse_port),
+            Arch::Mp => (1, true),
+            _ => (workers, cfg.reuse_port),
+        };
+        let share = weft_io::workers::PortShare::from_reuse_port(reuse);
+        let bound = if blocking { 1 } else { workers };
+        let (mut listeners, addr) = weft_io::workers::bind_listeners(cfg.listen, bound, cfg.backlog, share)?;
+        if blocking {
+            let first = std::os::fd::OwnedFd::from(listeners.remove(0));
+            for _ in 1..workers {
+                listeners.push(Fd::from(first.try_clone()?));
+            }
+            listeners.insert(0, Fd::from(first));
+        }
         for l in &listeners {
             // Accepted sockets inherit TCP_NODELAY from the listener on Linux: a
             // second small write on a connection (pipelined responses) must not
@@ -113,6 +132,9 @@ impl Server {
             })?)),
             None => None,
         };
+        if cfg.arch == Arch::Mp {
+            return blocking::start_mp(cfg, listeners, addr, admin_addr);
+        }
         let helpers = match (cfg.arch, &root_path) {
             (Arch::Amped, Some(_)) => Some(Arc::new(start_helpers(&cfg, workers)?)),
             _ => None,
@@ -134,6 +156,7 @@ impl Server {
             admin_addr,
             workers,
             helpers,
+            children: blocking::Children::default(),
         })
     }
 
@@ -155,6 +178,7 @@ impl Server {
     /// Wait for every worker to finish; returns the summed counters.
     pub fn wait(self) -> io::Result<ServeStats> {
         let stats = self.workers.wait();
+        drop(self.children);
         if let Some(h) = &self.helpers {
             h.shutdown();
         }
@@ -224,6 +248,12 @@ fn run_worker(
     }
     if let Some(pool) = helpers {
         w = w.with_helpers(pool, seat.index);
+    }
+    if matches!(cfg.arch, Arch::Mt | Arch::Mp) {
+        w.run_blocking()?;
+        let stats = w.stats();
+        drop(w);
+        return Ok(stats);
     }
     let stats = weft_io::with_backend!(cfg.event, P => {
         let opts = weft_io::BackendOptions {

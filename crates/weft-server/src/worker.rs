@@ -12,6 +12,7 @@
 //! interest updated; edge-triggered registrations never change.
 
 pub(crate) mod amped;
+mod blocking;
 mod handoff;
 
 pub(crate) use amped::Wait;
