@@ -5,7 +5,10 @@ from . import (
     connection_scaling,
     epoll_study,
     event_syscalls,
+    flash_arch,
+    flash_breakdown,
     idle_memory,
+    iolite,
     lard_cluster,
     lard_sim,
     load_calibration,
@@ -31,5 +34,8 @@ EXPERIMENTS = {
         polymix,
         lard_sim,
         lard_cluster,
+        flash_arch,
+        flash_breakdown,
+        iolite,
     )
 }
