@@ -227,3 +227,31 @@ fn bad_flags_name_the_key() {
         assert!(err.contains(flag), "{flag}: {err}");
     }
 }
+
+/// The object cache answers the second request from its mappings and says
+/// so in the counters: one lookup hit, the body bytes sent from it, body
+/// bytes held as mappings and only the header fields on the heap.
+#[test]
+fn object_cache_counts_hits_and_holds_no_heap_body() {
+    let site = site();
+    let mut w = serve(&site, &["--object-cache", "64MiB", "--stats-on-exit"], &[]);
+    for _ in 0..2 {
+        assert!(get(&w, "/big.bin").body == pattern(3 * 1024 * 1024 + 17));
+    }
+    w.terminate();
+    assert_eq!(w.wait_exit(Duration::from_secs(20)), Some(0));
+    let err = w.stderr();
+    let num = |key: &str| -> u64 {
+        let at = err
+            .find(&format!("\"{key}\":"))
+            .unwrap_or_else(|| panic!("{key} in {err}"));
+        let rest = &err[at + key.len() + 3..];
+        rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap()]
+            .parse()
+            .unwrap()
+    };
+    assert_eq!((num("object_lookups"), num("object_hits")), (2, 1), "{err}");
+    assert_eq!(num("bytes_object"), 2 * (3 * 1024 * 1024 + 17));
+    assert_eq!(num("object_mapped_bytes"), 3 * 1024 * 1024 + 17);
+    assert!(num("object_heap_bytes") < 400, "only the header fields are on the heap");
+}
