@@ -78,14 +78,18 @@ def drop_cached(www: str) -> None:
     """Drop the data set's pages from the page cache (every run starts cold)."""
     for d, _, files in os.walk(www):
         for name in files:
-            try:
-                fd = os.open(os.path.join(d, name), os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+            with open(os.path.join(d, name), "rb") as f:
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def finish(lab: core.Lab, md: list[str], rows: list[dict]) -> int:
+    """Close a summary (checks, versions), write it; the number of runs with errors."""
+    problems = [r for r in rows if r["errors"]]
+    md += ["## Checks", "", f"- {len(problems)} run(s) with errors" if problems else "- no errors", ""]
+    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
+    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
+        f.write("\n".join(md))
+    return len(problems)
 
 
 def gen_specweb(lab: core.Lab, www: str, dirs: int) -> None:
@@ -187,9 +191,5 @@ def run(lab: core.Lab) -> dict:
         md += [f"## SPECweb99 in a {memory >> 20} MiB memory cgroup: requests/s", "", report.markdown_table(["server"] + cols, t), ""]
         cols, t = report.pivot(med, "server", "dataset", "mbit_s")
         md += ["## ... Mbit/s", "", report.markdown_table(["server"] + cols, t), ""]
-    problems = [r for r in rows if r["errors"]]
-    md += ["## Checks", "", f"- {len(problems)} run(s) with errors" if problems else "- no errors", ""]
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
-    return {"runs": len(rows), "problems": len(problems)}
+    problems = finish(lab, md, rows)
+    return {"runs": len(rows), "problems": problems}

@@ -14,6 +14,7 @@ import itertools
 import os
 
 from .. import core, report, servers
+from .flash_arch import finish
 
 NAME = "flash-breakdown"
 DESCRIPTION = "Flash's three caches (path, head, file) in all 8 combinations, weft serve --arch amped, single file"
@@ -61,9 +62,5 @@ def run(lab: core.Lab) -> dict:
     md += ["## Requests/s", "", report.markdown_table(["caches on"] + cols, t), ""]
     cols, t = report.pivot(med, "caches", "size", "cpu_us_per_req")
     md += ["## Server CPU µs per request", "", report.markdown_table(["caches on"] + cols, t), ""]
-    problems = [r for r in rows if r["errors"]]
-    md += ["## Checks", "", f"- {len(problems)} run(s) with errors" if problems else "- no errors", ""]
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
-    return {"medians": med, "problems": len(problems)}
+    problems = finish(lab, md, rows)
+    return {"medians": med, "problems": problems}

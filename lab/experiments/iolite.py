@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from .. import core, report, servers
-from .flash_arch import SPECWEB_DIR_BYTES, gen_specweb, weft_load
+from .flash_arch import SPECWEB_DIR_BYTES, finish, gen_specweb, weft_load
 
 NAME = "iolite"
 DESCRIPTION = "IO-Lite object cache in weft serve: off/on, GDS (1, packets, bytes) vs LRU vs LRU-500K, hit ratios, CPU per request"
@@ -85,9 +85,5 @@ def run(lab: core.Lab) -> dict:
               report.fmt_num(r.get("byte_hit_ratio"), 3), report.fmt_num(r.get("bytes_per_cached_byte"), 3)] for r in med]  # fmt: skip
     md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run, median of {reps}; SPECweb99 {dirs} dirs ({dirs * SPECWEB_DIR_BYTES / 2**20:.0f} MiB), object cache {budget / 2**20:.0f} MiB per worker; `{' '.join(lab.load_command)}`.", ""]
     md += [report.markdown_table(head, table), ""]
-    problems = [r for r in rows if r["errors"]]
-    md += ["## Checks", "", f"- {len(problems)} run(s) with errors" if problems else "- no errors", ""]
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
-    return {"medians": med, "problems": len(problems)}
+    problems = finish(lab, md, rows)
+    return {"medians": med, "problems": problems}
