@@ -307,7 +307,8 @@ fn serve_file(
     if let Some(o) = object {
         let body = o.body().slice(start as usize, end as usize);
         s.stats.bytes_object += end - start;
-        crate::worker::amped::push_shared_body(c, s, f, body);
+        c.out.push_aggregate(&body);
+        crate::worker::amped::sending_from(s, f);
         return (status, end - start);
     }
     if let Some(body) = &f.body {
@@ -328,6 +329,7 @@ fn serve_file(
     if how == FileSend::Copy && s.scratch.is_empty() {
         s.scratch = vec![0u8; COPY_CHUNK];
     }
-    crate::worker::amped::push_file_body(c, s, f, start, end, how);
+    c.out.push_file(f.clone(), start, end, how);
+    crate::worker::amped::sending_from(s, f);
     (status, end - start)
 }

@@ -120,8 +120,10 @@ pub(crate) struct Shared<'a> {
     pub(crate) probe: Vec<u8>,
     /// The IO-Lite object cache (`--object-cache`).
     pub(crate) objects: Option<crate::objects::Objects>,
-    /// File bodies' last bytes, by connection, until the file is checked again.
-    pub(crate) tails: std::collections::HashMap<Token, amped::Tail>,
+    /// Files whose bodies are in flight on connections whose send blocked.
+    pub(crate) tails: std::collections::HashMap<Token, amped::InFlight>,
+    /// The file the response just answered is sent from (until the flush).
+    pub(crate) in_flight: Option<amped::InFlight>,
 }
 
 /// One worker's handler.
@@ -191,6 +193,7 @@ impl<'a> Worker<'a> {
                 loaded: false,
                 probe: Vec::new(),
                 tails: std::collections::HashMap::new(),
+                in_flight: None,
                 objects: (cfg.object_cache > 0)
                     .then(|| crate::objects::Objects::new(cfg.object_cache, cfg.cache_policy)),
             },
@@ -763,24 +766,24 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
     let mut budget = if gives_back { 1 } else { REQUESTS_PER_PASS };
     loop {
         if c.has_output() {
+            // A blocked file body resumes only if its file did not change.
+            if !amped::before_flush(c, s) {
+                return Next::Close;
+            }
             match c.out.flush(&c.fd, &[], &mut s.scratch) {
                 Ok(f) => {
                     s.stats.bytes_sendfile += f.sendfile;
                     s.stats.bytes_copy += f.copied;
                     c.last_activity = now;
+                    amped::after_flush(c, s, f.blocked);
                     if f.blocked {
                         return Next::Write;
                     }
                 }
-                Err(_) => return Next::Close,
-            }
-            if c.snapshot {
-                // A response is a snapshot: its last bytes go only if the
-                // file is still the one its head described.
-                if !amped::send_tail(c, s) {
+                Err(_) => {
+                    s.in_flight = None;
                     return Next::Close;
                 }
-                continue;
             }
         }
         if c.close_after {
@@ -807,8 +810,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
             continue;
         }
         if s.wait.is_some() {
-            // Parked (AMPED): the worker submits the wait.
-            return Next::Read;
+            return Next::Read; // parked (AMPED): the worker submits the wait
         }
         if c.eof {
             return Next::Close;

@@ -12,9 +12,11 @@
 //! A positive residency test is trusted for [`RESIDENT_TRUST`], so a hot file
 //! costs no test per request.
 //!
-//! The snapshot rule (§2.2.5) lives here too: a body sent from the file is
-//! checked (inode, size, mtime by `fstat`) before its last
-//! [`SNAPSHOT_TAIL`] bytes, and the connection is aborted if it changed.
+//! The snapshot rule (§2.2.5) lives here too: a body sent from the file (or
+//! its mappings) is checked (inode, size, mtime by `fstat`) before its head
+//! is written and again before every flush that resumes a blocked send; the
+//! connection is aborted if it changed, so a client sees a truncated
+//! response, never a complete torn one.
 
 use super::Shared;
 use crate::config::{ResidencyTest, SendMode};
@@ -26,12 +28,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_io::helpers::{DiskDone, DiskJob, HelperPool};
 use weft_io::sys::{self, residency, Fd};
-use weft_io::{FileSend, Token};
+use weft_io::Token;
 
 /// How long a residency test that found a whole range resident is trusted.
 pub(crate) const RESIDENT_TRUST: Duration = Duration::from_millis(250);
-/// The last bytes of a file body, sent only after the file is checked again.
-pub(crate) const SNAPSHOT_TAIL: u64 = 64 * 1024;
 /// Jobs waiting for a helper before requests get 503.
 pub(crate) const QUEUE_LIMIT: usize = 4096;
 /// Probe size of the `nowait` test.
@@ -58,19 +58,9 @@ pub(crate) enum NotYet {
     Changed,
 }
 
-/// A file body's last bytes, queued once the file is checked again.
-pub(crate) struct Tail {
-    file: Rc<CachedFile>,
-    body: TailBody,
-}
-
-/// Where a tail's bytes come from.
-enum TailBody {
-    /// A range of the file (sendfile or pread + writev).
-    File { start: u64, end: u64, how: FileSend },
-    /// Page-cache mappings of the object cache.
-    Shared(weft_buf::Aggregate),
-}
+/// A file body in flight on a connection whose send blocked: checked
+/// again before each resumed flush.
+pub(crate) type InFlight = Rc<CachedFile>;
 
 /// What a job is about: requests waiting for the same open or load share one job.
 #[derive(Hash, PartialEq, Eq)]
@@ -202,7 +192,7 @@ pub(crate) fn before_file_read(
     end: u64,
     now: Instant,
 ) -> Result<(), NotYet> {
-    if s.cfg.snapshot_check && end - start <= SNAPSHOT_TAIL && !same_file(f) {
+    if s.cfg.snapshot_check && !same_file(f) {
         return Err(NotYet::Changed);
     }
     if !s.amped || s.loaded || s.cfg.residency == ResidencyTest::None {
@@ -265,50 +255,39 @@ pub(crate) fn same_file(f: &CachedFile) -> bool {
     }
 }
 
-/// Queue a file body; with the snapshot check on, its last bytes wait in
-/// the worker's table (`Shared::tails`) until [`send_tail`] has checked the file again.
-pub(crate) fn push_file_body(c: &mut Conn, s: &mut Shared<'_>, f: Rc<CachedFile>, start: u64, end: u64, how: FileSend) {
-    if s.cfg.snapshot_check && end - start > SNAPSHOT_TAIL {
-        let cut = end - SNAPSHOT_TAIL;
-        c.out.push_file(f.clone(), start, cut, how);
-        let body = TailBody::File { start: cut, end, how };
-        c.snapshot = true;
-        s.tails.insert(c.token, Tail { file: f, body });
-    } else {
-        c.out.push_file(f, start, end, how);
+/// The body of the response just answered is sent from `f` (a file range or
+/// its mappings): remember it until the flush after the answer says whether
+/// the send finished ([`after_flush`]).
+pub(crate) fn sending_from(s: &mut Shared<'_>, f: Rc<CachedFile>) {
+    if s.cfg.snapshot_check {
+        s.in_flight = Some(f);
     }
 }
 
-/// Queue an object-cache body (shared mappings, no copy), with its last
-/// bytes held back like a file body's: the mapped pages are the file's, so
-/// a file rewritten in place would change them mid-send.
-pub(crate) fn push_shared_body(c: &mut Conn, s: &mut Shared<'_>, f: Rc<CachedFile>, body: weft_buf::Aggregate) {
-    let len = body.len();
-    if s.cfg.snapshot_check && len as u64 > SNAPSHOT_TAIL {
-        let cut = len - SNAPSHOT_TAIL as usize;
-        c.out.push_aggregate(&body.slice(0, cut));
-        let body = TailBody::Shared(body.slice(cut, len));
-        c.snapshot = true;
-        s.tails.insert(c.token, Tail { file: f, body });
-    } else {
-        c.out.push_aggregate(&body);
-    }
-}
-
-/// Everything before a body's tail is sent: check the file and queue the
-/// tail (true), or say the response must be aborted (false).
-pub(crate) fn send_tail(c: &mut Conn, s: &mut Shared<'_>) -> bool {
-    c.snapshot = false;
-    let Some(t) = s.tails.remove(&c.token) else {
+/// Before a flush resumes a blocked send: is the file still the one whose
+/// head went out? False: abort the response.
+pub(crate) fn before_flush(c: &Conn, s: &mut Shared<'_>) -> bool {
+    if !c.snapshot {
         return true;
-    };
-    if !same_file(&t.file) {
+    }
+    let same = s.tails.get(&c.token).is_none_or(|f| same_file(f));
+    if !same {
         s.stats.snapshot_aborts += 1;
-        return false;
     }
-    match t.body {
-        TailBody::File { start, end, how } => c.out.push_file(t.file, start, end, how),
-        TailBody::Shared(a) => c.out.push_aggregate(&a),
+    same
+}
+
+/// After a flush: a blocked send keeps its file to check before the next
+/// flush; a finished one forgets it.
+pub(crate) fn after_flush(c: &mut Conn, s: &mut Shared<'_>, blocked: bool) {
+    let fresh = s.in_flight.take();
+    if blocked {
+        if let Some(f) = fresh {
+            s.tails.insert(c.token, f);
+            c.snapshot = true;
+        }
+    } else if c.snapshot {
+        s.tails.remove(&c.token);
+        c.snapshot = false;
     }
-    true
 }

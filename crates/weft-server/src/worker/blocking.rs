@@ -14,6 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 use weft_io::sys::Fd;
 use weft_io::{Interest, Token};
 
+/// The longest a send blocks before the thread looks again (`SO_SNDTIMEO`).
+const SEND_SLICE: Duration = Duration::from_millis(50);
 /// How often a thread blocked in `accept` looks at the shutdown switch.
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
 
@@ -55,10 +57,12 @@ impl Worker<'_> {
     fn serve_blocking(&mut self, s: TcpStream, peer: Option<std::net::SocketAddr>) {
         let cfg = self.shared.cfg;
         let wait = cfg.header_timeout.max(Duration::from_millis(1));
+        // Sends block in slices of SEND_SLICE, so a body's file is checked
+        // between them (a response is a snapshot) and the send timeout is
+        // counted here.
         if s.set_nonblocking(false).is_err()
             || s.set_read_timeout(Some(wait)).is_err()
-            || s.set_write_timeout(Some(cfg.send_timeout.max(Duration::from_millis(1))))
-                .is_err()
+            || s.set_write_timeout(Some(SEND_SLICE)).is_err()
         {
             return;
         }
@@ -66,8 +70,9 @@ impl Worker<'_> {
         let now = Instant::now();
         let mut c = Conn::new(Fd::from(s), Token::new(0, 0), peer, Interest::READ, now);
         c.may_read = true;
+        let mut progress = now;
         loop {
-            let (t0, answered) = (Instant::now(), c.requests);
+            let (t0, answered, queued) = (Instant::now(), c.requests, c.out.len());
             self.shared.date.update(SystemTime::now());
             let next = if c.lingering {
                 linger_read(&mut c, &mut self.shared.pool)
@@ -77,10 +82,15 @@ impl Worker<'_> {
             c.input.release(&mut self.shared.pool);
             c.out.release_own(&mut self.shared.own_pool);
             let idle = c.requests == answered && t0.elapsed() >= wait.mul_f32(0.9);
+            if c.out.len() != queued || c.requests != answered {
+                progress = Instant::now();
+            }
             match next {
                 Next::Close => break,
-                // A blocking send that timed out.
-                Next::Write => break,
+                // A send slice ended with bytes left: go on, unless nothing
+                // moved for the send timeout.
+                Next::Write if progress.elapsed() >= cfg.send_timeout => break,
+                Next::Write => {}
                 _ if c.lingering && !c.may_read => break,
                 // A receive that timed out with nothing answered.
                 Next::Read if idle && !c.may_read => break,
