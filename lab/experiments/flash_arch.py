@@ -1,8 +1,8 @@
 """flash-arch: Flash's architectures in weft serve (thesis 004, Figures 4.6-4.10, 4.12; issue 24).
 
 Part `single`: one file requested over and over (Figures 4.6-4.7), file sizes
-1 KiB .. 1 MiB, for `weft serve --arch amped|sped|mt|mp` and the anchors nginx
-and lighttpd; wrk -c50 keep-alive, throughput and server CPU per request.
+1 KiB .. 1 MiB, for `weft serve --arch amped|sped|mt|mp` (and amped with the
+object cache) and the anchors nginx and lighttpd; wrk -c50 keep-alive, throughput and server CPU per request.
 
 Part `trace` (Figure 4.8's data-set sizes): the SPECweb99 file set (`weft load
 gen specweb99`) replayed by `weft load --workload specweb99 --clients 64`,
@@ -13,7 +13,7 @@ it). The data set's pages are dropped from the page cache
 
 The thesis's settings scaled (docs/serve.md): MT 64 threads, MP 32 processes
 with 200-entry / 4 MB private caches, AMPED and SPED one process.
---quick: 2 sizes, 3 servers on 2 data-set sizes, 1.5 s / 6 s runs.
+--quick: 2 sizes, 3 servers on 2 data-set sizes, 2 s / 6 s runs.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def weft(label: str, *extra: str) -> servers.ServerSpec:
 
 
 ARCHS = [weft("amped", "--arch", "amped"), weft("sped", "--arch", "sped"), weft("mt", "--arch", "mt"), weft("mp", "--arch", "mp")]
+# The issue's CPU target: the object cache on, 8 KiB and 100 KiB.
+OBJECTS = weft("amped+objects", "--arch", "amped", "--object-cache", "64MiB")
 ANCHORS = [servers.ServerSpec("nginx", "nginx"), servers.ServerSpec("lighttpd", "lighttpd")]
 
 
@@ -161,11 +163,11 @@ def run(lab: core.Lab) -> dict:
     reps = 1 if lab.quick else 3
     lab.prepare(commands=["nginx", "lighttpd"])
     if lab.quick:
-        sizes = [("1 KiB", 1 << 10), ("100 KiB", 100 << 10)]
-        single = run_single(lab, ARCHS + ANCHORS, sizes, 1, 1.5)
+        sizes = [("8 KiB", 8 << 10), ("100 KiB", 100 << 10)]
+        single = run_single(lab, ARCHS + [OBJECTS] + ANCHORS, sizes, 1, 2.0)
     else:
         sizes = [("1 KiB", 1 << 10), ("8 KiB", 8 << 10), ("32 KiB", 32 << 10), ("100 KiB", 100 << 10), ("1 MiB", 1 << 20)]
-        single = run_single(lab, ARCHS + ANCHORS, sizes, reps, 5.0)
+        single = run_single(lab, ARCHS + [OBJECTS] + ANCHORS, sizes, reps, 5.0)
     trace: list[dict] = []
     memory = (48 if lab.quick else 96) << 20
     # Data sets of 0.5x and 2x the cgroup's memory (and 1x, 4x in the full run).

@@ -5,7 +5,7 @@ off: pathname translation (`--path-cache 0|1000`), ready-to-send header
 fields (`--head-cache on|off`), file contents (`--file-cache 0|64MiB`). One
 file requested over and over with wrk -c50 keep-alive; requests/s and server
 CPU µs per request per combination, beside nginx (open_file_cache off, as
-the anchor ships). --quick: one size, 1.5 s runs.
+the anchor ships). --quick: one size, 2 s runs.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def combos() -> list[servers.ServerSpec]:
 
 def run(lab: core.Lab) -> dict:
     reps = 1 if lab.quick else 3
-    duration = 1.5 if lab.quick else 5.0
+    duration = 2.0 if lab.quick else 5.0
     sizes = [("1 KiB", 1 << 10)] if lab.quick else [("1 KiB", 1 << 10), ("8 KiB", 8 << 10), ("100 KiB", 100 << 10)]
     lab.prepare(commands=["nginx"])
     www = os.path.join(lab.scratch, "www")
