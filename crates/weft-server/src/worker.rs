@@ -453,10 +453,8 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// AMPED: the request at the front of `token`'s input waits for the
-    /// disk. Submit `wait` to a helper and leave the connection parked (no
-    /// interest, so a level-triggered backend does not spin on it); a full
-    /// queue answers that request 503 instead.
+    /// AMPED: `token`'s first request waits for the disk: submit `wait` to a
+    /// helper and park the connection (no interest); a full queue answers 503.
     fn park<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token, wait: Wait) {
         let submitted = match self.helpers.as_mut() {
             Some(h) => h.submit(&self.shared, token, wait),
@@ -473,6 +471,8 @@ impl<'a> Worker<'a> {
             return;
         };
         c.parked = true;
+        // A readiness-tracking backend must not keep offering it meanwhile.
+        cx.learned(c.fd.raw(), Readiness::default());
         c.input.release(&mut self.shared.pool);
         c.out.release_own(&mut self.shared.own_pool);
         if !P::CAPS.fixed_interest && c.interest != Interest::NONE {
