@@ -225,7 +225,7 @@ fn gds_vs_lru_on_a_crafted_trace() {
     let run = |kind: PolicyKind| {
         let mut c = ObjectCache::new(6_000, kind);
         for round in 0..60u64 {
-            let mut ask = |c: &mut ObjectCache, path: String, f: FileId| {
+            let ask = |c: &mut ObjectCache, path: String, f: FileId| {
                 if c.get(&path, &f).is_none() {
                     c.insert(&path, resp(f));
                 }
