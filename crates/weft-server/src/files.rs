@@ -286,6 +286,11 @@ impl FileCache {
         self.open(rel).map(|(fd, _)| fd)
     }
 
+    /// Bytes of small files' contents held.
+    pub fn held_bytes(&self) -> u64 {
+        self.held
+    }
+
     /// Number of cached files.
     pub fn len(&self) -> usize {
         self.entries.len()

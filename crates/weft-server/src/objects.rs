@@ -75,3 +75,13 @@ impl Objects {
         s.mapped_chunk_bytes = self.maps.stats().mapped_bytes;
     }
 }
+
+/// The caches' gauges of a worker (file cache and object cache) into `s`.
+pub(crate) fn report_caches(files: Option<&crate::files::FileCache>, objects: Option<&Objects>, s: &mut ServeStats) {
+    if let Some(o) = objects {
+        o.report(s);
+    }
+    if let Some(f) = files {
+        (s.file_cache_entries, s.file_cache_bytes) = (f.len() as u64, f.held_bytes());
+    }
+}

@@ -258,9 +258,7 @@ impl<'a> Worker<'a> {
         s.output_bufs_lent = own.lent() as u64;
         s.output_bufs_pooled = own.idle() as u64;
         s.output_bytes_pooled = own.idle_bytes() as u64;
-        if let Some(o) = &self.shared.objects {
-            o.report(&mut s);
-        }
+        crate::objects::report_caches(self.shared.files.as_ref(), self.shared.objects.as_ref(), &mut s);
         s
     }
 

@@ -178,7 +178,10 @@ impl Amped {
                 out.push((job.waiting, rel, d));
             }
         }
-        s.stats.helper_jobs = self.pool.stats().completed;
+        let st = self.pool.stats();
+        s.stats.helper_jobs = st.completed;
+        s.stats.helper_threads = st.started as u64;
+        s.stats.helper_queue = st.queued as u64;
     }
 }
 
