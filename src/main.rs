@@ -12,6 +12,7 @@ mod proxy;
 mod proxy_http;
 mod serve;
 mod serve_cgi;
+mod serve_flash;
 mod service;
 mod sim;
 mod trace;

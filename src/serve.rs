@@ -103,6 +103,10 @@ pub struct ServeArgs {
     // CGI and FastCGI.
     #[command(flatten)]
     pub cgi: crate::serve_cgi::CgiArgs,
+
+    // Architecture and caches (Flash, IO-Lite).
+    #[command(flatten)]
+    pub flash: crate::serve_flash::FlashArgs,
 }
 
 impl ServeArgs {
@@ -131,6 +135,7 @@ impl ServeArgs {
         }
         c.handoff_socket.clone_from(&self.handoff_socket);
         c.cgi = self.cgi.to_config();
+        self.flash.apply(&mut c);
         c
     }
 }

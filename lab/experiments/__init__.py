@@ -6,7 +6,10 @@ from . import (
     connection_scaling,
     epoll_study,
     event_syscalls,
+    flash_arch,
+    flash_breakdown,
     idle_memory,
+    iolite,
     lard_cluster,
     lard_sim,
     load_calibration,
@@ -35,5 +38,8 @@ EXPERIMENTS = {
         lard_sim,
         lard_cluster,
         cgi,
+        flash_arch,
+        flash_breakdown,
+        iolite,
     )
 }

@@ -211,6 +211,9 @@ pub enum DiskJob {
         path: CString,
         /// Whether symlinks may leave the root.
         resolve: Resolve,
+        /// A regular file up to this size is also loaded into the page cache
+        /// (the worker reads small files whole once the answer arrives).
+        preload: u64,
     },
     /// Bring `[offset, offset + len)` of `file` into the page cache.
     Load {
@@ -256,22 +259,32 @@ pub fn run_disk_job(job: DiskJob) -> DiskDone {
             root,
             path,
             resolve,
+            preload,
         } => {
             let result = sys::retry(|| sys::open_beneath(&*root, &path, resolve))
                 .and_then(|fd| sys::fstat(&fd).map(|st| (fd, st)));
+            if let Ok((fd, st)) = &result {
+                if st.is_file && st.size > 0 && st.size <= preload {
+                    let _ = with_scratch(|s| residency::load(fd, 0, st.size, s));
+                }
+            }
             DiskDone::Opened { tag, result }
         }
         DiskJob::Load { tag, file, offset, len } => {
-            let result = SCRATCH.with(|s| {
-                let mut s = s.borrow_mut();
-                if s.is_empty() {
-                    s.resize(64 * 1024, 0);
-                }
-                residency::load(&*file, offset, len, &mut s)
-            });
+            let result = with_scratch(|s| residency::load(&*file, offset, len, s));
             DiskDone::Loaded { tag, result }
         }
     }
+}
+
+fn with_scratch<T>(f: impl FnOnce(&mut [u8]) -> T) -> T {
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.is_empty() {
+            s.resize(64 * 1024, 0);
+        }
+        f(&mut s)
+    })
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crate::config::SendMode;
 use crate::conn::Conn;
 use crate::files::{http_mtime, CachedFile, Lookup};
 use crate::respond::{self, Persist};
-use crate::worker::Shared;
+use crate::worker::{Shared, Wait};
 use std::rc::Rc;
 use weft_http::encode;
 use weft_http::represent::{self, Answer, Conditions, Representation, Role};
@@ -85,7 +85,9 @@ pub(crate) fn serve_target(
         };
     };
     let now = c.last_activity;
-    match files.lookup(&s.rel, now) {
+    let inline = !s.amped;
+    match files.lookup(&s.rel, now, inline) {
+        Lookup::Miss => wait_open(c, s, persist, head_only),
         Lookup::File(f) => {
             if info.trailing_slash {
                 let n = respond::simple(c.out.own_mut(), 404, date, b"", "", head_only, persist);
@@ -111,11 +113,26 @@ pub(crate) fn serve_target(
                 s.rel.push(b'/');
             }
             s.rel.extend_from_slice(b"index.html");
-            let found = files.lookup(&s.rel, now);
+            let found = files.lookup(&s.rel, now, inline);
+            if matches!(found, Lookup::Miss) {
+                return wait_open(c, s, persist, head_only);
+            }
             s.rel.truncate(dir_len);
             match found {
                 Lookup::File(f) => serve_file(c, s, head_len, f, persist, head_only),
-                _ if s.cfg.autoindex => autoindex(c, s, dirfd, persist, head_only),
+                _ if s.cfg.autoindex => {
+                    let dirfd = match dirfd {
+                        Some(fd) => Ok(fd),
+                        None => files.open_dir(&s.rel),
+                    };
+                    match dirfd {
+                        Ok(fd) => autoindex(c, s, fd, persist, head_only),
+                        Err(_) => (
+                            403,
+                            respond::simple(c.out.own_mut(), 403, date, b"", "", head_only, persist),
+                        ),
+                    }
+                }
                 _ => {
                     let n = respond::simple(
                         c.out.own_mut(),
@@ -139,6 +156,30 @@ pub(crate) fn serve_target(
             respond::simple(c.out.own_mut(), 403, date, b"", "", head_only, persist),
         ),
     }
+}
+
+/// AMPED: the path needs the disk. Park the request for a helper's open
+/// (the worker submits it), or answer 503 when the helpers' queue is full.
+fn wait_open(c: &mut Conn, s: &mut Shared<'_>, persist: Persist, head_only: bool) -> (u16, u64) {
+    if s.overloaded {
+        return busy(c, s, persist, head_only);
+    }
+    s.wait = Some(Wait::Open(s.rel.as_slice().into()));
+    (0, 0)
+}
+
+fn busy(c: &mut Conn, s: &mut Shared<'_>, persist: Persist, head_only: bool) -> (u16, u64) {
+    let why = "the disk helpers are busy";
+    let n = respond::simple(
+        c.out.own_mut(),
+        503,
+        s.date.get(),
+        b"Retry-After: 1\r\n",
+        why,
+        head_only,
+        persist,
+    );
+    (503, n)
 }
 
 fn autoindex(c: &mut Conn, s: &mut Shared<'_>, dirfd: Fd, persist: Persist, head_only: bool) -> (u16, u64) {
@@ -232,17 +273,53 @@ fn serve_file(
         }
         Answer::Full { .. } | Answer::Partial { .. } => {}
     }
+    let body = answer.body().filter(|r| !r.is_empty() && !head_only);
+    if let Some(r) = body.as_ref().filter(|_| f.body.is_none()) {
+        match crate::worker::amped::before_file_read(s, &f, r.start, r.end, c.last_activity) {
+            Ok(()) => {}
+            Err(crate::worker::amped::NotYet::Wait) => return (0, 0),
+            Err(crate::worker::amped::NotYet::Busy) => return busy(c, s, persist, head_only),
+            Err(crate::worker::amped::NotYet::Changed) => {
+                // The file changed since it was cached: this answer would be
+                // torn; nothing of it is written, the connection closes.
+                s.stats.snapshot_aborts += 1;
+                c.close_after = true;
+                return (0, 0);
+            }
+        }
+    }
+    // The object cache's ready-to-send response (fields and mapped body).
+    let object = match (&body, s.objects.as_mut()) {
+        (Some(_), Some(o)) => o.response(&s.rel, &f),
+        _ => None,
+    };
+    let date = s.date.get();
+    let out = c.out.own_mut();
     respond::start_head(out, status, date);
     // Content-Type and the validators.
-    out.extend_from_slice(&f.fields);
+    if let Some(o) = &object {
+        out.extend_from_slice(o.head());
+    } else if s.cfg.head_cache {
+        out.extend_from_slice(&f.fields);
+    } else {
+        let etag = weft_http::make_etag(f.stat.ino, f.stat.size, f.stat.mtime_ns);
+        crate::files::write_fields(out, f.content_type, &f.stat, &etag);
+    }
     if let Some(r) = answer.content_range() {
         encode::content_range(out, r);
     }
     respond::end_head(out, answer.content_length(), persist);
-    let Some(range) = answer.body().filter(|r| !r.is_empty()) else {
+    let Some(range) = body else {
         return (status, answer.content_length().unwrap_or(0));
     };
     let (start, end) = (range.start, range.end);
+    if let Some(o) = object {
+        let body = o.body().slice(start as usize, end as usize);
+        s.stats.bytes_object += end - start;
+        c.out.push_aggregate(&body);
+        crate::worker::amped::sending_from(s, f);
+        return (status, end - start);
+    }
     if let Some(body) = &f.body {
         // Small file held in memory: one copy into the output buffer buys a
         // single write per response and lets pipelined responses share it.
@@ -261,6 +338,7 @@ fn serve_file(
     if how == FileSend::Copy && s.scratch.is_empty() {
         s.scratch = vec![0u8; COPY_CHUNK];
     }
-    c.out.push_file(f, start, end, how);
+    c.out.push_file(f.clone(), start, end, how);
+    crate::worker::amped::sending_from(s, f);
     (status, end - start)
 }

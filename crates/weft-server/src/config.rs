@@ -26,6 +26,46 @@ weft_core::enum_names!(SendMode, "send mode", {
     Auto => "auto",
 });
 
+/// How a worker waits on the disk (thesis 004 ch. 4; `docs/serve.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Arch {
+    /// Asymmetric multi-process event-driven: the loop tests residency before
+    /// reading; misses and opens of uncached paths go to helper threads.
+    #[default]
+    Amped,
+    /// Single-process event-driven: the loop reads (and may block) itself.
+    Sped,
+    /// A thread per connection, blocking I/O.
+    Mt,
+    /// A pool of processes, each serving one connection at a time.
+    Mp,
+}
+
+weft_core::enum_names!(Arch, "architecture", {
+    Amped => "amped",
+    Sped => "sped",
+    Mt => "mt",
+    Mp => "mp",
+});
+
+/// How AMPED asks whether a file range is in the page cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ResidencyTest {
+    /// `preadv2(RWF_NOWAIT)`: the read (or probe) and the test in one call.
+    #[default]
+    Nowait,
+    /// `mincore` over a temporary mapping.
+    Mincore,
+    /// No test: every read is tried in the loop (SPED's behaviour for bodies).
+    None,
+}
+
+weft_core::enum_names!(ResidencyTest, "residency test", {
+    Nowait => "nowait",
+    Mincore => "mincore",
+    None => "none",
+});
+
 /// Everything `weft serve` needs.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -91,6 +131,35 @@ pub struct ServeConfig {
     pub handoff_socket: Option<String>,
     /// `--cgi` / `--fastcgi` prefixes and their settings.
     pub cgi: Option<std::sync::Arc<crate::cgi::CgiConfig>>,
+    /// Architecture (`--arch`).
+    pub arch: Arch,
+    /// Residency test before reading (`--residency`, AMPED only).
+    pub residency: ResidencyTest,
+    /// Helper threads at most (AMPED), started on demand.
+    pub helpers: usize,
+    /// Pathname translations cached per worker (0: translate every request).
+    pub path_cache: usize,
+    /// Keep response header fields ready to send (off: built per request).
+    pub head_cache: bool,
+    /// Bytes of file contents (small bodies, mapped chunks) a worker keeps
+    /// (0: none; bodies are read or sent from the file every time).
+    pub file_cache: u64,
+    /// IO-Lite object cache budget per worker in bytes (0: off).
+    pub object_cache: u64,
+    /// Object cache replacement (`--cache-policy`, `--gds-cost`).
+    pub cache_policy: weft_policy::PolicyKind,
+    /// Re-check a file sent with sendfile before its last bytes (a response
+    /// is a snapshot: a file changed mid-send aborts the connection).
+    pub snapshot_check: bool,
+    /// MT: threads; MP: processes (each serving one connection at a time).
+    /// `None`: the thesis's settings scaled (MT 64, MP 32; `docs/serve.md`).
+    pub pool: Option<usize>,
+    /// This process is one of an MP server's processes (set by the parent).
+    pub mp_child: bool,
+    /// Test only: every residency test misses (forces the helper path).
+    pub test_miss: bool,
+    /// Test only: each helper job first sleeps this long (a slow disk).
+    pub test_disk_delay: Duration,
 }
 
 impl Default for ServeConfig {
@@ -123,6 +192,19 @@ impl Default for ServeConfig {
             admin: None,
             handoff_socket: None,
             cgi: None,
+            arch: Arch::Amped,
+            residency: ResidencyTest::Nowait,
+            helpers: 8,
+            path_cache: 1000,
+            head_cache: true,
+            file_cache: 64 << 20,
+            object_cache: 0,
+            cache_policy: weft_policy::PolicyKind::Gds(weft_policy::GdsCost::One),
+            snapshot_check: true,
+            pool: None,
+            mp_child: false,
+            test_miss: false,
+            test_disk_delay: Duration::ZERO,
         }
     }
 }

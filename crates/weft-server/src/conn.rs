@@ -60,6 +60,11 @@ pub struct Conn {
     /// Handed over by a front-end: its channel and id there, reported back
     /// when the connection closes (`worker/handoff.rs`).
     pub handed: Option<HandedAt>,
+    /// AMPED: waiting for a helper (the request stays in `input`).
+    pub parked: bool,
+    /// A file body's last bytes wait in the worker's table until the file
+    /// is checked again (a response is a snapshot; `worker/amped.rs`).
+    pub snapshot: bool,
 }
 
 /// Where a handed-over connection came from, in 16 bytes (the channel's
@@ -117,6 +122,8 @@ impl Conn {
             timer_at: None,
             resume_queued: false,
             handed: None,
+            parked: false,
+            snapshot: false,
         }
     }
 

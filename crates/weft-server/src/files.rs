@@ -1,5 +1,13 @@
 //! The per-worker file cache: Flash's pathname, response-header and
-//! mapped-file caches in one table.
+//! mapped-file caches in one table, each switchable (Figure 4.11 of thesis
+//! 004): `--path-cache N` (0: translate every request), `--head-cache`
+//! (off: header fields built per request), `--file-cache BYTES` (small
+//! files' bytes held up to this budget; 0: read or sent from the file each time).
+//!
+//! Under AMPED ([`FileCache::lookup`] with `inline = false`) a path that needs
+//! the disk (not cached, or due for revalidation) is a [`Lookup::Miss`]: the
+//! worker has a helper open and stat it and hands the result back with
+//! [`FileCache::adopt`] before the request is answered again.
 //!
 //! A hit turns a request path into an open descriptor, its metadata, the
 //! precomputed header fields (Content-Type, Last-Modified, ETag) and, for small
@@ -13,13 +21,22 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use weft_io::sys::{self, Fd, FileStat, Resolve};
 
+/// What opening a path gave.
+type Opened = io::Result<(Fd, FileStat)>;
+
+/// The least time a directory stays known (see [`FileCache::lookup`]).
+const DIR_VALID_MIN: Duration = Duration::from_secs(1);
+
 /// A cached open file.
 pub struct CachedFile {
-    /// Open descriptor (read-only).
-    pub fd: Fd,
+    /// Open descriptor (read-only), shared with helper jobs that load it.
+    pub fd: Arc<Fd>,
+    /// Content-Type (for header fields built per request).
+    pub content_type: &'static str,
     /// Metadata at open/revalidation time.
     pub stat: FileStat,
     /// Strong validator.
@@ -29,6 +46,8 @@ pub struct CachedFile {
     /// The bytes, for small files in memory mode.
     pub body: Option<Box<[u8]>>,
     checked: Cell<Instant>,
+    /// When a residency test last found the whole file in the page cache.
+    pub resident_at: Cell<Option<Instant>>,
 }
 
 /// A file body queued on a connection's output chain keeps the file open
@@ -43,10 +62,13 @@ impl std::os::fd::AsRawFd for CachedFile {
 pub enum Lookup {
     /// A regular file.
     File(Rc<CachedFile>),
-    /// A directory (not cached; the descriptor is for listing it).
-    Dir(Fd),
+    /// A directory: its descriptor when it was just opened (for a listing),
+    /// `None` when the path cache knew it.
+    Dir(Option<Fd>),
     /// Nothing there.
     NotFound,
+    /// AMPED: finding out needs the disk; ask a helper, then [`FileCache::adopt`].
+    Miss,
     /// There, but not ours to serve (permissions, escapes the root, not a
     /// regular file).
     Forbidden,
@@ -54,13 +76,25 @@ pub enum Lookup {
 
 /// The cache.
 pub struct FileCache {
-    root: Fd,
+    root: Arc<Fd>,
     resolve: Resolve,
     entries: HashMap<Box<[u8]>, Rc<CachedFile>>,
     max_entries: usize,
     valid: Duration,
     small_max: Option<u64>,
     path: Vec<u8>,
+    /// Bytes of small bodies held, and the most (`--file-cache`).
+    held: u64,
+    max_held: u64,
+    /// A helper's answer for one path, used by the next lookup of it.
+    /// (None once used: the entry it made counts as fresh until cleared.)
+    adopted: Option<(Box<[u8]>, Option<Opened>)>,
+    /// Answering requests a helper just served: entries count as fresh (they
+    /// were checked at most one helper round ago), so a request is never
+    /// sent round again by `--path-cache 0`.
+    resuming: bool,
+    /// Paths known to be directories, and when they were checked.
+    dirs: HashMap<Box<[u8]>, Instant>,
 }
 
 impl FileCache {
@@ -72,9 +106,10 @@ impl FileCache {
         max_entries: usize,
         valid: Duration,
         small_max: Option<u64>,
+        max_held: u64,
     ) -> FileCache {
         FileCache {
-            root,
+            root: Arc::new(root),
             resolve: if follow_symlinks {
                 Resolve::FollowSymlinks
             } else {
@@ -85,69 +120,149 @@ impl FileCache {
             valid,
             small_max,
             path: Vec::with_capacity(256),
+            held: 0,
+            max_held,
+            adopted: None,
+            dirs: HashMap::new(),
+            resuming: false,
+        }
+    }
+
+    /// The root and how paths below it resolve, for a helper's open.
+    pub fn root(&self) -> (&Arc<Fd>, Resolve) {
+        (&self.root, self.resolve)
+    }
+
+    /// A helper opened `rel` for a [`Lookup::Miss`]: the next lookup of
+    /// `rel` uses this instead of the disk.
+    pub fn adopt(&mut self, rel: Box<[u8]>, result: io::Result<(Fd, FileStat)>) {
+        self.adopted = Some((rel, Some(result)));
+    }
+
+    /// The path and file to open or revalidate, from an adopted result or
+    /// the disk (`inline`); `None`: a miss.
+    fn open_now(&mut self, rel: &[u8], inline: bool) -> Option<io::Result<(Fd, FileStat)>> {
+        if let Some((p, r)) = &mut self.adopted {
+            if &p[..] == rel {
+                // An error stays for every request parked on the same open;
+                // a file becomes a cache entry at its first use.
+                match r {
+                    Some(Err(e)) => return Some(Err(io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(5)))),
+                    Some(Ok(_)) => return r.take(),
+                    None => {}
+                }
+            }
+        }
+        if !inline {
+            return None;
+        }
+        Some(self.open(rel))
+    }
+
+    /// A helper's answer is being used (true) or has been (false): see `resuming`.
+    pub fn set_resuming(&mut self, on: bool) {
+        self.resuming = on;
+        if !on {
+            self.adopted = None;
+        }
+    }
+
+    fn remove(&mut self, rel: &[u8]) {
+        if let Some(f) = self.entries.remove(rel) {
+            self.held -= f.body.as_ref().map_or(0, |b| b.len() as u64);
         }
     }
 
     /// Look up `rel` (a normalized relative path, no NUL, "" for the root).
-    pub fn lookup(&mut self, rel: &[u8], now: Instant) -> Lookup {
+    /// `inline`: open and read here when needed (SPED); otherwise a path that
+    /// needs the disk is a [`Lookup::Miss`].
+    pub fn lookup(&mut self, rel: &[u8], now: Instant, inline: bool) -> Lookup {
         if let Some(f) = self.entries.get(rel) {
-            if now.duration_since(f.checked.get()) < self.valid {
+            // A helper's answer for this path wins; once used, it is fresh.
+            let answer = self
+                .adopted
+                .as_ref()
+                .filter(|(p, _)| &p[..] == rel)
+                .map(|(_, r)| r.is_some());
+            if answer == Some(false)
+                || (answer.is_none() && self.resuming)
+                || now.duration_since(f.checked.get()) < self.valid
+            {
                 return Lookup::File(f.clone());
             }
             // Stale: revalidate by opening again and comparing identity.
             let f = f.clone();
-            match self.open(rel) {
-                Ok((fd, st)) if st.ino == f.stat.ino && st.size == f.stat.size && st.mtime == f.stat.mtime => {
+            match self.open_now(rel, inline) {
+                None => return Lookup::Miss,
+                Some(Ok((fd, st))) if st.ino == f.stat.ino && st.size == f.stat.size && st.mtime == f.stat.mtime => {
                     drop(fd);
                     f.checked.set(now);
                     return Lookup::File(f);
                 }
-                _ => {
-                    self.entries.remove(rel);
+                Some(r) => {
+                    self.remove(rel);
+                    return self.insert(rel, r, now);
                 }
             }
         }
-        let (fd, st) = match self.open(rel) {
+        if let Some(&at) = self.dirs.get(rel) {
+            // Directories stay known for a second even with `--path-cache 0`,
+            // so an index found by a helper is not chased round again.
+            if now.duration_since(at) < self.valid.max(DIR_VALID_MIN) {
+                return Lookup::Dir(None);
+            }
+            self.dirs.remove(rel);
+        }
+        match self.open_now(rel, inline) {
+            None => Lookup::Miss,
+            Some(r) => self.insert(rel, r, now),
+        }
+    }
+
+    fn insert(&mut self, rel: &[u8], opened: io::Result<(Fd, FileStat)>, now: Instant) -> Lookup {
+        let (fd, st) = match opened {
             Ok(x) => x,
             Err(e) => return classify(&e),
         };
         if st.is_dir {
-            return Lookup::Dir(fd);
+            if self.dirs.len() >= self.max_entries {
+                self.dirs.clear();
+            }
+            self.dirs.insert(rel.into(), now);
+            return Lookup::Dir(Some(fd));
         }
         if !st.is_file {
             return Lookup::Forbidden;
         }
         let body = match self.small_max {
-            Some(max) if st.size <= max => match read_all(&fd, st.size) {
+            Some(max) if st.size <= max && self.held + st.size <= self.max_held => match read_all(&fd, st.size) {
                 Ok(b) => Some(b),
                 Err(_) => return Lookup::Forbidden,
             },
             _ => None,
         };
         let etag = weft_http::make_etag(st.ino, st.size, st.mtime_ns);
+        let content_type = crate::mime::content_type(rel);
         let mut fields = Vec::with_capacity(160);
-        fields.extend_from_slice(b"Content-Type: ");
-        fields.extend_from_slice(crate::mime::content_type(rel).as_bytes());
-        fields.extend_from_slice(b"\r\nLast-Modified: ");
-        fields.extend_from_slice(&weft_http::fmt_http_date(st.mtime));
-        fields.extend_from_slice(b"\r\nETag: ");
-        fields.extend_from_slice(&etag);
-        fields.extend_from_slice(b"\r\nAccept-Ranges: bytes\r\n");
+        write_fields(&mut fields, content_type, &st, &etag);
         let f = Rc::new(CachedFile {
-            fd,
+            fd: Arc::new(fd),
+            content_type,
             stat: st,
             etag,
             fields,
             body,
             checked: Cell::new(now),
+            resident_at: Cell::new(None),
         });
         if self.entries.len() >= self.max_entries {
             // Arbitrary eviction keeps the bound (and the descriptor budget) hard;
             // the cache is a convenience in front of openat2, not a store.
             if let Some(k) = self.entries.keys().next().cloned() {
-                self.entries.remove(&k);
+                self.remove(&k);
             }
         }
+        self.held += f.body.as_ref().map_or(0, |b| b.len() as u64);
         self.entries.insert(rel.into(), f.clone());
         Lookup::File(f)
     }
@@ -160,9 +275,20 @@ impl FileCache {
             self.path.extend_from_slice(rel);
         }
         let c = CString::new(self.path.as_slice()).map_err(|_| io::Error::from(sys::Errno::InvalidInput))?;
-        let fd = sys::open_beneath(&self.root, &c, self.resolve)?;
+        let fd = sys::open_beneath(&*self.root, &c, self.resolve)?;
         let st = sys::fstat(&fd)?;
         Ok((fd, st))
+    }
+
+    /// Open a directory the path cache knew, for a listing (in the loop:
+    /// listings are rare and read the directory in the loop anyway).
+    pub fn open_dir(&mut self, rel: &[u8]) -> io::Result<Fd> {
+        self.open(rel).map(|(fd, _)| fd)
+    }
+
+    /// Bytes of small files' contents held.
+    pub fn held_bytes(&self) -> u64 {
+        self.held
     }
 
     /// Number of cached files.
@@ -174,6 +300,18 @@ impl FileCache {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+}
+
+/// `Content-Type`, `Last-Modified`, `ETag` and `Accept-Ranges` of a file:
+/// kept ready in the cache entry, or written per request with `--head-cache off`.
+pub fn write_fields(out: &mut Vec<u8>, content_type: &str, st: &FileStat, etag: &[u8]) {
+    out.extend_from_slice(b"Content-Type: ");
+    out.extend_from_slice(content_type.as_bytes());
+    out.extend_from_slice(b"\r\nLast-Modified: ");
+    out.extend_from_slice(&weft_http::fmt_http_date(st.mtime));
+    out.extend_from_slice(b"\r\nETag: ");
+    out.extend_from_slice(etag);
+    out.extend_from_slice(b"\r\nAccept-Ranges: bytes\r\n");
 }
 
 fn classify(e: &io::Error) -> Lookup {

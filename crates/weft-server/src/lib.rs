@@ -23,18 +23,20 @@ pub mod accesslog;
 pub mod admin;
 mod answer;
 pub mod autoindex;
+pub mod blocking;
 pub mod cgi;
 pub mod config;
 mod conn;
 pub mod demo;
 mod files;
 pub mod mime;
+mod objects;
 pub mod path;
 mod respond;
 pub mod stats;
 pub mod worker;
 
-pub use config::{SendMode, ServeConfig};
+pub use config::{Arch, ResidencyTest, SendMode, ServeConfig};
 pub use stats::ServeStats;
 
 use std::ffi::CString;
@@ -52,6 +54,9 @@ pub struct Server {
     addr: SocketAddr,
     admin_addr: Option<SocketAddr>,
     workers: WorkerGroup<ServeStats>,
+    helpers: Option<Arc<worker::amped::Helpers>>,
+    /// MP: the serving processes (killed when dropped).
+    children: blocking::Children,
 }
 
 impl GroupStats for ServeStats {
@@ -90,8 +95,24 @@ impl Server {
             }
             None => None,
         };
-        let share = weft_io::workers::PortShare::from_reuse_port(cfg.reuse_port);
-        let (listeners, addr) = weft_io::workers::bind_listeners(cfg.listen, workers, cfg.backlog, share)?;
+        // MT: one listener shared by the threads; MP: the processes bind
+        // the port with SO_REUSEPORT beside this one, which then closes.
+        let blocking = matches!(cfg.arch, Arch::Mt | Arch::Mp);
+        let (workers, reuse) = match cfg.arch {
+            Arch::Mt => (cfg.pool.unwrap_or(blocking::MT_THREADS), cfg.reuse_port),
+            Arch::Mp => (1, true),
+            _ => (workers, cfg.reuse_port),
+        };
+        let share = weft_io::workers::PortShare::from_reuse_port(reuse);
+        let bound = if blocking { 1 } else { workers };
+        let (mut listeners, addr) = weft_io::workers::bind_listeners(cfg.listen, bound, cfg.backlog, share)?;
+        if blocking {
+            let first = std::os::fd::OwnedFd::from(listeners.remove(0));
+            for _ in 1..workers {
+                listeners.push(Fd::from(first.try_clone()?));
+            }
+            listeners.insert(0, Fd::from(first));
+        }
         for l in &listeners {
             // Accepted sockets inherit TCP_NODELAY from the listener on Linux: a
             // second small write on a connection (pipelined responses) must not
@@ -112,6 +133,14 @@ impl Server {
             })?)),
             None => None,
         };
+        if cfg.arch == Arch::Mp {
+            return blocking::start_mp(cfg, listeners, addr, admin_addr);
+        }
+        let helpers = match (cfg.arch, &root_path) {
+            (Arch::Amped, Some(_)) => Some(Arc::new(start_helpers(&cfg, workers)?)),
+            _ => None,
+        };
+        let pool = helpers.clone();
         let cfg = Arc::new(cfg);
         let workers = WorkerGroup::start("weft-worker", listeners, move |seat: WorkerSeat| {
             let slot = &slots[seat.index];
@@ -120,12 +149,15 @@ impl Server {
                 Some(l) => Some(Fd::from(l.as_fd().try_clone_to_owned()?)),
                 None => None,
             };
-            run_worker(&cfg, seat, root_path.clone(), (log_fd.clone(), handoff), slot)
+            let pool = pool.clone();
+            run_worker(&cfg, seat, root_path.clone(), (log_fd.clone(), handoff, pool), slot)
         })?;
         Ok(Server {
             addr,
             admin_addr,
             workers,
+            helpers,
+            children: blocking::Children::default(),
         })
     }
 
@@ -146,30 +178,63 @@ impl Server {
 
     /// Wait for every worker to finish; returns the summed counters.
     pub fn wait(self) -> io::Result<ServeStats> {
-        self.workers.wait()
+        let stats = self.workers.wait();
+        drop(self.children);
+        if let Some(h) = &self.helpers {
+            h.shutdown();
+        }
+        stats
     }
 }
+
+/// AMPED's helper pool: one for all workers, threads started on demand.
+fn start_helpers(cfg: &ServeConfig, workers: usize) -> io::Result<worker::amped::Helpers> {
+    let mailboxes = Arc::new(weft_io::Mailboxes::new(workers)?);
+    let delay = cfg.test_disk_delay;
+    Ok(weft_io::helpers::HelperPool::new(
+        cfg.helpers,
+        worker::amped::QUEUE_LIMIT,
+        mailboxes,
+        move |job| {
+            if !delay.is_zero() {
+                // `--test-disk-delay`: a slow disk, for the tests.
+                std::thread::sleep(delay);
+            }
+            weft_io::helpers::run_disk_job(job)
+        },
+    ))
+}
+
+type WorkerExtras = (Option<Arc<Fd>>, Option<Fd>, Option<Arc<worker::amped::Helpers>>);
 
 fn run_worker(
     cfg: &ServeConfig,
     seat: WorkerSeat,
     root: Option<CString>,
-    (log_fd, handoff): (Option<Arc<Fd>>, Option<Fd>),
+    (log_fd, handoff, helpers): WorkerExtras,
     slot: &admin::WorkerSlot,
 ) -> io::Result<ServeStats> {
     let files = match root {
         Some(c) => {
             let dir = sys::open_dir(&c)?;
+            // With the object cache, file bytes are page-cache mappings only
+            // (no heap copies of small files).
             let small = match cfg.send {
-                SendMode::Auto => Some(cfg.small_file_max),
+                SendMode::Auto if cfg.object_cache == 0 => Some(cfg.small_file_max),
                 _ => None,
+            };
+            // `--path-cache 0`: every request translates its path again.
+            let (entries, valid) = match cfg.path_cache {
+                0 => (cfg.file_cache_entries, std::time::Duration::ZERO),
+                n => (cfg.file_cache_entries.min(n), cfg.file_cache_valid),
             };
             Some(files::FileCache::new(
                 dir,
                 cfg.follow_symlinks,
-                cfg.file_cache_entries,
-                cfg.file_cache_valid,
+                entries,
+                valid,
                 small,
+                cfg.file_cache,
             ))
         }
         None => None,
@@ -182,6 +247,15 @@ fn run_worker(
     let mut w = worker::Worker::new(cfg, seat.listener, files, seat.shutdown, waker, log, slot).with_cgi(index);
     if let Some(l) = handoff {
         w = w.with_handoff(l);
+    }
+    if let Some(pool) = helpers {
+        w = w.with_helpers(pool, seat.index);
+    }
+    if matches!(cfg.arch, Arch::Mt | Arch::Mp) {
+        w.run_blocking()?;
+        let stats = w.stats();
+        drop(w);
+        return Ok(stats);
     }
     let stats = weft_io::with_backend!(cfg.event, P => {
         let opts = weft_io::BackendOptions {

@@ -35,6 +35,46 @@ weft_core::metrics! {
         counter given_back,
         /// Connections open now.
         gauge open_connections,
+        /// AMPED: requests parked for a helper (open/stat or load).
+        counter parked,
+        /// AMPED: residency tests made (a positive one is trusted briefly).
+        counter residency_tests,
+        /// AMPED: residency tests that found the range not (all) resident.
+        counter residency_misses,
+        /// AMPED: helper jobs finished (all workers' pool).
+        gauge helper_jobs,
+        /// Responses aborted because their file changed while being sent.
+        counter snapshot_aborts,
+        /// Body bytes sent from the object cache's mappings (writev, no copy in weft).
+        counter bytes_object,
+        /// Object cache: lookups.
+        gauge object_lookups,
+        /// Object cache: lookups answered from it (object hit ratio = hits / lookups).
+        gauge object_hits,
+        /// Object cache: bytes the lookups asked for.
+        gauge object_bytes_looked_up,
+        /// Object cache: bytes answered from it (byte hit ratio = hit / looked up).
+        gauge object_bytes_hit,
+        /// Object cache: entries evicted for space.
+        gauge object_evictions,
+        /// Object cache: entries dropped because the file changed.
+        gauge object_invalidations,
+        /// Object cache: entries now.
+        gauge object_entries,
+        /// Object cache: heap bytes (ready-to-send header fields).
+        gauge object_heap_bytes,
+        /// Object cache: bytes of bodies held as page-cache mappings.
+        gauge object_mapped_bytes,
+        /// Bytes of file chunks mapped now (active and inactive).
+        gauge mapped_chunk_bytes,
+        /// Files in the worker's file cache (path, head and contents caches).
+        gauge file_cache_entries,
+        /// Bytes of small files' contents the file cache holds.
+        gauge file_cache_bytes,
+        /// AMPED: helper threads started (all workers' pool; kept in reserve).
+        gauge helper_threads,
+        /// AMPED: jobs waiting for a helper.
+        gauge helper_queue,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -71,7 +111,7 @@ mod tests {
         s.syscalls.0[weft_io::SysKind::Sendfile as usize] = 10;
         // Keys before issue 21, then the gauges it added (the pool gauges
         // nested under "pools" since issue 14, the same group in every role).
-        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"pools\":{\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0},\"syscalls\":{\"accept\":9,\"sendfile\":10}";
+        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"parked\":0,\"residency_tests\":0,\"residency_misses\":0,\"helper_jobs\":0,\"snapshot_aborts\":0,\"bytes_object\":0,\"object_lookups\":0,\"object_hits\":0,\"object_bytes_looked_up\":0,\"object_bytes_hit\":0,\"object_evictions\":0,\"object_invalidations\":0,\"object_entries\":0,\"object_heap_bytes\":0,\"object_mapped_bytes\":0,\"mapped_chunk_bytes\":0,\"file_cache_entries\":0,\"file_cache_bytes\":0,\"helper_threads\":0,\"helper_queue\":0,\"pools\":{\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0},\"syscalls\":{\"accept\":9,\"sendfile\":10}";
         assert_eq!(s.to_json(), format!("{head}}}"));
         s.tracker = Some(TrackerStats {
             user_passes: 11,

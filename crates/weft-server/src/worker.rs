@@ -11,8 +11,11 @@
 //! wait, the connection says for what, and level-triggered backends have their
 //! interest updated; edge-triggered registrations never change.
 
+pub(crate) mod amped;
+mod blocking;
 mod handoff;
 
+pub(crate) use amped::Wait;
 pub(crate) use handoff::Handoff;
 
 use crate::accesslog::AccessLog;
@@ -34,6 +37,8 @@ use weft_io::{
 
 const LISTENER: Token = Token::new(u32::MAX, 0);
 const WAKER: Token = Token::new(u32::MAX - 1, 0);
+/// The helper pool's eventfd (AMPED).
+const HELPERS: Token = Token::new(u32::MAX - 3, 0);
 
 /// How long a closing connection may linger reading the client's leftovers.
 const LINGER: Duration = Duration::from_secs(2);
@@ -105,6 +110,23 @@ pub(crate) struct Shared<'a> {
     pub(crate) draining: bool,
     /// `--cgi` / `--fastcgi`: requests in flight and application connections.
     pub(crate) cgi: Option<crate::cgi::Cgi>,
+    /// AMPED: the disk is left to helpers (residency tests, parked requests).
+    pub(crate) amped: bool,
+    /// What the request being answered waits for (AMPED); the worker parks
+    /// the connection and submits it.
+    pub(crate) wait: Option<Wait>,
+    /// The helpers' queue is full: answer 503 instead of waiting.
+    pub(crate) overloaded: bool,
+    /// Resuming after a helper loaded the range: skip the residency test.
+    pub(crate) loaded: bool,
+    /// The `nowait` residency probe's buffer (allocated on first use).
+    pub(crate) probe: Vec<u8>,
+    /// The IO-Lite object cache (`--object-cache`).
+    pub(crate) objects: Option<crate::objects::Objects>,
+    /// Files whose bodies are in flight on connections whose send blocked.
+    pub(crate) tails: std::collections::HashMap<Token, amped::InFlight>,
+    /// The file the response just answered is sent from (until the flush).
+    pub(crate) in_flight: Option<amped::InFlight>,
 }
 
 /// One worker's handler.
@@ -130,6 +152,10 @@ pub struct Worker<'a> {
     next_decay: Instant,
     /// `--handoff-socket`: front-end channels and their reports.
     handoff: Option<Handoff>,
+    /// AMPED: this worker's side of the helper pool.
+    helpers: Option<amped::Amped>,
+    /// Connections whose helper job finished (reused between wake-ups).
+    resumed: Vec<amped::Finished>,
 }
 
 impl<'a> Worker<'a> {
@@ -165,6 +191,15 @@ impl<'a> Worker<'a> {
                 log,
                 draining: false,
                 cgi: None,
+                amped: false,
+                wait: None,
+                overloaded: false,
+                loaded: false,
+                probe: Vec::new(),
+                tails: std::collections::HashMap::new(),
+                in_flight: None,
+                objects: (cfg.object_cache > 0)
+                    .then(|| crate::objects::Objects::new(cfg.object_cache, cfg.cache_policy)),
             },
             conns: Slab::new(),
             listener: Some(listener),
@@ -177,7 +212,16 @@ impl<'a> Worker<'a> {
             resume: Vec::new(),
             next_decay: Instant::now(),
             handoff: None,
+            helpers: None,
+            resumed: Vec::new(),
         }
+    }
+
+    /// AMPED: leave the disk to `pool`'s helpers (this worker is `index`).
+    pub fn with_helpers(mut self, pool: std::sync::Arc<amped::Helpers>, index: usize) -> Self {
+        self.helpers = Some(amped::Amped::new(pool, index));
+        self.shared.amped = true;
+        self
     }
 
     /// Also adopt connections handed over on `listener` (a duplicate of the
@@ -202,6 +246,9 @@ impl<'a> Worker<'a> {
             cx.register(l.raw(), LISTENER, Interest::READ).map_err(reg)?;
         }
         cx.register(self.waker, WAKER, Interest::READ).map_err(reg)?;
+        if let Some(h) = &self.helpers {
+            cx.register(h.waker(), HELPERS, Interest::READ).map_err(reg)?;
+        }
         if let Some(h) = &self.handoff {
             h.register(cx)?;
         }
@@ -217,6 +264,7 @@ impl<'a> Worker<'a> {
         s.open_connections = self.conns.len() as u64;
         s.pools = PoolGauges::of(&self.shared.pool, &self.shared.own_pool);
         s.cgi = self.shared.cgi.as_ref().map(crate::cgi::Cgi::stats);
+        crate::objects::report_caches(self.shared.files.as_ref(), self.shared.objects.as_ref(), &mut s);
         s
     }
 
@@ -338,6 +386,9 @@ impl<'a> Worker<'a> {
             );
             // cgi: drop its request in flight.
             crate::cgi::client_closed(&mut self.shared, token);
+            if c.snapshot {
+                self.shared.tails.remove(&token);
+            }
             cx.close_later(c.fd, true);
         }
     }
@@ -347,10 +398,24 @@ impl<'a> Worker<'a> {
         let Some(c) = self.conns.get_mut(token) else {
             return;
         };
+        if c.parked {
+            // Waiting for a helper: events are remembered (`may_read`), the
+            // helper's answer drives it.
+            return;
+        }
         let next = if c.lingering {
             linger_read(c, &mut self.shared.pool)
         } else {
             drive_conn(c, &mut self.shared, cx.now, cx.wall)
+        };
+        if let Some(wait) = self.shared.wait.take() {
+            if !matches!(next, Next::Close) {
+                self.park(cx, token, wait);
+                return;
+            }
+        }
+        let Some(c) = self.conns.get_mut(token) else {
+            return;
         };
         // Everything read is answered (and sent): the buffers go back to the
         // pools, so a connection waiting for its next request holds none.
@@ -401,6 +466,74 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// AMPED: `token`'s first request waits for the disk: submit `wait` to a
+    /// helper and park the connection (no interest); a full queue answers 503.
+    fn park<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token, wait: Wait) {
+        let submitted = match self.helpers.as_mut() {
+            Some(h) => h.submit(&self.shared, token, wait),
+            None => false,
+        };
+        if !submitted {
+            self.shared.overloaded = true;
+            self.drive(cx, token);
+            self.shared.overloaded = false;
+            return;
+        }
+        self.shared.stats.parked += 1;
+        let Some(c) = self.conns.get_mut(token) else {
+            return;
+        };
+        c.parked = true;
+        // A readiness-tracking backend must not keep offering it meanwhile.
+        cx.learned(c.fd.raw(), Readiness::default());
+        c.input.release(&mut self.shared.pool);
+        c.out.release_own(&mut self.shared.own_pool);
+        if !P::CAPS.fixed_interest && c.interest != Interest::NONE {
+            if cx.reregister(c.fd.raw(), token, Interest::NONE).is_err() {
+                self.close(cx, token);
+                return;
+            }
+            c.interest = Interest::NONE;
+        }
+        schedule(c, self.shared.cfg, cx);
+    }
+
+    /// The helpers answered: adopt what they opened, resume the connections.
+    fn helpers_done<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        cx.learned(self.helpers.as_ref().map_or(-1, |h| h.waker()), Readiness::default());
+        let mut done = std::mem::take(&mut self.resumed);
+        if let Some(h) = self.helpers.as_mut() {
+            h.finished(&mut self.shared, &mut done);
+        }
+        for (tokens, rel, d) in done.drain(..) {
+            if let Some(files) = self.shared.files.as_mut() {
+                files.set_resuming(true);
+            }
+            let loaded = match d {
+                weft_io::helpers::DiskDone::Opened { result, .. } => {
+                    if let (Some(files), Some(rel)) = (self.shared.files.as_mut(), rel) {
+                        files.adopt(rel, result);
+                    }
+                    false
+                }
+                weft_io::helpers::DiskDone::Loaded { .. } => true,
+            };
+            for token in tokens {
+                let Some(c) = self.conns.get_mut(token) else {
+                    continue; // closed while it waited
+                };
+                c.parked = false;
+                self.shared.loaded = loaded;
+                self.drive(cx, token);
+                self.shared.loaded = false;
+            }
+            if let Some(files) = self.shared.files.as_mut() {
+                files.set_resuming(false);
+            }
+        }
+        self.resumed = done;
+    }
+
     fn start_draining<P: Poller>(&mut self, cx: &mut Ctx<P>) {
         if self.shared.draining {
             return;
@@ -446,6 +579,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                     self.start_draining(cx);
                 }
             }
+            HELPERS => self.helpers_done(cx),
             handoff::LISTENER => {
                 if !self.shared.draining {
                     self.accept_channels(cx);
@@ -647,16 +781,24 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
     let mut budget = if gives_back { 1 } else { REQUESTS_PER_PASS };
     loop {
         if c.has_output() {
+            // A blocked file body resumes only if its file did not change.
+            if !amped::before_flush(c, s) {
+                return Next::Close;
+            }
             match c.out.flush(&c.fd, &[], &mut s.scratch) {
                 Ok(f) => {
                     s.stats.bytes_sendfile += f.sendfile;
                     s.stats.bytes_copy += f.copied;
                     c.last_activity = now;
+                    amped::after_flush(c, s, f.blocked);
                     if f.blocked {
                         return Next::Write;
                     }
                 }
-                Err(_) => return Next::Close,
+                Err(_) => {
+                    s.in_flight = None;
+                    return Next::Close;
+                }
             }
         }
         if c.close_after {
@@ -686,6 +828,9 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
             }
         } else if !c.input.is_empty() && answer_buffered(c, s, now, wall, &mut budget) {
             continue;
+        }
+        if s.wait.is_some() {
+            return Next::Read; // parked (AMPED): the worker submits the wait
         }
         if c.eof {
             return Next::Close;
@@ -778,7 +923,14 @@ fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemT
                     produced = true;
                     break;
                 }
+                let before = (c.discard, c.close_after, c.linger_on_close);
                 answer(c, s, head_len, wall, chunked_pending);
+                if s.wait.is_some() {
+                    // Parked: answered again, from the start, when the
+                    // helper is done.
+                    (c.discard, c.close_after, c.linger_on_close) = before;
+                    break;
+                }
                 c.input.consume(next);
                 // Head start (the read that brought its first byte, or now
                 // for a pipelined one) to response queued. One vDSO clock
@@ -859,6 +1011,9 @@ fn answer(c: &mut Conn, s: &mut Shared<'_>, head_len: usize, wall: SystemTime, c
             (405, n)
         }
     };
+    if s.wait.is_some() {
+        return;
+    }
     if let Some(log) = &mut s.log {
         log.log(
             &s.head,

@@ -133,6 +133,7 @@ fn disk_jobs_open_stat_and_load() {
         root: Arc::clone(&root),
         path: CString::new(name).unwrap(),
         resolve: Resolve::Beneath,
+        preload: 1 << 20,
     };
     pool.submit(1, job(1, "f.txt")).unwrap();
     pool.submit(1, job(2, "missing")).unwrap();

@@ -1,0 +1,96 @@
+//! MT and MP (thesis 004 §4.2): one connection at a time per thread (or per
+//! process), blocking I/O, answered by the same request code as the event
+//! loop ([`drive_conn`]). Only the dispatch differs: the thread blocks in
+//! `accept`, then waits for its one socket (poll with the header, idle or
+//! send timeout) between non-blocking reads and sends, and reads the disk
+//! inline.
+
+use super::{drive_conn, linger_read, Next, Worker, LINGER};
+use crate::conn::Conn;
+use std::io;
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant, SystemTime};
+use weft_io::sys::{self, Fd};
+use weft_io::{Interest, Token};
+
+/// How often a thread blocked in `accept` looks at the shutdown switch.
+const ACCEPT_POLL: Duration = Duration::from_millis(200);
+
+impl Worker<'_> {
+    /// Accept and serve connections one at a time until shutdown.
+    pub fn run_blocking(&mut self) -> io::Result<()> {
+        let Some(l) = self.listener.take() else {
+            return Ok(());
+        };
+        // SO_RCVTIMEO bounds accept(2) too: set it through a stream view.
+        let l = TcpStream::from(OwnedFd::from(l));
+        l.set_nonblocking(false)?;
+        l.set_read_timeout(Some(ACCEPT_POLL))?;
+        let l = TcpListener::from(OwnedFd::from(l));
+        // An MP process ends with the server that started it, even one
+        // killed without a chance to stop it.
+        let parent = std::os::unix::process::parent_id();
+        let orphaned = || self.shared.cfg.mp_child && std::os::unix::process::parent_id() != parent;
+        while !self.shutdown.requested() && !orphaned() {
+            match l.accept() {
+                Ok((s, peer)) => {
+                    self.shared.stats.accepted += 1;
+                    self.serve_blocking(s, Some(peer));
+                    self.slot.counters.publish(&self.stats());
+                    self.slot.latency.publish(&mut self.shared.latency, Instant::now());
+                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    weft_core::warn!("accept: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Serve one connection to its end, blocking.
+    fn serve_blocking(&mut self, s: TcpStream, peer: Option<std::net::SocketAddr>) {
+        let cfg = self.shared.cfg;
+        // The socket stays non-blocking and the thread blocks in poll: a
+        // send then never runs past what the socket buffer takes, so a
+        // body's file is checked between sends (a response is a snapshot).
+        if s.set_nonblocking(true).is_err() {
+            return;
+        }
+        let _ = s.set_nodelay(true);
+        let now = Instant::now();
+        let mut c = Conn::new(Fd::from(s), Token::new(0, 0), peer, Interest::READ, now);
+        c.may_read = true;
+        loop {
+            self.shared.date.update(SystemTime::now());
+            let next = if c.lingering {
+                linger_read(&mut c, &mut self.shared.pool)
+            } else {
+                drive_conn(&mut c, &mut self.shared, Instant::now(), SystemTime::now())
+            };
+            c.input.release(&mut self.shared.pool);
+            c.out.release_own(&mut self.shared.own_pool);
+            let (write, limit) = match next {
+                Next::Close => break,
+                Next::Resume => continue,
+                Next::Write => (true, cfg.send_timeout),
+                Next::Read if c.lingering => (false, LINGER),
+                Next::Read if c.is_idle() => (false, cfg.idle_timeout),
+                Next::Read => (false, cfg.header_timeout),
+            };
+            match sys::wait_ready(&c.fd, write, limit) {
+                Ok(true) => c.may_read |= !write,
+                _ => break, // timed out (or the wait failed): close
+            }
+        }
+        if c.snapshot {
+            self.shared.tails.remove(&c.token);
+        }
+        c.input.discard(&mut self.shared.pool);
+        c.out.clear();
+        c.out.release_own(&mut self.shared.own_pool);
+    }
+}

@@ -1,0 +1,257 @@
+//! Flash and IO-Lite in `weft serve` (issue 24): every architecture passes the
+//! same suite (`per_arch!`), the AMPED loop never waits on the disk, caches
+//! follow file changes, and a file rewritten mid-send never arrives as a
+//! complete response.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+/// Run each listed scenario under every architecture: `per_arch!(a)` defines
+/// `mod amped { #[test] fn a() }` and so on, each calling `scenarios::a(&[flags])`.
+/// `amped_miss` forces every file read through a helper (`--test-miss`).
+macro_rules! per_arch {
+    ($($scenario:ident),* $(,)?) => {
+        per_arch!(@arch amped, &["--arch", "amped"], $($scenario),*);
+        per_arch!(@arch amped_miss, &["--arch", "amped", "--test-miss", "--helpers", "2"], $($scenario),*);
+        per_arch!(@arch amped_mincore, &["--arch", "amped", "--residency", "mincore"], $($scenario),*);
+        per_arch!(@arch sped, &["--arch", "sped"], $($scenario),*);
+        per_arch!(@arch mt, &["--arch", "mt", "--pool", "8"], $($scenario),*);
+        per_arch!(@arch mp, &["--arch", "mp", "--pool", "4"], $($scenario),*);
+        per_arch!(@arch no_caches, &["--path-cache", "0", "--head-cache", "off", "--file-cache", "0"], $($scenario),*);
+        per_arch!(@arch object_cache, &["--object-cache", "64MiB"], $($scenario),*);
+        per_arch!(@arch object_cache_miss, &["--object-cache", "64MiB", "--test-miss"], $($scenario),*);
+    };
+    (@arch $module:ident, $flags:expr, $($scenario:ident),*) => {
+        mod $module {
+            $(
+                #[test]
+                fn $scenario() {
+                    super::scenarios::$scenario($flags);
+                }
+            )*
+        }
+    };
+}
+
+fn serve(site: &TempDir, arch: &[&str], extra: &[&str]) -> Weft {
+    let args = [path_str(&site.path), "--workers", "1"];
+    Weft::serve(&[&args[..], arch, extra].concat())
+}
+
+mod scenarios {
+    use super::*;
+
+    /// Bodies byte for byte: small (memory), large (file range), ranges,
+    /// conditionals, HEAD, directories, errors; twice, so the second round
+    /// comes from the warm caches.
+    pub fn byte_exact(arch: &[&str]) {
+        let site = site();
+        site.write("mid.bin", &pattern(100 * 1024 + 3));
+        let w = serve(&site, arch, &[]);
+        for round in 0..2 {
+            let r = get(&w, "/hello.txt");
+            assert_eq!((r.status, &r.body[..]), (200, &b"hello, weft\n"[..]), "round {round}");
+            let r = get(&w, "/big.bin");
+            assert_eq!(r.status, 200);
+            assert!(r.body == pattern(3 * 1024 * 1024 + 17), "{arch:?}: big body whole");
+            let r = get(&w, "/mid.bin");
+            assert!(r.body == pattern(100 * 1024 + 3), "{arch:?}: mid body whole");
+            assert_eq!(get(&w, "/").body, b"<h1>home</h1>\n");
+            assert_eq!(get(&w, "/sub/").body, b"<p>sub</p>\n");
+            assert_eq!(get(&w, "/sub").status, 301);
+            assert_eq!(get(&w, "/missing").status, 404);
+            assert_eq!(get(&w, "/empty.bin").body, b"");
+            let mut c = Reader::new(w.connect());
+            c.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=1000-1999\r\n\r\n");
+            let r = c.response(false);
+            assert_eq!(r.status, 206);
+            assert!(r.body == pattern(3 * 1024 * 1024 + 17)[1000..2000]);
+            let etag = r.header("etag").unwrap().to_string();
+            c.send(format!("GET /big.bin HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n").as_bytes());
+            assert_eq!(c.response(false).status, 304);
+            c.send(b"HEAD /mid.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+            let h = c.response(true);
+            assert_eq!(h.header("content-length"), Some("102403"));
+        }
+    }
+
+    /// Pipelined requests on one connection, mixing cached and uncached
+    /// paths: answered in order.
+    pub fn pipelined(arch: &[&str]) {
+        let site = site();
+        let w = serve(&site, arch, &[]);
+        let mut c = Reader::new(w.connect());
+        let mut req = Vec::new();
+        for p in [
+            "/hello.txt",
+            "/one.bin",
+            "/sub/page.css",
+            "/big.bin",
+            "/hello.txt",
+            "/missing",
+        ] {
+            req.extend_from_slice(format!("GET {p} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        }
+        c.send(&req);
+        assert_eq!(c.response(false).body, b"hello, weft\n");
+        assert_eq!(c.response(false).body, b"x");
+        assert_eq!(c.response(false).body, b"body{}\n");
+        assert!(c.response(false).body == pattern(3 * 1024 * 1024 + 17));
+        assert_eq!(c.response(false).body, b"hello, weft\n");
+        assert_eq!(c.response(false).status, 404);
+    }
+
+    /// A changed file is served changed once the cache revalidates (here at
+    /// once: `--file-cache-valid 0s`), with a new ETag.
+    pub fn invalidation(arch: &[&str]) {
+        let site = site();
+        site.write("v.txt", b"version one\n");
+        let w = serve(&site, arch, &["--file-cache-valid", "0s"]);
+        let a = get(&w, "/v.txt");
+        assert_eq!(a.body, b"version one\n");
+        assert_eq!(get(&w, "/v.txt").body, b"version one\n");
+        std::thread::sleep(Duration::from_millis(20));
+        site.write("v.txt", b"version two, longer\n");
+        let b = get(&w, "/v.txt");
+        assert_eq!(b.body, b"version two, longer\n", "{arch:?}");
+        assert_ne!(a.header("etag"), b.header("etag"));
+        // Replaced by rename (new inode), same size.
+        let tmp = site.write("v.tmp", b"version 3, longer!!\n");
+        std::fs::rename(tmp, site.path.join("v.txt")).unwrap();
+        assert_eq!(get(&w, "/v.txt").body, b"version 3, longer!!\n", "{arch:?}");
+    }
+
+    /// A file rewritten in place while it is being sent never reaches the
+    /// client as a complete response: the body arrives whole and unchanged,
+    /// or the connection is cut short.
+    pub fn snapshot(arch: &[&str]) {
+        let site = site();
+        let len = 48 * 1024 * 1024;
+        let old = pattern(len);
+        site.write("large.bin", &old);
+        let w = serve(&site, arch, &[]);
+        let mut s = w.connect();
+        s.write_all(b"GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let mut got = vec![0u8; 1 << 20];
+        s.read_exact(&mut got).unwrap();
+        // The server is blocked on a full socket; rewrite the file in place.
+        std::thread::sleep(Duration::from_millis(100));
+        let new: Vec<u8> = old.iter().map(|b| b ^ 0x55).collect();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(site.path.join("large.bin"))
+            .unwrap()
+            .write_all(&new)
+            .unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        got.extend_from_slice(&rest);
+        let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let body = &got[head_end..];
+        assert!(
+            body.len() < len || body == &old[..],
+            "{arch:?}: a complete response of {} bytes that is not the old file",
+            body.len()
+        );
+    }
+}
+
+per_arch!(byte_exact, pipelined, invalidation, snapshot);
+
+/// The AMPED loop never waits on the disk: with every read sent to a helper
+/// and each helper job slowed to seconds, a request for a file the worker
+/// holds in memory is answered while a large file's request still waits for
+/// its helper. (The same run under SPED would answer both only after the
+/// slow read: its loop does the reading.)
+#[test]
+fn amped_loop_never_waits_on_disk() {
+    let site = site();
+    let flags = [
+        "--arch",
+        "amped",
+        "--test-miss",
+        "--test-disk-delay",
+        "3s",
+        "--helpers",
+        "2",
+        "--file-cache-valid",
+        "120s",
+    ];
+    let w = serve(&site, &flags, &[]);
+    // Warm: the small file's open goes through a (slow) helper once; its
+    // bytes then live in the worker's file cache.
+    assert_eq!(get(&w, "/hello.txt").body, b"hello, weft\n");
+    let addr = w.addr;
+    let t0 = Instant::now();
+    let big = std::thread::spawn(move || {
+        let mut r = Reader::new(std::net::TcpStream::connect(addr).unwrap());
+        r.stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        r.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+        let resp = r.response(false);
+        (resp.body == pattern(3 * 1024 * 1024 + 17), t0.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let r = get(&w, "/hello.txt");
+    let small_done = t0.elapsed();
+    assert_eq!(r.body, b"hello, weft\n");
+    let (whole, big_done) = big.join().unwrap();
+    assert!(whole, "the large body arrives whole after its helper");
+    assert!(
+        small_done < big_done,
+        "the cached file ({small_done:?}) was answered before the one waiting on the disk ({big_done:?})"
+    );
+    // The big request waited for two slow helper jobs (open, then load).
+    assert!(big_done >= Duration::from_secs(5), "big took {big_done:?}");
+}
+
+/// A bad flag value is a one-line error naming the flag.
+#[test]
+fn bad_flags_name_the_key() {
+    for (flag, value) in [
+        ("--arch", "threads"),
+        ("--residency", "maybe"),
+        ("--helpers", "0"),
+        ("--cache-policy", "fifo"),
+        ("--gds-cost", "2"),
+        ("--head-cache", "sometimes"),
+    ] {
+        let out = std::process::Command::new(weft_bin())
+            .args(["serve", flag, value])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(flag), "{flag}: {err}");
+    }
+}
+
+/// The object cache answers the second request from its mappings and says
+/// so in the counters: one lookup hit, the body bytes sent from it, body
+/// bytes held as mappings and only the header fields on the heap.
+#[test]
+fn object_cache_counts_hits_and_holds_no_heap_body() {
+    let site = site();
+    let mut w = serve(&site, &["--object-cache", "64MiB", "--stats-on-exit"], &[]);
+    for _ in 0..2 {
+        assert!(get(&w, "/big.bin").body == pattern(3 * 1024 * 1024 + 17));
+    }
+    w.terminate();
+    assert_eq!(w.wait_exit(Duration::from_secs(20)), Some(0));
+    let err = w.stderr();
+    let num = |key: &str| -> u64 {
+        let at = err
+            .find(&format!("\"{key}\":"))
+            .unwrap_or_else(|| panic!("{key} in {err}"));
+        let rest = &err[at + key.len() + 3..];
+        rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap()]
+            .parse()
+            .unwrap()
+    };
+    assert_eq!((num("object_lookups"), num("object_hits")), (2, 1), "{err}");
+    assert_eq!(num("bytes_object"), 2 * (3 * 1024 * 1024 + 17));
+    assert_eq!(num("object_mapped_bytes"), 3 * 1024 * 1024 + 17);
+    assert!(num("object_heap_bytes") < 400, "only the header fields are on the heap");
+}
