@@ -38,6 +38,8 @@ pub enum Command {
     Origin(Box<crate::origin::OriginArgs>),
     /// Trace-driven cluster simulator: WRR, LB, LARD, LARD/R... on a log or a synthetic trace.
     Sim(Box<crate::sim::SimArgs>),
+    /// WAN emulator: run a command behind delay, loss and rate limits in network namespaces.
+    Wan(Box<crate::wan::WanArgs>),
 }
 
 /// `weft check`.

@@ -11,6 +11,7 @@ mod proxy;
 mod serve;
 mod service;
 mod sim;
+mod wan;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -50,6 +51,7 @@ fn main() -> ExitCode {
         Command::Load(args) => load::run(*args),
         Command::Origin(args) => origin::run(*args),
         Command::Sim(args) => sim::run(*args),
+        Command::Wan(args) => wan::run(*args),
     }
 }
 

@@ -20,6 +20,7 @@ pub mod mmap;
 pub mod residency;
 pub mod sockopt;
 pub mod splice;
+pub mod tun;
 mod unix;
 pub mod uring;
 
