@@ -151,7 +151,8 @@ impl WanArgs {
             hosts: vec![client, other],
             links: vec![Link { a: 0, b: 1, up, down }],
         };
-        topo.validate().map_err(|e| e.0.replace("wan config: link client-server: ", "--veth: "))?;
+        topo.validate()
+            .map_err(|e| e.0.replace("wan config: link client-server: ", "--veth: "))?;
         Ok(topo)
     }
 }

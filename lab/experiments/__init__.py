@@ -14,6 +14,7 @@ from . import (
     proxy_ssl,
     send_path,
     static_baseline,
+    wan_proxy,
 )
 
 EXPERIMENTS = {
@@ -31,5 +32,6 @@ EXPERIMENTS = {
         polymix,
         lard_sim,
         lard_cluster,
+        wan_proxy,
     )
 }

@@ -209,7 +209,9 @@ impl Topology {
                     }
                 }
                 if self.hosts[l.a].root || self.hosts[l.b].root {
-                    return err(format!("wan config: link {name}: veth mode joins namespaces only (no `root` host)"));
+                    return err(format!(
+                        "wan config: link {name}: veth mode joins namespaces only (no `root` host)"
+                    ));
                 }
             }
         }
@@ -225,7 +227,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("bad duration `{s}` (e.g. 40ms, 250us, 1s)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("bad duration `{s}` (e.g. 40ms, 250us, 1s)"))?;
     let scale = match unit.trim() {
         "ns" => 1e-9,
         "us" | "µs" => 1e-6,
@@ -261,7 +265,9 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
     let t = t.strip_suffix("bit").or_else(|| t.strip_suffix("bps")).unwrap_or(t);
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("bad rate `{s}` (e.g. 56kbit, 10mbit, 1gbit)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("bad rate `{s}` (e.g. 56kbit, 10mbit, 1gbit)"))?;
     let scale = match unit {
         "" => 1.0,
         "k" => 1e3,
@@ -291,7 +297,15 @@ fn as_str(v: &Value, at: &str) -> Result<String, ConfigError> {
 }
 
 const DIR_KEYS: &[&str] = &[
-    "delay", "jitter", "dist", "loss", "loss_after_loss", "rate", "rate_per", "queue", "reorder",
+    "delay",
+    "jitter",
+    "dist",
+    "loss",
+    "loss_after_loss",
+    "rate",
+    "rate_per",
+    "queue",
+    "reorder",
 ];
 
 /// Set one direction key on `spec`; `at` names the place for errors.
@@ -326,7 +340,13 @@ fn set_dir_key(spec: &mut DirSpec, key: &str, v: &Value, at: &str) -> Result<(),
             };
             spec.loss = Loss::GilbertElliott { first, after };
         }
-        "rate" => spec.rate = if s == "0" || s == "none" { None } else { Some(parse_rate(&s).map_err(bad)?) },
+        "rate" => {
+            spec.rate = if s == "0" || s == "none" {
+                None
+            } else {
+                Some(parse_rate(&s).map_err(bad)?)
+            }
+        }
         "rate_per" => {
             spec.rate_per = match s.as_str() {
                 "host" => RatePer::Host,
@@ -351,7 +371,9 @@ fn set_dir_key(spec: &mut DirSpec, key: &str, v: &Value, at: &str) -> Result<(),
 fn check_name(name: &str, at: &str) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
         && name.len() <= 12
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if ok {
         Ok(())
     } else {
@@ -379,10 +401,17 @@ fn parse_host(t: &Value, i: usize, file: &str) -> Result<Host, ConfigError> {
         let here = format!("{at}: key `{k}`");
         match k.as_str() {
             "name" => {}
-            "root" => host.root = v.as_bool().ok_or_else(|| ConfigError(format!("{here}: expected true or false")))?,
+            "root" => {
+                host.root = v
+                    .as_bool()
+                    .ok_or_else(|| ConfigError(format!("{here}: expected true or false")))?
+            }
             "sack" => {
-                let on = v.as_bool().ok_or_else(|| ConfigError(format!("{here}: expected true or false")))?;
-                host.sysctls.push(("net.ipv4.tcp_sack".into(), if on { "1" } else { "0" }.into()));
+                let on = v
+                    .as_bool()
+                    .ok_or_else(|| ConfigError(format!("{here}: expected true or false")))?;
+                host.sysctls
+                    .push(("net.ipv4.tcp_sack".into(), if on { "1" } else { "0" }.into()));
             }
             "congestion" => {
                 let c = as_str(v, &here)?;
@@ -403,7 +432,11 @@ fn parse_host(t: &Value, i: usize, file: &str) -> Result<Host, ConfigError> {
                     host.sysctls.push((sk.clone(), as_str(sv, &format!("{here}.{sk}"))?));
                 }
             }
-            _ => return err(format!("{here}: unknown key (known: name, root, sack, congestion, sysctl)")),
+            _ => {
+                return err(format!(
+                    "{here}: unknown key (known: name, root, sack, congestion, sysctl)"
+                ))
+            }
         }
     }
     Ok(host)
@@ -450,7 +483,10 @@ fn parse_link(t: &Value, i: usize, file: &str, hosts: &[Host]) -> Result<Link, C
         };
         for (k, v) in sub {
             if !DIR_KEYS.contains(&k.as_str()) {
-                return err(format!("{at}: key `{d}.{k}`: unknown key (known: {})", DIR_KEYS.join(", ")));
+                return err(format!(
+                    "{at}: key `{d}.{k}`: unknown key (known: {})",
+                    DIR_KEYS.join(", ")
+                ));
             }
             set_dir_key(spec, k, v, &format!("{at}: {d}"))?;
         }
@@ -476,10 +512,17 @@ fn parse_wan_table(t: &Value, file: &str, topo: &mut Topology) -> Result<(), Con
             }
             "subnet" => {
                 let ip = s.trim_end_matches("/24");
-                let ip: Ipv4Addr = ip.parse().map_err(|_| ConfigError(format!("{here}: bad IPv4 /24 `{s}`")))?;
+                let ip: Ipv4Addr = ip
+                    .parse()
+                    .map_err(|_| ConfigError(format!("{here}: bad IPv4 /24 `{s}`")))?;
                 topo.subnet = Some(Ipv4Addr::from(u32::from(ip) & 0xffff_ff00));
             }
-            "seed" => topo.seed = Some(s.parse().map_err(|_| ConfigError(format!("{here}: `{s}` is not a number")))?),
+            "seed" => {
+                topo.seed = Some(
+                    s.parse()
+                        .map_err(|_| ConfigError(format!("{here}: `{s}` is not a number")))?,
+                )
+            }
             _ => return err(format!("{here}: unknown key (known: mode, subnet, seed)")),
         }
     }
@@ -537,7 +580,8 @@ pub fn parse_toml(text: &str, file: &str) -> Result<Topology, ConfigError> {
         }
         topo.links.push(link);
     }
-    topo.validate().map_err(|e| ConfigError(e.0.replacen("wan config", file, 1)))?;
+    topo.validate()
+        .map_err(|e| ConfigError(e.0.replacen("wan config", file, 1)))?;
     Ok(topo)
 }
 
@@ -589,19 +633,39 @@ delay = "90ms"
         assert_eq!(l.up.rate, Some(28_000));
         assert_eq!(l.down.rate, Some(56_000));
         assert_eq!(l.up.rate_per, RatePer::Flow);
-        assert_eq!(l.down.loss, Loss::GilbertElliott { first: 0.01, after: 0.4 });
-        assert_eq!(t.hosts[0].sysctls, vec![("net.ipv4.tcp_sack".to_string(), "0".to_string())]);
+        assert_eq!(
+            l.down.loss,
+            Loss::GilbertElliott {
+                first: 0.01,
+                after: 0.4
+            }
+        );
+        assert_eq!(
+            t.hosts[0].sysctls,
+            vec![("net.ipv4.tcp_sack".to_string(), "0".to_string())]
+        );
     }
 
     #[test]
     fn errors_name_the_place() {
-        let e = parse_toml(&MODEM.replace("\"90ms\"", "\"9y\""), "m.toml").unwrap_err().0;
-        assert!(e.starts_with("m.toml: link proxy-server: key `delay`: bad duration"), "{e}");
-        let e = parse_toml(&MODEM.replace("b = \"server\"", "b = \"nowhere\""), "m.toml").unwrap_err().0;
+        let e = parse_toml(&MODEM.replace("\"90ms\"", "\"9y\""), "m.toml")
+            .unwrap_err()
+            .0;
+        assert!(
+            e.starts_with("m.toml: link proxy-server: key `delay`: bad duration"),
+            "{e}"
+        );
+        let e = parse_toml(&MODEM.replace("b = \"server\"", "b = \"nowhere\""), "m.toml")
+            .unwrap_err()
+            .0;
         assert!(e.contains("link #2: key `b`: no host named `nowhere`"), "{e}");
-        let e = parse_toml(&MODEM.replace("sack = false", "sak = false"), "m.toml").unwrap_err().0;
+        let e = parse_toml(&MODEM.replace("sack = false", "sak = false"), "m.toml")
+            .unwrap_err()
+            .0;
         assert!(e.contains("host client: key `sak`: unknown key"), "{e}");
-        let e = parse_toml(&MODEM.replace("{ rate = \"56kbit\" }", "{ rat = 1 }"), "m.toml").unwrap_err().0;
+        let e = parse_toml(&MODEM.replace("{ rate = \"56kbit\" }", "{ rat = 1 }"), "m.toml")
+            .unwrap_err()
+            .0;
         assert!(e.contains("link client-proxy: key `down.rat`: unknown key"), "{e}");
         assert!(!e.contains('\n'));
     }

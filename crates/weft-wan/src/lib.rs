@@ -14,6 +14,6 @@ pub mod config;
 pub mod model;
 pub mod netns;
 pub mod router;
-pub mod veth;
 pub mod run;
+pub mod veth;
 pub use run::{run, RunOptions};

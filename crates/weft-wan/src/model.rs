@@ -157,9 +157,16 @@ mod tests {
             let lost = count_lost(Loss::Bernoulli(p), 1_000_000) as f64 / 1e6;
             assert!((lost / p - 1.0).abs() < 0.1, "p={p} measured {lost}");
         }
-        let ge = Loss::GilbertElliott { first: 0.01, after: 0.4 };
+        let ge = Loss::GilbertElliott {
+            first: 0.01,
+            after: 0.4,
+        };
         let lost = count_lost(ge, 1_000_000) as f64 / 1e6;
-        assert!((lost / ge.mean() - 1.0).abs() < 0.1, "GE measured {lost} vs {}", ge.mean());
+        assert!(
+            (lost / ge.mean() - 1.0).abs() < 0.1,
+            "GE measured {lost} vs {}",
+            ge.mean()
+        );
     }
 
     #[test]
@@ -188,7 +195,9 @@ mod tests {
         let mut d = Direction::new(spec, 3);
         let mut last = 0;
         for i in 0..10_000 {
-            let Verdict::At(t) = d.offer(i * 10_000, 100, 0) else { panic!() };
+            let Verdict::At(t) = d.offer(i * 10_000, 100, 0) else {
+                panic!()
+            };
             assert!(t >= last);
             last = t;
         }

@@ -63,6 +63,18 @@ pub fn remove_stale() -> Vec<String> {
         if pid == std::process::id() || weft_alive(pid) {
             continue;
         }
+        // Its processes (a command the killed run started) go with it.
+        let pids = Command::new("ip")
+            .args(["netns", "pids", &n])
+            .output()
+            .map(|o| o.stdout)
+            .unwrap_or_default();
+        for pid in String::from_utf8_lossy(&pids)
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+        {
+            weft_io::sys::tun::terminate(pid);
+        }
         match ip(&["netns", "del", &n]) {
             Ok(()) => said.push(format!("removed stale namespace {n} (weft pid {pid} is gone)")),
             Err(e) => said.push(format!("could not remove stale namespace {n}: {e}")),
@@ -118,13 +130,20 @@ pub fn build(topo: &Topology) -> Result<Net, String> {
     let pidfile = Path::new(RUN_DIR).join(pid.to_string());
     let mut net = Net {
         ns: Vec::new(),
-        addrs: (0..topo.hosts.len()).map(|i| Ipv4Addr::from(base + i as u32 + 1)).collect(),
+        addrs: (0..topo.hosts.len())
+            .map(|i| Ipv4Addr::from(base + i as u32 + 1))
+            .collect(),
         tuns: Vec::new(),
         notes: Vec::new(),
         pidfile: pidfile.clone(),
     };
     std::fs::create_dir_all(RUN_DIR).map_err(|e| format!("cannot create {RUN_DIR}: {e}"))?;
-    let list: String = topo.hosts.iter().filter(|h| !h.root).map(|h| format!("ww{pid}-{}\n", h.name)).collect();
+    let list: String = topo
+        .hosts
+        .iter()
+        .filter(|h| !h.root)
+        .map(|h| format!("ww{pid}-{}\n", h.name))
+        .collect();
     std::fs::write(&pidfile, list).map_err(|e| format!("cannot write {}: {e}", pidfile.display()))?;
     for h in &topo.hosts {
         if h.root {
@@ -138,8 +157,11 @@ pub fn build(topo: &Topology) -> Result<Net, String> {
         let mut sysctls = vec![("net.ipv6.conf.all.disable_ipv6".to_string(), "1".to_string())];
         sysctls.extend(h.sysctls.iter().cloned());
         for (k, v) in &sysctls {
-            run("ip", &["netns", "exec", &name, "sysctl", "-q", "-w", &format!("{k}={v}")])
-                .map_err(|e| format!("host {}: sysctl {k}: {e}", h.name))?;
+            run(
+                "ip",
+                &["netns", "exec", &name, "sysctl", "-q", "-w", &format!("{k}={v}")],
+            )
+            .map_err(|e| format!("host {}: sysctl {k}: {e}", h.name))?;
         }
     }
     match topo.mode {
@@ -163,16 +185,23 @@ fn build_tun(topo: &Topology, net: &mut Net, pid: u32, base: u32) -> Result<(), 
     let prefix = format!("{}/24", Ipv4Addr::from(base));
     for i in 0..topo.hosts.len() {
         let dev = format!("ww{pid}t{i}");
-        let fd = open_tun(&dev).map_err(|e| format!("cannot create TUN device {dev}: {e} (is /dev/net/tun there, are we root?)"))?;
+        let fd = open_tun(&dev)
+            .map_err(|e| format!("cannot create TUN device {dev}: {e} (is /dev/net/tun there, are we root?)"))?;
         net.tuns.push(fd);
         let ns = net.ns[i].clone();
         if let Some(n) = &ns {
             ip(&["link", "set", "dev", &dev, "netns", n])?;
         }
-        ip_in(&ns, &["link", "set", "dev", &dev, "mtu", "1500", "txqueuelen", "10000", "up"])?;
+        ip_in(
+            &ns,
+            &["link", "set", "dev", &dev, "mtu", "1500", "txqueuelen", "10000", "up"],
+        )?;
         let addr = format!("{}/32", net.addrs[i]);
         ip_in(&ns, &["addr", "add", &addr, "dev", &dev])?;
-        ip_in(&ns, &["route", "add", &prefix, "dev", &dev, "src", &net.addrs[i].to_string()])?;
+        ip_in(
+            &ns,
+            &["route", "add", &prefix, "dev", &dev, "src", &net.addrs[i].to_string()],
+        )?;
     }
     Ok(())
 }

@@ -21,6 +21,8 @@ const BUF: usize = 2048;
 const MAX_PENDING: usize = 1 << 20;
 /// Packets read from one device per wake-up before the others get a turn.
 const BURST: usize = 64;
+/// How long a stopping router keeps delivering packets already in flight.
+const DRAIN_NS: u64 = 2_000_000_000;
 
 struct Pending {
     at: u64,
@@ -117,6 +119,7 @@ impl Router {
         fds.push(poll_in(stop));
         let n = self.tuns.len();
         let mut armed: Option<u64> = None;
+        let mut draining: Option<u64> = None;
         loop {
             // Deliver what is due.
             let t = now();
@@ -136,7 +139,7 @@ impl Router {
                 }
                 free.push(p.buf);
             }
-            let next = heap.peek().map(|p| p.at);
+            let next = heap.peek().map(|p| draining.map_or(p.at, |d| p.at.min(d)));
             if next != armed {
                 timer.set(next.map(|at| std::time::Duration::from_nanos(at.saturating_sub(now()))))?;
                 armed = next;
@@ -150,6 +153,12 @@ impl Router {
                 Err(e) => return Err(e),
             }
             if fds[n + 1].revents != 0 {
+                // Stop: deliver what is in flight first (a reply in the delay
+                // line when the command exits), for at most DRAIN.
+                sys::eventfd_drain(stop);
+                draining.get_or_insert(now() + DRAIN_NS);
+            }
+            if draining.is_some_and(|d| heap.is_empty() || now() >= d) {
                 break;
             }
             if fds[n].revents != 0 {
@@ -193,7 +202,12 @@ impl Router {
                 }
             }
         }
-        st.dirs = self.ends.iter().zip(&self.dirs).map(|(&(a, b), d)| (a, b, d.stats)).collect();
+        st.dirs = self
+            .ends
+            .iter()
+            .zip(&self.dirs)
+            .map(|(&(a, b), d)| (a, b, d.stats))
+            .collect();
         st.lateness.sort_unstable();
         Ok(st)
     }

@@ -74,7 +74,9 @@ fn spawn(topo: &Topology, net: &Net, opts: &RunOptions) -> Result<Option<Child>,
     for (i, h) in topo.hosts.iter().enumerate() {
         cmd.env(env_name(&h.name), net.addrs[i].to_string());
     }
-    cmd.spawn().map(Some).map_err(|e| format!("cannot start `{}`: {e}", argv.join(" ")))
+    cmd.spawn()
+        .map(Some)
+        .map_err(|e| format!("cannot start `{}`: {e}", argv.join(" ")))
 }
 
 fn start_router(topo: &Topology, net: &mut Net) -> Result<Option<RouterThread>, String> {

@@ -9,7 +9,10 @@ use std::process::Command;
 
 /// Is ethtool installed?
 pub fn have_ethtool() -> bool {
-    Command::new("ethtool").arg("--version").output().is_ok_and(|o| o.status.success())
+    Command::new("ethtool")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Build one veth pair per link of `topo` into `net`'s namespaces.
@@ -27,33 +30,57 @@ pub fn build(topo: &Topology, net: &mut Net, pid: u32) -> Result<(), String> {
             return Err("veth mode joins namespaces only".into());
         };
         let (va, vb) = (format!("ww{pid}v{li}a"), format!("ww{pid}v{li}b"));
-        crate::netns::ip(&["link", "add", &va, "netns", &nsa, "type", "veth", "peer", "name", &vb, "netns", &nsb])?;
+        crate::netns::ip(&[
+            "link", "add", &va, "netns", &nsa, "type", "veth", "peer", "name", &vb, "netns", &nsb,
+        ])?;
         for (ns, dev, me, peer, spec) in [(&na, &va, l.a, l.b, &l.up), (&nb, &vb, l.b, l.a, &l.down)] {
             ip_in(ns, &["link", "set", "dev", dev, "mtu", "1500", "up"])?;
             let addr = format!("{}/32", net.addrs[me]);
             // The same /32 may sit on several of a host's veths: one per link.
             let _ = ip_in(ns, &["addr", "add", &addr, "dev", dev]);
             let to = format!("{}/32", net.addrs[peer]);
-            ip_in(ns, &["route", "add", &to, "dev", dev, "src", &net.addrs[me].to_string()])?;
+            ip_in(
+                ns,
+                &["route", "add", &to, "dev", dev, "src", &net.addrs[me].to_string()],
+            )?;
             if ethtool {
                 let n = ns.as_deref().unwrap_or_default();
                 let out = Command::new("ip")
-                    .args(["netns", "exec", n, "ethtool", "-K", dev, "gso", "off", "gro", "off", "tso", "off"])
+                    .args([
+                        "netns", "exec", n, "ethtool", "-K", dev, "gso", "off", "gro", "off", "tso", "off",
+                    ])
                     .output()
                     .map_err(|e| format!("ethtool: {e}"))?;
                 if !out.status.success() {
-                    return Err(format!("ethtool -K {dev}: {}", String::from_utf8_lossy(&out.stderr).trim()));
+                    return Err(format!(
+                        "ethtool -K {dev}: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
                 }
             }
             if let Some(rate) = spec.rate {
                 let r = format!("{rate}bit");
                 let burst = (rate / 8 / 100).max(3000).to_string();
                 let lim = spec.queue_bytes.to_string();
-                let mut args = vec!["netns", "exec", ns.as_deref().unwrap_or_default(), "tc", "qdisc", "add", "dev"];
+                let mut args = vec![
+                    "netns",
+                    "exec",
+                    ns.as_deref().unwrap_or_default(),
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                ];
                 args.extend([dev.as_str(), "root", "tbf", "rate", &r, "burst", &burst, "limit", &lim]);
-                let out = Command::new("ip").args(&args).output().map_err(|e| format!("tc: {e}"))?;
+                let out = Command::new("ip")
+                    .args(&args)
+                    .output()
+                    .map_err(|e| format!("tc: {e}"))?;
                 if !out.status.success() {
-                    return Err(format!("tc tbf on {dev}: {}", String::from_utf8_lossy(&out.stderr).trim()));
+                    return Err(format!(
+                        "tc tbf on {dev}: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
                 }
             }
         }
