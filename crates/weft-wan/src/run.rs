@@ -99,7 +99,14 @@ fn start_router(topo: &Topology, net: &mut Net) -> Result<Option<RouterThread>, 
     let stop2 = Arc::clone(&stop);
     let h = std::thread::Builder::new()
         .name("wan-router".into())
-        .spawn(move || r.run(&stop2))
+        .spawn(move || {
+            // Real-time when allowed: a delay line's wake-ups must not wait
+            // behind a busy machine's other work (tests and lab share 2 cores).
+            if let Err(e) = sys::tun::set_realtime(10) {
+                eprintln!("weft wan: note: router at normal priority ({e})");
+            }
+            r.run(&stop2)
+        })
         .map_err(|e| format!("cannot start the router thread: {e}"))?;
     Ok(Some(RouterThread { stop, h }))
 }

@@ -127,3 +127,13 @@ pub fn poll_in(fd: impl FdArg) -> libc::pollfd {
 
 /// poll(2)'s descriptor entry, for crates that do not use libc.
 pub type PollFd = libc::pollfd;
+
+/// Give the calling thread real-time priority (SCHED_FIFO at `prio`), so a
+/// delay line's wake-ups are not queued behind other work on a busy machine.
+/// Needs CAP_SYS_NICE; the kernel's RT throttling still leaves 5 % to others.
+pub fn set_realtime(prio: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: prio };
+    bump(SysKind::Other);
+    // SAFETY: param is a valid sched_param; pid 0 is the calling thread.
+    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) }).map(drop)
+}
