@@ -125,7 +125,7 @@ def delta(after: dict, before: dict, keys=TCP_COUNTERS) -> dict:
     return {k: after.get(k, 0) - before.get(k, 0) for k in keys}
 
 
-def stop(p: subprocess.Popen, timeout: float = 10) -> None:
+def stop(p: subprocess.Popen, timeout: float = 2) -> None:
     """SIGTERM a process group started with popen(), then SIGKILL."""
     if p.poll() is not None:
         return

@@ -15,6 +15,7 @@ from . import (
     send_path,
     static_baseline,
     wan_proxy,
+    wan_server,
 )
 
 EXPERIMENTS = {
@@ -33,5 +34,6 @@ EXPERIMENTS = {
         lard_sim,
         lard_cluster,
         wan_proxy,
+        wan_server,
     )
 }

@@ -200,7 +200,13 @@ impl Router {
     }
 
     /// Write every packet whose departure time has come.
-    fn deliver(&self, heap: &mut BinaryHeap<Pending>, free: &mut Vec<Box<[u8; BUF]>>, st: &mut RouterStats, now: &dyn Fn() -> u64) {
+    fn deliver(
+        &self,
+        heap: &mut BinaryHeap<Pending>,
+        free: &mut Vec<Box<[u8; BUF]>>,
+        st: &mut RouterStats,
+        now: &dyn Fn() -> u64,
+    ) {
         let t = now();
         while heap.peek().is_some_and(|p| p.at <= t) {
             let p = heap.pop().expect("peeked");
