@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod counters;
 pub mod model;
 pub mod netns;
 pub mod router;

@@ -164,7 +164,11 @@ mod tests {
             let ge = Loss::GilbertElliott { first, after: 0.4 };
             let lost = count_lost(ge, n) as f64 / n as f64;
             eprintln!("GE {first}/0.4 (mean {}): {lost}", ge.mean());
-            assert!((lost / ge.mean() - 1.0).abs() < 0.05, "GE {first} measured {lost} vs {}", ge.mean());
+            assert!(
+                (lost / ge.mean() - 1.0).abs() < 0.05,
+                "GE {first} measured {lost} vs {}",
+                ge.mean()
+            );
         }
     }
 

@@ -3,6 +3,7 @@
 //! on SIGTERM, SIGINT without a command, or an error).
 
 use crate::config::{Mode, Topology};
+use crate::counters;
 use crate::model::Direction;
 use crate::netns::{self, Net};
 use crate::router::{Router, RouterStats};
@@ -163,10 +164,11 @@ pub fn run(topo: &Topology, opts: &RunOptions) -> i32 {
         }
     }
     let status = wait(child.as_mut());
+    let tcp = tcp_counters(topo, &net, opts.quiet);
     if let Some(rt) = router {
         let _ = sys::eventfd_signal(&*rt.stop);
         match rt.h.join() {
-            Ok(Ok(st)) => report(topo, &st, opts),
+            Ok(Ok(st)) => report(topo, &st, &tcp, opts),
             Ok(Err(e)) => eprintln!("weft wan: router failed: {e}"),
             Err(_) => eprintln!("weft wan: router thread panicked"),
         }
@@ -205,7 +207,7 @@ fn wait(child: Option<&mut Child>) -> i32 {
     }
 }
 
-fn report(topo: &Topology, st: &RouterStats, opts: &RunOptions) {
+fn report(topo: &Topology, st: &RouterStats, tcp: &serde_json::Value, opts: &RunOptions) {
     let name = |i: usize| topo.hosts[i].name.as_str();
     if !opts.quiet {
         for (a, b, d) in &st.dirs {
@@ -242,10 +244,36 @@ fn report(topo: &Topology, st: &RouterStats, opts: &RunOptions) {
             })
             .collect();
         let v = serde_json::json!({"dirs": dirs, "delivered": st.delivered, "unroutable": st.unroutable,
-            "overflow": st.overflow, "lateness_us": {"p50": st.lateness_us(0.5), "p99": st.lateness_us(0.99),
+            "overflow": st.overflow, "tcp": tcp, "lateness_us": {"p50": st.lateness_us(0.5), "p99": st.lateness_us(0.99),
             "p999": st.lateness_us(0.999), "max": st.lateness_us(1.0), "samples": st.lateness.len()}});
         if let Err(e) = std::fs::write(p, format!("{v}\n")) {
             eprintln!("weft wan: cannot write {}: {e}", p.display());
         }
     }
+}
+
+/// Each namespace's TCP counters for the run, printed and as JSON.
+fn tcp_counters(topo: &Topology, net: &Net, quiet: bool) -> serde_json::Value {
+    let mut all = serde_json::Map::new();
+    for (i, h) in topo.hosts.iter().enumerate() {
+        let Some(ns) = &net.ns[i] else { continue };
+        let Some(c) = counters::tcp(ns) else {
+            if !quiet {
+                eprintln!("weft wan: {}: no TCP counters (is nstat installed?)", h.name);
+            }
+            continue;
+        };
+        if !quiet {
+            let line: Vec<String> = c
+                .iter()
+                .zip(counters::TCP)
+                .map(|((_, v), (_, short))| format!("{short} {v}"))
+                .collect();
+            eprintln!("weft wan: {} TCP: {}", h.name, line.join(", "));
+        }
+        let m: serde_json::Map<String, serde_json::Value> =
+            c.into_iter().map(|(k, v)| (k.to_string(), v.into())).collect();
+        all.insert(h.name.clone(), m.into());
+    }
+    all.into()
 }
