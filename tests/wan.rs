@@ -208,16 +208,7 @@ fn measure_rtt(delay: &str, n: u32) -> f64 {
 fn measure_loss(args: &[&str], n: u64, pps: u64) -> (f64, f64) {
     let w = Wan::start(args);
     let s = w.udp();
-    let start = Instant::now();
-    for i in 0..n {
-        let _ = s.send(b"c");
-        if i % 100 == 99 {
-            let due = Duration::from_secs_f64((i + 1) as f64 / pps as f64);
-            if let Some(d) = due.checked_sub(start.elapsed()) {
-                std::thread::sleep(d);
-            }
-        }
-    }
+    blast(&s, n, pps);
     std::thread::sleep(Duration::from_millis(300));
     let (got, stats) = w.finish();
     let dir = stats["dirs"]
@@ -318,7 +309,7 @@ fn bad_topology_is_one_line_naming_the_link_and_key() {
     let cases = [
         (
             "[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[link]]\na = \"a\"\nb = \"b\"\ndelay = \"9y\"\n",
-            "link a-b: key `delay`: bad duration",
+            "link a-b: key `delay`: invalid duration",
         ),
         ("[[host]]\nname = \"a\"\n[[link]]\na = \"a\"\nb = \"zz\"\n", "link #1: key `b`: no host named `zz`"),
         ("[[host]]\nname = \"a\"\nsak = false\n", "host a: key `sak`: unknown key"),
@@ -397,17 +388,7 @@ fn added_delay(pps: u64, secs: u64) -> (f64, f64, f64) {
     let w = Wan::start(&["--delay", "1ms"]);
     let s = w.udp();
     let n = pps * secs;
-    let start = Instant::now();
-    for i in 0..n {
-        let _ = s.send(b"c");
-        if i % 50 == 49 {
-            let due = Duration::from_secs_f64((i + 1) as f64 / pps as f64);
-            if let Some(d) = due.checked_sub(start.elapsed()) {
-                std::thread::sleep(d);
-            }
-        }
-    }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let rate = blast(&s, n, pps);
     let (_, st) = w.finish();
     let l = &st["lateness_us"];
     (l["p50"].as_f64().unwrap(), l["p99"].as_f64().unwrap(), rate)
@@ -422,4 +403,20 @@ fn added_delay_at_100k_pps() {
     need_netns!();
     let (p50, p99, pps) = added_delay(100_000, 3);
     println!("own added delay at {pps:.0} packets/s: p50 {p50:.1} us, p99 {p99:.1} us");
+}
+
+/// Send `n` one-byte datagrams at about `pps` per second (paced every 50);
+/// returns the rate reached.
+fn blast(s: &UdpSocket, n: u64, pps: u64) -> f64 {
+    let start = Instant::now();
+    for i in 0..n {
+        let _ = s.send(b"c");
+        if i % 50 == 49 {
+            let due = Duration::from_secs_f64((i + 1) as f64 / pps as f64);
+            if let Some(d) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(d);
+            }
+        }
+    }
+    n as f64 / start.elapsed().as_secs_f64()
 }

@@ -219,29 +219,20 @@ impl Topology {
     }
 }
 
-/// Parse a duration: `40ms`, `1.5ms`, `250us`, `2s`, `0`.
+/// Parse a duration: `40ms`, `1.5ms`, `250us`, `2s`; a bare number is
+/// milliseconds (as `mm-delay 40`), unlike weft's other duration flags.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("bad duration `{s}` (e.g. 40ms, 250us, 1s)"))?;
-    let scale = match unit.trim() {
-        "ns" => 1e-9,
-        "us" | "µs" => 1e-6,
-        "ms" | "" => 1e-3,
-        "s" => 1.0,
-        _ => return Err(format!("bad duration `{s}` (units: ns, us, ms, s)")),
-    };
-    let secs = v * scale;
-    if !secs.is_finite() || !(0.0..=60.0).contains(&secs) {
+    let bare = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    let d = if bare {
+        weft_core::units::parse_duration(&format!("{s}ms"))
+    } else {
+        weft_core::units::parse_duration(s)
+    }?;
+    if d > Duration::from_secs(60) {
         return Err(format!("duration `{s}` out of range (0 to 60 s)"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 /// Parse a probability: `0.1%` or `0.001`.
@@ -595,6 +586,7 @@ mod tests {
         assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
         assert_eq!(parse_duration("40").unwrap(), Duration::from_millis(40));
         assert!(parse_duration("4x").is_err());
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
         assert!((parse_prob("0.1%").unwrap() - 0.001).abs() < 1e-12);
         assert!(parse_prob("120%").is_err());
         assert_eq!(parse_rate("56kbit").unwrap(), 56_000);
@@ -652,7 +644,7 @@ delay = "90ms"
             .unwrap_err()
             .0;
         assert!(
-            e.starts_with("m.toml: link proxy-server: key `delay`: bad duration"),
+            e.starts_with("m.toml: link proxy-server: key `delay`: invalid duration"),
             "{e}"
         );
         let e = parse_toml(&MODEM.replace("b = \"server\"", "b = \"nowhere\""), "m.toml")

@@ -23,7 +23,8 @@ pub fn ip(args: &[&str]) -> Result<(), String> {
     run("ip", args)
 }
 
-fn run(prog: &str, args: &[&str]) -> Result<(), String> {
+/// Run `prog ARGS`; the error is one line with the program's own message.
+pub fn run(prog: &str, args: &[&str]) -> Result<(), String> {
     let out = Command::new(prog)
         .args(args)
         .output()

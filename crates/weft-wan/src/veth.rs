@@ -4,7 +4,7 @@
 //! this kernel has no netem (use the TUN router for those).
 
 use crate::config::Topology;
-use crate::netns::{ip_in, Net};
+use crate::netns::{ip_in, run, Net};
 use std::process::Command;
 
 /// Is ethtool installed?
@@ -43,45 +43,20 @@ pub fn build(topo: &Topology, net: &mut Net, pid: u32) -> Result<(), String> {
                 ns,
                 &["route", "add", &to, "dev", dev, "src", &net.addrs[me].to_string()],
             )?;
+            let n = ns.as_deref().unwrap_or_default();
             if ethtool {
-                let n = ns.as_deref().unwrap_or_default();
-                let out = Command::new("ip")
-                    .args([
-                        "netns", "exec", n, "ethtool", "-K", dev, "gso", "off", "gro", "off", "tso", "off",
-                    ])
-                    .output()
-                    .map_err(|e| format!("ethtool: {e}"))?;
-                if !out.status.success() {
-                    return Err(format!(
-                        "ethtool -K {dev}: {}",
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ));
-                }
+                let off = ["gso", "off", "gro", "off", "tso", "off"];
+                let mut args = vec!["netns", "exec", n, "ethtool", "-K", dev.as_str()];
+                args.extend(off);
+                run("ip", &args)?;
             }
             if let Some(rate) = spec.rate {
                 let r = format!("{rate}bit");
                 let burst = (rate / 8 / 100).max(3000).to_string();
                 let lim = spec.queue_bytes.to_string();
-                let mut args = vec![
-                    "netns",
-                    "exec",
-                    ns.as_deref().unwrap_or_default(),
-                    "tc",
-                    "qdisc",
-                    "add",
-                    "dev",
-                ];
-                args.extend([dev.as_str(), "root", "tbf", "rate", &r, "burst", &burst, "limit", &lim]);
-                let out = Command::new("ip")
-                    .args(&args)
-                    .output()
-                    .map_err(|e| format!("tc: {e}"))?;
-                if !out.status.success() {
-                    return Err(format!(
-                        "tc tbf on {dev}: {}",
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ));
-                }
+                let mut args = vec!["netns", "exec", n, "tc", "qdisc", "add", "dev", dev.as_str()];
+                args.extend(["root", "tbf", "rate", &r, "burst", &burst, "limit", &lim]);
+                run("ip", &args)?;
             }
         }
     }
