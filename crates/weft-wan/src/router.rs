@@ -122,6 +122,11 @@ impl Router {
         let mut draining: Option<u64> = None;
         loop {
             self.deliver(&mut heap, &mut free, &mut st, &now);
+            // Checked before sleeping: with nothing left to wait for, poll
+            // would block until some unrelated packet came.
+            if draining.is_some_and(|d| heap.is_empty() || now() >= d) {
+                break;
+            }
             let next = heap.peek().map(|p| draining.map_or(p.at, |d| p.at.min(d)));
             if next != armed {
                 timer.set(next.map(|at| std::time::Duration::from_nanos(at.saturating_sub(now()))))?;
@@ -140,9 +145,6 @@ impl Router {
                 // line when the command exits), for at most DRAIN.
                 sys::eventfd_drain(stop);
                 draining.get_or_insert(now() + DRAIN_NS);
-            }
-            if draining.is_some_and(|d| heap.is_empty() || now() >= d) {
-                break;
             }
             if fds[n].revents != 0 {
                 timer.drain();
