@@ -40,6 +40,8 @@ pub enum Command {
     Sim(Box<crate::sim::SimArgs>),
     /// Trace tools: a log's coverage curve; a log cut to a data-set size and looped.
     Trace(crate::trace::TraceArgs),
+    /// WAN emulator: run a command behind delay, loss and rate limits in network namespaces.
+    Wan(Box<crate::wan::WanArgs>),
 }
 
 /// `weft check`.

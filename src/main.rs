@@ -17,6 +17,7 @@ mod service;
 mod sim;
 mod trace;
 mod upstream;
+mod wan;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
         Command::Origin(args) => origin::run(*args),
         Command::Sim(args) => sim::run(*args),
         Command::Trace(args) => trace::run(args),
+        Command::Wan(args) => wan::run(*args),
     }
 }
 

@@ -19,6 +19,8 @@ from . import (
     proxy_ssl,
     send_path,
     static_baseline,
+    wan_proxy,
+    wan_server,
 )
 
 EXPERIMENTS = {
@@ -41,5 +43,7 @@ EXPERIMENTS = {
         flash_arch,
         flash_breakdown,
         iolite,
+        wan_proxy,
+        wan_server,
     )
 }

@@ -118,6 +118,9 @@ pub fn run_json(cfg: &LoadConfig, r: &RunResult) -> Value {
         "response_time_ms": {
             "mean": mean(h), "p50": q(h, 0.5), "p90": q(h, 0.9), "p99": q(h, 0.99), "p999": q(h, 0.999),
             "max": if h.is_empty() { 0.0 } else { ms(h.max() as f64) },
+            // Spread of response time (paper 001, Figs. 10 and 20): stdev / mean.
+            "stdev": if h.is_empty() { 0.0 } else { ms(h.stdev()) },
+            "cv": if h.is_empty() || h.mean() == 0.0 { 0.0 } else { h.stdev() / h.mean() },
         },
         "connect_time_ms": { "mean": mean(c), "p50": q(c, 0.5), "p99": q(c, 0.99) },
         // Replies with an Age field (a cache's answers: a proxy's hits) and the rest.
@@ -399,6 +402,14 @@ fn reply_lines(o: &mut String, cfg: &LoadConfig, r: &RunResult) {
         hq(0.999),
         if h.is_empty() { 0.0 } else { h.max() as f64 / 1000.0 }
     );
+    if !h.is_empty() && h.mean() > 0.0 {
+        let _ = writeln!(
+            o,
+            "Response time spread: stdev {:.3} ms, coefficient of variation {:.3}",
+            h.stdev() / 1000.0,
+            h.stdev() / h.mean()
+        );
+    }
     if !s.cached_us.is_empty() {
         let miss = s.uncached_us();
         let m = |h: &hdrhistogram::Histogram<u64>| if h.is_empty() { 0.0 } else { h.mean() / 1000.0 };

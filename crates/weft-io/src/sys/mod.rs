@@ -21,6 +21,7 @@ pub mod residency;
 pub mod sockopt;
 pub mod splice;
 mod stream;
+pub mod tun;
 mod unix;
 pub mod uring;
 mod wait;

@@ -1,0 +1,261 @@
+//! The user-space router: one thread, one poll(2) over every host's TUN
+//! device, a timerfd and a stop eventfd. A packet read from host A's device
+//! for host B's address goes through the A→B [`Direction`] and waits in a
+//! heap ordered by departure time; the timerfd wakes the thread when the
+//! earliest is due. Each packet's lateness (how long after its departure
+//! time it was actually written) is recorded: that is the emulator's own
+//! added delay.
+
+use crate::model::{DirStats, Direction, Verdict};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::io;
+use std::net::Ipv4Addr;
+use std::time::Instant;
+use weft_io::sys::tun::{poll_in, PollFd, Timer};
+use weft_io::sys::{self, Fd};
+
+/// Largest packet read from a TUN device (its MTU is 1500).
+const BUF: usize = 2048;
+/// Packets waiting in the delay line at most (beyond: dropped, counted).
+const MAX_PENDING: usize = 1 << 20;
+/// Packets read from one device per wake-up before the others get a turn.
+const BURST: usize = 64;
+/// How long a stopping router keeps delivering packets already in flight.
+const DRAIN_NS: u64 = 2_000_000_000;
+
+struct Pending {
+    at: u64,
+    seq: u64,
+    dst: usize,
+    len: usize,
+    buf: Box<[u8; BUF]>,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Pending {
+    // Reversed: BinaryHeap is a max-heap, the earliest departure must come first.
+    fn cmp(&self, o: &Self) -> Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// What the router counted, per direction and in total.
+#[derive(Clone, Debug, Default)]
+pub struct RouterStats {
+    /// (from host, to host, counters).
+    pub dirs: Vec<(usize, usize, DirStats)>,
+    /// Packets written to their destination.
+    pub delivered: u64,
+    /// Packets for an address no link reaches, or not IPv4.
+    pub unroutable: u64,
+    /// Packets dropped because the delay line was full or a write failed.
+    pub overflow: u64,
+    /// Lateness of delivered packets in ns: sorted sample (up to 1,000,000).
+    pub lateness: Vec<u64>,
+}
+
+impl RouterStats {
+    /// Lateness quantile `q` (0..=1) in microseconds.
+    pub fn lateness_us(&self, q: f64) -> f64 {
+        if self.lateness.is_empty() {
+            return 0.0;
+        }
+        let i = ((self.lateness.len() - 1) as f64 * q).round() as usize;
+        self.lateness[i] as f64 / 1000.0
+    }
+}
+
+/// The router: hosts' devices and addresses, and the directions between them.
+pub struct Router {
+    tuns: Vec<Fd>,
+    addrs: HashMap<u32, usize>,
+    dirs: Vec<Direction>,
+    /// (src, dst) -> index in dirs.
+    route: HashMap<(usize, usize), usize>,
+    ends: Vec<(usize, usize)>,
+}
+
+impl Router {
+    /// A router over `tuns[i]` (host i, address `addrs[i]`).
+    pub fn new(tuns: Vec<Fd>, addrs: &[Ipv4Addr]) -> Router {
+        Router {
+            tuns,
+            addrs: addrs.iter().enumerate().map(|(i, a)| (u32::from(*a), i)).collect(),
+            dirs: Vec::new(),
+            route: HashMap::new(),
+            ends: Vec::new(),
+        }
+    }
+
+    /// Add the direction `src` → `dst`.
+    pub fn add(&mut self, src: usize, dst: usize, d: Direction) {
+        self.route.insert((src, dst), self.dirs.len());
+        self.ends.push((src, dst));
+        self.dirs.push(d);
+    }
+
+    /// Route until `stop` (an eventfd) is signalled.
+    pub fn run(mut self, stop: &Fd) -> io::Result<RouterStats> {
+        let timer = Timer::new()?;
+        let epoch = Instant::now();
+        let now = || epoch.elapsed().as_nanos() as u64;
+        let mut heap: BinaryHeap<Pending> = BinaryHeap::new();
+        let mut free: Vec<Box<[u8; BUF]>> = Vec::new();
+        let mut st = RouterStats::default();
+        let mut seq = 0u64;
+        let mut fds: Vec<PollFd> = self.tuns.iter().map(poll_in).collect();
+        fds.push(poll_in(timer.fd()));
+        fds.push(poll_in(stop));
+        let n = self.tuns.len();
+        let mut armed: Option<u64> = None;
+        let mut draining: Option<u64> = None;
+        loop {
+            self.deliver(&mut heap, &mut free, &mut st, &now);
+            // Checked before sleeping: with nothing left to wait for, poll
+            // would block until some unrelated packet came.
+            if draining.is_some_and(|d| heap.is_empty() || now() >= d) {
+                break;
+            }
+            let next = heap.peek().map(|p| draining.map_or(p.at, |d| p.at.min(d)));
+            if next != armed {
+                timer.set(next.map(|at| std::time::Duration::from_nanos(at.saturating_sub(now()))))?;
+                armed = next;
+            }
+            for f in fds.iter_mut() {
+                f.revents = 0;
+            }
+            match sys::poll(&mut fds, -1) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            if fds[n + 1].revents != 0 {
+                // Stop: deliver what is in flight first (a reply in the delay
+                // line when the command exits), for at most DRAIN.
+                sys::eventfd_drain(stop);
+                draining.get_or_insert(now() + DRAIN_NS);
+            }
+            if fds[n].revents != 0 {
+                timer.drain();
+                armed = None;
+            }
+            let ready = fds[..n]
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.revents != 0)
+                .map(|(i, _)| i);
+            for src in ready.collect::<Vec<_>>() {
+                for i in 0..BURST {
+                    if i % 8 == 7 {
+                        // Long bursts must not hold back packets already due.
+                        self.deliver(&mut heap, &mut free, &mut st, &now);
+                    }
+                    let mut buf = free.pop().unwrap_or_else(|| Box::new([0u8; BUF]));
+                    let len = match sys::read(&self.tuns[src], &mut buf[..]) {
+                        Ok(len) if len > 0 => len,
+                        _ => {
+                            free.push(buf);
+                            break;
+                        }
+                    };
+                    let Some((dst, flow)) = self.classify(&buf[..len]) else {
+                        st.unroutable += 1;
+                        free.push(buf);
+                        continue;
+                    };
+                    let Some(&di) = self.route.get(&(src, dst)) else {
+                        st.unroutable += 1;
+                        free.push(buf);
+                        continue;
+                    };
+                    match self.dirs[di].offer(now(), len, flow) {
+                        Verdict::At(at) if heap.len() < MAX_PENDING => {
+                            seq += 1;
+                            heap.push(Pending { at, seq, dst, len, buf });
+                        }
+                        Verdict::At(_) => {
+                            st.overflow += 1;
+                            free.push(buf);
+                        }
+                        Verdict::Lost | Verdict::QueueFull => free.push(buf),
+                    }
+                }
+            }
+        }
+        st.dirs = self
+            .ends
+            .iter()
+            .zip(&self.dirs)
+            .map(|(&(a, b), d)| (a, b, d.stats))
+            .collect();
+        st.lateness.sort_unstable();
+        Ok(st)
+    }
+
+    /// Write every packet whose departure time has come.
+    // Boxed buffers on purpose: a packet moves into the heap and back to the
+    // free list as a pointer, not as 2 KiB.
+    #[allow(clippy::vec_box)]
+    fn deliver(
+        &self,
+        heap: &mut BinaryHeap<Pending>,
+        free: &mut Vec<Box<[u8; BUF]>>,
+        st: &mut RouterStats,
+        now: &dyn Fn() -> u64,
+    ) {
+        let t = now();
+        while heap.peek().is_some_and(|p| p.at <= t) {
+            let p = heap.pop().expect("peeked");
+            // Lateness up to the write: the write itself runs the receiving
+            // host's stack (TCP input) in this thread.
+            let late = now().saturating_sub(p.at);
+            match sys::write(&self.tuns[p.dst], &p.buf[..p.len]) {
+                Ok(_) => {
+                    st.delivered += 1;
+                    if st.lateness.len() < 1_000_000 {
+                        st.lateness.push(late);
+                    }
+                }
+                Err(_) => st.overflow += 1,
+            }
+            free.push(p.buf);
+        }
+    }
+
+    /// Destination host and flow key of an IPv4 packet.
+    fn classify(&self, p: &[u8]) -> Option<(usize, u64)> {
+        if p.len() < 20 || p[0] >> 4 != 4 {
+            return None;
+        }
+        let dst = u32::from_be_bytes([p[16], p[17], p[18], p[19]]);
+        let host = *self.addrs.get(&dst)?;
+        Some((host, flow_key(p)))
+    }
+}
+
+/// A flow: addresses, protocol and (TCP/UDP) ports, mixed into 64 bits.
+pub fn flow_key(p: &[u8]) -> u64 {
+    let ihl = ((p[0] & 0x0f) as usize) * 4;
+    let proto = p[9];
+    let mut k = u64::from(proto);
+    for &b in &p[12..20] {
+        k = k.wrapping_mul(0x100_0000_01b3) ^ u64::from(b);
+    }
+    if (proto == 6 || proto == 17) && p.len() >= ihl + 4 {
+        for &b in &p[ihl..ihl + 4] {
+            k = k.wrapping_mul(0x100_0000_01b3) ^ u64::from(b);
+        }
+    }
+    k
+}

@@ -1,0 +1,140 @@
+"""The lab network: hosts in network namespaces, joined by `weft wan`.
+
+`WanNet(weft, hosts, links)` starts `weft wan --config FILE --hold` (TUN
+router: delay, loss, rate per direction; or `mode="veth"`: plain veth
+pairs, MTU 1500, offloads off — real packet sizes, no emulation), waits
+until it is ready and gives each host's namespace and address; `run()` and
+`popen()` start commands inside a host; `nstat()` reads a namespace's TCP
+counters. Leaving the `with` block stops weft wan, which removes every
+namespace (and a run killed with SIGKILL is cleaned up by the next start).
+
+Loopback has a 64 KiB MTU and coalesces segments, so packets, ACKs and
+retransmissions per request mean nothing there: experiments that count them
+(wan-proxy, booster, IO-Lite) run on this network instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+# The TCP counters the WAN experiments report (nstat names).
+TCP_COUNTERS = ("TcpInSegs", "TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtDelayedACKs", "TcpExtTCPSackRecovery", "TcpExtTCPRenoRecovery")
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    return json.dumps(str(v))
+
+
+def topology(hosts: list[dict], links: list[dict], mode: str = "tun", seed: int = 1) -> str:
+    """The TOML of a topology: hosts are dicts with `name` (+ sack, congestion,
+    sysctl), links dicts with a, b and the direction keys (docs/wan.md)."""
+    out = ["[wan]", f'mode = "{mode}"', f"seed = {seed}", ""]
+    for h in hosts:
+        out.append("[[host]]")
+        out += [f"{k} = {toml_value(v)}" for k, v in h.items()]
+        out.append("")
+    for link in links:
+        out.append("[[link]]")
+        out += [f"{k} = {toml_value(v)}" for k, v in link.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+class WanNet:
+    def __init__(self, weft: str, hosts: list[dict], links: list[dict], mode: str = "tun", seed: int = 1, log=print):
+        self.weft, self.log = weft, log
+        self.dir = tempfile.mkdtemp(prefix="weft-netlab-")
+        self.config = os.path.join(self.dir, "wan.toml")
+        with open(self.config, "w") as f:
+            f.write(topology(hosts, links, mode, seed))
+        self.ready = os.path.join(self.dir, "ready.json")
+        self.stats_file = os.path.join(self.dir, "stats.json")
+        self.proc = None
+        self.hosts: dict = {}
+        self.router_stats: dict = {}
+
+    def __enter__(self) -> "WanNet":
+        cmd = [self.weft, "wan", "-c", self.config, "--hold", "--quiet", "--ready", self.ready, "--stats", self.stats_file]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.ready):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"weft wan failed: {self.proc.stderr.read().strip()}")
+            if time.monotonic() > deadline:
+                self.__exit__(None, None, None)
+                raise RuntimeError("weft wan did not become ready in 30 s")
+            time.sleep(0.05)
+        with open(self.ready) as f:
+            self.hosts = json.load(f)["hosts"]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if os.path.exists(self.stats_file):
+            with open(self.stats_file) as f:
+                self.router_stats = json.load(f)
+
+    def addr(self, host: str) -> str:
+        return self.hosts[host]["addr"]
+
+    def ns(self, host: str) -> str:
+        return self.hosts[host]["ns"]
+
+    def argv(self, host: str, argv: list[str]) -> list[str]:
+        ns = self.hosts[host]["ns"]
+        return ["ip", "netns", "exec", ns] + list(argv) if ns else list(argv)
+
+    def popen(self, host: str, argv: list[str], **kw) -> subprocess.Popen:
+        kw.setdefault("start_new_session", True)
+        return subprocess.Popen(self.argv(host, argv), **kw)
+
+    def run(self, host: str, argv: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(host, argv), timeout=timeout, capture_output=True, text=True, **kw)
+
+    def nstat(self, host: str) -> dict:
+        """Absolute TCP counters of the host's namespace (nstat -az)."""
+        p = self.run(host, ["nstat", "-asz", "--json"], timeout=30)
+        if p.returncode != 0:
+            return {}
+        try:
+            d = json.loads(p.stdout)
+        except json.JSONDecodeError:
+            return {}
+        d = d.get("kernel", d)
+        return {k: int(v) for k, v in d.items() if k.startswith("Tcp")}
+
+
+def delta(after: dict, before: dict, keys=TCP_COUNTERS) -> dict:
+    return {k: after.get(k, 0) - before.get(k, 0) for k in keys}
+
+
+def stop(p: subprocess.Popen, timeout: float = 2) -> None:
+    """SIGTERM a process group started with popen(), then SIGKILL."""
+    if p.poll() is not None:
+        return
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=timeout)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()

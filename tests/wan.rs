@@ -1,0 +1,422 @@
+//! `weft wan`: accuracy against its own settings (an RTT probe, loss counted
+//! over 10^5 packets, bulk TCP rate), clean-up of what a SIGKILLed run left,
+//! and one-line errors for bad topology files.
+//!
+//! Everything but the config errors needs root, /dev/net/tun, `ip` and
+//! python3 (the far end's echo/source script runs inside the namespace);
+//! where they are missing the test says so and passes. `accuracy_table`
+//! (ignored: about two minutes) prints the table in docs/wan.md.
+
+#![allow(dead_code)]
+
+mod common;
+
+use common::*;
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The far end, run inside the client namespace: UDP 9000 echoes `e...`
+/// datagrams and counts the others, answering `quit` with the count; TCP
+/// 9001 sends zeros to whoever connects.
+const FAR_END: &str = r#"
+import socket, threading
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.setsockopt(socket.SOL_SOCKET, 33, 32 << 20)
+u.bind(("0.0.0.0", 9000))
+t = socket.socket()
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind(("0.0.0.0", 9001))
+t.listen(4)
+def serve(c):
+    z = b"\0" * 65536
+    try:
+        while True:
+            c.sendall(z)
+    except Exception:
+        pass
+def accept():
+    while True:
+        c, _ = t.accept()
+        threading.Thread(target=serve, args=(c,), daemon=True).start()
+threading.Thread(target=accept, daemon=True).start()
+n = 0
+while True:
+    d, a = u.recvfrom(2048)
+    if d == b"quit":
+        u.sendto(str(n).encode(), a)
+        break
+    if d[:1] == b"e":
+        u.sendto(d, a)
+    else:
+        n += 1
+"#;
+
+/// Why these tests cannot run here, if they cannot.
+fn unavailable() -> Option<String> {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.to_string()))
+        .unwrap_or_default();
+    if uid.split_whitespace().nth(1) != Some("0") {
+        return Some("not root".into());
+    }
+    if !Path::new("/dev/net/tun").exists() {
+        return Some("no /dev/net/tun".into());
+    }
+    for (prog, arg) in [("ip", "-V"), ("python3", "--version")] {
+        if Command::new(prog)
+            .arg(arg)
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            return Some(format!("`{prog}` is not installed"));
+        }
+    }
+    None
+}
+
+macro_rules! need_netns {
+    () => {
+        if let Some(why) = unavailable() {
+            eprintln!("skipping: weft wan needs root, /dev/net/tun, ip and python3 ({why})");
+            return;
+        }
+    };
+}
+
+/// A running `weft wan` with the far end in its client namespace.
+struct Wan {
+    child: Child,
+    dir: TempDir,
+    /// The client namespace's address.
+    client: String,
+    ns: String,
+}
+
+impl Wan {
+    /// `weft wan ARGS -- python3 -c FAR_END`, waiting until it is ready.
+    fn start(args: &[&str]) -> Wan {
+        let dir = TempDir::new("wan");
+        let ready = dir.path.join("ready.json");
+        let stats = dir.path.join("stats.json");
+        let child = Command::new(weft_bin())
+            .arg("wan")
+            .args(args)
+            .args([
+                "--quiet",
+                "--seed",
+                "1",
+                "--ready",
+                path_str(&ready),
+                "--stats",
+                path_str(&stats),
+            ])
+            .args(["--", "python3", "-c", FAR_END])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(20), || ready.exists()),
+            "weft wan did not become ready"
+        );
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&ready).unwrap()).unwrap();
+        let client = v["hosts"]["client"]["addr"].as_str().unwrap().to_string();
+        let ns = v["hosts"]["client"]["ns"].as_str().unwrap_or_default().to_string();
+        let w = Wan { child, dir, client, ns };
+        // The far end is up once it echoes.
+        let s = w.udp();
+        assert!(
+            wait_until(Duration::from_secs(10), || w.echo(&s, 0).is_some()),
+            "far end does not echo"
+        );
+        w
+    }
+
+    fn udp(&self) -> UdpSocket {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        s.connect(format!("{}:9000", self.client)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s
+    }
+
+    /// One echo round trip.
+    fn echo(&self, s: &UdpSocket, i: u32) -> Option<Duration> {
+        let msg = format!("e{i}");
+        let t = Instant::now();
+        s.send(msg.as_bytes()).ok()?;
+        let mut b = [0u8; 64];
+        loop {
+            let n = s.recv(&mut b).ok()?;
+            if &b[..n] == msg.as_bytes() {
+                return Some(t.elapsed());
+            }
+        }
+    }
+
+    /// Stop the far end (it answers the count of non-echo datagrams), then
+    /// weft wan; returns (count, router stats).
+    fn finish(mut self) -> (u64, serde_json::Value) {
+        let s = self.udp();
+        s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let mut count = None;
+        for _ in 0..50 {
+            let _ = s.send(b"quit");
+            let mut b = [0u8; 64];
+            if let Ok(n) = s.recv(&mut b) {
+                count = std::str::from_utf8(&b[..n]).ok().and_then(|t| t.parse().ok());
+                break;
+            }
+        }
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "weft wan exited with {st}");
+        let stats = std::fs::read_to_string(self.dir.path.join("stats.json")).unwrap();
+        (
+            count.expect("far end answered quit"),
+            serde_json::from_str(&stats).unwrap(),
+        )
+    }
+}
+
+impl Drop for Wan {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Median round trip of `n` probes through `weft wan --delay D` (ms).
+fn measure_rtt(delay: &str, n: u32) -> f64 {
+    let w = Wan::start(&["--delay", delay]);
+    let s = w.udp();
+    let mut rtts: Vec<f64> = (1..=n)
+        .filter_map(|i| w.echo(&s, i))
+        .map(|d| d.as_secs_f64() * 1e3)
+        .collect();
+    rtts.sort_by(f64::total_cmp);
+    w.finish();
+    rtts[rtts.len() / 2]
+}
+
+/// Send `n` datagrams towards the client with `args` (loss flags) at about
+/// `pps` per second; returns (fraction lost end to end, router's count).
+fn measure_loss(args: &[&str], n: u64, pps: u64) -> (f64, f64) {
+    let w = Wan::start(args);
+    let s = w.udp();
+    blast(&s, n, pps);
+    std::thread::sleep(Duration::from_millis(300));
+    let (got, stats) = w.finish();
+    let dir = stats["dirs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["to"] == "client")
+        .unwrap()
+        .clone();
+    let router = dir["lost"].as_f64().unwrap() / dir["packets"].as_f64().unwrap();
+    (1.0 - got as f64 / n as f64, router)
+}
+
+/// Bulk TCP from the client namespace through `--up-rate RATE`: the wire
+/// rate in bit/s over seconds 1..secs (payload scaled by 1500/1448).
+fn measure_rate(rate: &str, secs: u64) -> f64 {
+    let w = Wan::start(&["--up-rate", rate, "--delay", "1ms"]);
+    let addr: SocketAddr = format!("{}:9001", w.client).parse().unwrap();
+    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    let start = Instant::now();
+    let (mut bytes, mut t0) = (0u64, None);
+    while start.elapsed() < Duration::from_secs(secs) {
+        let n = c.read(&mut buf).unwrap();
+        if start.elapsed() >= Duration::from_secs(1) {
+            t0.get_or_insert(Instant::now());
+            bytes += n as u64;
+        }
+    }
+    let el = t0.map(|t| t.elapsed().as_secs_f64()).unwrap_or(1.0);
+    drop(c);
+    w.finish();
+    bytes as f64 * 8.0 / el * 1500.0 / 1448.0
+}
+
+#[test]
+fn rtt_matches_the_delay() {
+    need_netns!();
+    let rtt = measure_rtt("25ms", 60);
+    eprintln!("--delay 25ms: median RTT {rtt:.2} ms (expected 50)");
+    assert!((rtt / 50.0 - 1.0).abs() < 0.05, "RTT {rtt} ms");
+}
+
+#[test]
+fn counted_loss_over_100k_packets() {
+    need_netns!();
+    let (e2e, router) = measure_loss(&["--loss", "2%"], 100_000, 25_000);
+    eprintln!(
+        "--loss 2%: lost {:.3} % end to end, router {:.3} %",
+        e2e * 100.0,
+        router * 100.0
+    );
+    assert!((e2e / 0.02 - 1.0).abs() < 0.05, "Bernoulli lost {e2e}");
+    let (e2e, router) = measure_loss(&["--loss", "1%", "--loss-after-loss", "40%"], 100_000, 25_000);
+    let mean = 0.01 / (1.0 - 0.4 + 0.01);
+    eprintln!(
+        "--loss 1% --loss-after-loss 40%: lost {:.3} % end to end, router {:.3} % (model {:.3} %)",
+        e2e * 100.0,
+        router * 100.0,
+        mean * 100.0
+    );
+    assert!((e2e / mean - 1.0).abs() < 0.05, "GE lost {e2e}");
+}
+
+#[test]
+fn bulk_tcp_rate_matches_the_limit() {
+    need_netns!();
+    let r = measure_rate("10mbit", 5);
+    eprintln!("--up-rate 10mbit: bulk TCP {:.3} Mbit/s on the wire", r / 1e6);
+    assert!((r / 10e6 - 1.0).abs() < 0.05, "rate {r}");
+}
+
+#[test]
+fn sigkilled_run_is_cleaned_up_on_the_next_start() {
+    need_netns!();
+    let w = Wan::start(&["--delay", "1ms"]);
+    let ns = w.ns.clone();
+    let mut w = w;
+    w.child.kill().unwrap();
+    w.child.wait().unwrap();
+    // weft wan's SIGKILL leaves the namespace (and the far end inside it).
+    let list = || String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
+    assert!(list().contains(&ns), "{ns} should outlive a SIGKILL");
+    let out = Command::new(weft_bin())
+        .args(["wan", "--quiet", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(&format!("removed stale namespace {ns}")), "{err}");
+    assert!(!list().contains(&ns));
+}
+
+#[test]
+fn bad_topology_is_one_line_naming_the_link_and_key() {
+    let dir = TempDir::new("wanbad");
+    let cases = [
+        (
+            "[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[link]]\na = \"a\"\nb = \"b\"\ndelay = \"9y\"\n",
+            "link a-b: key `delay`: invalid duration",
+        ),
+        ("[[host]]\nname = \"a\"\n[[link]]\na = \"a\"\nb = \"zz\"\n", "link #1: key `b`: no host named `zz`"),
+        ("[[host]]\nname = \"a\"\nsak = false\n", "host a: key `sak`: unknown key"),
+        ("[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[link]]\na = \"a\"\nb = \"b\"\nup = { rate = \"fast\" }\n", "link a-b: up: key `rate`: bad rate"),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let p = dir.write(&format!("t{i}.toml"), text.as_bytes());
+        let out = Command::new(weft_bin())
+            .args(["wan", "-c", path_str(&p), "--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "want `{want}` in: {err}");
+    }
+    let out = Command::new(weft_bin())
+        .args(["wan", "--loss", "200%", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// The accuracy table of docs/wan.md (about two minutes): `cargo test --test
+/// wan accuracy_table -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn accuracy_table() {
+    need_netns!();
+    for d in [1.0, 10.0, 50.0, 100.0, 200.0] {
+        let rtt = measure_rtt(&format!("{d}ms"), 40);
+        println!(
+            "| delay {d} ms | RTT {:.3} ms | {:+.2} % |",
+            rtt,
+            (rtt / (2.0 * d) - 1.0) * 100.0
+        );
+    }
+    for p in [0.0005, 0.001, 0.01, 0.05] {
+        let arg = format!("{}%", p * 100.0);
+        let (e2e, r) = measure_loss(&["--loss", &arg], 100_000, 25_000);
+        println!(
+            "| Bernoulli {arg} | {:.4} % (router {:.4} %) | {:+.1} % |",
+            e2e * 100.0,
+            r * 100.0,
+            (e2e / p - 1.0) * 100.0
+        );
+    }
+    for p in [0.001, 0.01, 0.02] {
+        let arg = format!("{}%", p * 100.0);
+        let mean = p / (1.0 - 0.4 + p);
+        let (e2e, r) = measure_loss(&["--loss", &arg, "--loss-after-loss", "40%"], 100_000, 25_000);
+        println!(
+            "| GE {arg}/40 % (mean {:.4} %) | {:.4} % (router {:.4} %) | {:+.1} % |",
+            mean * 100.0,
+            e2e * 100.0,
+            r * 100.0,
+            (e2e / mean - 1.0) * 100.0
+        );
+    }
+    let (p50, p99, pps) = added_delay(100_000, 3);
+    println!("| own added delay at {pps:.0} packets/s | p50 {p50:.1} us, p99 {p99:.1} us | |");
+    for (rate, bits) in [("56kbit", 56e3), ("1mbit", 1e6), ("100mbit", 100e6), ("1gbit", 1e9)] {
+        let secs = if bits < 1e6 { 12 } else { 5 };
+        let r = measure_rate(rate, secs);
+        println!(
+            "| rate {rate} | {:.4} Mbit/s | {:+.2} % |",
+            r / 1e6,
+            (r / bits - 1.0) * 100.0
+        );
+    }
+}
+
+/// The router's own added delay (p50, p99 in µs) while `pps` datagrams per
+/// second cross it for `secs` seconds, and the rate reached.
+fn added_delay(pps: u64, secs: u64) -> (f64, f64, f64) {
+    let w = Wan::start(&["--delay", "1ms"]);
+    let s = w.udp();
+    let n = pps * secs;
+    let rate = blast(&s, n, pps);
+    let (_, st) = w.finish();
+    let l = &st["lateness_us"];
+    (l["p50"].as_f64().unwrap(), l["p99"].as_f64().unwrap(), rate)
+}
+
+/// The emulator's own added delay at 100,000 packets/s (printed, not
+/// asserted: speed is measured, never asserted): `cargo test --test wan
+/// added_delay_at_100k_pps -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn added_delay_at_100k_pps() {
+    need_netns!();
+    let (p50, p99, pps) = added_delay(100_000, 3);
+    println!("own added delay at {pps:.0} packets/s: p50 {p50:.1} us, p99 {p99:.1} us");
+}
+
+/// Send `n` one-byte datagrams at about `pps` per second (paced every 50);
+/// returns the rate reached.
+fn blast(s: &UdpSocket, n: u64, pps: u64) -> f64 {
+    let start = Instant::now();
+    for i in 0..n {
+        let _ = s.send(b"c");
+        if i % 50 == 49 {
+            let due = Duration::from_secs_f64((i + 1) as f64 / pps as f64);
+            if let Some(d) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(d);
+            }
+        }
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
