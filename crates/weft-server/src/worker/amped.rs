@@ -18,7 +18,7 @@
 //! connection is aborted if it changed, so a client sees a truncated
 //! response, never a complete torn one.
 
-use super::Shared;
+use super::{schedule, Shared};
 use crate::config::{ResidencyTest, SendMode};
 use crate::conn::Conn;
 use crate::files::CachedFile;
@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_io::helpers::{DiskDone, DiskJob, HelperPool};
 use weft_io::sys::{self, residency, Fd};
-use weft_io::Token;
+use weft_io::{Ctx, Interest, Poller, Readiness, Token};
 
 /// How long a residency test that found a whole range resident is trusted.
 pub(crate) const RESIDENT_TRUST: Duration = Duration::from_millis(250);
@@ -292,5 +292,76 @@ pub(crate) fn after_flush(c: &mut Conn, s: &mut Shared<'_>, blocked: bool) {
     } else if c.snapshot {
         s.tails.remove(&c.token);
         c.snapshot = false;
+    }
+}
+
+/// The worker's side of AMPED: parking a connection and resuming it.
+impl super::Worker<'_> {
+    /// AMPED: `token`'s first request waits for the disk: submit `wait` to a
+    /// helper and park the connection (no interest); a full queue answers 503.
+    pub(super) fn park<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token, wait: Wait) {
+        let submitted = match self.helpers.as_mut() {
+            Some(h) => h.submit(&self.shared, token, wait),
+            None => false,
+        };
+        if !submitted {
+            self.shared.overloaded = true;
+            self.drive(cx, token);
+            self.shared.overloaded = false;
+            return;
+        }
+        self.shared.stats.parked += 1;
+        let Some(c) = self.conns.get_mut(token) else {
+            return;
+        };
+        c.parked = true;
+        // A readiness-tracking backend must not keep offering it meanwhile.
+        cx.learned(c.fd.raw(), Readiness::default());
+        c.input.release(&mut self.shared.pool);
+        c.out.release_own(&mut self.shared.own_pool);
+        if !P::CAPS.fixed_interest && c.interest != Interest::NONE {
+            if cx.reregister(c.fd.raw(), token, Interest::NONE).is_err() {
+                self.close(cx, token);
+                return;
+            }
+            c.interest = Interest::NONE;
+        }
+        schedule(c, self.shared.cfg, cx);
+    }
+
+    /// The helpers answered: adopt what they opened, resume the connections.
+    pub(super) fn helpers_done<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        cx.learned(self.helpers.as_ref().map_or(-1, |h| h.waker()), Readiness::default());
+        let mut done = std::mem::take(&mut self.resumed);
+        if let Some(h) = self.helpers.as_mut() {
+            h.finished(&mut self.shared, &mut done);
+        }
+        for (tokens, rel, d) in done.drain(..) {
+            if let Some(files) = self.shared.files.as_mut() {
+                files.set_resuming(true);
+            }
+            let loaded = match d {
+                weft_io::helpers::DiskDone::Opened { result, .. } => {
+                    if let (Some(files), Some(rel)) = (self.shared.files.as_mut(), rel) {
+                        files.adopt(rel, result);
+                    }
+                    false
+                }
+                weft_io::helpers::DiskDone::Loaded { .. } => true,
+            };
+            for token in tokens {
+                let Some(c) = self.conns.get_mut(token) else {
+                    continue; // closed while it waited
+                };
+                c.parked = false;
+                self.shared.loaded = loaded;
+                self.drive(cx, token);
+                self.shared.loaded = false;
+            }
+            if let Some(files) = self.shared.files.as_mut() {
+                files.set_resuming(false);
+            }
+        }
+        self.resumed = done;
     }
 }
