@@ -38,6 +38,9 @@ pub enum Command {
     Origin(Box<crate::origin::OriginArgs>),
     /// Trace-driven cluster simulator: WRR, LB, LARD, LARD/R... on a log or a synthetic trace.
     Sim(Box<crate::sim::SimArgs>),
+    /// Write the manual pages into DIR (for packaging).
+    #[command(hide = true)]
+    Man(crate::man::ManArgs),
 }
 
 /// `weft check`.

@@ -6,6 +6,7 @@ mod args;
 mod cli;
 mod front;
 mod load;
+mod man;
 mod origin;
 mod proxy;
 mod proxy_http;
@@ -51,6 +52,7 @@ fn main() -> ExitCode {
         Command::Load(args) => load::run(*args),
         Command::Origin(args) => origin::run(*args),
         Command::Sim(args) => sim::run(*args),
+        Command::Man(args) => man::run(args),
     }
 }
 
