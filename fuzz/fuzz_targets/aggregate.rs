@@ -21,7 +21,7 @@ enum Op {
 fuzz_target!(|ops: Vec<Op>| {
     let mut agg = Aggregate::new();
     let mut model: Vec<u8> = Vec::new();
-    for op in ops.into_iter().take(64) {
+    for op in ops.into_iter().take(32) {
         match op {
             Op::Push(v) => {
                 model.extend_from_slice(&v);
@@ -32,7 +32,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 agg.prepend(Bytes::from(v));
             }
             Op::AppendSelf => {
-                if model.len() < 1 << 16 {
+                if model.len() < 1 << 12 {
                     let copy = agg.clone();
                     agg.append(&copy);
                     model.extend_from_slice(&model.clone());
