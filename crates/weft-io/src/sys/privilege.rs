@@ -47,9 +47,13 @@ pub fn current_uid() -> (u32, u32) {
 }
 
 /// Become `user` for good: supplementary groups (`initgroups`), gid, then uid;
-/// afterwards check that root cannot be regained.
+/// afterwards check that root cannot be regained. Already running as that
+/// (non-root) user is nothing to do.
 pub fn drop_privileges(user: &User) -> io::Result<()> {
     bump(SysKind::Other);
+    if user.uid != 0 && current_uid() == (user.uid, user.uid) {
+        return Ok(());
+    }
     let c = CString::new(user.name.as_str()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: c is a valid C string; the gid is plain data.
     cvt(unsafe { libc::initgroups(c.as_ptr(), user.gid) })?;
