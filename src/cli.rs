@@ -42,6 +42,9 @@ pub enum Command {
     Trace(crate::trace::TraceArgs),
     /// WAN emulator: run a command behind delay, loss and rate limits in network namespaces.
     Wan(Box<crate::wan::WanArgs>),
+    /// Write the manual pages into DIR (for packaging).
+    #[command(hide = true)]
+    Man(crate::man::ManArgs),
 }
 
 /// `weft check`.

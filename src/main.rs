@@ -7,6 +7,7 @@ mod cli;
 mod event_tuning;
 mod front;
 mod load;
+mod man;
 mod origin;
 mod proxy;
 mod proxy_http;
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(*args),
         Command::Trace(args) => trace::run(args),
         Command::Wan(args) => wan::run(*args),
+        Command::Man(args) => man::run(args),
     }
 }
 

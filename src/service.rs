@@ -107,7 +107,20 @@ pub struct ServiceArgs {
     /// Read settings from this TOML file's [serve] table; flags override it.
     #[arg(short = 'c', long, value_name = "FILE", display_order = TAIL + 7)]
     pub config: Option<PathBuf>,
+
+    /// After binding (e.g. port 80 as root), switch to this user, its group and
+    /// supplementary groups for good; the process must be root to do so.
+    #[arg(long, value_name = "NAME", value_parser = parse_user, display_order = TAIL + 8)]
+    pub user: Option<weft_io::sys::privilege::User>,
 }
+
+/// The user `--user` names, looked up when the flag is read.
+fn parse_user(s: &str) -> Result<weft_io::sys::privilege::User, String> {
+    weft_io::sys::privilege::lookup_user(s).map_err(|e| e.to_string())
+}
+
+/// `--user`, kept by [`ServiceArgs::set_log_level`] for [`run`].
+static RUN_AS: std::sync::OnceLock<weft_io::sys::privilege::User> = std::sync::OnceLock::new();
 
 /// Copy the shared flags that were given onto a role's configuration
 /// (`weft_server::ServeConfig`, `weft_proxy::ProxyConfig`: the same field
@@ -150,10 +163,14 @@ macro_rules! apply_service_args {
 pub(crate) use apply_service_args;
 
 impl ServiceArgs {
-    /// Apply `--log-level` (before anything logs).
+    /// Apply `--log-level` (before anything logs), and keep `--user` for
+    /// [`run`] to switch to once the listeners are bound.
     pub fn set_log_level(&self) {
         if let Some(l) = self.log_level {
             weft_core::log::set_level(l);
+        }
+        if let Some(u) = &self.user {
+            let _ = RUN_AS.set(u.clone());
         }
     }
 }
@@ -236,6 +253,11 @@ pub fn run<S: Service>(cfg: S::Config, started: impl FnOnce(), report: impl FnOn
         Ok(s) => s,
         Err(e) => return fatal(e),
     };
+    if let Some(u) = RUN_AS.get() {
+        if let Err(e) = weft_io::sys::privilege::drop_privileges(u) {
+            return fatal(format_args!("cannot switch to user `{}`: {e}", u.name));
+        }
+    }
     if let Err(e) = service.shutdown_handle().on_signals() {
         return fatal(format_args!("cannot start the signal thread: {e}"));
     }

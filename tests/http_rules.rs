@@ -395,3 +395,31 @@ fn unknown_methods_are_forwarded_and_invalidate() {
     assert_eq!(r.status, 501);
     assert_eq!(o.count("PURGE /x"), 1);
 }
+
+/// Cache poisoning through the Host field (docs/security.md): in forward
+/// mode the upstream Host comes from the absolute target, never from the
+/// client's Host or X-Forwarded-Host, so a lying Host cannot put a response
+/// under another site's key; in reverse mode each Host value is its own key.
+#[test]
+fn a_lying_host_cannot_poison_another_key() {
+    let o = Origin::start();
+    let up = o.addr.to_string();
+    let fwd = Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1"]);
+    let req =
+        format!("GET http://{up}/poison HTTP/1.1\r\nHost: evil.example\r\nX-Forwarded-Host: evil.example\r\n\r\n");
+    let r = exchange(&fwd, &req);
+    assert_eq!(r.status, 200);
+    let seen = String::from_utf8_lossy(&r.body).into_owned();
+    assert!(seen.contains(&format!("\r\nHost: {up}\r\n")), "{seen}");
+    assert!(!seen.contains("\r\nHost: evil.example"), "{seen}");
+    let rev = reverse(&o, &[]);
+    for host in ["a.example", "b.example", "a.example"] {
+        let r = exchange(&rev, &format!("GET /keyed HTTP/1.1\r\nHost: {host}\r\n\r\n"));
+        assert_eq!(r.status, 200);
+        assert!(
+            String::from_utf8_lossy(&r.body).contains(&format!("Host: {host}\r\n")),
+            "{host}"
+        );
+    }
+    assert_eq!(o.count("GET /keyed"), 2, "one fetch per Host value, the third a hit");
+}

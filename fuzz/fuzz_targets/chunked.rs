@@ -18,7 +18,8 @@ fuzz_target!(|input: (u16, &[u8])| {
             if e.is_done() {
                 Ok(a)
             } else {
-                e.decode_all(&data[cut..], |b| split.extend_from_slice(b)).map(|b| a + b)
+                e.decode_all(&data[cut..], |b| split.extend_from_slice(b))
+                    .map(|b| a + b)
             }
         });
     match (r1, r2) {

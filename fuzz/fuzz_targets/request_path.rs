@@ -10,7 +10,11 @@ fuzz_target!(|data: &[u8]| {
         assert!(!rel.starts_with(b"/"));
         if !rel.is_empty() {
             for seg in rel.split(|&b| b == b'/') {
-                assert!(!seg.is_empty() && seg != b"." && seg != b"..", "{:?}", String::from_utf8_lossy(&rel));
+                assert!(
+                    !seg.is_empty() && seg != b"." && seg != b"..",
+                    "{:?}",
+                    String::from_utf8_lossy(&rel)
+                );
             }
         }
     }

@@ -584,7 +584,7 @@ struct Header {
     crc: u32,
 }
 
-fn read_header(f: &mut File, file_len: u64, max_object: u64) -> Option<Header> {
+fn read_header(f: &mut impl Read, file_len: u64, max_object: u64) -> Option<Header> {
     let mut fixed = [0u8; HEADER];
     f.read_exact(&mut fixed).ok()?;
     if &fixed[..8] != MAGIC {
@@ -794,28 +794,52 @@ fn load_file(inner: &Inner, path: &Path, key: &[u8]) -> Result<Object, LoadError
         _ => LoadError::Io,
     })?;
     let len = f.metadata().map_err(io)?.len();
-    let h = read_header(&mut f, len, inner.cfg.max_object).ok_or(LoadError::Damaged)?;
-    if h.key != key {
+    let obj = read_record(&mut f, len, Some(key), inner.cfg.max_object, &inner.rules)?;
+    // Its time is when it was last written or read: the next start orders
+    // the cap's LRU by it. Failing to set it costs only that order.
+    let _ = f.set_modified(std::time::SystemTime::now());
+    Ok(obj)
+}
+
+/// One record read from `f` (of `len` bytes): header, keys (the primary key
+/// must equal `key` when given), head and body checked against the CRC, and
+/// the object built from them. Anything short, long or inconsistent is
+/// `Damaged`; only a failing read is `Io`.
+fn read_record(
+    f: &mut impl Read,
+    len: u64,
+    key: Option<&[u8]>,
+    max_object: u64,
+    rules: &CacheRules,
+) -> Result<Object, LoadError> {
+    let h = read_header(f, len, max_object).ok_or(LoadError::Damaged)?;
+    if key.is_some_and(|k| h.key != k) {
         return Err(LoadError::Damaged);
     }
     // One buffer for head and body (the body becomes one segment), read
     // into its spare capacity: no zeroing first.
     let total = h.head_len + h.body_len as usize;
     let mut buf = Vec::with_capacity(total);
-    (&mut f).take(total as u64).read_to_end(&mut buf).map_err(io)?;
+    f.take(total as u64).read_to_end(&mut buf).map_err(|_| LoadError::Io)?;
     if buf.len() != total || crc32fast::hash(&buf) != h.crc {
         return Err(LoadError::Damaged);
     }
-    // Its time is when it was last written or read: the next start orders
-    // the cap's LRU by it. Failing to set it costs only that order.
-    let _ = f.set_modified(std::time::SystemTime::now());
     let mut all = Bytes::from(buf);
     let head = all.split_to(h.head_len);
     let mut body = Aggregate::new();
     if !all.is_empty() {
         body.push(all);
     }
-    Object::build(head, body, &h.vary_key, h.request_time, h.response_time, &inner.rules).ok_or(LoadError::Damaged)
+    Object::build(head, body, &h.vary_key, h.request_time, h.response_time, rules).ok_or(LoadError::Damaged)
+}
+
+/// The record reader on a file's bytes, for the fuzz target: `Some` with the
+/// object's head and body lengths when the record is whole and consistent.
+#[doc(hidden)]
+pub fn decode_record(file: &[u8], max_object: u64) -> Option<(usize, usize)> {
+    let mut r = file;
+    let obj = read_record(&mut r, file.len() as u64, None, max_object, &CacheRules::default()).ok()?;
+    Some((obj.head.len(), obj.body.len()))
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod counters;
 mod errno;
 mod fd;
 pub mod mmap;
+pub mod privilege;
 pub mod residency;
 pub mod sockopt;
 pub mod splice;
