@@ -7,6 +7,7 @@ mod cli;
 mod event_tuning;
 mod front;
 mod load;
+mod log_flags;
 mod origin;
 mod proxy;
 mod proxy_http;

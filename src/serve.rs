@@ -103,6 +103,10 @@ pub struct ServeArgs {
     // CGI and FastCGI.
     #[command(flatten)]
     pub cgi: crate::serve_cgi::CgiArgs,
+
+    // Access log format (status).
+    #[command(flatten)]
+    pub log: crate::log_flags::LogArgs,
 }
 
 impl ServeArgs {
@@ -128,6 +132,9 @@ impl ServeArgs {
         );
         if let Some(v) = &self.access_log {
             c.access_log = v.0.clone();
+        }
+        if let Some(f) = self.log.access_log_format {
+            c.access_log_format = f;
         }
         c.handoff_socket.clone_from(&self.handoff_socket);
         c.cgi = self.cgi.to_config();

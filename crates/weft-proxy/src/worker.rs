@@ -45,8 +45,8 @@ use weft_http::ResponseHead;
 use weft_io::sys::{self, Fd};
 use weft_io::{pools, timer};
 use weft_io::{
-    Acceptor, BufPool, Ctx, Event, Handler, Interest, OwnPool, PipePool, Poller, PoolGauges, Readiness, RegisterError, Shutdown,
-    Slab, Token,
+    Acceptor, BufPool, Ctx, Event, Handler, Interest, OwnPool, PipePool, Poller, PoolGauges, Readiness, RegisterError,
+    Shutdown, Slab, Token,
 };
 
 pub(crate) const LISTENER: Token = Token::new(u32::MAX, 0);

@@ -80,14 +80,10 @@ impl Server {
             None => None,
         };
         let log_fd = match &cfg.access_log {
-            Some(p) => {
-                let f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)
-                    .map_err(|e| io::Error::new(e.kind(), format!("cannot open access log {}: {e}", p.display())))?;
-                Some(Arc::new(Fd::from(f)))
-            }
+            Some(p) => Some(
+                weft_io::logfile::LogFile::open(p)
+                    .map_err(|e| io::Error::new(e.kind(), format!("cannot open access log {}: {e}", p.display())))?,
+            ),
             None => None,
         };
         let share = weft_io::workers::PortShare::from_reuse_port(cfg.reuse_port);
@@ -154,7 +150,7 @@ fn run_worker(
     cfg: &ServeConfig,
     seat: WorkerSeat,
     root: Option<CString>,
-    (log_fd, handoff): (Option<Arc<Fd>>, Option<Fd>),
+    (log_fd, handoff): (Option<Arc<weft_io::logfile::LogFile>>, Option<Fd>),
     slot: &admin::WorkerSlot,
 ) -> io::Result<ServeStats> {
     let files = match root {
@@ -176,7 +172,7 @@ fn run_worker(
     };
     let log = log_fd
         .as_ref()
-        .map(|f| accesslog::AccessLog::new(f.raw(), Instant::now()));
+        .map(|f| accesslog::AccessLog::new(f.clone(), cfg.access_log_format, Instant::now()));
     let waker = seat.shutdown.waker(seat.index);
     let index = seat.index;
     let mut w = worker::Worker::new(cfg, seat.listener, files, seat.shutdown, waker, log, slot).with_cgi(index);

@@ -41,6 +41,8 @@ weft_core::metrics! {
         pools: PoolGauges,
         /// System calls by kind.
         syscalls: SysCounts,
+        /// Responses by status class.
+        status: weft_core::metrics::StatusClasses,
         /// What the `tracked` backend's readiness table answered (None for the
         /// other backends).
         tracker: Option<TrackerStats>,
@@ -71,7 +73,7 @@ mod tests {
         s.syscalls.0[weft_io::SysKind::Sendfile as usize] = 10;
         // Keys before issue 21, then the gauges it added (the pool gauges
         // nested under "pools" since issue 14, the same group in every role).
-        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"pools\":{\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0},\"syscalls\":{\"accept\":9,\"sendfile\":10}";
+        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"pools\":{\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0},\"syscalls\":{\"accept\":9,\"sendfile\":10},\"status\":{}";
         assert_eq!(s.to_json(), format!("{head}}}"));
         s.tracker = Some(TrackerStats {
             user_passes: 11,

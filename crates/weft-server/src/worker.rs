@@ -808,8 +808,19 @@ fn reject(c: &mut Conn, s: &mut Shared<'_>, status: u16, reason: &str, wall: Sys
     s.stats.requests += 1;
     let date = s.date.get();
     let bytes = respond::simple(c.out.own_mut(), status, date, b"", reason, false, Persist::Close);
+    s.stats.status.count(status);
     if let Some(log) = &mut s.log {
-        log.log(&s.head, c.input.pending(), c.peer, status, bytes, wall, false);
+        let took = c.head_started.map(|t| t.elapsed());
+        let e = crate::accesslog::Entry {
+            peer: c.peer,
+            status,
+            bytes,
+            wall,
+            head_only: false,
+            took,
+            cache: None,
+        };
+        log.log(&s.head, c.input.pending(), &e);
     }
     c.close_after = true;
     c.linger_on_close = true;
@@ -859,15 +870,18 @@ fn answer(c: &mut Conn, s: &mut Shared<'_>, head_len: usize, wall: SystemTime, c
             (405, n)
         }
     };
+    s.stats.status.count(status);
     if let Some(log) = &mut s.log {
-        log.log(
-            &s.head,
-            &c.input.pending()[..head_len],
-            c.peer,
+        let took = c.head_started.map(|t| t.elapsed());
+        let e = crate::accesslog::Entry {
+            peer: c.peer,
             status,
             bytes,
             wall,
             head_only,
-        );
+            took,
+            cache: None,
+        };
+        log.log(&s.head, &c.input.pending()[..head_len], &e);
     }
 }
