@@ -124,6 +124,16 @@ fn status_page_draws_its_charts_in_chromium() {
         assert_eq!(line.split(' ').count(), points, "{line}");
     }
     assert!(dom.contains("weft_serve_requests_total"), "{dom}");
+    let m = fetch(&admin.to_string(), "/metrics");
+    let ok: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("weft_serve_status_total{class=\"2xx\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        ok > 0 && m.contains("weft_serve_status_total{class=\"5xx\"} 0\n"),
+        "{m}"
+    );
     let shot = target_dir().join("status-page.png");
     let _ = std::fs::remove_file(&shot);
     let shot_arg = format!("--screenshot={}", shot.display());
