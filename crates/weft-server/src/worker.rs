@@ -808,6 +808,17 @@ fn reject(c: &mut Conn, s: &mut Shared<'_>, status: u16, reason: &str, wall: Sys
     s.stats.requests += 1;
     let date = s.date.get();
     let bytes = respond::simple(c.out.own_mut(), status, date, b"", reason, false, Persist::Close);
+    let all = c.input.pending().len();
+    count_and_log(c, s, all, (status, bytes, false), wall);
+    c.close_after = true;
+    c.linger_on_close = true;
+    c.input.clear();
+}
+
+/// status: count the response's status class and write its access-log line
+/// (the request head is the first `head_len` input bytes).
+fn count_and_log(c: &Conn, s: &mut Shared<'_>, head_len: usize, response: (u16, u64, bool), wall: SystemTime) {
+    let (status, bytes, head_only) = response;
     s.stats.status.count(status);
     if let Some(log) = &mut s.log {
         let took = c.head_started.map(|t| t.elapsed());
@@ -816,15 +827,12 @@ fn reject(c: &mut Conn, s: &mut Shared<'_>, status: u16, reason: &str, wall: Sys
             status,
             bytes,
             wall,
-            head_only: false,
+            head_only,
             took,
             cache: None,
         };
-        log.log(&s.head, c.input.pending(), &e);
+        log.log(&s.head, &c.input.pending()[..head_len], &e);
     }
-    c.close_after = true;
-    c.linger_on_close = true;
-    c.input.clear();
 }
 
 /// Answer one parsed request whose head is the first `head_len` input bytes.
@@ -870,18 +878,5 @@ fn answer(c: &mut Conn, s: &mut Shared<'_>, head_len: usize, wall: SystemTime, c
             (405, n)
         }
     };
-    s.stats.status.count(status);
-    if let Some(log) = &mut s.log {
-        let took = c.head_started.map(|t| t.elapsed());
-        let e = crate::accesslog::Entry {
-            peer: c.peer,
-            status,
-            bytes,
-            wall,
-            head_only,
-            took,
-            cache: None,
-        };
-        log.log(&s.head, &c.input.pending()[..head_len], &e);
-    }
+    count_and_log(c, s, head_len, (status, bytes, head_only), wall);
 }
