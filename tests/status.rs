@@ -246,3 +246,59 @@ fn access_log_common_format_and_a_bad_format_name() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("clf, combined or json"));
 }
+
+/// The requests total of the newest `/history` point of the admin at `admin`.
+fn newest_requests(admin: &str) -> f64 {
+    let body = fetch(admin, "/history");
+    let doc = body.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let v: serde_json::Value = serde_json::from_str(doc).unwrap_or_default();
+    v["points"]
+        .as_array()
+        .and_then(|p| p.last())
+        .and_then(|p| p[1].as_f64())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn every_role_serves_the_same_page_and_its_history() {
+    let origin = Weft::serve(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let o = origin.addr.to_string();
+    let front = Weft::start(&[
+        "front",
+        "--listen",
+        "127.0.0.1:0",
+        "--backend",
+        &o,
+        "--admin",
+        "127.0.0.1:0",
+    ]);
+    let proxy = Weft::start(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--admin",
+        "127.0.0.1:0",
+    ]);
+    let body = |w: &Weft| {
+        let page = fetch(&w.admin.unwrap().to_string(), "/status");
+        page.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default()
+    };
+    let page = body(&origin);
+    assert!(page.contains("<polyline id=\"latency-line\""));
+    for (role, w, target) in [
+        ("front", &front, "/".to_string()),
+        ("proxy", &proxy, format!("http://{o}/")),
+    ] {
+        assert_eq!(body(w), page, "{role}'s page differs");
+        let admin = w.admin.unwrap().to_string();
+        let got = wait_until(Duration::from_secs(15), || {
+            assert!(fetch(&w.addr.to_string(), &target).contains(" 200 "), "{role}");
+            newest_requests(&admin) > 0.0
+        });
+        assert!(got, "{role}: no requests in /history: {}", fetch(&admin, "/history"));
+    }
+}
