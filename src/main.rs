@@ -7,6 +7,7 @@ mod cli;
 mod event_tuning;
 mod front;
 mod load;
+mod log_flags;
 mod man;
 mod origin;
 mod proxy;

@@ -107,6 +107,10 @@ pub struct ServeArgs {
     // Architecture and caches (Flash, IO-Lite).
     #[command(flatten)]
     pub flash: crate::serve_flash::FlashArgs,
+
+    // Access log format (status).
+    #[command(flatten)]
+    pub log: crate::log_flags::LogArgs,
 }
 
 impl ServeArgs {
@@ -132,6 +136,9 @@ impl ServeArgs {
         );
         if let Some(v) = &self.access_log {
             c.access_log = v.0.clone();
+        }
+        if let Some(f) = self.log.access_log_format {
+            c.access_log_format = f;
         }
         c.handoff_socket.clone_from(&self.handoff_socket);
         c.cgi = self.cgi.to_config();

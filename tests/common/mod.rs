@@ -66,6 +66,8 @@ pub fn pattern(len: usize) -> Vec<u8> {
 pub struct Weft {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The admin endpoint's address, when started with `--admin`.
+    pub admin: Option<SocketAddr>,
     stderr_path: PathBuf,
     _log_dir: TempDir,
 }
@@ -95,6 +97,7 @@ impl Weft {
         let mut w = Weft {
             child,
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            admin: None,
             stderr_path,
             _log_dir: log_dir,
         };
@@ -108,8 +111,14 @@ impl Weft {
                 let _ = w.child.wait();
                 panic!("weft exited before listening: {}", w.stderr());
             }
+            if let Some(a) = line.trim().strip_prefix("admin on ") {
+                w.admin = Some(a.parse().expect("admin address"));
+            }
             if let Some(a) = line.trim().strip_prefix("listening on ") {
                 w.addr = a.parse().expect("address");
+            }
+            // With `--admin`, its line follows the listening one.
+            if w.addr.port() != 0 && (w.admin.is_some() || !args.contains(&"--admin")) {
                 // Keep draining stdout so the child never blocks on a full pipe.
                 std::thread::spawn(move || {
                     let mut sink = Vec::new();

@@ -778,5 +778,8 @@ macro_rules! metrics {
     (@kind gauge) => { $crate::metrics::Kind::Gauge };
 }
 
+mod status;
+pub use status::StatusClasses;
+
 #[cfg(test)]
 mod tests;

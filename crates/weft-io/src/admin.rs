@@ -1,7 +1,16 @@
-//! The admin endpoint's listener (`--admin ADDR` of `weft serve` and
-//! `weft proxy`): `GET /stats` answers a JSON document built by the caller,
-//! `GET /metrics` the same counters as Prometheus text when the caller
-//! renders them.
+//! The admin endpoint's listener (`--admin ADDR` of `weft serve`,
+//! `weft proxy` and `weft front`): `GET /stats` answers a JSON document built
+//! by the caller, `GET /metrics` the same counters as Prometheus text when the
+//! caller renders them, and `GET /` (or `/status`) the status page, one HTML
+//! page for every role: a small embedded script reads `/metrics` and `/stats`
+//! every second and draws the request rate and mean response time of the last
+//! minute as inline SVG charts (no external resource).
+//!
+//! The charts come from `GET /history`: when the role renders Prometheus
+//! text, a sampler thread of the endpoint reads it once a second and keeps the
+//! last minute of (time, requests, response-time sum and count) totals, so a
+//! page opened now shows the minute before, and every role's page reads the
+//! same shape whatever its counters are called.
 //!
 //! It runs on its own thread with blocking std sockets: a cold diagnostic
 //! path, kept off the workers so their system-call counts stay exactly the
@@ -15,10 +24,11 @@
 
 use crate::sys::counters::{SysKind, KINDS};
 use crate::{SysCounts, TrackerStats};
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weft_core::metrics::{self, Group, JsonObject, Kind, Publish, Samples};
 
 /// Builds a document the endpoint serves.
@@ -27,11 +37,14 @@ pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 /// What the endpoint serves.
 #[derive(Clone)]
 pub struct Pages {
-    /// `GET /stats` (and `GET /`): the JSON stats document.
+    /// `GET /stats`: the JSON stats document.
     pub stats: Render,
     /// `GET /metrics`: Prometheus text (None: 404).
     pub metrics: Option<Render>,
 }
+
+/// The status page (`GET /`, `GET /status`), the same for every role.
+pub const STATUS_PAGE: &str = include_str!("admin_status.html");
 
 /// The Content-Type of Prometheus text exposition format 0.0.4.
 const PROMETHEUS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -52,13 +65,27 @@ pub fn start(addr: SocketAddr, render: Render) -> io::Result<SocketAddr> {
 pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
     let l = TcpListener::bind(addr)?;
     let bound = l.local_addr()?;
+    let history: History = Arc::new(Mutex::new(VecDeque::with_capacity(HISTORY_POINTS)));
+    if let Some(m) = pages.metrics.clone() {
+        let h = history.clone();
+        std::thread::Builder::new()
+            .name("weft-admin-history".into())
+            .spawn(move || loop {
+                sample(&h, &m());
+                std::thread::sleep(Duration::from_secs(1));
+            })?;
+    }
     std::thread::Builder::new().name("weft-admin".into()).spawn(move || {
         for conn in l.incoming() {
             let Ok(mut c) = conn else { continue };
             let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
             let mut buf = [0u8; 2048];
             let n = read_request_line(&mut c, &mut buf);
-            let (status, kind, body) = answer(&buf[..n], &pages);
+            let (status, kind, body) = if buf[..n].starts_with(b"GET /history ") {
+                ("200 OK", "application/json", history_json(&history))
+            } else {
+                answer(&buf[..n], &pages)
+            };
             let _ = write!(
                 c,
                 "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -67,6 +94,55 @@ pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
         }
     })?;
     Ok(bound)
+}
+
+/// Seconds of history the status page's charts show.
+const HISTORY_POINTS: usize = 61;
+
+/// One sample: unix time in ms, then the totals of requests, response-time
+/// sum (seconds) and count (None when the role has no such family).
+type Point = (u64, Option<f64>, Option<f64>, Option<f64>);
+
+type History = Arc<Mutex<VecDeque<Point>>>;
+
+/// The value of the first sample without labels (the sum over workers) whose
+/// name ends with `suffix`.
+fn total(text: &str, suffix: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let (name, v) = l.split_once(' ')?;
+        (name.starts_with("weft_") && name.ends_with(suffix) && !name.contains('{'))
+            .then(|| v.parse().ok())
+            .flatten()
+    })
+}
+
+/// Record one point of the Prometheus text `text`.
+fn sample(history: &History, text: &str) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let p = (
+        now,
+        total(text, "_requests_total"),
+        total(text, "_response_seconds_sum"),
+        total(text, "_response_seconds_count"),
+    );
+    let mut h = history.lock().unwrap_or_else(|e| e.into_inner());
+    if h.len() == HISTORY_POINTS {
+        h.pop_front();
+    }
+    h.push_back(p);
+}
+
+/// `{"points":[[ms,requests,sum,count],...]}` (null for an absent family).
+fn history_json(history: &History) -> String {
+    let h = history.lock().unwrap_or_else(|e| e.into_inner());
+    let num = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v}"));
+    let points: Vec<String> = h
+        .iter()
+        .map(|(t, r, s, c)| format!("[{t},{},{},{}]", num(*r), num(*s), num(*c)))
+        .collect();
+    format!("{{\"points\":[{}]}}\n", points.join(","))
 }
 
 /// Read until the request line is complete (a client may send it in
@@ -84,16 +160,19 @@ fn read_request_line(c: &mut impl Read, buf: &mut [u8]) -> usize {
 
 /// Status, Content-Type and body for a request's first bytes.
 fn answer(req: &[u8], pages: &Pages) -> (&'static str, &'static str, String) {
-    if req.starts_with(b"GET / ") || req.starts_with(b"GET /stats ") {
+    if req.starts_with(b"GET /stats ") {
         return ("200 OK", "application/json", (pages.stats)());
+    }
+    if req.starts_with(b"GET / ") || req.starts_with(b"GET /status ") {
+        return ("200 OK", "text/html; charset=utf-8", STATUS_PAGE.to_string());
     }
     if let (true, Some(m)) = (req.starts_with(b"GET /metrics "), &pages.metrics) {
         return ("200 OK", PROMETHEUS_TYPE, m());
     }
     let hint = if pages.metrics.is_some() {
-        "{\"error\":\"try GET /stats or GET /metrics\"}\n"
+        "{\"error\":\"try GET /status, GET /stats or GET /metrics\"}\n"
     } else {
-        "{\"error\":\"try GET /stats\"}\n"
+        "{\"error\":\"try GET /status or GET /stats\"}\n"
     };
     ("404 Not Found", "application/json", hint.to_string())
 }
@@ -240,7 +319,25 @@ mod tests {
         // Without a Prometheus renderer, /metrics is not there.
         let addr = start("127.0.0.1:0".parse().unwrap(), Arc::new(String::new)).unwrap();
         assert!(get(addr, "/metrics").starts_with("HTTP/1.1 404"));
-        assert!(get(addr, "/").starts_with("HTTP/1.1 200"));
+        let page = get(addr, "/");
+        assert!(page.starts_with("HTTP/1.1 200 OK\r\nContent-Type: text/html"), "{page}");
+        assert!(page.contains("<svg id=\"rate\"") && !page.contains("http://") && !page.contains("https://"));
+        assert!(get(addr, "/status").ends_with(STATUS_PAGE));
+        assert!(get(addr, "/history").contains("\r\n\r\n{\"points\":["));
+    }
+
+    #[test]
+    fn history_keeps_the_last_minute_of_totals() {
+        let h: History = Arc::new(Mutex::new(VecDeque::new()));
+        let text = "# TYPE weft_x_requests_total counter\nweft_x_requests_total{worker=\"0\"} 5\nweft_x_requests_total 7\nweft_x_response_seconds_sum 0.5\nweft_x_response_seconds_count 7\n";
+        for _ in 0..HISTORY_POINTS + 3 {
+            sample(&h, text);
+        }
+        sample(&h, "weft_y_other_total 1\n");
+        let doc = history_json(&h);
+        assert_eq!(doc.matches('[').count(), HISTORY_POINTS + 1, "{doc}");
+        assert!(doc.contains(",7,0.5,7]"), "{doc}");
+        assert!(doc.ends_with(",null,null,null]]}\n"), "{doc}");
     }
 
     #[test]

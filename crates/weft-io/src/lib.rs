@@ -43,6 +43,7 @@ pub mod group;
 pub mod handoff;
 pub mod helpers;
 pub mod input;
+pub mod logfile;
 pub mod mailbox;
 pub mod mapcache;
 pub mod output;

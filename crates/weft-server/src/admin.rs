@@ -90,7 +90,10 @@ mod tests {
         slots[1].latency.flush(&mut lat);
         let doc = render("epoll", &slots);
         assert!(doc.starts_with("{\"backend\":\"epoll\",\"workers\":[{\"worker\":0,\"stats\":{\"accepted\":0,\"refused_fd_limit\":0,\"requests\":5,"), "{doc}");
-        assert!(doc.ends_with(",\"syscalls\":{\"writev\":10}}}\n"), "{doc}");
+        assert!(
+            doc.ends_with(",\"syscalls\":{\"writev\":10},\"status\":{}}}\n"),
+            "{doc}"
+        );
         let addr = start("127.0.0.1:0".parse().unwrap(), "epoll", slots).unwrap();
         let r = get(addr, "/stats");
         assert!(r.ends_with(&doc), "{r}");

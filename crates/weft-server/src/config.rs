@@ -118,6 +118,8 @@ pub struct ServeConfig {
     pub follow_symlinks: bool,
     /// Combined Log Format access log.
     pub access_log: Option<PathBuf>,
+    /// The access log's line format (`--access-log-format`).
+    pub access_log_format: crate::accesslog::Format,
     /// How long in-flight responses may take to finish after SIGTERM/SIGINT.
     pub grace: Duration,
     /// Request limits.
@@ -186,6 +188,7 @@ impl Default for ServeConfig {
             autoindex: false,
             follow_symlinks: false,
             access_log: None,
+            access_log_format: crate::accesslog::Format::Combined,
             grace: Duration::from_secs(10),
             limits: weft_http::Limits::default(),
             stats_on_exit: false,

@@ -85,14 +85,10 @@ impl Server {
             None => None,
         };
         let log_fd = match &cfg.access_log {
-            Some(p) => {
-                let f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)
-                    .map_err(|e| io::Error::new(e.kind(), format!("cannot open access log {}: {e}", p.display())))?;
-                Some(Arc::new(Fd::from(f)))
-            }
+            Some(p) => Some(
+                weft_io::logfile::LogFile::open(p)
+                    .map_err(|e| io::Error::new(e.kind(), format!("cannot open access log {}: {e}", p.display())))?,
+            ),
             None => None,
         };
         // MT: one listener shared by the threads; MP: the processes bind
@@ -205,7 +201,7 @@ fn start_helpers(cfg: &ServeConfig, workers: usize) -> io::Result<worker::amped:
     ))
 }
 
-type WorkerExtras = (Option<Arc<Fd>>, Option<Fd>, Option<Arc<worker::amped::Helpers>>);
+type WorkerExtras = (Option<Arc<weft_io::logfile::LogFile>>, Option<Fd>, Option<Arc<worker::amped::Helpers>>);
 
 fn run_worker(
     cfg: &ServeConfig,
@@ -241,7 +237,7 @@ fn run_worker(
     };
     let log = log_fd
         .as_ref()
-        .map(|f| accesslog::AccessLog::new(f.raw(), Instant::now()));
+        .map(|f| accesslog::AccessLog::new(f.clone(), cfg.access_log_format, Instant::now()));
     let waker = seat.shutdown.waker(seat.index);
     let index = seat.index;
     let mut w = worker::Worker::new(cfg, seat.listener, files, seat.shutdown, waker, log, slot).with_cgi(index);

@@ -892,12 +892,31 @@ fn reject(c: &mut Conn, s: &mut Shared<'_>, status: u16, reason: &str, wall: Sys
     s.stats.requests += 1;
     let date = s.date.get();
     let bytes = respond::simple(c.out.own_mut(), status, date, b"", reason, false, Persist::Close);
-    if let Some(log) = &mut s.log {
-        log.log(&s.head, c.input.pending(), c.peer, status, bytes, wall, false);
-    }
+    let all = c.input.pending().len();
+    count_and_log(c, s, all, (status, bytes, false), wall);
     c.close_after = true;
     c.linger_on_close = true;
     c.input.clear();
+}
+
+/// status: count the response's status class and write its access-log line
+/// (the request head is the first `head_len` input bytes).
+fn count_and_log(c: &Conn, s: &mut Shared<'_>, head_len: usize, response: (u16, u64, bool), wall: SystemTime) {
+    let (status, bytes, head_only) = response;
+    s.stats.status.count(status);
+    if let Some(log) = &mut s.log {
+        let took = c.head_started.map(|t| t.elapsed());
+        let e = crate::accesslog::Entry {
+            peer: c.peer,
+            status,
+            bytes,
+            wall,
+            head_only,
+            took,
+            cache: None,
+        };
+        log.log(&s.head, &c.input.pending()[..head_len], &e);
+    }
 }
 
 /// Answer one parsed request whose head is the first `head_len` input bytes.
@@ -946,15 +965,5 @@ fn answer(c: &mut Conn, s: &mut Shared<'_>, head_len: usize, wall: SystemTime, c
     if s.wait.is_some() {
         return;
     }
-    if let Some(log) = &mut s.log {
-        log.log(
-            &s.head,
-            &c.input.pending()[..head_len],
-            c.peer,
-            status,
-            bytes,
-            wall,
-            head_only,
-        );
-    }
+    count_and_log(c, s, head_len, (status, bytes, head_only), wall);
 }

@@ -746,9 +746,11 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
     Ok(rl.rlim_cur)
 }
 
-/// Block SIGTERM, SIGINT and SIGPIPE in the calling thread (and the threads it
-/// spawns afterwards), so that shutdown signals are taken only by
-/// [`wait_shutdown_signal`] in a dedicated thread.
+/// Block SIGTERM, SIGINT, SIGPIPE and SIGUSR1 in the calling thread (and the
+/// threads it spawns afterwards), so that shutdown signals are taken only by
+/// [`wait_shutdown_signal`] in a dedicated thread, and SIGUSR1 (reopen the
+/// logs) only by [`wait_reopen_signal`] (never the default action, which
+/// would end the process).
 pub fn block_shutdown_signals() -> io::Result<()> {
     // SAFETY: sigset_t is filled by sigemptyset/sigaddset before use.
     unsafe {
@@ -757,6 +759,7 @@ pub fn block_shutdown_signals() -> io::Result<()> {
         libc::sigaddset(set.as_mut_ptr(), libc::SIGTERM);
         libc::sigaddset(set.as_mut_ptr(), libc::SIGINT);
         libc::sigaddset(set.as_mut_ptr(), libc::SIGPIPE);
+        libc::sigaddset(set.as_mut_ptr(), libc::SIGUSR1);
         let rc = libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
         if rc != 0 {
             return Err(io::Error::from_raw_os_error(rc));
@@ -780,6 +783,22 @@ pub fn wait_shutdown_signal() -> io::Result<i32> {
         }
         Ok(sig)
     }
+}
+
+/// Wait for SIGUSR1 (which must be blocked: [`block_shutdown_signals`]).
+pub fn wait_reopen_signal() -> io::Result<()> {
+    // SAFETY: set is initialised by sigemptyset/sigaddset; sig is a valid out-param.
+    unsafe {
+        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(set.as_mut_ptr());
+        libc::sigaddset(set.as_mut_ptr(), libc::SIGUSR1);
+        let mut sig: libc::c_int = 0;
+        let rc = libc::sigwait(set.as_ptr(), &mut sig);
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+    }
+    Ok(())
 }
 
 /// CPU time (user, system) used by the calling process so far.

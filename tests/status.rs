@@ -1,0 +1,304 @@
+//! The admin endpoint's status page in a real browser, and the access log's
+//! formats and SIGUSR1 reopen (issue 17 §3).
+//!
+//! The browser test runs headless Chromium (Debian's `chromium`) against
+//! loopback only and skips, saying so, when it is not installed. It keeps a
+//! screenshot at `target/status-page.png` (a CI artifact).
+
+mod common;
+
+use common::{fetch, path_str, site, wait_until, TempDir, Weft};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The flags every Chromium run gets: headless, no network of its own.
+const CHROMIUM_FLAGS: [&str; 7] = [
+    "--headless",
+    "--disable-gpu",
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--no-proxy-server",
+];
+
+fn chromium() -> Option<&'static str> {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+}
+
+/// `target/` (the directory of the weft binary's profile directory).
+fn target_dir() -> PathBuf {
+    let bin = Path::new(common::weft_bin());
+    bin.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+/// Kill a child on drop (a load generator, a browser).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Run Chromium with `args` for at most a minute; its stdout.
+fn run_chromium(bin: &str, profile: &Path, args: &[&str]) -> String {
+    let out_dir = TempDir::new("chromium-out");
+    let out_path = out_dir.path.join("stdout");
+    let out = std::fs::File::create(&out_path).unwrap();
+    let mut child = Reaped(
+        Command::new(bin)
+            .args(CHROMIUM_FLAGS)
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromium"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "chromium {args:?} ran over a minute");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::read_to_string(&out_path).unwrap_or_default()
+}
+
+/// The value of attribute `attr` in the first tag that contains `marker`.
+fn attr<'a>(dom: &'a str, marker: &str, attr: &str) -> &'a str {
+    let at = dom
+        .find(marker)
+        .unwrap_or_else(|| panic!("no {marker} in the page:\n{dom}"));
+    let tag = &dom[at..at + dom[at..].find('>').unwrap()];
+    let key = format!("{attr}=\"");
+    let from = tag.find(&key).unwrap_or_else(|| panic!("no {attr} in {tag}")) + key.len();
+    &tag[from..from + tag[from..].find('"').unwrap()]
+}
+
+#[test]
+fn status_page_draws_its_charts_in_chromium() {
+    let w = Weft::serve(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let admin = w.admin.expect("admin address");
+    // Every role serves the same page; serve's is the one drawn here.
+    let page = fetch(&admin.to_string(), "/status");
+    assert!(page.contains("<svg id=\"rate\""), "{page}");
+    let Some(bin) = chromium() else {
+        eprintln!("SKIPPED: chromium is not installed (apt-get install chromium)");
+        return;
+    };
+    let url = format!("http://{}/", w.addr);
+    let _load = Reaped(
+        Command::new(common::weft_bin())
+            .args(["load", &url, "--rate", "200", "--num-conns", "12000"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start weft load"),
+    );
+    // A few seconds of history for the charts (the server samples once a second).
+    let history = || fetch(&admin.to_string(), "/history").matches('[').count();
+    assert!(wait_until(Duration::from_secs(20), || history() >= 6), "no history");
+    let profile = TempDir::new("chromium-profile");
+    let status = format!("http://{admin}/status");
+    let dom = run_chromium(
+        bin,
+        &profile.path,
+        &["--virtual-time-budget=3000", "--dump-dom", &status],
+    );
+    for chart in ["rate", "latency"] {
+        let points: usize = attr(&dom, &format!("<svg id=\"{chart}\""), "data-points")
+            .parse()
+            .unwrap();
+        let max: f64 = attr(&dom, &format!("<svg id=\"{chart}\""), "data-max").parse().unwrap();
+        let line = attr(&dom, &format!("<polyline id=\"{chart}-line\""), "points");
+        assert!(points >= 3 && max > 0.0, "{chart}: {points} points, max {max}:\n{dom}");
+        assert_eq!(line.split(' ').count(), points, "{line}");
+    }
+    assert!(dom.contains("weft_serve_requests_total"), "{dom}");
+    let m = fetch(&admin.to_string(), "/metrics");
+    let ok: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("weft_serve_status_total{class=\"2xx\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        ok > 0 && m.contains("weft_serve_status_total{class=\"5xx\"} 0\n"),
+        "{m}"
+    );
+    let shot = target_dir().join("status-page.png");
+    let _ = std::fs::remove_file(&shot);
+    let shot_arg = format!("--screenshot={}", shot.display());
+    run_chromium(
+        bin,
+        &profile.path,
+        &[
+            "--virtual-time-budget=3000",
+            "--window-size=1000,800",
+            &shot_arg,
+            &status,
+        ],
+    );
+    let png = std::fs::read(&shot).unwrap_or_default();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 5_000,
+        "screenshot {} is {} bytes",
+        shot.display(),
+        png.len()
+    );
+}
+
+/// Lines of `path` (empty when absent).
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn access_log_json_lines_and_reopen_on_sigusr1() {
+    let root = site();
+    let dir = TempDir::new("status-log");
+    let log = dir.path.join("access.log");
+    let w = Weft::serve(&[
+        "--workers",
+        "1",
+        path_str(&root.path),
+        "--access-log",
+        path_str(&log),
+        "--access-log-format",
+        "json",
+    ]);
+    let addr = w.addr.to_string();
+    fetch(&addr, "/hello.txt");
+    assert!(
+        wait_until(Duration::from_secs(10), || lines(&log).len() == 1),
+        "{:?}",
+        lines(&log)
+    );
+    let first: serde_json::Value = serde_json::from_str(&lines(&log)[0]).unwrap();
+    assert_eq!(first["request"], "GET /hello.txt HTTP/1.1");
+    assert_eq!(first["status"], 200);
+    assert!(first["request_time"].as_f64().is_some_and(|t| t >= 0.0), "{first}");
+    assert_eq!(first["cache"], "-");
+    // logrotate: rename, then SIGUSR1; the next request lands in a new file.
+    let rotated = dir.path.join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    let sent = Command::new("kill")
+        .args(["-USR1", &w.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    assert!(
+        wait_until(Duration::from_secs(10), || log.exists()),
+        "not reopened: {}",
+        w.stderr()
+    );
+    fetch(&addr, "/missing");
+    assert!(
+        wait_until(Duration::from_secs(10), || lines(&log).len() == 1),
+        "{}",
+        w.stderr()
+    );
+    assert!(
+        lines(&log)[0].contains("\"request\":\"GET /missing HTTP/1.1\",\"status\":404"),
+        "{:?}",
+        lines(&log)
+    );
+    assert_eq!(lines(&rotated).len(), 1);
+    // Still serving: SIGUSR1 did not end the process.
+    assert!(fetch(&addr, "/hello.txt").contains("200"));
+}
+
+#[test]
+fn access_log_common_format_and_a_bad_format_name() {
+    let root = site();
+    let dir = TempDir::new("status-clf");
+    let log = dir.path.join("access.log");
+    let w = Weft::serve(&[
+        path_str(&root.path),
+        "--access-log",
+        path_str(&log),
+        "--access-log-format",
+        "clf",
+    ]);
+    fetch(&w.addr.to_string(), "/hello.txt");
+    assert!(wait_until(Duration::from_secs(10), || lines(&log).len() == 1));
+    assert!(
+        lines(&log)[0].ends_with("\"GET /hello.txt HTTP/1.1\" 200 12"),
+        "{:?}",
+        lines(&log)
+    );
+    let out = Command::new(common::weft_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--access-log-format", "xml"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("clf, combined or json"));
+}
+
+/// The requests total of the newest `/history` point of the admin at `admin`.
+fn newest_requests(admin: &str) -> f64 {
+    let body = fetch(admin, "/history");
+    let doc = body.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let v: serde_json::Value = serde_json::from_str(doc).unwrap_or_default();
+    v["points"]
+        .as_array()
+        .and_then(|p| p.last())
+        .and_then(|p| p[1].as_f64())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn every_role_serves_the_same_page_and_its_history() {
+    let origin = Weft::serve(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let o = origin.addr.to_string();
+    let front = Weft::start(&[
+        "front",
+        "--listen",
+        "127.0.0.1:0",
+        "--backend",
+        &o,
+        "--admin",
+        "127.0.0.1:0",
+    ]);
+    let proxy = Weft::start(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--admin",
+        "127.0.0.1:0",
+    ]);
+    let body = |w: &Weft| {
+        let page = fetch(&w.admin.unwrap().to_string(), "/status");
+        page.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default()
+    };
+    let page = body(&origin);
+    assert!(page.contains("<polyline id=\"latency-line\""));
+    for (role, w, target) in [
+        ("front", &front, "/".to_string()),
+        ("proxy", &proxy, format!("http://{o}/")),
+    ] {
+        assert_eq!(body(w), page, "{role}'s page differs");
+        let admin = w.admin.unwrap().to_string();
+        let got = wait_until(Duration::from_secs(15), || {
+            assert!(fetch(&w.addr.to_string(), &target).contains(" 200 "), "{role}");
+            newest_requests(&admin) > 0.0
+        });
+        assert!(got, "{role}: no requests in /history: {}", fetch(&admin, "/history"));
+    }
+}
