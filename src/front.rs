@@ -51,10 +51,12 @@ pub struct FrontArgs {
     pub handoff: Vec<String>,
 
     /// Handoff mode, a persistent connection's next request: keep (the back-end it was handed to
-    /// answers it) or return (the back-end gives the connection back after each response, and each
-    /// request is placed on its own) [default: keep].
-    #[arg(long, value_name = "keep|return", value_parser = handoff_next)]
-    pub handoff_next: Option<bool>,
+    /// answers it), return (the back-end gives the connection back after each response, and each
+    /// request is placed on its own), owner (the back-end answers it when it owns its target in the
+    /// front-end's map, shared with it, and gives the connection back otherwise) or close (the
+    /// back-end closes the connection after the response) [default: keep].
+    #[arg(long, value_name = "keep|return|owner|close")]
+    pub handoff_next: Option<weft_io::handoff::NextRule>,
 
     /// T_low: LARD's load below which a back-end counts as idle, and a term of
     /// the admission limit S = (n-1)*T_high + T_low - 1 [default: 25].
@@ -98,15 +100,6 @@ pub struct FrontArgs {
     pub upstream_conns: UpstreamArgs,
 }
 
-/// `--handoff-next`: true for `return`.
-fn handoff_next(s: &str) -> Result<bool, String> {
-    match s {
-        "keep" => Ok(false),
-        "return" => Ok(true),
-        _ => Err(format!("invalid value `{s}` (expected keep or return)")),
-    }
-}
-
 impl FrontArgs {
     /// The validated configuration: the front-end's and the proxy's.
     pub fn to_config(&self) -> (FrontConfig, weft_proxy::ProxyConfig) {
@@ -116,7 +109,7 @@ impl FrontArgs {
         let mut f = FrontConfig {
             backends: self.backend.clone(),
             handoff: self.handoff.clone(),
-            handoff_return: self.handoff_next.unwrap_or(false),
+            handoff_next: self.handoff_next.unwrap_or_default(),
             admin: p.admin.take(),
             ..FrontConfig::default()
         };

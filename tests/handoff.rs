@@ -262,3 +262,140 @@ per_backend!(
     admission_counts_open_connections,
     returned_connections_are_placed_per_request
 );
+
+/// The admin document's counter `"name":N`.
+fn counter(admin: &str, name: &str) -> u64 {
+    let s = fetch(admin, "/stats");
+    let key = format!("\"{name}\":");
+    let i = s.find(&key).unwrap_or_else(|| panic!("{name} in {s}")) + key.len();
+    s[i..].split([',', '}']).next().unwrap().parse().unwrap()
+}
+
+/// Each target's owner under LARD, learned one connection per target.
+fn owners(f: &Weft) -> Vec<usize> {
+    (0..TARGETS)
+        .map(|k| who(&get_on(&mut Reader::new(f.connect()), &format!("/t{k}.txt")).body))
+        .collect()
+}
+
+/// The next-request rules beyond `keep` and `return` (`--handoff-next owner|close`).
+mod next_rules {
+    use super::*;
+
+    pub mod scenarios {
+        use super::*;
+
+        /// `--handoff-next owner`: a persistent connection's later request is
+        /// answered by the back-end holding the connection when it owns the
+        /// target in the front-end's map, and the connection comes back (with
+        /// the bytes read) otherwise: every answer comes from the target's
+        /// owner, and the front-end sees exactly one hand-back per change of
+        /// owner, sequential or pipelined.
+        pub fn owner_answers_its_targets_and_hands_back_the_others(event: &str) {
+            let bs: Vec<Backend> = (0..3).map(backend).collect();
+            let admin = free_addr();
+            let f = front(
+                event,
+                &bs.iter().collect::<Vec<_>>(),
+                &["--policy", "lard", "--admin", &admin, "--handoff-next", "owner"],
+            );
+            let owner = owners(&f);
+            let mut used = std::collections::HashSet::new();
+            let mut changes = 0;
+            let mut at: Option<usize> = None;
+            let mut r = Reader::new(f.connect());
+            for _ in 0..2 {
+                for (k, &o) in owner.iter().enumerate() {
+                    let resp = get_on(&mut r, &format!("/t{k}.txt"));
+                    assert_eq!(
+                        resp.body,
+                        format!("backend {o} target {k}\n").into_bytes(),
+                        "target {k}"
+                    );
+                    changes += usize::from(at.is_some_and(|a| a != o));
+                    at = Some(o);
+                    used.insert(o);
+                }
+            }
+            assert!(used.len() >= 2, "one connection's requests went to {used:?}");
+            assert!(changes >= 2);
+            assert_eq!(counter(&admin, "handed_back"), changes as u64);
+            // Pipelined across owners: two targets of the back-end holding the
+            // connection, answered there, then one of another, handed back with
+            // the bytes read and answered by its owner, then the big file.
+            let here = at.unwrap();
+            let mine: Vec<usize> = (0..TARGETS).filter(|&k| owner[k] == here).collect();
+            let other = (0..TARGETS).find(|&k| owner[k] != here).unwrap();
+            let (a, b) = (mine[0], mine[mine.len() - 1]);
+            r.send(
+                format!(
+                    "GET /t{a}.txt HTTP/1.1\r\nHost: c\r\n\r\nGET /t{b}.txt HTTP/1.1\r\nHost: c\r\n\r\n\
+                 GET /t{other}.txt HTTP/1.1\r\nHost: c\r\n\r\nGET /big.bin HTTP/1.1\r\nHost: c\r\n\r\n"
+                )
+                .as_bytes(),
+            );
+            assert_eq!(
+                r.response(false).body,
+                format!("backend {here} target {a}\n").into_bytes()
+            );
+            assert_eq!(
+                r.response(false).body,
+                format!("backend {here} target {b}\n").into_bytes()
+            );
+            let o = owner[other];
+            assert_eq!(
+                r.response(false).body,
+                format!("backend {o} target {other}\n").into_bytes()
+            );
+            assert!(r.response(false).body == pattern(BIG), "big body differs");
+            let back = counter(&admin, "handed_back");
+            assert!(
+                back == changes as u64 + 1 || back == changes as u64 + 2,
+                "one hand-back for the other owner's target (and one for big.bin's if it is elsewhere): {back}"
+            );
+            // Every hand-back is handed over again; no byte crosses the front-end.
+            assert_eq!(counter(&admin, "handoffs"), TARGETS as u64 + 1 + back);
+            let stats = fetch(&admin, "/stats");
+            assert_eq!(stats.matches("\"bytes\":0,").count(), 3, "{stats}");
+            // The connection holds one load unit while it waits at a back-end,
+            // none once closed.
+            drop(r);
+            assert!(
+                wait_until(Duration::from_secs(5), || in_flight(&admin) == "\"in_flight\":0"),
+                "{}",
+                fetch(&admin, "/stats")
+            );
+        }
+
+        /// `--handoff-next close`: the back-end answers the request it was
+        /// handed with `Connection: close` and closes; nothing comes back.
+        pub fn close_answers_once_and_closes(event: &str) {
+            let bs: Vec<Backend> = (0..2).map(backend).collect();
+            let admin = free_addr();
+            let f = front(
+                event,
+                &bs.iter().collect::<Vec<_>>(),
+                &["--policy", "lard", "--admin", &admin, "--handoff-next", "close"],
+            );
+            let owner = owners(&f);
+            let mut r = Reader::new(f.connect());
+            r.send(b"GET /big.bin HTTP/1.1\r\nHost: c\r\n\r\nGET /t1.txt HTTP/1.1\r\nHost: c\r\n\r\n");
+            let resp = r.response(false);
+            assert!(resp.body == pattern(BIG), "big body differs");
+            assert_eq!(resp.header("connection"), Some("close"));
+            assert!(r.closed(), "closed after the response");
+            let mut r = Reader::new(f.connect());
+            let resp = get_on(&mut r, "/t3.txt");
+            assert_eq!(resp.body, format!("backend {} target 3\n", owner[3]).into_bytes());
+            assert!(r.closed());
+            assert_eq!(counter(&admin, "handed_back"), 0);
+            assert_eq!(counter(&admin, "handoffs"), TARGETS as u64 + 2);
+            assert!(wait_until(Duration::from_secs(5), || in_flight(&admin) == "\"in_flight\":0"));
+        }
+    }
+
+    per_backend!(
+        owner_answers_its_targets_and_hands_back_the_others,
+        close_answers_once_and_closes
+    );
+}

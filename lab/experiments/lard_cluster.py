@@ -34,8 +34,11 @@ number of back-ends (1-6), and the back-ends' CPU per request in the same
 runs, hence how many back-ends one front-end core carries.
 
 **handoff**: front-end CPU per request for 100 KiB responses from two weft
-back-ends (all cached), relay against handoff `keep` and `return`, with one
-request per connection, ten, and keep-alive (docs/front.md).
+back-ends (all cached), relay against handoff's next-request rules `keep`,
+`return`, `owner` and `close`, with one request per connection, ten, and
+keep-alive; the requests go to 16 targets at random, so a connection's next
+request has a different owner about half the time, and the run counts the
+connections handed back per request (docs/front.md, "the next request").
 
 The summary checks the issue's targets: LARD/R ≥ 2× WRR throughput at 4
 back-ends, ≥ 1.2× HAProxy `balance uri` + bounded load; relay mode's
@@ -88,9 +91,12 @@ WEFT_POLICY = {W_WRR: "wrr", W_LARD: "lard-r", W_LARD_NGX: "lard-r", W_HANDOFF: 
 # The handoff part (docs/front.md, "Handoff against relay"): weft front modes
 # and the client's connection use, 100 KiB responses from two back-ends.
 HANDOFF_MODES = {"relay": ["--mode", "relay"], "handoff keep": ["--mode", "handoff", "--handoff-next", "keep"],
-                 "handoff return": ["--mode", "handoff", "--handoff-next", "return"]}  # fmt: skip
+                 "handoff return": ["--mode", "handoff", "--handoff-next", "return"],
+                 "handoff owner": ["--mode", "handoff", "--handoff-next", "owner"],
+                 "handoff close": ["--mode", "handoff", "--handoff-next", "close"]}  # fmt: skip
 HANDOFF_CONNS = {"1 per connection": ["--close"], "10 per connection": ["--calls", "10"], "keep-alive": []}
 HANDOFF_FILE_KIB = 100
+HANDOFF_FILES = 16  # targets of the handoff part, requested uniformly at random
 CAP_HANDOFF = "lard-r handoff"  # the capacity part's handoff front-end (`return`: every request placed)
 
 
@@ -141,7 +147,8 @@ def plan(quick: bool, parts: list[str] | None = None) -> Plan:
         pts += [Point("cluster", c, 4) for c in (W_WRR, W_LARD, W_HANDOFF, H_RR, H_URI, N_HASH)]
         for n in (1, 4):
             pts += [Point("capacity", f"weft {pol}", n, pol) for pol in ("lard-r", CAP_HANDOFF)]
-        pts += [Point("handoff", m, 2, c) for m in HANDOFF_MODES for c in ("1 per connection", "keep-alive")]
+        pts += [Point("handoff", m, 2, "1 per connection") for m in ("relay", "handoff keep")]
+        pts += [Point("handoff", m, 2, "keep-alive") for m in HANDOFF_MODES]
         pn = Plan(rounds=1, limit_mib=24, file_kib=32, warmup_s=3.0, measure_s=2.0, clients=32, cap_files=500, cap_file_kib=8, cap_s=1.5, points=pts)
     else:
         for n in range(1, 7):
@@ -568,6 +575,8 @@ def measure(bed: Bed, front: servers.RunningServer, bends: list[servers.RunningS
         row["decision_ns"] = ns / d if d else None
         row["decisions_per_req"] = d / n if n else None
         row["backend_requests"] = [int(b["stats"]["requests"]) for b in s1["backends"]]
+        hb = int(s1["front"].get("handed_back", 0)) - int(s0["front"].get("handed_back", 0))
+        row["handed_back_per_req"] = hb / n if n else None
     return row
 
 
@@ -705,11 +714,12 @@ def run(lab: core.Lab) -> dict:
                 write_urls(curls, zipf_stream(pn.cap_files, ZIPF_ALPHA, 50_000, SEED))
                 run_capacity(bed, pn, croot, curls, rnd, rows)
             if any(p.part == "handoff" for p in pn.points):
-                hroot = os.path.join(data, "handoff")
+                hroot = os.path.join(data, f"handoff{HANDOFF_FILES}")
                 if not os.path.isdir(hroot):
-                    write_dataset(hroot, 1, HANDOFF_FILE_KIB * pl.KiB)
+                    write_dataset(hroot, HANDOFF_FILES, HANDOFF_FILE_KIB * pl.KiB)
                 hurls = os.path.join(lab.scratch, "handoff-urls.txt")
-                write_urls(hurls, [0])
+                rng = random.Random(SEED)
+                write_urls(hurls, [rng.randrange(HANDOFF_FILES) for _ in range(4096)])
                 run_handoff(bed, pn, hroot, hurls, rnd, rows)
         commands = bed.commands
     previous = pl.read_runs(lab.results_dir)
@@ -725,7 +735,7 @@ def resummarize(lab: core.Lab) -> dict:
 # ---------------------------------------------------------------------------
 # Summary
 
-FIELDS = ["rps", "front_us", "backend_us", "client_us", "front_util", "disk_kib_per_req", "decision_ns", "latency_ms_mean", "latency_ms_p99"]
+FIELDS = ["rps", "front_us", "backend_us", "client_us", "front_util", "disk_kib_per_req", "decision_ns", "latency_ms_mean", "latency_ms_p99", "handed_back_per_req"]
 
 
 def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, skipped: str = "") -> dict:
@@ -801,7 +811,8 @@ def handoff_lines(med_ho: dict) -> list[str]:
     """The handoff part's table: front-end CPU per request by mode and connection use."""
     modes = [m for m in HANDOFF_MODES if any(k[0] == m for k in med_ho)]
     conns = [c for c in HANDOFF_CONNS if any(k[1] == c for k in med_ho)]
-    md = ["## Handoff against relay: front-end CPU µs per request, 100 KiB responses, 2 back-ends (req/s in brackets)", ""]
+    md = ["## Handoff against relay: front-end CPU µs per request, 100 KiB responses, 2 back-ends, 16 targets at random "
+          "(req/s in brackets; hand-backs per request after `hb`)", ""]
     trs = []
     for c in conns:
         relay = med_ho.get(("relay", c), {}).get("front_us")
@@ -809,7 +820,9 @@ def handoff_lines(med_ho: dict) -> list[str]:
         for m in modes:
             x = med_ho.get((m, c), {})
             q = pl.ratio(x.get("front_us"), relay) if m != "relay" else None
-            cells.append(f"{report.fmt_num(x.get('front_us'), 1)} ({report.fmt_num(x.get('rps'), 0)})" + (f", {q:.2f}×" if q else ""))
+            hb = x.get("handed_back_per_req")
+            cells.append(f"{report.fmt_num(x.get('front_us'), 1)} ({report.fmt_num(x.get('rps'), 0)})" + (f", {q:.2f}×" if q else "")
+                         + (f", hb {hb:.2f}" if hb is not None and m != "relay" else ""))  # fmt: skip
         trs.append([c] + cells)
     md.append(report.markdown_table(["requests per connection"] + modes, trs))
     return md

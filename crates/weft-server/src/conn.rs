@@ -76,13 +76,14 @@ pub struct HandedAt {
     generation: u32,
 }
 
-/// The top bit of a stored id: give the connection back after each response.
-const GIVE_BACK: u64 = 1 << 63;
+/// The top two bits of a stored id: the next-request rule
+/// (`weft_io::handoff::NextRule`).
+const RULE_SHIFT: u32 = 62;
 
 impl HandedAt {
-    pub fn new(channel: Token, id: u64, give_back: bool) -> HandedAt {
+    pub fn new(channel: Token, id: u64, rule: weft_io::handoff::NextRule) -> HandedAt {
         HandedAt {
-            id: (id & !GIVE_BACK) | if give_back { GIVE_BACK } else { 0 },
+            id: (id & ((1 << RULE_SHIFT) - 1)) | (rule.bits() << RULE_SHIFT),
             slot: std::num::NonZeroU32::MIN.saturating_add(channel.index()),
             generation: channel.generation(),
         }
@@ -90,12 +91,21 @@ impl HandedAt {
 
     /// The channel's token and the connection's id on it.
     pub fn get(self) -> (Token, u64) {
-        (Token::new(self.slot.get() - 1, self.generation), self.id & !GIVE_BACK)
+        (
+            Token::new(self.slot.get() - 1, self.generation),
+            self.id & ((1 << RULE_SHIFT) - 1),
+        )
     }
 
-    /// Does the front-end want the connection back after each response?
+    /// What the back-end does with the connection's later requests.
+    pub fn rule(self) -> weft_io::handoff::NextRule {
+        weft_io::handoff::NextRule::from_bits(self.id >> RULE_SHIFT)
+    }
+
+    /// May the connection go back to the front-end after a response?
     pub fn gives_back(self) -> bool {
-        self.id & GIVE_BACK != 0
+        use weft_io::handoff::NextRule;
+        matches!(self.rule(), NextRule::Return | NextRule::Owner)
     }
 }
 
@@ -154,8 +164,12 @@ mod tests {
         assert!(size <= 336, "Conn grew to {size} bytes");
         assert_eq!(std::mem::size_of::<Option<HandedAt>>(), 16);
         let t = Token::new(7, 3);
-        assert_eq!(HandedAt::new(t, 9, false).get(), (t, 9));
-        let back = HandedAt::new(t, 9, true);
-        assert_eq!((back.get(), back.gives_back()), ((t, 9), true));
+        use weft_io::handoff::NextRule;
+        assert_eq!(HandedAt::new(t, 9, NextRule::Keep).get(), (t, 9));
+        for r in NextRule::ALL {
+            let h = HandedAt::new(t, 9, r);
+            assert_eq!((h.get(), h.rule()), ((t, 9), r));
+        }
+        assert!(HandedAt::new(t, 9, NextRule::Owner).gives_back());
     }
 }

@@ -74,7 +74,7 @@ const POOL_DECAY_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Handed<'b> {
     pub(crate) channel: Token,
     pub(crate) id: u64,
-    pub(crate) give_back: bool,
+    pub(crate) rule: weft_io::handoff::NextRule,
     pub(crate) bytes: &'b [u8],
 }
 
@@ -344,7 +344,7 @@ impl<'a> Worker<'a> {
             c.may_read = true;
             if let Some(h) = handed {
                 self.shared.stats.handoffs += 1;
-                c.handed = Some(crate::conn::HandedAt::new(h.channel, h.id, h.give_back));
+                c.handed = Some(crate::conn::HandedAt::new(h.channel, h.id, h.rule));
                 if !h.bytes.is_empty() {
                     let n = h.bytes.len();
                     let max = n.max(self.shared.cfg.limits.max_head + 1024);
@@ -406,7 +406,7 @@ impl<'a> Worker<'a> {
         let next = if c.lingering {
             linger_read(c, &mut self.shared.pool)
         } else {
-            drive_conn(c, &mut self.shared, cx.now, cx.wall)
+            drive_conn(c, &mut self.shared, self.handoff.as_ref(), cx.now, cx.wall)
         };
         if let Some(wait) = self.shared.wait.take() {
             if !matches!(next, Next::Close) {
@@ -425,7 +425,7 @@ impl<'a> Worker<'a> {
             &mut self.shared.pool,
             &mut self.shared.own_pool,
         );
-        let back = matches!(next, Next::Read) && wants_back(c);
+        let back = matches!(next, Next::Read) && wants_back(c) && handoff::goes_back(self.handoff.as_ref(), c);
         if back && self.give_back(cx, token) {
             return;
         }
@@ -706,7 +706,7 @@ fn linger_read(c: &mut Conn, pool: &mut BufPool) -> Next {
 }
 
 /// The connection cycle (see the module doc).
-fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) -> Next {
+fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, now: Instant, wall: SystemTime) -> Next {
     // A connection its front-end wants back answers one request, then goes
     // back (`Worker::drive`) with whatever else it read, unanswered.
     let gives_back = c.handed.is_some_and(|h| h.gives_back());
@@ -747,7 +747,12 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime) 
             return Next::Close;
         }
         if gives_back && c.requests > 0 && c.discard == 0 {
-            return Next::Read;
+            // handback: back, answered here as its target's owner, or wait for its line.
+            match handoff::next_step(ho, c) {
+                handoff::Step::Back => return Next::Read,
+                handoff::Step::Answer => budget = budget.max(1),
+                handoff::Step::Wait => {}
+            }
         }
         if budget == 0 && (!c.input.is_empty() || c.may_read) {
             // Everything answered so far is sent; the rest waits its turn.
@@ -926,7 +931,7 @@ fn answer(c: &mut Conn, s: &mut Shared<'_>, head_len: usize, wall: SystemTime, c
     let head = &s.head;
     let method = head.method();
     let max = s.cfg.max_requests;
-    let mut close = !head.keep_alive() || s.draining || (max > 0 && c.requests + 1 >= max);
+    let mut close = !head.keep_alive() || s.draining || (max > 0 && c.requests + 1 >= max) || handoff::closes(c);
     match head.framing() {
         BodyFraming::None | BodyFraming::UntilClose => {}
         BodyFraming::Chunked if !chunked_pending => {}

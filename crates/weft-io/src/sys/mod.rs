@@ -19,6 +19,7 @@ mod fd;
 pub mod mmap;
 pub mod privilege;
 pub mod residency;
+mod shared_words;
 pub mod sockopt;
 pub mod splice;
 mod stream;
@@ -37,6 +38,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use counters::{bump, SysCounts, SysKind};
 pub use errno::{is, is_fd_exhaustion, is_peer_gone, is_splice_unsupported, retry, Errno};
 pub use fd::{Fd, FdArg};
+pub use shared_words::SharedWords;
 pub use sockopt::{
     nodelay, notsent_lowat, rcvlowat, set_bind_address_no_port, set_cork, set_nodelay, set_notsent_lowat, set_rcvbuf,
     set_rcvlowat, set_reuseaddr, set_reuseport,

@@ -64,6 +64,9 @@ weft_core::metrics! {
         counter retries,
         /// Client connections handed to a back-end (`--mode handoff`).
         counter handoffs,
+        /// Handed connections given back for their next request's placement
+        /// (`--handoff-next return|owner`).
+        counter handed_back,
     }
     groups {}
 }
@@ -99,6 +102,7 @@ fn snapshot(front: &Front) -> (FrontMetrics, Vec<BackendMetrics>) {
         rejected: front.counters.rejected.load(Ordering::Relaxed),
         retries: front.counters.retries.load(Ordering::Relaxed),
         handoffs: front.counters.handoffs.load(Ordering::Relaxed),
+        handed_back: front.counters.handed_back.load(Ordering::Relaxed),
     };
     (f, per)
 }

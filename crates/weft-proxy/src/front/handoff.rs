@@ -6,9 +6,12 @@
 //! client socket (SCM_RIGHTS) with every byte it read from it (the request
 //! head, and whatever followed: pipelined requests, a body's start), closes
 //! its own copy and forgets the client. The back-end answers the client
-//! directly and keeps the connection: its later requests are answered there
-//! (docs/front.md, "the next request"), so response bytes never cross the
-//! front-end.
+//! directly; its later requests follow `--handoff-next` (docs/front.md, "the
+//! next request"): answered there (`keep`), the connection given back after
+//! each response (`return`), answered there when the back-end owns their
+//! target in this front-end's map and given back otherwise (`owner`: the
+//! map's owner table is shared memory sent once per channel), or closed
+//! after the response (`close`). Response bytes never cross the front-end.
 //!
 //! Load: a handed-over connection holds its back-end's load slot until the
 //! back-end reports it closed on the same channel (protocol:
@@ -110,7 +113,7 @@ impl Worker<'_> {
     ) -> Result<(), Refused> {
         self.open_channel(cx, s, front)?;
         let id = self.channels.next_id;
-        let header = proto::handoff_header(id, front.wants_connections_back());
+        let header = proto::handoff_header(id, front.next_rule());
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Ok(()); // gone: nothing to send (its load is released by close)
         };
@@ -155,6 +158,16 @@ impl Worker<'_> {
             weft_core::warn!("cannot connect to back-end {s}'s handoff socket {path}: {e}");
             Refused::Down
         })?;
+        // `--handoff-next owner`: the back-end maps the front-end's owner
+        // table first (the channel's first message, so it is there before
+        // any handoff).
+        if let Some(t) = front.owner_table() {
+            let header = proto::owner_table_header(s as u64);
+            sys::send_fd_with(&fd, t.fd(), &[IoSlice::new(&header)]).map_err(|e| {
+                weft_core::warn!("cannot send the owner table to back-end {s}: {e}");
+                Refused::Down
+            })?;
+        }
         cx.register(fd.raw(), channel_token(s), Interest::READ)
             .map_err(|_| Refused::Down)?;
         chans[s] = Some(Channel { fd, outstanding: 0 });
@@ -195,6 +208,7 @@ impl Worker<'_> {
                     // next request is placed like a new connection's.
                     ch.outstanding = ch.outstanding.saturating_sub(1);
                     front.finished_n(s, 1);
+                    front.count_handed_back();
                     let bytes = proto::parse_back(&buf[..n]).map_or(&[][..], |(_, b)| b);
                     let peer = sys::peer_addr(&fd).ok();
                     self.add_client(cx, fd, peer, bytes);

@@ -34,6 +34,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
+use weft_io::handoff::NextRule;
 use weft_io::{Mailboxes, Shutdown, Token};
 use weft_policy::distribution::{Dispatcher, Placement, Request, ServerId};
 
@@ -117,10 +118,9 @@ pub struct FrontConfig {
     /// in the order of the back-ends; their addresses stay for the health
     /// checks).
     pub handoff: Vec<String>,
-    /// Handoff mode: the back-end gives a connection back after each
-    /// response, so every request is placed (`--handoff-next return`);
-    /// false: it keeps the connection (`keep`).
-    pub handoff_return: bool,
+    /// Handoff mode: what the back-end does with a connection's later
+    /// requests (`--handoff-next keep|return|owner|close`).
+    pub handoff_next: NextRule,
     /// Admission limit S's thresholds and the queue bound.
     pub dispatch: DispatcherConfig,
     /// Active health checks.
@@ -136,7 +136,7 @@ impl Default for FrontConfig {
             policy: Policy::LardR(Default::default()),
             mode: Mode::Relay,
             handoff: Vec::new(),
-            handoff_return: false,
+            handoff_next: NextRule::Keep,
             dispatch: DispatcherConfig::default(),
             health: HealthConfig::default(),
             admin: None,
@@ -149,6 +149,8 @@ impl Default for FrontConfig {
 pub(crate) struct Ticket {
     worker: usize,
     token: Token,
+    /// Its target (the owner table records where it went).
+    target: u64,
 }
 
 /// A queued request let in (or refused: `server` None) by another placement's end.
@@ -176,6 +178,7 @@ struct Counters {
     rejected: AtomicU64,
     retries: AtomicU64,
     handoffs: AtomicU64,
+    handed_back: AtomicU64,
 }
 
 /// The front-end's one decision state, shared by every worker.
@@ -184,7 +187,10 @@ pub struct Front {
     policy: Policy,
     mode: Mode,
     handoff: Vec<String>,
-    handoff_return: bool,
+    handoff_next: NextRule,
+    /// `--handoff-next owner`: the target map the back-ends read (the
+    /// last placement of each target), shared memory.
+    owners: Option<weft_io::sys::SharedWords>,
     dispatcher: Mutex<Dispatcher<Ticket>>,
     admitted: Mailboxes<Admitted>,
     counters: Counters,
@@ -221,7 +227,14 @@ impl Front {
             policy: cfg.policy,
             mode: cfg.mode,
             handoff: cfg.handoff.clone(),
-            handoff_return: cfg.handoff_return,
+            handoff_next: cfg.handoff_next,
+            owners: match (cfg.mode, cfg.handoff_next) {
+                (Mode::Handoff, NextRule::Owner) => Some(weft_io::sys::SharedWords::create(
+                    c"weft-front-owners",
+                    weft_io::handoff::OWNER_SLOTS,
+                )?),
+                _ => None,
+            },
             dispatcher: Mutex::new(Dispatcher::new(strategy, &weights, cfg.dispatch)),
             admitted: Mailboxes::new(workers)?,
             counters: Counters::default(),
@@ -263,13 +276,16 @@ impl Front {
     pub(crate) fn place(&self, worker: usize, token: Token, target: u64) -> Placement {
         let start = Instant::now();
         let now = self.now();
-        let p = self.lock().place(Ticket { worker, token }, Request::new(target), now);
+        let p = self
+            .lock()
+            .place(Ticket { worker, token, target }, Request::new(target), now);
         let spent = start.elapsed().as_nanos() as u64;
         self.counters.decisions.fetch_add(1, Ordering::Relaxed);
         self.counters.decision_ns.fetch_add(spent, Ordering::Relaxed);
         match p {
             Placement::Assigned(s) => {
                 self.backends[s].requests.fetch_add(1, Ordering::Relaxed);
+                self.record_owner(target, s);
             }
             Placement::Queued => {
                 self.counters.queued.fetch_add(1, Ordering::Relaxed);
@@ -309,9 +325,26 @@ impl Front {
         self.mode == Mode::Handoff
     }
 
-    /// Do back-ends give connections back after each response?
-    pub(crate) fn wants_connections_back(&self) -> bool {
-        self.handoff_return
+    /// What back-ends do with a handed connection's later requests.
+    pub(crate) fn next_rule(&self) -> NextRule {
+        self.handoff_next
+    }
+
+    /// `--handoff-next owner`: the owner table to share with the back-ends.
+    pub(crate) fn owner_table(&self) -> Option<&weft_io::sys::SharedWords> {
+        self.owners.as_ref()
+    }
+
+    /// `target` was placed on `s`: the back-ends' view of the map follows.
+    fn record_owner(&self, target: u64, s: ServerId) {
+        if let Some(t) = &self.owners {
+            weft_io::handoff::OwnerMap(t.words()).record(target, s as u64);
+        }
+    }
+
+    /// A handed connection came back for its next request's placement.
+    pub(crate) fn count_handed_back(&self) {
+        self.counters.handed_back.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Back-end `s`'s handoff socket.
@@ -328,6 +361,7 @@ impl Front {
     fn admit(&self, d: &mut Dispatcher<Ticket>, now: u64) {
         while let Some((t, s)) = d.next_queued(now) {
             self.backends[s].requests.fetch_add(1, Ordering::Relaxed);
+            self.record_owner(t.target, s);
             self.admitted.post(
                 t.worker,
                 Admitted {

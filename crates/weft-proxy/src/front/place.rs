@@ -15,17 +15,12 @@ use crate::conn::{Phase, Txn};
 use crate::worker::{client_of, Flow, Worker};
 use weft_http::Method;
 use weft_io::{Ctx, Poller, Token};
-use weft_policy::distribution::{mix64, Placement, Reject};
+use weft_policy::distribution::{Placement, Reject};
 
 /// The target's id for the policy: a hash of the request target (path and
-/// query). FNV-1a, then a finalizer so nearby paths spread.
+/// query), the one the back-ends compute too (`--handoff-next owner`).
 pub(crate) fn target_id(path: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in path {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    mix64(h)
+    weft_io::handoff::target_id(path)
 }
 
 /// The transaction's back-end slot goes back to the dispatcher (once).

@@ -7,16 +7,23 @@
 //! the front-end read from it: the worker adopts the socket through the same
 //! path as an accepted connection (`Worker::add_conn`), its input buffer
 //! starting with those bytes, and from then on the connection is an ordinary
-//! one — it answers every request that comes on it (the back-end keeps a
-//! connection it was given: docs/front.md says why). When an adopted
+//! one. Its later requests follow the rule the handoff named
+//! (`weft_io::handoff::NextRule`, docs/front.md "the next request"): all
+//! answered here (`keep`), each given back after its response (`return`),
+//! answered here when this back-end owns the next request's target in the
+//! front-end's map and given back otherwise (`owner`: the map is the
+//! front-end's shared table, mapped read-only when the channel opens), or
+//! answered with `Connection: close` (`close`). When an adopted
 //! connection closes, for any reason, its id is queued on its channel and
 //! every channel's ids go back to the front-end in one message per loop
 //! batch, so the front-end's load for this back-end falls exactly once per
 //! connection.
 
 use super::{Handed, Worker};
+use crate::conn::Conn;
 use std::io::{self, IoSlice};
 use weft_io::handoff::{self as proto, MAX_MESSAGE, MAX_REPORT_IDS};
+use weft_io::handoff::{NextRule, OwnerMap};
 use weft_io::sys::{self, Fd};
 use weft_io::{Ctx, Interest, Poller, Readiness, Slab, Token};
 
@@ -31,6 +38,66 @@ struct Channel {
     fd: Fd,
     /// Ids of adopted connections closed since the last report.
     closed: Vec<u64>,
+    /// `--handoff-next owner`: the front-end's owner table and this
+    /// back-end's index in it.
+    owners: Option<(sys::SharedWords, u64)>,
+}
+
+/// What a handed connection does with its next request (after the first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    /// Go back to the front-end with the bytes read.
+    Back,
+    /// Answer it here.
+    Answer,
+    /// Its request line is not all read yet: read on.
+    Wait,
+}
+
+/// The next request's fate on a connection whose rule may give it back.
+pub(super) fn next_step(h: Option<&Handoff>, c: &Conn) -> Step {
+    let Some(at) = c.handed else { return Step::Answer };
+    match at.rule() {
+        NextRule::Keep | NextRule::Close => Step::Answer,
+        NextRule::Return => Step::Back,
+        NextRule::Owner => {
+            let Some(target) = proto::request_target(c.input.pending()) else {
+                return Step::Wait;
+            };
+            let owners = h
+                .and_then(|h| h.channels.get(at.get().0))
+                .and_then(|ch| ch.owners.as_ref());
+            let Some((table, me)) = owners else { return Step::Back };
+            // The front-end places by the normalized origin-form target; a
+            // path without dot-segments is its own normal form.
+            let id = if !target.starts_with(b"/") {
+                return Step::Back; // absolute-form: the front-end decides
+            } else if memchr::memmem::find(target, b"/.").is_none() {
+                proto::target_id(target)
+            } else {
+                let mut norm = Vec::with_capacity(target.len());
+                if weft_http::normalize_path(target, &mut norm).is_err() {
+                    return Step::Back;
+                }
+                proto::target_id(&norm)
+            };
+            if OwnerMap(table.words()).owner(id) == Some(*me) {
+                Step::Answer
+            } else {
+                Step::Back
+            }
+        }
+    }
+}
+
+/// Go back now (the worker's `drive`, once the connection is idle)?
+pub(super) fn goes_back(h: Option<&Handoff>, c: &Conn) -> bool {
+    next_step(h, c) == Step::Back
+}
+
+/// Answer with `Connection: close` (`--handoff-next close`)?
+pub(super) fn closes(c: &Conn) -> bool {
+    c.handed.is_some_and(|h| h.rule() == NextRule::Close)
 }
 
 /// A worker's handoff state.
@@ -136,7 +203,11 @@ impl Worker<'_> {
                     if cx.register(fd.raw(), t, Interest::READ).is_err() {
                         continue; // dropped: the front-end sees EOF
                     }
-                    h.channels.insert_with(|_| Channel { fd, closed: Vec::new() });
+                    h.channels.insert_with(|_| Channel {
+                        fd,
+                        closed: Vec::new(),
+                        owners: None,
+                    });
                 }
                 Err(e) if sys::is(&e, sys::Errno::WouldBlock) => {
                     cx.learned(l.raw(), Readiness::default());
@@ -163,8 +234,15 @@ impl Worker<'_> {
                     self.drop_channel(cx, t);
                     break;
                 }
+                Ok((Some(fd), n)) if proto::parse_owner_table(&buf[..n]).is_some() => {
+                    let me = proto::parse_owner_table(&buf[..n]).unwrap_or(u64::MAX);
+                    match sys::SharedWords::open(fd) {
+                        Ok(t) => ch.owners = Some((t, me)),
+                        Err(e) => weft_core::warn!("handoff channel: cannot map the owner table: {e}"),
+                    }
+                }
                 Ok((fd, n)) => match (fd, proto::parse_handoff(&buf[..n])) {
-                    (Some(fd), Some((id, give_back, bytes))) => {
+                    (Some(fd), Some((id, rule, bytes))) => {
                         // The client's address is only for the access log: no
                         // getpeername per handoff without one.
                         let peer = match self.shared.log {
@@ -174,7 +252,7 @@ impl Worker<'_> {
                         let handed = Handed {
                             channel: t,
                             id,
-                            give_back,
+                            rule,
                             bytes,
                         };
                         self.add_conn(cx, fd, peer, Some(handed));
