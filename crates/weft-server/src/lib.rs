@@ -201,7 +201,11 @@ fn start_helpers(cfg: &ServeConfig, workers: usize) -> io::Result<worker::amped:
     ))
 }
 
-type WorkerExtras = (Option<Arc<weft_io::logfile::LogFile>>, Option<Fd>, Option<Arc<worker::amped::Helpers>>);
+type WorkerExtras = (
+    Option<Arc<weft_io::logfile::LogFile>>,
+    Option<Fd>,
+    Option<Arc<worker::amped::Helpers>>,
+);
 
 fn run_worker(
     cfg: &ServeConfig,

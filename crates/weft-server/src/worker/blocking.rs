@@ -69,7 +69,7 @@ impl Worker<'_> {
             let next = if c.lingering {
                 linger_read(&mut c, &mut self.shared.pool)
             } else {
-                drive_conn(&mut c, &mut self.shared, Instant::now(), SystemTime::now())
+                drive_conn(&mut c, &mut self.shared, None, Instant::now(), SystemTime::now())
             };
             c.input.release(&mut self.shared.pool);
             c.out.release_own(&mut self.shared.own_pool);
