@@ -151,6 +151,7 @@ pub(crate) fn serve_target(
             404,
             respond::simple(c.out.own_mut(), 404, date, b"", "", head_only, persist),
         ),
+        Lookup::Unavailable => unavailable(c, s, persist, head_only, "out of file descriptors"),
         Lookup::Forbidden => (
             403,
             respond::simple(c.out.own_mut(), 403, date, b"", "", head_only, persist),
@@ -169,7 +170,11 @@ fn wait_open(c: &mut Conn, s: &mut Shared<'_>, persist: Persist, head_only: bool
 }
 
 fn busy(c: &mut Conn, s: &mut Shared<'_>, persist: Persist, head_only: bool) -> (u16, u64) {
-    let why = "the disk helpers are busy";
+    unavailable(c, s, persist, head_only, "the disk helpers are busy")
+}
+
+/// 503 with `Retry-After: 1`: a passing shortage (helpers, descriptors).
+fn unavailable(c: &mut Conn, s: &mut Shared<'_>, persist: Persist, head_only: bool, why: &str) -> (u16, u64) {
     let n = respond::simple(
         c.out.own_mut(),
         503,

@@ -72,6 +72,9 @@ pub enum Lookup {
     /// There, but not ours to serve (permissions, escapes the root, not a
     /// regular file).
     Forbidden,
+    /// Could not be opened for want of a descriptor (EMFILE/ENFILE): 503,
+    /// try again later.
+    Unavailable,
 }
 
 /// The cache.
@@ -199,6 +202,12 @@ impl FileCache {
                     f.checked.set(now);
                     return Lookup::File(f);
                 }
+                Some(Err(e)) if sys::is_fd_exhaustion(&e) => {
+                    // No descriptor to revalidate with: the one this entry
+                    // holds still serves (the next request checks again),
+                    // rather than failing a file that is open already.
+                    return Lookup::File(f);
+                }
                 Some(r) => {
                     self.remove(rel);
                     return self.insert(rel, r, now);
@@ -317,6 +326,8 @@ pub fn write_fields(out: &mut Vec<u8>, content_type: &str, st: &FileStat, etag: 
 fn classify(e: &io::Error) -> Lookup {
     match sys::Errno::of(e) {
         Some(n) if n.is_no_such_path() => Lookup::NotFound,
+        // EMFILE/ENFILE: out of descriptors for now, not the file's fault.
+        Some(n) if n.is_fd_exhaustion() => Lookup::Unavailable,
         // EXDEV: RESOLVE_BENEATH refused an escape (.., absolute or outward symlink);
         // ELOOP: symlink loop or magic link; EACCES/EPERM: permissions.
         _ => Lookup::Forbidden,
