@@ -169,7 +169,7 @@ impl Service for FrontServer {
 
 /// Run `weft front` until a shutdown signal.
 pub fn run(args: FrontArgs) -> ExitCode {
-    args.service.set_log_level();
+    args.service.apply_process_flags();
     let (front, proxy) = args.to_config();
     if front.backends.is_empty() {
         eprintln!("weft: front: at least one --backend ADDR:PORT is needed");

@@ -251,7 +251,7 @@ impl ProxyArgs {
 
 /// Run `weft proxy` until a shutdown signal.
 pub fn run(args: ProxyArgs) -> ExitCode {
-    args.service.set_log_level();
+    args.service.apply_process_flags();
     let cfg = args.to_config();
     let stats_on_exit = cfg.stats_on_exit;
     let mode = match (&cfg.upstream, cfg.routes.len()) {

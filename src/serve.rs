@@ -149,7 +149,7 @@ impl ServeArgs {
 
 /// Run `weft serve` until a shutdown signal.
 pub fn run(args: ServeArgs) -> ExitCode {
-    args.service.set_log_level();
+    args.service.apply_process_flags();
     let cfg = args.to_config();
     let stats_on_exit = cfg.stats_on_exit;
     let what = match &cfg.root {

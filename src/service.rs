@@ -119,7 +119,8 @@ fn parse_user(s: &str) -> Result<weft_io::sys::privilege::User, String> {
     weft_io::sys::privilege::lookup_user(s).map_err(|e| e.to_string())
 }
 
-/// `--user`, kept by [`ServiceArgs::set_log_level`] for [`run`].
+/// `--user`, kept by [`ServiceArgs::apply_process_flags`] (which every role
+/// calls first) for [`run`] to switch to once the listeners are bound.
 static RUN_AS: std::sync::OnceLock<weft_io::sys::privilege::User> = std::sync::OnceLock::new();
 
 /// Copy the shared flags that were given onto a role's configuration
@@ -165,7 +166,7 @@ pub(crate) use apply_service_args;
 impl ServiceArgs {
     /// Apply `--log-level` (before anything logs), and keep `--user` for
     /// [`run`] to switch to once the listeners are bound.
-    pub fn set_log_level(&self) {
+    pub fn apply_process_flags(&self) {
         if let Some(l) = self.log_level {
             weft_core::log::set_level(l);
         }
