@@ -188,16 +188,8 @@ mod scenarios {
     /// on its own (each target answered by its owner), and an idle
     /// connection holds no load.
     pub fn returned_connections_are_placed_per_request(event: &str) {
-        let bs: Vec<Backend> = (0..3).map(backend).collect();
-        let admin = free_addr();
-        let f = front(
-            event,
-            &bs.iter().collect::<Vec<_>>(),
-            &["--policy", "lard", "--admin", &admin, "--handoff-next", "return"],
-        );
-        let owner: Vec<usize> = (0..TARGETS)
-            .map(|k| who(&get_on(&mut Reader::new(f.connect()), &format!("/t{k}.txt")).body))
-            .collect();
+        let (_bs, admin, f) = lard_front(event, 3, "return");
+        let owner = owners(&f);
         let mut r = Reader::new(f.connect());
         let mut used = std::collections::HashSet::new();
         for _ in 0..2 {
@@ -271,6 +263,20 @@ fn counter(admin: &str, name: &str) -> u64 {
     s[i..].split([',', '}']).next().unwrap().parse().unwrap()
 }
 
+/// `n` back-ends behind a LARD front-end with `--handoff-next rule` and an
+/// admin port: the back-ends (alive as long as the caller keeps them), the
+/// admin address and the front-end.
+fn lard_front(event: &str, n: usize, rule: &str) -> (Vec<Backend>, String, Weft) {
+    let bs: Vec<Backend> = (0..n).map(backend).collect();
+    let admin = free_addr();
+    let f = front(
+        event,
+        &bs.iter().collect::<Vec<_>>(),
+        &["--policy", "lard", "--admin", &admin, "--handoff-next", rule],
+    );
+    (bs, admin, f)
+}
+
 /// Each target's owner under LARD, learned one connection per target.
 fn owners(f: &Weft) -> Vec<usize> {
     (0..TARGETS)
@@ -292,13 +298,7 @@ mod next_rules {
         /// owner, and the front-end sees exactly one hand-back per change of
         /// owner, sequential or pipelined.
         pub fn owner_answers_its_targets_and_hands_back_the_others(event: &str) {
-            let bs: Vec<Backend> = (0..3).map(backend).collect();
-            let admin = free_addr();
-            let f = front(
-                event,
-                &bs.iter().collect::<Vec<_>>(),
-                &["--policy", "lard", "--admin", &admin, "--handoff-next", "owner"],
-            );
+            let (_bs, admin, f) = lard_front(event, 3, "owner");
             let owner = owners(&f);
             let mut used = std::collections::HashSet::new();
             let mut changes = 0;
@@ -370,13 +370,7 @@ mod next_rules {
         /// `--handoff-next close`: the back-end answers the request it was
         /// handed with `Connection: close` and closes; nothing comes back.
         pub fn close_answers_once_and_closes(event: &str) {
-            let bs: Vec<Backend> = (0..2).map(backend).collect();
-            let admin = free_addr();
-            let f = front(
-                event,
-                &bs.iter().collect::<Vec<_>>(),
-                &["--policy", "lard", "--admin", &admin, "--handoff-next", "close"],
-            );
+            let (_bs, admin, f) = lard_front(event, 2, "close");
             let owner = owners(&f);
             let mut r = Reader::new(f.connect());
             r.send(b"GET /big.bin HTTP/1.1\r\nHost: c\r\n\r\nGET /t1.txt HTTP/1.1\r\nHost: c\r\n\r\n");
