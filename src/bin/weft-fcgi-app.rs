@@ -9,7 +9,7 @@
 //!
 //! Query keys (`/any/path?size=65536&nolen=1`):
 //! - `size=N`: a body of N bytes of the tests' deterministic pattern
-//!   (`tests/common::pattern`); `Content-Length` is sent unless `nolen=1`;
+//!   (`weft_load::content::sized_pattern`, as in the tests); `Content-Length` is sent unless `nolen=1`;
 //! - `record=N`: STDOUT records of at most N content bytes (default 65,528);
 //! - `echo=1`: the body is the request body (FCGI_STDIN);
 //! - `env=1`: the body is the CGI parameters, one `NAME=value` a line;
@@ -159,26 +159,13 @@ fn body_of(len: usize) -> Arc<Vec<u8>> {
     if let Some(b) = cache.lock().ok().and_then(|c| c.get(&len).cloned()) {
         return b;
     }
-    let b = Arc::new(pattern(len.min(1 << 28)));
+    let b = Arc::new(weft_load::content::sized_pattern(len.min(1 << 28)));
     if let Ok(mut c) = cache.lock() {
         if c.len() < 64 {
             c.insert(len, b.clone());
         }
     }
     b
-}
-
-/// The tests' deterministic content (`tests/common/mod.rs`).
-fn pattern(len: usize) -> Vec<u8> {
-    let mut x: u32 = 0x9e37_79b9 ^ len as u32;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
 }
 
 fn write_stream<S: Write>(s: &mut S, kind: RecordType, id: u16, data: &[u8], record: usize) -> io::Result<()> {

@@ -49,18 +49,8 @@ impl Drop for TempDir {
     }
 }
 
-/// Deterministic test content.
-pub fn pattern(len: usize) -> Vec<u8> {
-    let mut x: u32 = 0x9e37_79b9 ^ len as u32;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
+/// Deterministic test content (shared with `weft-fcgi-app`).
+pub use weft_load::content::sized_pattern as pattern;
 
 /// A running `weft` process, stopped (SIGKILL) on drop if still alive.
 pub struct Weft {

@@ -138,6 +138,21 @@ pub fn write_body(w: &mut impl std::io::Write, path: &[u8], size: u64) -> std::i
     Ok(())
 }
 
+/// The tests' fixed-size content: `len` xorshift bytes seeded by `len`, the
+/// same for every caller (test fixtures, `weft-fcgi-app`), so a body of a
+/// given size can be checked byte for byte without knowing its path.
+pub fn sized_pattern(len: usize) -> Vec<u8> {
+    let mut x: u32 = 0x9e37_79b9 ^ len as u32;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
