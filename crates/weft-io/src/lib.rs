@@ -24,7 +24,9 @@
 //! - [`pipes`]: pipes for splice and tee, pooled per worker under a global cap;
 //! - [`admin`]: the `--admin` JSON endpoint's listener thread;
 //! - [`accept`]: the accept pass every listener handler runs (limit, pause
-//!   when out of descriptors).
+//!   when out of descriptors);
+//! - [`door`]: a worker's listener, accept pass and shutdown waker as one
+//!   ([`Door`]), the events every role handles alike.
 //! - [`handoff`]: the messages `weft front --mode handoff` and `weft serve
 //!   --handoff-socket` exchange on their Unix socket (connections handed
 //!   over, closed, given back).
@@ -37,6 +39,7 @@
 pub mod accept;
 pub mod admin;
 pub mod backend;
+pub mod door;
 pub mod event_loop;
 pub mod features;
 pub mod group;
@@ -56,6 +59,7 @@ pub mod workers;
 
 pub use accept::Acceptor;
 pub use backend::{BackendKind, BackendOptions, Caps, Event, Interest, Poller, Readiness, Token, TrackerStats};
+pub use door::Door;
 pub use event_loop::{run, Ctx, Handler, RegisterError};
 pub use group::{GroupStats, WorkerGroup, WorkerSeat};
 pub use input::{BufPool, Fill, InputBuf};

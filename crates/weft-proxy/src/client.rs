@@ -6,7 +6,7 @@
 use crate::acl;
 use crate::config::ProxyConfig;
 use crate::conn::{Client, Entry, ReqBody};
-use crate::worker::{client_of, Flow, Worker, LISTENER};
+use crate::worker::{client_of, Flow, Worker};
 use std::net::SocketAddr;
 use std::time::Duration;
 use weft_http::respond::{self, Persist};
@@ -69,11 +69,10 @@ impl Worker<'_> {
     // Accepting
 
     pub(crate) fn accept<P: Poller>(&mut self, cx: &mut Ctx<P>) {
-        let Some(lfd) = self.listener.as_ref().map(|l| l.raw()) else {
+        if !self.door.begin(self.sh.draining) {
             return;
-        };
-        self.acceptor.begin();
-        while let Some((fd, peer)) = self.acceptor.next(cx, lfd, LISTENER) {
+        }
+        while let Some((fd, peer)) = self.door.next(cx) {
             self.add_client(cx, fd, peer, &[]);
         }
     }

@@ -42,15 +42,14 @@ use std::time::{Duration, Instant};
 use weft_http::caching::CacheRules;
 use weft_http::respond::{self, Persist};
 use weft_http::ResponseHead;
+use weft_io::door::{LISTENER, WAKER};
 use weft_io::sys::{self, Fd};
 use weft_io::{pools, timer};
 use weft_io::{
-    Acceptor, BufPool, Ctx, Event, Handler, Interest, OwnPool, PipePool, Poller, PoolGauges, Readiness, RegisterError,
+    BufPool, Ctx, Door, Event, Handler, Interest, OwnPool, PipePool, Poller, PoolGauges, Readiness, RegisterError,
     Shutdown, Slab, Token,
 };
 
-pub(crate) const LISTENER: Token = Token::new(u32::MAX, 0);
-const WAKER: Token = Token::new(u32::MAX - 1, 0);
 const RESOLVER: Token = Token::new(u32::MAX - 2, 0);
 /// The disk store's mailbox: loads finished.
 const DISK: Token = Token::new(u32::MAX - 4, 0);
@@ -169,10 +168,8 @@ pub struct Worker<'a> {
     pub(crate) sh: Shared<'a>,
     slot: &'a Slot,
     pub(crate) slab: Slab<Entry>,
-    pub(crate) listener: Option<Fd>,
-    waker: RawFd,
-    shutdown: Shutdown,
-    pub(crate) acceptor: Acceptor,
+    /// The listener, its accept pass and the shutdown waker.
+    pub(crate) door: Door,
     grace_deadline: Option<Instant>,
     ready: Vec<Token>,
     /// Clients whose relay may be waiting for a read batch.
@@ -205,7 +202,7 @@ pub struct WorkerSetup<'a> {
 impl<'a> Worker<'a> {
     /// A worker over its listener.
     pub fn new(s: WorkerSetup<'a>) -> Worker<'a> {
-        let waker = s.shutdown.waker(s.index);
+        let door = Door::new(s.listener, s.shutdown.waker(s.index), s.shutdown, s.cfg.accept_limit);
         Worker {
             sh: Shared {
                 cfg: s.cfg,
@@ -239,10 +236,7 @@ impl<'a> Worker<'a> {
             },
             slot: s.slot,
             slab: Slab::new(),
-            listener: Some(s.listener),
-            waker,
-            shutdown: s.shutdown,
-            acceptor: Acceptor::new(s.cfg.accept_limit),
+            door,
             grace_deadline: None,
             ready: Vec::new(),
             batching: Vec::new(),
@@ -259,10 +253,7 @@ impl<'a> Worker<'a> {
     /// store's mailboxes.
     pub fn register<P: Poller>(&mut self, cx: &mut Ctx<P>) -> io::Result<()> {
         let reg = |e: RegisterError| io::Error::other(e.to_string());
-        if let Some(l) = &self.listener {
-            cx.register(l.raw(), LISTENER, Interest::READ).map_err(reg)?;
-        }
-        cx.register(self.waker, WAKER, Interest::READ).map_err(reg)?;
+        self.door.register(cx)?;
         cx.register(self.sh.resolver.waker(self.sh.index), RESOLVER, Interest::READ)
             .map_err(reg)?;
         if let Some(fd) = self.sh.cache.disk_waker() {
@@ -577,9 +568,7 @@ impl<'a> Worker<'a> {
         }
         self.sh.draining = true;
         self.grace_deadline = Some(cx.now + self.sh.cfg.grace);
-        if let Some(l) = self.listener.take() {
-            cx.close_later(l, true);
-        }
+        self.door.close(cx);
         for ut in self.sh.pool.drain() {
             if let Some(Entry::Upstream(mut u)) = self.slab.remove(ut) {
                 self.sh.open_upstreams -= 1;
@@ -605,15 +594,9 @@ pub(crate) use weft_io::timer::arm;
 impl<P: Poller> Handler<P> for Worker<'_> {
     fn on_event(&mut self, cx: &mut Ctx<P>, ev: Event) {
         match ev.token {
-            LISTENER => {
-                if !self.sh.draining && self.acceptor.active() {
-                    self.accept(cx);
-                }
-            }
+            LISTENER => self.accept(cx),
             WAKER => {
-                sys::eventfd_drain(self.waker);
-                cx.learned(self.waker, Readiness::default());
-                if self.shutdown.requested() {
+                if self.door.woken(cx) {
                     self.start_draining(cx);
                 }
             }
@@ -772,8 +755,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         self.decay_pools(cx.now);
         self.slot.publish(&self.stats());
         self.slot.latency.publish(&mut self.sh.latency, cx.now);
-        let lfd = self.listener.as_ref().map(|l| l.raw());
-        if self.acceptor.due(cx, lfd, LISTENER) && !self.sh.draining {
+        if self.door.due(cx) {
             self.accept(cx);
         }
         if let Some(deadline) = self.grace_deadline {
@@ -803,7 +785,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             // Wake to shrink the pools and publish the latencies.
             bound(POOL_DECAY_EVERY);
         }
-        if let Some(d) = self.acceptor.max_wait() {
+        if let Some(d) = self.door.max_wait() {
             bound(d);
         }
         if let Some(d) = self.grace_deadline {

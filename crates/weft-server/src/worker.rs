@@ -28,15 +28,14 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant, SystemTime};
 use weft_http::{BodyFraming, Method, RequestHead, Version};
+use weft_io::door::{LISTENER, WAKER};
 use weft_io::sys::{self, Fd};
 use weft_io::{pools, timer};
 use weft_io::{
-    Acceptor, BufPool, Ctx, Event, Fill, Handler, Interest, OwnPool, Poller, PoolGauges, Readiness, RegisterError,
+    BufPool, Ctx, Door, Event, Fill, Handler, Interest, OwnPool, Poller, PoolGauges, Readiness, RegisterError,
     Shutdown, Slab, Token, TrackerStats,
 };
 
-const LISTENER: Token = Token::new(u32::MAX, 0);
-const WAKER: Token = Token::new(u32::MAX - 1, 0);
 /// The helper pool's eventfd (AMPED).
 const HELPERS: Token = Token::new(u32::MAX - 3, 0);
 
@@ -134,12 +133,8 @@ pub struct Worker<'a> {
     shared: Shared<'a>,
     slot: &'a crate::admin::WorkerSlot,
     conns: Slab<Conn>,
-    listener: Option<Fd>,
-    waker: RawFd,
-    shutdown: Shutdown,
-    /// Edge-triggered and the accept limit stopped before EAGAIN: connections
-    /// may still be queued, and no new edge will say so.
-    acceptor: Acceptor,
+    /// The listener, its accept pass and the shutdown waker.
+    door: Door,
     grace_deadline: Option<Instant>,
     refused_logged: u64,
     /// The `tracked` backend's counters, copied after each batch.
@@ -202,10 +197,7 @@ impl<'a> Worker<'a> {
                     .then(|| crate::objects::Objects::new(cfg.object_cache, cfg.cache_policy)),
             },
             conns: Slab::new(),
-            listener: Some(listener),
-            waker,
-            shutdown,
-            acceptor: Acceptor::new(cfg.accept_limit),
+            door: Door::new(listener, waker, shutdown, cfg.accept_limit),
             grace_deadline: None,
             refused_logged: 0,
             tracker: None,
@@ -242,10 +234,7 @@ impl<'a> Worker<'a> {
     /// Register the listener and the shutdown waker.
     pub fn register<P: Poller>(&mut self, cx: &mut Ctx<P>) -> io::Result<()> {
         let reg = |e: RegisterError| io::Error::other(e.to_string());
-        if let Some(l) = &self.listener {
-            cx.register(l.raw(), LISTENER, Interest::READ).map_err(reg)?;
-        }
-        cx.register(self.waker, WAKER, Interest::READ).map_err(reg)?;
+        self.door.register(cx)?;
         if let Some(h) = &self.helpers {
             cx.register(h.waker(), HELPERS, Interest::READ).map_err(reg)?;
         }
@@ -284,11 +273,10 @@ impl<'a> Worker<'a> {
     }
 
     fn accept<P: Poller>(&mut self, cx: &mut Ctx<P>) {
-        let Some(lfd) = self.listener.as_ref().map(|l| l.raw()) else {
+        if !self.door.begin(self.shared.draining) {
             return;
-        };
-        self.acceptor.begin();
-        while let Some((fd, peer)) = self.acceptor.next(cx, lfd, LISTENER) {
+        }
+        while let Some((fd, peer)) = self.door.next(cx) {
             self.add_conn(cx, fd, peer, None);
         }
     }
@@ -472,11 +460,7 @@ impl<'a> Worker<'a> {
         }
         self.shared.draining = true;
         self.grace_deadline = Some(cx.now + self.shared.cfg.grace);
-        if let Some(l) = self.listener.take() {
-            // Stop accepting: queued connections that were never accepted are
-            // reset by the kernel when the last listener closes.
-            cx.close_later(l, true);
-        }
+        self.door.close(cx);
         if let Some(h) = self.handoff.as_mut() {
             h.stop_listening(cx);
         }
@@ -499,15 +483,9 @@ impl<'a> Worker<'a> {
 impl<P: Poller> Handler<P> for Worker<'_> {
     fn on_event(&mut self, cx: &mut Ctx<P>, ev: Event) {
         match ev.token {
-            LISTENER => {
-                if !self.shared.draining && self.acceptor.active() {
-                    self.accept(cx);
-                }
-            }
+            LISTENER => self.accept(cx),
             WAKER => {
-                sys::eventfd_drain(self.waker);
-                cx.learned(self.waker, Readiness::default());
-                if self.shutdown.requested() {
+                if self.door.woken(cx) {
                     self.start_draining(cx);
                 }
             }
@@ -590,8 +568,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         self.decay_pools(cx.now);
         self.slot.counters.publish(&self.stats());
         self.slot.latency.publish(&mut self.shared.latency, cx.now);
-        let lfd = self.listener.as_ref().map(|l| l.raw());
-        if self.acceptor.due(cx, lfd, LISTENER) && !self.shared.draining {
+        if self.door.due(cx) {
             self.accept(cx);
         }
         if let Some(log) = &mut self.shared.log {
@@ -627,7 +604,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             // Wake to shrink the pools and publish the latencies.
             bound(POOL_DECAY_EVERY);
         }
-        if let Some(d) = self.acceptor.max_wait() {
+        if let Some(d) = self.door.max_wait() {
             bound(d);
         }
         if let Some(d) = crate::cgi::max_wait(&self.shared) {

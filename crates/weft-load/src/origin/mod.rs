@@ -38,14 +38,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_http::{Limits, RequestHead};
+use weft_io::door::{LISTENER, WAKER};
 use weft_io::sys::{self, Fd};
 use weft_io::{
-    Acceptor, BackendKind, BufPool, Ctx, Event, Fill, GroupStats, Handler, InputBuf, Interest, OutChain, OwnPool,
-    Poller, Readiness, Shutdown, Slab, Token, WorkerGroup, WorkerSeat,
+    BackendKind, BufPool, Ctx, Door, Event, Fill, GroupStats, Handler, InputBuf, Interest, OutChain, OwnPool, Poller,
+    Shutdown, Slab, Token, WorkerGroup, WorkerSeat,
 };
 
-const LISTENER: Token = Token::new(u32::MAX, 0);
-const WAKER: Token = Token::new(u32::MAX - 1, 0);
 /// Input buffer lent at a connection's first read.
 const INPUT_BUF: usize = 16 * 1024;
 /// Idle input and output buffers a worker keeps for reuse.
@@ -215,12 +214,9 @@ struct Shared<'a> {
 
 struct Worker<'a> {
     shared: Shared<'a>,
-    listener: Option<Fd>,
-    waker: std::os::fd::RawFd,
-    shutdown: Shutdown,
-    conns: Slab<Conn>,
     /// Accepts until EAGAIN: an instrument should take whatever the load offers.
-    acceptor: Acceptor,
+    door: Door,
+    conns: Slab<Conn>,
     /// When the pools may shrink next.
     next_decay: Instant,
 }
@@ -243,11 +239,8 @@ impl<'a> Worker<'a> {
                 own_pool: OwnPool::new(OUTPUT_BUF, answer::COALESCE_MAX + OUTPUT_BUF, SPARE_KEEP),
                 draining: false,
             },
-            listener: Some(seat.listener),
-            waker: seat.shutdown.waker(seat.index),
-            shutdown: seat.shutdown,
+            door: Door::new(seat.listener, seat.shutdown.waker(seat.index), seat.shutdown, None),
             conns: Slab::new(),
-            acceptor: Acceptor::new(None),
             next_decay: Instant::now(),
         }
     }
@@ -261,21 +254,16 @@ impl<'a> Worker<'a> {
     }
 
     fn register<P: Poller>(&mut self, cx: &mut Ctx<P>) -> io::Result<()> {
-        let reg = |e: weft_io::RegisterError| io::Error::other(e.to_string());
-        if let Some(l) = &self.listener {
-            cx.register(l.raw(), LISTENER, Interest::READ).map_err(reg)?;
-        }
-        cx.register(self.waker, WAKER, Interest::READ).map_err(reg)?;
+        self.door.register(cx)?;
         self.shared.date.update(cx.wall);
         Ok(())
     }
 
     fn accept<P: Poller>(&mut self, cx: &mut Ctx<P>) {
-        let Some(lfd) = self.listener.as_ref().map(|l| l.raw()) else {
+        if !self.door.begin(self.shared.draining) {
             return;
-        };
-        self.acceptor.begin();
-        while let Some((fd, _)) = self.acceptor.next(cx, lfd, LISTENER) {
+        }
+        while let Some((fd, _)) = self.door.next(cx) {
             self.add_conn(cx, fd);
         }
     }
@@ -447,19 +435,11 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Next {
 impl<P: Poller> Handler<P> for Worker<'_> {
     fn on_event(&mut self, cx: &mut Ctx<P>, ev: Event) {
         match ev.token {
-            LISTENER => {
-                if !self.shared.draining && self.acceptor.active() {
-                    self.accept(cx);
-                }
-            }
+            LISTENER => self.accept(cx),
             WAKER => {
-                sys::eventfd_drain(self.waker);
-                cx.learned(self.waker, Readiness::default());
-                if self.shutdown.requested() && !self.shared.draining {
+                if self.door.woken(cx) && !self.shared.draining {
                     self.shared.draining = true;
-                    if let Some(l) = self.listener.take() {
-                        cx.close_later(l, true);
-                    }
+                    self.door.close(cx);
                     for t in self.conns.tokens() {
                         self.close(cx, t);
                     }
@@ -509,8 +489,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             self.shared.pool.decay();
             self.shared.own_pool.decay();
         }
-        let lfd = self.listener.as_ref().map(|l| l.raw());
-        if self.acceptor.due(cx, lfd, LISTENER) && !self.shared.draining {
+        if self.door.due(cx) {
             self.accept(cx);
         }
     }
@@ -518,7 +497,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     fn max_wait(&self) -> Option<Duration> {
         // The Date header is refreshed once a second.
         let date = Duration::from_secs(1);
-        Some(self.acceptor.max_wait().map_or(date, |d| d.min(date)))
+        Some(self.door.max_wait().map_or(date, |d| d.min(date)))
     }
 
     fn keep_running(&self) -> bool {

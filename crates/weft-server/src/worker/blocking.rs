@@ -20,7 +20,7 @@ const ACCEPT_POLL: Duration = Duration::from_millis(200);
 impl Worker<'_> {
     /// Accept and serve connections one at a time until shutdown.
     pub fn run_blocking(&mut self) -> io::Result<()> {
-        let Some(l) = self.listener.take() else {
+        let Some(l) = self.door.take_listener() else {
             return Ok(());
         };
         // SO_RCVTIMEO bounds accept(2) too: set it through a stream view.
@@ -32,7 +32,7 @@ impl Worker<'_> {
         // killed without a chance to stop it.
         let parent = std::os::unix::process::parent_id();
         let orphaned = || self.shared.cfg.mp_child && std::os::unix::process::parent_id() != parent;
-        while !self.shutdown.requested() && !orphaned() {
+        while !self.door.stop_requested() && !orphaned() {
             match l.accept() {
                 Ok((s, peer)) => {
                     self.shared.stats.accepted += 1;
