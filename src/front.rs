@@ -2,14 +2,11 @@
 //! and the front-end's (`FrontConfig`), and the run function.
 
 use crate::args::{duration, positive, set_given};
-use crate::service::{self, apply_service_args, Service, ServiceArgs};
+use crate::service::{self, apply_service_args, ServiceArgs};
 use crate::upstream::UpstreamArgs;
 use clap::{ArgAction, Args};
-use std::io;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
-use weft_io::Shutdown;
 use weft_proxy::front::{BackendSpec, FrontConfig, FrontServer, Mode, Policy};
 
 #[derive(Args, Debug, Default)]
@@ -147,25 +144,11 @@ impl FrontArgs {
     }
 }
 
-impl Service for FrontServer {
-    type Config = (FrontConfig, weft_proxy::ProxyConfig);
-    type Stats = (weft_proxy::ProxyStats, String);
-    fn start(cfg: Self::Config) -> io::Result<Self> {
-        FrontServer::start(cfg)
-    }
-    fn shutdown_handle(&self) -> Shutdown {
-        FrontServer::shutdown_handle(self)
-    }
-    fn local_addr(&self) -> SocketAddr {
-        FrontServer::local_addr(self)
-    }
-    fn admin_addr(&self) -> Option<SocketAddr> {
-        FrontServer::admin_addr(self)
-    }
-    fn wait(self) -> io::Result<Self::Stats> {
-        FrontServer::wait(self)
-    }
-}
+crate::service::service_by_its_own_methods!(
+    FrontServer,
+    (FrontConfig, weft_proxy::ProxyConfig),
+    (weft_proxy::ProxyStats, String)
+);
 
 /// Run `weft front` until a shutdown signal.
 pub fn run(args: FrontArgs) -> ExitCode {

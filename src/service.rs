@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use weft_io::Shutdown;
+use weft_io::Bound;
 
 /// Listed after every flag of the role's own (and before `--help`, which
 /// clap places at 999): the head limits, counters, logging and the config
@@ -184,61 +184,44 @@ pub trait Service: Sized {
     type Stats;
     /// Bind and start the workers.
     fn start(cfg: Self::Config) -> io::Result<Self>;
-    /// The switch that stops it gracefully.
-    fn shutdown_handle(&self) -> Shutdown;
-    /// The bound listening address.
-    fn local_addr(&self) -> SocketAddr;
-    /// The bound admin address, if any.
-    fn admin_addr(&self) -> Option<SocketAddr>;
+    /// Its addresses and the switch that stops it gracefully.
+    fn bound(&self) -> Bound;
     /// Wait until it has stopped.
     fn wait(self) -> io::Result<Self::Stats>;
 }
 
 /// `impl Service` for a role whose inherent methods already have these
-/// names and signatures (`admin` says where its admin address comes from).
+/// names and signatures.
 macro_rules! service_by_its_own_methods {
-    ($role:ty, $config:ty, $stats:ty, |$s:ident| $admin:expr) => {
-        impl Service for $role {
+    ($role:ty, $config:ty, $stats:ty) => {
+        impl $crate::service::Service for $role {
             type Config = $config;
             type Stats = $stats;
-            fn start(cfg: Self::Config) -> io::Result<Self> {
+            fn start(cfg: Self::Config) -> std::io::Result<Self> {
                 <$role>::start(cfg)
             }
-            fn shutdown_handle(&self) -> Shutdown {
-                <$role>::shutdown_handle(self)
+            fn bound(&self) -> weft_io::Bound {
+                <$role>::bound(self)
             }
-            fn local_addr(&self) -> SocketAddr {
-                <$role>::local_addr(self)
-            }
-            fn admin_addr(&self) -> Option<SocketAddr> {
-                let $s = self;
-                $admin
-            }
-            fn wait(self) -> io::Result<Self::Stats> {
+            fn wait(self) -> std::io::Result<Self::Stats> {
                 <$role>::wait(self)
             }
         }
     };
 }
 
-service_by_its_own_methods!(
-    weft_server::Server,
-    weft_server::ServeConfig,
-    weft_server::ServeStats,
-    |s| s.admin_addr()
-);
+pub(crate) use service_by_its_own_methods;
+
+service_by_its_own_methods!(weft_server::Server, weft_server::ServeConfig, weft_server::ServeStats);
 service_by_its_own_methods!(
     weft_proxy::Proxy,
     weft_proxy::ProxyConfig,
-    (weft_proxy::ProxyStats, String),
-    |s| s.admin_addr()
+    (weft_proxy::ProxyStats, String)
 );
-// The origin emulator has no admin listener.
 service_by_its_own_methods!(
     weft_load::Origin,
     weft_load::OriginConfig,
-    weft_load::origin::OriginStats,
-    |_s| None
+    weft_load::origin::OriginStats
 );
 
 /// Run a role until SIGTERM/SIGINT: block those signals before any worker
@@ -259,10 +242,11 @@ pub fn run<S: Service>(cfg: S::Config, started: impl FnOnce(), report: impl FnOn
             return fatal(format_args!("cannot switch to user `{}`: {e}", u.name));
         }
     }
-    if let Err(e) = service.shutdown_handle().on_signals() {
+    let bound = service.bound();
+    if let Err(e) = bound.shutdown.on_signals() {
         return fatal(format_args!("cannot start the signal thread: {e}"));
     }
-    crate::args::announce(service.local_addr(), service.admin_addr());
+    crate::args::announce(bound.addr, bound.admin);
     started();
     match service.wait() {
         Ok(stats) => {

@@ -25,6 +25,7 @@
 //! - [`admin`]: the `--admin` JSON endpoint's listener thread;
 //! - [`accept`]: the accept pass every listener handler runs (limit, pause
 //!   when out of descriptors);
+//! - [`bound`]: a started role's addresses and stop switch ([`Bound`]);
 //! - [`door`]: a worker's listener, accept pass and shutdown waker as one
 //!   ([`Door`]), the events every role handles alike.
 //! - [`handoff`]: the messages `weft front --mode handoff` and `weft serve
@@ -39,6 +40,7 @@
 pub mod accept;
 pub mod admin;
 pub mod backend;
+pub mod bound;
 pub mod door;
 pub mod event_loop;
 pub mod features;
@@ -59,6 +61,7 @@ pub mod workers;
 
 pub use accept::Acceptor;
 pub use backend::{BackendKind, BackendOptions, Caps, Event, Interest, Poller, Readiness, Token, TrackerStats};
+pub use bound::Bound;
 pub use door::Door;
 pub use event_loop::{run, Ctx, Handler, RegisterError};
 pub use group::{GroupStats, WorkerGroup, WorkerSeat};

@@ -54,7 +54,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use weft_io::sys::{self, Fd};
-use weft_io::{GroupStats, PipeBudget, PipePool, Shutdown, WorkerGroup, WorkerSeat};
+use weft_io::{Bound, GroupStats, PipeBudget, PipePool, WorkerGroup, WorkerSeat};
 
 /// Idle pipes kept per worker (HAProxy keeps a similar per-thread cache).
 const IDLE_PIPES: usize = 64;
@@ -192,19 +192,9 @@ impl Proxy {
         })
     }
 
-    /// The bound address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The admin endpoint's address, when `--admin` was given.
-    pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin_addr
-    }
-
-    /// The switch that stops the proxy gracefully.
-    pub fn shutdown_handle(&self) -> Shutdown {
-        self.workers.shutdown().clone()
+    /// Its addresses and stop switch.
+    pub fn bound(&self) -> Bound {
+        Bound::of(self.addr, self.admin_addr, &self.workers)
     }
 
     /// Wait for every worker; returns the summed counters and the store's as JSON.

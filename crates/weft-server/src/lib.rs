@@ -47,7 +47,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Instant;
 use weft_io::sys::{self, Fd};
-use weft_io::{GroupStats, Shutdown, WorkerGroup, WorkerSeat};
+use weft_io::{Bound, GroupStats, WorkerGroup, WorkerSeat};
 
 /// A running server: its address and its workers (with their shutdown switch).
 pub struct Server {
@@ -157,19 +157,9 @@ impl Server {
         })
     }
 
-    /// The bound address (the real port when port 0 was asked for).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The admin endpoint's address, when `--admin` was given.
-    pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin_addr
-    }
-
-    /// The switch that stops the server gracefully.
-    pub fn shutdown_handle(&self) -> Shutdown {
-        self.workers.shutdown().clone()
+    /// Its addresses and stop switch.
+    pub fn bound(&self) -> Bound {
+        Bound::of(self.addr, self.admin_addr, &self.workers)
     }
 
     /// Wait for every worker to finish; returns the summed counters.

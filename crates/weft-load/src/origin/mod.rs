@@ -42,7 +42,7 @@ use weft_io::door::{LISTENER, WAKER};
 use weft_io::sys::{self, Fd};
 use weft_io::{
     BackendKind, BufPool, Ctx, Door, Event, Fill, GroupStats, Handler, InputBuf, Interest, OutChain, OwnPool, Poller,
-    Shutdown, Slab, Token, WorkerGroup, WorkerSeat,
+    Slab, Token, WorkerGroup, WorkerSeat,
 };
 
 /// Input buffer lent at a connection's first read.
@@ -142,14 +142,9 @@ impl Origin {
         Ok(Origin { addr, workers })
     }
 
-    /// The bound address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Stop handle (signals).
-    pub fn shutdown_handle(&self) -> Shutdown {
-        self.workers.shutdown().clone()
+    /// Its address and stop switch (it has no admin listener).
+    pub fn bound(&self) -> weft_io::Bound {
+        weft_io::Bound::of(self.addr, None, &self.workers)
     }
 
     /// Wait for the workers to finish; their counters summed.

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 use weft_io::handoff::NextRule;
-use weft_io::{Mailboxes, Shutdown, Token};
+use weft_io::{Mailboxes, Token};
 use weft_policy::distribution::{Dispatcher, Placement, Request, ServerId};
 
 /// How requests reach the back-ends.
@@ -471,19 +471,13 @@ impl FrontServer {
         })
     }
 
-    /// The bound address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.proxy.local_addr()
-    }
-
-    /// The admin endpoint's address.
-    pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin_addr
-    }
-
-    /// The switch that stops the front-end gracefully.
-    pub fn shutdown_handle(&self) -> Shutdown {
-        self.proxy.shutdown_handle()
+    /// Its addresses (the admin endpoint its own) and stop switch.
+    pub fn bound(&self) -> weft_io::Bound {
+        let admin = self.admin_addr;
+        weft_io::Bound {
+            admin,
+            ..self.proxy.bound()
+        }
     }
 
     /// Wait for the workers; the proxy's counters and the front-end's JSON.
