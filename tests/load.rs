@@ -114,6 +114,15 @@ fn load_flags(url: &str, flags: &str) -> Value {
     load(&args)
 }
 
+/// `weft load gen KIND --out DIR FLAGS...` that must succeed; returns its stdout.
+fn gen(kind: &str, out: &TempDir, flags: &str) -> String {
+    let mut args = vec!["load", "gen", kind, "--out", path_str(&out.path)];
+    args.extend(flags.split_whitespace());
+    let g = weft_run(&args, None);
+    assert_eq!(g.code, Some(0), "{}", g.stderr);
+    g.stdout
+}
+
 fn n(v: &Value, path: &str) -> u64 {
     let mut cur = v;
     for k in path.split('.') {
@@ -177,21 +186,10 @@ fn http10_close_and_large_bodies_are_verified() {
     assert_eq!(n(&v, "verified"), 40);
     assert_eq!(n(&v, "bytes.reply_body"), 40 * 300 * 1024);
     // --close: every request on its own connection.
-    let v = load(&[
-        &url(&o, "/size/1000/x"),
-        "--close",
-        "--clients",
-        "2",
-        "--calls",
-        "3",
-        "--num-conns",
-        "10",
-        "--verify",
-        "--header",
-        "X-Test: 1",
-        "--host",
-        "example.test",
-    ]);
+    let u = url(&o, "/size/1000/x");
+    let mut args = vec![u.as_str(), "--header", "X-Test: 1"];
+    args.extend("--close --clients 2 --calls 3 --num-conns 10 --verify --host example.test".split_whitespace());
+    let v = load(&args);
     no_errors(&v);
     assert_eq!(n(&v, "replies.2xx"), 30);
     assert_eq!(n(&v, "connections"), 30);
@@ -211,20 +209,8 @@ fn specweb99_against_origin_and_against_a_generated_file_set() {
     assert!(n(&v, "requests") >= 60);
 
     let dir = TempDir::new("specweb");
-    let g = weft_run(
-        &[
-            "load",
-            "gen",
-            "specweb99",
-            "--out",
-            path_str(&dir.path),
-            "--param",
-            "dirs=1",
-        ],
-        None,
-    );
-    assert_eq!(g.code, Some(0), "{}", g.stderr);
-    assert!(g.stdout.contains("36 files, 5119484 bytes"), "{}", g.stdout);
+    let out = gen("specweb99", &dir, "--param dirs=1");
+    assert!(out.contains("36 files, 5119484 bytes"), "{out}");
     let w = Weft::serve(&[path_str(&dir.path), "--workers", "1"]);
     let v = load_flags(
         &url(&w, "/"),
@@ -238,61 +224,20 @@ fn specweb99_against_origin_and_against_a_generated_file_set() {
 #[test]
 fn surge_against_origin_and_serve() {
     let o = origin(&[]);
-    let params = ["--param", "files=40", "--param", "think_scale=0.001"];
-    let mut args = vec![url(&o, "/")];
-    args.extend(
-        [
-            "--workload",
-            "surge",
-            "--clients",
-            "5",
-            "--duration",
-            "500ms",
-            "--verify",
-        ]
-        .map(String::from),
-    );
-    args.extend(params.map(String::from));
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let v = load(&a);
+    let surge = "--workload surge --param files=40 --param think_scale=0.001 --verify";
+    let v = load_flags(&url(&o, "/"), &format!("{surge} --clients 5 --duration 500ms"));
     no_errors(&v);
     assert!(n(&v, "replies.2xx") > 20);
     assert_eq!(n(&v, "verified"), n(&v, "replies.2xx"));
     assert_eq!(n(&v, "connections"), 5);
 
     let dir = TempDir::new("surge");
-    let g = weft_run(
-        &[
-            "load",
-            "gen",
-            "surge",
-            "--out",
-            path_str(&dir.path),
-            "--param",
-            "files=40",
-        ],
-        None,
-    );
-    assert_eq!(g.code, Some(0), "{}", g.stderr);
+    gen("surge", &dir, "--param files=40");
     let w = Weft::serve(&[path_str(&dir.path), "--workers", "1"]);
-    let mut args = vec![url(&w, "/")];
-    args.extend(
-        [
-            "--workload",
-            "surge",
-            "--clients",
-            "3",
-            "--num-conns",
-            "3",
-            "--duration",
-            "400ms",
-            "--verify",
-        ]
-        .map(String::from),
+    let v = load_flags(
+        &url(&w, "/"),
+        &format!("{surge} --clients 3 --num-conns 3 --duration 400ms"),
     );
-    args.extend(params.map(String::from));
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let v = load(&a);
     no_errors(&v);
     assert!(n(&v, "verified") > 5);
 }
@@ -300,20 +245,8 @@ fn surge_against_origin_and_serve() {
 #[test]
 fn polymix_through_a_proxy_gets_hits_misses_and_304s() {
     let o = origin(&[]);
-    let addr = o.addr.to_string();
-    let v = load(&[
-        &url(&o, "/"),
-        "--workload",
-        "polymix",
-        "--rate",
-        "200",
-        "--num-conns",
-        "200",
-        "--proxy",
-        &addr,
-        "--http10",
-        "--verify",
-    ]);
+    let polymix = format!("--workload polymix --rate 200 --proxy {} --http10", o.addr);
+    let v = load_flags(&url(&o, "/"), &format!("{polymix} --num-conns 200 --verify"));
     no_errors(&v);
     // Embedded images follow HTML pages: more replies than arrivals.
     assert!(n(&v, "replies.total") > 200, "{}", v["replies"]);
@@ -325,41 +258,17 @@ fn polymix_through_a_proxy_gets_hits_misses_and_304s() {
     assert_eq!(n(&v, "cache.misses"), n(&v, "replies.total"));
     // Robots abort transactions (0.1 % by default; 20 % here): each resets
     // its connection mid-reply, is counted apart and is not an error.
-    let v = load(&[
-        &url(&o, "/"),
-        "--workload",
-        "polymix",
-        "--param",
-        "abort=0.2",
-        "--rate",
-        "200",
-        "--num-conns",
-        "200",
-        "--proxy",
-        &addr,
-        "--http10",
-    ]);
+    let v = load_flags(&url(&o, "/"), &format!("{polymix} --num-conns 200 --param abort=0.2"));
     no_errors(&v);
     let aborted = n(&v, "workload.aborted");
     assert!(aborted > 20, "{}", v["workload"]);
     assert_eq!(n(&v, "requests"), n(&v, "replies.total") + aborted);
     // The phase schedule with 1 s tops (ramps of 1/12 s) ends by itself after
     // about 2.6 s, having offered about 2.27 s of the peak rate.
-    let v = load(&[
+    let v = load_flags(
         &url(&o, "/"),
-        "--workload",
-        "polymix",
-        "--param",
-        "phases=polymix4",
-        "--param",
-        "plat=1s",
-        "--rate",
-        "200",
-        "--proxy",
-        &addr,
-        "--http10",
-        "--verify",
-    ]);
+        &format!("{polymix} --param phases=polymix4 --param plat=1s --verify"),
+    );
     no_errors(&v);
     let d = v["duration_s"].as_f64().unwrap();
     assert!((2.4..6.0).contains(&d), "duration {d}");
@@ -377,19 +286,8 @@ fn replies_with_age_are_counted_as_cache_hits() {
     // through weft proxy: the first is a miss, the other 19 carry Age.
     let o = origin(&[]);
     let p = Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1"]);
-    let addr = p.addr.to_string();
-    let v = load(&[
-        &url(&o, "/size/8192/c/hit"),
-        "--proxy",
-        &addr,
-        "--clients",
-        "1",
-        "--calls",
-        "20",
-        "--num-conns",
-        "1",
-        "--verify",
-    ]);
+    let flags = format!("--proxy {} --clients 1 --calls 20 --num-conns 1 --verify", p.addr);
+    let v = load_flags(&url(&o, "/size/8192/c/hit"), &flags);
     no_errors(&v);
     assert_eq!(n(&v, "replies.2xx"), 20);
     assert_eq!(n(&v, "cache.hits"), 19, "{}", v["cache"]);
@@ -401,21 +299,7 @@ fn replies_with_age_are_counted_as_cache_hits() {
 fn trace_replay_fast_and_at_logged_timing() {
     let o = origin(&[]);
     let dir = TempDir::new("trace");
-    let g = weft_run(
-        &[
-            "load",
-            "gen",
-            "trace",
-            "--out",
-            path_str(&dir.path),
-            "--param",
-            "requests=300",
-            "--param",
-            "duration=30s",
-        ],
-        None,
-    );
-    assert_eq!(g.code, Some(0), "{}", g.stderr);
+    gen("trace", &dir, "--param requests=300 --param duration=30s");
     let log = dir.path.join("access.log");
     let wl = format!("trace:{}", log.display());
     let v = load(&[&url(&o, "/"), "--workload", &wl, "--clients", "3", "--verify"]);
@@ -471,21 +355,11 @@ fn trace_replay_fast_and_at_logged_timing() {
 #[test]
 fn ssl_emulation_through_connect_and_direct() {
     let o = origin(&[]);
-    let addr = o.addr.to_string();
-    let v = load(&[
-        &url(&o, "/"),
-        "--workload",
-        "ssl-emulation",
-        "--param",
-        "size=5000",
-        "--rate",
-        "200",
-        "--num-conns",
-        "100",
-        "--proxy",
-        &addr,
-        "--verify",
-    ]);
+    let flags = format!(
+        "--workload ssl-emulation --param size=5000 --rate 200 --num-conns 100 --proxy {} --verify",
+        o.addr
+    );
+    let v = load_flags(&url(&o, "/"), &flags);
     no_errors(&v);
     assert_eq!(n(&v, "replies.2xx"), 100);
     assert_eq!(n(&v, "verified"), 100);
@@ -577,18 +451,10 @@ fn client_closed_connections_reset_after_complete_replies() {
 fn every_event_backend_drives_the_client() {
     let o = origin(&[]);
     for e in common::BACKENDS {
-        let v = load(&[
+        let v = load_flags(
             &url(&o, "/size/100/x"),
-            "--clients",
-            "2",
-            "--calls",
-            "5",
-            "--num-conns",
-            "20",
-            "--event",
-            e,
-            "--verify",
-        ]);
+            &format!("--clients 2 --calls 5 --num-conns 20 --event {e} --verify"),
+        );
         no_errors(&v);
         assert_eq!(n(&v, "replies.2xx"), 100, "{e}");
     }
