@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{fetch, get_on, get_target, pattern, per_backend, wait_until, who, Reader, TempDir, Weft};
+use common::{fetch, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader, TempDir, Weft};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -22,7 +22,7 @@ const TARGETS: usize = 12;
 fn backend(i: usize) -> (Weft, TempDir) {
     let d = TempDir::new("front-backend");
     for k in 0..TARGETS {
-        d.write(&format!("t{k}.txt"), format!("backend {i} target {k}\n").as_bytes());
+        d.write(&format!("t{k}.txt"), &target_body(i, k));
     }
     d.write("big.bin", &pattern(BIG));
     d.write("health", b"ok\n");

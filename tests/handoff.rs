@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{fetch, get_on, get_target, pattern, per_backend, wait_until, who, Reader, TempDir, Weft};
+use common::{
+    fetch, get_from, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader, TempDir, Weft,
+};
 use std::io::Read;
 use std::net::TcpListener;
 use std::time::Duration;
@@ -28,10 +30,7 @@ struct Backend {
 fn backend(i: usize) -> Backend {
     let d = TempDir::new("handoff-backend");
     for k in 0..TARGETS {
-        d.write(
-            &format!("root/t{k}.txt"),
-            format!("backend {i} target {k}\n").as_bytes(),
-        );
+        d.write(&format!("root/t{k}.txt"), &target_body(i, k));
     }
     d.write("root/big.bin", &pattern(BIG));
     d.write("root/health", b"ok\n");
@@ -113,12 +112,11 @@ mod scenarios {
         let b = who(&first.body);
         assert_eq!(Some(b), owner[0]);
         for k in 1..TARGETS {
-            let resp = get_on(&mut r, &format!("/t{k}.txt"));
-            assert_eq!(resp.body, format!("backend {b} target {k}\n").into_bytes());
+            get_from(&mut r, k, b);
         }
         r.send(b"GET /big.bin HTTP/1.1\r\nHost: c\r\n\r\nGET /t3.txt HTTP/1.1\r\nHost: c\r\n\r\n");
         assert!(r.response(false).body == pattern(BIG), "big body differs");
-        assert_eq!(r.response(false).body, format!("backend {b} target 3\n").into_bytes());
+        assert_eq!(r.response(false).body, target_body(b, 3));
         // The first request arrives with bytes after it (pipelined): the
         // back-end gets them all.
         let mut p = Reader::new(f.connect());
@@ -194,12 +192,7 @@ mod scenarios {
         let mut used = std::collections::HashSet::new();
         for _ in 0..2 {
             for (k, &o) in owner.iter().enumerate() {
-                let resp = get_on(&mut r, &format!("/t{k}.txt"));
-                assert_eq!(
-                    resp.body,
-                    format!("backend {o} target {k}\n").into_bytes(),
-                    "target {k}"
-                );
+                get_from(&mut r, k, o);
                 used.insert(o);
             }
         }
@@ -306,12 +299,7 @@ mod next_rules {
             let mut r = Reader::new(f.connect());
             for _ in 0..2 {
                 for (k, &o) in owner.iter().enumerate() {
-                    let resp = get_on(&mut r, &format!("/t{k}.txt"));
-                    assert_eq!(
-                        resp.body,
-                        format!("backend {o} target {k}\n").into_bytes(),
-                        "target {k}"
-                    );
+                    get_from(&mut r, k, o);
                     changes += usize::from(at.is_some_and(|a| a != o));
                     at = Some(o);
                     used.insert(o);
@@ -334,19 +322,9 @@ mod next_rules {
                 )
                 .as_bytes(),
             );
-            assert_eq!(
-                r.response(false).body,
-                format!("backend {here} target {a}\n").into_bytes()
-            );
-            assert_eq!(
-                r.response(false).body,
-                format!("backend {here} target {b}\n").into_bytes()
-            );
-            let o = owner[other];
-            assert_eq!(
-                r.response(false).body,
-                format!("backend {o} target {other}\n").into_bytes()
-            );
+            assert_eq!(r.response(false).body, target_body(here, a));
+            assert_eq!(r.response(false).body, target_body(here, b));
+            assert_eq!(r.response(false).body, target_body(owner[other], other));
             assert!(r.response(false).body == pattern(BIG), "big body differs");
             let back = counter(&admin, "handed_back");
             assert!(
@@ -380,7 +358,7 @@ mod next_rules {
             assert!(r.closed(), "closed after the response");
             let mut r = Reader::new(f.connect());
             let resp = get_on(&mut r, "/t3.txt");
-            assert_eq!(resp.body, format!("backend {} target 3\n", owner[3]).into_bytes());
+            assert_eq!(resp.body, target_body(owner[3], 3));
             assert!(r.closed());
             assert_eq!(counter(&admin, "handed_back"), 0);
             assert_eq!(counter(&admin, "handoffs"), TARGETS as u64 + 2);

@@ -394,6 +394,16 @@ pub fn who(body: &[u8]) -> usize {
         .unwrap_or_else(|| panic!("body {s:?}"))
 }
 
+/// The body back-end `b` serves for target `k` (`/tK.txt`).
+pub fn target_body(b: usize, k: usize) -> Vec<u8> {
+    format!("backend {b} target {k}\n").into_bytes()
+}
+
+/// `GET /tK.txt` on `r`, answered whole by back-end `b`.
+pub fn get_from(r: &mut Reader, k: usize, b: usize) {
+    assert_eq!(get_on(r, &format!("/t{k}.txt")).body, target_body(b, k), "target {k}");
+}
+
 /// `GET /tK.txt` on `r`: answered whole (`backend B target K`) by back-end B,
 /// the one that answered target K before if any (`owner`, set on first
 /// use: placement by target does not move a target at light load). B.
@@ -401,7 +411,7 @@ pub fn get_target(r: &mut Reader, k: usize, owner: &mut Option<usize>, round: us
     let resp = get_on(r, &format!("/t{k}.txt"));
     assert_eq!(resp.status, 200, "round {round} target {k}");
     let b = who(&resp.body);
-    assert_eq!(resp.body, format!("backend {b} target {k}\n").into_bytes());
+    assert_eq!(resp.body, target_body(b, k));
     match *owner {
         None => *owner = Some(b),
         Some(o) => assert_eq!(o, b, "target {k} moved at light load"),
