@@ -6,9 +6,7 @@
 
 mod common;
 
-use common::{pattern, wait_until, TempDir, Weft};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use common::{pattern, wait_until, Reader, Response as Resp, TempDir, Weft};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -16,109 +14,21 @@ fn app_bin() -> &'static str {
     env!("CARGO_BIN_EXE_weft-fcgi-app")
 }
 
-/// A response read by its framing: Content-Length, chunked, or until close.
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-struct Conn {
-    s: TcpStream,
-    buf: Vec<u8>,
-}
+/// A connection whose responses are read by their framing: Content-Length,
+/// chunked, or until close.
+struct Conn(Reader);
 
 impl Conn {
     fn new(w: &Weft) -> Conn {
-        Conn {
-            s: w.connect(),
-            buf: Vec::new(),
-        }
+        Conn(Reader::new(w.connect()))
     }
 
     fn send(&mut self, b: &[u8]) {
-        self.s.write_all(b).unwrap();
-    }
-
-    fn fill(&mut self) -> usize {
-        let mut tmp = [0u8; 65536];
-        match self.s.read(&mut tmp) {
-            Ok(n) => {
-                self.buf.extend_from_slice(&tmp[..n]);
-                n
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
-            Err(e) => panic!("read: {e}"),
-        }
-    }
-
-    fn need(&mut self, n: usize) {
-        while self.buf.len() < n {
-            assert!(self.fill() > 0, "closed after {} of {n} bytes", self.buf.len());
-        }
-    }
-
-    fn line(&mut self) -> String {
-        loop {
-            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                let l = String::from_utf8_lossy(&self.buf[..i]).into_owned();
-                self.buf.drain(..i + 2);
-                return l;
-            }
-            assert!(self.fill() > 0, "closed inside a line");
-        }
+        self.0.send(b);
     }
 
     fn response(&mut self, head_request: bool) -> Resp {
-        let status_line = self.line();
-        let status = status_line.split(' ').nth(1).unwrap().parse().unwrap();
-        let mut headers = Vec::new();
-        loop {
-            let l = self.line();
-            if l.is_empty() {
-                break;
-            }
-            let (n, v) = l.split_once(':').unwrap();
-            headers.push((n.trim().to_string(), v.trim().to_string()));
-        }
-        let mut r = Resp {
-            status,
-            headers,
-            body: Vec::new(),
-        };
-        if head_request {
-            return r;
-        }
-        if let Some(n) = r.header("content-length") {
-            let n: usize = n.parse().unwrap();
-            self.need(n);
-            r.body = self.buf.drain(..n).collect();
-        } else if r.header("transfer-encoding") == Some("chunked") {
-            loop {
-                let size = usize::from_str_radix(self.line().trim(), 16).unwrap();
-                if size == 0 {
-                    assert_eq!(self.line(), "");
-                    break;
-                }
-                self.need(size + 2);
-                r.body.extend(self.buf.drain(..size));
-                assert_eq!(&self.buf[..2], b"\r\n");
-                self.buf.drain(..2);
-            }
-        } else {
-            while self.fill() > 0 {}
-            r.body = std::mem::take(&mut self.buf);
-        }
-        r
+        self.0.response_any(head_request).expect("a whole response")
     }
 
     fn get(&mut self, path: &str) -> Resp {
@@ -127,7 +37,7 @@ impl Conn {
     }
 
     fn closed(&mut self) -> bool {
-        self.buf.is_empty() && self.fill() == 0
+        self.0.closed()
     }
 }
 

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{pattern, per_backend, send_with_fin, weft_bin, TempDir, Weft};
+use common::{pattern, per_backend, send_with_fin, weft_bin, ReadErr, Response as Resp, TempDir, Weft};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -348,47 +348,15 @@ fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
 // ---------------------------------------------------------------------------
 // The client side
 
-/// A parsed response.
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    /// The body ended by the connection closing.
-    close_delimited: bool,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
 /// Responses from a stream: Content-Length, chunked and close-delimited bodies.
-struct Conn {
-    s: TcpStream,
-    buf: Vec<u8>,
-}
-
-#[derive(Debug)]
-enum ReadErr {
-    /// The connection closed (or reset) before the response was complete.
-    Truncated,
-}
+type Conn = common::Reader;
 
 impl Conn {
     fn to(addr: SocketAddr) -> Conn {
         let s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         s.set_nodelay(true).unwrap();
-        Conn { s, buf: Vec::new() }
-    }
-
-    fn send(&mut self, data: &[u8]) {
-        self.s.write_all(data).unwrap();
+        Conn::new(s)
     }
 
     fn get(&mut self, url: &str, extra: &str) -> Resp {
@@ -396,104 +364,8 @@ impl Conn {
         self.read(false).unwrap()
     }
 
-    fn fill(&mut self) -> usize {
-        let mut tmp = vec![0u8; 256 * 1024];
-        match self.s.read(&mut tmp) {
-            Ok(n) => {
-                self.buf.extend_from_slice(&tmp[..n]);
-                n
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
-            Err(e) => panic!("read: {e}"),
-        }
-    }
-
     fn read(&mut self, head_request: bool) -> Result<Resp, ReadErr> {
-        let head_end = loop {
-            if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            if self.fill() == 0 {
-                return Err(ReadErr::Truncated);
-            }
-        };
-        let (status, headers) = common::parse_head(&self.buf[..head_end]);
-        self.buf.drain(..head_end);
-        let mut r = Resp {
-            status,
-            headers,
-            body: Vec::new(),
-            close_delimited: false,
-        };
-        if head_request || status == 204 || status == 304 || (100..200).contains(&status) {
-            return Ok(r);
-        }
-        if let Some(len) = r.header("content-length") {
-            let len: usize = len.parse().unwrap();
-            while self.buf.len() < len {
-                if self.fill() == 0 {
-                    return Err(ReadErr::Truncated);
-                }
-            }
-            r.body = self.buf.drain(..len).collect();
-        } else if r
-            .header("transfer-encoding")
-            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
-        {
-            let mut pos = 0;
-            loop {
-                let line_end = loop {
-                    if let Some(i) = self.buf[pos..].windows(2).position(|w| w == b"\r\n") {
-                        break pos + i;
-                    }
-                    if self.fill() == 0 {
-                        return Err(ReadErr::Truncated);
-                    }
-                };
-                let size_s = String::from_utf8_lossy(&self.buf[pos..line_end]).into_owned();
-                let size = usize::from_str_radix(size_s.split(';').next().unwrap().trim(), 16).unwrap();
-                pos = line_end + 2;
-                if size == 0 {
-                    while !self.buf[pos..].starts_with(b"\r\n") {
-                        if self.buf.len() < pos + 2 && self.fill() == 0 {
-                            return Err(ReadErr::Truncated);
-                        }
-                        if self.buf.len() >= pos + 2 && !self.buf[pos..].starts_with(b"\r\n") {
-                            panic!("trailers are not expected in these tests");
-                        }
-                    }
-                    pos += 2;
-                    break;
-                }
-                while self.buf.len() < pos + size + 2 {
-                    if self.fill() == 0 {
-                        return Err(ReadErr::Truncated);
-                    }
-                }
-                r.body.extend_from_slice(&self.buf[pos..pos + size]);
-                assert_eq!(&self.buf[pos + size..pos + size + 2], b"\r\n");
-                pos += size + 2;
-            }
-            self.buf.drain(..pos);
-        } else {
-            while self.fill() > 0 {}
-            r.body = std::mem::take(&mut self.buf);
-            r.close_delimited = true;
-        }
-        Ok(r)
-    }
-
-    /// True when the peer closes within the read timeout with no more bytes.
-    fn closed(&mut self) -> bool {
-        if !self.buf.is_empty() {
-            return false;
-        }
-        let mut tmp = [0u8; 1024];
-        match self.s.read(&mut tmp) {
-            Ok(0) => true,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => true,
-            _ => false,
-        }
+        self.response_any(head_request)
     }
 }
 
@@ -557,7 +429,7 @@ mod scenarios {
             let url = o.url("/sink?cc=no-store");
             let (post, put) = (pattern(700_000), pattern(100_000));
             let mut c = Conn::to(p.addr);
-            let mut w = c.s.try_clone().unwrap();
+            let mut w = c.stream.try_clone().unwrap();
             let mut first = format!(
                 "POST {url} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
                 post.len()
@@ -608,7 +480,7 @@ mod scenarios {
                 at += n;
             }
             wire.extend_from_slice(b"0\r\n\r\n");
-            let mut w = c.s.try_clone().unwrap();
+            let mut w = c.stream.try_clone().unwrap();
             let writer = std::thread::spawn(move || w.write_all(&wire).unwrap());
             let r = c.read(false).unwrap();
             assert!(
@@ -768,7 +640,7 @@ mod scenarios {
             assert_eq!(r.status, 200);
             let big = pattern(3 << 20);
             let writer = {
-                let mut s = c.s.try_clone().unwrap();
+                let mut s = c.stream.try_clone().unwrap();
                 let big = big.clone();
                 std::thread::spawn(move || {
                     s.write_all(&big).unwrap();
@@ -776,7 +648,7 @@ mod scenarios {
                 })
             };
             let mut got = std::mem::take(&mut c.buf);
-            c.s.read_to_end(&mut got).unwrap();
+            c.stream.read_to_end(&mut got).unwrap();
             writer.join().unwrap();
             let mut want = b"early".to_vec();
             want.extend_from_slice(&big);
@@ -811,7 +683,7 @@ mod scenarios {
             while !c.buf.windows(4).any(|w| w == b"\r\n\r\n") || c.buf.len() < 100_000 {
                 assert!(c.fill() > 0);
             }
-            let _ = c.s.shutdown(Shutdown::Both);
+            let _ = c.stream.shutdown(Shutdown::Both);
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -865,12 +737,12 @@ mod scenarios {
                 while c.buf.len() < 1000 {
                     assert!(c.fill() > 0);
                 }
-                c.s.shutdown(Shutdown::Write).unwrap();
+                c.stream.shutdown(Shutdown::Write).unwrap();
             } else {
                 // Once the proxy has accepted and found nothing to read, the
                 // requests and the FIN arrive in one segment: one event.
                 std::thread::sleep(Duration::from_millis(50));
-                send_with_fin(&mut c.s, batch.as_bytes());
+                send_with_fin(&mut c.stream, batch.as_bytes());
             }
             let t0 = Instant::now();
             for (i, u) in urls.iter().enumerate() {

@@ -166,6 +166,8 @@ pub struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The body was ended by the connection closing ([`Reader::response_any`]).
+    pub close_delimited: bool,
 }
 
 impl Response {
@@ -211,7 +213,14 @@ pub fn parse_head(head: &[u8]) -> (u16, Vec<(String, String)>) {
 /// Reads responses from a stream, keeping leftover bytes between calls.
 pub struct Reader {
     pub stream: TcpStream,
-    buf: Vec<u8>,
+    pub buf: Vec<u8>,
+}
+
+/// Why [`Reader::response_any`] has no response.
+#[derive(Debug)]
+pub enum ReadErr {
+    /// The connection closed (or reset) before the response was complete.
+    Truncated,
 }
 
 impl Reader {
@@ -226,52 +235,120 @@ impl Reader {
         self.stream.write_all(data).unwrap();
     }
 
-    fn fill(&mut self) -> usize {
+    /// Read what is there into the buffer; 0 at EOF or reset.
+    pub fn fill(&mut self) -> usize {
         let mut tmp = [0u8; 65536];
         match self.stream.read(&mut tmp) {
             Ok(n) => {
                 self.buf.extend_from_slice(&tmp[..n]);
                 n
             }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
             Err(e) => panic!("read: {e}"),
         }
     }
 
-    /// Read one response. `head_request`: no body follows.
-    pub fn response(&mut self, head_request: bool) -> Response {
+    /// Fill until the buffer holds `n` bytes.
+    fn need(&mut self, n: usize) -> Result<(), ReadErr> {
+        while self.buf.len() < n {
+            if self.fill() == 0 {
+                return Err(ReadErr::Truncated);
+            }
+        }
+        Ok(())
+    }
+
+    /// The next CRLF-ended line, taken from the buffer.
+    fn line(&mut self) -> Result<String, ReadErr> {
+        loop {
+            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let l = String::from_utf8_lossy(&self.buf[..i]).into_owned();
+                self.buf.drain(..i + 2);
+                return Ok(l);
+            }
+            if self.fill() == 0 {
+                return Err(ReadErr::Truncated);
+            }
+        }
+    }
+
+    /// A response head; whether a body follows it.
+    fn head(&mut self, head_request: bool) -> Result<(Response, bool), ReadErr> {
         let head_end = loop {
             if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 break i + 4;
             }
             if self.fill() == 0 {
-                panic!(
-                    "connection closed before a full response head: {:?}",
-                    String::from_utf8_lossy(&self.buf)
-                );
+                return Err(ReadErr::Truncated);
             }
         };
         let (status, headers) = parse_head(&self.buf[..head_end]);
         self.buf.drain(..head_end);
-        let mut r = Response {
+        let no_body = head_request || status == 204 || status == 304 || (100..200).contains(&status);
+        let r = Response {
             status,
             headers,
             body: Vec::new(),
+            close_delimited: false,
         };
-        let no_body = head_request || status == 204 || status == 304 || (100..200).contains(&status);
-        if !no_body {
+        Ok((r, !no_body))
+    }
+
+    /// Read one response with a Content-Length body (weft's own answers
+    /// always have one). `head_request`: no body follows.
+    pub fn response(&mut self, head_request: bool) -> Response {
+        let (mut r, body) = self.head(head_request).unwrap_or_else(|_| {
+            panic!(
+                "connection closed before a full response head: {:?}",
+                String::from_utf8_lossy(&self.buf)
+            )
+        });
+        if body {
             let len: usize = r
                 .header("content-length")
                 .expect("weft always sends Content-Length")
                 .parse()
                 .unwrap();
-            while self.buf.len() < len {
-                if self.fill() == 0 {
-                    panic!("connection closed after {} of {len} body bytes", self.buf.len());
-                }
+            if self.need(len).is_err() {
+                panic!("connection closed after {} of {len} body bytes", self.buf.len());
             }
             r.body = self.buf.drain(..len).collect();
         }
         r
+    }
+
+    /// Read one response whatever its framing: Content-Length, chunked (no
+    /// trailers expected), or until the connection closes.
+    pub fn response_any(&mut self, head_request: bool) -> Result<Response, ReadErr> {
+        let (mut r, body) = self.head(head_request)?;
+        if !body {
+            return Ok(r);
+        }
+        if let Some(len) = r.header("content-length") {
+            let len: usize = len.parse().unwrap();
+            self.need(len)?;
+            r.body = self.buf.drain(..len).collect();
+        } else if r
+            .header("transfer-encoding")
+            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+        {
+            loop {
+                let size_line = self.line()?;
+                let size = usize::from_str_radix(size_line.split(';').next().unwrap().trim(), 16).unwrap();
+                if size == 0 {
+                    assert_eq!(self.line()?, "", "trailers are not expected in these tests");
+                    break;
+                }
+                self.need(size + 2)?;
+                r.body.extend(self.buf.drain(..size));
+                assert_eq!(self.buf.drain(..2).as_slice(), b"\r\n");
+            }
+        } else {
+            while self.fill() > 0 {}
+            r.body = std::mem::take(&mut self.buf);
+            r.close_delimited = true;
+        }
+        Ok(r)
     }
 
     /// True when the peer closed (EOF, or reset) within the read timeout, with no more bytes.
