@@ -10,7 +10,8 @@
 //!   backend it is empty, and says whether shutdown was asked for; the handler
 //!   then drains its own way and calls [`Door::close`] (the listener's
 //!   queued, never accepted connections are reset by the kernel when the
-//!   last listener closes).
+//!   last listener closes), or [`Door::close_with_grace`] to let what is in
+//!   flight finish until [`Door::grace_over`].
 
 use crate::accept::Acceptor;
 use crate::backend::{Interest, Poller, Readiness, Token};
@@ -20,7 +21,7 @@ use crate::workers::Shutdown;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The listener's token.
 pub const LISTENER: Token = Token::new(u32::MAX, 0);
@@ -33,6 +34,8 @@ pub struct Door {
     acceptor: Acceptor,
     waker: RawFd,
     shutdown: Shutdown,
+    /// Closed with a grace period: when it ends.
+    grace_until: Option<Instant>,
 }
 
 impl Door {
@@ -44,6 +47,7 @@ impl Door {
             acceptor: Acceptor::new(accept_limit),
             waker,
             shutdown,
+            grace_until: None,
         }
     }
 
@@ -90,9 +94,14 @@ impl Door {
         self.acceptor.due(cx, lfd, LISTENER)
     }
 
-    /// The longest the loop may sleep for the listener's sake.
+    /// The longest the loop may sleep for the listener's sake, or until the
+    /// grace period ends.
     pub fn max_wait(&self) -> Option<Duration> {
-        self.acceptor.max_wait()
+        let grace = self.grace_until.map(|d| d.saturating_duration_since(Instant::now()));
+        match (self.acceptor.max_wait(), grace) {
+            (Some(a), Some(g)) => Some(a.min(g)),
+            (a, g) => a.or(g),
+        }
     }
 
     /// Stop accepting: close the listener (once).
@@ -100,6 +109,17 @@ impl Door {
         if let Some(l) = self.listener.take() {
             cx.close_later(l, true);
         }
+    }
+
+    /// Stop accepting, and give what is in flight `grace` to finish.
+    pub fn close_with_grace<P: Poller>(&mut self, cx: &mut Ctx<P>, grace: Duration) {
+        self.grace_until = Some(cx.now + grace);
+        self.close(cx);
+    }
+
+    /// The grace period of [`Door::close_with_grace`] is over.
+    pub fn grace_over(&self, now: Instant) -> bool {
+        self.grace_until.is_some_and(|d| now >= d)
     }
 
     /// The listener, for a loop that accepts by blocking instead (it is no

@@ -170,7 +170,6 @@ pub struct Worker<'a> {
     pub(crate) slab: Slab<Entry>,
     /// The listener, its accept pass and the shutdown waker.
     pub(crate) door: Door,
-    grace_deadline: Option<Instant>,
     ready: Vec<Token>,
     /// Clients whose relay may be waiting for a read batch.
     pub(crate) batching: Vec<Token>,
@@ -237,7 +236,6 @@ impl<'a> Worker<'a> {
             slot: s.slot,
             slab: Slab::new(),
             door,
-            grace_deadline: None,
             ready: Vec::new(),
             batching: Vec::new(),
             batch_timer: false,
@@ -562,13 +560,14 @@ impl<'a> Worker<'a> {
     // ------------------------------------------------------------------
     // Shutdown
 
-    fn start_draining<P: Poller>(&mut self, cx: &mut Ctx<P>) {
-        if self.sh.draining {
+    /// The shutdown waker fired: on a stop request (once), stop accepting
+    /// and drain.
+    fn woken<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        if !self.door.woken(cx) || self.sh.draining {
             return;
         }
         self.sh.draining = true;
-        self.grace_deadline = Some(cx.now + self.sh.cfg.grace);
-        self.door.close(cx);
+        self.door.close_with_grace(cx, self.sh.cfg.grace);
         for ut in self.sh.pool.drain() {
             if let Some(Entry::Upstream(mut u)) = self.slab.remove(ut) {
                 self.sh.open_upstreams -= 1;
@@ -595,11 +594,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     fn on_event(&mut self, cx: &mut Ctx<P>, ev: Event) {
         match ev.token {
             LISTENER => self.accept(cx),
-            WAKER => {
-                if self.door.woken(cx) {
-                    self.start_draining(cx);
-                }
-            }
+            WAKER => self.woken(cx),
             // The mailboxes' eventfds are drained by taking what they hold
             // (a handoff channel reports its EAGAIN where it reads).
             RESOLVER => {
@@ -758,18 +753,16 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if self.door.due(cx) {
             self.accept(cx);
         }
-        if let Some(deadline) = self.grace_deadline {
-            if cx.now >= deadline && !self.slab.is_empty() {
-                weft_core::warn!(
-                    "grace period over: closing {} connection(s) with transfers in flight",
-                    self.slab.len()
-                );
-                for t in self.slab.tokens() {
-                    match self.slab.get(t) {
-                        Some(Entry::Client(_)) => self.close_client(cx, t),
-                        Some(Entry::Upstream(_)) => self.close_upstream(cx, t),
-                        None => {}
-                    }
+        if self.door.grace_over(cx.now) && !self.slab.is_empty() {
+            weft_core::warn!(
+                "grace period over: closing {} connection(s) with transfers in flight",
+                self.slab.len()
+            );
+            for t in self.slab.tokens() {
+                match self.slab.get(t) {
+                    Some(Entry::Client(_)) => self.close_client(cx, t),
+                    Some(Entry::Upstream(_)) => self.close_upstream(cx, t),
+                    None => {}
                 }
             }
         }
@@ -787,9 +780,6 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         }
         if let Some(d) = self.door.max_wait() {
             bound(d);
-        }
-        if let Some(d) = self.grace_deadline {
-            bound(d.saturating_duration_since(Instant::now()));
         }
         w
     }

@@ -135,7 +135,6 @@ pub struct Worker<'a> {
     conns: Slab<Conn>,
     /// The listener, its accept pass and the shutdown waker.
     door: Door,
-    grace_deadline: Option<Instant>,
     refused_logged: u64,
     /// The `tracked` backend's counters, copied after each batch.
     tracker: Option<TrackerStats>,
@@ -198,7 +197,6 @@ impl<'a> Worker<'a> {
             },
             conns: Slab::new(),
             door: Door::new(listener, waker, shutdown, cfg.accept_limit),
-            grace_deadline: None,
             refused_logged: 0,
             tracker: None,
             resume: Vec::new(),
@@ -454,13 +452,14 @@ impl<'a> Worker<'a> {
         }
     }
 
-    fn start_draining<P: Poller>(&mut self, cx: &mut Ctx<P>) {
-        if self.shared.draining {
+    /// The shutdown waker fired: on a stop request (once), stop accepting
+    /// and drain.
+    fn woken<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        if !self.door.woken(cx) || self.shared.draining {
             return;
         }
         self.shared.draining = true;
-        self.grace_deadline = Some(cx.now + self.shared.cfg.grace);
-        self.door.close(cx);
+        self.door.close_with_grace(cx, self.shared.cfg.grace);
         if let Some(h) = self.handoff.as_mut() {
             h.stop_listening(cx);
         }
@@ -484,11 +483,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     fn on_event(&mut self, cx: &mut Ctx<P>, ev: Event) {
         match ev.token {
             LISTENER => self.accept(cx),
-            WAKER => {
-                if self.door.woken(cx) {
-                    self.start_draining(cx);
-                }
-            }
+            WAKER => self.woken(cx),
             HELPERS => self.helpers_done(cx),
             handoff::LISTENER => {
                 if !self.shared.draining {
@@ -577,15 +572,13 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if let Some(h) = self.handoff.as_mut() {
             h.send_reports(cx);
         }
-        if let Some(deadline) = self.grace_deadline {
-            if cx.now >= deadline && !self.conns.is_empty() {
-                weft_core::warn!(
-                    "grace period over: closing {} connection(s) with responses in flight",
-                    self.conns.len()
-                );
-                for t in self.conns.tokens() {
-                    self.close(cx, t);
-                }
+        if self.door.grace_over(cx.now) && !self.conns.is_empty() {
+            weft_core::warn!(
+                "grace period over: closing {} connection(s) with responses in flight",
+                self.conns.len()
+            );
+            for t in self.conns.tokens() {
+                self.close(cx, t);
             }
         }
     }
@@ -612,9 +605,6 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         }
         if let Some(d) = self.shared.log.as_ref().and_then(|l| l.max_wait()) {
             bound(d);
-        }
-        if let Some(d) = self.grace_deadline {
-            bound(d.saturating_duration_since(Instant::now()));
         }
         w
     }

@@ -254,6 +254,19 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 
+    /// The shutdown waker fired: on a stop request (once), stop accepting
+    /// and close every connection.
+    fn woken<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        if !self.door.woken(cx) || self.shared.draining {
+            return;
+        }
+        self.shared.draining = true;
+        self.door.close(cx);
+        for t in self.conns.tokens() {
+            self.close(cx, t);
+        }
+    }
+
     fn accept<P: Poller>(&mut self, cx: &mut Ctx<P>) {
         if !self.door.begin(self.shared.draining) {
             return;
@@ -431,15 +444,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     fn on_event(&mut self, cx: &mut Ctx<P>, ev: Event) {
         match ev.token {
             LISTENER => self.accept(cx),
-            WAKER => {
-                if self.door.woken(cx) && !self.shared.draining {
-                    self.shared.draining = true;
-                    self.door.close(cx);
-                    for t in self.conns.tokens() {
-                        self.close(cx, t);
-                    }
-                }
-            }
+            WAKER => self.woken(cx),
             token => {
                 let Some(c) = self.conns.get_mut(token) else {
                     return;
