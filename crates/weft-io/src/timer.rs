@@ -4,11 +4,19 @@
 //! when its deadline moves earlier, and, when an entry fires, tells a stale
 //! one from a deadline that has since moved later (re-armed there) from a
 //! deadline that has passed.
+//!
+//! Also [`soonest`]: a handler's `max_wait` from what each part of it asks.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::backend::{Poller, Token};
 use crate::event_loop::Ctx;
+
+/// The shortest of the waits asked for (`None`: no part asked; the loop may
+/// sleep until an event).
+pub fn soonest<const N: usize>(waits: [Option<Duration>; N]) -> Option<Duration> {
+    waits.into_iter().flatten().min()
+}
 
 /// Arm a timer for `deadline` (none: nothing to do) unless the entry armed
 /// already fires at or before it: one heap entry per connection normally, a

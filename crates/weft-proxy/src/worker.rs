@@ -769,19 +769,13 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     }
 
     fn max_wait(&self) -> Option<Duration> {
-        let mut w: Option<Duration> = None;
-        let mut bound = |d: Duration| w = Some(w.map_or(d, |x| x.min(d)));
-        if !self.ready.is_empty() {
-            bound(Duration::ZERO);
-        }
-        if self.pools_above_floor() || self.sh.latency.count() > 0 {
+        let decay = self.pools_above_floor() || self.sh.latency.count() > 0;
+        timer::soonest([
+            (!self.ready.is_empty()).then_some(Duration::ZERO),
             // Wake to shrink the pools and publish the latencies.
-            bound(POOL_DECAY_EVERY);
-        }
-        if let Some(d) = self.door.max_wait() {
-            bound(d);
-        }
-        w
+            decay.then_some(POOL_DECAY_EVERY),
+            self.door.max_wait(),
+        ])
     }
 
     fn keep_running(&self) -> bool {

@@ -584,29 +584,18 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     }
 
     fn max_wait(&self) -> Option<Duration> {
-        let mut w: Option<Duration> = None;
-        let mut bound = |d: Duration| w = Some(w.map_or(d, |x| x.min(d)));
-        if !self.resume.is_empty() {
-            bound(Duration::ZERO);
-        }
-        if self.handoff.as_ref().is_some_and(Handoff::reports_waiting) {
+        let reports = self.handoff.as_ref().is_some_and(Handoff::reports_waiting);
+        let decay = self.pools_above_floor() || self.shared.latency.count() > 0;
+        timer::soonest([
+            (!self.resume.is_empty()).then_some(Duration::ZERO),
             // A front-end's channel was full: try its reports again soon.
-            bound(Duration::from_millis(1));
-        }
-        if self.pools_above_floor() || self.shared.latency.count() > 0 {
+            reports.then_some(Duration::from_millis(1)),
             // Wake to shrink the pools and publish the latencies.
-            bound(POOL_DECAY_EVERY);
-        }
-        if let Some(d) = self.door.max_wait() {
-            bound(d);
-        }
-        if let Some(d) = crate::cgi::max_wait(&self.shared) {
-            bound(d);
-        }
-        if let Some(d) = self.shared.log.as_ref().and_then(|l| l.max_wait()) {
-            bound(d);
-        }
-        w
+            decay.then_some(POOL_DECAY_EVERY),
+            self.door.max_wait(),
+            crate::cgi::max_wait(&self.shared),
+            self.shared.log.as_ref().and_then(|l| l.max_wait()),
+        ])
     }
 
     fn keep_running(&self) -> bool {
