@@ -40,34 +40,37 @@ crate::enum_names!(Level, "log level", {
     Debug => "debug",
 });
 
+/// Log at `level` with `prefix` after `weft: ` (what the four macros below share).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! log_at {
+    ($level:ident, $prefix:literal, $($arg:tt)*) => {
+        if $crate::log::enabled($crate::log::Level::$level) {
+            eprintln!(concat!("weft: ", $prefix, "{}"), format_args!($($arg)*));
+        }
+    };
+}
+
 /// Log at warn level.
 #[macro_export]
 macro_rules! warn {
-    ($($arg:tt)*) => {
-        if $crate::log::enabled($crate::log::Level::Warn) { eprintln!("weft: warning: {}", format_args!($($arg)*)); }
-    };
+    ($($arg:tt)*) => { $crate::log_at!(Warn, "warning: ", $($arg)*) };
 }
 
 /// Log at info level.
 #[macro_export]
 macro_rules! info {
-    ($($arg:tt)*) => {
-        if $crate::log::enabled($crate::log::Level::Info) { eprintln!("weft: {}", format_args!($($arg)*)); }
-    };
+    ($($arg:tt)*) => { $crate::log_at!(Info, "", $($arg)*) };
 }
 
 /// Log at debug level.
 #[macro_export]
 macro_rules! debug {
-    ($($arg:tt)*) => {
-        if $crate::log::enabled($crate::log::Level::Debug) { eprintln!("weft: debug: {}", format_args!($($arg)*)); }
-    };
+    ($($arg:tt)*) => { $crate::log_at!(Debug, "debug: ", $($arg)*) };
 }
 
 /// Log at error level.
 #[macro_export]
 macro_rules! error {
-    ($($arg:tt)*) => {
-        if $crate::log::enabled($crate::log::Level::Error) { eprintln!("weft: error: {}", format_args!($($arg)*)); }
-    };
+    ($($arg:tt)*) => { $crate::log_at!(Error, "error: ", $($arg)*) };
 }
