@@ -11,18 +11,11 @@
 
 mod common;
 
-use common::{get, site, wait_until, Reader, TempDir, Weft};
+use common::{get, is_root, site, wait_until, Reader, TempDir, Weft};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-}
 
 /// One GET through the forward proxy `p` for `url`: (status, body length, has Age).
 fn via(p: &Weft, url: &str) -> (u16, usize, bool) {

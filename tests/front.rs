@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{fetch, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader, TempDir, Weft};
+use common::{
+    fetch, free_addr, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader, TempDir, Weft,
+};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -29,13 +31,6 @@ fn backend(i: usize) -> (Weft, TempDir) {
     let root = d.path.to_str().unwrap().to_string();
     let w = Weft::serve(&[&root, "--workers", "1"]);
     (w, d)
-}
-
-/// A free port for the admin endpoint (the process prints only its first
-/// address where the test harness reads it).
-fn free_addr() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
 }
 
 fn front(event: &str, backends: &[SocketAddr], extra: &[&str]) -> Weft {

@@ -8,10 +8,10 @@
 mod common;
 
 use common::{
-    fetch, get_from, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader, TempDir, Weft,
+    fetch, free_addr, get_from, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader,
+    TempDir, Weft,
 };
 use std::io::Read;
-use std::net::TcpListener;
 use std::time::Duration;
 
 /// Bytes of the large file every back-end serves identically.
@@ -38,11 +38,6 @@ fn backend(i: usize) -> Backend {
     let socket = d.path.join("handoff.sock").to_str().unwrap().to_string();
     let weft = Weft::serve(&[root.to_str().unwrap(), "--workers", "1", "--handoff-socket", &socket]);
     Backend { weft, socket, _root: d }
-}
-
-fn free_addr() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
 }
 
 fn front(event: &str, backends: &[&Backend], extra: &[&str]) -> Weft {

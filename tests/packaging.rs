@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{get, weft_bin, TempDir, Weft};
+use common::{get, is_root, weft_bin, TempDir, Weft};
 use std::path::Path;
 use std::process::Command;
 
@@ -14,13 +14,6 @@ fn have(tool: &str) -> bool {
         .args(["-c", &format!("command -v {tool}")])
         .output()
         .is_ok_and(|o| o.status.success())
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
 }
 
 #[test]

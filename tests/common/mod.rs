@@ -496,6 +496,21 @@ pub fn get_target(r: &mut Reader, k: usize, owner: &mut Option<usize>, round: us
     b
 }
 
+/// A free port on loopback, e.g. for an admin endpoint (a process prints
+/// only its first address where the test harness reads it).
+pub fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// Does this test run as root (for mounts and privilege drops)?
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+}
+
 /// `GET path` with Connection: close on a fresh connection; the whole reply.
 pub fn fetch(addr: &str, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
