@@ -128,3 +128,38 @@ impl Door {
         self.listener.take()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Epoll;
+    use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn accepts_then_stops_on_the_waker_with_a_grace_period() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        l.set_nonblocking(true).unwrap();
+        let shutdown = Shutdown::new(1).unwrap();
+        let mut cx: Ctx<Epoll> = Ctx::new().unwrap();
+        let mut door = Door::new(Fd::from(l), shutdown.waker(0), shutdown.clone(), Some(1));
+        door.register(&mut cx).unwrap();
+        let _c = [TcpStream::connect(addr).unwrap(), TcpStream::connect(addr).unwrap()];
+        // No pass while draining; one connection per pass (the limit).
+        assert!(!door.begin(true));
+        assert!(door.begin(false));
+        assert!(door.next(&mut cx).is_some());
+        assert!(door.next(&mut cx).is_none(), "the limit ends the pass");
+        // The waker: nothing asked yet, then a stop.
+        assert!(!door.woken(&mut cx));
+        shutdown.trigger();
+        assert!(door.woken(&mut cx) && door.stop_requested());
+        door.close_with_grace(&mut cx, Duration::from_secs(5));
+        assert!(!door.begin(false), "no pass once closed");
+        assert!(!door.due(&mut cx));
+        assert!(!door.grace_over(cx.now));
+        assert!(door.grace_over(cx.now + Duration::from_secs(5)));
+        assert!(door.max_wait().is_some_and(|d| d <= Duration::from_secs(5)));
+        assert!(door.take_listener().is_none());
+    }
+}
