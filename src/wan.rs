@@ -72,9 +72,49 @@ pub struct WanArgs {
     /// No summary on stderr.
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub router: RouterFlags,
     /// The command and its arguments (after `--`); default: $SHELL.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// How the router thread waits and runs (docs/wan.md, "Tuning").
+#[derive(Args, Debug)]
+pub struct RouterFlags {
+    /// Spin (poll without sleeping) when the next departure is this close (0: always sleep).
+    #[arg(long, value_parser = parse_duration, default_value = "50us")]
+    pub spin: Duration,
+    /// SCHED_FIFO priority of the router thread (1-99), or `off` for normal scheduling.
+    #[arg(long, value_name = "PRIO|off", default_value = "10")]
+    pub realtime: String,
+    /// Pin the router thread to this CPU.
+    #[arg(long, value_name = "N")]
+    pub router_cpu: Option<usize>,
+    /// Lock weft wan's memory (mlockall): no page fault mid-run.
+    #[arg(long)]
+    pub mlock: bool,
+}
+
+impl RouterFlags {
+    fn tuning(&self) -> Result<weft_wan::Tuning, String> {
+        if self.spin > Duration::from_millis(10) {
+            return Err(format!("--spin: {:?} is more than 10ms", self.spin));
+        }
+        let realtime = match self.realtime.as_str() {
+            "off" | "0" => None,
+            p => match p.parse::<i32>() {
+                Ok(n) if (1..=99).contains(&n) => Some(n),
+                _ => return Err(format!("--realtime: `{p}` (expected 1-99 or off)")),
+            },
+        };
+        Ok(weft_wan::Tuning {
+            spin: self.spin,
+            realtime,
+            cpu: self.router_cpu,
+            mlock: self.mlock,
+        })
+    }
 }
 
 impl WanArgs {
@@ -199,7 +239,15 @@ pub fn run(args: WanArgs) -> ExitCode {
         eprintln!("weft wan: --hold runs no command; drop the command or --hold");
         return ExitCode::from(2);
     }
+    let tuning = match args.router.tuning() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("weft wan: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let opts = weft_wan::RunOptions {
+        tuning,
         on: args.on.clone(),
         command: args.command.clone(),
         hold: args.hold,
