@@ -482,3 +482,49 @@ fn blast(s: &UdpSocket, n: u64, pps: u64) -> f64 {
     }
     n as f64 / start.elapsed().as_secs_f64()
 }
+
+/// `weft serve --send-buffer 64KiB`: the accepted connection's send buffer
+/// is the kernel's doubled 128 KiB (`ss -m`'s `tb`), not the autotuned one.
+#[test]
+fn serve_send_buffer_reaches_accepted_connections() {
+    if Command::new("ss")
+        .arg("-V")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        eprintln!("skipping: `ss` (iproute2) is not installed");
+        return;
+    }
+    let site = site();
+    let w = Weft::serve(&[path_str(&site.path), "--workers", "1", "--send-buffer", "64KiB"]);
+    let c = w.connect();
+    let tb = || {
+        let out = Command::new("ss")
+            .args([
+                "-tmnH",
+                "state",
+                "established",
+                "sport",
+                "=",
+                &format!(":{}", w.addr.port()),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.split([',', '(', ')'])
+            .find_map(|f| f.strip_prefix("tb").and_then(|v| v.parse::<u64>().ok()))
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || tb().is_some()),
+        "no established socket"
+    );
+    assert_eq!(tb(), Some(2 * 65536));
+    drop(c);
+    let out = Command::new(weft_bin())
+        .args(["serve", "--send-buffer", "12", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--send-buffer"));
+}

@@ -19,6 +19,7 @@ from . import (
     proxy_ssl,
     send_path,
     static_baseline,
+    wan_polymix,
     wan_proxy,
     wan_server,
 )
@@ -45,5 +46,6 @@ EXPERIMENTS = {
         iolite,
         wan_proxy,
         wan_server,
+        wan_polymix,
     )
 }
