@@ -82,8 +82,8 @@ pub struct WanArgs {
 /// How the router thread waits and runs (docs/wan.md, "Tuning").
 #[derive(Args, Debug)]
 pub struct RouterFlags {
-    /// Spin (poll without sleeping) when the next departure is this close (0: always sleep).
-    #[arg(long, value_parser = parse_duration, default_value = "50us")]
+    /// Wake this long before a departure and spin (poll without sleeping) until it (0: sleep until it).
+    #[arg(long, value_parser = parse_duration, default_value = "200us")]
     pub spin: Duration,
     /// SCHED_FIFO priority of the router thread (1-99), or `off` for normal scheduling.
     #[arg(long, value_name = "PRIO|off", default_value = "10")]

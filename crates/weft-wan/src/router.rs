@@ -143,11 +143,17 @@ impl Router {
             let next = heap.peek().map(|p| draining.map_or(p.at, |d| p.at.min(d)));
             let t = now();
             // Near departures are waited for by looking without sleeping (no
-            // timer round trip), within the spin budget; the others by a
-            // ppoll timeout.
+            // timer round trip), within the spin budget; for the others the
+            // thread sleeps until `spin` before them (a wake-up comes tens of
+            // µs late on a busy VM), then spins.
             let wait = next.map(|at| at.saturating_sub(t));
-            let spinning = wait.is_some_and(|w| w <= spin) && budget.may_spin(t);
-            let timeout = if spinning { Some(0) } else { wait };
+            let may_spin = spin > 0 && budget.may_spin(t);
+            let spinning = may_spin && wait.is_some_and(|w| w <= spin);
+            let timeout = match wait {
+                _ if spinning => Some(0),
+                Some(w) if may_spin => Some(w - spin),
+                w => w,
+            };
             for f in fds.iter_mut() {
                 f.revents = 0;
             }

@@ -4,8 +4,9 @@
 //! What each buys (measured in docs/results.md, "weft wan: the router's own
 //! added delay"):
 //! - spin: a sleep and its timer interrupt cost tens of µs in a VM (the
-//!   timer programming exits to the hypervisor); a departure closer than
-//!   `spin` is waited for by polling the devices without a timeout. Spinning
+//!   timer programming exits to the hypervisor), and a wake-up comes 50–70
+//!   µs late on a loaded one; the router sleeps until `spin` before a
+//!   departure and then polls the devices without a timeout until it. Spinning
 //!   is capped at [`SPIN_SHARE`] of every [`WINDOW`] so that a real-time
 //!   router never meets the kernel's RT throttling (95 % per second, then a
 //!   50 ms stall) and a busy machine keeps its cores.
@@ -37,7 +38,7 @@ pub struct Tuning {
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
-            spin: Duration::from_micros(50),
+            spin: Duration::from_micros(200),
             realtime: Some(10),
             cpu: None,
             mlock: false,
