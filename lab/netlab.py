@@ -108,6 +108,19 @@ class WanNet:
     def run(self, host: str, argv: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(host, argv), timeout=timeout, capture_output=True, text=True, **kw)
 
+    def wait_port(self, host: str, port: int, p: subprocess.Popen | None = None, timeout_s: float = 15) -> None:
+        """Wait until `host` listens on `port` (probed from inside `host`'s
+        namespace); RuntimeError when `p` exits first or time runs out."""
+        probe = f"import socket,sys\ntry:\n socket.create_connection(('{self.addr(host)}', {port}), 1).close()\nexcept OSError:\n sys.exit(1)"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if p is not None and p.poll() is not None:
+                raise RuntimeError(f"{' '.join(p.args[-8:]) if isinstance(p.args, list) else p.args} exited with {p.returncode}")
+            if self.run(host, ["python3", "-c", probe], timeout=5).returncode == 0:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"nothing listens on {self.addr(host)}:{port}")
+
     def nstat(self, host: str) -> dict:
         """Absolute TCP counters of the host's namespace (nstat -az)."""
         p = self.run(host, ["nstat", "-asz", "--json"], timeout=30)

@@ -260,6 +260,13 @@ fn measure_rate(rate: &str, secs: u64) -> f64 {
         }
     }
     let el = t0.map(|t| t.elapsed().as_secs_f64()).unwrap_or(1.0);
+    // What TCP itself saw of the path (TCP_INFO: per connection, unlike nstat).
+    if let Ok(i) = weft_io::sys::tcp_info(&c) {
+        eprintln!(
+            "--up-rate {rate}: receiver's TCP: rtt {} us (min {}), {} segments in, {} with data",
+            i.rtt_us, i.min_rtt_us, i.segs_in, i.data_segs_in
+        );
+    }
     drop(c);
     w.finish();
     bytes as f64 * 8.0 / el * 1500.0 / 1448.0

@@ -19,6 +19,7 @@ from . import (
     proxy_ssl,
     send_path,
     static_baseline,
+    wan_events,
     wan_polymix,
     wan_proxy,
     wan_server,
@@ -47,5 +48,6 @@ EXPERIMENTS = {
         wan_proxy,
         wan_server,
         wan_polymix,
+        wan_events,
     )
 }

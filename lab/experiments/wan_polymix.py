@@ -71,22 +71,10 @@ def start_proxy(lab, net, label: str):
     return net.popen("proxy", argv, stdout=devnull, stderr=devnull)
 
 
-def wait_port(net, host: str, port: int, p, timeout_s: float = 15) -> None:
-    probe = f"import socket,sys\ntry:\n socket.create_connection(('{net.addr(host)}', {port}), 1).close()\nexcept OSError:\n sys.exit(1)"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            raise RuntimeError(f"proxy exited with {p.returncode}")
-        if net.run("client", ["python3", "-c", probe], timeout=5).returncode == 0:
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"nothing listens on {net.addr(host)}:{port}")
-
-
 def one_run(lab, net, label: str, rate: int, secs: float, seed: int) -> dict:
     p = start_proxy(lab, net, label)
     try:
-        wait_port(net, "proxy", PORT, p)
+        net.wait_port("proxy", PORT, p)
         out = os.path.join(lab.scratch, "load.json")
         argv = [lab.weft, "load", f"http://{net.addr('server')}:8080/", "--workload", "polymix", "--rate", str(rate), "--proxy", f"{net.addr('proxy')}:{PORT}",
                 "--http10", "--duration", f"{secs:g}s", "--timeout", "10s", "--seed", str(seed), "--quiet", "--json", out]  # fmt: skip
@@ -127,7 +115,7 @@ def run(lab: core.Lab) -> dict:
         with netlab.WanNet(lab.weft, hosts, links(cond), log=lab.log) as net:
             origin = net.popen("server", [lab.weft, "origin", "--listen", "0.0.0.0:8080", *ORIGIN_ARGS], stdout=open(os.devnull, "w"), stderr=open(os.devnull, "w"))
             try:
-                wait_port(net, "server", 8080, origin)
+                net.wait_port("server", 8080, origin)
                 for rate in rates:
                     for label in PROXIES:
                         m = one_run(lab, net, label, rate, secs, seed=1 + rate)
