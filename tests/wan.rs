@@ -566,3 +566,30 @@ fn serve_send_buffer_reaches_accepted_connections() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--send-buffer"));
 }
+
+/// `weft wan --veth`: the command's namespace has a veth at MTU 1500 with
+/// GSO, GRO and TSO off (real packet sizes), and the far namespace answers
+/// over it.
+#[test]
+fn veth_pair_has_mtu_1500_and_offloads_off() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: weft wan --veth needs root, network namespaces, ip and python3 ({why})");
+        return;
+    }
+    if !weft_wan::veth::have_ethtool() {
+        eprintln!("skipping: weft wan --veth turns offloads off with ethtool, which is not installed (apt-get install -y ethtool)");
+        return;
+    }
+    let script = r#"for d in /sys/class/net/ww*; do n=${d##*/}; echo "mtu $(cat $d/mtu)"; ethtool -k $n | grep -E '^(generic-segmentation|generic-receive|tcp-segmentation)-offload:'; done"#;
+    let out = Command::new(weft_bin())
+        .args(["wan", "--veth", "--quiet", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let mtus: Vec<&str> = text.lines().filter(|l| l.starts_with("mtu")).collect();
+    assert!(!mtus.is_empty() && mtus.iter().all(|l| *l == "mtu 1500"), "{text}");
+    let offloads: Vec<&str> = text.lines().filter(|l| l.contains("-offload:")).collect();
+    assert_eq!(offloads.len(), 3, "{text}");
+    assert!(offloads.iter().all(|l| l.contains(": off")), "{text}");
+}

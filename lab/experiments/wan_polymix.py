@@ -52,8 +52,8 @@ def links(condition: str) -> list[dict]:
 
 def squid_conf(run: str) -> str:
     with open(os.path.join(servers.ANCHOR_DIR, "squid_forward.conf")) as f:
-        text = servers.render_template(f.read(), {"RUN": run})
-    return servers.edit_config(text, [("http_port 127.0.0.1:18140", f"http_port 0.0.0.0:{PORT}")])
+        text = servers.render_template(f.read(), {"RUN": run, "PORT": str(PORT)})
+    return servers.edit_config(text, [(f"http_port 127.0.0.1:{PORT}", f"http_port 0.0.0.0:{PORT}")])
 
 
 def start_proxy(lab, net, label: str):
@@ -125,7 +125,7 @@ def run(lab: core.Lab) -> dict:
             finally:
                 netlab.stop(origin)
             router = net.router_stats
-        lab.log(f"  router ({cond}): own added delay p99 {router.get('lateness_us', {}).get('p99', 0):.0f} us")
+        lab.log(f"  router ({cond}): own added delay p99 {router.get('lateness_us', {}).get('p99', 0):.1f} us")
     return summarize(lab, rows, secs)
 
 
