@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use weft_wan::config::{
-    self, parse_duration, parse_prob, parse_rate, DelayDist, DirSpec, Host, Link, Loss, Mode, RatePer, Topology,
+    self, parse_duration, parse_prob, parse_rate, DelayDist, DirSpec, Host, Link, Loss, Mode, RatePer, Shaper, Topology,
 };
 
 /// `weft wan` flags.
@@ -51,6 +51,10 @@ pub struct WanArgs {
     /// TCP SACK in the command's namespace (on/off).
     #[arg(long, value_name = "on|off")]
     pub sack: Option<String>,
+    /// Who enforces the rate limits: router (its serialisation clock, per host or flow) or
+    /// kernel (an HTB class on the sending TUN device; per host only).
+    #[arg(long, value_name = "router|kernel")]
+    pub shaper: Option<String>,
     /// Plain veth pairs (MTU 1500, offloads off) between two namespaces instead of the router.
     #[arg(long)]
     pub veth: bool,
@@ -130,6 +134,7 @@ impl WanArgs {
             || self.rate_per.is_some()
             || self.queue.is_some()
             || self.sack.is_some()
+            || self.shaper.is_some()
             || self.veth
     }
 
@@ -184,10 +189,16 @@ impl WanArgs {
             root: !self.veth,
             sysctls: Vec::new(),
         };
+        let shaper = match self.shaper.as_deref() {
+            None | Some("router") => Shaper::Router,
+            Some("kernel") => Shaper::Kernel,
+            Some(o) => return Err(format!("--shaper: `{o}` (expected router or kernel)")),
+        };
         let topo = Topology {
             mode: if self.veth { Mode::Veth } else { Mode::Tun },
             subnet: None,
             seed: self.seed,
+            shaper,
             hosts: vec![client, other],
             links: vec![Link { a: 0, b: 1, up, down }],
         };

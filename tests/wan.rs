@@ -244,8 +244,10 @@ fn measure_loss(args: &[&str], n: u64, pps: u64) -> (f64, f64) {
 
 /// Bulk TCP from the client namespace through `--up-rate RATE`: the wire
 /// rate in bit/s over seconds 1..secs (payload scaled by 1500/1448).
-fn measure_rate(rate: &str, secs: u64) -> f64 {
-    let w = Wan::start(&["--up-rate", rate, "--delay", "1ms"]);
+fn measure_rate(rate: &str, secs: u64, extra: &[&str]) -> f64 {
+    let mut args = vec!["--up-rate", rate, "--delay", "1ms"];
+    args.extend_from_slice(extra);
+    let w = Wan::start(&args);
     let addr: SocketAddr = format!("{}:9001", w.client).parse().unwrap();
     let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -304,8 +306,30 @@ fn counted_loss_over_100k_packets() {
 #[test]
 fn bulk_tcp_rate_matches_the_limit() {
     need_netns!();
-    let r = measure_rate("10mbit", 5);
+    let r = measure_rate("10mbit", 5, &[]);
     eprintln!("--up-rate 10mbit: bulk TCP {:.3} Mbit/s on the wire", r / 1e6);
+    assert!((r / 10e6 - 1.0).abs() < 0.05, "rate {r}");
+}
+
+/// `--shaper kernel`: the same limit enforced by an HTB class on the
+/// sending namespace's TUN device instead of the router.
+#[test]
+fn kernel_shaper_rate_matches_the_limit() {
+    need_netns!();
+    if Command::new("tc")
+        .arg("-V")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        eprintln!("skipping: --shaper kernel needs `tc` (iproute2)");
+        return;
+    }
+    let r = measure_rate("10mbit", 5, &["--shaper", "kernel"]);
+    eprintln!(
+        "--up-rate 10mbit --shaper kernel: bulk TCP {:.3} Mbit/s on the wire",
+        r / 1e6
+    );
     assert!((r / 10e6 - 1.0).abs() < 0.05, "rate {r}");
 }
 
@@ -340,6 +364,11 @@ fn bad_topology_is_one_line_naming_the_link_and_key() {
         ),
         ("[[host]]\nname = \"a\"\n[[link]]\na = \"a\"\nb = \"zz\"\n", "link #1: key `b`: no host named `zz`"),
         ("[[host]]\nname = \"a\"\nsak = false\n", "host a: key `sak`: unknown key"),
+        (
+            "[wan]\nshaper = \"kernel\"\n[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[link]]\na = \"a\"\nb = \"b\"\nrate = \"1mbit\"\nrate_per = \"flow\"\n",
+            "link a-b: key `rate_per`: shaper = \"kernel\" limits per host",
+        ),
+        ("[wan]\nshaper = \"tc\"\n[[host]]\nname = \"a\"\n", "key `wan.shaper`: `tc` (expected router or kernel)"),
         ("[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[link]]\na = \"a\"\nb = \"b\"\nup = { rate = \"fast\" }\n", "link a-b: up: key `rate`: bad rate"),
     ];
     for (i, (text, want)) in cases.iter().enumerate() {
@@ -403,7 +432,7 @@ fn accuracy_table() {
     println!("| own added delay at {pps:.0} packets/s | p50 {p50:.1} us, p99 {p99:.1} us | |");
     for (rate, bits) in [("56kbit", 56e3), ("1mbit", 1e6), ("100mbit", 100e6), ("1gbit", 1e9)] {
         let secs = if bits < 1e6 { 12 } else { 5 };
-        let r = measure_rate(rate, secs);
+        let r = measure_rate(rate, secs, &[]);
         println!(
             "| rate {rate} | {:.4} Mbit/s | {:+.2} % |",
             r / 1e6,

@@ -96,8 +96,16 @@ fn start_router(topo: &Topology, net: &mut Net, tuning: &Tuning) -> Result<Optio
     let mut r = Router::new(std::mem::take(&mut net.tuns), &net.addrs);
     for (i, l) in topo.links.iter().enumerate() {
         let s = seed.wrapping_add(2 * i as u64 * 0x9e37_79b9);
-        r.add(l.a, l.b, Direction::new(l.up.clone(), s));
-        r.add(l.b, l.a, Direction::new(l.down.clone(), s.wrapping_add(0x9e37_79b9)));
+        // With the kernel shaper, HTB on the TUN devices enforces the rates.
+        let spec = |d: &crate::config::DirSpec| {
+            let mut d = d.clone();
+            if topo.shaper == crate::config::Shaper::Kernel {
+                d.rate = None;
+            }
+            d
+        };
+        r.add(l.a, l.b, Direction::new(spec(&l.up), s));
+        r.add(l.b, l.a, Direction::new(spec(&l.down), s.wrapping_add(0x9e37_79b9)));
     }
     let stop = Arc::new(sys::eventfd().map_err(|e| format!("eventfd: {e}"))?);
     let stop2 = Arc::clone(&stop);
