@@ -210,11 +210,20 @@ impl Drop for Wan {
 
 /// Median round trip of `n` probes through `weft wan --delay D` (ms).
 fn measure_rtt(delay: &str, n: u32) -> f64 {
+    measure_rtt_paused(delay, n, Duration::ZERO)
+}
+
+/// The same with `pause` before each probe: both ends then wake from idle
+/// for each probe, as they do behind a delay.
+fn measure_rtt_paused(delay: &str, n: u32, pause: Duration) -> f64 {
     let w = Wan::start(&["--delay", delay]);
     let s = w.udp();
     let mut rtts: Vec<f64> = realtime(|| {
         (1..=n)
-            .filter_map(|i| w.echo(&s, i))
+            .filter_map(|i| {
+                std::thread::sleep(pause);
+                w.echo(&s, i)
+            })
             .map(|d| d.as_secs_f64() * 1e3)
             .collect()
     });
@@ -395,8 +404,9 @@ fn bad_topology_is_one_line_naming_the_link_and_key() {
 #[ignore]
 fn accuracy_table() {
     need_netns!();
-    let base = measure_rtt("0ms", 40);
-    println!("| no delay: the path's own RTT (TUN both ways, echo) | {base:.3} ms | |");
+    let hot = measure_rtt("0ms", 40);
+    let base = measure_rtt_paused("0ms", 40, Duration::from_millis(1));
+    println!("| no delay: the path's own RTT (TUN both ways, echo), back to back / after 1 ms idle | {hot:.3} / {base:.3} ms | |");
     for d in [1.0, 10.0, 50.0, 100.0, 200.0] {
         let rtt = measure_rtt(&format!("{d}ms"), 40);
         println!(
@@ -430,15 +440,34 @@ fn accuracy_table() {
     }
     let (p50, p99, pps, _) = added_delay(100_000, 3, true, &[]);
     println!("| own added delay at {pps:.0} packets/s | p50 {p50:.1} us, p99 {p99:.1} us | |");
-    for (rate, bits) in [("56kbit", 56e3), ("1mbit", 1e6), ("100mbit", 100e6), ("1gbit", 1e9)] {
+    rate_rows(
+        "router",
+        &[("56kbit", 56e3), ("1mbit", 1e6), ("100mbit", 100e6), ("1gbit", 1e9)],
+    );
+}
+
+/// Rate rows of the accuracy table through `--shaper S`.
+fn rate_rows(shaper: &str, rates: &[(&str, f64)]) {
+    for &(rate, bits) in rates {
         let secs = if bits < 1e6 { 12 } else { 5 };
-        let r = measure_rate(rate, secs, &[]);
+        let r = measure_rate(rate, secs, &["--shaper", shaper]);
         println!(
-            "| rate {rate} | {:.4} Mbit/s | {:+.2} % |",
+            "| rate {rate} ({shaper}) | {:.4} Mbit/s | {:+.2} % |",
             r / 1e6,
             (r / bits - 1.0) * 100.0
         );
     }
+}
+
+/// The rate rows with the kernel's HTB instead of the router's limiter:
+/// `cargo test --test wan kernel_shaper_table -- --ignored --nocapture`.
+/// (Not at 56 kbit/s: there the bulk transfer stalls past the 5 s read
+/// timeout behind HTB; not understood yet.)
+#[test]
+#[ignore]
+fn kernel_shaper_table() {
+    need_netns!();
+    rate_rows("kernel", &[("1mbit", 1e6), ("100mbit", 100e6), ("1gbit", 1e9)]);
 }
 
 /// The router's own added delay (p50, p99 in µs) while `pps` datagrams per
