@@ -22,6 +22,8 @@ import subprocess
 import tempfile
 import time
 
+from . import proc
+
 # The TCP counters the WAN experiments report (nstat names).
 TCP_COUNTERS = ("TcpInSegs", "TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtDelayedACKs", "TcpExtTCPSackRecovery", "TcpExtTCPRenoRecovery")
 
@@ -120,6 +122,21 @@ class WanNet:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"nothing listens on {self.addr(host)}:{port}")
+
+    def measured_load(self, host: str, pid: int, argv: list[str], out: str, timeout_s: float, what: str) -> tuple[dict, float, float, dict]:
+        """Run `argv` (a weft load writing JSON to `out`) in the client's
+        namespace while measuring process `pid`'s CPU (its tree) and `host`'s
+        TCP counters: (the JSON, CPU s, wall s, TCP counter deltas)."""
+        before, cpu0 = self.nstat(host), proc.tree_cpu_sample(pid)
+        t0 = time.monotonic()
+        r = self.run("client", argv, timeout=timeout_s)
+        wall = time.monotonic() - t0
+        cpu = proc.cpu_seconds_between(cpu0, proc.tree_cpu_sample(pid))
+        tcp = delta(self.nstat(host), before)
+        if r.returncode != 0 or not os.path.exists(out):
+            raise RuntimeError(f"weft load {what} failed: {r.stderr.strip()[-300:]}")
+        with open(out) as f:
+            return json.load(f), cpu, wall, tcp
 
     def nstat(self, host: str) -> dict:
         """Absolute TCP counters of the host's namespace (nstat -az)."""

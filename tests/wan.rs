@@ -67,16 +67,20 @@ fn unavailable() -> Option<String> {
         return Some("no /dev/net/tun".into());
     }
     for (prog, arg) in [("ip", "-V"), ("python3", "--version")] {
-        if Command::new(prog)
-            .arg(arg)
-            .output()
-            .map(|o| !o.status.success())
-            .unwrap_or(true)
-        {
+        if missing(prog, arg) {
             return Some(format!("`{prog}` is not installed"));
         }
     }
     None
+}
+
+/// Is `prog` missing (`prog arg` does not run and succeed)?
+fn missing(prog: &str, arg: &str) -> bool {
+    Command::new(prog)
+        .arg(arg)
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
 }
 
 macro_rules! need_netns {
@@ -92,12 +96,7 @@ macro_rules! need_netns {
 /// loaded machine a normal process wakes milliseconds late, and the RTT
 /// probe would measure the far end's scheduling instead of the emulator.
 fn far_end_prefix() -> Vec<&'static str> {
-    let have = Command::new("chrt")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if have {
+    if !missing("chrt", "--version") {
         vec!["chrt", "-f", "3"]
     } else {
         Vec::new()
@@ -325,12 +324,7 @@ fn bulk_tcp_rate_matches_the_limit() {
 #[test]
 fn kernel_shaper_rate_matches_the_limit() {
     need_netns!();
-    if Command::new("tc")
-        .arg("-V")
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
+    if missing("tc", "-V") {
         eprintln!("skipping: --shaper kernel needs `tc` (iproute2)");
         return;
     }
@@ -583,12 +577,7 @@ fn blast(s: &UdpSocket, n: u64, pps: u64) -> f64 {
 /// is the kernel's doubled 128 KiB (`ss -m`'s `tb`), not the autotuned one.
 #[test]
 fn serve_send_buffer_reaches_accepted_connections() {
-    if Command::new("ss")
-        .arg("-V")
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
+    if missing("ss", "-V") {
         eprintln!("skipping: `ss` (iproute2) is not installed");
         return;
     }

@@ -28,7 +28,7 @@ import json
 import os
 import time
 
-from .. import core, netlab, proc, report
+from .. import core, netlab, report
 
 NAME = "wan-events"
 DESCRIPTION = "002 §6: select, poll, epoll, tracked, uring on weft serve with WAN delay and loss in place of idle connections"
@@ -62,14 +62,7 @@ def one_run(lab, net, www: str, backend: str, rate: int, secs: float) -> dict:
         net.wait_port("server", 8080, p)
         out = os.path.join(lab.scratch, "load.json")
         load = [lab.weft, "load", f"http://{net.addr('server')}:8080/1b", "--rate", str(rate), "--duration", f"{secs:g}s", "--timeout", "10s", "--quiet", "--json", out]
-        before, cpu0 = net.nstat("server"), proc.tree_cpu_sample(p.pid)
-        r = net.run("client", load, timeout=secs + 120)
-        cpu = proc.cpu_seconds_between(cpu0, proc.tree_cpu_sample(p.pid))
-        tcp = netlab.delta(net.nstat("server"), before)
-        if r.returncode != 0 or not os.path.exists(out):
-            raise RuntimeError(f"weft load against {backend} failed: {r.stderr.strip()[-300:]}")
-        with open(out) as f:
-            doc = json.load(f)
+        doc, cpu, _, tcp = net.measured_load("server", p.pid, load, out, secs + 120, f"against {backend}")
     finally:
         netlab.stop(p, timeout=5)
     st = exit_stats(err)

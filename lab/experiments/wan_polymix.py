@@ -30,7 +30,7 @@ import json
 import os
 import time
 
-from .. import core, netlab, proc, report, servers
+from .. import core, netlab, report, servers
 
 NAME = "wan-polymix"
 DESCRIPTION = "PolyMix through weft proxy (splice/copy) and Squid with PolyMix-4's WAN: 40 ms + 0.05 % loss each way server-side, clean client side"
@@ -78,16 +78,7 @@ def one_run(lab, net, label: str, rate: int, secs: float, seed: int) -> dict:
         out = os.path.join(lab.scratch, "load.json")
         argv = [lab.weft, "load", f"http://{net.addr('server')}:8080/", "--workload", "polymix", "--rate", str(rate), "--proxy", f"{net.addr('proxy')}:{PORT}",
                 "--http10", "--duration", f"{secs:g}s", "--timeout", "10s", "--seed", str(seed), "--quiet", "--json", out]  # fmt: skip
-        before, cpu0 = net.nstat("proxy"), proc.tree_cpu_sample(p.pid)
-        t0 = time.monotonic()
-        r = net.run("client", argv, timeout=secs + 120)
-        wall = time.monotonic() - t0
-        cpu = proc.cpu_seconds_between(cpu0, proc.tree_cpu_sample(p.pid))
-        tcp = netlab.delta(net.nstat("proxy"), before)
-        if r.returncode != 0 or not os.path.exists(out):
-            raise RuntimeError(f"weft load through {label} failed: {r.stderr.strip()[-300:]}")
-        with open(out) as f:
-            doc = json.load(f)
+        doc, cpu, wall, tcp = net.measured_load("proxy", p.pid, argv, out, secs + 120, f"through {label}")
     finally:
         netlab.stop(p, timeout=5)
     c, rep = doc.get("cache", {}), doc.get("replies", {})
