@@ -22,6 +22,8 @@ import subprocess
 import tempfile
 import time
 
+from . import proc
+
 # The TCP counters the WAN experiments report (nstat names).
 TCP_COUNTERS = ("TcpInSegs", "TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtDelayedACKs", "TcpExtTCPSackRecovery", "TcpExtTCPRenoRecovery")
 
@@ -107,6 +109,34 @@ class WanNet:
 
     def run(self, host: str, argv: list[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(host, argv), timeout=timeout, capture_output=True, text=True, **kw)
+
+    def wait_port(self, host: str, port: int, p: subprocess.Popen | None = None, timeout_s: float = 15) -> None:
+        """Wait until `host` listens on `port` (probed from inside `host`'s
+        namespace); RuntimeError when `p` exits first or time runs out."""
+        probe = f"import socket,sys\ntry:\n socket.create_connection(('{self.addr(host)}', {port}), 1).close()\nexcept OSError:\n sys.exit(1)"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if p is not None and p.poll() is not None:
+                raise RuntimeError(f"{' '.join(p.args[-8:]) if isinstance(p.args, list) else p.args} exited with {p.returncode}")
+            if self.run(host, ["python3", "-c", probe], timeout=5).returncode == 0:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"nothing listens on {self.addr(host)}:{port}")
+
+    def measured_load(self, host: str, pid: int, argv: list[str], out: str, timeout_s: float, what: str) -> tuple[dict, float, float, dict]:
+        """Run `argv` (a weft load writing JSON to `out`) in the client's
+        namespace while measuring process `pid`'s CPU (its tree) and `host`'s
+        TCP counters: (the JSON, CPU s, wall s, TCP counter deltas)."""
+        before, cpu0 = self.nstat(host), proc.tree_cpu_sample(pid)
+        t0 = time.monotonic()
+        r = self.run("client", argv, timeout=timeout_s)
+        wall = time.monotonic() - t0
+        cpu = proc.cpu_seconds_between(cpu0, proc.tree_cpu_sample(pid))
+        tcp = delta(self.nstat(host), before)
+        if r.returncode != 0 or not os.path.exists(out):
+            raise RuntimeError(f"weft load {what} failed: {r.stderr.strip()[-300:]}")
+        with open(out) as f:
+            return json.load(f), cpu, wall, tcp
 
     def nstat(self, host: str) -> dict:
         """Absolute TCP counters of the host's namespace (nstat -az)."""

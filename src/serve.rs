@@ -111,6 +111,10 @@ pub struct ServeArgs {
     // Access log format (status).
     #[command(flatten)]
     pub log: crate::log_flags::LogArgs,
+
+    // Socket settings (WAN).
+    #[command(flatten)]
+    pub net: crate::serve_net::NetArgs,
 }
 
 impl ServeArgs {
@@ -143,6 +147,7 @@ impl ServeArgs {
         c.handoff_socket.clone_from(&self.handoff_socket);
         c.cgi = self.cgi.to_config();
         self.flash.apply(&mut c);
+        self.net.apply(&mut c);
         c
     }
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use weft_wan::config::{
-    self, parse_duration, parse_prob, parse_rate, DelayDist, DirSpec, Host, Link, Loss, Mode, RatePer, Topology,
+    self, parse_duration, parse_prob, parse_rate, DelayDist, DirSpec, Host, Link, Loss, Mode, RatePer, Shaper, Topology,
 };
 
 /// `weft wan` flags.
@@ -51,6 +51,10 @@ pub struct WanArgs {
     /// TCP SACK in the command's namespace (on/off).
     #[arg(long, value_name = "on|off")]
     pub sack: Option<String>,
+    /// Who enforces the rate limits: router (its serialisation clock, per host or flow) or
+    /// kernel (an HTB class on the sending TUN device; per host only).
+    #[arg(long, value_name = "router|kernel")]
+    pub shaper: Option<String>,
     /// Plain veth pairs (MTU 1500, offloads off) between two namespaces instead of the router.
     #[arg(long)]
     pub veth: bool,
@@ -72,9 +76,49 @@ pub struct WanArgs {
     /// No summary on stderr.
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub router: RouterFlags,
     /// The command and its arguments (after `--`); default: $SHELL.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// How the router thread waits and runs (docs/wan.md, "Tuning").
+#[derive(Args, Debug)]
+pub struct RouterFlags {
+    /// Wake this long before a departure and spin (poll without sleeping) until it (0: sleep until it).
+    #[arg(long, value_parser = parse_duration, default_value = "200us")]
+    pub spin: Duration,
+    /// SCHED_FIFO priority of the router thread (1-99), or `off` for normal scheduling.
+    #[arg(long, value_name = "PRIO|off", default_value = "10")]
+    pub realtime: String,
+    /// Pin the router thread to this CPU.
+    #[arg(long, value_name = "N")]
+    pub router_cpu: Option<usize>,
+    /// Lock weft wan's memory (mlockall): no page fault mid-run.
+    #[arg(long)]
+    pub mlock: bool,
+}
+
+impl RouterFlags {
+    fn tuning(&self) -> Result<weft_wan::Tuning, String> {
+        if self.spin > Duration::from_millis(10) {
+            return Err(format!("--spin: {:?} is more than 10ms", self.spin));
+        }
+        let realtime = match self.realtime.as_str() {
+            "off" | "0" => None,
+            p => match p.parse::<i32>() {
+                Ok(n) if (1..=99).contains(&n) => Some(n),
+                _ => return Err(format!("--realtime: `{p}` (expected 1-99 or off)")),
+            },
+        };
+        Ok(weft_wan::Tuning {
+            spin: self.spin,
+            realtime,
+            cpu: self.router_cpu,
+            mlock: self.mlock,
+        })
+    }
 }
 
 impl WanArgs {
@@ -90,6 +134,7 @@ impl WanArgs {
             || self.rate_per.is_some()
             || self.queue.is_some()
             || self.sack.is_some()
+            || self.shaper.is_some()
             || self.veth
     }
 
@@ -144,10 +189,16 @@ impl WanArgs {
             root: !self.veth,
             sysctls: Vec::new(),
         };
+        let shaper = match self.shaper.as_deref() {
+            None | Some("router") => Shaper::Router,
+            Some("kernel") => Shaper::Kernel,
+            Some(o) => return Err(format!("--shaper: `{o}` (expected router or kernel)")),
+        };
         let topo = Topology {
             mode: if self.veth { Mode::Veth } else { Mode::Tun },
             subnet: None,
             seed: self.seed,
+            shaper,
             hosts: vec![client, other],
             links: vec![Link { a: 0, b: 1, up, down }],
         };
@@ -199,7 +250,15 @@ pub fn run(args: WanArgs) -> ExitCode {
         eprintln!("weft wan: --hold runs no command; drop the command or --hold");
         return ExitCode::from(2);
     }
+    let tuning = match args.router.tuning() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("weft wan: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let opts = weft_wan::RunOptions {
+        tuning,
         on: args.on.clone(),
         command: args.command.clone(),
         hold: args.hold,

@@ -67,16 +67,20 @@ fn unavailable() -> Option<String> {
         return Some("no /dev/net/tun".into());
     }
     for (prog, arg) in [("ip", "-V"), ("python3", "--version")] {
-        if Command::new(prog)
-            .arg(arg)
-            .output()
-            .map(|o| !o.status.success())
-            .unwrap_or(true)
-        {
+        if missing(prog, arg) {
             return Some(format!("`{prog}` is not installed"));
         }
     }
     None
+}
+
+/// Is `prog` missing (`prog arg` does not run and succeed)?
+fn missing(prog: &str, arg: &str) -> bool {
+    Command::new(prog)
+        .arg(arg)
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
 }
 
 macro_rules! need_netns {
@@ -86,6 +90,17 @@ macro_rules! need_netns {
             return;
         }
     };
+}
+
+/// The far end runs real-time (below the router) where `chrt` exists: on a
+/// loaded machine a normal process wakes milliseconds late, and the RTT
+/// probe would measure the far end's scheduling instead of the emulator.
+fn far_end_prefix() -> Vec<&'static str> {
+    if !missing("chrt", "--version") {
+        vec!["chrt", "-f", "3"]
+    } else {
+        Vec::new()
+    }
 }
 
 /// A running `weft wan` with the far end in its client namespace.
@@ -115,7 +130,9 @@ impl Wan {
                 "--stats",
                 path_str(&stats),
             ])
-            .args(["--", "python3", "-c", FAR_END])
+            .arg("--")
+            .args(far_end_prefix())
+            .args(["python3", "-c", FAR_END])
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -192,12 +209,23 @@ impl Drop for Wan {
 
 /// Median round trip of `n` probes through `weft wan --delay D` (ms).
 fn measure_rtt(delay: &str, n: u32) -> f64 {
+    measure_rtt_paused(delay, n, Duration::ZERO)
+}
+
+/// The same with `pause` before each probe: both ends then wake from idle
+/// for each probe, as they do behind a delay.
+fn measure_rtt_paused(delay: &str, n: u32, pause: Duration) -> f64 {
     let w = Wan::start(&["--delay", delay]);
     let s = w.udp();
-    let mut rtts: Vec<f64> = (1..=n)
-        .filter_map(|i| w.echo(&s, i))
-        .map(|d| d.as_secs_f64() * 1e3)
-        .collect();
+    let mut rtts: Vec<f64> = realtime(|| {
+        (1..=n)
+            .filter_map(|i| {
+                std::thread::sleep(pause);
+                w.echo(&s, i)
+            })
+            .map(|d| d.as_secs_f64() * 1e3)
+            .collect()
+    });
     rtts.sort_by(f64::total_cmp);
     w.finish();
     rtts[rtts.len() / 2]
@@ -224,8 +252,10 @@ fn measure_loss(args: &[&str], n: u64, pps: u64) -> (f64, f64) {
 
 /// Bulk TCP from the client namespace through `--up-rate RATE`: the wire
 /// rate in bit/s over seconds 1..secs (payload scaled by 1500/1448).
-fn measure_rate(rate: &str, secs: u64) -> f64 {
-    let w = Wan::start(&["--up-rate", rate, "--delay", "1ms"]);
+fn measure_rate(rate: &str, secs: u64, extra: &[&str]) -> f64 {
+    let mut args = vec!["--up-rate", rate, "--delay", "1ms"];
+    args.extend_from_slice(extra);
+    let w = Wan::start(&args);
     let addr: SocketAddr = format!("{}:9001", w.client).parse().unwrap();
     let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -240,6 +270,13 @@ fn measure_rate(rate: &str, secs: u64) -> f64 {
         }
     }
     let el = t0.map(|t| t.elapsed().as_secs_f64()).unwrap_or(1.0);
+    // What TCP itself saw of the path (TCP_INFO: per connection, unlike nstat).
+    if let Ok(i) = weft_io::sys::tcp_info(&c) {
+        eprintln!(
+            "--up-rate {rate}: receiver's TCP: rtt {} us (min {}), {} segments in, {} with data",
+            i.rtt_us, i.min_rtt_us, i.segs_in, i.data_segs_in
+        );
+    }
     drop(c);
     w.finish();
     bytes as f64 * 8.0 / el * 1500.0 / 1448.0
@@ -277,8 +314,25 @@ fn counted_loss_over_100k_packets() {
 #[test]
 fn bulk_tcp_rate_matches_the_limit() {
     need_netns!();
-    let r = measure_rate("10mbit", 5);
+    let r = measure_rate("10mbit", 5, &[]);
     eprintln!("--up-rate 10mbit: bulk TCP {:.3} Mbit/s on the wire", r / 1e6);
+    assert!((r / 10e6 - 1.0).abs() < 0.05, "rate {r}");
+}
+
+/// `--shaper kernel`: the same limit enforced by an HTB class on the
+/// sending namespace's TUN device instead of the router.
+#[test]
+fn kernel_shaper_rate_matches_the_limit() {
+    need_netns!();
+    if missing("tc", "-V") {
+        eprintln!("skipping: --shaper kernel needs `tc` (iproute2)");
+        return;
+    }
+    let r = measure_rate("10mbit", 5, &["--shaper", "kernel"]);
+    eprintln!(
+        "--up-rate 10mbit --shaper kernel: bulk TCP {:.3} Mbit/s on the wire",
+        r / 1e6
+    );
     assert!((r / 10e6 - 1.0).abs() < 0.05, "rate {r}");
 }
 
@@ -313,6 +367,11 @@ fn bad_topology_is_one_line_naming_the_link_and_key() {
         ),
         ("[[host]]\nname = \"a\"\n[[link]]\na = \"a\"\nb = \"zz\"\n", "link #1: key `b`: no host named `zz`"),
         ("[[host]]\nname = \"a\"\nsak = false\n", "host a: key `sak`: unknown key"),
+        (
+            "[wan]\nshaper = \"kernel\"\n[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[link]]\na = \"a\"\nb = \"b\"\nrate = \"1mbit\"\nrate_per = \"flow\"\n",
+            "link a-b: key `rate_per`: shaper = \"kernel\" limits per host",
+        ),
+        ("[wan]\nshaper = \"tc\"\n[[host]]\nname = \"a\"\n", "key `wan.shaper`: `tc` (expected router or kernel)"),
         ("[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[link]]\na = \"a\"\nb = \"b\"\nup = { rate = \"fast\" }\n", "link a-b: up: key `rate`: bad rate"),
     ];
     for (i, (text, want)) in cases.iter().enumerate() {
@@ -339,12 +398,16 @@ fn bad_topology_is_one_line_naming_the_link_and_key() {
 #[ignore]
 fn accuracy_table() {
     need_netns!();
+    let hot = measure_rtt("0ms", 40);
+    let base = measure_rtt_paused("0ms", 40, Duration::from_millis(1));
+    println!("| no delay: the path's own RTT (TUN both ways, echo), back to back / after 1 ms idle | {hot:.3} / {base:.3} ms | |");
     for d in [1.0, 10.0, 50.0, 100.0, 200.0] {
         let rtt = measure_rtt(&format!("{d}ms"), 40);
         println!(
-            "| delay {d} ms | RTT {:.3} ms | {:+.2} % |",
+            "| delay {d} ms | RTT {:.3} ms | {:+.2} % (less the path's own: {:+.2} %) |",
             rtt,
-            (rtt / (2.0 * d) - 1.0) * 100.0
+            (rtt / (2.0 * d) - 1.0) * 100.0,
+            ((rtt - base) / (2.0 * d) - 1.0) * 100.0
         );
     }
     for p in [0.0005, 0.001, 0.01, 0.05] {
@@ -369,40 +432,129 @@ fn accuracy_table() {
             (e2e / mean - 1.0) * 100.0
         );
     }
-    let (p50, p99, pps) = added_delay(100_000, 3);
+    let (p50, p99, pps, _) = added_delay(100_000, 3, true, &[]);
     println!("| own added delay at {pps:.0} packets/s | p50 {p50:.1} us, p99 {p99:.1} us | |");
-    for (rate, bits) in [("56kbit", 56e3), ("1mbit", 1e6), ("100mbit", 100e6), ("1gbit", 1e9)] {
+    rate_rows(
+        "router",
+        &[("56kbit", 56e3), ("1mbit", 1e6), ("100mbit", 100e6), ("1gbit", 1e9)],
+    );
+}
+
+/// Rate rows of the accuracy table through `--shaper S`.
+fn rate_rows(shaper: &str, rates: &[(&str, f64)]) {
+    for &(rate, bits) in rates {
         let secs = if bits < 1e6 { 12 } else { 5 };
-        let r = measure_rate(rate, secs);
+        let r = measure_rate(rate, secs, &["--shaper", shaper]);
         println!(
-            "| rate {rate} | {:.4} Mbit/s | {:+.2} % |",
+            "| rate {rate} ({shaper}) | {:.4} Mbit/s | {:+.2} % |",
             r / 1e6,
             (r / bits - 1.0) * 100.0
         );
     }
 }
 
+/// The rate rows with the kernel's HTB instead of the router's limiter:
+/// `cargo test --test wan kernel_shaper_table -- --ignored --nocapture`.
+/// (Not at 56 kbit/s: there the bulk transfer stalls past the 5 s read
+/// timeout behind HTB; not understood yet.)
+#[test]
+#[ignore]
+fn kernel_shaper_table() {
+    need_netns!();
+    rate_rows("kernel", &[("1mbit", 1e6), ("100mbit", 100e6), ("1gbit", 1e9)]);
+}
+
 /// The router's own added delay (p50, p99 in µs) while `pps` datagrams per
-/// second cross it for `secs` seconds, and the rate reached.
-fn added_delay(pps: u64, secs: u64) -> (f64, f64, f64) {
-    let w = Wan::start(&["--delay", "1ms"]);
+/// second cross it for `secs` seconds, and the rate reached; `even`: one
+/// datagram every 1/pps (spin-paced, no catch-up bursts), else bursts of 50.
+fn added_delay(pps: u64, secs: u64, even: bool, extra: &[&str]) -> (f64, f64, f64, f64) {
+    let mut args = vec!["--delay", "1ms"];
+    args.extend_from_slice(extra);
+    let w = Wan::start(&args);
     let s = w.udp();
     let n = pps * secs;
-    let rate = blast(&s, n, pps);
+    let rate = if even {
+        blast_even(&s, n, pps)
+    } else {
+        realtime(|| blast(&s, n, pps))
+    };
     let (_, st) = w.finish();
     let l = &st["lateness_us"];
-    (l["p50"].as_f64().unwrap(), l["p99"].as_f64().unwrap(), rate)
+    let per_write = st["write_ns"].as_f64().unwrap_or(0.0) / 1e3 / st["delivered"].as_f64().unwrap_or(1.0).max(1.0);
+    eprintln!(
+        "router: {} reads, {} sleeps, {} spins, lateness {}",
+        st["reads"], st["sleeps"], st["spins"], st["lateness_us"]
+    );
+    (l["p50"].as_f64().unwrap(), l["p99"].as_f64().unwrap(), rate, per_write)
 }
 
 /// The emulator's own added delay at 100,000 packets/s (printed, not
 /// asserted: speed is measured, never asserted): `cargo test --test wan
-/// added_delay_at_100k_pps -- --ignored --nocapture`.
+/// added_delay_at_100k_pps -- --ignored --nocapture`. Evenly spaced
+/// datagrams measure the router; bursts of 50 at the sender's full speed
+/// add the queueing of a burst behind the router's per-packet cost (a TUN
+/// write runs the receiving host's stack). `WEFT_WAN_EXTRA` adds flags
+/// (e.g. `--spin 0`, `--realtime off`, `--router-cpu 1 --mlock`).
 #[test]
 #[ignore]
 fn added_delay_at_100k_pps() {
     need_netns!();
-    let (p50, p99, pps) = added_delay(100_000, 3);
-    println!("own added delay at {pps:.0} packets/s: p50 {p50:.1} us, p99 {p99:.1} us");
+    let extra = std::env::var("WEFT_WAN_EXTRA").unwrap_or_default();
+    let extra: Vec<&str> = extra.split_whitespace().collect();
+    for even in [true, false] {
+        let (p50, p99, pps, w) = added_delay(100_000, 3, even, &extra);
+        let how = if even { "evenly spaced" } else { "bursts of 50" };
+        println!(
+            "own added delay at {pps:.0} packets/s ({how}): p50 {p50:.1} us, p99 {p99:.1} us; {w:.2} us per TUN write"
+        );
+    }
+}
+
+/// Send `n` one-byte datagrams at `pps` on average, spinning until each is due;
+/// a sender more than 50 µs behind (preempted) moves its schedule instead of
+/// catching up in a burst. Returns the rate reached.
+fn blast_even(s: &UdpSocket, n: u64, pps: u64) -> f64 {
+    realtime(|| blast_even_now(s, n, pps))
+}
+
+/// Run `f` on a real-time thread (below the router's priority), so that a
+/// loaded machine does not turn the sender's own preemptions into catch-up
+/// bursts or gaps (normal priority where that is not allowed).
+fn realtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let _ = weft_io::sys::tun::set_realtime(5);
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+fn blast_even_now(s: &UdpSocket, n: u64, pps: u64) -> f64 {
+    // 9 ms of sending at 10/9 the rate, then 1 ms of rest: a real-time
+    // thread busy past 95 % of a second is stopped for 50 ms by the kernel's
+    // RT throttling (and the router with it, were it on the same core).
+    let gap = Duration::from_secs_f64(0.9 / pps as f64);
+    let burst = (pps / 100).max(1) * 9 / 10;
+    let start = Instant::now();
+    let mut due = start;
+    for i in 0..n {
+        if i % burst == burst - 1 {
+            due += Duration::from_millis(1);
+        }
+        let mut t = Instant::now();
+        while t < due {
+            std::hint::spin_loop();
+            t = Instant::now();
+        }
+        if t - due > Duration::from_micros(50) {
+            due = t;
+        }
+        let _ = s.send(b"c");
+        due += gap;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
 }
 
 /// Send `n` one-byte datagrams at about `pps` per second (paced every 50);
@@ -419,4 +571,72 @@ fn blast(s: &UdpSocket, n: u64, pps: u64) -> f64 {
         }
     }
     n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// `weft serve --send-buffer 64KiB`: the accepted connection's send buffer
+/// is the kernel's doubled 128 KiB (`ss -m`'s `tb`), not the autotuned one.
+#[test]
+fn serve_send_buffer_reaches_accepted_connections() {
+    if missing("ss", "-V") {
+        eprintln!("skipping: `ss` (iproute2) is not installed");
+        return;
+    }
+    let site = site();
+    let w = Weft::serve(&[path_str(&site.path), "--workers", "1", "--send-buffer", "64KiB"]);
+    let c = w.connect();
+    let tb = || {
+        let out = Command::new("ss")
+            .args([
+                "-tmnH",
+                "state",
+                "established",
+                "sport",
+                "=",
+                &format!(":{}", w.addr.port()),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.split([',', '(', ')'])
+            .find_map(|f| f.strip_prefix("tb").and_then(|v| v.parse::<u64>().ok()))
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || tb().is_some()),
+        "no established socket"
+    );
+    assert_eq!(tb(), Some(2 * 65536));
+    drop(c);
+    let out = Command::new(weft_bin())
+        .args(["serve", "--send-buffer", "12", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--send-buffer"));
+}
+
+/// `weft wan --veth`: the command's namespace has a veth at MTU 1500 with
+/// GSO, GRO and TSO off (real packet sizes), and the far namespace answers
+/// over it.
+#[test]
+fn veth_pair_has_mtu_1500_and_offloads_off() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipping: weft wan --veth needs root, network namespaces, ip and python3 ({why})");
+        return;
+    }
+    if !weft_wan::veth::have_ethtool() {
+        eprintln!("skipping: weft wan --veth turns offloads off with ethtool, which is not installed (apt-get install -y ethtool)");
+        return;
+    }
+    let script = r#"for d in /sys/class/net/ww*; do n=${d##*/}; echo "mtu $(cat $d/mtu)"; ethtool -k $n | grep -E '^(generic-segmentation|generic-receive|tcp-segmentation)-offload:'; done"#;
+    let out = Command::new(weft_bin())
+        .args(["wan", "--veth", "--quiet", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let mtus: Vec<&str> = text.lines().filter(|l| l.starts_with("mtu")).collect();
+    assert!(!mtus.is_empty() && mtus.iter().all(|l| *l == "mtu 1500"), "{text}");
+    let offloads: Vec<&str> = text.lines().filter(|l| l.contains("-offload:")).collect();
+    assert_eq!(offloads.len(), 3, "{text}");
+    assert!(offloads.iter().all(|l| l.contains(": off")), "{text}");
 }

@@ -19,6 +19,8 @@ from . import (
     proxy_ssl,
     send_path,
     static_baseline,
+    wan_events,
+    wan_polymix,
     wan_proxy,
     wan_server,
 )
@@ -45,5 +47,7 @@ EXPERIMENTS = {
         iolite,
         wan_proxy,
         wan_server,
+        wan_polymix,
+        wan_events,
     )
 }

@@ -3,22 +3,33 @@
 
 Two namespaces joined by `weft wan` (lab/netlab.py): the server's and the
 clients'. `weft load --clients N` (closed loop, keep-alive) requests the
-files of a data set in turn. Points: round-trip delay 0–150 ms at 64 clients
-(Fig. 2.12), and 64–900 clients at 100 ms (Fig. 4.12). Reported: replies/s
-and Mbit/s per server; nginx is the anchor of the same run.
+files of a data set in turn. As in the thesis:
 
-Full form: 3 servers x 10 points x 3 runs x 30 s, data set of 1,000 files
-(about 90 MB, sizes 4 KiB–1 MiB): about 50 minutes. `--quick`: 200 files of
-16 KiB, delays 0 and 100 ms at 64 clients, 5 s each, one run (about 60 s).
-Not done yet: the thesis's memory limit (cgroup v1) and the socket send
-buffer as a setting (`weft serve` has no `--send-buffer` flag yet).
+- Fig. 2.12: a 120 MB data set, round-trip delay 0–150 ms with the clients
+  scaled linearly with it, from 64 (no delay) to 900 (150 ms);
+- Fig. 4.12: a 90 MB data set, 64 to 900 clients (here at 100 ms RTT);
+- the server runs in a v1 memory cgroup whose limit (64 MiB) is below the
+  data set: its page cache, heap and socket buffers compete, and with many
+  slow clients the bytes parked in socket buffers are what makes double
+  buffering visible. Each server starts with the data set evicted from the
+  page cache (posix_fadvise DONTNEED on its files only), so what it reads
+  is charged to its cgroup;
+- the socket send buffer is a setting: `weft serve --send-buffer 64KiB`
+  and nginx `listen ... sndbuf=64k` (the thesis's 64 KB).
+
+Reported: replies/s and Mbit/s per server, the cgroup's peak memory and
+page-cache bytes; nginx is the anchor of the same run.
+
+Full form: 3 servers x 9 points x 3 runs x 30 s: about 45 minutes.
+`--quick`: a 40 MB data set under a 24 MiB limit, (0 ms, 64 clients) and
+(100 ms, 400 clients), 5 s each, one run (about 75 s).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
+import subprocess
 
 from .. import core, netlab, report, servers
 
@@ -28,30 +39,94 @@ DESCRIPTION = "004 Figs. 2.12/4.12: throughput vs delay and vs clients, weft ser
 SERVERS = ["weft sendfile", "weft copy", "nginx"]
 
 
-def data_set(www: str, quick: bool) -> list[tuple[str, int]]:
-    files = []
-    n = 200 if quick else 1000
-    for i in range(n):
-        size = 16 << 10 if quick else [4 << 10, 16 << 10, 64 << 10, 256 << 10][i % 4]
-        name = f"f{i}.bin"
+SEND_BUFFER = 64 << 10
+MEMORY_LIMIT = 64 << 20
+SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10]  # mean 85 KiB
+
+
+def data_set(www: str, total_mb: int, tag: str) -> list[tuple[str, int]]:
+    """Files of SIZES in turn until about `total_mb` MB."""
+    files, total, i = [], 0, 0
+    while total < total_mb * 1_000_000:
+        size = SIZES[i % len(SIZES)]
+        name = f"{tag}/f{i}.bin"
         core.make_file(os.path.join(www, name), size)
         files.append((name, size))
+        total += size
+        i += 1
     return files
 
 
-def start_server(lab, net, kind: str, www: str):
+def evict(www: str, files: list[tuple[str, int]]) -> None:
+    """Drop the data set's pages from the page cache (only these files)."""
+    for name, _ in files:
+        fd = os.open(os.path.join(www, name), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+class MemCgroup:
+    """A v1 memory cgroup with a limit (None where v1 memory is not mounted)."""
+
+    ROOT = "/sys/fs/cgroup/memory"
+
+    def __init__(self, limit: int):
+        self.path = None
+        if os.path.isdir(self.ROOT) and os.access(self.ROOT, os.W_OK):
+            self.path = os.path.join(self.ROOT, f"weft-lab-{os.getpid()}")
+            os.makedirs(self.path, exist_ok=True)
+            with open(os.path.join(self.path, "memory.limit_in_bytes"), "w") as f:
+                f.write(str(limit))
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """argv started inside the cgroup."""
+        if not self.path:
+            return argv
+        return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(self.path, "cgroup.procs"), *argv]
+
+    def reset_peak(self) -> None:
+        if self.path:
+            with open(os.path.join(self.path, "memory.max_usage_in_bytes"), "w") as f:
+                f.write("0")
+
+    def figures(self) -> dict:
+        if not self.path:
+            return {"mem_peak_mb": None, "page_cache_mb": None}
+        with open(os.path.join(self.path, "memory.max_usage_in_bytes")) as f:
+            peak = int(f.read())
+        stat = {}
+        with open(os.path.join(self.path, "memory.stat")) as f:
+            for line in f:
+                k, v = line.split()
+                stat[k] = int(v)
+        return {"mem_peak_mb": peak / 2**20, "page_cache_mb": stat.get("cache", 0) / 2**20}
+
+    def remove(self) -> None:
+        if self.path:
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+
+
+def start_server(lab, net, kind: str, www: str, cg: MemCgroup):
     devnull = open(os.devnull, "w")
     if kind.startswith("weft"):
         send = kind.split()[1]
-        return net.popen("server", [lab.weft, "serve", www, "--listen", "0.0.0.0:8080", "--send", send, "--workers", "1"], stdout=devnull, stderr=devnull)
+        argv = [lab.weft, "serve", www, "--listen", "0.0.0.0:8080", "--send", send, "--workers", "1", "--send-buffer", str(SEND_BUFFER)]
+        return subprocess.Popen(cg.wrap(net.argv("server", argv)), stdout=devnull, stderr=devnull, start_new_session=True)
     run = os.path.join(lab.scratch, "nginx")
     os.makedirs(run, exist_ok=True)
     with open(os.path.join(servers.ANCHOR_DIR, "nginx_static_w1.conf")) as f:
         text = servers.render_template(f.read(), {"WWW": www, "RUN": run, "CONF": run, "PORT": "8080"})
     conf = os.path.join(run, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(text.replace("listen 127.0.0.1:8080", "listen 0.0.0.0:8080"))
-    return net.popen("server", ["nginx", "-c", conf, "-p", run], stdout=devnull, stderr=devnull)
+        f.write(servers.edit_config(text, [("listen 127.0.0.1:8080 backlog=4096;", f"listen 0.0.0.0:8080 backlog=4096 sndbuf={SEND_BUFFER // 1024}k;")]))
+    argv = net.argv("server", ["nginx", "-c", conf, "-p", run])
+    return subprocess.Popen(cg.wrap(argv), stdout=devnull, stderr=devnull, start_new_session=True)
 
 
 def measure(lab, net, urls: str, clients: int, seconds: float, mean_size: float) -> dict:
@@ -66,49 +141,76 @@ def measure(lab, net, urls: str, clients: int, seconds: float, mean_size: float)
     return {"rps": rps, "mbit_s": rps * mean_size * 8 / 1e6, "replies_2xx": j["replies"]["2xx"], "requests": j["requests"], "rt_mean_ms": j["response_time_ms"]["mean"], "rt_cv": j["response_time_ms"].get("cv")}
 
 
+def plan(quick: bool) -> list[tuple[int, int, int, float]]:
+    """(data set MB, RTT ms, clients, seconds) points (pure)."""
+    if quick:
+        return [(40, 0, 64, 5.0), (40, 100, 400, 5.0)]
+    fig212 = [(120, d, round(64 + (900 - 64) * d / 150), 30.0) for d in (0, 20, 50, 100, 150)]
+    fig412 = [(90, 100, c, 30.0) for c in (64, 256, 512, 900)]
+    return fig212 + fig412
+
+
 def run(lab: core.Lab) -> dict:
     lab.prepare(commands=["nginx"])
     www = os.path.join(lab.scratch, "www")
     os.makedirs(www)
-    files = data_set(www, lab.quick)
-    urls = os.path.join(lab.scratch, "urls.txt")
-    with open(urls, "w") as f:
-        f.write("".join(f"/{n}\n" for n, _ in files))
-    mean_size = sum(s for _, s in files) / len(files)
-    if lab.quick:
-        points, reps, secs = [(0, 64), (100, 64)], 1, 5.0
-    else:
-        points = [(d, 64) for d in (0, 20, 50, 100, 150)] + [(100, c) for c in (128, 256, 512, 900)]
-        reps, secs = 3, 30.0
+    points = plan(lab.quick)
+    reps = 1 if lab.quick else 3
+    limit = (24 << 20) if lab.quick else MEMORY_LIMIT
+    sets = {}
+    for mb in sorted({p[0] for p in points}):
+        os.makedirs(os.path.join(www, f"d{mb}"))
+        files = data_set(www, mb, f"d{mb}")
+        urls = os.path.join(lab.scratch, f"urls{mb}.txt")
+        with open(urls, "w") as f:
+            f.write("".join(f"/{n}\n" for n, _ in files))
+        sets[mb] = (files, urls, sum(s for _, s in files) / len(files))
+    cg = MemCgroup(limit)
+    if not cg.path:
+        lab.log("  no writable v1 memory cgroup: servers run without the memory limit")
     rows = []
-    for rtt, clients in points:
-        link = {"a": "client", "b": "server", "delay": f"{rtt / 2:g}ms"}
-        with netlab.WanNet(lab.weft, [{"name": "client"}, {"name": "server"}], [link], log=lab.log) as net:
-            for kind in SERVERS:
-                p = start_server(lab, net, kind, www)
-                time.sleep(0.5)
-                try:
-                    for rep in range(reps):
-                        m = measure(lab, net, urls, clients, secs, mean_size)
-                        rows.append({"server": kind, "rtt_ms": rtt, "clients": clients, "rep": rep + 1, **m})
-                        lab.log(f"  rtt {rtt:>3} ms {clients:>4} clients {kind:<14} rep {rep + 1}: {m['rps']:>8.0f} req/s {m['mbit_s']:>7.1f} Mbit/s")
-                finally:
-                    netlab.stop(p)
-    med = report.group_medians(rows, ["server", "rtt_ms", "clients"], ["rps", "mbit_s", "rt_mean_ms"])
+    try:
+        for mb, rtt, clients, secs in points:
+            files, urls, mean_size = sets[mb]
+            link = {"a": "client", "b": "server", "delay": f"{rtt / 2:g}ms"}
+            with netlab.WanNet(lab.weft, [{"name": "client"}, {"name": "server"}], [link], log=lab.log) as net:
+                for kind in SERVERS:
+                    evict(www, files)
+                    p = start_server(lab, net, kind, www, cg)
+                    try:
+                        net.wait_port("server", 8080, p)
+                        for rep in range(reps):
+                            cg.reset_peak()
+                            m = measure(lab, net, urls, clients, secs, mean_size)
+                            m.update(cg.figures())
+                            rows.append({"server": kind, "data_mb": mb, "rtt_ms": rtt, "clients": clients, "rep": rep + 1, **m})
+                            lab.log(f"  {mb} MB rtt {rtt:>3} ms {clients:>4} clients {kind:<14} rep {rep + 1}: {m['rps']:>8.0f} req/s {m['mbit_s']:>7.1f} Mbit/s"
+                                    f"  peak {report.fmt_num(m['mem_peak_mb'])} MiB, cache {report.fmt_num(m['page_cache_mb'])} MiB")  # fmt: skip
+                    finally:
+                        netlab.stop(p, timeout=5)
+    finally:
+        cg.remove()
+    return summarize(lab, rows, points, reps, limit if cg.path else None)
+
+
+def summarize(lab, rows: list[dict], points, reps: int, limit: int | None) -> dict:
+    med = report.group_medians(rows, ["server", "data_mb", "rtt_ms", "clients"], ["rps", "mbit_s", "rt_mean_ms", "mem_peak_mb", "page_cache_mb"])
     report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "runs": rows})
     report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
     report.write_csv(os.path.join(lab.results_dir, "medians.csv"), med)
-    by = {(m["server"], m["rtt_ms"], m["clients"]): m for m in med}
+    by = {(m["server"], m["data_mb"], m["rtt_ms"], m["clients"]): m for m in med}
     table = []
-    for rtt, clients in points:
-        row = [f"{rtt} ms", str(clients)]
+    for mb, rtt, clients, _ in points:
+        row = [f"{mb} MB", f"{rtt} ms", str(clients)]
         for s in SERVERS:
-            m = by.get((s, rtt, clients))
-            row.append("–" if m is None else f"{m['rps']:.0f} ({m['mbit_s']:.0f} Mbit/s)")
+            m = by.get((s, mb, rtt, clients))
+            row.append("–" if m is None else f"{m['rps']:.0f} ({m['mbit_s']:.0f} Mbit/s, peak {report.fmt_num(m['mem_peak_mb'])} MiB)")
         table.append(row)
     problems = [r for r in rows if r["replies_2xx"] < r["requests"] * 0.99]
-    md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run, {reps} run(s) per point, median; {len(files)} files, mean {mean_size / 1024:.0f} KiB. Anchor: nginx, same network and run.", ""]
-    md += [report.markdown_table(["RTT", "clients"] + SERVERS, table), ""]
+    mem = f"memory cgroup limit {limit >> 20} MiB" if limit else "no memory limit (no writable v1 memory cgroup)"
+    md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run, {reps} run(s) per point, median; files of 4–256 KiB (mean 85 KiB); {mem}; "
+          f"send buffer {SEND_BUFFER >> 10} KiB. Anchor: nginx, same network and run.", ""]  # fmt: skip
+    md += [report.markdown_table(["data set", "RTT", "clients"] + SERVERS, table), ""]
     md += ["## Checks", "", f"- {len(problems)} run(s) with under 99 % 2xx" if problems else "- every run had at least 99 % 2xx replies", ""]
     md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
     with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:

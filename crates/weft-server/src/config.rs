@@ -158,6 +158,9 @@ pub struct ServeConfig {
     pub pool: Option<usize>,
     /// This process is one of an MP server's processes (set by the parent).
     pub mp_child: bool,
+    /// SO_SNDBUF of every accepted connection (set on the listeners, which
+    /// accepted sockets inherit); `None`: the kernel's autotuning (`--send-buffer`).
+    pub send_buffer: Option<usize>,
     /// Test only: every residency test misses (forces the helper path).
     pub test_miss: bool,
     /// Test only: each helper job first sleeps this long (a slow disk).
@@ -206,6 +209,7 @@ impl Default for ServeConfig {
             snapshot_check: true,
             pool: None,
             mp_child: false,
+            send_buffer: None,
             test_miss: false,
             test_disk_delay: Duration::ZERO,
         }

@@ -114,6 +114,11 @@ impl Server {
             // second small write on a connection (pipelined responses) must not
             // wait for the delayed ACK of the first.
             let _ = sys::set_nodelay(l, true);
+            // --send-buffer: accepted sockets inherit SO_SNDBUF (and its lock
+            // against autotuning) from the listener.
+            if let Some(b) = cfg.send_buffer {
+                sys::sockopt::set_sndbuf(l, b)?;
+            }
         }
         let slots: Arc<Vec<admin::WorkerSlot>> = Arc::new((0..workers).map(|_| admin::WorkerSlot::default()).collect());
         let admin_addr = match cfg.admin {

@@ -7,6 +7,7 @@
 //! mode = "tun"              # or "veth": plain veth pairs, MTU 1500, offloads off
 //! subnet = "10.77.0.0/24"   # host i gets .(i+1); default derived from the pid
 //! seed = 1                  # loss and jitter random numbers
+//! shaper = "router"         # or "kernel": rate limits by HTB on the TUN devices
 //!
 //! [[host]]
 //! name = "client"
@@ -164,6 +165,17 @@ pub struct Link {
     pub down: DirSpec,
 }
 
+/// Who enforces the rate limits in TUN mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Shaper {
+    /// The router's serialisation clock (per host or per flow).
+    #[default]
+    Router,
+    /// An HTB class per link direction on the sending host's TUN device
+    /// (per host only); the router then only delays and drops.
+    Kernel,
+}
+
 /// The whole emulated network.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Topology {
@@ -173,6 +185,8 @@ pub struct Topology {
     pub subnet: Option<Ipv4Addr>,
     /// Random seed (None: from the clock).
     pub seed: Option<u64>,
+    /// Who enforces TUN mode's rate limits: the router, or the kernel (HTB).
+    pub shaper: Shaper,
     /// Hosts in order.
     pub hosts: Vec<Host>,
     /// Links.
@@ -213,6 +227,15 @@ impl Topology {
                         "wan config: link {name}: veth mode joins namespaces only (no `root` host)"
                     ));
                 }
+            }
+            if self.shaper == Shaper::Kernel
+                && [&l.up, &l.down]
+                    .iter()
+                    .any(|s| s.rate.is_some() && s.rate_per == RatePer::Flow)
+            {
+                return err(format!(
+                    "wan config: link {name}: key `rate_per`: shaper = \"kernel\" limits per host (HTB) only; per flow needs the router"
+                ));
             }
         }
         Ok(())
@@ -514,7 +537,14 @@ fn parse_wan_table(t: &Value, file: &str, topo: &mut Topology) -> Result<(), Con
                         .map_err(|_| ConfigError(format!("{here}: `{s}` is not a number")))?,
                 )
             }
-            _ => return err(format!("{here}: unknown key (known: mode, subnet, seed)")),
+            "shaper" => {
+                topo.shaper = match s.as_str() {
+                    "router" => Shaper::Router,
+                    "kernel" => Shaper::Kernel,
+                    _ => return err(format!("{here}: `{s}` (expected router or kernel)")),
+                }
+            }
+            _ => return err(format!("{here}: unknown key (known: mode, subnet, seed, shaper)")),
         }
     }
     Ok(())
@@ -531,6 +561,7 @@ pub fn parse_toml(text: &str, file: &str) -> Result<Topology, ConfigError> {
         mode: Mode::Tun,
         subnet: None,
         seed: None,
+        shaper: Shaper::Router,
         hosts: Vec::new(),
         links: Vec::new(),
     };

@@ -16,5 +16,8 @@ pub mod model;
 pub mod netns;
 pub mod router;
 pub mod run;
+pub mod shaper;
+pub mod tuning;
 pub mod veth;
 pub use run::{run, RunOptions};
+pub use tuning::Tuning;

@@ -166,7 +166,12 @@ pub fn build(topo: &Topology) -> Result<Net, String> {
         }
     }
     match topo.mode {
-        Mode::Tun => build_tun(topo, &mut net, pid, base)?,
+        Mode::Tun => {
+            build_tun(topo, &mut net, pid, base)?;
+            if topo.shaper == crate::config::Shaper::Kernel {
+                crate::shaper::build(topo, &net, pid)?;
+            }
+        }
         Mode::Veth => crate::veth::build(topo, &mut net, pid)?,
     }
     Ok(net)

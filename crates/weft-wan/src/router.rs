@@ -1,18 +1,21 @@
-//! The user-space router: one thread, one poll(2) over every host's TUN
-//! device, a timerfd and a stop eventfd. A packet read from host A's device
-//! for host B's address goes through the A→B [`Direction`] and waits in a
-//! heap ordered by departure time; the timerfd wakes the thread when the
-//! earliest is due. Each packet's lateness (how long after its departure
+//! The user-space router: one thread, one ppoll(2) over every host's TUN
+//! device and a stop eventfd. A packet read from host A's device for host
+//! B's address goes through the A→B [`Direction`] and waits in a heap
+//! ordered by departure time; ppoll's nanosecond timeout wakes the thread
+//! when the earliest is due, or, when it is closer than the spin time, the
+//! thread looks at the devices without sleeping until it is ([`Tuning`]).
+//! Each packet's lateness (how long after its departure
 //! time it was actually written) is recorded: that is the emulator's own
 //! added delay.
 
 use crate::model::{DirStats, Direction, Verdict};
+use crate::tuning::{Budget, Tuning};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::net::Ipv4Addr;
 use std::time::Instant;
-use weft_io::sys::tun::{poll_in, PollFd, Timer};
+use weft_io::sys::tun::{poll_in, ppoll, PollFd};
 use weft_io::sys::{self, Fd};
 
 /// Largest packet read from a TUN device (its MTU is 1500).
@@ -61,6 +64,15 @@ pub struct RouterStats {
     pub unroutable: u64,
     /// Packets dropped because the delay line was full or a write failed.
     pub overflow: u64,
+    /// Packets read from the devices.
+    pub reads: u64,
+    /// Time spent in writes to the devices (each runs the receiving host's
+    /// stack): divided by `delivered`, the router's service time per packet.
+    pub write_ns: u64,
+    /// Waits that slept (ppoll with a timeout or none).
+    pub sleeps: u64,
+    /// Waits that only looked (spinning before a near departure).
+    pub spins: u64,
     /// Lateness of delivered packets in ns: sorted sample (up to 1,000,000).
     pub lateness: Vec<u64>,
 }
@@ -84,6 +96,8 @@ pub struct Router {
     /// (src, dst) -> index in dirs.
     route: HashMap<(usize, usize), usize>,
     ends: Vec<(usize, usize)>,
+    /// Arrival order, the heap's tie-break.
+    seq: u64,
 }
 
 impl Router {
@@ -95,6 +109,7 @@ impl Router {
             dirs: Vec::new(),
             route: HashMap::new(),
             ends: Vec::new(),
+            seq: 0,
         }
     }
 
@@ -105,20 +120,18 @@ impl Router {
         self.dirs.push(d);
     }
 
-    /// Route until `stop` (an eventfd) is signalled.
-    pub fn run(mut self, stop: &Fd) -> io::Result<RouterStats> {
-        let timer = Timer::new()?;
+    /// Route until `stop` (an eventfd) is signalled, waiting as `tuning` says.
+    pub fn run(mut self, stop: &Fd, tuning: &Tuning) -> io::Result<RouterStats> {
         let epoch = Instant::now();
         let now = || epoch.elapsed().as_nanos() as u64;
         let mut heap: BinaryHeap<Pending> = BinaryHeap::new();
         let mut free: Vec<Box<[u8; BUF]>> = Vec::new();
         let mut st = RouterStats::default();
-        let mut seq = 0u64;
         let mut fds: Vec<PollFd> = self.tuns.iter().map(poll_in).collect();
-        fds.push(poll_in(timer.fd()));
         fds.push(poll_in(stop));
         let n = self.tuns.len();
-        let mut armed: Option<u64> = None;
+        let spin = tuning.spin.as_nanos() as u64;
+        let mut budget = Budget::default();
         let mut draining: Option<u64> = None;
         loop {
             self.deliver(&mut heap, &mut free, &mut st, &now);
@@ -128,68 +141,42 @@ impl Router {
                 break;
             }
             let next = heap.peek().map(|p| draining.map_or(p.at, |d| p.at.min(d)));
-            if next != armed {
-                timer.set(next.map(|at| std::time::Duration::from_nanos(at.saturating_sub(now()))))?;
-                armed = next;
-            }
+            let t = now();
+            // Near departures are waited for by looking without sleeping (no
+            // timer round trip), within the spin budget; for the others the
+            // thread sleeps until `spin` before them (a wake-up comes tens of
+            // µs late on a busy VM), then spins.
+            let wait = next.map(|at| at.saturating_sub(t));
+            let may_spin = spin > 0 && budget.may_spin(t);
+            let spinning = may_spin && wait.is_some_and(|w| w <= spin);
+            let timeout = match wait {
+                _ if spinning => Some(0),
+                Some(w) if may_spin => Some(w - spin),
+                w => w,
+            };
             for f in fds.iter_mut() {
                 f.revents = 0;
             }
-            match sys::poll(&mut fds, -1) {
+            match ppoll(&mut fds, timeout.map(std::time::Duration::from_nanos)) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
-            if fds[n + 1].revents != 0 {
+            if spinning {
+                st.spins += 1;
+            } else {
+                st.sleeps += 1;
+                budget.slept(now().saturating_sub(t));
+            }
+            if fds[n].revents != 0 {
                 // Stop: deliver what is in flight first (a reply in the delay
                 // line when the command exits), for at most DRAIN.
                 sys::eventfd_drain(stop);
                 draining.get_or_insert(now() + DRAIN_NS);
             }
-            if fds[n].revents != 0 {
-                timer.drain();
-                armed = None;
-            }
-            let ready = fds[..n]
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| f.revents != 0)
-                .map(|(i, _)| i);
-            for src in ready.collect::<Vec<_>>() {
-                for i in 0..BURST {
-                    if i % 8 == 7 {
-                        // Long bursts must not hold back packets already due.
-                        self.deliver(&mut heap, &mut free, &mut st, &now);
-                    }
-                    let mut buf = free.pop().unwrap_or_else(|| Box::new([0u8; BUF]));
-                    let len = match sys::read(&self.tuns[src], &mut buf[..]) {
-                        Ok(len) if len > 0 => len,
-                        _ => {
-                            free.push(buf);
-                            break;
-                        }
-                    };
-                    let Some((dst, flow)) = self.classify(&buf[..len]) else {
-                        st.unroutable += 1;
-                        free.push(buf);
-                        continue;
-                    };
-                    let Some(&di) = self.route.get(&(src, dst)) else {
-                        st.unroutable += 1;
-                        free.push(buf);
-                        continue;
-                    };
-                    match self.dirs[di].offer(now(), len, flow) {
-                        Verdict::At(at) if heap.len() < MAX_PENDING => {
-                            seq += 1;
-                            heap.push(Pending { at, seq, dst, len, buf });
-                        }
-                        Verdict::At(_) => {
-                            st.overflow += 1;
-                            free.push(buf);
-                        }
-                        Verdict::Lost | Verdict::QueueFull => free.push(buf),
-                    }
+            for (src, f) in fds[..n].iter().enumerate() {
+                if f.revents != 0 {
+                    self.read_burst(src, &mut heap, &mut free, &mut st, &now);
                 }
             }
         }
@@ -201,6 +188,60 @@ impl Router {
             .collect();
         st.lateness.sort_unstable();
         Ok(st)
+    }
+
+    /// Read up to BURST packets from host `src`'s device into the delay line.
+    #[allow(clippy::vec_box)]
+    fn read_burst(
+        &mut self,
+        src: usize,
+        heap: &mut BinaryHeap<Pending>,
+        free: &mut Vec<Box<[u8; BUF]>>,
+        st: &mut RouterStats,
+        now: &dyn Fn() -> u64,
+    ) {
+        for i in 0..BURST {
+            if i % 8 == 7 {
+                // Long bursts must not hold back packets already due.
+                self.deliver(heap, free, st, now);
+            }
+            let mut buf = free.pop().unwrap_or_else(|| Box::new([0u8; BUF]));
+            let len = match sys::read(&self.tuns[src], &mut buf[..]) {
+                Ok(len) if len > 0 => len,
+                _ => {
+                    free.push(buf);
+                    break;
+                }
+            };
+            st.reads += 1;
+            let Some((dst, flow)) = self.classify(&buf[..len]) else {
+                st.unroutable += 1;
+                free.push(buf);
+                continue;
+            };
+            let Some(&di) = self.route.get(&(src, dst)) else {
+                st.unroutable += 1;
+                free.push(buf);
+                continue;
+            };
+            match self.dirs[di].offer(now(), len, flow) {
+                Verdict::At(at) if heap.len() < MAX_PENDING => {
+                    self.seq += 1;
+                    heap.push(Pending {
+                        at,
+                        seq: self.seq,
+                        dst,
+                        len,
+                        buf,
+                    });
+                }
+                Verdict::At(_) => {
+                    st.overflow += 1;
+                    free.push(buf);
+                }
+                Verdict::Lost | Verdict::QueueFull => free.push(buf),
+            }
+        }
     }
 
     /// Write every packet whose departure time has come.
@@ -220,7 +261,9 @@ impl Router {
             // Lateness up to the write: the write itself runs the receiving
             // host's stack (TCP input) in this thread.
             let late = now().saturating_sub(p.at);
-            match sys::write(&self.tuns[p.dst], &p.buf[..p.len]) {
+            let w = sys::write(&self.tuns[p.dst], &p.buf[..p.len]);
+            st.write_ns += now().saturating_sub(p.at + late);
+            match w {
                 Ok(_) => {
                     st.delivered += 1;
                     if st.lateness.len() < 1_000_000 {

@@ -7,6 +7,7 @@ use crate::counters;
 use crate::model::Direction;
 use crate::netns::{self, Net};
 use crate::router::{Router, RouterStats};
+use crate::tuning::Tuning;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::{mpsc, Arc};
@@ -28,6 +29,8 @@ pub struct RunOptions {
     pub stats: Option<PathBuf>,
     /// No summary on stderr.
     pub quiet: bool,
+    /// How the router thread waits and runs.
+    pub tuning: Tuning,
 }
 
 fn env_name(host: &str) -> String {
@@ -80,7 +83,7 @@ fn spawn(topo: &Topology, net: &Net, opts: &RunOptions) -> Result<Option<Child>,
         .map_err(|e| format!("cannot start `{}`: {e}", argv.join(" ")))
 }
 
-fn start_router(topo: &Topology, net: &mut Net) -> Result<Option<RouterThread>, String> {
+fn start_router(topo: &Topology, net: &mut Net, tuning: &Tuning) -> Result<Option<RouterThread>, String> {
     if topo.mode != Mode::Tun {
         return Ok(None);
     }
@@ -93,20 +96,29 @@ fn start_router(topo: &Topology, net: &mut Net) -> Result<Option<RouterThread>, 
     let mut r = Router::new(std::mem::take(&mut net.tuns), &net.addrs);
     for (i, l) in topo.links.iter().enumerate() {
         let s = seed.wrapping_add(2 * i as u64 * 0x9e37_79b9);
-        r.add(l.a, l.b, Direction::new(l.up.clone(), s));
-        r.add(l.b, l.a, Direction::new(l.down.clone(), s.wrapping_add(0x9e37_79b9)));
+        // With the kernel shaper, HTB on the TUN devices enforces the rates.
+        let spec = |d: &crate::config::DirSpec| {
+            let mut d = d.clone();
+            if topo.shaper == crate::config::Shaper::Kernel {
+                d.rate = None;
+            }
+            d
+        };
+        r.add(l.a, l.b, Direction::new(spec(&l.up), s));
+        r.add(l.b, l.a, Direction::new(spec(&l.down), s.wrapping_add(0x9e37_79b9)));
     }
     let stop = Arc::new(sys::eventfd().map_err(|e| format!("eventfd: {e}"))?);
     let stop2 = Arc::clone(&stop);
+    let tuning = tuning.clone();
     let h = std::thread::Builder::new()
         .name("wan-router".into())
         .spawn(move || {
             // Real-time when allowed: a delay line's wake-ups must not wait
             // behind a busy machine's other work (tests and lab share 2 cores).
-            if let Err(e) = sys::tun::set_realtime(10) {
-                eprintln!("weft wan: note: router at normal priority ({e})");
+            for note in tuning.apply() {
+                eprintln!("weft wan: note: {note}");
             }
-            r.run(&stop2)
+            r.run(&stop2, &tuning)
         })
         .map_err(|e| format!("cannot start the router thread: {e}"))?;
     Ok(Some(RouterThread { stop, h }))
@@ -146,7 +158,7 @@ pub fn run(topo: &Topology, opts: &RunOptions) -> i32 {
     // Signals go to the waiting thread only; the command was started before
     // this, so it keeps the default dispositions.
     let _ = sys::block_shutdown_signals();
-    let router = match start_router(topo, &mut net) {
+    let router = match start_router(topo, &mut net, &opts.tuning) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("weft wan: {e}");
@@ -225,13 +237,14 @@ fn report(topo: &Topology, st: &RouterStats, tcp: &serde_json::Value, opts: &Run
             );
         }
         eprintln!(
-            "weft wan: delivered {}, unroutable {}, overflow {}; own added delay p50 {:.1} us, p99 {:.1} us, max {:.1} us",
+            "weft wan: delivered {}, unroutable {}, overflow {}; own added delay p50 {:.1} us, p99 {:.1} us, max {:.1} us; {:.2} us per write",
             st.delivered,
             st.unroutable,
             st.overflow,
             st.lateness_us(0.5),
             st.lateness_us(0.99),
-            st.lateness_us(1.0)
+            st.lateness_us(1.0),
+            st.write_ns as f64 / 1e3 / st.delivered.max(1) as f64
         );
     }
     if let Some(p) = &opts.stats {
@@ -245,7 +258,8 @@ fn report(topo: &Topology, st: &RouterStats, tcp: &serde_json::Value, opts: &Run
             .collect();
         let v = serde_json::json!({"dirs": dirs, "delivered": st.delivered, "unroutable": st.unroutable,
             "overflow": st.overflow, "tcp": tcp, "lateness_us": {"p50": st.lateness_us(0.5), "p99": st.lateness_us(0.99),
-            "p999": st.lateness_us(0.999), "max": st.lateness_us(1.0), "samples": st.lateness.len()}});
+            "p999": st.lateness_us(0.999), "max": st.lateness_us(1.0), "samples": st.lateness.len()},
+            "reads": st.reads, "write_ns": st.write_ns, "sleeps": st.sleeps, "spins": st.spins});
         if let Err(e) = std::fs::write(p, format!("{v}\n")) {
             eprintln!("weft wan: cannot write {}: {e}", p.display());
         }

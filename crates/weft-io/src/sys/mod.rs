@@ -23,6 +23,7 @@ mod shared_words;
 pub mod sockopt;
 pub mod splice;
 mod stream;
+mod tcp_info;
 pub mod tun;
 mod unix;
 pub mod uring;
@@ -45,6 +46,7 @@ pub use sockopt::{
 };
 pub use splice::{bytes_readable, pipe_capacity, read_to_bytes};
 pub use stream::{peek, recv_now, set_nonblocking, unix_stream_connect};
+pub use tcp_info::{tcp_info, TcpInfo};
 pub use unix::{recv_fd_with, send_fd_with, seqpacket_connect, seqpacket_listener, seqpacket_pair};
 pub use wait::wait_ready;
 

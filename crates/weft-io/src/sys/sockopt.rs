@@ -93,6 +93,15 @@ sockopt!(
 );
 
 sockopt!(
+    /// SO_SNDBUF: the send buffer size asked for (the kernel doubles it for its
+    /// bookkeeping, caps it at net.core.wmem_max and stops autotuning it).
+    /// Accepted sockets inherit it from the listener.
+    set_sndbuf(bytes: usize), get
+    /// The SO_SNDBUF in force (the doubled figure the kernel keeps).
+    sndbuf = SOL_SOCKET, SO_SNDBUF
+);
+
+sockopt!(
     /// SO_REUSEADDR: bind may take a port whose earlier connection is in
     /// TIME_WAIT.
     set_reuseaddr(on: bool) = SOL_SOCKET, SO_REUSEADDR
@@ -135,6 +144,8 @@ mod tests {
         assert_eq!(rcvlowat(fd).unwrap(), 1);
         set_cork(fd, true).unwrap();
         set_rcvbuf(fd, 65536).unwrap();
+        set_sndbuf(fd, 65536).unwrap();
+        assert_eq!(sndbuf(fd).unwrap(), 2 * 65536);
         set_reuseaddr(fd, true).unwrap();
         set_reuseport(fd, true).unwrap();
         set_bind_address_no_port(fd, true).unwrap();

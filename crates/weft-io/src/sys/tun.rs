@@ -137,3 +137,42 @@ pub fn set_realtime(prio: i32) -> io::Result<()> {
     // SAFETY: param is a valid sched_param; pid 0 is the calling thread.
     cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) }).map(drop)
 }
+
+/// ppoll(2) over `fds` with a nanosecond timeout (None: wait for ever,
+/// zero: only look). Unlike poll's whole milliseconds, a real-time thread
+/// sleeps exactly this long (its timer slack is zero), and a call that finds
+/// a descriptor ready arms no timer at all: no timerfd_settime per wake-up.
+pub fn ppoll(fds: &mut [PollFd], timeout: Option<Duration>) -> io::Result<usize> {
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let tp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    bump(SysKind::Poll);
+    // SAFETY: fds is a valid writable array of fds.len() pollfds; tp is null
+    // or points at a timespec that outlives the call; no signal mask.
+    cvt(unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, tp, std::ptr::null()) }).map(|n| n as usize)
+}
+
+/// Pin the calling thread to CPU `cpu` (sched_setaffinity).
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "cpu number out of range"));
+    }
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu < CPU_SETSIZE was checked, so CPU_SET stays inside the set.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    bump(SysKind::Other);
+    // SAFETY: set is a valid cpu_set_t of the size passed; pid 0 is the calling thread.
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) }).map(drop)
+}
+
+/// Lock the process's pages in memory, present and future (mlockall), so a
+/// page fault never stalls the router. Needs CAP_IPC_LOCK or a high enough
+/// RLIMIT_MEMLOCK.
+pub fn lock_memory() -> io::Result<()> {
+    bump(SysKind::Other);
+    // SAFETY: plain flag arguments.
+    cvt(unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) }).map(drop)
+}

@@ -1,0 +1,54 @@
+//! `shaper = "kernel"`: TUN mode's rate limits enforced by the kernel
+//! instead of the router. Each direction A→B with a rate becomes an HTB
+//! class on A's TUN device (where A's packets leave its stack, before the
+//! router reads them), matched by B's address with a u32 filter, with a
+//! byte-limited FIFO of `queue` bytes; other traffic is not classified and
+//! leaves unshaped (HTB `default 0`). HTB counts IP bytes on a TUN device
+//! (no link-layer header), as the router's limiter does. Per host only: a
+//! class per flow would need a filter per connection (use the router).
+
+use crate::config::Topology;
+use crate::netns::{run, Net};
+
+/// Add the HTB classes of `topo`'s rates to the TUN devices of `net`.
+pub fn build(topo: &Topology, net: &Net, pid: u32) -> Result<(), String> {
+    let mut rooted = vec![false; topo.hosts.len()];
+    let mut class = 0u32;
+    for l in &topo.links {
+        for (src, dst, spec) in [(l.a, l.b, &l.up), (l.b, l.a, &l.down)] {
+            let Some(rate) = spec.rate else { continue };
+            class += 1;
+            let dev = format!("ww{pid}t{src}");
+            let tc = |args: &[&str]| -> Result<(), String> {
+                let mut v: Vec<&str> = match &net.ns[src] {
+                    Some(ns) => vec!["ip", "netns", "exec", ns.as_str(), "tc"],
+                    None => vec!["tc"],
+                };
+                v.extend(args);
+                run(v[0], &v[1..]).map_err(|e| format!("shaper kernel: host {}: {e}", topo.hosts[src].name))
+            };
+            if !rooted[src] {
+                tc(&[
+                    "qdisc", "add", "dev", &dev, "root", "handle", "1:", "htb", "default", "0",
+                ])?;
+                rooted[src] = true;
+            }
+            let id = format!("1:{class:x}");
+            let r = format!("{rate}bit");
+            // A burst of at least one full packet, and about 1 ms at the rate.
+            let burst = (rate / 8 / 1000).max(1600).to_string();
+            tc(&[
+                "class", "add", "dev", &dev, "parent", "1:", "classid", &id, "htb", "rate", &r, "ceil", &r, "burst",
+                &burst, "cburst", &burst,
+            ])?;
+            let lim = spec.queue_bytes.to_string();
+            tc(&["qdisc", "add", "dev", &dev, "parent", &id, "bfifo", "limit", &lim])?;
+            let to = format!("{}/32", net.addrs[dst]);
+            tc(&[
+                "filter", "add", "dev", &dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip",
+                "dst", &to, "flowid", &id,
+            ])?;
+        }
+    }
+    Ok(())
+}
