@@ -124,6 +124,7 @@ pub(super) fn start(
     (persist, head_only, now): (Persist, bool, Instant),
     root: &[u8],
 ) -> Txn {
+    let local = g.local_addr(c);
     let data = &c.input.pending()[..head_len];
     let r = &g.cfg.routes[route];
     let target = head.target(data);
@@ -143,7 +144,6 @@ pub(super) fn start(
         Some(i) if !host.ends_with(b"]") => &host[..i],
         _ => host,
     };
-    let local = sys::local_addr(&c.fd).unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
     let req = env::CgiRequest {
         head,
         data,
@@ -256,6 +256,8 @@ impl Txn {
                 None => Done::No,
             };
         };
+        // The whole request goes out in this call's one send.
+        let whole = self.req_at == 0 && self.body_left == 0 && !self.req.is_empty();
         if self.req_at < self.req.len() {
             let Some(u) = g.ups.get(up) else {
                 return self.fail(g, c, date, 502);
@@ -273,6 +275,11 @@ impl Txn {
             self.req.clear();
             self.req_at = 0;
             g.want(up, Interest::READ);
+            if whole && self.phase == Phase::Head {
+                // The application has not seen the request yet: its answer
+                // comes with a readiness event (a read now is an EAGAIN).
+                return Done::No;
+            }
         } else {
             g.want(up, Interest::BOTH);
         }
