@@ -7,14 +7,18 @@ thesis 004 §2.2.6: Flash-Lite's persistent CGI with its zero-copy path).
 - weft fastcgi splice / copy: `--fastcgi /app=127.0.0.1:PORT` to
   `weft-fcgi-app` (the workspace's FastCGI responder), record payloads
   spliced to the socket, or read and written (`--cgi-send copy`);
-- weft fastcgi unix: the same application on a Unix socket
-  (`--cgi-send auto` copies there: splicing from a Unix stream socket copies
-  in the kernel and costs more);
+- weft fastcgi unix: the same application on a Unix socket (spliced too:
+  since Linux 6.5 the application's sendfile attaches pages to the Unix
+  socket and weft's splice moves them);
 - weft cgi pool: `--cgi /app=weft-fcgi-app`, weft starts and supervises the
   processes (persistent CGI);
 - weft cgi1 fork: `--cgi-mode cgi1`, a shell script per request (CGI/1.1);
 - nginx static and nginx fastcgi (`fastcgi_pass` to the same application
   with upstream keepalive and `fastcgi_keep_conn on`): the anchors.
+
+The application (`weft-fcgi-app`) answers from a prepared record stream
+with one sendfile per request, as a tuned FastCGI application serving a
+document would (the thesis's CGI program also returned a document).
 
 Reported: requests/s, server CPU µs per request (the server's process tree:
 for `weft cgi pool` and `cgi1` that includes the programs), application CPU

@@ -18,6 +18,8 @@
 //! - `hang=1`: the request never gets an answer;
 //! - `badhead=1`: a malformed CGI head;
 //! - `over=N`: N more body bytes than the Content-Length declared;
+//! - `local=PATH`: a local redirect to PATH (`Location` alone, RFC 3875
+//!   §6.2.2); `loop=1`: a local redirect to the request's own URI;
 //! - `stderr=1`: a line on FCGI_STDERR too.
 //!
 //! Every response carries `X-Pid`, so a test can see a worker replaced. The
@@ -296,10 +298,14 @@ where
 /// Write the response to `req` (FastCGI records) to `s`.
 fn build<S: Write>(s: &mut S, req: &Req) -> io::Result<()> {
     let mut query = String::new();
+    let mut uri = String::new();
     let mut env = Vec::new();
     let _ = decode_pairs(&req.params, |n, v| {
         if n == b"QUERY_STRING" {
             query = String::from_utf8_lossy(v).into_owned();
+        }
+        if n == b"REQUEST_URI" {
+            uri = String::from_utf8_lossy(v).into_owned();
         }
         env.extend_from_slice(n);
         env.push(b'=');
@@ -324,8 +330,14 @@ fn build<S: Write>(s: &mut S, req: &Req) -> io::Result<()> {
         body_of(q("size").and_then(|v| v.parse().ok()).unwrap_or(0))
     };
     let mut out = Vec::with_capacity(body.len() + 256);
+    let local = q("local")
+        .map(str::to_string)
+        .or_else(|| q("loop").map(|_| uri.clone()));
     if q("badhead").is_some() {
         out.extend_from_slice(b"this is not a header line\r\n\r\n");
+    } else if let Some(path) = local {
+        // A local redirect (RFC 3875 §6.2.2): only Location, no body.
+        let _ = write!(out, "Location: {path}\r\n\r\n");
     } else {
         out.extend_from_slice(b"Status: 200 OK\r\nContent-Type: application/octet-stream\r\n");
         let _ = write!(out, "X-Pid: {}\r\n", std::process::id());
@@ -334,7 +346,9 @@ fn build<S: Write>(s: &mut S, req: &Req) -> io::Result<()> {
         }
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(&body);
+    if !out.starts_with(b"Location:") {
+        out.extend_from_slice(&body);
+    }
     if let Some(n) = q("over").and_then(|v| v.parse::<usize>().ok()) {
         out.extend(std::iter::repeat_n(b'X', n.min(1 << 24)));
     }
