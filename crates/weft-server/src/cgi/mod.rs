@@ -775,6 +775,28 @@ pub(crate) fn after_batch<P: Poller>(s: &mut Shared<'_>, cx: &mut Ctx<P>) -> Vec
     std::mem::take(&mut g.wake)
 }
 
+/// The blocking architectures (MT, MP), which have no event loop: do what
+/// [`after_batch`] does without a poller (close what must close, reap,
+/// time out the request in flight). None: no request in flight; else the
+/// application connection the thread must also wait for (and whether for
+/// writing), if there is one yet.
+pub(crate) fn blocking_step(
+    s: &mut Shared<'_>,
+    client: Token,
+    now: Instant,
+) -> Option<Option<(std::os::fd::RawFd, bool)>> {
+    let g = s.cgi.as_mut()?;
+    // Nothing is registered anywhere: closing is dropping.
+    g.closing.clear();
+    g.dirty.clear();
+    g.wake.clear();
+    g.zombies.retain_mut(|ch| matches!(ch.try_wait(), Ok(None)));
+    let t = g.txns.get_mut(&client)?;
+    t.timed_out(now);
+    let up = t.up.and_then(|u| g.ups.get(u)).filter(|u| u.want != Interest::NONE);
+    Some(up.map(|u| (u.fd.raw(), u.want.write && !u.want.read)))
+}
+
 /// How long the loop may sleep at most.
 pub(crate) fn max_wait(s: &Shared<'_>) -> Option<Duration> {
     let g = s.cgi.as_ref()?;

@@ -16,6 +16,8 @@ use weft_io::{Interest, Token};
 
 /// How often a thread blocked in `accept` looks at the shutdown switch.
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
+/// The longest wait of a thread whose connection has a CGI request in flight.
+const CGI_SLICE: Duration = Duration::from_millis(50);
 /// How often an MP process reports its counters to its parent.
 const REPORT_EVERY: Duration = Duration::from_millis(250);
 
@@ -107,11 +109,22 @@ impl Worker<'_> {
                 Next::Read if c.is_idle() => (false, cfg.idle_timeout),
                 Next::Read => (false, cfg.header_timeout),
             };
+            // cgi: a request in flight waits for its application too, in
+            // short slices (its own timeout is the CGI's).
+            if let Some(up) = crate::cgi::blocking_step(&mut self.shared, c.token, Instant::now()) {
+                if sys::wait_ready2(c.fd.raw(), write, up, CGI_SLICE).is_err() {
+                    break;
+                }
+                c.may_read |= !write;
+                continue;
+            }
             match sys::wait_ready(&c.fd, write, limit) {
                 Ok(true) => c.may_read |= !write,
                 _ => break, // timed out (or the wait failed): close
             }
         }
+        // cgi: drop a request still in flight.
+        crate::cgi::client_closed(&mut self.shared, c.token);
         if c.snapshot {
             self.shared.tails.remove(&c.token);
         }
