@@ -25,7 +25,8 @@
 //! record payloads never enter weft's address space. `--cgi-send copy`
 //! reads them instead (the lab's comparison).
 //!
-//! The worker calls in at six places (`worker.rs`, marked `// cgi:`): start
+//! The worker calls in at six places (`worker.rs`, marked `// cgi:`; MT and
+//! MP call [`blocking_step`] instead of the last three): start
 //! a request ([`begin`]), drive a connection with a request in flight
 //! ([`drive`]), an application socket's event ([`on_event`]), a client
 //! connection closed ([`client_closed`]), after each batch ([`after_batch`]:
