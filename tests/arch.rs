@@ -5,13 +5,11 @@
 //! dies is started again, and `/stats` lists the processes and sums them.
 
 mod common;
+mod fcgi_app;
 
 use common::*;
+use fcgi_app::app_bin;
 use std::time::Duration;
-
-fn app_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_weft-fcgi-app")
-}
 
 /// `per_arch!(a, b)` defines `mod amped { #[test] fn a() ... }` and so on.
 macro_rules! per_arch {
@@ -47,15 +45,7 @@ mod scenarios {
     pub fn cgi_pool(arch: &[&str]) {
         let site = site();
         let route = format!("/app={}", app_bin());
-        let args = [
-            path_str(&site.path),
-            "--workers",
-            "1",
-            "--cgi",
-            &route,
-            "--cgi-workers",
-            "1",
-        ];
+        let args = [path_str(&site.path), "--workers", "1", "--cgi", &route];
         let w = Weft::serve(&[&args[..], arch].concat());
         let mut r = Reader::new(w.connect());
         for size in [0usize, 5000, 65_536, 300_000] {
@@ -75,34 +65,13 @@ mod scenarios {
 
     /// An external FastCGI application over TCP.
     pub fn fastcgi_tcp(arch: &[&str]) {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(app_bin())
-            .args(["--listen", "127.0.0.1:0"])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let app = Kill(child);
-        let addr = line.trim().strip_prefix("listening on ").unwrap().to_string();
+        let (_app, addr) = fcgi_app::on_tcp();
         let route = format!("/t={addr}");
         let w = Weft::serve(&[&["--workers", "1", "--fastcgi", &route][..], arch].concat());
         for size in [1usize, 65_536, 1 << 20] {
             let resp = get(&w, &format!("/t?size={size}"));
             assert!(resp.body == pattern(size), "size {size}");
         }
-        drop(app);
-    }
-}
-
-struct Kill(std::process::Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -5,16 +5,14 @@
 //! The application is `weft-fcgi-app` (src/bin), so no php-fpm is needed.
 
 mod common;
+mod fcgi_app;
 
 use common::{pattern, wait_until, TempDir, Weft};
+use fcgi_app::{app_bin, App};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn app_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_weft-fcgi-app")
-}
 
 /// A response read by its framing: Content-Length, chunked, or until close.
 struct Resp {
@@ -279,15 +277,6 @@ fn malformed_head_is_502_and_overlong_output_is_cut() {
     assert!(r.body == pattern(5));
 }
 
-struct App(Child);
-
-impl Drop for App {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn fastcgi_to_an_external_application() {
     let dir = TempDir::new("cgi-ext");
@@ -373,18 +362,7 @@ fn counters_reach_the_admin_stats() {
 
 #[test]
 fn fastcgi_over_tcp_and_a_slow_client() {
-    use std::io::BufRead;
-    let mut child = Command::new(app_bin())
-        .args(["--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _app = App(child);
-    let addr = line.trim().strip_prefix("listening on ").unwrap().to_string();
+    let (_app, addr) = fcgi_app::on_tcp();
     let route = format!("/t={addr}");
     let w = Weft::serve(&["--workers", "1", "--fastcgi", &route]);
     let mut c = Conn::new(&w);
@@ -418,6 +396,10 @@ fn local_redirect_is_served_by_the_server() {
     c.send(b"GET /app/x?local=/f.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /app/z?size=7 HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(c.response(false).body, b"static file\n");
     assert!(c.response(false).body == pattern(7));
+    // A HEAD stays a HEAD.
+    c.send(b"HEAD /app/x?local=/f.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response(true);
+    assert_eq!((r.status, r.header("content-length")), (200, Some("12")));
     // A redirect to itself ends, bounded, in a 500.
     assert_eq!(c.get("/app/x?loop=1").status, 500);
     assert!(c.get("/app/y?size=3").body == pattern(3));
@@ -430,16 +412,12 @@ fn local_redirect_is_served_by_the_server() {
 fn cgi_requests_are_in_the_access_log() {
     let dir = TempDir::new("cgi-log");
     let log = dir.path.join("access.log");
-    let route = format!("/app={}", app_bin());
-    let w = Weft::serve(&[
-        "--workers",
-        "1",
-        "--cgi",
-        &route,
+    let log_arg = log.to_str().unwrap();
+    let w = serve_pool(&[
         "--cgi-workers",
         "1",
         "--access-log",
-        log.to_str().unwrap(),
+        log_arg,
         "--access-log-format",
         "json",
     ]);

@@ -611,11 +611,13 @@ fn finished(c: &mut Conn, s: &mut Shared<'_>, mut t: Txn) {
     }
 }
 
-/// Put `GET loc` in front of the connection's input: it is answered next,
+/// Put `GET loc` (`HEAD loc`) in front of the connection's input: it is answered next,
 /// as any request (a file, or a CGI prefix again, one level deeper).
 fn redirect(c: &mut Conn, s: &mut Shared<'_>, t: &Txn, loc: &[u8]) {
     let mut req = Vec::with_capacity(loc.len() + t.host.len() + 64);
-    req.extend_from_slice(b"GET ");
+    // GET, as RFC 3875 §6.2.2 has it (a POST's body went to the program);
+    // a HEAD stays a HEAD.
+    req.extend_from_slice(if t.head_only { b"HEAD " } else { b"GET " });
     req.extend_from_slice(loc);
     req.extend_from_slice(if t.http10 {
         b" HTTP/1.0\r\nHost: "
