@@ -53,6 +53,11 @@ fn main() {
         }
     };
     let parent = std::os::unix::process::parent_id();
+    if listen.is_none() && parent == 1 {
+        // Started by a supervisor that is already gone (reparented to init
+        // before this line ran): nobody will ever connect.
+        std::process::exit(0);
+    }
     std::thread::spawn(move || loop {
         std::thread::sleep(Duration::from_millis(200));
         if std::os::unix::process::parent_id() != parent {
