@@ -5,14 +5,12 @@
 //! The application is `weft-fcgi-app` (src/bin), so no php-fpm is needed.
 
 mod common;
+mod fcgi_app;
 
 use common::{pattern, wait_until, Reader, Response as Resp, TempDir, Weft};
-use std::process::{Child, Command, Stdio};
+use fcgi_app::{app_bin, App};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn app_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_weft-fcgi-app")
-}
 
 /// A connection whose responses are read by their framing: Content-Length,
 /// chunked, or until close.
@@ -189,15 +187,6 @@ fn malformed_head_is_502_and_overlong_output_is_cut() {
     assert!(r.body == pattern(5));
 }
 
-struct App(Child);
-
-impl Drop for App {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn fastcgi_to_an_external_application() {
     let dir = TempDir::new("cgi-ext");
@@ -283,18 +272,7 @@ fn counters_reach_the_admin_stats() {
 
 #[test]
 fn fastcgi_over_tcp_and_a_slow_client() {
-    use std::io::BufRead;
-    let mut child = Command::new(app_bin())
-        .args(["--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _app = App(child);
-    let addr = line.trim().strip_prefix("listening on ").unwrap().to_string();
+    let (_app, addr) = fcgi_app::on_tcp();
     let route = format!("/t={addr}");
     let w = Weft::serve(&["--workers", "1", "--fastcgi", &route]);
     let mut c = Conn::new(&w);
@@ -305,4 +283,85 @@ fn fastcgi_over_tcp_and_a_slow_client() {
     let r = c.response(false);
     assert!(r.body == pattern(4 << 20));
     assert!(c.get("/t?size=1").body == pattern(1));
+}
+
+#[test]
+fn local_redirect_is_served_by_the_server() {
+    let site = TempDir::new("cgi-redirect");
+    site.write("f.txt", b"static file\n");
+    let route = format!("/app={}", app_bin());
+    let root = site.path.to_str().unwrap();
+    let w = Weft::serve(&[root, "--workers", "1", "--cgi", &route]);
+    let mut c = Conn::new(&w);
+    // RFC 3875 §6.2.2: `Location: /path` without Status is answered with
+    // that path, not sent to the client.
+    let r = c.get("/app/x?local=/f.txt");
+    assert_eq!((r.status, r.header("location")), (200, None));
+    assert_eq!(r.body, b"static file\n");
+    // To another CGI path; the connection stays in step.
+    let r = c.get("/app/x?local=/app/y?size=5000");
+    assert_eq!(r.status, 200);
+    assert!(r.body == pattern(5000));
+    // Pipelined behind a redirect.
+    c.send(b"GET /app/x?local=/f.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /app/z?size=7 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).body, b"static file\n");
+    assert!(c.response(false).body == pattern(7));
+    // A HEAD stays a HEAD.
+    c.send(b"HEAD /app/x?local=/f.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response(true);
+    assert_eq!((r.status, r.header("content-length")), (200, Some("12")));
+    // A redirect to itself ends, bounded, in a 500.
+    assert_eq!(c.get("/app/x?loop=1").status, 500);
+    assert!(c.get("/app/y?size=3").body == pattern(3));
+    // An absolute URL is a client redirect: 302 with its Location.
+    let r = c.get("/app/x?local=http://example.com/");
+    assert_eq!((r.status, r.header("location")), (302, Some("http://example.com/")));
+}
+
+#[test]
+fn cgi_requests_are_in_the_access_log() {
+    let dir = TempDir::new("cgi-log");
+    let log = dir.path.join("access.log");
+    let log_arg = log.to_str().unwrap();
+    let w = serve_pool(&[
+        "--cgi-workers",
+        "1",
+        "--access-log",
+        log_arg,
+        "--access-log-format",
+        "json",
+    ]);
+    let mut c = Conn::new(&w);
+    assert_eq!(c.get("/app/x?size=70000").status, 200);
+    assert_eq!(c.get("/app/x?badhead=1").status, 502);
+    let r = c.get("/app/x?size=10&nolen=1");
+    assert_eq!(r.status, 200);
+    let mut text = String::new();
+    let ok = wait_until(Duration::from_secs(5), || {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines().count() >= 3
+    });
+    assert!(ok, "log: {text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].contains("\"request\":\"GET /app/x?size=70000 HTTP/1.1\""),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[0].contains("\"status\":200"), "{}", lines[0]);
+    // Bytes: the head and the 70,000 body bytes.
+    let bytes: u64 = lines[0]
+        .split("\"bytes\":")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((70_000..71_000).contains(&bytes), "{}", lines[0]);
+    assert!(lines[0].contains("\"request_time\":"), "{}", lines[0]);
+    assert!(lines[1].contains("\"status\":502"), "{}", lines[1]);
+    // Chunked: the chunk framing is counted too.
+    assert!(lines[2].contains("\"status\":200"), "{}", lines[2]);
 }

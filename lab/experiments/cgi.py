@@ -7,14 +7,18 @@ thesis 004 §2.2.6: Flash-Lite's persistent CGI with its zero-copy path).
 - weft fastcgi splice / copy: `--fastcgi /app=127.0.0.1:PORT` to
   `weft-fcgi-app` (the workspace's FastCGI responder), record payloads
   spliced to the socket, or read and written (`--cgi-send copy`);
-- weft fastcgi unix: the same application on a Unix socket
-  (`--cgi-send auto` copies there: splicing from a Unix stream socket copies
-  in the kernel and costs more);
+- weft fastcgi unix: the same application on a Unix socket (spliced too:
+  since Linux 6.5 the application's sendfile attaches pages to the Unix
+  socket and weft's splice moves them);
 - weft cgi pool: `--cgi /app=weft-fcgi-app`, weft starts and supervises the
   processes (persistent CGI);
 - weft cgi1 fork: `--cgi-mode cgi1`, a shell script per request (CGI/1.1);
 - nginx static and nginx fastcgi (`fastcgi_pass` to the same application
   with upstream keepalive and `fastcgi_keep_conn on`): the anchors.
+
+The application (`weft-fcgi-app`) answers from a prepared record stream
+with one sendfile per request, as a tuned FastCGI application serving a
+document would (the thesis's CGI program also returned a document).
 
 Reported: requests/s, server CPU µs per request (the server's process tree:
 for `weft cgi pool` and `cgi1` that includes the programs), application CPU
@@ -129,13 +133,14 @@ def run(lab: core.Lab) -> dict:
                 "rep": rep + 1, "server": spec.label, "requests": m.load.requests, "rps": m.load.rps,
                 "cpu_us_per_req": m.cpu_us_per_request, "app_cpu_us_per_req": app_us,
                 "total_cpu_us_per_req": (m.cpu_us_per_request or 0) + app_us,
+                "syscalls_per_req": sum(m.syscalls_per_request().values()) if m.weft else None,
                 "non_2xx": m.load.non_2xx, "socket_errors": m.load.error_total,
                 "bytes_spliced": c.get("bytes_spliced"), "bytes_copied": c.get("bytes_copied"),
                 "restarts": c.get("restarts"), "status_502": c.get("status_502"), "status_504": c.get("status_504"),
             })  # fmt: skip
             lab.log(f"  {runs.tick()} rep {rep + 1} {spec.label:<20}: {m.load.rps:>9,.0f} req/s {report.fmt_num(m.cpu_us_per_request):>7} µs/req (+{app_us:.1f} app)")
     lab.load_command = lab.driver.command("http://127.0.0.1:PORT/PATH", connections=CONNECTIONS, duration_s=duration)
-    med = report.group_medians(rows, ["server"], ["rps", "cpu_us_per_req", "app_cpu_us_per_req", "total_cpu_us_per_req"])
+    med = report.group_medians(rows, ["server"], ["rps", "cpu_us_per_req", "app_cpu_us_per_req", "total_cpu_us_per_req", "syscalls_per_req"])
     by = {r["server"]: r for r in med}
     share = OrderedDict()
     for lbl, ref in [("weft fastcgi splice", "weft static"), ("weft fastcgi copy", "weft static"), ("weft fastcgi unix", "weft static"), ("weft cgi pool", "weft static"), ("weft cgi1 fork", "weft static"), ("nginx fastcgi", "nginx static")]:
@@ -144,12 +149,12 @@ def run(lab: core.Lab) -> dict:
     report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": runs.commands, "load_command": lab.load_command, "runs": rows, "share_of_static": share})
     report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
     report.write_csv(os.path.join(lab.results_dir, "medians.csv"), med)
-    table = [[r["server"], f"{r['rps']:,.0f}", report.fmt_num(r["cpu_us_per_req"]), f"{r['app_cpu_us_per_req']:.1f}", report.fmt_num(r["total_cpu_us_per_req"]), f"{share[r['server']]:.0%}" if r["server"] in share else "–"] for r in med]
+    table = [[r["server"], f"{r['rps']:,.0f}", report.fmt_num(r["cpu_us_per_req"]), f"{r['app_cpu_us_per_req']:.1f}", report.fmt_num(r["total_cpu_us_per_req"]), report.fmt_num(r.get("syscalls_per_req")), f"{share[r['server']]:.0%}" if r["server"] in share else "–"] for r in med]
     series = OrderedDict((r["server"], [r["rps"]]) for r in med)
     report.plot_grouped_bars(os.path.join(lab.results_dir, "rps.png"), ["64 KiB"], series, ylabel="requests/s", title=f"{NAME}: median of {reps}")
     problems = [r for r in rows if r["non_2xx"] or r["socket_errors"]]
     md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run, {reps} repetition(s), median; `{' '.join(lab.load_command)}`, 64 KiB responses, one worker.", ""]
-    md += ["## Throughput and CPU", "", report.markdown_table(["server", "req/s", "server µs/req", "app µs/req", "total µs/req", "of static"], table), ""]
+    md += ["## Throughput and CPU", "", report.markdown_table(["server", "req/s", "server µs/req", "app µs/req", "total µs/req", "weft syscalls/req", "of static"], table), ""]
     md += ["`of static`: requests/s as a share of the same server's static file at the same size (target for weft fastcgi splice: ≥ 80 %).", ""]
     md += ["## Checks", "", f"- {len(problems)} run(s) with errors" if problems else "- every response was 2xx, no socket errors", ""]
     md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]

@@ -10,19 +10,31 @@
 //! Query keys (`/any/path?size=65536&nolen=1`):
 //! - `size=N`: a body of N bytes of the tests' deterministic pattern
 //!   (`weft_load::content::sized_pattern`, as in the tests); `Content-Length` is sent unless `nolen=1`;
-//! - `record=N`: STDOUT records of at most N content bytes (default 65,528);
+//! - `record=N`: STDOUT records of at most N content bytes (default 65,528),
+//!   the first one the remainder, the others full;
 //! - `echo=1`: the body is the request body (FCGI_STDIN);
 //! - `env=1`: the body is the CGI parameters, one `NAME=value` a line;
 //! - `crash=1`: the process exits without answering;
 //! - `hang=1`: the request never gets an answer;
 //! - `badhead=1`: a malformed CGI head;
 //! - `over=N`: N more body bytes than the Content-Length declared;
+//! - `local=PATH`: a local redirect to PATH (`Location` alone, RFC 3875
+//!   §6.2.2); `loop=1`: a local redirect to the request's own URI;
 //! - `stderr=1`: a line on FCGI_STDERR too.
 //!
 //! Every response carries `X-Pid`, so a test can see a worker replaced. The
 //! process exits when its parent goes away (a supervisor that was killed).
+//!
+//! Tuned like a production FastCGI application that serves a prepared
+//! document (the thesis's CGI program also returned a document it held): a
+//! response that depends only on its query (not `echo`, `env`, `stderr` or a
+//! misbehaviour) is built once, records and all, into an unlinked file, and
+//! every later request with that query and request id is answered with one
+//! sendfile(2) from it: no per-request body copy in the application, and
+//! page references (not copies) on the way into the socket.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixListener;
@@ -41,6 +53,11 @@ fn main() {
         }
     };
     let parent = std::os::unix::process::parent_id();
+    if listen.is_none() && parent == 1 {
+        // Started by a supervisor that is already gone (reparented to init
+        // before this line ran): nobody will ever connect.
+        std::process::exit(0);
+    }
     std::thread::spawn(move || loop {
         std::thread::sleep(Duration::from_millis(200));
         if std::os::unix::process::parent_id() != parent {
@@ -132,14 +149,14 @@ fn read_request<S: Read>(s: &mut S) -> io::Result<Option<Req>> {
     Ok(Some(r))
 }
 
-fn conn<S>(s: S)
+fn conn<S: AsFd>(s: S)
 where
     for<'a> &'a S: Read + Write,
 {
     // Buffered reads: a request's records usually arrive in one segment.
     let mut r = io::BufReader::with_capacity(64 * 1024, &s);
     while let Ok(Some(req)) = read_request(&mut r) {
-        if answer(&mut &s, &req).is_err() || !req.keep {
+        if answer(&s, &req).is_err() || !req.keep {
             return;
         }
     }
@@ -170,7 +187,19 @@ fn body_of(len: usize) -> Arc<Vec<u8>> {
 
 fn write_stream<S: Write>(s: &mut S, kind: RecordType, id: u16, data: &[u8], record: usize) -> io::Result<()> {
     let pad = [0u8; 8];
-    for part in data.chunks(record.clamp(1, 65_535)) {
+    // Tail-aligned: the first record takes the remainder, every later one
+    // is full. The server then reads the CGI head and the small first part
+    // in one go and every later record is a whole splice.
+    let record = record.clamp(1, 65_535);
+    let first = match data.len() % record {
+        0 => record.min(data.len()),
+        r => r,
+    };
+    let (head, rest) = data.split_at(first);
+    for part in std::iter::once(head).chain(rest.chunks(record)) {
+        if part.is_empty() {
+            continue;
+        }
         let h = record_header(kind, id, part.len());
         // One writev per record: header, content, padding.
         let mut bufs = [&h[..], part, &pad[..h[6] as usize]];
@@ -193,12 +222,95 @@ fn write_stream<S: Write>(s: &mut S, kind: RecordType, id: u16, data: &[u8], rec
     Ok(())
 }
 
-fn answer<S: Write>(s: &mut S, req: &Req) -> io::Result<()> {
+/// Responses prepared once: (query, request id) → the whole record stream.
+type Prepared = Mutex<HashMap<(String, u16), Arc<(File, u64)>>>;
+
+fn prepared() -> &'static Prepared {
+    static P: OnceLock<Prepared> = OnceLock::new();
+    P.get_or_init(Default::default)
+}
+
+fn query_of(req: &Req) -> String {
     let mut query = String::new();
+    let _ = decode_pairs(&req.params, |n, v| {
+        if n == b"QUERY_STRING" {
+            query = String::from_utf8_lossy(v).into_owned();
+        }
+    });
+    query
+}
+
+/// Does the response depend on the query alone?
+fn preparable(query: &str) -> bool {
+    ["echo", "env", "stderr", "crash", "hang"]
+        .iter()
+        .all(|k| query_value(query, k).is_none())
+}
+
+/// The whole record stream in an unlinked file, for sendfile.
+fn prepare(req: &Req) -> io::Result<(File, u64)> {
+    let mut out = Vec::new();
+    build(&mut out, req)?;
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("weft-fcgi-app-{}-{n}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    let _ = std::fs::remove_file(&path);
+    f.write_all(&out)?;
+    Ok((f, out.len() as u64))
+}
+
+fn answer<S: AsFd>(s: &S, req: &Req) -> io::Result<()>
+where
+    for<'a> &'a S: Write,
+{
+    let query = query_of(req);
+    if !preparable(&query) {
+        return build(&mut &*s, req);
+    }
+    let key = (query, req.id);
+    let hit = prepared().lock().ok().and_then(|m| m.get(&key).cloned());
+    let file = match hit {
+        Some(f) => f,
+        None => {
+            let f = Arc::new(prepare(req)?);
+            if let Ok(mut m) = prepared().lock() {
+                if m.len() < 64 {
+                    m.insert(key, f.clone());
+                }
+            }
+            f
+        }
+    };
+    let (file, len) = (&file.0, file.1);
+    let mut off = 0u64;
+    while off < len {
+        let want = (len - off).min(1 << 30) as usize;
+        match weft_io::sys::sendfile(s, file, &mut off, want) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Write the response to `req` (FastCGI records) to `s`.
+fn build<S: Write>(s: &mut S, req: &Req) -> io::Result<()> {
+    let mut query = String::new();
+    let mut uri = String::new();
     let mut env = Vec::new();
     let _ = decode_pairs(&req.params, |n, v| {
         if n == b"QUERY_STRING" {
             query = String::from_utf8_lossy(v).into_owned();
+        }
+        if n == b"REQUEST_URI" {
+            uri = String::from_utf8_lossy(v).into_owned();
         }
         env.extend_from_slice(n);
         env.push(b'=');
@@ -223,8 +335,14 @@ fn answer<S: Write>(s: &mut S, req: &Req) -> io::Result<()> {
         body_of(q("size").and_then(|v| v.parse().ok()).unwrap_or(0))
     };
     let mut out = Vec::with_capacity(body.len() + 256);
+    let local = q("local")
+        .map(str::to_string)
+        .or_else(|| q("loop").map(|_| uri.clone()));
     if q("badhead").is_some() {
         out.extend_from_slice(b"this is not a header line\r\n\r\n");
+    } else if let Some(path) = local {
+        // A local redirect (RFC 3875 §6.2.2): only Location, no body.
+        let _ = write!(out, "Location: {path}\r\n\r\n");
     } else {
         out.extend_from_slice(b"Status: 200 OK\r\nContent-Type: application/octet-stream\r\n");
         let _ = write!(out, "X-Pid: {}\r\n", std::process::id());
@@ -233,7 +351,9 @@ fn answer<S: Write>(s: &mut S, req: &Req) -> io::Result<()> {
         }
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(&body);
+    if !out.starts_with(b"Location:") {
+        out.extend_from_slice(&body);
+    }
     if let Some(n) = q("over").and_then(|v| v.parse::<usize>().ok()) {
         out.extend(std::iter::repeat_n(b'X', n.min(1 << 24)));
     }

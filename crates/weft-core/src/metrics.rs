@@ -195,6 +195,23 @@ impl<G: Group> Slot<G> {
             next: 0,
         })
     }
+
+    /// The published values as [`Group::WORDS`] plain words (to carry them
+    /// between processes: MP's serving processes report to their parent).
+    pub fn words(&self) -> Vec<u64> {
+        (0..G::WORDS)
+            .filter_map(|i| word(&self.lines, i).map(|w| w.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// Publish words read back from [`Slot::words`] (missing ones are 0).
+    pub fn store_words(&self, words: &[u64]) {
+        for i in 0..G::WORDS {
+            if let Some(w) = word(&self.lines, i) {
+                w.store(words.get(i).copied().unwrap_or(0), Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// Every worker's published values, in worker order.

@@ -13,12 +13,13 @@
 //! no connection is ever queued on it. The processes are killed when the
 //! server stops.
 
+use crate::admin::WorkerSlot;
 use crate::{ServeConfig, ServeStats, Server};
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use weft_io::sys::Fd;
 use weft_io::{WorkerGroup, WorkerSeat};
 
@@ -50,48 +51,115 @@ impl Drop for Children {
     }
 }
 
-/// Start an MP server: the processes, then a supervising thread that holds
-/// the shutdown switch.
-pub(crate) fn start_mp(
-    cfg: ServeConfig,
-    listeners: Vec<Fd>,
-    addr: SocketAddr,
-    admin_addr: Option<SocketAddr>,
-) -> io::Result<Server> {
-    let n = cfg.pool.unwrap_or(MP_PROCESSES).max(1);
-    let exe = std::env::current_exe()?;
-    let children = Children::default();
-    for i in 0..n {
-        let mut child = Command::new(&exe)
-            .args(std::env::args_os().skip(1))
-            .env(MP_CHILD_ENV, addr.to_string())
+/// What MP's supervisor needs to start a serving process again.
+struct Mp {
+    exe: std::path::PathBuf,
+    args: Vec<std::ffi::OsString>,
+    addr: String,
+    slots: Arc<Vec<WorkerSlot>>,
+    /// Each slot's totals so far: the processes that died in it, plus the
+    /// running one's last report (counters stay monotonic across restarts).
+    totals: Arc<Mutex<Vec<Vec<u64>>>>,
+}
+
+/// The line prefix of a serving process's counters on its stdout.
+pub const MP_STATS_LINE: &str = "weft-mp-stats";
+
+impl Mp {
+    /// Start process `i`, wait until it listens, and read its reports into
+    /// slot `i` from then on.
+    fn spawn(&self, i: usize) -> io::Result<Child> {
+        let mut child = Command::new(&self.exe)
+            .args(&self.args)
+            .env(MP_CHILD_ENV, &self.addr)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| io::Error::new(e.kind(), format!("cannot start MP process {i}: {e}")))?;
-        let out = child.stdout.take();
-        children.0.lock().unwrap_or_else(|e| e.into_inner()).push(child);
-        let Some(out) = out else {
+        let Some(out) = child.stdout.take() else {
+            let _ = child.kill();
             return Err(io::Error::other("MP process without stdout"));
         };
         let mut r = BufReader::new(out);
         let mut line = String::new();
         if r.read_line(&mut line)? == 0 || !line.starts_with("listening on") {
+            let _ = child.kill();
+            let _ = child.wait();
             return Err(io::Error::other(format!("MP process {i} did not start")));
         }
-        std::thread::spawn(move || {
-            let mut sink = Vec::new();
-            let _ = r.read_to_end(&mut sink);
-        });
+        let base = self.totals.lock().unwrap_or_else(|e| e.into_inner())[i].clone();
+        let (slots, totals) = (self.slots.clone(), self.totals.clone());
+        std::thread::spawn(move || read_reports(r, i, &base, &slots, &totals));
+        Ok(child)
+    }
+}
+
+/// Read a serving process's counter lines until it exits.
+fn read_reports(mut r: impl BufRead, i: usize, base: &[u64], slots: &[WorkerSlot], totals: &Mutex<Vec<Vec<u64>>>) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match r.read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let Some(rest) = line.trim_end().strip_prefix(MP_STATS_LINE) else {
+            continue;
+        };
+        let words: Vec<u64> = rest.split_whitespace().map(|w| w.parse().unwrap_or(0)).collect();
+        let sum: Vec<u64> = (0..words.len().max(base.len()))
+            .map(|k| words.get(k).copied().unwrap_or(0) + base.get(k).copied().unwrap_or(0))
+            .collect();
+        if let Some(s) = slots.get(i) {
+            s.counters.store_words(&sum);
+        }
+        if let Some(t) = totals.lock().unwrap_or_else(|e| e.into_inner()).get_mut(i) {
+            *t = sum;
+        }
+    }
+}
+
+/// Start an MP server: the processes, then a supervising thread that holds
+/// the shutdown switch and starts again a process that died. Each process
+/// reports its counters on its stdout ([`MP_STATS_LINE`]) into its own slot
+/// of `slots`: the admin endpoint's `/stats` lists the processes as its
+/// workers and sums them.
+pub(crate) fn start_mp(
+    cfg: ServeConfig,
+    listeners: Vec<Fd>,
+    addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
+    slots: Arc<Vec<WorkerSlot>>,
+) -> io::Result<Server> {
+    let n = cfg.pool.unwrap_or(MP_PROCESSES).max(1);
+    let mp = Mp {
+        exe: std::env::current_exe()?,
+        args: std::env::args_os().skip(1).collect(),
+        addr: addr.to_string(),
+        totals: Arc::new(Mutex::new(vec![Vec::new(); n])),
+        slots,
+    };
+    let children = Children::default();
+    for i in 0..n {
+        let child = mp.spawn(i)?;
+        children.0.lock().unwrap_or_else(|e| e.into_inner()).push(child);
     }
     // Every process listens now: this listener closes unused, before the
     // address is announced. The supervisor's seat gets a placeholder.
     drop(listeners);
+    let kids = children.0.clone();
     let workers = WorkerGroup::start("weft-mp", vec![weft_io::sys::eventfd()?], move |seat: WorkerSeat| {
+        let mut next_start = vec![Instant::now(); n];
+        let mut backoff = vec![Duration::from_millis(10); n];
         while !seat.shutdown.requested() {
             std::thread::sleep(Duration::from_millis(100));
+            supervise(&mp, &kids, &mut next_start, &mut backoff);
         }
-        Ok(ServeStats::default())
+        let mut total = ServeStats::default();
+        for s in mp.slots.iter() {
+            total.add(&s.counters.read());
+        }
+        Ok(total)
     })?;
     Ok(Server {
         addr,
@@ -100,6 +168,37 @@ pub(crate) fn start_mp(
         helpers: None,
         children,
     })
+}
+
+/// One look at the processes: start again those that exited (a process
+/// that keeps dying waits longer each time, up to a second).
+fn supervise(mp: &Mp, kids: &Mutex<Vec<Child>>, next_start: &mut [Instant], backoff: &mut [Duration]) {
+    let mut kids = kids.lock().unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    for (i, child) in kids.iter_mut().enumerate() {
+        let status = match child.try_wait() {
+            Ok(Some(st)) => st,
+            _ => continue,
+        };
+        if now < next_start[i] {
+            continue;
+        }
+        weft_core::warn!(
+            "MP process {i} (pid {}) exited ({status}): starting it again",
+            child.id()
+        );
+        match mp.spawn(i) {
+            Ok(c) => {
+                *child = c;
+                backoff[i] = Duration::from_millis(10);
+            }
+            Err(e) => {
+                weft_core::warn!("{e}");
+                next_start[i] = now + backoff[i];
+                backoff[i] = (backoff[i] * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
 }
 
 /// For a process started by [`start_mp`]: bind beside the parent, one

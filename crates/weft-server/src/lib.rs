@@ -120,7 +120,12 @@ impl Server {
                 sys::sockopt::set_sndbuf(l, b)?;
             }
         }
-        let slots: Arc<Vec<admin::WorkerSlot>> = Arc::new((0..workers).map(|_| admin::WorkerSlot::default()).collect());
+        // MP: a slot per serving process (each reports to this one).
+        let nslots = match cfg.arch {
+            Arch::Mp => cfg.pool.unwrap_or(blocking::MP_PROCESSES).max(1),
+            _ => workers,
+        };
+        let slots: Arc<Vec<admin::WorkerSlot>> = Arc::new((0..nslots).map(|_| admin::WorkerSlot::default()).collect());
         let admin_addr = match cfg.admin {
             Some(a) => Some(
                 admin::start(a, cfg.event.name(), slots.clone())
@@ -135,7 +140,7 @@ impl Server {
             None => None,
         };
         if cfg.arch == Arch::Mp {
-            return blocking::start_mp(cfg, listeners, addr, admin_addr);
+            return blocking::start_mp(cfg, listeners, addr, admin_addr, slots);
         }
         let helpers = match (cfg.arch, &root_path) {
             (Arch::Amped, Some(_)) => Some(Arc::new(start_helpers(&cfg, workers)?)),

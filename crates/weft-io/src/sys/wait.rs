@@ -4,6 +4,7 @@
 
 use super::{poll, FdArg};
 use std::io;
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// Block until `fd` is readable (`write == false`) or writable, an error or
@@ -18,6 +19,31 @@ pub fn wait_ready(fd: impl FdArg, write: bool, timeout: Duration) -> io::Result<
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     match poll(&mut fds, ms) {
         Ok(n) => Ok(n > 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`wait_ready`] on two descriptors at once (`b` absent: `a` alone): a
+/// blocking thread that waits for its client and for the application
+/// serving that client's request (MT/MP with CGI). True when either is ready.
+pub fn wait_ready2(a: RawFd, a_write: bool, b: Option<(RawFd, bool)>, timeout: Duration) -> io::Result<bool> {
+    let entry = |fd: RawFd, write: bool| libc::pollfd {
+        fd,
+        events: if write { libc::POLLOUT } else { libc::POLLIN },
+        revents: 0,
+    };
+    let mut fds = [entry(a, a_write), entry(-1, false)];
+    let n = match b {
+        Some((fd, write)) => {
+            fds[1] = entry(fd, write);
+            2
+        }
+        None => 1,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    match poll(&mut fds[..n], ms) {
+        Ok(k) => Ok(k > 0),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
         Err(e) => Err(e),
     }

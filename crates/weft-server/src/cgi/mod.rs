@@ -25,7 +25,8 @@
 //! record payloads never enter weft's address space. `--cgi-send copy`
 //! reads them instead (the lab's comparison).
 //!
-//! The worker calls in at six places (`worker.rs`, marked `// cgi:`): start
+//! The worker calls in at six places (`worker.rs`, marked `// cgi:`; MT and
+//! MP call [`blocking_step`] instead of the last three): start
 //! a request ([`begin`]), drive a connection with a request in flight
 //! ([`drive`]), an application socket's event ([`on_event`]), a client
 //! connection closed ([`client_closed`]), after each batch ([`after_batch`]:
@@ -87,10 +88,13 @@ weft_core::metrics! {
 /// How response bodies reach the client (`--cgi-send`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Send {
-    /// Splice where it is cheaper than a copy: from TCP connections and
-    /// CGI/1.1 pipes; copy from Unix stream sockets, whose splice copies
-    /// inside the kernel anyway (their buffers are linear) and costs more
-    /// than a recv + send (lab `cgi`).
+    /// Splice every payload of at least `SPLICE_MIN` bytes, from TCP and
+    /// Unix stream sockets and CGI/1.1 pipes alike. (Unix sockets were
+    /// copied here once: before Linux 6.5 their buffers were linear and a
+    /// splice copied in the kernel. Since 6.5 an application's sendfile or
+    /// vmsplice into a Unix socket attaches pages (MSG_SPLICE_PAGES), and
+    /// weft's splice out of it moves those pages: lab `cgi` measures
+    /// splice cheaper than copy on both kinds.)
     #[default]
     Auto,
     /// Always splice.
@@ -102,11 +106,8 @@ pub enum Send {
 impl Handler {
     /// Are payloads spliced under `send`?
     fn splices(&self, send: Send) -> bool {
-        match send {
-            Send::Splice => true,
-            Send::Copy => false,
-            Send::Auto => !matches!(self, Handler::Pool(_) | Handler::FastCgi(Address::Unix(_))),
-        }
+        let _ = self;
+        send != Send::Copy
     }
 }
 
@@ -286,6 +287,14 @@ pub(crate) struct Cgi {
     pub(crate) scratch: Vec<u8>,
     params: Vec<u8>,
     next_tick: Instant,
+    /// Client connections' local addresses (SERVER_PORT), asked once per
+    /// connection rather than once per request.
+    local: HashMap<Token, SocketAddr>,
+    /// Local redirects in progress: the connection's request count when the
+    /// redirected request was put in front of its input, and the depth.
+    redirects: HashMap<Token, (u64, u8)>,
+    /// Parses a logged request's head again when its reply is over.
+    log_parser: weft_http::RequestHead,
 }
 
 impl Cgi {
@@ -327,7 +336,18 @@ impl Cgi {
             scratch: Vec::new(),
             params: Vec::new(),
             next_tick: Instant::now(),
+            local: HashMap::new(),
+            redirects: HashMap::new(),
+            log_parser: weft_http::RequestHead::new(),
         }
+    }
+
+    /// The client connection's local address (getsockname once per connection).
+    fn local_addr(&mut self, c: &Conn) -> SocketAddr {
+        *self
+            .local
+            .entry(c.token)
+            .or_insert_with(|| weft_io::sys::local_addr(&c.fd).unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0))))
     }
 
     /// The counters, for the worker's stats.
@@ -477,18 +497,24 @@ pub(crate) fn begin(c: &mut Conn, s: &mut Shared<'_>, head_len: usize, now: Inst
         return false;
     };
     g.stats.requests += 1;
+    // A local redirect's request is the one put in front of the input
+    // (the connection has answered no other request since).
+    let depth = match g.redirects.remove(&c.token) {
+        Some((at, d)) if at == c.requests => d,
+        _ => 0,
+    };
     let body = match s.head.framing() {
         BodyFraming::Length(n) => n,
         BodyFraming::None | BodyFraming::UntilClose => 0,
         BodyFraming::Chunked => {
             let why = "a chunked request body is not passed to CGI programs: send Content-Length";
-            refuse(c, s.date.get(), 411, why);
+            refuse(c, s, head_len, 411, why);
             return true;
         }
     };
     if body > g.cfg.max_body {
         g.stats.status_413 += 1;
-        refuse(c, s.date.get(), 413, "the request body is larger than --cgi-max-body");
+        refuse(c, s, head_len, 413, "the request body is larger than --cgi-max-body");
         return true;
     }
     let head_only = s.head.method() == Method::Head;
@@ -506,18 +532,119 @@ pub(crate) fn begin(c: &mut Conn, s: &mut Shared<'_>, head_len: usize, now: Inst
         .as_ref()
         .map(|p| p.as_os_str().as_encoded_bytes())
         .unwrap_or(b"");
-    let t = txn::start(g, c, &s.head, head_len, route, body, (persist, head_only, now), root);
+    let mut t = txn::start(g, c, &s.head, head_len, route, body, (persist, head_only, now), root);
+    t.depth = depth;
+    t.started = c.head_started.unwrap_or(now);
+    if s.log.is_some() {
+        t.log_head = Some(c.input.pending()[..head_len].to_vec());
+    }
     c.input.consume(head_len);
     g.txns.insert(c.token, t);
     true
 }
 
 /// Answer `status` without reading the body, and close (lingering).
-fn refuse(c: &mut Conn, date: &[u8], status: u16, why: &str) {
-    respond::simple(c.out.own_mut(), status, date, b"", why, false, Persist::Close);
+fn refuse(c: &mut Conn, s: &mut Shared<'_>, head_len: usize, status: u16, why: &str) {
+    let bytes = respond::simple(c.out.own_mut(), status, s.date.get(), b"", why, false, Persist::Close);
+    s.stats.status.count(status);
+    if let Some(log) = &mut s.log {
+        let data = &c.input.pending()[..head_len];
+        let took = c.head_started.map(|t| t.elapsed());
+        log.log(&s.head, data, &log_entry(c, status, bytes, false, took));
+    }
     c.close_after = true;
     c.linger_on_close = true;
     c.input.clear();
+}
+
+/// An access-log entry for a CGI reply.
+fn log_entry(
+    c: &Conn,
+    status: u16,
+    bytes: u64,
+    head_only: bool,
+    took: Option<Duration>,
+) -> crate::accesslog::Entry<'static> {
+    crate::accesslog::Entry {
+        peer: c.peer,
+        status,
+        bytes,
+        wall: std::time::SystemTime::now(),
+        head_only,
+        took,
+        cache: None,
+    }
+}
+
+/// Local redirects followed for one request at most (Apache's and nginx's
+/// limit of internal redirects is 10 too); one more is a 500.
+pub(crate) const MAX_LOCAL_REDIRECTS: u8 = 10;
+
+/// A reply is over: count its status, log it, and follow a local redirect.
+fn finished(c: &mut Conn, s: &mut Shared<'_>, mut t: Txn) {
+    let Some(g) = s.cgi.as_mut() else {
+        return;
+    };
+    t.finish(g, c);
+    if let Some(loc) = t.redirect.take() {
+        if t.depth >= MAX_LOCAL_REDIRECTS {
+            let why = "the CGI program's local redirects went too deep";
+            t.status = 500;
+            t.sent = respond::simple(c.out.own_mut(), 500, s.date.get(), b"", why, t.head_only, t.persist);
+            if t.persist == Persist::Close {
+                c.close_after = true;
+            }
+        } else {
+            redirect(c, s, &t, &loc);
+            return;
+        }
+    }
+    s.stats.status.count(t.status);
+    if let (Some(log), Some(head)) = (&mut s.log, t.log_head.as_ref()) {
+        let Some(g) = s.cgi.as_mut() else {
+            return;
+        };
+        // A head that parsed once parses again; if not, the request line is logged.
+        let _ = g.log_parser.parse(head, &s.cfg.limits);
+        let took = Some(Instant::now().saturating_duration_since(t.started));
+        log.log(&g.log_parser, head, &log_entry(c, t.status, t.sent, t.head_only, took));
+    }
+}
+
+/// Put `GET loc` (`HEAD loc`) in front of the connection's input: it is answered next,
+/// as any request (a file, or a CGI prefix again, one level deeper).
+fn redirect(c: &mut Conn, s: &mut Shared<'_>, t: &Txn, loc: &[u8]) {
+    let mut req = Vec::with_capacity(loc.len() + t.host.len() + 64);
+    // GET, as RFC 3875 §6.2.2 has it (a POST's body went to the program);
+    // a HEAD stays a HEAD.
+    req.extend_from_slice(if t.head_only { b"HEAD " } else { b"GET " });
+    req.extend_from_slice(loc);
+    req.extend_from_slice(if t.http10 {
+        b" HTTP/1.0\r\nHost: "
+    } else {
+        b" HTTP/1.1\r\nHost: "
+    });
+    req.extend_from_slice(&t.host);
+    req.extend_from_slice(match t.persist {
+        Persist::Close => b"\r\nConnection: close\r\n\r\n",
+        Persist::KeepAlive10 => b"\r\nConnection: keep-alive\r\n\r\n",
+        Persist::Default => b"\r\n\r\n",
+    });
+    let rest = c.input.pending().to_vec();
+    let need = req.len() + rest.len();
+    c.input.clear();
+    if c.input.reserve(need, need.max(c.input.capacity()), &mut s.pool) < need {
+        c.close_after = true;
+        return;
+    }
+    let room = c.input.spare_mut();
+    room[..req.len()].copy_from_slice(&req);
+    room[req.len()..need].copy_from_slice(&rest);
+    c.input.commit(need);
+    c.head_started = Some(t.started);
+    if let Some(g) = s.cgi.as_mut() {
+        g.redirects.insert(c.token, (c.requests, t.depth + 1));
+    }
 }
 
 /// Is a CGI request in flight on `c`?
@@ -562,7 +689,7 @@ pub(crate) fn drive(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Drove {
             Drove::Progress
         }
         txn::Done::Yes => {
-            t.finish(g, c);
+            finished(c, s, t);
             Drove::Progress
         }
     }
@@ -594,6 +721,8 @@ pub(crate) fn client_closed(s: &mut Shared<'_>, token: Token) {
     if let Some(t) = g.txns.remove(&token) {
         t.abandon(g);
     }
+    g.local.remove(&token);
+    g.redirects.remove(&token);
     for r in &mut g.routes {
         r.waiting.retain(|c| *c != token);
     }
@@ -649,6 +778,28 @@ pub(crate) fn after_batch<P: Poller>(s: &mut Shared<'_>, cx: &mut Ctx<P>) -> Vec
     std::mem::take(&mut g.wake)
 }
 
+/// The blocking architectures (MT, MP), which have no event loop: do what
+/// [`after_batch`] does without a poller (close what must close, reap,
+/// time out the request in flight). None: no request in flight; else the
+/// application connection the thread must also wait for (and whether for
+/// writing), if there is one yet.
+pub(crate) fn blocking_step(
+    s: &mut Shared<'_>,
+    client: Token,
+    now: Instant,
+) -> Option<Option<(std::os::fd::RawFd, bool)>> {
+    let g = s.cgi.as_mut()?;
+    // Nothing is registered anywhere: closing is dropping.
+    g.closing.clear();
+    g.dirty.clear();
+    g.wake.clear();
+    g.zombies.retain_mut(|ch| matches!(ch.try_wait(), Ok(None)));
+    let t = g.txns.get_mut(&client)?;
+    t.timed_out(now);
+    let up = t.up.and_then(|u| g.ups.get(u)).filter(|u| u.want != Interest::NONE);
+    Some(up.map(|u| (u.fd.raw(), u.want.write && !u.want.read)))
+}
+
 /// How long the loop may sleep at most.
 pub(crate) fn max_wait(s: &Shared<'_>) -> Option<Duration> {
     let g = s.cgi.as_ref()?;
@@ -693,7 +844,7 @@ mod tests {
     fn send_modes() {
         let unix = Handler::FastCgi(Address::Unix("/s".into()));
         let tcp = Handler::FastCgi(Address::Tcp("127.0.0.1:9000".parse().unwrap()));
-        assert!(!unix.splices(Send::Auto) && tcp.splices(Send::Auto));
+        assert!(unix.splices(Send::Auto) && tcp.splices(Send::Auto));
         assert!(Handler::Fork("/p".into()).splices(Send::Auto));
         assert!(unix.splices(Send::Splice) && !tcp.splices(Send::Copy));
     }

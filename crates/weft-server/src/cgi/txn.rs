@@ -110,6 +110,20 @@ pub(crate) struct Txn {
     /// The pipe is full: the client has not taken what was spliced.
     pub(super) stalled: bool,
     pipe: Option<Pipe>,
+    /// The status answered (for the access log and the status counters).
+    pub(super) status: u16,
+    /// Response bytes queued for the client (head, body, chunk framing).
+    pub(super) sent: u64,
+    /// A local redirect (RFC 3875 §6.2.2): the path to serve instead.
+    pub(super) redirect: Option<Vec<u8>>,
+    /// The request's Host field (for a local redirect's request).
+    pub(super) host: Vec<u8>,
+    /// The request head, kept for the access log (only when there is one).
+    pub(super) log_head: Option<Vec<u8>>,
+    /// When the request head began to arrive.
+    pub(super) started: Instant,
+    /// Local redirects that led to this request.
+    pub(super) depth: u8,
 }
 
 /// Build the request for `route` and the state to answer it.
@@ -124,6 +138,7 @@ pub(super) fn start(
     (persist, head_only, now): (Persist, bool, Instant),
     root: &[u8],
 ) -> Txn {
+    let local = g.local_addr(c);
     let data = &c.input.pending()[..head_len];
     let r = &g.cfg.routes[route];
     let target = head.target(data);
@@ -143,7 +158,6 @@ pub(super) fn start(
         Some(i) if !host.ends_with(b"]") => &host[..i],
         _ => host,
     };
-    let local = sys::local_addr(&c.fd).unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
     let req = env::CgiRequest {
         head,
         data,
@@ -204,6 +218,13 @@ pub(super) fn start(
         splice: r.handler.splices(g.cfg.send),
         stalled: false,
         pipe: None,
+        status: 0,
+        sent: 0,
+        redirect: None,
+        host: host.to_vec(),
+        log_head: None,
+        started: now,
+        depth: 0,
     }
 }
 
@@ -256,6 +277,8 @@ impl Txn {
                 None => Done::No,
             };
         };
+        // The whole request goes out in this call's one send.
+        let whole = self.req_at == 0 && self.body_left == 0 && !self.req.is_empty();
         if self.req_at < self.req.len() {
             let Some(u) = g.ups.get(up) else {
                 return self.fail(g, c, date, 502);
@@ -273,6 +296,11 @@ impl Txn {
             self.req.clear();
             self.req_at = 0;
             g.want(up, Interest::READ);
+            if whole && self.phase == Phase::Head {
+                // The application has not seen the request yet: its answer
+                // comes with a readiness event (a read now is an EAGAIN).
+                return Done::No;
+            }
         } else {
             g.want(up, Interest::BOTH);
         }
@@ -422,6 +450,7 @@ impl Txn {
             Ok(k) => {
                 c.out.push_pipe(pipe.read_fd(), k);
                 g.stats.bytes_spliced += k as u64;
+                self.sent += k as u64;
                 self.reader.content_consumed(k);
                 if let Frame::Length(l) = &mut self.frame {
                     *l -= k as u64;
@@ -523,6 +552,17 @@ impl Txn {
                 weft_core::debug!("cgi: {e}");
                 return Err(502);
             }
+            Ok(Some(h)) if h.kind == CgiKind::LocalRedirect && h.status == 200 => {
+                // RFC 3875 §6.2.2: no Status, a local path: the server serves
+                // that path instead (GET), once this reply is over.
+                let loc = h.location.unwrap_or(b"/");
+                if loc.len() > 8192 || !loc.iter().all(|b| (0x21..0x7f).contains(b)) {
+                    return Err(502);
+                }
+                self.redirect = Some(loc.to_vec());
+                self.frame = Frame::Discard;
+                h.len
+            }
             Ok(Some(h)) => {
                 self.write_head(c, &h, date);
                 h.len
@@ -545,13 +585,9 @@ impl Txn {
     /// Write the client's response head for the program's CGI head.
     fn write_head(&mut self, c: &mut Conn, h: &weft_http::fastcgi::head::CgiHead<'_, '_>, date: &[u8]) {
         let out = c.out.own_mut();
-        // A local redirect (RFC 3875 §6.2.2) is sent to the client as a 302:
-        // weft does not re-dispatch it.
-        let status = if h.kind == CgiKind::LocalRedirect && h.status == 200 {
-            302
-        } else {
-            h.status
-        };
+        let before = out.len();
+        let status = h.status;
+        self.status = status;
         respond::start_head(out, status, date);
         if let Some(ct) = h.content_type {
             weft_http::encode::field(out, b"Content-Type", ct);
@@ -584,6 +620,7 @@ impl Txn {
             _ => None,
         };
         respond::end_head(out, len, persist);
+        self.sent += (out.len() - before) as u64;
         if self.head_only {
             self.frame = Frame::Discard;
         }
@@ -591,7 +628,10 @@ impl Txn {
 
     pub(super) fn open_chunk(&mut self, c: &mut Conn, len: u64) {
         if self.frame == Frame::Chunked && len > 0 {
-            let _ = write!(c.out.own_mut(), "{len:x}\r\n");
+            let out = c.out.own_mut();
+            let before = out.len();
+            let _ = write!(out, "{len:x}\r\n");
+            self.sent += (out.len() - before + 2) as u64;
             self.chunk_open = true;
         }
     }
@@ -612,6 +652,7 @@ impl Txn {
         };
         c.out.push_copy(&bytes[..take]);
         g.stats.bytes_copied += take as u64;
+        self.sent += take as u64;
         if let Frame::Length(l) = &mut self.frame {
             *l -= take as u64;
             if take < bytes.len() {
@@ -652,6 +693,7 @@ impl Txn {
                     self.chunk_open = false;
                 }
                 c.out.own_mut().extend_from_slice(b"0\r\n\r\n");
+                self.sent += 5;
             }
             _ => {}
         }
@@ -679,8 +721,10 @@ impl Txn {
     fn fail(&mut self, g: &mut Cgi, c: &mut Conn, date: &[u8], code: u16) -> Done {
         self.failed = None;
         self.replace |= self.up.is_some() || self.proc.is_some();
+        // Nothing was sent for a local redirect's reply either.
+        let unsent = matches!(self.phase, Phase::Queued | Phase::Head) || self.redirect.take().is_some();
         match self.phase {
-            Phase::Queued | Phase::Head => {
+            _ if unsent => {
                 if code == 504 {
                     g.stats.status_504 += 1;
                 } else {
@@ -696,9 +740,10 @@ impl Txn {
                     self.persist = Persist::Close;
                     c.linger_on_close = true;
                 }
-                respond::simple(c.out.own_mut(), code, date, b"", why, self.head_only, self.persist);
+                self.status = code;
+                self.sent += respond::simple(c.out.own_mut(), code, date, b"", why, self.head_only, self.persist);
             }
-            Phase::Body | Phase::Drain => {
+            _ => {
                 g.stats.aborted += 1;
                 c.close_after = true;
             }
@@ -709,8 +754,8 @@ impl Txn {
     }
 
     /// The request is over: give the connection and the pipe back.
-    pub(super) fn finish(mut self, g: &mut Cgi, c: &mut Conn) {
-        if self.persist == Persist::Close {
+    pub(super) fn finish(&mut self, g: &mut Cgi, c: &mut Conn) {
+        if self.persist == Persist::Close && self.redirect.is_none() {
             c.close_after = true;
         }
         if c.input.is_empty() {

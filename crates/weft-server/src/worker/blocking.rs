@@ -16,6 +16,10 @@ use weft_io::{Interest, Token};
 
 /// How often a thread blocked in `accept` looks at the shutdown switch.
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
+/// The longest wait of a thread whose connection has a CGI request in flight.
+const CGI_SLICE: Duration = Duration::from_millis(50);
+/// How often an MP process reports its counters to its parent.
+const REPORT_EVERY: Duration = Duration::from_millis(250);
 
 impl Worker<'_> {
     /// Accept and serve connections one at a time until shutdown.
@@ -32,6 +36,7 @@ impl Worker<'_> {
         // killed without a chance to stop it.
         let parent = std::os::unix::process::parent_id();
         let orphaned = || self.shared.cfg.mp_child && std::os::unix::process::parent_id() != parent;
+        let mut next_report = Instant::now();
         while !self.door.stop_requested() && !orphaned() {
             match l.accept() {
                 Ok((s, peer)) => {
@@ -39,8 +44,11 @@ impl Worker<'_> {
                     self.serve_blocking(s, Some(peer));
                     self.slot.counters.publish(&self.stats());
                     self.slot.latency.publish(&mut self.shared.latency, Instant::now());
+                    self.report_to_parent(&mut next_report);
                 }
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    self.report_to_parent(&mut next_report);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     weft_core::warn!("accept: {e}");
@@ -49,6 +57,26 @@ impl Worker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// An MP process: its counters to the parent on stdout, a line at most
+    /// every [`REPORT_EVERY`] (`crate::blocking::MP_STATS_LINE`).
+    fn report_to_parent(&mut self, next: &mut Instant) {
+        let now = Instant::now();
+        if !self.shared.cfg.mp_child || now < *next {
+            return;
+        }
+        *next = now + REPORT_EVERY;
+        self.slot.counters.publish(&self.stats());
+        let mut line = String::from(crate::blocking::MP_STATS_LINE);
+        for w in self.slot.counters.words() {
+            line.push(' ');
+            line.push_str(&w.to_string());
+        }
+        line.push('\n');
+        use std::io::Write;
+        let _ = std::io::stdout().lock().write_all(line.as_bytes());
+        let _ = std::io::stdout().lock().flush();
     }
 
     /// Serve one connection to its end, blocking.
@@ -81,11 +109,22 @@ impl Worker<'_> {
                 Next::Read if c.is_idle() => (false, cfg.idle_timeout),
                 Next::Read => (false, cfg.header_timeout),
             };
+            // cgi: a request in flight waits for its application too, in
+            // short slices (its own timeout is the CGI's).
+            if let Some(up) = crate::cgi::blocking_step(&mut self.shared, c.token, Instant::now()) {
+                if sys::wait_ready2(c.fd.raw(), write, up, CGI_SLICE).is_err() {
+                    break;
+                }
+                c.may_read |= !write;
+                continue;
+            }
             match sys::wait_ready(&c.fd, write, limit) {
                 Ok(true) => c.may_read |= !write,
                 _ => break, // timed out (or the wait failed): close
             }
         }
+        // cgi: drop a request still in flight.
+        crate::cgi::client_closed(&mut self.shared, c.token);
         if c.snapshot {
             self.shared.tails.remove(&c.token);
         }

@@ -1,0 +1,150 @@
+//! The four architectures of `weft serve --arch` (issue 24, thesis 004 §4.2)
+//! on the cases `tests/flash.rs` does not cover: CGI and FastCGI requests
+//! (with a local redirect, an error and keep-alive after them) on every
+//! architecture (`per_arch!`), and MP's supervision: a serving process that
+//! dies is started again, and `/stats` lists the processes and sums them.
+
+mod common;
+mod fcgi_app;
+
+use common::*;
+use fcgi_app::app_bin;
+use std::time::Duration;
+
+/// `per_arch!(a, b)` defines `mod amped { #[test] fn a() ... }` and so on.
+macro_rules! per_arch {
+    ($($scenario:ident),* $(,)?) => {
+        per_arch!(@arch amped, &["--arch", "amped"], $($scenario),*);
+        per_arch!(@arch sped, &["--arch", "sped"], $($scenario),*);
+        per_arch!(@arch mt, &["--arch", "mt", "--pool", "4"], $($scenario),*);
+        per_arch!(@arch mp, &["--arch", "mp", "--pool", "2"], $($scenario),*);
+    };
+    (@arch $module:ident, $flags:expr, $($scenario:ident),*) => {
+        mod $module {
+            $(
+                #[test]
+                fn $scenario() {
+                    super::scenarios::$scenario($flags);
+                }
+            )*
+        }
+    };
+}
+
+mod scenarios {
+    use super::*;
+
+    fn site() -> TempDir {
+        let d = TempDir::new("arch-cgi");
+        d.write("f.txt", b"static file\n");
+        d
+    }
+
+    /// Byte-exact CGI bodies through the supervised pool, a local redirect
+    /// to a file, a 502, and static files between them on one connection.
+    pub fn cgi_pool(arch: &[&str]) {
+        let site = site();
+        let route = format!("/app={}", app_bin());
+        let args = [path_str(&site.path), "--workers", "1", "--cgi", &route];
+        let w = Weft::serve(&[&args[..], arch].concat());
+        let mut r = Reader::new(w.connect());
+        for size in [0usize, 5000, 65_536, 300_000] {
+            let resp = get_on(&mut r, &format!("/app/x?size={size}"));
+            assert_eq!(resp.status, 200, "size {size}");
+            assert!(resp.body == pattern(size), "size {size}: body differs");
+        }
+        assert_eq!(get_on(&mut r, "/f.txt").body, b"static file\n");
+        assert_eq!(get_on(&mut r, "/app/x?local=/f.txt").body, b"static file\n");
+        assert_eq!(get_on(&mut r, "/app/x?badhead=1").status, 502);
+        // Pipelined: a CGI reply, then a file, then CGI again.
+        r.send(b"GET /app/a?size=70000 HTTP/1.1\r\nHost: t\r\n\r\nGET /f.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /app/b?size=9 HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert!(r.response(false).body == pattern(70_000));
+        assert_eq!(r.response(false).body, b"static file\n");
+        assert!(r.response(false).body == pattern(9));
+    }
+
+    /// An external FastCGI application over TCP.
+    pub fn fastcgi_tcp(arch: &[&str]) {
+        let (_app, addr) = fcgi_app::on_tcp();
+        let route = format!("/t={addr}");
+        let w = Weft::serve(&[&["--workers", "1", "--fastcgi", &route][..], arch].concat());
+        for size in [1usize, 65_536, 1 << 20] {
+            let resp = get(&w, &format!("/t?size={size}"));
+            assert!(resp.body == pattern(size), "size {size}");
+        }
+    }
+}
+
+per_arch!(cgi_pool, fastcgi_tcp);
+
+/// The children of `pid` (its serving processes, for MP).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    out.sort_unstable();
+    out
+}
+
+fn total_requests(stats: &str) -> u64 {
+    let total = stats.split("\"total\":").nth(1).unwrap_or("");
+    total
+        .split("\"requests\":")
+        .nth(1)
+        .and_then(|v| v.split([',', '}']).next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn mp_restarts_a_dead_process_and_sums_their_stats() {
+    let site = TempDir::new("arch-mp");
+    site.write("f.txt", b"static file\n");
+    let w = Weft::serve(&[
+        path_str(&site.path),
+        "--arch",
+        "mp",
+        "--pool",
+        "2",
+        "--admin",
+        "127.0.0.1:0",
+    ]);
+    let admin = w.admin.expect("admin address").to_string();
+    let pid = w.child.id();
+    let before = children(pid);
+    assert_eq!(before.len(), 2, "{before:?}");
+    for _ in 0..10 {
+        assert_eq!(get(&w, "/f.txt").body, b"static file\n");
+    }
+    // Each process reports to the parent: /stats has one entry per process
+    // and their sum.
+    let ok = wait_until(Duration::from_secs(5), || {
+        total_requests(&fetch(&admin, "/stats")) >= 10
+    });
+    let stats = fetch(&admin, "/stats");
+    assert!(ok, "{stats}");
+    assert!(stats.contains("\"worker\":1,"), "{stats}");
+    // One dies: it is started again, and the counters do not go back.
+    std::process::Command::new("kill")
+        .args(["-9", &before[0].to_string()])
+        .status()
+        .unwrap();
+    let ok = wait_until(Duration::from_secs(10), || {
+        let now = children(pid);
+        now.len() == 2 && !now.contains(&before[0])
+    });
+    assert!(ok, "not replaced: {:?}", children(pid));
+    for _ in 0..10 {
+        assert_eq!(get(&w, "/f.txt").body, b"static file\n");
+    }
+    let ok = wait_until(Duration::from_secs(5), || {
+        total_requests(&fetch(&admin, "/stats")) >= 20
+    });
+    assert!(ok, "{}", fetch(&admin, "/stats"));
+}
