@@ -40,9 +40,11 @@ pub struct FrontArgs {
     pub policy: Option<Policy>,
 
     /// How requests reach the back-ends: relay (forward over pooled connections,
-    /// bodies back by splice) or handoff (pass the client's connection to a `weft serve
-    /// --handoff-socket` on this host, which answers it directly; needs --handoff) [default: relay].
-    #[arg(long, value_name = "relay|handoff")]
+    /// bodies back by splice), handoff (pass the client's connection to a `weft serve
+    /// --handoff-socket` on this host, which answers it directly; needs --handoff) or booster
+    /// (terminate clients, multiplex onto a few persistent pipelined connections per origin:
+    /// docs/booster.md) [default: relay].
+    #[arg(long, value_name = "relay|handoff|booster")]
     pub mode: Option<Mode>,
 
     /// Handoff mode: a back-end's handoff socket (its `weft serve --handoff-socket PATH`), one per
@@ -98,6 +100,10 @@ pub struct FrontArgs {
     // Back-end connect and silence timeouts, the idle connection pool.
     #[command(flatten)]
     pub upstream_conns: UpstreamArgs,
+
+    // `--mode booster` (issue 26).
+    #[command(flatten)]
+    pub booster: crate::front_booster::BoosterArgs,
 }
 
 impl FrontArgs {
@@ -169,6 +175,9 @@ impl Service for FrontServer {
 
 /// Run `weft front` until a shutdown signal.
 pub fn run(args: FrontArgs) -> ExitCode {
+    if args.mode == Some(Mode::Booster) {
+        return crate::front_booster::run(&args);
+    }
     args.service.apply_process_flags();
     let (front, proxy) = args.to_config();
     if front.backends.is_empty() {

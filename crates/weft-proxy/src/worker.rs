@@ -174,7 +174,7 @@ pub struct Worker<'a> {
     shutdown: Shutdown,
     pub(crate) acceptor: Acceptor,
     grace_deadline: Option<Instant>,
-    ready: Vec<Token>,
+    pub(crate) ready: Vec<Token>,
     /// Clients whose relay may be waiting for a read batch.
     pub(crate) batching: Vec<Token>,
     /// BATCH_TIMER is armed.
@@ -186,6 +186,8 @@ pub struct Worker<'a> {
     next_decay: Instant,
     /// `weft front --mode handoff`: this worker's channels to the back-ends.
     pub(crate) channels: crate::front::Channels,
+    /// `weft front --mode booster`: this worker's origin connections.
+    pub(crate) lanes: crate::booster::Lanes,
 }
 
 /// What the worker is given at start.
@@ -252,6 +254,7 @@ impl<'a> Worker<'a> {
             refused_logged: 0,
             next_decay: Instant::now(),
             channels: Default::default(),
+            lanes: Default::default(),
         }
     }
 
@@ -587,6 +590,7 @@ impl<'a> Worker<'a> {
                 cx.close_later(u.fd, true);
             }
         }
+        self.booster_drain(cx);
         for t in self.slab.tokens() {
             let Some(c) = client_of(&mut self.slab, t) else {
                 continue;
@@ -770,6 +774,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             self.ready.clear();
         }
         self.decay_pools(cx.now);
+        self.booster_tick(cx.now);
         self.slot.publish(&self.stats());
         self.slot.latency.publish(&mut self.sh.latency, cx.now);
         let lfd = self.listener.as_ref().map(|l| l.raw());
@@ -808,6 +813,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         }
         if let Some(d) = self.grace_deadline {
             bound(d.saturating_duration_since(Instant::now()));
+        }
+        if let Some(t) = self.lanes.next_retry() {
+            bound(t.saturating_duration_since(Instant::now()));
         }
         w
     }

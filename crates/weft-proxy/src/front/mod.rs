@@ -49,6 +49,10 @@ pub enum Mode {
     /// to the back-end (`weft serve --handoff-socket`, same host), which
     /// answers the client directly.
     Handoff,
+    /// `weft front --mode booster` (issue 26): clients terminated, requests
+    /// multiplexed over a few persistent pipelined connections per origin
+    /// ([`crate::booster`], run by `BoosterServer`).
+    Booster,
 }
 
 impl Mode {
@@ -57,6 +61,7 @@ impl Mode {
         match self {
             Mode::Relay => "relay",
             Mode::Handoff => "handoff",
+            Mode::Booster => "booster",
         }
     }
 }
@@ -67,7 +72,8 @@ impl std::str::FromStr for Mode {
         match s {
             "relay" => Ok(Mode::Relay),
             "handoff" => Ok(Mode::Handoff),
-            _ => Err(format!("unknown mode `{s}` (expected relay or handoff)")),
+            "booster" => Ok(Mode::Booster),
+            _ => Err(format!("unknown mode `{s}` (expected relay, handoff or booster)")),
         }
     }
 }
@@ -195,6 +201,8 @@ pub struct Front {
     admitted: Mailboxes<Admitted>,
     counters: Counters,
     origin: Instant,
+    /// `--mode booster`: the sites and their state.
+    booster: Option<Arc<crate::booster::Booster>>,
 }
 
 impl fmt::Debug for Front {
@@ -239,7 +247,19 @@ impl Front {
             admitted: Mailboxes::new(workers)?,
             counters: Counters::default(),
             origin: Instant::now(),
+            booster: None,
         })
+    }
+
+    /// `--mode booster`: requests are placed by `b` (not the dispatcher).
+    pub fn with_booster(mut self, b: Arc<crate::booster::Booster>) -> Front {
+        self.booster = Some(b);
+        self
+    }
+
+    /// The booster, in `--mode booster`.
+    pub(crate) fn booster(&self) -> Option<&crate::booster::Booster> {
+        self.booster.as_deref()
     }
 
     fn lock(&self) -> MutexGuard<'_, Dispatcher<Ticket>> {
