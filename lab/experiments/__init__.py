@@ -2,6 +2,7 @@
 DESCRIPTION and run(lab) -> dict."""
 
 from . import (
+    booster,
     cgi,
     connection_scaling,
     epoll_study,
@@ -45,5 +46,6 @@ EXPERIMENTS = {
         iolite,
         wan_proxy,
         wan_server,
+        booster,
     )
 }
