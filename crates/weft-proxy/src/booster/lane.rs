@@ -6,9 +6,10 @@
 //!
 //! - A request is placed on an idle connection; else a new one is opened
 //!   while the lane has room; else, when it is idempotent and has no body,
-//!   its head is written behind the shortest line below `--pipeline-depth`
-//!   (the client then waits, holding no upstream); else it waits in the
-//!   lane's queue. A non-idempotent request, or one with a body, only ever
+//!   its head is queued behind the shortest line below `--pipeline-depth`
+//!   (the client then waits, holding no upstream), and the heads queued in
+//!   one event batch go out together after it, in one write; else it waits
+//!   in the lane's queue. A non-idempotent request, or one with a body, only ever
 //!   takes an idle connection, and nothing is pipelined behind it.
 //! - When the owner's response ends ([`Worker::release_upstream`]), the
 //!   connection passes to the next client in line — its response is next on
@@ -70,6 +71,9 @@ pub(crate) struct Lanes {
     down_since: HashMap<Token, Instant>,
     /// Clients whose request was sent again: how often.
     resends: HashMap<Token, u8>,
+    /// Connections with pipelined requests queued this batch: flushed
+    /// after it, so one write (and few packets) carries them all.
+    unsent: Vec<Token>,
 }
 
 impl Lanes {
@@ -157,52 +161,76 @@ impl Worker<'_> {
             return None;
         }
         let depth = b.cfg.pipeline.max(1);
+        // A request sent again goes first on a connection (the origin
+        // answers at least that one), never behind others.
+        let behind_ok = pipe_ok && !down && !self.lanes.resends.contains_key(&ct);
         let lines = &self.lanes.lines;
         let shortest = lane
             .conns
             .iter()
             .filter_map(|ut| lines.get(ut).map(|l| (*ut, l)))
-            .filter(|(_, l)| pipe_ok && !down && l.open && l.behind.len() + 1 < depth)
+            .filter(|(_, l)| behind_ok && l.open && l.behind.len() + 1 < depth)
             .min_by_key(|(_, l)| l.behind.len())
             .map(|(ut, _)| ut);
         if let Some(ut) = shortest {
-            return Some(self.pipeline_behind(cx, ct, ut, b));
+            return Some(self.pipeline_behind(ct, ut, b));
         }
         let lane = self.lanes.lanes.entry(addr).or_default();
-        lane.waiting.push_back(ct);
+        if self.lanes.resends.contains_key(&ct) {
+            lane.waiting.push_front(ct);
+        } else {
+            lane.waiting.push_back(ct);
+        }
         BoosterStats::bump(&b.stats.queued);
         let txn = client_of(&mut self.slab, ct)?.txn.as_mut()?;
         txn.phase = Phase::Resolve;
         Some(Flow::Wait)
     }
 
-    /// Write `ct`'s request behind those on `ut` and send what can go.
-    fn pipeline_behind<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, ut: Token, b: &Booster) -> Flow {
+    /// Queue `ct`'s request behind those on `ut`; it goes out after the
+    /// batch ([`Worker::booster_tick`]) with the others queued meanwhile.
+    fn pipeline_behind(&mut self, ct: Token, ut: Token, b: &Booster) -> Flow {
         let sh = &mut self.sh;
         let Some((c, u)) = pair(&mut self.slab, ct, ut) else {
             return Flow::Closed;
         };
         crate::upstream::queue_request(sh, c, u);
-        if u.may_write && !u.connecting {
-            match u.out.flush(&u.fd, &[], &mut []) {
-                Ok(sent) if sent.blocked => {
-                    u.may_write = false;
-                    u.want.write = true;
-                }
-                Ok(_) => u.last_activity = cx.now,
-                // The owner's next read or write sees the failure.
-                Err(_) => {}
-            }
-        }
         if let Some(txn) = c.txn.as_mut() {
             txn.phase = Phase::Resolve;
         }
         if let Some(line) = self.lanes.lines.get_mut(&ut) {
             line.behind.push_back(ct);
         }
+        if !self.lanes.unsent.contains(&ut) {
+            self.lanes.unsent.push(ut);
+        }
         BoosterStats::bump(&b.stats.pipelined);
         self.sh.stats.upstream_reused += 1;
         Flow::Wait
+    }
+
+    /// Send the requests pipelined during the batch. A connection that
+    /// will not take them all keeps the rest: its owner's next exchange
+    /// step sends them (a body relay does not), at the latest when the
+    /// connection passes to the next in line.
+    fn flush_pipelined(&mut self, now: Instant) {
+        for ut in std::mem::take(&mut self.lanes.unsent) {
+            let Some(u) = upstream_of(&mut self.slab, ut) else {
+                continue;
+            };
+            if !u.may_write || u.connecting || u.out.is_empty() {
+                continue;
+            }
+            match u.out.flush(&u.fd, &[], &mut []) {
+                Ok(sent) if sent.blocked => {
+                    u.may_write = false;
+                    u.want.write = true;
+                }
+                Ok(_) => u.last_activity = now,
+                // The owner's next read or write sees the failure.
+                Err(_) => {}
+            }
+        }
     }
 
     /// A connection was just opened for `ct`'s request to `addr`: it joins
@@ -374,6 +402,7 @@ impl Worker<'_> {
     /// After each batch: lanes whose origin refused a connection try again
     /// when their pause is over; stale waiting records go.
     pub(crate) fn booster_tick(&mut self, now: Instant) {
+        self.flush_pipelined(now);
         let due: Vec<SocketAddr> = self
             .lanes
             .lanes
