@@ -12,6 +12,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use weft_io::Shutdown;
 
+/// Bytes read from an origin connection at once for response heads.
+const BOOSTER_FIRST_READ: usize = 64 * 1024;
+
 /// A running booster.
 pub struct BoosterServer {
     proxy: Proxy,
@@ -68,6 +71,10 @@ impl BoosterServer {
         proxy.cache_dir = None;
         proxy.admin = None;
         proxy.front = Some(front);
+        // The responses of a line come back to back: one read takes several
+        // heads (and small bodies) at once, and the next owners parse theirs
+        // from the connection's input without a system call.
+        proxy.first_read = proxy.first_read.max(BOOSTER_FIRST_READ);
         let proxy = Proxy::start(proxy)?;
         if boost == Boost::Auto {
             super::monitor::start(booster.clone(), proxy.shutdown_handle())?;
