@@ -6,9 +6,10 @@ system calls per request, under a SURGE mix, for
   as SURGE's HTTP/1.0 user equivalents);
 - accel: straight to `weft serve --accelerator` (ready-to-send responses);
 - booster: clients to `weft front --mode booster` (2 persistent pipelined
-  connections to the origin) in front of `weft serve --accelerator`;
+  connections to the origin, on the proxy's event loop) in front of
+  `weft serve --accelerator`;
 - booster+dack: the same with `--delayed-ack` (TCP_QUICKACK off toward the
-  origin after the first response);
+  origin after every response);
 - nginx direct and nginx behind the booster: the anchor of the same run.
 
 Network: two namespaces joined by a veth pair (lab/netlab.py, MTU 1500,
@@ -21,8 +22,9 @@ the same way; packets from the origin namespace's
 `nstat` (TcpInSegs / TcpOutSegs); requests from weft load's 2xx replies;
 system calls per request from `weft serve --stats-on-exit`.
 
-Quick form: 300 user equivalents (OFF times x 0.05), 6 s per configuration,
-one run (about 70 s). Full form: 1,200 / 2,400 / 3,600 UEs x 3 runs x 30 s.
+Quick form: 1,200 user equivalents (OFF times x 0.05), 6 s per
+configuration, one run (about 50 s). Full form: 1,200 / 2,400 / 3,600 UEs x
+3 runs x 30 s.
 Not done (plainly): the /proc/stat and /proc/softirqs split into user,
 kernel, hard and soft interrupts sampled every 0.5 s, the least-squares
 extrapolation of Figure 10, the time-to-relief against a cold caching proxy,
@@ -148,7 +150,7 @@ def run(lab: core.Lab) -> dict:
     subprocess.run([lab.weft, "load", "gen", "surge", "--out", www, "--param", "files=600"], check=True, capture_output=True, timeout=120)
     os.chmod(lab.scratch, 0o755)
     if lab.quick:
-        ues_list, reps, secs, think = [300], 1, 6.0, 0.05
+        ues_list, reps, secs, think = [1200], 1, 6.0, 0.05
     else:
         ues_list, reps, secs, think = [1200, 2400, 3600], 3, 30.0, 1.0
     rows = []
