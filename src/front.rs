@@ -175,11 +175,12 @@ impl Service for FrontServer {
 
 /// Run `weft front` until a shutdown signal.
 pub fn run(args: FrontArgs) -> ExitCode {
-    if args.mode == Some(Mode::Booster) {
-        return crate::front_booster::run(&args);
-    }
     args.service.apply_process_flags();
-    let (front, proxy) = args.to_config();
+    let (mut front, mut proxy) = args.to_config();
+    if let Err(e) = crate::front_booster::apply(&args, &mut front, &mut proxy) {
+        eprintln!("weft: {e}");
+        return ExitCode::from(2);
+    }
     if front.backends.is_empty() {
         eprintln!("weft: front: at least one --backend ADDR:PORT is needed");
         return ExitCode::from(2);

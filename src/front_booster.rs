@@ -1,18 +1,15 @@
-//! `weft front --mode booster` (issue 26): its flag group and run function.
+//! `weft front --mode booster` (issue 26): its flag group and what it adds
+//! to the front's configuration.
 //! Listening, workers (one unless `--workers` is given), timeouts, head
 //! limits and the admin address come from the front's service flags;
 //! `--backend` without `--site` is one site answering every Host.
 
 use crate::args::positive;
 use crate::front::FrontArgs;
-use crate::service::{self, Service};
 use clap::{ArgAction, Args};
-use std::io;
-use std::net::SocketAddr;
-use std::process::ExitCode;
 use std::time::Duration;
-use weft_io::Shutdown;
-use weft_proxy::booster::{Boost, BoosterConfig, BoosterServer, SiteSpec};
+use weft_proxy::booster::{Boost, BoosterConfig, SiteSpec};
+use weft_proxy::front::{BackendSpec, FrontConfig, Mode};
 use weft_proxy::ProxyConfig;
 
 #[derive(Args, Debug, Default)]
@@ -65,12 +62,13 @@ pub struct BoosterArgs {
     pub delayed_ack: Option<bool>,
 }
 
-/// The booster's configuration, its admin address and the proxy's settings
-/// from the front's arguments.
-type Config = (BoosterConfig, Option<SocketAddr>, ProxyConfig);
-
-fn config(args: &FrontArgs) -> Result<Config, String> {
-    let (front, mut proxy) = args.to_config();
+/// `--mode booster`: the booster's settings from the front's arguments
+/// (the sites become the back-ends; one worker unless `--workers` is given).
+/// Nothing for the other modes.
+pub fn apply(args: &FrontArgs, front: &mut FrontConfig, proxy: &mut ProxyConfig) -> Result<(), String> {
+    if front.mode != Mode::Booster {
+        return Ok(());
+    }
     if args.service.workers.is_none() {
         proxy.workers = 1;
     }
@@ -123,52 +121,14 @@ fn config(args: &FrontArgs) -> Result<Config, String> {
     c.pipeline = b.pipeline_depth.unwrap_or(8).min(1024);
     c.max_queue = b.max_queue.unwrap_or(1024);
     c.delayed_ack = b.delayed_ack.unwrap_or(false);
-    Ok((c, front.admin, proxy))
-}
-
-impl Service for BoosterServer {
-    type Config = Config;
-    type Stats = (weft_proxy::ProxyStats, String);
-    fn start((c, admin, proxy): Self::Config) -> io::Result<Self> {
-        BoosterServer::start(c, admin, proxy)
-    }
-    fn shutdown_handle(&self) -> Shutdown {
-        BoosterServer::shutdown_handle(self)
-    }
-    fn local_addr(&self) -> SocketAddr {
-        BoosterServer::local_addr(self)
-    }
-    fn admin_addr(&self) -> Option<SocketAddr> {
-        BoosterServer::admin_addr(self)
-    }
-    fn wait(self) -> io::Result<Self::Stats> {
-        BoosterServer::wait(self)
-    }
-}
-
-/// Run `weft front --mode booster` until a shutdown signal.
-pub fn run(args: &FrontArgs) -> ExitCode {
-    args.service.apply_process_flags();
-    let cfg = match config(args) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("weft: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let stats_on_exit = cfg.2.stats_on_exit;
-    let (n, conns, boost, workers) = (cfg.0.sites.len(), cfg.0.upstream_conns, cfg.0.boost, cfg.2.workers);
-    service::run::<BoosterServer>(
-        cfg,
-        || {
-            weft_core::info!(
-                "booster over {n} site(s), {conns} connection(s) per origin, boost {boost:?}, {workers} worker(s)"
-            )
-        },
-        |(_, doc)| {
-            if stats_on_exit {
-                eprint!("{doc}");
-            }
-        },
-    )
+    front.backends = c
+        .sites
+        .iter()
+        .map(|s| BackendSpec {
+            addr: s.origin,
+            weight: 1,
+        })
+        .collect();
+    front.booster = Some(c);
+    Ok(())
 }

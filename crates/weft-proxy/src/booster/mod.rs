@@ -17,7 +17,9 @@
 //!   request, handing a connection to the next response in line, re-sending
 //!   what a dying connection leaves unanswered);
 //! - `monitor`: polls each origin's load report (`weft serve --admin`, key
-//!   `load` of `/stats`) and switches its site in and out with hysteresis.
+//!   `load` of `/stats`) and switches its site in and out with hysteresis;
+//! - `server`: what `FrontServer` starts for the booster (the monitor, the
+//!   admin endpoint) and the proxy settings it tunes.
 //!
 //! While a site is not boosted its requests take the proxy's ordinary
 //! path (one request per origin connection at a time, connections opened as
@@ -34,7 +36,7 @@ mod server;
 
 pub(crate) use lane::{booster_of, Lanes};
 pub use monitor::Thresholds;
-pub use server::BoosterServer;
+pub use server::{start, tune_proxy};
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;

@@ -1,33 +1,35 @@
-//! A running booster: the proxy's workers in `weft front --mode booster`
-//! (cache off, every request placed by [`Booster`]), the load monitor when
-//! `--boost auto`, and the admin endpoint (`/stats`: the booster's counters
-//! and sites, the proxy's totals, and the figures per request).
+//! The booster's part of a running `weft front --mode booster`
+//! (`FrontServer` runs it: the proxy's workers with the cache off, every
+//! request placed by [`Booster`]): the proxy settings it tunes, the load
+//! monitor when `--boost auto`, and the admin endpoint (`/stats`: the
+//! booster's counters and sites, the proxy's totals, and the figures per
+//! request).
 
-use super::{Boost, Booster, BoosterConfig};
-use crate::config::{HostPort, ProxyConfig};
-use crate::front::{Front, FrontConfig, Mode};
+use super::{Boost, Booster};
+use crate::config::ProxyConfig;
 use crate::{Proxy, ProxyStats};
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use weft_io::Shutdown;
 
 /// Bytes read from an origin connection at once for response heads.
 const BOOSTER_FIRST_READ: usize = 64 * 1024;
 
-/// A running booster.
-pub struct BoosterServer {
-    proxy: Proxy,
-    booster: Arc<Booster>,
-    admin_addr: Option<SocketAddr>,
+/// The proxy settings of booster mode.
+pub fn tune_proxy(proxy: &mut ProxyConfig) {
+    // The responses of a line come back to back: one read takes several
+    // heads (and small bodies) at once, and the next owners parse theirs
+    // from the connection's input without a system call.
+    proxy.first_read = proxy.first_read.max(BOOSTER_FIRST_READ);
 }
 
 /// The per-request figures of the proxy's totals: system calls (all kinds
-/// the workers count) and upstream connections opened.
+/// the workers count), upstream connections opened, origin responses.
 fn per_request(b: &Booster, t: &ProxyStats) -> String {
     let requests = t.requests.max(1) as f64;
     let calls: u64 = t.syscalls.0.iter().sum();
-    let responses = b.stats.upstream_responses.load(std::sync::atomic::Ordering::Relaxed);
+    let responses = b.stats.upstream_responses.load(Ordering::Relaxed);
     format!(
         "{{\"syscalls\":{:.2},\"upstream_connects\":{:.4},\"upstream_responses\":{:.3}}}",
         calls as f64 / requests,
@@ -36,98 +38,31 @@ fn per_request(b: &Booster, t: &ProxyStats) -> String {
     )
 }
 
-impl BoosterServer {
-    /// Start: `admin` is the booster's admin address; `proxy` gives the
-    /// listener, workers, timeouts and buffers.
-    pub fn start(cfg: BoosterConfig, admin: Option<SocketAddr>, mut proxy: ProxyConfig) -> io::Result<BoosterServer> {
-        let Some(first) = cfg.sites.first().map(|s| s.origin) else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "booster: no site (--site HOST=ORIGIN[@ADMIN])",
-            ));
-        };
-        let workers = proxy.workers.max(1);
-        let front_cfg = FrontConfig {
-            backends: cfg
-                .sites
-                .iter()
-                .map(|s| crate::front::BackendSpec {
-                    addr: s.origin,
-                    weight: 1,
-                })
-                .collect(),
-            mode: Mode::Booster,
-            ..FrontConfig::default()
-        };
-        let boost = cfg.boost;
-        let booster = Arc::new(Booster::new(cfg, workers));
-        let front = Arc::new(Front::new(&front_cfg, workers)?.with_booster(booster.clone()));
-        proxy.upstream = Some(HostPort {
-            host: first.ip().to_string(),
-            port: first.port(),
-        });
-        proxy.routes.clear();
-        proxy.cache_size = 0;
-        proxy.cache_dir = None;
-        proxy.admin = None;
-        proxy.front = Some(front);
-        // The responses of a line come back to back: one read takes several
-        // heads (and small bodies) at once, and the next owners parse theirs
-        // from the connection's input without a system call.
-        proxy.first_read = proxy.first_read.max(BOOSTER_FIRST_READ);
-        let proxy = Proxy::start(proxy)?;
-        if boost == Boost::Auto {
-            super::monitor::start(booster.clone(), proxy.shutdown_handle())?;
-        }
-        let admin_addr = match admin {
-            Some(a) => {
-                let (b, slots) = (booster.clone(), proxy.slots());
-                let render = Arc::new(move || {
-                    let t = Proxy::live_totals(&slots);
-                    let doc = format!("{{\"total\":{},\"per_request\":{}}}", t.to_json(), per_request(&b, &t));
-                    b.render(&doc)
-                });
-                let pages = weft_io::admin::Pages {
-                    stats: render,
-                    metrics: None,
-                };
-                Some(
-                    weft_io::admin::serve(a, pages)
-                        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}")))?,
-                )
-            }
-            None => None,
-        };
-        Ok(BoosterServer {
-            proxy,
-            booster,
-            admin_addr,
-        })
-    }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.proxy.local_addr()
-    }
-
-    /// The admin endpoint's address.
-    pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin_addr
-    }
-
-    /// The switch that stops the booster gracefully.
-    pub fn shutdown_handle(&self) -> Shutdown {
-        self.proxy.shutdown_handle()
-    }
-
-    /// Wait for the workers; the proxy's counters and the booster's JSON.
-    pub fn wait(self) -> io::Result<(ProxyStats, String)> {
-        let (stats, _) = self.proxy.wait()?;
-        let doc = format!(
+impl Booster {
+    /// The `/stats` document for the proxy's totals `t` (also printed at
+    /// exit by `--stats-on-exit`).
+    pub fn document(&self, t: &ProxyStats) -> String {
+        self.render(&format!(
             "{{\"total\":{},\"per_request\":{}}}",
-            stats.to_json(),
-            per_request(&self.booster, &stats)
-        );
-        Ok((stats, self.booster.render(&doc)))
+            t.to_json(),
+            per_request(self, t)
+        ))
     }
+}
+
+/// Once the proxy runs: the load monitor (`--boost auto`) and the admin
+/// endpoint at `admin`; its bound address.
+pub fn start(b: &Arc<Booster>, admin: Option<SocketAddr>, proxy: &Proxy) -> io::Result<Option<SocketAddr>> {
+    if b.cfg.boost == Boost::Auto {
+        super::monitor::start(b.clone(), proxy.shutdown_handle())?;
+    }
+    let Some(a) = admin else { return Ok(None) };
+    let (b, slots) = (b.clone(), proxy.slots());
+    let pages = weft_io::admin::Pages {
+        stats: Arc::new(move || b.document(&Proxy::live_totals(&slots))),
+        metrics: None,
+    };
+    weft_io::admin::serve(a, pages)
+        .map(Some)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}")))
 }

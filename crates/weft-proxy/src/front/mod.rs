@@ -133,6 +133,8 @@ pub struct FrontConfig {
     pub health: HealthConfig,
     /// The front-end's admin endpoint (`/stats`, `/metrics`).
     pub admin: Option<SocketAddr>,
+    /// `--mode booster`: the sites and the booster's settings.
+    pub booster: Option<crate::booster::BoosterConfig>,
 }
 
 impl Default for FrontConfig {
@@ -146,6 +148,7 @@ impl Default for FrontConfig {
             dispatch: DispatcherConfig::default(),
             health: HealthConfig::default(),
             admin: None,
+            booster: None,
         }
     }
 }
@@ -447,7 +450,8 @@ impl Front {
 pub struct FrontServer {
     proxy: Proxy,
     front: Arc<Front>,
-    health: health::Checker,
+    /// None in booster mode (the origins report their load instead).
+    health: Option<health::Checker>,
     admin_addr: Option<SocketAddr>,
 }
 
@@ -462,7 +466,13 @@ impl FrontServer {
             ));
         };
         check_handoff(&front_cfg)?;
-        let front = Arc::new(Front::new(&front_cfg, proxy.workers.max(1))?);
+        let workers = proxy.workers.max(1);
+        let mut front = Front::new(&front_cfg, workers)?;
+        if let Some(b) = &front_cfg.booster {
+            front = front.with_booster(Arc::new(crate::booster::Booster::new(b.clone(), workers)));
+            crate::booster::tune_proxy(&mut proxy);
+        }
+        let front = Arc::new(front);
         // Reverse mode routes every request; the address is replaced by the
         // dispatcher's choice before connecting.
         proxy.upstream = Some(HostPort {
@@ -475,14 +485,20 @@ impl FrontServer {
         proxy.admin = None;
         proxy.front = Some(front.clone());
         let proxy = Proxy::start(proxy)?;
-        let health = health::Checker::start(front.clone(), front_cfg.health.clone())?;
-        let admin_addr = match front_cfg.admin {
-            Some(a) => Some(
-                admin::start(a, front.clone())
-                    .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}")))?,
-            ),
-            None => None,
-        };
+        let (health, admin_addr) =
+            match &front.booster {
+                // The load monitor and the booster's /stats.
+                Some(b) => (None, crate::booster::start(b, front_cfg.admin, &proxy)?),
+                None => (
+                    Some(health::Checker::start(front.clone(), front_cfg.health.clone())?),
+                    match front_cfg.admin {
+                        Some(a) => Some(admin::start(a, front.clone()).map_err(|e| {
+                            io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}"))
+                        })?),
+                        None => None,
+                    },
+                ),
+            };
         Ok(FrontServer {
             proxy,
             front,
@@ -509,9 +525,15 @@ impl FrontServer {
     /// Wait for the workers; the proxy's counters and the front-end's JSON.
     pub fn wait(self) -> io::Result<(ProxyStats, String)> {
         let r = self.proxy.wait();
-        self.health.stop();
+        if let Some(h) = self.health {
+            h.stop();
+        }
         let (stats, _) = r?;
-        Ok((stats, admin::render_json(&self.front)))
+        let doc = match &self.front.booster {
+            Some(b) => b.document(&stats),
+            None => admin::render_json(&self.front),
+        };
+        Ok((stats, doc))
     }
 }
 
