@@ -121,6 +121,40 @@ fn many_clients_multiplexed_over_two_connections_byte_exact() {
 }
 
 #[test]
+fn a_post_among_pipelined_gets_gets_a_connection_to_itself() {
+    let d = files();
+    let (o, _) = origin("127.0.0.1:0", &d);
+    let (b, admin) = booster(&[format!("*={}", o.addr)], &["--upstream-conns", "1"]);
+    let addr = b.addr;
+    let (clients, each) = (6, 300);
+    let done = Arc::new(AtomicUsize::new(0));
+    let gets: Vec<_> = (0..clients)
+        .map(|c| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut r = Reader::new(TcpStream::connect(addr).unwrap());
+                for i in 0..each {
+                    assert_eq!(get_on(&mut r, &format!("/f{}.bin", (c + i) % 8)).status, 200);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(10), || counter(&admin, "pipelined") > 0));
+    // The origin's own answer (a static server refuses POST), not the
+    // booster's 502/503, and while the GETs still stream (not starved).
+    let mut r = Reader::new(b.connect());
+    r.send(b"POST /f1.bin HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc");
+    let status = r.response(false).status;
+    let at = done.load(Ordering::Relaxed);
+    assert!(status != 502 && status != 503, "{status}");
+    assert!(at < clients * each, "answered only after the GETs ({at})");
+    for t in gets {
+        t.join().unwrap();
+    }
+}
+
+#[test]
 fn pipelined_requests_answered_in_order() {
     let d = files();
     let (o, _) = origin("127.0.0.1:0", &d);

@@ -10,7 +10,9 @@
 //!   (the client then waits, holding no upstream), and the heads queued in
 //!   one event batch go out together after it, in one write; else it waits
 //!   in the lane's queue. A non-idempotent request, or one with a body, only ever
-//!   takes an idle connection, and nothing is pipelined behind it.
+//!   takes an idle connection, and nothing is pipelined behind it; while one
+//!   waits, nothing more is pipelined on its lane, so the lines drain and a
+//!   stream of GETs cannot starve it.
 //! - When the owner's response ends ([`Worker::release_upstream`]), the
 //!   connection passes to the next client in line — its response is next on
 //!   the wire, and whatever of it was read stays in the connection's input —
@@ -52,6 +54,9 @@ struct Lane {
     waiting: VecDeque<Token>,
     /// The origin refused a connection: no new attempt before this.
     retry_at: Option<Instant>,
+    /// Waiting requests that need a connection to themselves: while there
+    /// are any, nothing more is pipelined, so lines drain and they get one.
+    alone: Vec<Token>,
 }
 
 /// The clients of one connection after its owner.
@@ -140,11 +145,18 @@ impl Worker<'_> {
         }
         let pipe_ok = pipelinable(client_of(&mut self.slab, ct)?.txn.as_ref()?);
         let lane = self.lanes.lanes.entry(addr).or_default();
+        // A connection that frees up while a request waits to have one to
+        // itself is kept for it.
+        let reserved = !lane.alone.is_empty() && !lane.alone.contains(&ct);
         let idle = lane
             .conns
             .iter()
             .copied()
+            .filter(|_| !reserved)
             .find(|&ut| upstream_of(&mut self.slab, ut).is_some_and(|u| u.owner.is_none()));
+        if idle.is_some() || lane.conns.len() < b.conns_per_worker {
+            lane.alone.retain(|&t| t != ct);
+        }
         if let Some(ut) = idle {
             let u = upstream_of(&mut self.slab, ut)?;
             u.owner = Some(ct);
@@ -163,7 +175,7 @@ impl Worker<'_> {
         let depth = b.cfg.pipeline.max(1);
         // A request sent again goes first on a connection (the origin
         // answers at least that one), never behind others.
-        let behind_ok = pipe_ok && !down && !self.lanes.resends.contains_key(&ct);
+        let behind_ok = pipe_ok && !down && lane.alone.is_empty() && !self.lanes.resends.contains_key(&ct);
         let lines = &self.lanes.lines;
         let shortest = lane
             .conns
@@ -176,7 +188,10 @@ impl Worker<'_> {
             return Some(self.pipeline_behind(ct, ut, b));
         }
         let lane = self.lanes.lanes.entry(addr).or_default();
-        if self.lanes.resends.contains_key(&ct) {
+        if !pipe_ok && !lane.alone.contains(&ct) {
+            lane.alone.push(ct);
+        }
+        if self.lanes.resends.contains_key(&ct) || !pipe_ok {
             lane.waiting.push_front(ct);
         } else {
             lane.waiting.push_back(ct);
@@ -388,14 +403,17 @@ impl Worker<'_> {
         let mut n = b.cfg.pipeline.max(1) + b.conns_per_worker;
         while n > 0 {
             let Some(ct) = lane.waiting.pop_front() else { break };
-            let Some(txn) = client_of(&mut self.slab, ct).and_then(|c| c.txn.as_mut()) else {
+            let txn = client_of(&mut self.slab, ct)
+                .and_then(|c| c.txn.as_mut())
+                .filter(|t| waits(t));
+            let Some(txn) = txn else {
+                // Its client left, or its request ended some other way.
+                lane.alone.retain(|&t| t != ct);
                 continue;
             };
-            if waits(txn) {
-                txn.phase = Phase::Connect;
-                self.ready.push(ct);
-                n -= 1;
-            }
+            txn.phase = Phase::Connect;
+            self.ready.push(ct);
+            n -= 1;
         }
     }
 
