@@ -37,9 +37,11 @@ pub struct FrontArgs {
     pub policy: Option<Policy>,
 
     /// How requests reach the back-ends: relay (forward over pooled connections,
-    /// bodies back by splice) or handoff (pass the client's connection to a `weft serve
-    /// --handoff-socket` on this host, which answers it directly; needs --handoff) [default: relay].
-    #[arg(long, value_name = "relay|handoff")]
+    /// bodies back by splice), handoff (pass the client's connection to a `weft serve
+    /// --handoff-socket` on this host, which answers it directly; needs --handoff) or booster
+    /// (terminate clients, multiplex onto a few persistent pipelined connections per origin:
+    /// docs/booster.md) [default: relay].
+    #[arg(long, value_name = "relay|handoff|booster")]
     pub mode: Option<Mode>,
 
     /// Handoff mode: a back-end's handoff socket (its `weft serve --handoff-socket PATH`), one per
@@ -95,6 +97,10 @@ pub struct FrontArgs {
     // Back-end connect and silence timeouts, the idle connection pool.
     #[command(flatten)]
     pub upstream_conns: UpstreamArgs,
+
+    // `--mode booster` (issue 26).
+    #[command(flatten)]
+    pub booster: crate::front_booster::BoosterArgs,
 }
 
 impl FrontArgs {
@@ -153,7 +159,11 @@ crate::service::service_by_its_own_methods!(
 /// Run `weft front` until a shutdown signal.
 pub fn run(args: FrontArgs) -> ExitCode {
     args.service.apply_process_flags();
-    let (front, proxy) = args.to_config();
+    let (mut front, mut proxy) = args.to_config();
+    if let Err(e) = crate::front_booster::apply(&args, &mut front, &mut proxy) {
+        eprintln!("weft: {e}");
+        return ExitCode::from(2);
+    }
     if front.backends.is_empty() {
         eprintln!("weft: front: at least one --backend ADDR:PORT is needed");
         return ExitCode::from(2);

@@ -108,6 +108,10 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub flash: crate::serve_flash::FlashArgs,
 
+    // The origin accelerator for a booster (issue 26).
+    #[command(flatten)]
+    pub accelerator: crate::serve_accelerator::AcceleratorArgs,
+
     // Access log format (status).
     #[command(flatten)]
     pub log: crate::log_flags::LogArgs,
@@ -148,6 +152,7 @@ impl ServeArgs {
         c.cgi = self.cgi.to_config();
         self.flash.apply(&mut c);
         self.net.apply(&mut c);
+        self.accelerator.apply(&mut c, self.flash.object_cache.is_some());
         c
     }
 }

@@ -2,6 +2,7 @@
 DESCRIPTION and run(lab) -> dict."""
 
 from . import (
+    booster,
     cgi,
     connection_scaling,
     epoll_study,
@@ -49,5 +50,6 @@ EXPERIMENTS = {
         wan_server,
         wan_polymix,
         wan_events,
+        booster,
     )
 }

@@ -99,6 +99,8 @@ pub struct Forward<'a> {
 fn skip_request_field(name: &[u8], req: &RequestHead, data: &[u8], f: &Forward<'_>) -> bool {
     if name.eq_ignore_ascii_case(b"host")
         || name.eq_ignore_ascii_case(b"expect")
+        // The booster's header to the origin: never a client's own copy.
+        || name.eq_ignore_ascii_case(crate::booster::TARGET_HEADER.as_bytes())
         || name.eq_ignore_ascii_case(b"content-length")
     {
         return true;

@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod acl;
+pub mod booster;
 mod cache;
 mod client;
 pub mod config;
@@ -67,6 +68,8 @@ pub struct Proxy {
     workers: WorkerGroup<ProxyStats>,
     store: Option<Arc<Mutex<store::Store>>>,
     disk: Option<Arc<disk::DiskStore>>,
+    /// The workers' live counters (the booster's `/stats` sums them).
+    slots: Arc<Vec<stats::Slot>>,
 }
 
 /// Options every accepted client socket inherits from its listener, so they
@@ -179,7 +182,7 @@ impl Proxy {
             resolver: resolver.clone(),
             via_name,
             budget,
-            slots,
+            slots: slots.clone(),
         });
         let workers = WorkerGroup::start("weft-proxy", listeners, move |seat| run_worker(&shared, seat))?;
         Ok(Proxy {
@@ -189,7 +192,22 @@ impl Proxy {
             workers,
             store,
             disk,
+            slots,
         })
+    }
+
+    /// The workers' live counters, summed.
+    pub fn live_totals(slots: &[stats::Slot]) -> ProxyStats {
+        let mut total = ProxyStats::default();
+        for s in slots {
+            total.add(&s.read());
+        }
+        total
+    }
+
+    /// The workers' live counter slots.
+    pub fn slots(&self) -> Arc<Vec<stats::Slot>> {
+        self.slots.clone()
     }
 
     /// Its addresses and stop switch.

@@ -3,9 +3,9 @@
 //! and back (AutoRelease), retrying once when a reused connection turns out
 //! dead before any response byte, and reading a response head.
 
-use crate::conn::{Entry, Phase, ReqBody, Upstream};
+use crate::conn::{Client, Entry, Phase, ReqBody, Upstream};
 use crate::headers::{self, Forward};
-use crate::worker::{arm, client_of, pair, upstream_of, Flow, Worker};
+use crate::worker::{arm, client_of, pair, upstream_of, Flow, Shared, Worker};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -150,6 +150,35 @@ pub(crate) fn read_response_head(
     }
 }
 
+/// Queue the client's request head for the upstream (behind whatever is
+/// queued there already: the booster pipelines several clients' requests).
+pub(crate) fn queue_request(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstream) {
+    let Some(txn) = c.txn.as_ref() else { return };
+    let data = &c.req_data;
+    let validators = txn
+        .stored
+        .as_ref()
+        .map(|(_, o)| (o.etag.as_deref(), o.last_modified.as_ref().map(|(v, _)| &v[..])));
+    let client_ip = c.peer.map(|p| p.ip());
+    let chunked = matches!(txn.body, ReqBody::Chunked(_));
+    let head = &c.req;
+    let fwd = Forward {
+        method: txn.method,
+        path: &txn.path,
+        host: &txn.host_value,
+        via: &sh.via,
+        client: client_ip,
+        chunked_body: chunked,
+        validators,
+    };
+    u.out.lend_own(&mut sh.own_pool);
+    headers::write_request(u.out.own_mut(), head, data, &fwd);
+    // booster: the parsed target for the origin's accelerator.
+    if crate::booster::booster_of(sh.cfg).is_some() {
+        crate::booster::add_target(u.out.own_mut(), &txn.path);
+    }
+}
+
 impl Worker<'_> {
     pub(crate) fn close_upstream<P: Poller>(&mut self, cx: &mut Ctx<P>, ut: Token) {
         if let Some(Entry::Upstream(mut u)) = self.slab.remove(ut) {
@@ -158,18 +187,28 @@ impl Worker<'_> {
             if u.owner.is_none() {
                 self.sh.pool.forget(&u.addr, ut);
             }
+            let sent = !u.connecting;
             cx.close_later(u.fd, true);
+            // booster: the requests pipelined on it are placed again.
+            self.booster_closed(cx, ut, sent);
         }
     }
 
     /// Hand an upstream connection back to the pool (or close it).
     pub(crate) fn release_upstream<P: Poller>(&mut self, cx: &mut Ctx<P>, ut: Token, reusable: bool) {
+        // booster: a lane's connection passes to the next in line, or idles in its lane.
+        let lane = match self.booster_release(cx, ut, reusable) {
+            Some(true) => return,
+            Some(false) => true,
+            None => false,
+        };
         let max = self.sh.cfg.pool_size;
         let draining = self.sh.draining;
         let Some(u) = upstream_of(&mut self.slab, ut) else {
             return;
         };
-        if !reusable || draining || self.sh.pool.is_full(&u.addr, max) || !u.buf.is_empty() || !u.out.is_empty() {
+        let full = !lane && self.sh.pool.is_full(&u.addr, max);
+        if !reusable || draining || full || !u.buf.is_empty() || !u.out.is_empty() {
             self.close_upstream(cx, ut);
             return;
         }
@@ -190,7 +229,10 @@ impl Worker<'_> {
         u.want = Interest::READ;
         u.last_activity = cx.now;
         u.deadline = Some(cx.now + self.sh.cfg.pool_idle_timeout);
-        self.sh.pool.put(u.addr, ut);
+        let addr = u.addr;
+        if !lane {
+            self.sh.pool.put(addr, ut);
+        }
         if !P::CAPS.edge_triggered && u.interest != Interest::READ {
             if cx.reregister(u.fd.raw(), ut, Interest::READ).is_err() {
                 self.close_upstream(cx, ut);
@@ -199,6 +241,9 @@ impl Worker<'_> {
             u.interest = Interest::READ;
         }
         arm(cx, ut, u.deadline, &mut u.timer_at);
+        if lane {
+            self.booster_wake(addr);
+        }
     }
 
     // ------------------------------------------------------------------
@@ -214,6 +259,10 @@ impl Worker<'_> {
             return self.fail(cx, ct, 502, "no upstream address left to try");
         };
         let use_pool = !txn.retried && !txn.connect;
+        // booster: a boosted origin's requests go to its lane.
+        if let Some(f) = self.booster_connect(cx, ct, addr) {
+            return f;
+        }
         // A pooled connection to the same address (most recently used first).
         if use_pool {
             while let Some(ut) = self.sh.pool.take(&addr) {
@@ -269,6 +318,7 @@ impl Worker<'_> {
                 timer_at: None,
             }))
         });
+        self.booster_opened(ct, ut, addr);
         self.begin_exchange(ct, ut)
     }
 
@@ -303,7 +353,7 @@ impl Worker<'_> {
     }
 
     /// Attach the upstream and queue the request.
-    fn begin_exchange(&mut self, ct: Token, ut: Token) -> Flow {
+    pub(crate) fn begin_exchange(&mut self, ct: Token, ut: Token) -> Flow {
         let sh = &mut self.sh;
         let Some((c, u)) = pair(&mut self.slab, ct, ut) else {
             return Flow::Closed;
@@ -314,25 +364,7 @@ impl Worker<'_> {
         if txn.connect {
             return Flow::Again;
         }
-        let data = &c.req_data;
-        let validators = txn
-            .stored
-            .as_ref()
-            .map(|(_, o)| (o.etag.as_deref(), o.last_modified.as_ref().map(|(v, _)| &v[..])));
-        let client_ip = c.peer.map(|p| p.ip());
-        let chunked = matches!(txn.body, ReqBody::Chunked(_));
-        let head = &c.req;
-        let fwd = Forward {
-            method: txn.method,
-            path: &txn.path,
-            host: &txn.host_value,
-            via: &sh.via,
-            client: client_ip,
-            chunked_body: chunked,
-            validators,
-        };
-        u.out.lend_own(&mut sh.own_pool);
-        headers::write_request(u.out.own_mut(), head, data, &fwd);
+        queue_request(sh, c, u);
         Flow::Again
     }
 

@@ -170,7 +170,7 @@ pub struct Worker<'a> {
     pub(crate) slab: Slab<Entry>,
     /// The listener, its accept pass and the shutdown waker.
     pub(crate) door: Door,
-    ready: Vec<Token>,
+    pub(crate) ready: Vec<Token>,
     /// Clients whose relay may be waiting for a read batch.
     pub(crate) batching: Vec<Token>,
     /// BATCH_TIMER is armed.
@@ -182,6 +182,8 @@ pub struct Worker<'a> {
     next_decay: Instant,
     /// `weft front --mode handoff`: this worker's channels to the back-ends.
     pub(crate) channels: crate::front::Channels,
+    /// `weft front --mode booster`: this worker's origin connections.
+    pub(crate) lanes: crate::booster::Lanes,
 }
 
 /// What the worker is given at start.
@@ -244,6 +246,7 @@ impl<'a> Worker<'a> {
             refused_logged: 0,
             next_decay: Instant::now(),
             channels: Default::default(),
+            lanes: Default::default(),
         }
     }
 
@@ -575,6 +578,7 @@ impl<'a> Worker<'a> {
                 cx.close_later(u.fd, true);
             }
         }
+        self.booster_drain(cx);
         for t in self.slab.tokens() {
             let Some(c) = client_of(&mut self.slab, t) else {
                 continue;
@@ -748,6 +752,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             self.ready.clear();
         }
         self.decay_pools(cx.now);
+        self.booster_tick(cx.now);
         self.slot.publish(&self.stats());
         self.slot.latency.publish(&mut self.sh.latency, cx.now);
         if self.door.due(cx) {
@@ -775,6 +780,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             // Wake to shrink the pools and publish the latencies.
             decay.then_some(POOL_DECAY_EVERY),
             self.door.max_wait(),
+            self.lanes
+                .next_retry()
+                .map(|t| t.saturating_duration_since(Instant::now())),
         ])
     }
 

@@ -33,7 +33,9 @@ pub const LATENCY_HELP: &str = "Time from the first byte of a request head to it
 /// The JSON document the endpoint serves at `/stats`.
 pub fn render(backend: &str, slots: &[WorkerSlot]) -> String {
     let counters: Vec<ServeStats> = slots.iter().map(|s| s.counters.read()).collect();
-    metrics::stats_document(backend, &counters, &[])
+    // The load report a booster polls (issue 26).
+    let load = crate::load_report::json(&counters);
+    metrics::stats_document(backend, &counters, &[("load", &load)])
 }
 
 /// The Prometheus text the endpoint serves at `/metrics`
@@ -90,13 +92,16 @@ mod tests {
         slots[1].latency.flush(&mut lat);
         let doc = render("epoll", &slots);
         assert!(doc.starts_with("{\"backend\":\"epoll\",\"workers\":[{\"worker\":0,\"stats\":{\"accepted\":0,\"refused_fd_limit\":0,\"requests\":5,"), "{doc}");
+        // The totals, then the load report a booster polls (issue 26).
+        let (doc, load) = doc.split_once(",\"load\":").unwrap();
+        assert!(doc.ends_with(",\"syscalls\":{\"writev\":10},\"status\":{}}"), "{doc}");
         assert!(
-            doc.ends_with(",\"syscalls\":{\"writev\":10},\"status\":{}}}\n"),
-            "{doc}"
+            load.starts_with("{\"open_connections\":0,\"requests\":7,\"cpu_ms\":"),
+            "{load}"
         );
         let addr = start("127.0.0.1:0".parse().unwrap(), "epoll", slots).unwrap();
         let r = get(addr, "/stats");
-        assert!(r.ends_with(&doc), "{r}");
+        assert!(r.contains(doc), "{r}");
         let m = get(addr, "/metrics");
         assert!(m.contains("\r\nContent-Type: text/plain; version=0.0.4"), "{m}");
         assert!(m.contains("# TYPE weft_serve_requests_total counter\n"), "{m}");

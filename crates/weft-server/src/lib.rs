@@ -29,6 +29,7 @@ pub mod config;
 mod conn;
 pub mod demo;
 mod files;
+pub mod load_report;
 pub mod mime;
 mod objects;
 pub mod path;

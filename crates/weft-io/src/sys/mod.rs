@@ -41,8 +41,8 @@ pub use errno::{is, is_fd_exhaustion, is_peer_gone, is_splice_unsupported, retry
 pub use fd::{Fd, FdArg};
 pub use shared_words::SharedWords;
 pub use sockopt::{
-    nodelay, notsent_lowat, rcvlowat, set_bind_address_no_port, set_cork, set_nodelay, set_notsent_lowat, set_rcvbuf,
-    set_rcvlowat, set_reuseaddr, set_reuseport,
+    nodelay, notsent_lowat, quickack, rcvlowat, set_bind_address_no_port, set_cork, set_nodelay, set_notsent_lowat,
+    set_quickack, set_rcvbuf, set_rcvlowat, set_reuseaddr, set_reuseport,
 };
 pub use splice::{bytes_readable, pipe_capacity, read_to_bytes};
 pub use stream::{peek, recv_now, set_nonblocking, unix_stream_connect};

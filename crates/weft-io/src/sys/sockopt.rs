@@ -120,6 +120,15 @@ sockopt!(
     set_bind_address_no_port(on: bool) = IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT
 );
 
+sockopt!(
+    /// TCP_QUICKACK: on, ACK every segment at once; off, let the delayed-ACK
+    /// timer run. Not sticky: the kernel re-enters quick-ACK mode on its own
+    /// (after idle, on out-of-order data), so callers set it again after reads.
+    set_quickack(on: bool), get
+    /// Is quick-ACK mode on?
+    quickack = IPPROTO_TCP, TCP_QUICKACK
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

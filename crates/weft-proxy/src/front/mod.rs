@@ -49,6 +49,10 @@ pub enum Mode {
     /// to the back-end (`weft serve --handoff-socket`, same host), which
     /// answers the client directly.
     Handoff,
+    /// `weft front --mode booster` (issue 26): clients terminated, requests
+    /// multiplexed over a few persistent pipelined connections per origin
+    /// ([`crate::booster`], run by `BoosterServer`).
+    Booster,
 }
 
 impl Mode {
@@ -57,6 +61,7 @@ impl Mode {
         match self {
             Mode::Relay => "relay",
             Mode::Handoff => "handoff",
+            Mode::Booster => "booster",
         }
     }
 }
@@ -67,7 +72,8 @@ impl std::str::FromStr for Mode {
         match s {
             "relay" => Ok(Mode::Relay),
             "handoff" => Ok(Mode::Handoff),
-            _ => Err(format!("unknown mode `{s}` (expected relay or handoff)")),
+            "booster" => Ok(Mode::Booster),
+            _ => Err(format!("unknown mode `{s}` (expected relay, handoff or booster)")),
         }
     }
 }
@@ -127,6 +133,8 @@ pub struct FrontConfig {
     pub health: HealthConfig,
     /// The front-end's admin endpoint (`/stats`, `/metrics`).
     pub admin: Option<SocketAddr>,
+    /// `--mode booster`: the sites and the booster's settings.
+    pub booster: Option<crate::booster::BoosterConfig>,
 }
 
 impl Default for FrontConfig {
@@ -140,6 +148,7 @@ impl Default for FrontConfig {
             dispatch: DispatcherConfig::default(),
             health: HealthConfig::default(),
             admin: None,
+            booster: None,
         }
     }
 }
@@ -195,6 +204,8 @@ pub struct Front {
     admitted: Mailboxes<Admitted>,
     counters: Counters,
     origin: Instant,
+    /// `--mode booster`: the sites and their state.
+    booster: Option<Arc<crate::booster::Booster>>,
 }
 
 impl fmt::Debug for Front {
@@ -239,7 +250,19 @@ impl Front {
             admitted: Mailboxes::new(workers)?,
             counters: Counters::default(),
             origin: Instant::now(),
+            booster: None,
         })
+    }
+
+    /// `--mode booster`: requests are placed by `b` (not the dispatcher).
+    pub fn with_booster(mut self, b: Arc<crate::booster::Booster>) -> Front {
+        self.booster = Some(b);
+        self
+    }
+
+    /// The booster, in `--mode booster`.
+    pub(crate) fn booster(&self) -> Option<&crate::booster::Booster> {
+        self.booster.as_deref()
     }
 
     fn lock(&self) -> MutexGuard<'_, Dispatcher<Ticket>> {
@@ -427,7 +450,8 @@ impl Front {
 pub struct FrontServer {
     proxy: Proxy,
     front: Arc<Front>,
-    health: health::Checker,
+    /// None in booster mode (the origins report their load instead).
+    health: Option<health::Checker>,
     admin_addr: Option<SocketAddr>,
 }
 
@@ -442,7 +466,13 @@ impl FrontServer {
             ));
         };
         check_handoff(&front_cfg)?;
-        let front = Arc::new(Front::new(&front_cfg, proxy.workers.max(1))?);
+        let workers = proxy.workers.max(1);
+        let mut front = Front::new(&front_cfg, workers)?;
+        if let Some(b) = &front_cfg.booster {
+            front = front.with_booster(Arc::new(crate::booster::Booster::new(b.clone(), workers)));
+            crate::booster::tune_proxy(&mut proxy);
+        }
+        let front = Arc::new(front);
         // Reverse mode routes every request; the address is replaced by the
         // dispatcher's choice before connecting.
         proxy.upstream = Some(HostPort {
@@ -455,14 +485,20 @@ impl FrontServer {
         proxy.admin = None;
         proxy.front = Some(front.clone());
         let proxy = Proxy::start(proxy)?;
-        let health = health::Checker::start(front.clone(), front_cfg.health.clone())?;
-        let admin_addr = match front_cfg.admin {
-            Some(a) => Some(
-                admin::start(a, front.clone())
-                    .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}")))?,
-            ),
-            None => None,
-        };
+        let (health, admin_addr) =
+            match &front.booster {
+                // The load monitor and the booster's /stats.
+                Some(b) => (None, crate::booster::start(b, front_cfg.admin, &proxy)?),
+                None => (
+                    Some(health::Checker::start(front.clone(), front_cfg.health.clone())?),
+                    match front_cfg.admin {
+                        Some(a) => Some(admin::start(a, front.clone()).map_err(|e| {
+                            io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}"))
+                        })?),
+                        None => None,
+                    },
+                ),
+            };
         Ok(FrontServer {
             proxy,
             front,
@@ -483,9 +519,15 @@ impl FrontServer {
     /// Wait for the workers; the proxy's counters and the front-end's JSON.
     pub fn wait(self) -> io::Result<(ProxyStats, String)> {
         let r = self.proxy.wait();
-        self.health.stop();
+        if let Some(h) = self.health {
+            h.stop();
+        }
         let (stats, _) = r?;
-        Ok((stats, admin::render_json(&self.front)))
+        let doc = match &self.front.booster {
+            Some(b) => b.document(&stats),
+            None => admin::render_json(&self.front),
+        };
+        Ok((stats, doc))
     }
 }
 

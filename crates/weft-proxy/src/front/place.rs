@@ -27,7 +27,9 @@ pub(crate) fn target_id(path: &[u8]) -> u64 {
 pub(crate) fn release(cfg: &ProxyConfig, txn: &mut Txn) {
     let Some(front) = cfg.front.as_deref() else { return };
     if let Some(a) = txn.addrs.first() {
-        if let Some(s) = front.index_of(a) {
+        if let Some(b) = front.booster() {
+            b.finished(a);
+        } else if let Some(s) = front.index_of(a) {
             front.finished(s);
         }
         txn.addrs.clear();
@@ -56,6 +58,9 @@ impl Worker<'_> {
     /// Place the transaction of `ct` (it has just been routed): send it to
     /// the chosen back-end, leave it waiting for admission, or answer 503.
     pub(crate) fn front_place<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, front: &Front) {
+        if let Some(b) = front.booster() {
+            return self.booster_place(cx, ct, b);
+        }
         let index = self.sh.index;
         let Some(c) = client_of(&mut self.slab, ct) else { return };
         let Some(txn) = c.txn.as_mut() else { return };
@@ -123,6 +128,9 @@ impl Worker<'_> {
     ) -> Option<Flow> {
         let cfg = self.sh.cfg;
         let front = cfg.front.as_deref()?;
+        if front.booster().is_some() {
+            return self.booster_failed(cx, ct, connected);
+        }
         let c = client_of(&mut self.slab, ct)?;
         let txn = c.txn.as_mut()?;
         let s = txn.addrs.first().and_then(|a| front.index_of(a))?;

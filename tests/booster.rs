@@ -1,0 +1,470 @@
+//! Integration tests of `weft front --mode booster` (issue 26): the real
+//! binary in front of `weft serve` origins (or a raw test origin that
+//! records what reaches it), byte for byte.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// An address free a moment ago (for an origin restarted on the same one).
+fn free_addr() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// An origin: `weft serve` over a small site, with its admin (load report).
+fn origin(listen: &str, root: &TempDir) -> (Weft, String) {
+    let w = Weft::start(&[
+        "serve",
+        root.path.to_str().unwrap(),
+        "--listen",
+        listen,
+        "--admin",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+    ]);
+    let admin = w.admin.expect("admin").to_string();
+    (w, admin)
+}
+
+fn files() -> TempDir {
+    let d = TempDir::new("booster-site");
+    for k in 0..8 {
+        d.write(&format!("f{k}.bin"), &pattern(1000 + k * 3001));
+    }
+    d
+}
+
+fn booster(sites: &[String], extra: &[&str]) -> (Weft, String) {
+    let mut args: Vec<String> = [
+        "front",
+        "--mode",
+        "booster",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for s in sites {
+        args.push("--site".into());
+        args.push(s.clone());
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let w = Weft::start(&a);
+    let admin = w.admin.expect("admin").to_string();
+    (w, admin)
+}
+
+/// The number at `"key":` in the `/stats` document at `admin`, after the
+/// first `within` (empty: anywhere).
+fn stat(admin: &str, within: &str, key: &str) -> u64 {
+    let doc = fetch(admin, "/stats");
+    let t = &doc[doc.find(within).unwrap_or_else(|| panic!("{within} in {doc}"))..];
+    let pat = format!("\"{key}\":");
+    let at = t.find(&pat).unwrap_or_else(|| panic!("{key} in {doc}")) + pat.len();
+    t[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap()
+}
+
+/// A counter of the booster's `/stats`.
+fn counter(admin: &str, key: &str) -> u64 {
+    stat(admin, "", key)
+}
+
+#[test]
+fn many_clients_multiplexed_over_two_connections_byte_exact() {
+    let d = files();
+    let (o, _) = origin("127.0.0.1:0", &d);
+    let (b, admin) = booster(&[format!("*={}", o.addr)], &["--upstream-conns", "2"]);
+    let addr = b.addr;
+    let threads: Vec<_> = (0..24)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let mut r = Reader::new(s);
+                for i in 0..12 {
+                    let k = (c + i) % 8;
+                    let resp = get_on(&mut r, &format!("/f{k}.bin"));
+                    assert_eq!(resp.status, 200);
+                    assert_eq!(resp.body, pattern(1000 + k * 3001), "client {c} request {i}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Counted when the relay ends, just after the last byte went out.
+    let responses = || counter(&admin, "upstream_responses");
+    assert!(
+        wait_until(Duration::from_secs(5), || responses() == 24 * 12),
+        "{}",
+        responses()
+    );
+    assert_eq!(counter(&admin, "upstream_connects"), 2, "{}", fetch(&admin, "/stats"));
+}
+
+#[test]
+fn a_post_among_pipelined_gets_gets_a_connection_to_itself() {
+    let d = files();
+    let (o, _) = origin("127.0.0.1:0", &d);
+    let (b, admin) = booster(&[format!("*={}", o.addr)], &["--upstream-conns", "1"]);
+    let addr = b.addr;
+    let (clients, each) = (6, 300);
+    let done = Arc::new(AtomicUsize::new(0));
+    let gets: Vec<_> = (0..clients)
+        .map(|c| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut r = Reader::new(TcpStream::connect(addr).unwrap());
+                for i in 0..each {
+                    assert_eq!(get_on(&mut r, &format!("/f{}.bin", (c + i) % 8)).status, 200);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(10), || counter(&admin, "pipelined") > 0));
+    // The origin's own answer (a static server refuses POST), not the
+    // booster's 502/503, and while the GETs still stream (not starved).
+    let mut r = Reader::new(b.connect());
+    r.send(b"POST /f1.bin HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc");
+    let status = r.response(false).status;
+    let at = done.load(Ordering::Relaxed);
+    assert!(status != 502 && status != 503, "{status}");
+    assert!(at < clients * each, "answered only after the GETs ({at})");
+    for t in gets {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn pipelined_requests_answered_in_order() {
+    let d = files();
+    let (o, _) = origin("127.0.0.1:0", &d);
+    let (b, _) = booster(
+        &[format!("*={}", o.addr)],
+        &["--upstream-conns", "2", "--pipeline-depth", "4"],
+    );
+    let mut r = Reader::new(b.connect());
+    let order: Vec<usize> = (0..30).map(|i| (i * 5) % 8).collect();
+    let mut batch = Vec::new();
+    for k in &order {
+        batch.extend_from_slice(format!("GET /f{k}.bin HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    }
+    r.send(&batch);
+    for k in order {
+        let resp = r.response(false);
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.body, pattern(1000 + k * 3001));
+    }
+}
+
+#[test]
+fn origin_killed_and_restarted_mid_run_loses_no_get() {
+    let d = files();
+    let listen = free_addr();
+    let (o, _) = origin(&listen, &d);
+    let (b, admin) = booster(&[format!("*={listen}")], &["--upstream-conns", "2"]);
+    let addr = b.addr;
+    let done = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..6)
+        .map(|c| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let mut r = Reader::new(s);
+                for i in 0..150 {
+                    let k = (c + i) % 8;
+                    let resp = get_on(&mut r, &format!("/f{k}.bin"));
+                    assert_eq!(resp.status, 200, "client {c} request {i}");
+                    assert_eq!(resp.body, pattern(1000 + k * 3001));
+                    done.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            })
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(10), || done.load(Ordering::Relaxed) > 100));
+    drop(o);
+    std::thread::sleep(Duration::from_millis(300));
+    let (_o2, _) = origin(&listen, &d);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(counter(&admin, "upstream_connects") > 2);
+}
+
+/// A raw origin: records what reaches it; `answer` says whether it replies
+/// (200 "ok" to every request head) or reads and then closes without a reply;
+/// `stall`: it reads and never replies; it closes a connection after
+/// `per_conn` replies (dropping the requests pipelined behind them).
+struct RawOrigin {
+    addr: String,
+    seen: Arc<Mutex<Vec<u8>>>,
+    conns: Arc<AtomicUsize>,
+}
+
+fn raw_origin(answer: bool, stall: bool, per_conn: usize) -> RawOrigin {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let conns = Arc::new(AtomicUsize::new(0));
+    let (s2, c2) = (seen.clone(), conns.clone());
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            c2.fetch_add(1, Ordering::SeqCst);
+            let s3 = s2.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                let mut replies = 0;
+                loop {
+                    let n = match c.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    s3.lock().unwrap().extend_from_slice(&buf[..n]);
+                    if stall {
+                        continue;
+                    }
+                    if !answer {
+                        return;
+                    }
+                    let heads = buf[..n].windows(4).filter(|w| w == b"\r\n\r\n").count();
+                    for _ in 0..heads {
+                        if replies == per_conn {
+                            return;
+                        }
+                        replies += 1;
+                        let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                    }
+                }
+            });
+        }
+    });
+    RawOrigin { addr, seen, conns }
+}
+
+#[test]
+fn garbage_is_answered_and_closed_without_reaching_the_origin() {
+    let o = raw_origin(true, false, usize::MAX);
+    let (b, admin) = booster(&[format!("*={}", o.addr)], &[]);
+    for junk in [
+        &b"BLAH\x01 / HTTP/1.1\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+    ] {
+        let (resp, closed) = raw(&b, junk);
+        assert!(
+            (400..500).contains(&resp.status) || resp.status == 501,
+            "{}",
+            resp.status
+        );
+        assert!(closed);
+    }
+    assert_eq!(o.conns.load(Ordering::SeqCst), 0);
+    // The workers publish their counters after each event batch.
+    let bad = || stat(&admin, "\"proxy\":", "bad_requests");
+    assert!(wait_until(Duration::from_secs(5), || bad() == 2), "{}", bad());
+    // A good request carries the parsed target in the booster's header, and a
+    // client's own copy of that header is dropped.
+    let (resp, _) = raw(&b, b"GET /x?y=1 HTTP/1.1\r\nHost: t\r\nX-Weft-Target: /spoof\r\n\r\n");
+    assert_eq!(resp.body, b"ok");
+    let seen = String::from_utf8_lossy(&o.seen.lock().unwrap()).to_string();
+    assert!(seen.contains("X-Weft-Target: /x?y=1\r\n"), "{seen}");
+    assert!(!seen.contains("/spoof"), "{seen}");
+}
+
+#[test]
+fn past_max_queue_is_503() {
+    let o = raw_origin(false, true, 0);
+    let (b, admin) = booster(
+        &[format!("*={}", o.addr)],
+        &["--upstream-conns", "1", "--max-queue", "2"],
+    );
+    // Two requests are held (the origin never answers) ...
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let mut s = b.connect();
+        s.write_all(format!("GET /h{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .unwrap();
+        held.push(s);
+    }
+    assert!(wait_until(Duration::from_secs(5), || o.seen.lock().unwrap().len() > 40));
+    // ... the third is refused at once.
+    let (resp, _) = raw(&b, b"GET /third HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(resp.status, 503);
+    assert_eq!(counter(&admin, "refused_queue"), 1);
+}
+
+#[test]
+fn dead_origin_connection_post_is_502_not_resent() {
+    let o = raw_origin(false, false, 0);
+    let (b, admin) = booster(&[format!("*={}", o.addr)], &[]);
+    let (resp, _) = raw(&b, b"POST /form HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc");
+    assert_eq!(resp.status, 502);
+    let seen = String::from_utf8_lossy(&o.seen.lock().unwrap()).to_string();
+    assert_eq!(seen.matches("POST /form").count(), 1, "{seen}");
+    // A GET is re-sent on a new connection (and fails only after a few tries).
+    let (resp, _) = raw(&b, b"GET /again HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(resp.status, 502);
+    let seen = String::from_utf8_lossy(&o.seen.lock().unwrap()).to_string();
+    assert!(seen.matches("GET /again").count() > 1, "{seen}");
+    assert!(counter(&admin, "resent") >= 1);
+}
+
+#[test]
+fn connection_dying_mid_pipeline_resends_the_unanswered_gets() {
+    // Each origin connection answers three requests and closes with the
+    // rest of its pipeline unanswered.
+    let o = raw_origin(true, false, 3);
+    let (b, admin) = booster(
+        &[format!("*={}", o.addr)],
+        &["--upstream-conns", "2", "--pipeline-depth", "6"],
+    );
+    let addr = b.addr;
+    let threads: Vec<_> = (0..12)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let mut r = Reader::new(s);
+                for i in 0..10 {
+                    let resp = get_on(&mut r, &format!("/c{c}/r{i}"));
+                    assert_eq!(
+                        (resp.status, &resp.body[..]),
+                        (200, &b"ok"[..]),
+                        "client {c} request {i}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let doc = fetch(&admin, "/stats");
+    assert!(counter(&admin, "pipelined") > 0, "{doc}");
+    assert!(counter(&admin, "resent") > 0, "{doc}");
+    assert_eq!(counter(&admin, "failed_upstream"), 0, "{doc}");
+}
+
+#[test]
+fn switched_in_and_out_under_load_for_two_sites_with_no_failed_request() {
+    let (da, db) = (files(), files());
+    let (oa, admin_a) = origin("127.0.0.1:0", &da);
+    let (ob, admin_b) = origin("127.0.0.1:0", &db);
+    let sites = [
+        format!("a.test={}@{admin_a}", oa.addr),
+        format!("b.test={}@{admin_b}", ob.addr),
+    ];
+    let (b, admin) = booster(
+        &sites,
+        &[
+            "--boost",
+            "auto",
+            "--boost-on-conns",
+            "6",
+            "--boost-hold",
+            "2",
+            "--load-interval",
+            "100ms",
+        ],
+    );
+    let url = format!("http://{}/f3.bin", b.addr);
+    // Site b: light load throughout (never boosted); site a: light (one
+    // client thinking 5 ms between requests), with a burst of 16 clients
+    // without think time (switched in) and light again after it (switched out).
+    let (u1, u2) = (url.clone(), url.clone());
+    let light = std::thread::spawn(move || load_failures_host(u1, "b.test", 1, 5, "5ms"));
+    let light_a = std::thread::spawn(move || load_failures_host(u2, "a.test", 1, 5, "5ms"));
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(load_failures_host(url, "a.test", 16, 2, "0s"), 0);
+    assert_eq!(light.join().unwrap(), 0);
+    assert_eq!(light_a.join().unwrap(), 0);
+    let doc = fetch(&admin, "/stats");
+    assert!(counter(&admin, "switches") >= 2, "{doc}");
+    assert!(counter(&admin, "boosted") > 0 && counter(&admin, "direct") > 0, "{doc}");
+    assert!(doc.contains("\"host\":\"b.test\""), "{doc}");
+}
+
+/// `weft load` closed loop (persistent connections) against `url` with Host
+/// `host` for `secs`; its failed requests.
+fn load_failures_host(url: String, host: &str, clients: usize, secs: u32, think: &str) -> u64 {
+    let dir = TempDir::new("booster-load");
+    let json = dir.path.join("out.json");
+    let st = Command::new(weft_bin())
+        .args([
+            "load",
+            &url,
+            "--clients",
+            &clients.to_string(),
+            "--calls",
+            "0",
+            "--host",
+            host,
+            "--think",
+            think,
+        ])
+        .args([
+            "--duration",
+            &format!("{secs}s"),
+            "--quiet",
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let doc = std::fs::read_to_string(&json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    v["error_details"]["total"].as_u64().unwrap_or_else(|| panic!("{doc}"))
+}
+
+/// A number in a `/stats` document's `total`.
+fn total(admin: &str, key: &str) -> u64 {
+    stat(admin, "\"total\":", key)
+}
+
+#[test]
+fn accelerator_behind_the_booster_serves_ready_responses_and_sees_file_changes() {
+    let d = files();
+    let root = d.path.to_str().unwrap().to_string();
+    let o = Weft::serve(&[&root, "--admin", "127.0.0.1:0", "--workers", "1", "--accelerator"]);
+    let admin = o.admin.expect("admin").to_string();
+    let (b, _) = booster(&[format!("*={}", o.addr)], &["--upstream-conns", "1"]);
+    let mut r = Reader::new(b.connect());
+    for _ in 0..5 {
+        assert_eq!(get_on(&mut r, "/f2.bin").body, pattern(1000 + 2 * 3001));
+    }
+    assert!(total(&admin, "object_hits") >= 3, "{}", fetch(&admin, "/stats"));
+    // The file changes: the next response is the new one, never the cached.
+    std::thread::sleep(Duration::from_millis(20));
+    d.write("f2.bin", b"changed\n");
+    assert!(wait_until(Duration::from_secs(5), || get_on(&mut r, "/f2.bin").body
+        == b"changed\n"));
+    assert!(
+        total(&admin, "object_invalidations") >= 1,
+        "{}",
+        fetch(&admin, "/stats")
+    );
+}
