@@ -176,6 +176,9 @@ pub struct ProxyConfig {
     pub splice_threshold: u64,
     /// Tee cacheable bodies (forward in the kernel and keep a copy).
     pub keep_copy: bool,
+    /// Move spliced chunks with uring linked chains (one io_uring_enter per
+    /// chunk: splice in, tee, splice out; `--uring-linked`).
+    pub uring_linked: bool,
     /// Pipe size asked for with F_SETPIPE_SZ.
     pub pipe_size: usize,
     /// TCP_NOTSENT_LOWAT of client sockets (0: the kernel's default, no
@@ -262,6 +265,7 @@ impl Default for ProxyConfig {
             splice: SpliceMode::Auto,
             splice_threshold: 16 * 1024,
             keep_copy: true,
+            uring_linked: false,
             pipe_size: 1 << 20,
             notsent_lowat: 32 * 1024,
             rcv_lowat: 128 * 1024,

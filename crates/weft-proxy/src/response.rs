@@ -288,6 +288,7 @@ fn start_relay(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstream, framing: F
         pipe_min: pipe_min(cfg),
         framing_read: cfg.first_read,
         rcv_lowat: cfg.rcv_lowat,
+        linked: cfg.uring_linked,
     };
     let mut relay = Relay::new(framing, how, spare, &mut sh.pipes, &mut sh.stats);
     {
