@@ -179,6 +179,9 @@ pub struct ProxyConfig {
     /// Move spliced chunks with uring linked chains (one io_uring_enter per
     /// chunk: splice in, tee, splice out; `--uring-linked`).
     pub uring_linked: bool,
+    /// Linked chains also carry the response head: written into the
+    /// client's pipe ahead of the first body bytes (`--uring-linked-head`).
+    pub uring_linked_head: bool,
     /// Pipe size asked for with F_SETPIPE_SZ.
     pub pipe_size: usize,
     /// TCP_NOTSENT_LOWAT of client sockets (0: the kernel's default, no
@@ -266,6 +269,7 @@ impl Default for ProxyConfig {
             splice_threshold: 16 * 1024,
             keep_copy: true,
             uring_linked: false,
+            uring_linked_head: false,
             pipe_size: 1 << 20,
             notsent_lowat: 32 * 1024,
             rcv_lowat: 128 * 1024,

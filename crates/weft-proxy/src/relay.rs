@@ -169,6 +169,8 @@ pub struct Relay {
     batch_started: bool,
     /// Move chunks with uring linked chains (`relay/linked.rs`).
     linked: bool,
+    /// Chains may write the queued head into the client's pipe.
+    linked_head: bool,
     /// Head bytes written into the client's pipe by a chain, not spliced out yet.
     head_piped: usize,
 }
@@ -192,6 +194,8 @@ pub struct Plan {
     pub rcv_lowat: usize,
     /// Move spliced chunks with uring linked chains (`--uring-linked`).
     pub linked: bool,
+    /// Chains carry the head too (`--uring-linked-head`).
+    pub linked_head: bool,
 }
 
 impl Relay {
@@ -211,6 +215,7 @@ impl Relay {
             framing_read,
             rcv_lowat,
             linked,
+            linked_head,
         } = plan;
         let want = match (want, fill_max) {
             (Want::Tee, None) => Want::Splice,
@@ -272,6 +277,7 @@ impl Relay {
             pulled: 0,
             batch_started: false,
             linked,
+            linked_head,
             head_piped: 0,
         }
     }

@@ -418,3 +418,65 @@ impl LinkRing {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    /// A staged write, a splice in, a tee and a splice out in one chain; a
+    /// short splice does not cancel what is hard-linked behind it, and an
+    /// empty source is an -EAGAIN of that step only.
+    #[test]
+    fn linked_chain_moves_tees_and_reports_each_step() {
+        let Ok(mut ring) = LinkRing::new() else {
+            eprintln!("skipped: io_uring refused");
+            return;
+        };
+        let (mut up_w, up_r) = UnixStream::pair().unwrap();
+        let (cl_w, mut cl_r) = UnixStream::pair().unwrap();
+        up_r.set_nonblocking(true).unwrap();
+        cl_w.set_nonblocking(true).unwrap();
+        let (intake_r, intake_w) = crate::sys::pipe().unwrap();
+        let (out_r, out_w) = crate::sys::pipe().unwrap();
+        up_w.write_all(b"body bytes").unwrap();
+        ring.stage().extend_from_slice(b"head:");
+        let ops = [
+            LinkOp::WriteStaged { fd: out_w.raw() },
+            LinkOp::Splice {
+                fd_in: up_r.as_raw_fd(),
+                fd_out: intake_w.raw(),
+                len: 1000,
+            },
+            LinkOp::Tee {
+                fd_in: intake_r.raw(),
+                fd_out: out_w.raw(),
+                len: 1000,
+            },
+            LinkOp::Splice {
+                fd_in: out_r.raw(),
+                fd_out: cl_w.as_raw_fd(),
+                len: 1000,
+            },
+        ];
+        let mut res = [0i32; 4];
+        ring.run(&ops, &mut res).unwrap();
+        assert_eq!(
+            res,
+            [5, 10, 10, 15],
+            "short splice in (10 of 1000) did not cancel the rest"
+        );
+        let mut got = [0u8; 15];
+        cl_r.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"head:body bytes");
+        // The intake still holds the tee'd bytes (the caller reads them).
+        let mut kept = [0u8; 10];
+        assert_eq!(crate::sys::read(intake_r.raw(), &mut kept).unwrap(), 10);
+        // Nothing to read: EAGAIN for the splice in, the rest still runs.
+        let mut res = [0i32; 2];
+        ring.run(&ops[1..2], &mut res[..1]).unwrap();
+        assert_eq!(res[0], -libc::EAGAIN);
+    }
+}

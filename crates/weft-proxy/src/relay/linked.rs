@@ -107,14 +107,30 @@ impl Relay {
         };
         // What is queued ahead of the body goes into the client's pipe, or
         // the chain waits until the queue is flushed.
-        let head = if e.out.is_empty() {
-            None
-        } else {
-            let own = e.out.pending_own()?;
-            if client_pipe > 0 || own.len() > cap / 2 {
-                return None;
+        let stageable = self.linked_head && client_pipe == 0;
+        let head = match e.out.pending_own() {
+            _ if e.out.is_empty() => None,
+            Some(own) if stageable && own.len() <= cap / 2 => Some(own),
+            // Flush the queue first (one send), then chain the body.
+            _ => {
+                if client_pipe > 0 {
+                    return None;
+                }
+                st.calls_client_send += 1;
+                match e.out.flush(e.client?, &[], &mut []) {
+                    Ok(f) if f.blocked || !e.out.is_empty() => {
+                        *e.client_may_write = false;
+                        return Some(Ok(f.total() as usize));
+                    }
+                    Ok(_) => None,
+                    Err(err) => {
+                        return Some(match self.on_client_error(err, e) {
+                            Some(p) => Err(p),
+                            None => Ok(1),
+                        })
+                    }
+                }
             }
-            Some(own)
         };
         let mut ops = [LinkOp::WriteStaged { fd: out_w }; 4];
         let mut n = 0;

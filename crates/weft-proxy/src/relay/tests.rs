@@ -62,6 +62,7 @@ fn plan(want: Want, fill_max: Option<u64>) -> Plan {
         framing_read: 4096,
         rcv_lowat: 64 * 1024,
         linked: false,
+        linked_head: false,
     }
 }
 
@@ -350,9 +351,15 @@ fn linked_chains_move_head_and_body_exactly() {
     }
     let b = body(2_500_000);
     let head = b"HTTP/1.1 200 OK\r\nContent-Length: 2500000\r\n\r\n";
-    for (want, fill) in [(Want::Splice, false), (Want::Tee, true)] {
+    for (want, fill, linked_head) in [
+        (Want::Splice, false, true),
+        (Want::Tee, true, true),
+        (Want::Splice, false, false),
+        (Want::Tee, true, false),
+    ] {
         let p = Plan {
             linked: true,
+            linked_head,
             ..plan(want, fill.then_some(1 << 30))
         };
         let (got, cached, st) = run_plan(Framing::Length(b.len() as u64), p, head, b.clone(), None);
