@@ -51,6 +51,58 @@ fn exit_stats(mut w: Weft) -> Value {
     serde_json::from_str(line).expect("stats JSON")
 }
 
+/// `weft load` through `proxy` over the URL list `list` (`first` its first
+/// URL), 4 clients, `conns` connections of `calls` requests each, pipelined
+/// `pipeline` deep: every reply a verified 2xx.
+fn load_verified(
+    first: &str,
+    proxy: &str,
+    list: &std::path::Path,
+    event: &str,
+    (calls, conns): (u64, u64),
+    pipeline: &str,
+    what: &str,
+) {
+    let (calls_s, conns_s) = (calls.to_string(), conns.to_string());
+    let v = load(&[
+        first,
+        "--proxy",
+        proxy,
+        "--urls",
+        common::path_str(list),
+        "--event",
+        event,
+        "--clients",
+        "4",
+        "--calls",
+        &calls_s,
+        "--num-conns",
+        &conns_s,
+        "--pipeline",
+        pipeline,
+        "--verify",
+    ]);
+    assert_eq!(n(&v, "error_details.total"), 0, "{what}: {}", v["errors"]);
+    assert_eq!(n(&v, "replies.2xx"), calls * conns, "{what}");
+    assert_eq!(n(&v, "verified"), calls * conns, "{what}");
+}
+
+/// `weft proxy` on `event`, one worker, counters at exit, with `extra`.
+fn start_proxy(event: &str, extra: &[&str]) -> Weft {
+    let mut args = vec![
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--event",
+        event,
+        "--workers",
+        "1",
+        "--stats-on-exit",
+    ];
+    args.extend_from_slice(extra);
+    Weft::start(&args)
+}
+
 mod scenarios {
     use super::*;
 
@@ -66,42 +118,11 @@ mod scenarios {
             .collect();
         let list = dir.write("urls", urls.join("\n").as_bytes());
         for splice in ["on", "off"] {
-            let p = Weft::start(&[
-                "proxy",
-                "--listen",
-                "127.0.0.1:0",
-                "--event",
-                event,
-                "--splice",
-                splice,
-                "--workers",
-                "1",
-                "--stats-on-exit",
-            ]);
+            let p = start_proxy(event, &["--splice", splice]);
             let proxy = p.addr.to_string();
             for pipeline in ["1", "3"] {
-                let v = load(&[
-                    &urls[0],
-                    "--proxy",
-                    &proxy,
-                    "--urls",
-                    common::path_str(&list),
-                    "--event",
-                    event,
-                    "--clients",
-                    "4",
-                    "--calls",
-                    "4",
-                    "--num-conns",
-                    "16",
-                    "--pipeline",
-                    pipeline,
-                    "--verify",
-                ]);
                 let what = format!("{event}, splice {splice}, pipeline {pipeline}");
-                assert_eq!(n(&v, "error_details.total"), 0, "{what}: {}", v["errors"]);
-                assert_eq!(n(&v, "replies.2xx"), 64, "{what}");
-                assert_eq!(n(&v, "verified"), 64, "{what}");
+                load_verified(&urls[0], &proxy, &list, event, (4, 16), pipeline, &what);
             }
             let stats = exit_stats(p);
             // Four objects: after the first round of misses, hits.
@@ -121,23 +142,9 @@ mod linked {
     use super::*;
 
     fn proxy(event: &str, head: &str, extra: &[&str]) -> Weft {
-        let mut args = vec![
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--event",
-            event,
-            "--splice",
-            "on",
-            "--uring-linked",
-            "--uring-linked-head",
-            head,
-            "--workers",
-            "1",
-            "--stats-on-exit",
-        ];
+        let mut args = vec!["--splice", "on", "--uring-linked", "--uring-linked-head", head];
         args.extend_from_slice(extra);
-        Weft::start(&args)
+        start_proxy(event, &args)
     }
 
     fn bodies(event: &str) {
@@ -163,28 +170,8 @@ mod linked {
             let p = proxy(event, head, &[]);
             let proxy = p.addr.to_string();
             for pipeline in ["1", "3"] {
-                let v = load(&[
-                    &urls[0],
-                    "--proxy",
-                    &proxy,
-                    "--urls",
-                    common::path_str(&list),
-                    "--event",
-                    event,
-                    "--clients",
-                    "4",
-                    "--calls",
-                    "5",
-                    "--num-conns",
-                    "20",
-                    "--pipeline",
-                    pipeline,
-                    "--verify",
-                ]);
                 let what = format!("{event}, head {head}, pipeline {pipeline}");
-                assert_eq!(n(&v, "error_details.total"), 0, "{what}: {}", v["errors"]);
-                assert_eq!(n(&v, "replies.2xx"), 100, "{what}");
-                assert_eq!(n(&v, "verified"), 100, "{what}");
+                load_verified(&urls[0], &proxy, &list, event, (5, 20), pipeline, &what);
             }
             let stats = exit_stats(p);
             let t = &stats["total"];

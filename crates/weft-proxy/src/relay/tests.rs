@@ -84,6 +84,16 @@ fn rig() -> Rig {
     }
 }
 
+/// Write `wire` into the rig's upstream socket from a thread.
+fn feed(r: &Rig, wire: Vec<u8>) -> std::thread::JoinHandle<()> {
+    let mut w = r.up_w.try_clone().unwrap();
+    std::thread::spawn(move || {
+        for c in wire.chunks(100_000) {
+            w.write_all(c).unwrap();
+        }
+    })
+}
+
 /// Feed `wire` from a thread, pump until done, return what the client got
 /// and the filled object.
 fn run(
@@ -107,12 +117,7 @@ fn run_plan(
     let mut r = rig();
     let mut relay = r.relay(framing, plan);
     r.out.push_copy(head);
-    let mut w = r.up_w.try_clone().unwrap();
-    let feeder = std::thread::spawn(move || {
-        for c in wire.chunks(100_000) {
-            w.write_all(c).unwrap();
-        }
-    });
+    let feeder = feed(&r, wire);
     let mut cl_r = r.cl_r.try_clone().unwrap();
     let reader = std::thread::spawn(move || {
         let mut got = Vec::new();
@@ -340,13 +345,21 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
     ));
 }
 
+/// io_uring refused here (seccomp, sysctl): the linked tests are skipped.
+fn uring_refused() -> bool {
+    let refused = weft_io::sys::probe_io_uring().is_err();
+    if refused {
+        eprintln!("skipped: io_uring is not permitted here");
+    }
+    refused
+}
+
 /// uring linked chains (relay/linked.rs): the head written into the pipe,
 /// then splice in, tee, splice out per chunk; byte-exact on both paths, with
 /// and without a cache fill, and the same as the per-call path's counters.
 #[test]
 fn linked_chains_move_head_and_body_exactly() {
-    if weft_io::sys::probe_io_uring().is_err() {
-        eprintln!("skipped: io_uring is not permitted here");
+    if uring_refused() {
         return;
     }
     let b = body(2_500_000);
@@ -380,8 +393,7 @@ fn linked_chains_move_head_and_body_exactly() {
 /// still completed from the intake.
 #[test]
 fn linked_keep_copy_survives_a_client_abort() {
-    if weft_io::sys::probe_io_uring().is_err() {
-        eprintln!("skipped: io_uring is not permitted here");
+    if uring_refused() {
         return;
     }
     let b = body(1_500_000);
@@ -393,13 +405,7 @@ fn linked_keep_copy_survives_a_client_abort() {
             ..plan(Want::Tee, Some(1 << 30))
         },
     );
-    let mut w = r.up_w.try_clone().unwrap();
-    let wire = b.clone();
-    let feeder = std::thread::spawn(move || {
-        for c in wire.chunks(100_000) {
-            w.write_all(c).unwrap();
-        }
-    });
+    let feeder = feed(&r, b.clone());
     // Read a little, then hang up.
     let mut first = vec![0u8; 10_000];
     let (mut may_read, mut may_write) = (true, true);
