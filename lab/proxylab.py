@@ -40,7 +40,7 @@ KiB = 1024
 MiB = 1024 * 1024
 
 # weft counters a proxy run reports (deltas over the run), by what they say.
-WEFT_BYTES = ("bytes_spliced", "bytes_teed", "bytes_copied", "bytes_filled", "bytes_cache", "tunnel_bytes_spliced", "tunnel_bytes_copied")
+WEFT_BYTES = ("bytes_spliced", "bytes_teed", "bytes_copied", "bytes_filled", "bytes_cache", "tunnel_bytes_spliced", "tunnel_bytes_copied", "bytes_linked")
 WEFT_SESSIONS = ("sessions_splice", "sessions_keep_copy", "sessions_copy", "sessions_fallback", "sessions_no_pipe",
                  "sessions_client_abort", "sessions_orphan_fill", "sessions_upstream_abort")  # fmt: skip
 WEFT_REQUESTS = ("requests", "hits", "misses", "revalidations", "revalidated", "uncacheable", "stored", "tunnels", "upstream_connects", "upstream_reused", "errors_502", "errors_504")

@@ -13,6 +13,7 @@ mod man;
 mod origin;
 mod proxy;
 mod proxy_http;
+mod proxy_uring;
 mod serve;
 mod serve_accelerator;
 mod serve_cgi;

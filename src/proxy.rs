@@ -209,6 +209,10 @@ pub struct ProxyArgs {
     // Targeted cache control, unknown methods.
     #[command(flatten)]
     pub http: crate::proxy_http::HttpRuleArgs,
+
+    // --uring-linked (src/proxy_uring.rs).
+    #[command(flatten)]
+    pub uring: crate::proxy_uring::UringLinkedArgs,
 }
 
 impl ProxyArgs {
@@ -245,6 +249,7 @@ impl ProxyArgs {
             c.connect_ports = p.0.clone();
         }
         self.http.apply(&mut c);
+        self.uring.apply(&mut c);
         c
     }
 }

@@ -8,9 +8,11 @@
 
 mod common;
 
-use common::{per_backend, weft_bin, TempDir, Weft};
+use common::{per_backend, weft_bin, Reader, TempDir, Weft};
 use serde_json::Value;
+use std::io::Read;
 use std::process::Command;
+use std::time::Duration;
 
 /// `weft load ARGS --json F --quiet`; the report (the run must succeed).
 fn load(args: &[&str]) -> Value {
@@ -49,6 +51,58 @@ fn exit_stats(mut w: Weft) -> Value {
     serde_json::from_str(line).expect("stats JSON")
 }
 
+/// `weft load` through `proxy` over the URL list `list` (`first` its first
+/// URL), 4 clients, `conns` connections of `calls` requests each, pipelined
+/// `pipeline` deep: every reply a verified 2xx.
+fn load_verified(
+    first: &str,
+    proxy: &str,
+    list: &std::path::Path,
+    event: &str,
+    (calls, conns): (u64, u64),
+    pipeline: &str,
+    what: &str,
+) {
+    let (calls_s, conns_s) = (calls.to_string(), conns.to_string());
+    let v = load(&[
+        first,
+        "--proxy",
+        proxy,
+        "--urls",
+        common::path_str(list),
+        "--event",
+        event,
+        "--clients",
+        "4",
+        "--calls",
+        &calls_s,
+        "--num-conns",
+        &conns_s,
+        "--pipeline",
+        pipeline,
+        "--verify",
+    ]);
+    assert_eq!(n(&v, "error_details.total"), 0, "{what}: {}", v["errors"]);
+    assert_eq!(n(&v, "replies.2xx"), calls * conns, "{what}");
+    assert_eq!(n(&v, "verified"), calls * conns, "{what}");
+}
+
+/// `weft proxy` on `event`, one worker, counters at exit, with `extra`.
+fn start_proxy(event: &str, extra: &[&str]) -> Weft {
+    let mut args = vec![
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--event",
+        event,
+        "--workers",
+        "1",
+        "--stats-on-exit",
+    ];
+    args.extend_from_slice(extra);
+    Weft::start(&args)
+}
+
 mod scenarios {
     use super::*;
 
@@ -64,42 +118,11 @@ mod scenarios {
             .collect();
         let list = dir.write("urls", urls.join("\n").as_bytes());
         for splice in ["on", "off"] {
-            let p = Weft::start(&[
-                "proxy",
-                "--listen",
-                "127.0.0.1:0",
-                "--event",
-                event,
-                "--splice",
-                splice,
-                "--workers",
-                "1",
-                "--stats-on-exit",
-            ]);
+            let p = start_proxy(event, &["--splice", splice]);
             let proxy = p.addr.to_string();
             for pipeline in ["1", "3"] {
-                let v = load(&[
-                    &urls[0],
-                    "--proxy",
-                    &proxy,
-                    "--urls",
-                    common::path_str(&list),
-                    "--event",
-                    event,
-                    "--clients",
-                    "4",
-                    "--calls",
-                    "4",
-                    "--num-conns",
-                    "16",
-                    "--pipeline",
-                    pipeline,
-                    "--verify",
-                ]);
                 let what = format!("{event}, splice {splice}, pipeline {pipeline}");
-                assert_eq!(n(&v, "error_details.total"), 0, "{what}: {}", v["errors"]);
-                assert_eq!(n(&v, "replies.2xx"), 64, "{what}");
-                assert_eq!(n(&v, "verified"), 64, "{what}");
+                load_verified(&urls[0], &proxy, &list, event, (4, 16), pipeline, &what);
             }
             let stats = exit_stats(p);
             // Four objects: after the first round of misses, hits.
@@ -109,3 +132,139 @@ mod scenarios {
 }
 
 per_backend!(every_role);
+
+/// uring linked chains (`--uring-linked`, crates/weft-proxy/src/relay/linked.rs):
+/// the proxy's spliced misses, KeepCopy fills, hits from what the chains
+/// filled, and pipelined requests behind linked bodies, byte for byte, with
+/// the head in the chain and without. The chain has a ring of its own, so it
+/// runs under any event loop.
+mod linked {
+    use super::*;
+
+    fn proxy(event: &str, head: &str, extra: &[&str]) -> Weft {
+        let mut args = vec!["--splice", "on", "--uring-linked", "--uring-linked-head", head];
+        args.extend_from_slice(extra);
+        start_proxy(event, &args)
+    }
+
+    fn bodies(event: &str) {
+        if weft_io_refused() {
+            return;
+        }
+        let o = Weft::start(&["origin", "--listen", "127.0.0.1:0", "--event", event]);
+        let dir = TempDir::new("linked-urls");
+        // Misses (no-store), and cacheable objects: misses filled by the
+        // chain's tee, then hits.
+        let urls: Vec<String> = [
+            "/size/70000/nc/a",
+            "/size/300000/nc/b",
+            "/size/1000000/c/c",
+            "/size/65536/c/d",
+            "/size/100/c/e",
+        ]
+        .iter()
+        .map(|p| format!("http://{}{p}", o.addr))
+        .collect();
+        let list = dir.write("urls", urls.join("\n").as_bytes());
+        for head in ["false", "true"] {
+            let p = proxy(event, head, &[]);
+            let proxy = p.addr.to_string();
+            for pipeline in ["1", "3"] {
+                let what = format!("{event}, head {head}, pipeline {pipeline}");
+                load_verified(&urls[0], &proxy, &list, event, (5, 20), pipeline, &what);
+            }
+            let stats = exit_stats(p);
+            let t = &stats["total"];
+            let what = format!("{event}, head {head}: {stats}");
+            assert!(n(t, "calls_linked") > 0, "{what}");
+            assert!(
+                n(t, "bytes_linked") > 0 && n(t, "bytes_linked") <= n(t, "bytes_spliced"),
+                "{what}"
+            );
+            assert!(n(t, "bytes_teed") > 0, "{what}");
+            assert!(n(t, "hits") > 0, "{what}");
+            assert_eq!(n(t, "sessions_fallback"), 0, "{what}");
+            // Pooled upstreams are reused: a stale wake-up (uring's multishot
+            // polls) does not close them (at most 4 requests are in flight).
+            assert!(n(t, "upstream_connects") <= 12, "{what}");
+        }
+    }
+
+    /// A client that hangs up in the middle of a linked KeepCopy: the object
+    /// is completed from the intake, and the hit that follows is exact.
+    fn keep_copy_client_abort(event: &str) {
+        if weft_io_refused() {
+            return;
+        }
+        let o = Weft::start(&["origin", "--listen", "127.0.0.1:0", "--event", event]);
+        let p = proxy(event, "true", &["--keep-copy"]);
+        let len = 8_000_000;
+        let url = format!("http://{}/size/{len}/c600/abort", o.addr);
+        {
+            let mut s = p.connect();
+            std::io::Write::write_all(&mut s, format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
+            let mut got = vec![0u8; 100_000];
+            s.read_exact(&mut got).unwrap();
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        let mut cached = None;
+        let found = common::wait_until(Duration::from_secs(30), || {
+            let mut r = Reader::new(p.connect());
+            r.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\nCache-Control: only-if-cached\r\n\r\n").as_bytes());
+            let resp = r.response(false);
+            let ok = resp.status == 200;
+            if ok {
+                cached = Some(resp.body);
+            }
+            ok
+        });
+        assert!(found, "the object was never completed after the abort");
+        // The origin's bytes, fetched directly.
+        let mut r = Reader::new(o.connect());
+        r.send(format!("GET /size/{len}/c600/abort HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+        let want = r.response(false).body;
+        assert_eq!(want.len(), len);
+        assert!(cached.as_deref() == Some(&want[..]), "the filled object is exact");
+        let stats = exit_stats(p);
+        let t = &stats["total"];
+        assert_eq!(n(t, "sessions_orphan_fill"), 1, "{stats}");
+        assert!(n(t, "calls_linked") > 0, "{stats}");
+    }
+
+    /// io_uring refused here (seccomp, sysctl): the chains cannot run.
+    fn weft_io_refused() -> bool {
+        let out = Command::new(weft_bin())
+            .arg("backends")
+            .output()
+            .expect("weft backends");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let refused = !text
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["uring", "works"]);
+        if refused {
+            eprintln!("skipped: io_uring is not available here ({text})");
+        }
+        refused
+    }
+
+    #[test]
+    fn uring_bodies() {
+        bodies("uring");
+    }
+    #[test]
+    fn tracked_bodies() {
+        bodies("tracked");
+    }
+    #[test]
+    fn epoll_bodies() {
+        bodies("epoll");
+    }
+    #[test]
+    fn uring_keep_copy_client_abort() {
+        keep_copy_client_abort("uring");
+    }
+    #[test]
+    fn tracked_keep_copy_client_abort() {
+        keep_copy_client_abort("tracked");
+    }
+}

@@ -12,7 +12,9 @@ compared in one run:
    proxy --splice on` in reverse mode under epoll, uring and tracked, at a
    fixed request rate (open loop: `weft load --rate`, sessions of 10
    keep-alive requests 10 ms apart), HAProxy with splicing beside as the
-   anchor. System calls per miss by kind, and weft's calls per body path.
+   anchor; in the full form also uring with linked chains (`--uring-linked`:
+   one io_uring_enter per chunk). System calls per miss by kind, and weft's
+   calls per body path (`calls_linked` among them).
 2. **polymix** — Figures 11-13: the PolyMix-4-like load of the `polymix`
    experiment (same origin, robots and seed) through forward proxies: weft
    under select, epoll and tracked, each with copy (`--splice off`) and with
@@ -41,7 +43,7 @@ DESCRIPTION = "issue 27: proxy under select/epoll/uring/tracked x copy/splice: F
 PARTS = ("fig8", "polymix")
 CALLS, THINK = 10, "10ms"
 HS, SF = "HAProxy splice", "Squid"
-PATH_CALLS = ("calls_copy_read", "calls_client_send", "calls_splice_in", "calls_splice_out", "calls_tee", "calls_tee_read")
+PATH_CALLS = ("calls_copy_read", "calls_client_send", "calls_splice_in", "calls_splice_out", "calls_tee", "calls_tee_read", "calls_linked")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,10 @@ class Point:
     size: int = 0  # fig8
     rate: int = 0  # requests/s
 
+
+# uring linked chains (`--uring-linked`: splice in, tee, splice out in one
+# io_uring_enter per chunk), full form only.
+LINKED = "weft uring linked splice"
 
 # The wake-up batching interval of the batched tracked configuration.
 WAKE = "5ms"
@@ -76,6 +82,7 @@ def plan(quick: bool, parts: list[str] | None = None) -> pl.Plan:
         pn = pl.Plan(1, 5.0, pts, 5.0)
     else:
         pts = [Point("fig8", weft_label(e, "on"), k * pl.KiB, 500) for k in (16, 64, 256) for e in ("epoll", "uring", "tracked")]
+        pts += [Point("fig8", LINKED, k * pl.KiB, 500) for k in (16, 64, 256)]
         pts += [Point("fig8", HS, k * pl.KiB, 500) for k in (16, 64, 256)]
         pts += [Point("polymix", weft_label(e, s), 0, r) for r in (200, 500) for e in ("select", "epoll", "tracked") for s in ("off", "on")]
         pts += [Point("polymix", weft_label("tracked", s, WAKE), 0, r) for r in (200, 500) for s in ("off", "on")]
@@ -91,6 +98,9 @@ def spec(p: Point, origin_port: int) -> servers.ServerSpec:
         return pl.anchor(HS, "haproxy-splice", origin_port)
     if p.proxy == SF:
         return pl.anchor(SF, "squid-forward")
+    if p.proxy == LINKED:
+        upstream = ["--upstream", f"127.0.0.1:{origin_port}"]
+        return servers.ServerSpec(p.proxy, "weft-proxy", {"event": "uring", "extra": ["--splice", "on", "--uring-linked", *upstream]})
     event, splice, wake = parse_label(p.proxy)
     upstream = ["--upstream", f"127.0.0.1:{origin_port}"] if p.section == "fig8" else []
     batching = ["--wake-interval", wake] if wake else []

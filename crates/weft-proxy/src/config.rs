@@ -176,6 +176,12 @@ pub struct ProxyConfig {
     pub splice_threshold: u64,
     /// Tee cacheable bodies (forward in the kernel and keep a copy).
     pub keep_copy: bool,
+    /// Move spliced chunks with uring linked chains (one io_uring_enter per
+    /// chunk: splice in, tee, splice out; `--uring-linked`).
+    pub uring_linked: bool,
+    /// Linked chains also carry the response head: written into the
+    /// client's pipe ahead of the first body bytes (`--uring-linked-head`).
+    pub uring_linked_head: bool,
     /// Pipe size asked for with F_SETPIPE_SZ.
     pub pipe_size: usize,
     /// TCP_NOTSENT_LOWAT of client sockets (0: the kernel's default, no
@@ -262,6 +268,8 @@ impl Default for ProxyConfig {
             splice: SpliceMode::Auto,
             splice_threshold: 16 * 1024,
             keep_copy: true,
+            uring_linked: false,
+            uring_linked_head: false,
             pipe_size: 1 << 20,
             notsent_lowat: 32 * 1024,
             rcv_lowat: 128 * 1024,

@@ -167,6 +167,12 @@ pub struct Relay {
     pulled: usize,
     /// A batch was asked for since `take_batch_start` last looked.
     batch_started: bool,
+    /// Move chunks with uring linked chains (`relay/linked.rs`).
+    linked: bool,
+    /// Chains may write the queued head into the client's pipe.
+    linked_head: bool,
+    /// Head bytes written into the client's pipe by a chain, not spliced out yet.
+    head_piped: usize,
 }
 
 fn is_peer_error(e: &io::Error) -> bool {
@@ -186,6 +192,10 @@ pub struct Plan {
     pub framing_read: usize,
     /// Read batch of a long body (`--rcv-lowat`).
     pub rcv_lowat: usize,
+    /// Move spliced chunks with uring linked chains (`--uring-linked`).
+    pub linked: bool,
+    /// Chains carry the head too (`--uring-linked-head`).
+    pub linked_head: bool,
 }
 
 impl Relay {
@@ -204,6 +214,8 @@ impl Relay {
             pipe_min,
             framing_read,
             rcv_lowat,
+            linked,
+            linked_head,
         } = plan;
         let want = match (want, fill_max) {
             (Want::Tee, None) => Want::Splice,
@@ -264,6 +276,9 @@ impl Relay {
             batching_off: false,
             pulled: 0,
             batch_started: false,
+            linked,
+            linked_head,
+            head_piped: 0,
         }
     }
 
@@ -350,43 +365,24 @@ impl Relay {
     /// Move the body along as far as readiness allows.
     pub fn pump(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Pump {
         let mut moved: u64 = 0;
+        let mut chain_idle = false;
         loop {
-            let mut progress = false;
-            if !self.client_gone {
-                match self.push_client(e, st) {
-                    Ok(n) => {
-                        progress |= n > 0;
-                        moved += n as u64;
-                    }
-                    Err(r) => {
-                        if let Some(r) = self.on_client_error(r, e) {
-                            return r;
-                        }
-                        progress = true;
-                    }
-                }
-            }
-            match self.tee_step(e, st) {
-                Ok(n) => progress |= n > 0,
-                Err(()) => {
-                    if let Err(r) = self.fallback(e, st) {
-                        return r;
-                    }
+            let progress;
+            // One linked chain moves a chunk in and out (and tees it) when
+            // both sockets are ready; otherwise the steps below, one call each.
+            let chained = if chain_idle { None } else { self.linked_step(e, st) };
+            match chained {
+                Some(Ok(n)) => {
+                    // A chain that moved nothing hands over to the steps.
                     progress = true;
-                }
-            }
-            match self.pull(e, st) {
-                Ok(n) => {
-                    progress |= n > 0;
+                    chain_idle = n == 0;
                     moved += n as u64;
                 }
-                Err(Some(r)) => return r,
-                Err(None) => {
-                    if let Err(r) = self.fallback(e, st) {
-                        return r;
-                    }
-                    progress = true;
-                }
+                Some(Err(r)) => return r,
+                None => match self.steps(e, st, &mut moved) {
+                    Ok(p) => progress = p,
+                    Err(r) => return r,
+                },
             }
             let intake_left = matches!(self.path, Path::Tee { in_intake, .. } if in_intake > 0);
             if self.body_done
@@ -412,6 +408,45 @@ impl Relay {
                 };
             }
         }
+    }
+
+    /// One call per step: flush to the client, tee, read from the upstream.
+    /// Ok(progress), or how the session ended.
+    fn steps(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats, moved: &mut u64) -> Result<bool, Pump> {
+        let mut progress = false;
+        if !self.client_gone {
+            match self.push_client(e, st) {
+                Ok(n) => {
+                    progress |= n > 0;
+                    *moved += n as u64;
+                }
+                Err(r) => {
+                    if let Some(r) = self.on_client_error(r, e) {
+                        return Err(r);
+                    }
+                    progress = true;
+                }
+            }
+        }
+        match self.tee_step(e, st) {
+            Ok(n) => progress |= n > 0,
+            Err(()) => {
+                self.fallback(e, st)?;
+                progress = true;
+            }
+        }
+        match self.pull(e, st) {
+            Ok(n) => {
+                progress |= n > 0;
+                *moved += n as u64;
+            }
+            Err(Some(r)) => return Err(r),
+            Err(None) => {
+                self.fallback(e, st)?;
+                progress = true;
+            }
+        }
+        Ok(progress)
     }
 
     fn client_piped(&self) -> usize {
@@ -544,25 +579,32 @@ impl Relay {
                 Err(_) => return Err(()),
             }
         };
-        // Consume exactly the duplicated bytes from the intake into the object.
+        let fd = intake.read_fd();
+        *in_intake -= n;
+        self.keep_teed(fd, n, st)?;
+        Ok(n)
+    }
+
+    /// Consume exactly the `n` duplicated bytes from the intake (read end
+    /// `intake`) into the object.
+    fn keep_teed(&mut self, intake: RawFd, n: usize, st: &mut ProxyStats) -> Result<(), ()> {
         let mut got = 0;
         while got < n {
             st.calls_tee_read += 1;
-            match sys::read_to_bytes(intake.read_fd(), &mut self.acc, n - got) {
+            match sys::read_to_bytes(intake, &mut self.acc, n - got) {
                 Ok(0) => return Err(()),
                 Ok(k) => got += k,
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return Err(()),
             }
         }
-        *in_intake -= n;
         self.sent = self.acc.len();
         if let Some(f) = &mut self.fill {
             f.size += n as u64;
             st.bytes_filled += n as u64;
         }
         self.check_fill_limit();
-        Ok(n)
+        Ok(())
     }
 
     /// Read from the upstream. Err(Some): finished badly; Err(None): splice
@@ -897,6 +939,7 @@ impl Relay {
 }
 
 mod chunked;
+mod linked;
 mod request_body;
 pub(crate) use request_body::{splice_request_body, BodyEnd, BodyPipe};
 #[cfg(test)]

@@ -288,6 +288,8 @@ fn start_relay(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstream, framing: F
         pipe_min: pipe_min(cfg),
         framing_read: cfg.first_read,
         rcv_lowat: cfg.rcv_lowat,
+        linked: cfg.uring_linked,
+        linked_head: cfg.uring_linked_head,
     };
     let mut relay = Relay::new(framing, how, spare, &mut sh.pipes, &mut sh.stats);
     {

@@ -124,6 +124,13 @@ weft_core::metrics! {
         /// Splices of request bodies (client → pipe, pipe → upstream),
         /// EAGAINs included.
         counter calls_splice_up,
+        /// Body bytes moved pipe → client by uring linked chains (issue 27;
+        /// also counted in `bytes_spliced`).
+        counter bytes_linked,
+        /// Linked chains submitted (`--uring-linked`): each is one
+        /// io_uring_enter doing the splice in, the tee and the splice out
+        /// (and the head's write into the pipe) of a chunk.
+        counter calls_linked,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -207,7 +214,7 @@ mod tests {
         const ADDED: &str = "refused_max_connections open_connections upstream_connections upstream_pooled \
             request_state_pooled \
             calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
-            bytes_spliced_up calls_splice_up";
+            bytes_spliced_up calls_splice_up bytes_linked calls_linked";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

