@@ -255,3 +255,86 @@ fn object_cache_counts_hits_and_holds_no_heap_body() {
     assert_eq!(num("object_mapped_bytes"), 3 * 1024 * 1024 + 17);
     assert!(num("object_heap_bytes") < 400, "only the header fields are on the heap");
 }
+
+/// A number from `--stats-on-exit` output.
+fn stat(err: &str, key: &str) -> u64 {
+    let at = err
+        .find(&format!("\"{key}\":"))
+        .unwrap_or_else(|| panic!("{key} in {err}"));
+    let rest = &err[at + key.len() + 3..];
+    rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap()]
+        .parse()
+        .unwrap()
+}
+
+/// Stop `w` and return what `--stats-on-exit` printed.
+fn exit_stats(mut w: Weft) -> String {
+    w.terminate();
+    assert_eq!(w.wait_exit(Duration::from_secs(20)), Some(0));
+    w.stderr()
+}
+
+/// Large files go out as mapped chunks under the file cache's one byte
+/// budget: every body byte-exact, the mapped chunks and entries kept within
+/// the budget by evicting the least recently used, a changed file mapped
+/// afresh.
+#[test]
+fn mapped_chunks_stay_within_the_file_cache_budget() {
+    let site = site();
+    let sizes = [1_500_000usize, 1_048_576 + 1, 2_000_003, 700_001];
+    for (i, n) in sizes.iter().enumerate() {
+        site.write(&format!("l{i}.bin"), &pattern(*n));
+    }
+    let budget = 1u64 << 20;
+    let w = serve(
+        &site,
+        &["--file-cache", "1MiB", "--file-cache-valid", "0s", "--stats-on-exit"],
+        &[],
+    );
+    for round in 0..2 {
+        for (i, n) in sizes.iter().enumerate() {
+            let r = get(&w, &format!("/l{i}.bin"));
+            assert!(r.body == pattern(*n), "round {round}: l{i}.bin byte-exact");
+        }
+    }
+    // A range inside one chunk and one across chunks.
+    let mut c = Reader::new(w.connect());
+    c.send(b"GET /l2.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=200000-1300000\r\n\r\n");
+    let r = c.response(false);
+    assert_eq!(r.status, 206);
+    assert!(r.body == pattern(2_000_003)[200_000..1_300_001]);
+    // The file changes (same size, new bytes, by rename): served changed.
+    let new: Vec<u8> = pattern(1_500_000).iter().map(|b| b ^ 0x5a).collect();
+    let tmp = site.write("l0.tmp", &new);
+    std::fs::rename(tmp, site.path.join("l0.bin")).unwrap();
+    assert!(get(&w, "/l0.bin").body == new, "a changed file is mapped afresh");
+    // A new small file's entry makes the cache check its budget once more.
+    assert_eq!(get(&w, "/hello.txt").body, b"hello, weft\n");
+    let err = exit_stats(w);
+    let total: u64 = 2 * sizes.iter().sum::<usize>() as u64 + 1_100_001 + 1_500_000;
+    assert_eq!(stat(&err, "bytes_mapped"), total, "{err}");
+    let held = stat(&err, "file_cache_bytes") + stat(&err, "file_mapped_bytes");
+    assert!(held <= budget, "{held} bytes held over the {budget}-byte budget: {err}");
+    assert!(stat(&err, "file_cache_evictions") > 0, "{err}");
+}
+
+/// AMPED tests residency per chunk while a large body is sent: with every
+/// test made to miss, each chunk is loaded by a helper (one job per 256 KiB
+/// chunk, besides the open) and the body still arrives byte-exact.
+#[test]
+fn each_chunk_miss_goes_to_a_helper() {
+    let site = site();
+    let w = serve(
+        &site,
+        &["--arch", "amped", "--test-miss", "--helpers", "2", "--stats-on-exit"],
+        &[],
+    );
+    let n = 3 * 1024 * 1024 + 17;
+    assert!(get(&w, "/big.bin").body == pattern(n));
+    let err = exit_stats(w);
+    let chunks = n.div_ceil(256 * 1024) as u64;
+    assert!(stat(&err, "residency_misses") >= chunks, "{err}");
+    // (helper_jobs can lag the last job by a moment; parked counts each.)
+    assert!(stat(&err, "parked") > chunks, "one load per chunk and the open: {err}");
+    assert_eq!(stat(&err, "bytes_mapped"), n as u64, "{err}");
+}

@@ -65,6 +65,8 @@ pub struct Conn {
     /// A file body's last bytes wait in the worker's table until the file
     /// is checked again (a response is a snapshot; `worker/amped.rs`).
     pub snapshot: bool,
+    /// A large body is being fed chunk by chunk (`crate::stream`).
+    pub feeding: bool,
 }
 
 /// Where a handed-over connection came from, in 16 bytes (the channel's
@@ -134,6 +136,7 @@ impl Conn {
             handed: None,
             parked: false,
             snapshot: false,
+            feeding: false,
         }
     }
 

@@ -34,6 +34,7 @@ mod objects;
 pub mod path;
 mod respond;
 pub mod stats;
+mod stream;
 pub mod worker;
 
 pub use config::{Arch, ResidencyTest, SendMode, ServeConfig};

@@ -83,5 +83,6 @@ pub(crate) fn report_caches(files: Option<&crate::files::FileCache>, objects: Op
     }
     if let Some(f) = files {
         (s.file_cache_entries, s.file_cache_bytes) = (f.len() as u64, f.held_bytes());
+        (s.file_mapped_bytes, s.file_cache_evictions) = (f.mapped_bytes(), f.evictions());
     }
 }

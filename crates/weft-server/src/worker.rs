@@ -127,6 +127,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) tails: std::collections::HashMap<Token, amped::InFlight>,
     /// The file the response just answered is sent from (until the flush).
     pub(crate) in_flight: Option<amped::InFlight>,
+    /// Large bodies being fed chunk by chunk (`crate::stream`).
+    pub(crate) feeds: std::collections::HashMap<Token, crate::stream::Feed>,
 }
 
 /// One worker's handler.
@@ -198,6 +200,7 @@ impl<'a> Worker<'a> {
                 probe: Vec::new(),
                 tails: std::collections::HashMap::new(),
                 in_flight: None,
+                feeds: std::collections::HashMap::new(),
                 objects: (cfg.object_cache > 0)
                     .then(|| crate::objects::Objects::new(cfg.object_cache, cfg.cache_policy)),
             },
@@ -389,6 +392,7 @@ impl<'a> Worker<'a> {
             if c.snapshot {
                 self.shared.tails.remove(&token);
             }
+            crate::stream::closed(&c, &mut self.shared);
             cx.close_later(c.fd, true);
         }
     }
@@ -712,6 +716,14 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
     let gives_back = c.handed.is_some_and(|h| h.gives_back());
     let mut budget = if gives_back { 1 } else { REQUESTS_PER_PASS };
     loop {
+        if c.feeding {
+            // stream: the next chunk of a large body, if it is resident.
+            match crate::stream::feed(c, s, now) {
+                crate::stream::Fed::Park => return Next::Read,
+                crate::stream::Fed::Abort => return Next::Close,
+                crate::stream::Fed::Idle | crate::stream::Fed::Queued => {}
+            }
+        }
         if c.has_output() {
             // A blocked file body resumes only if its file did not change.
             if !amped::before_flush(c, s) {
@@ -725,6 +737,9 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
                     amped::after_flush(c, s, f.blocked);
                     if f.blocked {
                         return Next::Write;
+                    }
+                    if c.feeding {
+                        continue;
                     }
                 }
                 Err(_) => {
@@ -811,7 +826,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
 fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime, budget: &mut u32) -> bool {
     let mut produced = false;
     c.out.lend_own(&mut s.own_pool);
-    while *budget > 0 && c.out.is_memory_only() && !c.close_after && c.out.memory_len() < COALESCE_MAX {
+    while *budget > 0 && c.out.is_memory_only() && !c.close_after && !c.feeding && c.out.memory_len() < COALESCE_MAX {
         if c.discard > 0 {
             let n = c.discard.min(c.input.len() as u64);
             c.input.consume(n as usize);
