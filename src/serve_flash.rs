@@ -78,6 +78,12 @@ pub struct FlashArgs {
     #[arg(long, value_name = "N", value_parser = parse_helpers)]
     pub pool: Option<usize>,
 
+    /// Also shrink the caches (entries no response uses) on memory pressure: off, cgroup (the v1
+    /// memory cgroup's pressure level; cgroup:low|medium|critical, cgroup is medium) or psi
+    /// (memory stalls of 100 ms in 2 s, system-wide) [default: off].
+    #[arg(long, value_name = "off|cgroup[:LEVEL]|psi")]
+    pub memory_pressure: Option<weft_server::memory::MemoryPressure>,
+
     /// Test only: every residency test misses, so every file read goes through a helper.
     #[arg(long, hide = true)]
     pub test_miss: bool,
@@ -109,6 +115,7 @@ impl FlashArgs {
             file_cache,
             object_cache,
             snapshot_check,
+            memory_pressure,
             test_disk_delay
         );
         c.test_miss |= self.test_miss;

@@ -338,3 +338,78 @@ fn each_chunk_miss_goes_to_a_helper() {
     assert!(stat(&err, "parked") > chunks, "one load per chunk and the open: {err}");
     assert_eq!(stat(&err, "bytes_mapped"), n as u64, "{err}");
 }
+
+/// This thread's id and its v1 memory cgroup directory.
+fn thread_cgroup() -> Option<(String, std::path::PathBuf)> {
+    let tid = std::fs::read_link("/proc/thread-self").ok()?;
+    let tid = tid.file_name()?.to_str()?.to_string();
+    let own = std::fs::read_to_string("/proc/thread-self/cgroup").ok()?;
+    let path = own.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':').skip(1);
+        let (ctl, p) = f.next().zip(f.next())?;
+        ctl.split(',').any(|c| c == "memory").then(|| p.to_string())
+    })?;
+    Some((
+        tid,
+        std::path::Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')),
+    ))
+}
+
+/// The caches follow memory pressure: weft runs in a 160 MiB v1 memory
+/// cgroup with `--memory-pressure cgroup:low`; after its file cache holds
+/// mapped chunks, a writer in the same cgroup fills it with page cache, the
+/// kernel reclaims and notifies, and the worker drops the chunks and entries
+/// no response uses. Skipped (with a message) where no cgroup can be made.
+#[test]
+fn caches_shrink_on_memory_pressure_in_a_cgroup() {
+    let Some((tid, home)) = thread_cgroup() else {
+        eprintln!("SKIP: no v1 memory cgroup here");
+        return;
+    };
+    let cg = std::path::Path::new("/sys/fs/cgroup/memory").join(format!("weft-flash-{}", std::process::id()));
+    if std::fs::create_dir(&cg).is_err() || std::fs::write(cg.join("memory.limit_in_bytes"), "167772160").is_err() {
+        eprintln!("SKIP: cannot create a memory cgroup at {}", cg.display());
+        let _ = std::fs::remove_dir(&cg);
+        return;
+    }
+    let site = site();
+    site.write("l.bin", &pattern(8 << 20));
+    // Children of this thread start in the cgroup; the thread goes home after.
+    std::fs::write(cg.join("tasks"), &tid).unwrap();
+    let started = std::panic::catch_unwind(|| {
+        let args = [
+            path_str(&site.path),
+            "--workers",
+            "1",
+            "--memory-pressure",
+            "cgroup:low",
+            "--admin",
+            "127.0.0.1:0",
+        ];
+        let w = Weft::serve(&args);
+        let hog = std::process::Command::new("dd")
+            .args(["if=/dev/zero", "bs=1M", "count=400", "status=none"])
+            .arg(format!("of={}", site.path.join("hog").display()))
+            .spawn();
+        (w, hog)
+    });
+    std::fs::write(home.join("tasks"), &tid).unwrap();
+    let (w, hog) = started.unwrap();
+    let admin = w.admin.unwrap().to_string();
+    assert!(get(&w, "/l.bin").body == pattern(8 << 20));
+    let mapped = stat(&fetch(&admin, "/stats"), "file_mapped_bytes");
+    assert!(mapped > 0, "chunks stay mapped after the send");
+    let _ = hog.map(|mut h| h.wait());
+    let shrunk = wait_until(Duration::from_secs(10), || {
+        assert_eq!(get(&w, "/hello.txt").status, 200);
+        std::thread::sleep(Duration::from_millis(200));
+        stat(&fetch(&admin, "/stats"), "pressure_shrinks") > 0
+    });
+    let doc = fetch(&admin, "/stats");
+    drop(w);
+    let _ = std::fs::remove_file(site.path.join("hog"));
+    let _ = std::fs::remove_dir(&cg);
+    assert!(shrunk, "no shrink after the cgroup reclaimed: {doc}");
+    assert!(stat(&doc, "pressure_released_bytes") >= mapped, "{doc}");
+    assert_eq!(stat(&doc, "file_mapped_bytes"), 0, "{doc}");
+}

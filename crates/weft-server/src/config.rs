@@ -158,6 +158,8 @@ pub struct ServeConfig {
     pub pool: Option<usize>,
     /// This process is one of an MP server's processes (set by the parent).
     pub mp_child: bool,
+    /// Caches also shrink on this kernel notification (`crate::memory`).
+    pub memory_pressure: crate::memory::MemoryPressure,
     /// Test only: every residency test misses (forces the helper path).
     pub test_miss: bool,
     /// Test only: each helper job first sleeps this long (a slow disk).
@@ -206,6 +208,7 @@ impl Default for ServeConfig {
             snapshot_check: true,
             pool: None,
             mp_child: false,
+            memory_pressure: Default::default(),
             test_miss: false,
             test_disk_delay: Duration::ZERO,
         }

@@ -29,6 +29,7 @@ pub mod config;
 mod conn;
 pub mod demo;
 mod files;
+pub mod memory;
 pub mod mime;
 mod objects;
 pub mod path;
@@ -73,6 +74,7 @@ impl Server {
         let nofile = sys::raise_nofile_limit().unwrap_or(1024);
         weft_core::debug!("descriptor limit {nofile}");
         let workers = cfg.workers.max(1);
+        memory::watch(cfg.memory_pressure).map_err(io::Error::other)?;
         // Fail early, with the path in the message, if the root is unusable.
         let root_path = match &cfg.root {
             Some(p) => {

@@ -129,6 +129,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) in_flight: Option<amped::InFlight>,
     /// Large bodies being fed chunk by chunk (`crate::stream`).
     pub(crate) feeds: std::collections::HashMap<Token, crate::stream::Feed>,
+    /// Memory-pressure notifications already followed (`crate::memory`).
+    pub(crate) pressure_seen: u64,
 }
 
 /// One worker's handler.
@@ -201,6 +203,7 @@ impl<'a> Worker<'a> {
                 tails: std::collections::HashMap::new(),
                 in_flight: None,
                 feeds: std::collections::HashMap::new(),
+                pressure_seen: 0,
                 objects: (cfg.object_cache > 0)
                     .then(|| crate::objects::Objects::new(cfg.object_cache, cfg.cache_policy)),
             },
@@ -279,6 +282,7 @@ impl<'a> Worker<'a> {
         self.next_decay = now + POOL_DECAY_EVERY;
         self.shared.pool.decay();
         self.shared.own_pool.decay();
+        crate::memory::each_second(&mut self.shared, &self.conns);
     }
 
     /// Do the pools hold more idle buffers than they keep for good?
