@@ -234,22 +234,12 @@ fn bad_flags_name_the_key() {
 #[test]
 fn object_cache_counts_hits_and_holds_no_heap_body() {
     let site = site();
-    let mut w = serve(&site, &["--object-cache", "64MiB", "--stats-on-exit"], &[]);
+    let w = serve(&site, &["--object-cache", "64MiB", "--stats-on-exit"], &[]);
     for _ in 0..2 {
         assert!(get(&w, "/big.bin").body == pattern(3 * 1024 * 1024 + 17));
     }
-    w.terminate();
-    assert_eq!(w.wait_exit(Duration::from_secs(20)), Some(0));
-    let err = w.stderr();
-    let num = |key: &str| -> u64 {
-        let at = err
-            .find(&format!("\"{key}\":"))
-            .unwrap_or_else(|| panic!("{key} in {err}"));
-        let rest = &err[at + key.len() + 3..];
-        rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap()]
-            .parse()
-            .unwrap()
-    };
+    let err = exit_stats(w);
+    let num = |key: &str| stat(&err, key);
     assert_eq!((num("object_lookups"), num("object_hits")), (2, 1), "{err}");
     assert_eq!(num("bytes_object"), 2 * (3 * 1024 * 1024 + 17));
     assert_eq!(num("object_mapped_bytes"), 3 * 1024 * 1024 + 17);
