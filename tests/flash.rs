@@ -403,3 +403,24 @@ fn caches_shrink_on_memory_pressure_in_a_cgroup() {
     assert!(stat(&doc, "pressure_released_bytes") >= mapped, "{doc}");
     assert_eq!(stat(&doc, "file_mapped_bytes"), 0, "{doc}");
 }
+
+/// `--zero-copy-send`: large chunks go out with MSG_ZEROCOPY, held until the
+/// kernel's completion; on loopback the kernel reports copies, so each
+/// connection falls back to plain writes after its first completion. Bodies
+/// stay byte-exact either way, on several connections in turn.
+#[test]
+fn zero_copy_send_is_byte_exact_and_falls_back_on_copies() {
+    let site = site();
+    let w = serve(&site, &["--zero-copy-send", "--stats-on-exit"], &[]);
+    let n = 3 * 1024 * 1024 + 17;
+    for _ in 0..3 {
+        let mut c = Reader::new(w.connect());
+        for _ in 0..3 {
+            assert!(get_on(&mut c, "/big.bin").body == pattern(n));
+        }
+    }
+    let err = exit_stats(w);
+    assert!(stat(&err, "bytes_zerocopy") > 0, "{err}");
+    assert!(stat(&err, "zerocopy_copied") >= 1, "loopback copies: {err}");
+    assert_eq!(stat(&err, "bytes_mapped"), 9 * n as u64, "{err}");
+}

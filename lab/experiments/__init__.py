@@ -21,6 +21,7 @@ from . import (
     static_baseline,
     wan_proxy,
     wan_server,
+    zerocopy,
 )
 
 EXPERIMENTS = {
@@ -45,5 +46,6 @@ EXPERIMENTS = {
         iolite,
         wan_proxy,
         wan_server,
+        zerocopy,
     )
 }

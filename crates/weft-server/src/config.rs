@@ -158,6 +158,8 @@ pub struct ServeConfig {
     pub pool: Option<usize>,
     /// This process is one of an MP server's processes (set by the parent).
     pub mp_child: bool,
+    /// Send large mapped chunks with MSG_ZEROCOPY (`crate::stream`).
+    pub zero_copy_send: bool,
     /// Caches also shrink on this kernel notification (`crate::memory`).
     pub memory_pressure: crate::memory::MemoryPressure,
     /// Test only: every residency test misses (forces the helper path).
@@ -209,6 +211,7 @@ impl Default for ServeConfig {
             pool: None,
             mp_child: false,
             memory_pressure: Default::default(),
+            zero_copy_send: false,
             test_miss: false,
             test_disk_delay: Duration::ZERO,
         }

@@ -67,6 +67,8 @@ pub struct Conn {
     pub snapshot: bool,
     /// A large body is being fed chunk by chunk (`crate::stream`).
     pub feeding: bool,
+    /// Slices sent with MSG_ZEROCOPY wait for the kernel (`crate::stream`).
+    pub zc_held: bool,
 }
 
 /// Where a handed-over connection came from, in 16 bytes (the channel's
@@ -137,6 +139,7 @@ impl Conn {
             parked: false,
             snapshot: false,
             feeding: false,
+            zc_held: false,
         }
     }
 

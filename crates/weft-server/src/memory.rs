@@ -61,9 +61,11 @@ impl std::str::FromStr for MemoryPressure {
             "cgroup" | "cgroup:medium" => MemoryPressure::Cgroup(Level::Medium),
             "cgroup:low" => MemoryPressure::Cgroup(Level::Low),
             "cgroup:critical" => MemoryPressure::Cgroup(Level::Critical),
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "invalid memory pressure source `{s}` (off, psi, cgroup, cgroup:low, cgroup:medium, cgroup:critical)"
-            )),
+            ))
+            }
         })
     }
 }

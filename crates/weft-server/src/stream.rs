@@ -21,26 +21,58 @@
 //! response is a snapshot, §2.2.5); the last chunk goes through the same
 //! resumed-flush check as a sendfile body.
 //!
+//! With `--zero-copy-send`, a chunk is first offered to the socket with
+//! `MSG_ZEROCOPY` when nothing else is queued ahead of it: the kernel pins the
+//! mapped pages instead of copying them, and the feed holds each such slice
+//! (its `Bytes`, so its mapping) until the socket's error queue says the
+//! kernel released it ([`reap`], run whenever the connection is driven: a
+//! completion raises EPOLLERR). What the socket does not take goes the usual
+//! way. A completion that reports a copy (loopback always does) turns the
+//! switch off for that connection, as a zero-copy send that copies costs more
+//! than a plain one.
+//!
 //! [`RESIDENT_TRUST`]: crate::worker::amped::RESIDENT_TRUST
 
 use crate::config::{ResidencyTest, SendMode};
 use crate::conn::Conn;
 use crate::files::CachedFile;
 use crate::worker::{amped, Shared, Wait};
+use bytes::Bytes;
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 use weft_io::mapcache::chunk_bytes;
+use weft_io::sys::mmap::MappedChunk;
+use weft_io::sys::zerocopy;
+
+/// Slices shorter than this are not worth pinning (the kernel would copy them).
+const ZC_MIN: usize = 16 * 1024;
 
 /// Queue the next chunk while less than this is waiting to be sent: the
 /// head and the first chunk go in one `writev`.
 const FEED_BELOW: u64 = 64 * 1024;
 
-/// A large body being sent: from `next` to `end` of `file`.
+/// A large body being sent: from `next` to `end` of `file`; and the slices
+/// sent with `MSG_ZEROCOPY` the kernel has not released yet.
 pub(crate) struct Feed {
     file: Rc<CachedFile>,
     next: u64,
     end: u64,
+    zc: Zc,
+}
+
+/// A connection's zero-copy sends in flight.
+#[derive(Default)]
+struct Zc {
+    /// SO_ZEROCOPY set on the socket.
+    enabled: bool,
+    /// Zero-copy is off for this connection (refused, or the kernel copied).
+    off: bool,
+    /// The next send's sequence number.
+    seq: u32,
+    /// Slices held until their completion, by sequence number.
+    held: VecDeque<(u32, Bytes)>,
 }
 
 /// What [`feed`] did.
@@ -66,27 +98,96 @@ pub(crate) fn streams(s: &Shared<'_>, f: &CachedFile, start: u64, end: u64) -> b
 /// The answer queued the head of a response whose body is `[start, end)`
 /// of `f`: feed it from here.
 pub(crate) fn start(c: &mut Conn, s: &mut Shared<'_>, f: Rc<CachedFile>, start: u64, end: u64) {
+    let zc = s.feeds.remove(&c.token).map(|f| f.zc).unwrap_or_default();
     s.feeds.insert(
         c.token,
         Feed {
             file: f,
             next: start,
             end,
+            zc,
         },
     );
     c.feeding = true;
 }
 
-/// The connection closed: forget its feed.
+/// The connection closed: forget its feed. Slices still held for the kernel
+/// are file pages of mappings; unmapping them is safe while the kernel holds
+/// page references (it keeps the pages, and nothing rewrites them here).
 pub(crate) fn closed(c: &Conn, s: &mut Shared<'_>) {
-    if c.feeding {
+    if c.feeding || c.zc_held {
         s.feeds.remove(&c.token);
+    }
+}
+
+/// Read the zero-copy completions on `c`'s error queue and release the
+/// slices they cover.
+pub(crate) fn reap(c: &mut Conn, s: &mut Shared<'_>) {
+    if !c.zc_held {
+        return;
+    }
+    let Some(fd) = s.feeds.get_mut(&c.token) else {
+        c.zc_held = false;
+        return;
+    };
+    while let Ok(Some(done)) = zerocopy::reap(&c.fd) {
+        let covered = |seq: u32| seq.wrapping_sub(done.lo) <= done.hi.wrapping_sub(done.lo);
+        while fd.zc.held.front().is_some_and(|(seq, _)| covered(*seq)) {
+            fd.zc.held.pop_front();
+        }
+        if done.copied {
+            s.stats.zerocopy_copied += 1;
+            fd.zc.off = true;
+        }
+    }
+    if fd.zc.held.is_empty() {
+        c.zc_held = false;
+        if !c.feeding {
+            s.feeds.remove(&c.token);
+        }
+    }
+}
+
+/// `--zero-copy-send`: offer `[from, to)` of the chunk to the socket with
+/// MSG_ZEROCOPY when nothing is queued ahead of it; returns how far it took.
+fn send_zerocopy(
+    c: &mut Conn,
+    s: &mut Shared<'_>,
+    chunk: &Arc<MappedChunk>,
+    from: usize,
+    to: usize,
+) -> Result<usize, ()> {
+    let Some(fd) = s.feeds.get_mut(&c.token) else {
+        return Ok(from);
+    };
+    if !s.cfg.zero_copy_send || fd.zc.off || to - from < ZC_MIN || !c.out.is_empty() {
+        return Ok(from);
+    }
+    if !fd.zc.enabled {
+        // One setsockopt per connection, at its first large body.
+        if zerocopy::enable(&c.fd).is_err() {
+            fd.zc.off = true;
+            return Ok(from);
+        }
+        fd.zc.enabled = true;
+    }
+    match zerocopy::send(&c.fd, &chunk[from..to]) {
+        Ok(n) => {
+            fd.zc.held.push_back((fd.zc.seq, chunk_bytes(chunk, from..from + n)));
+            fd.zc.seq = fd.zc.seq.wrapping_add(1);
+            c.zc_held = true;
+            s.stats.bytes_zerocopy += n as u64;
+            Ok(from + n)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(from),
+        Err(_) => Err(()),
     }
 }
 
 /// Queue the next chunk of `c`'s feed if its output has (nearly) drained.
 pub(crate) fn feed(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Fed {
-    if c.out.len() >= FEED_BELOW {
+    reap(c, s);
+    if c.out.len() >= FEED_BELOW || !c.feeding {
         return Fed::Idle;
     }
     let (Some(fd), Some(files)) = (s.feeds.get_mut(&c.token), s.files.as_mut()) else {
@@ -118,15 +219,22 @@ pub(crate) fn feed(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Fed {
     // A full helper queue (`overloaded`) sends the chunk from the loop, as
     // SPED would: the head is out, there is no 503 to give any more.
     s.loaded = false;
-    c.out.push_shared(chunk_bytes(&chunk, from..to));
     s.stats.bytes_mapped += (to - from) as u64;
+    let Ok(sent) = send_zerocopy(c, s, &chunk, from, to) else {
+        return abort(c, s);
+    };
+    c.out.push_shared(chunk_bytes(&chunk, sent..to));
+    let Some(fd) = s.feeds.get_mut(&c.token) else {
+        return Fed::Queued;
+    };
     fd.next += (to - from) as u64;
     if fd.next >= fd.end {
-        let f = s.feeds.remove(&c.token).map(|fd| fd.file);
         c.feeding = false;
-        if let Some(f) = f {
-            amped::sending_from(s, f);
+        let f = Rc::clone(&fd.file);
+        if !c.zc_held {
+            s.feeds.remove(&c.token);
         }
+        amped::sending_from(s, f);
     }
     Fed::Queued
 }
@@ -134,5 +242,6 @@ pub(crate) fn feed(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Fed {
 fn abort(c: &mut Conn, s: &mut Shared<'_>) -> Fed {
     s.feeds.remove(&c.token);
     c.feeding = false;
+    c.zc_held = false;
     Fed::Abort
 }

@@ -408,7 +408,9 @@ impl<'a> Worker<'a> {
         };
         if c.parked {
             // Waiting for a helper: events are remembered (`may_read`), the
-            // helper's answer drives it.
+            // helper's answer drives it. Zero-copy completions are read now
+            // (they raise EPOLLERR until read).
+            crate::stream::reap(c, &mut self.shared);
             return;
         }
         let next = if c.lingering {
@@ -720,11 +722,14 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
     let gives_back = c.handed.is_some_and(|h| h.gives_back());
     let mut budget = if gives_back { 1 } else { REQUESTS_PER_PASS };
     loop {
-        if c.feeding {
-            // stream: the next chunk of a large body, if it is resident.
+        if c.feeding || c.zc_held {
+            // stream: the next chunk of a large body, if it is resident
+            // (and zero-copy completions, which raise EPOLLERR).
             match crate::stream::feed(c, s, now) {
                 crate::stream::Fed::Park => return Next::Read,
                 crate::stream::Fed::Abort => return Next::Close,
+                // All of it taken by a zero-copy send: on to the next chunk.
+                crate::stream::Fed::Queued if !c.has_output() => continue,
                 crate::stream::Fed::Idle | crate::stream::Fed::Queued => {}
             }
         }

@@ -29,6 +29,7 @@ pub mod tun;
 mod unix;
 pub mod uring;
 mod wait;
+pub mod zerocopy;
 
 use std::ffi::CStr;
 use std::io::{self, IoSlice};
