@@ -51,11 +51,10 @@ def worker_pid(p, pidfile) -> int:
     if pidfile is None:
         return p.pid  # `ip netns exec` execs weft: same pid
     for _ in range(50):
-        if os.path.exists(pidfile):
-            master = int(open(pidfile).read())
-            kids = subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True).stdout.split()
-            if kids:
-                return int(kids[0])
+        # `daemon off`: the process started is the master; its child serves.
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        if kids:
+            return int(kids[0])
         time.sleep(0.1)
     raise RuntimeError("nginx worker not found")
 
