@@ -408,8 +408,7 @@ impl<'a> Worker<'a> {
         };
         if c.parked {
             // Waiting for a helper: events are remembered (`may_read`), the
-            // helper's answer drives it. Zero-copy completions are read now
-            // (they raise EPOLLERR until read).
+            // helper's answer drives it. Zero-copy completions (EPOLLERR) are read.
             crate::stream::reap(c, &mut self.shared);
             return;
         }
@@ -723,13 +722,11 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
     let mut budget = if gives_back { 1 } else { REQUESTS_PER_PASS };
     loop {
         if c.feeding || c.zc_held {
-            // stream: the next chunk of a large body, if it is resident
-            // (and zero-copy completions, which raise EPOLLERR).
+            // stream: a large body's next chunk (and zero-copy completions).
             match crate::stream::feed(c, s, now) {
                 crate::stream::Fed::Park => return Next::Read,
                 crate::stream::Fed::Abort => return Next::Close,
-                // All of it taken by a zero-copy send: on to the next chunk.
-                crate::stream::Fed::Queued if !c.has_output() => continue,
+                crate::stream::Fed::Queued if !c.has_output() => continue, // all sent zero-copy
                 crate::stream::Fed::Idle | crate::stream::Fed::Queued => {}
             }
         }
