@@ -34,7 +34,7 @@
 //! [`RESIDENT_TRUST`]: crate::worker::amped::RESIDENT_TRUST
 
 use crate::config::{ResidencyTest, SendMode};
-use crate::conn::Conn;
+use crate::conn::{Conn, FEEDING, ZC_HELD};
 use crate::files::CachedFile;
 use crate::worker::{amped, Shared, Wait};
 use bytes::Bytes;
@@ -108,14 +108,14 @@ pub(crate) fn start(c: &mut Conn, s: &mut Shared<'_>, f: Rc<CachedFile>, start: 
             zc,
         },
     );
-    c.feeding = true;
+    c.set_stream(FEEDING, true);
 }
 
 /// The connection closed: forget its feed. Slices still held for the kernel
 /// are file pages of mappings; unmapping them is safe while the kernel holds
 /// page references (it keeps the pages, and nothing rewrites them here).
 pub(crate) fn closed(c: &Conn, s: &mut Shared<'_>) {
-    if c.feeding || c.zc_held {
+    if c.feeding() || c.zc_held() {
         s.feeds.remove(&c.token);
     }
 }
@@ -123,11 +123,11 @@ pub(crate) fn closed(c: &Conn, s: &mut Shared<'_>) {
 /// Read the zero-copy completions on `c`'s error queue and release the
 /// slices they cover.
 pub(crate) fn reap(c: &mut Conn, s: &mut Shared<'_>) {
-    if !c.zc_held {
+    if !c.zc_held() {
         return;
     }
     let Some(fd) = s.feeds.get_mut(&c.token) else {
-        c.zc_held = false;
+        c.set_stream(ZC_HELD, false);
         return;
     };
     while let Ok(Some(done)) = zerocopy::reap(&c.fd) {
@@ -141,8 +141,8 @@ pub(crate) fn reap(c: &mut Conn, s: &mut Shared<'_>) {
         }
     }
     if fd.zc.held.is_empty() {
-        c.zc_held = false;
-        if !c.feeding {
+        c.set_stream(ZC_HELD, false);
+        if !c.feeding() {
             s.feeds.remove(&c.token);
         }
     }
@@ -175,7 +175,7 @@ fn send_zerocopy(
         Ok(n) => {
             fd.zc.held.push_back((fd.zc.seq, chunk_bytes(chunk, from..from + n)));
             fd.zc.seq = fd.zc.seq.wrapping_add(1);
-            c.zc_held = true;
+            c.set_stream(ZC_HELD, true);
             s.stats.bytes_zerocopy += n as u64;
             Ok(from + n)
         }
@@ -187,11 +187,11 @@ fn send_zerocopy(
 /// Queue the next chunk of `c`'s feed if its output has (nearly) drained.
 pub(crate) fn feed(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Fed {
     reap(c, s);
-    if c.out.len() >= FEED_BELOW || !c.feeding {
+    if c.out.len() >= FEED_BELOW || !c.feeding() {
         return Fed::Idle;
     }
     let (Some(fd), Some(files)) = (s.feeds.get_mut(&c.token), s.files.as_mut()) else {
-        c.feeding = false;
+        c.set_stream(FEEDING, false);
         return Fed::Idle;
     };
     if s.cfg.snapshot_check && !amped::same_file(&fd.file) {
@@ -229,9 +229,9 @@ pub(crate) fn feed(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Fed {
     };
     fd.next += (to - from) as u64;
     if fd.next >= fd.end {
-        c.feeding = false;
+        c.set_stream(FEEDING, false);
         let f = Rc::clone(&fd.file);
-        if !c.zc_held {
+        if !c.zc_held() {
             s.feeds.remove(&c.token);
         }
         amped::sending_from(s, f);
@@ -241,7 +241,7 @@ pub(crate) fn feed(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Fed {
 
 fn abort(c: &mut Conn, s: &mut Shared<'_>) -> Fed {
     s.feeds.remove(&c.token);
-    c.feeding = false;
-    c.zc_held = false;
+    c.set_stream(FEEDING, false);
+    c.set_stream(ZC_HELD, false);
     Fed::Abort
 }

@@ -721,7 +721,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
     let gives_back = c.handed.is_some_and(|h| h.gives_back());
     let mut budget = if gives_back { 1 } else { REQUESTS_PER_PASS };
     loop {
-        if c.feeding || c.zc_held {
+        if c.feeding() || c.zc_held() {
             // stream: a large body's next chunk (and zero-copy completions).
             match crate::stream::feed(c, s, now) {
                 crate::stream::Fed::Park => return Next::Read,
@@ -744,7 +744,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
                     if f.blocked {
                         return Next::Write;
                     }
-                    if c.feeding {
+                    if c.feeding() {
                         continue;
                     }
                 }
@@ -832,7 +832,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
 fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime, budget: &mut u32) -> bool {
     let mut produced = false;
     c.out.lend_own(&mut s.own_pool);
-    while *budget > 0 && c.out.is_memory_only() && !c.close_after && !c.feeding && c.out.memory_len() < COALESCE_MAX {
+    while *budget > 0 && c.out.is_memory_only() && !c.close_after && !c.feeding() && c.out.memory_len() < COALESCE_MAX {
         if c.discard > 0 {
             let n = c.discard.min(c.input.len() as u64);
             c.input.consume(n as usize);
