@@ -17,7 +17,8 @@ import re
 import subprocess
 import time
 
-from .. import core, netlab, report, servers
+from .. import core, netlab, report
+from . import wan_server
 
 NAME = "zerocopy"
 DESCRIPTION = "issue 24: --zero-copy-send vs plain writev (mapped chunks) vs nginx sendfile, 1 MiB on a veth pair with offloads off"
@@ -36,15 +37,8 @@ def start(lab, net, label: str, extra, www: str):
     if extra is not None:
         argv = [lab.weft, "serve", www, "--listen", "0.0.0.0:8080", "--workers", "1", "--stats-on-exit", *extra]
         return net.popen("server", argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), None
-    run = os.path.join(lab.scratch, "nginx")
-    os.makedirs(run, exist_ok=True)
-    with open(os.path.join(servers.ANCHOR_DIR, "nginx_static_w1.conf")) as f:
-        text = servers.render_template(f.read(), {"WWW": www, "RUN": run, "CONF": run, "PORT": "8080"})
-    conf = os.path.join(run, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(text.replace("listen 127.0.0.1:8080", "listen 0.0.0.0:8080"))
-    p = net.popen("server", ["nginx", "-c", conf, "-p", run], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return p, os.path.join(run, "nginx.pid")
+    # The same nginx set-up as wan-server's, on the same kind of network.
+    return wan_server.start_server(lab, net, "nginx", www), "nginx"
 
 
 def worker_pid(p, pidfile) -> int:
