@@ -78,6 +78,18 @@ pub struct FlashArgs {
     #[arg(long, value_name = "N", value_parser = parse_helpers)]
     pub pool: Option<usize>,
 
+    /// Also shrink the caches (entries no response uses) on memory pressure: off, cgroup (the v1
+    /// memory cgroup's pressure level; cgroup:low|medium|critical, cgroup is medium) or psi
+    /// (memory stalls of 100 ms in 2 s, system-wide) [default: off].
+    #[arg(long, value_name = "off|cgroup[:LEVEL]|psi")]
+    pub memory_pressure: Option<weft_server::memory::MemoryPressure>,
+
+    /// Send large files' chunks with MSG_ZEROCOPY (the kernel pins the pages instead of copying;
+    /// each slice held until the kernel releases it); a connection whose sends are copied anyway
+    /// (loopback) goes back to plain writes [default: off].
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off, num_args = 0..=1, default_missing_value = "on")]
+    pub zero_copy_send: Option<bool>,
+
     /// Test only: every residency test misses, so every file read goes through a helper.
     #[arg(long, hide = true)]
     pub test_miss: bool,
@@ -109,6 +121,8 @@ impl FlashArgs {
             file_cache,
             object_cache,
             snapshot_check,
+            memory_pressure,
+            zero_copy_send,
             test_disk_delay
         );
         c.test_miss |= self.test_miss;

@@ -234,24 +234,193 @@ fn bad_flags_name_the_key() {
 #[test]
 fn object_cache_counts_hits_and_holds_no_heap_body() {
     let site = site();
-    let mut w = serve(&site, &["--object-cache", "64MiB", "--stats-on-exit"], &[]);
+    let w = serve(&site, &["--object-cache", "64MiB", "--stats-on-exit"], &[]);
     for _ in 0..2 {
         assert!(get(&w, "/big.bin").body == pattern(3 * 1024 * 1024 + 17));
     }
-    w.terminate();
-    assert_eq!(w.wait_exit(Duration::from_secs(20)), Some(0));
-    let err = w.stderr();
-    let num = |key: &str| -> u64 {
-        let at = err
-            .find(&format!("\"{key}\":"))
-            .unwrap_or_else(|| panic!("{key} in {err}"));
-        let rest = &err[at + key.len() + 3..];
-        rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap()]
-            .parse()
-            .unwrap()
-    };
+    let err = exit_stats(w);
+    let num = |key: &str| stat(&err, key);
     assert_eq!((num("object_lookups"), num("object_hits")), (2, 1), "{err}");
     assert_eq!(num("bytes_object"), 2 * (3 * 1024 * 1024 + 17));
     assert_eq!(num("object_mapped_bytes"), 3 * 1024 * 1024 + 17);
     assert!(num("object_heap_bytes") < 400, "only the header fields are on the heap");
+}
+
+/// A number from `--stats-on-exit` output.
+fn stat(err: &str, key: &str) -> u64 {
+    let at = err
+        .find(&format!("\"{key}\":"))
+        .unwrap_or_else(|| panic!("{key} in {err}"));
+    let rest = &err[at + key.len() + 3..];
+    rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap()]
+        .parse()
+        .unwrap()
+}
+
+/// Stop `w` and return what `--stats-on-exit` printed.
+fn exit_stats(mut w: Weft) -> String {
+    w.terminate();
+    assert_eq!(w.wait_exit(Duration::from_secs(20)), Some(0));
+    w.stderr()
+}
+
+/// Large files go out as mapped chunks under the file cache's one byte
+/// budget: every body byte-exact, the mapped chunks and entries kept within
+/// the budget by evicting the least recently used, a changed file mapped
+/// afresh.
+#[test]
+fn mapped_chunks_stay_within_the_file_cache_budget() {
+    let site = site();
+    let sizes = [1_500_000usize, 1_048_576 + 1, 2_000_003, 700_001];
+    for (i, n) in sizes.iter().enumerate() {
+        site.write(&format!("l{i}.bin"), &pattern(*n));
+    }
+    let budget = 1u64 << 20;
+    let w = serve(
+        &site,
+        &["--file-cache", "1MiB", "--file-cache-valid", "0s", "--stats-on-exit"],
+        &[],
+    );
+    for round in 0..2 {
+        for (i, n) in sizes.iter().enumerate() {
+            let r = get(&w, &format!("/l{i}.bin"));
+            assert!(r.body == pattern(*n), "round {round}: l{i}.bin byte-exact");
+        }
+    }
+    // A range inside one chunk and one across chunks.
+    let mut c = Reader::new(w.connect());
+    c.send(b"GET /l2.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=200000-1300000\r\n\r\n");
+    let r = c.response(false);
+    assert_eq!(r.status, 206);
+    assert!(r.body == pattern(2_000_003)[200_000..1_300_001]);
+    // The file changes (same size, new bytes, by rename): served changed.
+    let new: Vec<u8> = pattern(1_500_000).iter().map(|b| b ^ 0x5a).collect();
+    let tmp = site.write("l0.tmp", &new);
+    std::fs::rename(tmp, site.path.join("l0.bin")).unwrap();
+    assert!(get(&w, "/l0.bin").body == new, "a changed file is mapped afresh");
+    // A new small file's entry makes the cache check its budget once more.
+    assert_eq!(get(&w, "/hello.txt").body, b"hello, weft\n");
+    let err = exit_stats(w);
+    let total: u64 = 2 * sizes.iter().sum::<usize>() as u64 + 1_100_001 + 1_500_000;
+    assert_eq!(stat(&err, "bytes_mapped"), total, "{err}");
+    let held = stat(&err, "file_cache_bytes") + stat(&err, "file_mapped_bytes");
+    assert!(held <= budget, "{held} bytes held over the {budget}-byte budget: {err}");
+    assert!(stat(&err, "file_cache_evictions") > 0, "{err}");
+}
+
+/// AMPED tests residency per chunk while a large body is sent: with every
+/// test made to miss, each chunk is loaded by a helper (one job per 256 KiB
+/// chunk, besides the open) and the body still arrives byte-exact.
+#[test]
+fn each_chunk_miss_goes_to_a_helper() {
+    let site = site();
+    let w = serve(
+        &site,
+        &["--arch", "amped", "--test-miss", "--helpers", "2", "--stats-on-exit"],
+        &[],
+    );
+    let n = 3 * 1024 * 1024 + 17;
+    assert!(get(&w, "/big.bin").body == pattern(n));
+    let err = exit_stats(w);
+    let chunks = n.div_ceil(256 * 1024) as u64;
+    assert!(stat(&err, "residency_misses") >= chunks, "{err}");
+    // (helper_jobs can lag the last job by a moment; parked counts each.)
+    assert!(stat(&err, "parked") > chunks, "one load per chunk and the open: {err}");
+    assert_eq!(stat(&err, "bytes_mapped"), n as u64, "{err}");
+}
+
+/// This thread's id and its v1 memory cgroup directory.
+fn thread_cgroup() -> Option<(String, std::path::PathBuf)> {
+    let tid = std::fs::read_link("/proc/thread-self").ok()?;
+    let tid = tid.file_name()?.to_str()?.to_string();
+    let own = std::fs::read_to_string("/proc/thread-self/cgroup").ok()?;
+    let path = own.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':').skip(1);
+        let (ctl, p) = f.next().zip(f.next())?;
+        ctl.split(',').any(|c| c == "memory").then(|| p.to_string())
+    })?;
+    Some((
+        tid,
+        std::path::Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')),
+    ))
+}
+
+/// The caches follow memory pressure: weft runs in a 160 MiB v1 memory
+/// cgroup with `--memory-pressure cgroup:low`; after its file cache holds
+/// mapped chunks, a writer in the same cgroup fills it with page cache, the
+/// kernel reclaims and notifies, and the worker drops the chunks and entries
+/// no response uses. Skipped (with a message) where no cgroup can be made.
+#[test]
+fn caches_shrink_on_memory_pressure_in_a_cgroup() {
+    let Some((tid, home)) = thread_cgroup() else {
+        eprintln!("SKIP: no v1 memory cgroup here");
+        return;
+    };
+    let cg = std::path::Path::new("/sys/fs/cgroup/memory").join(format!("weft-flash-{}", std::process::id()));
+    if std::fs::create_dir(&cg).is_err() || std::fs::write(cg.join("memory.limit_in_bytes"), "167772160").is_err() {
+        eprintln!("SKIP: cannot create a memory cgroup at {}", cg.display());
+        let _ = std::fs::remove_dir(&cg);
+        return;
+    }
+    let site = site();
+    site.write("l.bin", &pattern(8 << 20));
+    // Children of this thread start in the cgroup; the thread goes home after.
+    std::fs::write(cg.join("tasks"), &tid).unwrap();
+    let started = std::panic::catch_unwind(|| {
+        let args = [
+            path_str(&site.path),
+            "--workers",
+            "1",
+            "--memory-pressure",
+            "cgroup:low",
+            "--admin",
+            "127.0.0.1:0",
+        ];
+        let w = Weft::serve(&args);
+        let hog = std::process::Command::new("dd")
+            .args(["if=/dev/zero", "bs=1M", "count=400", "status=none"])
+            .arg(format!("of={}", site.path.join("hog").display()))
+            .spawn();
+        (w, hog)
+    });
+    std::fs::write(home.join("tasks"), &tid).unwrap();
+    let (w, hog) = started.unwrap();
+    let admin = w.admin.unwrap().to_string();
+    assert!(get(&w, "/l.bin").body == pattern(8 << 20));
+    let mapped = stat(&fetch(&admin, "/stats"), "file_mapped_bytes");
+    assert!(mapped > 0, "chunks stay mapped after the send");
+    let _ = hog.map(|mut h| h.wait());
+    let shrunk = wait_until(Duration::from_secs(10), || {
+        assert_eq!(get(&w, "/hello.txt").status, 200);
+        std::thread::sleep(Duration::from_millis(200));
+        stat(&fetch(&admin, "/stats"), "pressure_shrinks") > 0
+    });
+    let doc = fetch(&admin, "/stats");
+    drop(w);
+    let _ = std::fs::remove_file(site.path.join("hog"));
+    let _ = std::fs::remove_dir(&cg);
+    assert!(shrunk, "no shrink after the cgroup reclaimed: {doc}");
+    assert!(stat(&doc, "pressure_released_bytes") >= mapped, "{doc}");
+    assert_eq!(stat(&doc, "file_mapped_bytes"), 0, "{doc}");
+}
+
+/// `--zero-copy-send`: large chunks go out with MSG_ZEROCOPY, held until the
+/// kernel's completion; on loopback the kernel reports copies, so each
+/// connection falls back to plain writes after its first completion. Bodies
+/// stay byte-exact either way, on several connections in turn.
+#[test]
+fn zero_copy_send_is_byte_exact_and_falls_back_on_copies() {
+    let site = site();
+    let w = serve(&site, &["--zero-copy-send", "--stats-on-exit"], &[]);
+    let n = 3 * 1024 * 1024 + 17;
+    for _ in 0..3 {
+        let mut c = Reader::new(w.connect());
+        for _ in 0..3 {
+            assert!(get_on(&mut c, "/big.bin").body == pattern(n));
+        }
+    }
+    let err = exit_stats(w);
+    assert!(stat(&err, "bytes_zerocopy") > 0, "{err}");
+    assert!(stat(&err, "zerocopy_copied") >= 1, "loopback copies: {err}");
+    assert_eq!(stat(&err, "bytes_mapped"), 9 * n as u64, "{err}");
 }

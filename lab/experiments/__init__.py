@@ -24,6 +24,7 @@ from . import (
     wan_polymix,
     wan_proxy,
     wan_server,
+    zerocopy,
 )
 
 EXPERIMENTS = {
@@ -51,5 +52,6 @@ EXPERIMENTS = {
         wan_polymix,
         wan_events,
         booster,
+        zerocopy,
     )
 }

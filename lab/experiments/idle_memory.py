@@ -230,7 +230,7 @@ def measure_server(lab: core.Lab, pool: servers.ServerPool, spec: servers.Server
 def run(lab: core.Lab) -> dict:
     counts = QUICK_COUNTS if lab.quick else COUNTS
     lab.prepare(commands=["nginx"])
-    raise_nofile(max(counts) + 1000)
+    raise_nofile(max(*counts, BUDGET_CONNS) + 1000)
     www = os.path.join(lab.scratch, "www")
     os.makedirs(www, exist_ok=True)
     os.chmod(www, 0o755)
@@ -263,10 +263,82 @@ def run(lab: core.Lab) -> dict:
         versions.setdefault(kind, env.package_version(kind))
     doc = {"experiment": NAME, "quick": lab.quick, "versions": versions, "commands": commands, "runs": rows,
            "skipped": skipped, "counts": counts}  # fmt: skip
+    with lab.pool(www) as pool:
+        doc["budget"] = budget_part(lab, pool, www)
     report.write_json(os.path.join(lab.results_dir, "runs.json"), doc)
     report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
     write_summary(lab, doc)
     return doc
+
+
+# The budget part (issue 24): weft serve's RSS at 10,000 connections against
+# its configured cache budget plus a fixed overhead, nginx in the same run.
+BUDGET_CONNS = 10000
+BUDGET_FILES = 48  # 1 MiB files fetched once each: 48 MiB through a 16 MiB budget
+FILE_CACHE = 16 << 20
+# The documented fixed overhead: the process right after start (binary,
+# threads, first buffers: `rss_start_kib`) plus this much per connection
+# (its Conn, slab slot, readiness entry; docs/serve.md "Memory").
+PER_CONN_ALLOW = 1024
+
+
+def budget_part(lab: core.Lab, pool: servers.ServerPool, www: str) -> list[dict]:
+    for i in range(BUDGET_FILES):
+        path = os.path.join(www, f"m{i}.bin")
+        if not os.path.exists(path):
+            core.make_file(path, 1 << 20)
+    extra = ["--idle-timeout", "600s", "--file-cache", str(FILE_CACHE)]
+    rows = []
+    for label, kind, opts in [("weft serve (budgets)", "weft", {"extra": extra}), ("nginx", "nginx", {})]:
+        rs = pool.start(servers.ServerSpec(label, kind, opts))
+        holder = Holder(rs.port, "/8k.bin")
+        try:
+            time.sleep(1.0)
+            start = tree_rss_kib(rs.pid)
+            for i in range(BUDGET_FILES):
+                h = Holder(rs.port, f"/m{i}.bin")
+                h.grow_to(1)
+                h.close()
+            t0 = time.monotonic()
+            holder.grow_to(BUDGET_CONNS)
+            open_s = time.monotonic() - t0
+            time.sleep(SETTLE_S)
+            rss = tree_rss_kib(rs.pid)
+            row = {"server": label, "connections": len(holder.socks), "rss_start_kib": start, "rss_kib": rss,
+                   "open_s": round(open_s, 2), "command": rs.command}  # fmt: skip
+            st = rs.admin_stats() if kind == "weft" else None
+            if st:
+                t = {**st["total"], **st["total"].get("pools", {})}
+                for k in ("file_cache_bytes", "file_mapped_bytes", "file_cache_evictions", "helper_bytes",
+                          "socket_send_bytes", "socket_recv_bytes", "input_bytes_pooled", "output_bytes_pooled",
+                          "open_connections"):  # fmt: skip
+                    row[k] = t.get(k)
+                row["budget_bytes"] = FILE_CACHE
+                bound = start * 1024 + FILE_CACHE + PER_CONN_ALLOW * row["connections"]
+                row["bound_kib"] = bound // 1024
+                row["within"] = rss * 1024 <= bound
+            lab.log(f"  budget: {label:<22} {row['connections']} conns: RSS {start} → {rss} KiB"
+                    + (f" (bound {row['bound_kib']} KiB)" if "bound_kib" in row else ""))  # fmt: skip
+            rows.append(row)
+        finally:
+            holder.close()
+            pool.stop(rs)
+    return rows
+
+
+def budget_table(rows: list[dict]) -> list[str]:
+    header = ["server", "connections", "RSS at start KiB", "RSS KiB", "bound KiB", "within",
+              "file cache KiB", "mapped KiB", "socket send KiB"]  # fmt: skip
+    kib = lambda v: "–" if v is None else str(int(v) // 1024)  # noqa: E731
+    body = [[r["server"], f"{r['connections']:,}", str(r["rss_start_kib"]), str(r["rss_kib"]),
+             str(r.get("bound_kib", "–")), {True: "yes", False: "**no**"}.get(r.get("within"), "–"),
+             kib(r.get("file_cache_bytes")), kib(r.get("file_mapped_bytes")), kib(r.get("socket_send_bytes"))]
+            for r in rows]  # fmt: skip
+    return ["## Budgets at 10,000 connections (issue 24)", "",
+            f"weft serve with `--file-cache {FILE_CACHE >> 20}MiB` after {BUDGET_FILES} 1 MiB files went through it, "
+            f"then {BUDGET_CONNS:,} idle connections (one 8 KiB GET each); bound = RSS at start + the budget + "
+            f"{PER_CONN_ALLOW} B per connection. Socket bytes are /stats' once-a-second SIOCOUTQ sample.", "",
+            report.markdown_table(header, body), ""]  # fmt: skip
 
 
 def table(rows: list[dict], counts: list[int]) -> tuple[list[str], list[list[str]]]:
@@ -304,6 +376,7 @@ def write_summary(lab: core.Lab, doc: dict) -> None:
         md += ["Plot: `kib_per_connection.png`.", ""]
     except Exception as e:  # matplotlib missing: the table is the result
         md += [f"(no plot: {e})", ""]
+    md += budget_table(doc.get("budget", []))
     md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in doc["versions"].items()] + [""]
     with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
         f.write("\n".join(md))

@@ -24,6 +24,15 @@ use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A mapped chunk, when it was last used (the cache's clock) and when a
+/// residency test last found it all in the page cache.
+struct Entry {
+    chunk: Arc<MappedChunk>,
+    used: u64,
+    resident_at: Option<Instant>,
+}
 
 /// Which chunk of which file content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -54,7 +63,7 @@ pub struct MapCache {
     chunk: usize,
     max_mapped: u64,
     clock: u64,
-    entries: HashMap<ChunkKey, (Arc<MappedChunk>, u64)>,
+    entries: HashMap<ChunkKey, Entry>,
     by_use: BTreeMap<u64, ChunkKey>,
     stats: MapStats,
 }
@@ -97,17 +106,24 @@ impl MapCache {
         let index = offset / self.chunk as u64;
         let key = ChunkKey { generation, index };
         self.clock += 1;
-        if let Some((c, used)) = self.entries.get_mut(&key) {
-            self.by_use.remove(used);
-            *used = self.clock;
+        if let Some(e) = self.entries.get_mut(&key) {
+            self.by_use.remove(&e.used);
+            e.used = self.clock;
             self.by_use.insert(self.clock, key);
             self.stats.hits += 1;
-            return Ok(Arc::clone(c));
+            return Ok(Arc::clone(&e.chunk));
         }
         let start = index * self.chunk as u64;
         let len = file_size.saturating_sub(start).min(self.chunk as u64) as usize;
         let c = Arc::new(MappedChunk::map(fd, start, len)?);
-        self.entries.insert(key, (Arc::clone(&c), self.clock));
+        self.entries.insert(
+            key,
+            Entry {
+                chunk: Arc::clone(&c),
+                used: self.clock,
+                resident_at: None,
+            },
+        );
         self.by_use.insert(self.clock, key);
         self.stats.maps += 1;
         self.stats.chunks += 1;
@@ -122,23 +138,67 @@ impl MapCache {
         if self.stats.mapped_bytes <= self.max_mapped {
             return;
         }
-        let victims: Vec<(u64, ChunkKey)> = self
-            .by_use
-            .iter()
-            .filter(|(_, k)| self.entries.get(k).is_some_and(|(c, _)| Arc::strong_count(c) == 1))
-            .map(|(&u, &k)| (u, k))
-            .collect();
-        for (used, key) in victims {
+        let victims: Vec<ChunkKey> = self.inactive().map(|(_, k)| k).collect();
+        for key in victims {
             if self.stats.mapped_bytes <= self.max_mapped {
                 break;
             }
-            self.by_use.remove(&used);
-            if let Some((c, _)) = self.entries.remove(&key) {
-                self.stats.mapped_bytes -= c.len() as u64;
-                self.stats.chunks -= 1;
-                self.stats.unmaps += 1;
-            }
+            self.unmap(key);
         }
+    }
+
+    /// Advance the cache's clock and return it: a caller keeping its own
+    /// entries on the same LRU scale (the file cache's one byte budget) stamps
+    /// them with this.
+    pub fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// The inactive chunks (no response holds them), least recently used
+    /// first, with their clock stamps.
+    pub fn inactive(&self) -> impl Iterator<Item = (u64, ChunkKey)> + '_ {
+        self.by_use
+            .iter()
+            .filter(|(_, k)| self.entries.get(k).is_some_and(|e| Arc::strong_count(&e.chunk) == 1))
+            .map(|(&u, &k)| (u, k))
+    }
+
+    /// Unmap `key`'s chunk now (a response holding it keeps its pages
+    /// until it is sent; the bytes stop counting here).
+    pub fn unmap(&mut self, key: ChunkKey) {
+        if let Some(e) = self.entries.remove(&key) {
+            self.by_use.remove(&e.used);
+            self.stats.mapped_bytes -= e.chunk.len() as u64;
+            self.stats.chunks -= 1;
+            self.stats.unmaps += 1;
+        }
+    }
+
+    /// Unmap every inactive chunk (memory pressure).
+    pub fn unmap_inactive(&mut self) {
+        let keys: Vec<ChunkKey> = self.inactive().map(|(_, k)| k).collect();
+        for k in keys {
+            self.unmap(k);
+        }
+    }
+
+    /// Is the chunk `key` in the page cache? A positive answer (mincore on
+    /// its mapping) is trusted for `trust`, so a hot chunk costs no test per
+    /// send. mincore rather than RWF_NOWAIT: the chunk is mapped anyway, and
+    /// a RWF_NOWAIT probe would copy all of it to learn the same. (mincore
+    /// reports every page resident for a file the process may neither write
+    /// nor owns: for such files the test always passes, as `--residency none`.)
+    pub fn resident(&mut self, key: ChunkKey, now: Instant, trust: Duration) -> bool {
+        let Some(e) = self.entries.get_mut(&key) else {
+            return false;
+        };
+        if e.resident_at.is_some_and(|t| now.saturating_duration_since(t) < trust) {
+            return true;
+        }
+        let all = e.chunk.residency().map_or(true, |r| r.all());
+        e.resident_at = all.then_some(now);
+        all
     }
 }
 

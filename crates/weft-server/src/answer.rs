@@ -279,7 +279,11 @@ fn serve_file(
         Answer::Full { .. } | Answer::Partial { .. } => {}
     }
     let body = answer.body().filter(|r| !r.is_empty() && !head_only);
-    if let Some(r) = body.as_ref().filter(|_| f.body.is_none()) {
+    // stream: a body fed by chunks is tested chunk by chunk instead.
+    let streamed = body
+        .as_ref()
+        .is_some_and(|r| crate::stream::streams(s, &f, r.start, r.end));
+    if let Some(r) = body.as_ref().filter(|_| f.body.is_none() && !streamed) {
         match crate::worker::amped::before_file_read(s, &f, r.start, r.end, c.last_activity) {
             Ok(()) => {}
             Err(crate::worker::amped::NotYet::Wait) => return (0, 0),
@@ -330,6 +334,10 @@ fn serve_file(
         // single write per response and lets pipelined responses share it.
         c.out.own_mut().extend_from_slice(&body[start as usize..end as usize]);
         s.stats.bytes_memory += end - start;
+        return (status, end - start);
+    }
+    if streamed {
+        crate::stream::start(c, s, f, start, end);
         return (status, end - start);
     }
     let how = match s.cfg.send {

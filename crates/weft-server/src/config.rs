@@ -161,6 +161,10 @@ pub struct ServeConfig {
     /// SO_SNDBUF of every accepted connection (set on the listeners, which
     /// accepted sockets inherit); `None`: the kernel's autotuning (`--send-buffer`).
     pub send_buffer: Option<usize>,
+    /// Send large mapped chunks with MSG_ZEROCOPY (`crate::stream`).
+    pub zero_copy_send: bool,
+    /// Caches also shrink on this kernel notification (`crate::memory`).
+    pub memory_pressure: crate::memory::MemoryPressure,
     /// Test only: every residency test misses (forces the helper path).
     pub test_miss: bool,
     /// Test only: each helper job first sleeps this long (a slow disk).
@@ -210,6 +214,8 @@ impl Default for ServeConfig {
             pool: None,
             mp_child: false,
             send_buffer: None,
+            memory_pressure: Default::default(),
+            zero_copy_send: false,
             test_miss: false,
             test_disk_delay: Duration::ZERO,
         }

@@ -65,7 +65,16 @@ pub struct Conn {
     /// A file body's last bytes wait in the worker's table until the file
     /// is checked again (a response is a snapshot; `worker/amped.rs`).
     pub snapshot: bool,
+    /// `crate::stream`'s state, one byte so the struct keeps its size:
+    /// [`FEEDING`] (a large body is being fed chunk by chunk) and
+    /// [`ZC_HELD`] (slices sent with MSG_ZEROCOPY wait for the kernel).
+    pub stream: u8,
 }
+
+/// See [`Conn::stream`].
+pub const FEEDING: u8 = 1;
+/// See [`Conn::stream`].
+pub const ZC_HELD: u8 = 2;
 
 /// Where a handed-over connection came from, in 16 bytes (the channel's
 /// slot index is stored + 1, so `Option<HandedAt>` needs no tag).
@@ -134,6 +143,7 @@ impl Conn {
             handed: None,
             parked: false,
             snapshot: false,
+            stream: 0,
         }
     }
 
@@ -147,6 +157,30 @@ impl Conn {
     #[inline]
     pub fn is_idle(&self) -> bool {
         !self.has_output() && self.input.is_empty() && self.head_started.is_none()
+    }
+}
+
+impl Conn {
+    /// A large body is being fed chunk by chunk.
+    #[inline]
+    pub fn feeding(&self) -> bool {
+        self.stream & FEEDING != 0
+    }
+
+    /// Zero-copy slices wait for the kernel.
+    #[inline]
+    pub fn zc_held(&self) -> bool {
+        self.stream & ZC_HELD != 0
+    }
+
+    /// Set or clear a [`Conn::stream`] flag.
+    #[inline]
+    pub fn set_stream(&mut self, flag: u8, on: bool) {
+        if on {
+            self.stream |= flag;
+        } else {
+            self.stream &= !flag;
+        }
     }
 }
 

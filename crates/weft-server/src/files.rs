@@ -15,6 +15,17 @@
 //! revalidated with one fstatat when older than `file_cache_valid` (nginx's
 //! `open_file_cache_valid`), so an edited file is picked up within that time.
 //! Each worker has its own cache: no locks, and a descriptor per worker per file.
+//!
+//! One LRU byte budget (`--file-cache BYTES`) covers everything the cache
+//! keeps: small files' bytes, the mapped chunks large files are sent from
+//! (thesis 004 §4.4.4, [`MapCache`]), and each open descriptor (counted as
+//! [`ENTRY_COST`] plus its header fields: the kernel's open file and this
+//! entry). Entries and chunks share one clock; past the budget the least
+//! recently used go first, those no response in flight holds before the rest
+//! (§2.2.7), down to 7/8 of the budget so eviction runs in batches. A chunk a
+//! response still holds stays mapped until it is sent. Chunks are keyed by
+//! the file's content generation (inode, size, mtime): a changed file maps
+//! afresh and its old chunks age out.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -23,7 +34,13 @@ use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use weft_io::mapcache::{ChunkKey, MapCache};
+use weft_io::sys::mmap::{MappedChunk, DEFAULT_CHUNK};
 use weft_io::sys::{self, Fd, FileStat, Resolve};
+
+/// What an open descriptor counts against the budget besides its header
+/// fields: the kernel's open file and inode references and this entry, about.
+pub const ENTRY_COST: u64 = 512;
 
 /// What opening a path gave.
 type Opened = io::Result<(Fd, FileStat)>;
@@ -48,6 +65,24 @@ pub struct CachedFile {
     checked: Cell<Instant>,
     /// When a residency test last found the whole file in the page cache.
     pub resident_at: Cell<Option<Instant>>,
+    /// Last use on the cache's clock (LRU).
+    used: Cell<u64>,
+}
+
+impl CachedFile {
+    /// The file's content generation (its chunks' key).
+    pub fn generation(&self) -> u64 {
+        weft_buf::FileId {
+            ino: self.stat.ino,
+            size: self.stat.size,
+            mtime_ns: self.stat.mtime_ns,
+        }
+        .generation()
+    }
+
+    fn cost(&self) -> u64 {
+        ENTRY_COST + self.fields.len() as u64 + self.body.as_ref().map_or(0, |b| b.len() as u64)
+    }
 }
 
 /// A file body queued on a connection's output chain keeps the file open
@@ -86,9 +121,14 @@ pub struct FileCache {
     valid: Duration,
     small_max: Option<u64>,
     path: Vec<u8>,
-    /// Bytes of small bodies held, and the most (`--file-cache`).
+    /// Bytes of entries (bodies, fields, [`ENTRY_COST`]) held, and the budget
+    /// for them and the mapped chunks together (`--file-cache`).
     held: u64,
     max_held: u64,
+    /// Large files' mapped chunks (on the same clock and budget).
+    maps: MapCache,
+    /// Entries and chunks evicted for the budget.
+    evictions: u64,
     /// A helper's answer for one path, used by the next lookup of it.
     /// (None once used: the entry it made counts as fresh until cleared.)
     adopted: Option<(Box<[u8]>, Option<Opened>)>,
@@ -125,6 +165,8 @@ impl FileCache {
             path: Vec::with_capacity(256),
             held: 0,
             max_held,
+            maps: MapCache::new(DEFAULT_CHUNK, u64::MAX),
+            evictions: 0,
             adopted: None,
             dirs: HashMap::new(),
             resuming: false,
@@ -172,7 +214,7 @@ impl FileCache {
 
     fn remove(&mut self, rel: &[u8]) {
         if let Some(f) = self.entries.remove(rel) {
-            self.held -= f.body.as_ref().map_or(0, |b| b.len() as u64);
+            self.held -= f.cost();
         }
     }
 
@@ -181,6 +223,7 @@ impl FileCache {
     /// needs the disk is a [`Lookup::Miss`].
     pub fn lookup(&mut self, rel: &[u8], now: Instant, inline: bool) -> Lookup {
         if let Some(f) = self.entries.get(rel) {
+            f.used.set(self.maps.tick());
             // A helper's answer for this path wins; once used, it is fresh.
             let answer = self
                 .adopted
@@ -244,7 +287,7 @@ impl FileCache {
             return Lookup::Forbidden;
         }
         let body = match self.small_max {
-            Some(max) if st.size <= max && self.held + st.size <= self.max_held => match read_all(&fd, st.size) {
+            Some(max) if st.size <= max && st.size <= self.max_held / 8 => match read_all(&fd, st.size) {
                 Ok(b) => Some(b),
                 Err(_) => return Lookup::Forbidden,
             },
@@ -263,17 +306,125 @@ impl FileCache {
             body,
             checked: Cell::new(now),
             resident_at: Cell::new(None),
+            used: Cell::new(self.maps.tick()),
         });
         if self.entries.len() >= self.max_entries {
-            // Arbitrary eviction keeps the bound (and the descriptor budget) hard;
-            // the cache is a convenience in front of openat2, not a store.
-            if let Some(k) = self.entries.keys().next().cloned() {
-                self.remove(&k);
+            // The count bound (`--path-cache`) is hard: the least recently
+            // used eighth goes, so a full cache sorts once per many inserts.
+            let n = (self.max_entries / 8).max(1);
+            self.evict_files(n, true);
+        }
+        self.held += f.cost();
+        self.entries.insert(rel.into(), f.clone());
+        self.trim();
+        Lookup::File(f)
+    }
+
+    /// Evict up to `n` entries, least recently used first; `any`: those a
+    /// response holds too (their descriptor closes when it is sent).
+    fn evict_files(&mut self, n: usize, any: bool) {
+        let mut v: Vec<(u64, Box<[u8]>)> = self
+            .entries
+            .iter()
+            .filter(|(_, f)| any || Rc::strong_count(f) == 1)
+            .map(|(k, f)| (f.used.get(), k.clone()))
+            .collect();
+        v.sort_unstable_by_key(|(u, _)| *u);
+        for (_, k) in v.into_iter().take(n) {
+            self.remove(&k);
+            self.evictions += 1;
+        }
+    }
+
+    /// Bytes counted against the budget: entries and mapped chunks.
+    pub fn total_bytes(&self) -> u64 {
+        self.held + self.maps.stats().mapped_bytes
+    }
+
+    /// Keep the budget: past it, evict least recently used entries and
+    /// inactive chunks (those no response holds) down to 7/8 of it, then
+    /// entries in use if that was not enough. A budget of 0 keeps no
+    /// chunk past its send, and bounds entries by count only.
+    pub fn trim(&mut self) {
+        let budget = self.max_held;
+        if self.total_bytes() <= budget {
+            return;
+        }
+        if budget == 0 {
+            self.maps.unmap_inactive();
+            return;
+        }
+        let low = budget - budget / 8;
+        enum Victim {
+            File(Box<[u8]>),
+            Chunk(ChunkKey),
+        }
+        let mut v: Vec<(u64, Victim)> = self
+            .entries
+            .iter()
+            .filter(|(_, f)| Rc::strong_count(f) == 1)
+            .map(|(k, f)| (f.used.get(), Victim::File(k.clone())))
+            .collect();
+        v.extend(self.maps.inactive().map(|(u, k)| (u, Victim::Chunk(k))));
+        v.sort_unstable_by_key(|(u, _)| *u);
+        for (_, victim) in v {
+            if self.total_bytes() <= low {
+                return;
+            }
+            match victim {
+                Victim::File(k) => self.remove(&k),
+                Victim::Chunk(k) => self.maps.unmap(k),
+            }
+            self.evictions += 1;
+        }
+        while self.total_bytes() > budget && !self.entries.is_empty() {
+            let before = self.entries.len();
+            self.evict_files(1, true);
+            if self.entries.len() == before {
+                break;
             }
         }
-        self.held += f.body.as_ref().map_or(0, |b| b.len() as u64);
-        self.entries.insert(rel.into(), f.clone());
-        Lookup::File(f)
+    }
+
+    /// Memory pressure: drop every entry and chunk no response in flight
+    /// uses (they are rebuilt on demand). Returns the bytes released.
+    pub fn shrink(&mut self) -> u64 {
+        let before = self.total_bytes();
+        self.maps.unmap_inactive();
+        self.evict_files(self.entries.len(), false);
+        before - self.total_bytes()
+    }
+
+    /// The mapped chunk of `f` holding byte `offset` (mapped now if it is
+    /// not), then the budget kept.
+    pub fn chunk(&mut self, f: &CachedFile, offset: u64) -> io::Result<(ChunkKey, Arc<MappedChunk>)> {
+        let c = self.maps.get(&*f.fd, f.generation(), f.stat.size, offset)?;
+        let key = ChunkKey {
+            generation: f.generation(),
+            index: offset / self.maps.chunk_size() as u64,
+        };
+        self.trim();
+        Ok((key, c))
+    }
+
+    /// Is the chunk `key` in the page cache (see [`MapCache::resident`])?
+    pub fn chunk_resident(&mut self, key: ChunkKey, now: Instant) -> bool {
+        self.maps.resident(key, now, crate::worker::amped::RESIDENT_TRUST)
+    }
+
+    /// The size of mapped chunks.
+    pub fn chunk_size(&self) -> u64 {
+        self.maps.chunk_size() as u64
+    }
+
+    /// Bytes of chunks mapped now.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.maps.stats().mapped_bytes
+    }
+
+    /// Entries and chunks evicted for the budget so far.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
     }
 
     fn open(&mut self, rel: &[u8]) -> io::Result<(Fd, FileStat)> {
@@ -295,7 +446,7 @@ impl FileCache {
         self.open(rel).map(|(fd, _)| fd)
     }
 
-    /// Bytes of small files' contents held.
+    /// Bytes the entries count (bodies, fields, descriptors).
     pub fn held_bytes(&self) -> u64 {
         self.held
     }

@@ -30,11 +30,13 @@ mod conn;
 pub mod demo;
 mod files;
 pub mod load_report;
+pub mod memory;
 pub mod mime;
 mod objects;
 pub mod path;
 mod respond;
 pub mod stats;
+mod stream;
 pub mod worker;
 
 pub use config::{Arch, ResidencyTest, SendMode, ServeConfig};
@@ -73,6 +75,7 @@ impl Server {
         let nofile = sys::raise_nofile_limit().unwrap_or(1024);
         weft_core::debug!("descriptor limit {nofile}");
         let workers = cfg.workers.max(1);
+        memory::watch(cfg.memory_pressure).map_err(io::Error::other)?;
         // Fail early, with the path in the message, if the root is unusable.
         let root_path = match &cfg.root {
             Some(p) => {

@@ -60,6 +60,17 @@ impl Objects {
         Some(self.cache.insert(key, CachedResponse::new(id, head, body)))
     }
 
+    /// Memory pressure: drop every entry and chunk no response in flight
+    /// uses. Returns the bytes released.
+    pub fn shrink(&mut self) -> u64 {
+        let before = self.cache.stats().heap_bytes + self.maps.stats().mapped_bytes;
+        let budget = self.cache.budget();
+        self.cache.set_budget(0);
+        self.cache.set_budget(budget);
+        self.maps.unmap_inactive();
+        before.saturating_sub(self.cache.stats().heap_bytes + self.maps.stats().mapped_bytes)
+    }
+
     /// Copy the counters into `s`.
     pub fn report(&self, s: &mut ServeStats) {
         let c = self.cache.stats();
@@ -83,5 +94,6 @@ pub(crate) fn report_caches(files: Option<&crate::files::FileCache>, objects: Op
     }
     if let Some(f) = files {
         (s.file_cache_entries, s.file_cache_bytes) = (f.len() as u64, f.held_bytes());
+        (s.file_mapped_bytes, s.file_cache_evictions) = (f.mapped_bytes(), f.evictions());
     }
 }

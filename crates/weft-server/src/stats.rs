@@ -47,6 +47,12 @@ weft_core::metrics! {
         counter snapshot_aborts,
         /// Body bytes sent from the object cache's mappings (writev, no copy in weft).
         counter bytes_object,
+        /// Large bodies' bytes sent chunk by chunk from the file cache's mappings.
+        counter bytes_mapped,
+        /// Of those, bytes sent with MSG_ZEROCOPY (`--zero-copy-send`).
+        counter bytes_zerocopy,
+        /// Zero-copy completions that reported a copy (the connection stops using it).
+        counter zerocopy_copied,
         /// Object cache: lookups.
         gauge object_lookups,
         /// Object cache: lookups answered from it (object hit ratio = hits / lookups).
@@ -69,12 +75,29 @@ weft_core::metrics! {
         gauge mapped_chunk_bytes,
         /// Files in the worker's file cache (path, head and contents caches).
         gauge file_cache_entries,
-        /// Bytes of small files' contents the file cache holds.
+        /// Bytes the file cache's entries count: small files' contents, header
+        /// fields and each open descriptor.
         gauge file_cache_bytes,
+        /// Bytes of large files' chunks the file cache has mapped (same budget).
+        gauge file_mapped_bytes,
+        /// File cache entries and chunks evicted for its byte budget.
+        gauge file_cache_evictions,
         /// AMPED: helper threads started (all workers' pool; kept in reserve).
         gauge helper_threads,
         /// AMPED: jobs waiting for a helper.
         gauge helper_queue,
+        /// AMPED: bytes the helpers hold (read-ahead buffers, queued jobs).
+        gauge helper_bytes,
+        /// Bytes in the connections' kernel send queues (SIOCOUTQ; sampled
+        /// once a second).
+        gauge socket_send_bytes,
+        /// Bytes in the connections' kernel receive queues (SIOCINQ; sampled
+        /// once a second).
+        gauge socket_recv_bytes,
+        /// Times the caches shrank for memory pressure (`--memory-pressure`).
+        counter pressure_shrinks,
+        /// Bytes those shrinks released (cache entries, chunks, pooled buffers).
+        counter pressure_released_bytes,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -113,7 +136,7 @@ mod tests {
         s.syscalls.0[weft_io::SysKind::Sendfile as usize] = 10;
         // Keys before issue 21, then the gauges it added (the pool gauges
         // nested under "pools" since issue 14, the same group in every role).
-        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"parked\":0,\"residency_tests\":0,\"residency_misses\":0,\"helper_jobs\":0,\"snapshot_aborts\":0,\"bytes_object\":0,\"object_lookups\":0,\"object_hits\":0,\"object_bytes_looked_up\":0,\"object_bytes_hit\":0,\"object_evictions\":0,\"object_invalidations\":0,\"object_entries\":0,\"object_heap_bytes\":0,\"object_mapped_bytes\":0,\"mapped_chunk_bytes\":0,\"file_cache_entries\":0,\"file_cache_bytes\":0,\"helper_threads\":0,\"helper_queue\":0,\"pools\":{\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0},\"syscalls\":{\"accept\":9,\"sendfile\":10},\"status\":{}";
+        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"parked\":0,\"residency_tests\":0,\"residency_misses\":0,\"helper_jobs\":0,\"snapshot_aborts\":0,\"bytes_object\":0,\"bytes_mapped\":0,\"bytes_zerocopy\":0,\"zerocopy_copied\":0,\"object_lookups\":0,\"object_hits\":0,\"object_bytes_looked_up\":0,\"object_bytes_hit\":0,\"object_evictions\":0,\"object_invalidations\":0,\"object_entries\":0,\"object_heap_bytes\":0,\"object_mapped_bytes\":0,\"mapped_chunk_bytes\":0,\"file_cache_entries\":0,\"file_cache_bytes\":0,\"file_mapped_bytes\":0,\"file_cache_evictions\":0,\"helper_threads\":0,\"helper_queue\":0,\"helper_bytes\":0,\"socket_send_bytes\":0,\"socket_recv_bytes\":0,\"pressure_shrinks\":0,\"pressure_released_bytes\":0,\"pools\":{\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0},\"syscalls\":{\"accept\":9,\"sendfile\":10},\"status\":{}";
         assert_eq!(s.to_json(), format!("{head}}}"));
         s.tracker = Some(TrackerStats {
             user_passes: 11,

@@ -126,6 +126,10 @@ pub(crate) struct Shared<'a> {
     pub(crate) tails: std::collections::HashMap<Token, amped::InFlight>,
     /// The file the response just answered is sent from (until the flush).
     pub(crate) in_flight: Option<amped::InFlight>,
+    /// Large bodies being fed chunk by chunk (`crate::stream`).
+    pub(crate) feeds: std::collections::HashMap<Token, crate::stream::Feed>,
+    /// Memory-pressure notifications already followed (`crate::memory`).
+    pub(crate) pressure_seen: u64,
 }
 
 /// One worker's handler.
@@ -192,6 +196,8 @@ impl<'a> Worker<'a> {
                 probe: Vec::new(),
                 tails: std::collections::HashMap::new(),
                 in_flight: None,
+                feeds: std::collections::HashMap::new(),
+                pressure_seen: 0,
                 objects: (cfg.object_cache > 0)
                     .then(|| crate::objects::Objects::new(cfg.object_cache, cfg.cache_policy)),
             },
@@ -263,6 +269,7 @@ impl<'a> Worker<'a> {
         self.next_decay = now + POOL_DECAY_EVERY;
         self.shared.pool.decay();
         self.shared.own_pool.decay();
+        crate::memory::each_second(&mut self.shared, &self.conns);
     }
 
     /// Do the pools hold more idle buffers than they keep for good?
@@ -375,6 +382,7 @@ impl<'a> Worker<'a> {
             if c.snapshot {
                 self.shared.tails.remove(&token);
             }
+            crate::stream::closed(&c, &mut self.shared);
             cx.close_later(c.fd, true);
         }
     }
@@ -386,7 +394,8 @@ impl<'a> Worker<'a> {
         };
         if c.parked {
             // Waiting for a helper: events are remembered (`may_read`), the
-            // helper's answer drives it.
+            // helper's answer drives it. Zero-copy completions (EPOLLERR) are read.
+            crate::stream::reap(c, &mut self.shared);
             return;
         }
         let next = if c.lingering {
@@ -668,6 +677,15 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
     let gives_back = c.handed.is_some_and(|h| h.gives_back());
     let mut budget = if gives_back { 1 } else { REQUESTS_PER_PASS };
     loop {
+        if c.feeding() || c.zc_held() {
+            // stream: a large body's next chunk (and zero-copy completions).
+            match crate::stream::feed(c, s, now) {
+                crate::stream::Fed::Park => return Next::Read,
+                crate::stream::Fed::Abort => return Next::Close,
+                crate::stream::Fed::Queued if !c.has_output() => continue, // all sent zero-copy
+                crate::stream::Fed::Idle | crate::stream::Fed::Queued => {}
+            }
+        }
         if c.has_output() {
             // A blocked file body resumes only if its file did not change.
             if !amped::before_flush(c, s) {
@@ -681,6 +699,9 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
                     amped::after_flush(c, s, f.blocked);
                     if f.blocked {
                         return Next::Write;
+                    }
+                    if c.feeding() {
+                        continue;
                     }
                 }
                 Err(_) => {
@@ -767,7 +788,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
 fn answer_buffered(c: &mut Conn, s: &mut Shared<'_>, now: Instant, wall: SystemTime, budget: &mut u32) -> bool {
     let mut produced = false;
     c.out.lend_own(&mut s.own_pool);
-    while *budget > 0 && c.out.is_memory_only() && !c.close_after && c.out.memory_len() < COALESCE_MAX {
+    while *budget > 0 && c.out.is_memory_only() && !c.close_after && !c.feeding() && c.out.memory_len() < COALESCE_MAX {
         if c.discard > 0 {
             let n = c.discard.min(c.input.len() as u64);
             c.input.consume(n as usize);
