@@ -337,6 +337,8 @@ struct Kernel {
     base_written: [u64; 2],
     eof: [bool; 2],
     shut: [bool; 2],
+    /// `base_received` taken.
+    based: bool,
 }
 
 /// A tunnel between the client and an upstream.
@@ -376,6 +378,7 @@ impl Tunnel {
             base_written: [0; 2],
             eof: [false; 2],
             shut: [false; 2],
+            based: false,
         });
     }
 
@@ -390,6 +393,19 @@ impl Tunnel {
         fwd: &mut KernelFwd,
     ) -> Option<TunnelState> {
         let k = self.kernel.as_mut()?;
+        if k.pair.is_none() && !k.based {
+            // What each socket received before the 200 went out: a client
+            // sends its tunnel bytes after the 200, and bytes arriving before
+            // the join are redirected once it is made, so they count as the
+            // program's.
+            let (Ok(cb), Ok(ub)) = (sys::bpf::tcp_bytes(client.fd), sys::bpf::tcp_bytes(up.fd)) else {
+                self.kernel = None;
+                st.sockmap_declined += 1;
+                return None;
+            };
+            k.base_received = [cb.received, ub.received];
+            k.based = true;
+        }
         if k.pair.is_none() {
             // Queued output first: the 200 to the client, early bytes upstream.
             let (cfd, ufd) = (client.fd, up.fd);
@@ -424,7 +440,7 @@ impl Tunnel {
                 st.sockmap_declined += 1;
                 return None;
             };
-            k.base_received = [cb.received, ub.received];
+            // Written after the queued output, which is weft's, not the program's.
             k.base_written = [ub.written(), cb.written()];
             let pair = match f.join(client.fd, up.fd) {
                 Ok(p) => p,
