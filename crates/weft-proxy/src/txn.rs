@@ -406,6 +406,7 @@ impl Worker<'_> {
 
     fn start_tunnel<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, ut: Token) -> Flow {
         let splice = self.sh.cfg.splice != SpliceMode::Off;
+        let kernel = self.sh.cfg.splice == SpliceMode::Sockmap;
         let sh = &mut self.sh;
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
@@ -416,6 +417,9 @@ impl Worker<'_> {
         txn.up = None;
         c.spare = Some(txn);
         let mut tunnel = Box::new(Tunnel::new(splice, &mut sh.pipes, &mut sh.tunnel_bufs, &mut sh.stats));
+        if kernel {
+            tunnel.want_kernel(&mut sh.sockmap, &mut sh.stats);
+        }
         // A FIN seen while the tunnel was being set up is the tunnel's to
         // forward: reading again returns EOF, which the tunnel turns into a
         // half-close towards the upstream.
@@ -462,7 +466,14 @@ impl Worker<'_> {
             may_read: &mut u.may_read,
             may_write: &mut u.may_write,
         };
-        let state = tunnel.pump(&mut cside, &mut uside, &mut c.out, &mut sh.tunnel_bufs, &mut sh.stats);
+        let state = tunnel.pump(
+            &mut cside,
+            &mut uside,
+            &mut c.out,
+            &mut sh.tunnel_bufs,
+            &mut sh.stats,
+            &mut sh.sockmap,
+        );
         match state {
             TunnelState::Done | TunnelState::Failed => {
                 self.close_client(cx, ct);

@@ -160,6 +160,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) relay_bufs: Vec<bytes::BytesMut>,
     /// Recycled tunnel copy buffers.
     pub(crate) tunnel_bufs: crate::tunnel::TunnelBufs,
+    /// The sockmap forwarder (`--splice sockmap`), loaded at the first tunnel.
+    pub(crate) sockmap: crate::tunnel::KernelFwd,
     pub(crate) rules: CacheRules,
     pub(crate) draining: bool,
 }
@@ -234,6 +236,7 @@ impl<'a> Worker<'a> {
                 vary_scratch: Vec::new(),
                 relay_bufs: Vec::new(),
                 tunnel_bufs: Default::default(),
+                sockmap: Default::default(),
                 rules: crate::store::cache_rules(s.cfg).unwrap_or_default(),
                 draining: false,
             },
