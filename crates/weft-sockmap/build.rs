@@ -17,6 +17,7 @@ fn main() {
                 "-g",
                 "-target",
                 "bpf",
+                "-mcpu=v3",
                 "-I/usr/include/x86_64-linux-gnu",
                 "-c",
                 "bpf/sockmap.bpf.c",

@@ -1,15 +1,27 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 // weft's in-kernel forwarding (`weft proxy --splice sockmap`): an sk_skb
-// stream-verdict program that redirects every byte a tunnel socket receives
-// to the send side of its peer, so weft is not woken per chunk.
+// stream-verdict program, attached to `socks`, that redirects every byte a
+// tunnel socket receives to the send side of its peer. The kernel queues a
+// redirected skb on the destination's psock and a workqueue item sends it.
 //
-// `socks` holds the tunnel sockets; `peers` maps a socket's cookie
-// (SO_COOKIE) to its peer's index in `socks`. A socket without a peer entry
-// keeps its bytes (SK_PASS, read by weft as usual), and so does one whose
-// redirect fails (SK_PASS with no redirect target set).
+// Keys are socket cookies (SO_COOKIE). `peers[source]` names the
+// destination: its index in `targets` (a sockmap without programs, which
+// every tunnel socket joins before it joins `socks`, so a redirect never
+// finds its target missing) and its cookie.
+//
+// End of stream. The psock replaces sk_data_ready only, so weft sees a
+// source's FIN as EPOLLRDHUP on the source. It may half-close the
+// destination only once the psock worker has sent every redirected byte,
+// and nothing in the kernel tells user space that. So weft sends a marker:
+// an 8-byte datagram (the source's cookie) to its own UDP socket, which is
+// in `socks` too. The program redirects that datagram to the *ingress* of
+// the destination (BPF_F_INGRESS): it joins the same psock queue behind the
+// source's bytes, and when the worker reaches it, it lands in the
+// destination's receive queue and wakes weft with EPOLLIN. Reading it back
+// means everything before it has been sent.
 //
 // Built by crates/weft-sockmap/build.rs:
-//   clang -O2 -g -target bpf -c bpf/sockmap.bpf.c -o $OUT_DIR/sockmap.bpf.o
+//   clang -O2 -g -target bpf -mcpu=v3 -c bpf/sockmap.bpf.c
 #include <linux/bpf.h>
 
 #define SEC(name) __attribute__((section(name), used))
@@ -23,6 +35,14 @@ static u64 (*bpf_get_socket_cookie)(void *ctx) = (void *)BPF_FUNC_get_socket_coo
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
 static long (*bpf_sk_redirect_map)(struct __sk_buff *skb, void *map, u32 key, u64 flags) =
 	(void *)BPF_FUNC_sk_redirect_map;
+static long (*bpf_skb_load_bytes)(const void *skb, u32 offset, void *to, u32 len) =
+	(void *)BPF_FUNC_skb_load_bytes;
+
+struct peer {
+	u32 index;
+	u32 pad;
+	u64 cookie;
+};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SOCKMAP);
@@ -32,23 +52,62 @@ struct {
 } socks SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_SOCKMAP);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u32);
+} targets SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, u64);
-	__type(value, u32);
+	__type(value, struct peer);
 } peers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u64);
+	__type(value, u32);
+} injectors SEC(".maps");
+
+/* A marker from one of weft's UDP sockets (`injectors`): its last 8 bytes
+ * are the source's cookie; send it to the destination's ingress. */
+static int marker(struct __sk_buff *skb)
+{
+	struct peer *peer;
+	u64 source;
+
+	if (skb->len < sizeof(source) ||
+	    bpf_skb_load_bytes(skb, skb->len - sizeof(source), &source, sizeof(source)))
+		return SK_DROP;
+	peer = bpf_map_lookup_elem(&peers, &source);
+	if (!peer)
+		return SK_DROP;
+	if (bpf_sk_redirect_map(skb, &targets, peer->index, BPF_F_INGRESS) != SK_PASS)
+		return SK_DROP;
+	return SK_PASS;
+}
 
 SEC("sk_skb/stream_verdict")
 int weft_verdict(struct __sk_buff *skb)
 {
 	u64 cookie = bpf_get_socket_cookie(skb);
-	u32 *peer = bpf_map_lookup_elem(&peers, &cookie);
+	struct peer *peer = bpf_map_lookup_elem(&peers, &cookie);
 
-	if (!peer)
+	if (!peer) {
+		if (bpf_map_lookup_elem(&injectors, &cookie))
+			return marker(skb);
 		return SK_PASS;
-	/* A peer not in `socks` yet (the join is two updates): keep the bytes
-	 * here rather than drop them; weft sees them queued and splices. */
-	bpf_sk_redirect_map(skb, &socks, *peer, 0);
+	}
+	/* A FIN alone arrives as an empty skb: redirected, the peer's psock
+	 * would fail to "send" it and break its pipe (EPIPE). weft learns the
+	 * end of stream from the socket itself (EPOLLRDHUP). */
+	if (skb->len == 0)
+		return SK_DROP;
+	/* On failure no target is set: SK_PASS keeps the bytes here. */
+	bpf_sk_redirect_map(skb, &targets, peer->index, 0);
 	return SK_PASS;
 }
 

@@ -1,39 +1,51 @@
 //! In-kernel forwarding for `weft proxy --splice sockmap`.
 //!
 //! An sk_skb stream-verdict program (bpf/sockmap.bpf.c, compiled by build.rs
-//! with clang) is attached to a sockmap. A CONNECT tunnel puts its two
-//! sockets in the map and their cookies in `peers`: from then on every skb a
-//! socket receives is redirected by the kernel to its peer's send queue, in
-//! softirq/workqueue context, without waking weft per chunk. weft still sees
-//! the end of stream (a read returning 0 on the receiving socket) and
-//! forwards it as a half-close once the redirected bytes have all reached the
-//! peer (see [`Pair::delivered`]), then takes both sockets out of the map.
+//! with clang) on a sockmap redirects every skb a tunnel socket receives to
+//! its peer's send side; the kernel's psock worker sends it. A tunnel's two
+//! sockets [`Forwarder::join`] the maps; from then on weft wakes only for:
 //!
-//! Loading needs CAP_BPF / CAP_NET_ADMIN (root). [`Forwarder::load`] says why
-//! it cannot, and the proxy splices instead.
+//! - an end of stream on a source socket (its own EPOLLRDHUP: the psock
+//!   replaces `sk_data_ready`, not `sk_state_change`);
+//! - the end-of-stream marker ([`Forwarder::mark`]) arriving on the
+//!   destination (EPOLLIN): every byte redirected before the source's FIN
+//!   has been sent, so the destination may be half-closed;
+//! - errors (EPOLLERR/EPOLLHUP on either socket).
+//!
+//! Loading needs CAP_BPF + CAP_NET_ADMIN (root). [`Forwarder::load`] says
+//! why it cannot, and the proxy splices instead.
 
 use aya::maps::{HashMap, MapData, SockMap};
 use aya::programs::SkSkb;
 use aya::Ebpf;
-use std::os::fd::{AsRawFd, BorrowedFd};
-use weft_io::sys::bpf::{socket_cookie, tcp_bytes};
+use std::net::UdpSocket;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use weft_io::sys;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sockmap.bpf.o"));
 
-/// Tunnels one forwarder holds at once (the maps' max_entries is 65536 sockets).
-pub const MAX_PAIRS: u32 = 32 * 1024;
+/// Tunnels one forwarder holds at once (the maps hold 65536 sockets).
+pub const MAX_PAIRS: u32 = 32 * 1024 - 1;
 
-/// A loaded verdict program with its two maps.
+/// `socks` index of the marker socket (past every pair's).
+const INJECTOR: u32 = 2 * MAX_PAIRS + 1;
+
+/// A loaded verdict program with its maps and marker socket.
 pub struct Forwarder {
     socks: SockMap<MapData>,
-    peers: HashMap<MapData, u64, u32>,
+    targets: SockMap<MapData>,
+    peers: HashMap<MapData, u64, [u64; 2]>,
+    /// A UDP socket connected to itself, in `socks`: what it sends itself
+    /// is a marker (see [`Forwarder::mark`]).
+    injector: UdpSocket,
     free: Vec<u32>,
     next: u32,
-    // Keeps the program (and its attachment to `socks`) alive.
+    // Keeps the programs (and their attachments) alive.
     _ebpf: Ebpf,
 }
 
-/// One tunnel's two sockets in the map.
+/// One tunnel's two sockets in the maps; side 0 and side 1 as given to
+/// [`Forwarder::join`].
 #[derive(Debug)]
 pub struct Pair {
     slot: u32,
@@ -50,54 +62,70 @@ impl std::fmt::Display for Unavailable {
     }
 }
 
-fn err(what: &str, e: impl std::fmt::Display) -> Unavailable {
-    Unavailable(format!("{what}: {e}"))
+fn err(what: &str, e: impl std::fmt::Display + std::fmt::Debug) -> Unavailable {
+    Unavailable(format!("{what}: {e} ({e:?})"))
+}
+
+fn map<T: TryFrom<aya::maps::Map>>(ebpf: &mut Ebpf, name: &str) -> Result<T, Unavailable>
+where
+    T::Error: std::fmt::Display + std::fmt::Debug,
+{
+    let m = ebpf
+        .take_map(name)
+        .ok_or_else(|| Unavailable(format!("no map {name}")))?;
+    T::try_from(m).map_err(|e| err(name, e))
 }
 
 impl Forwarder {
-    /// Whether this build carries the BPF program (clang was present).
+    /// Whether this build carries the BPF programs (clang was present).
     pub fn built() -> bool {
         !OBJECT.is_empty()
     }
 
-    /// Load the program, create the maps and attach the verdict program.
+    /// Load the programs, create the maps and attach both programs.
     pub fn load() -> Result<Forwarder, Unavailable> {
         if !Self::built() {
             return Err(Unavailable(
                 "weft was built without clang, so without the sockmap program".into(),
             ));
         }
-        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| err("loading the sockmap maps (needs root or CAP_BPF)", e))?;
-        let socks: SockMap<MapData> = SockMap::try_from(
-            ebpf.take_map("socks")
-                .ok_or_else(|| Unavailable("no map socks".into()))?,
-        )
-        .map_err(|e| err("map socks", e))?;
-        let peers: HashMap<MapData, u64, u32> = HashMap::try_from(
-            ebpf.take_map("peers")
-                .ok_or_else(|| Unavailable("no map peers".into()))?,
-        )
-        .map_err(|e| err("map peers", e))?;
-        let prog: &mut SkSkb = ebpf
+        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| err("creating the sockmap maps (needs root or CAP_BPF)", e))?;
+        let socks: SockMap<MapData> = map(&mut ebpf, "socks")?;
+        let targets: SockMap<MapData> = map(&mut ebpf, "targets")?;
+        let peers = map(&mut ebpf, "peers")?;
+        let mut injectors: HashMap<MapData, u64, u32> = map(&mut ebpf, "injectors")?;
+        let verdict: &mut SkSkb = ebpf
             .program_mut("weft_verdict")
             .ok_or_else(|| Unavailable("no program weft_verdict".into()))?
             .try_into()
             .map_err(|e| err("program type", e))?;
-        prog.load()
+        verdict
+            .load()
             .map_err(|e| err("loading the verdict program (needs root or CAP_BPF)", e))?;
-        prog.attach(socks.fd())
+        verdict
+            .attach(socks.fd())
             .map_err(|e| err("attaching the verdict program", e))?;
-        Ok(Forwarder {
+        let injector = injector().map_err(|e| err("the marker socket", e))?;
+        let cookie = sys::bpf::socket_cookie(injector.as_fd()).map_err(|e| err("SO_COOKIE", e))?;
+        injectors.insert(cookie, 1, 0).map_err(|e| err("injectors", e))?;
+        let mut f = Forwarder {
             socks,
+            targets,
             peers,
+            injector,
             free: Vec::new(),
             next: 0,
             _ebpf: ebpf,
-        })
+        };
+        f.socks
+            .set(INJECTOR, &f.injector.as_raw_fd(), 0)
+            .map_err(|e| err("sockmap insert (marker socket)", e))?;
+        Ok(f)
     }
 
-    /// Put `a` and `b` in the map, each redirecting to the other. From here
-    /// on bytes either receives go to the other's send queue.
+    /// Put `a` and `b` in the maps, each redirecting to the other. Bytes
+    /// either received before it joined (still in its receive queue: the
+    /// caller read until EAGAIN first) are redirected too, in order.
     pub fn join(&mut self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<Pair, Unavailable> {
         let slot = match self.free.pop() {
             Some(s) => s,
@@ -107,22 +135,13 @@ impl Forwarder {
             }
             None => return Err(Unavailable("sockmap full".into())),
         };
-        let ca = socket_cookie(a).map_err(|e| err("SO_COOKIE", e))?;
-        let cb = socket_cookie(b).map_err(|e| err("SO_COOKIE", e))?;
+        let ca = sys::bpf::socket_cookie(a).map_err(|e| err("SO_COOKIE", e))?;
+        let cb = sys::bpf::socket_cookie(b).map_err(|e| err("SO_COOKIE", e))?;
         let pair = Pair {
             slot,
             cookies: [ca, cb],
         };
-        let r = (|| {
-            self.peers.insert(ca, 2 * slot + 1, 0).map_err(|e| err("peers", e))?;
-            self.peers.insert(cb, 2 * slot, 0).map_err(|e| err("peers", e))?;
-            self.socks
-                .set(2 * slot, &a.as_raw_fd(), 0)
-                .map_err(|e| err("sockmap insert", e))?;
-            self.socks
-                .set(2 * slot + 1, &b.as_raw_fd(), 0)
-                .map_err(|e| err("sockmap insert", e))
-        })();
+        let r = self.link(&pair, a, b);
         match r {
             Ok(()) => Ok(pair),
             Err(e) => {
@@ -132,37 +151,92 @@ impl Forwarder {
         }
     }
 
-    /// Stop redirecting one side: its later bytes stay in its own receive
-    /// queue (the other side keeps forwarding).
-    pub fn stop(&mut self, pair: &Pair, side: usize) {
-        let _ = self.peers.remove(&pair.cookies[side & 1]);
+    /// The join's map updates. Order matters: both sockets are redirect
+    /// targets (`targets`, no program) and have their peers
+    /// before either gets the verdict program (`socks`), so no skb ever
+    /// finds its destination missing (it would stay on the source, behind
+    /// bytes redirected later).
+    fn link(&mut self, pair: &Pair, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<(), Unavailable> {
+        let [ia, ib] = [2 * pair.slot, 2 * pair.slot + 1];
+        let [ca, cb] = pair.cookies;
+        for (i, fd) in [(ia, a), (ib, b)] {
+            self.targets
+                .set(i, &fd.as_raw_fd(), 0)
+                .map_err(|e| err("sockmap insert", e))?;
+        }
+        self.peers.insert(ca, [u64::from(ib), cb], 0).map_err(|e| err("peers", e))?;
+        self.peers.insert(cb, [u64::from(ia), ca], 0).map_err(|e| err("peers", e))?;
+        for (i, fd) in [(ia, a), (ib, b)] {
+            self.socks
+                .set(i, &fd.as_raw_fd(), 0)
+                .map_err(|e| err("sockmap insert", e))?;
+            // Bytes that arrived before the verdict program was attached
+            // wait in the receive queue until the next segment: setting
+            // SO_RCVLOWAT calls sk_data_ready, which runs the program on them.
+            sys::set_rcvlowat(fd, 1).map_err(|e| err("SO_RCVLOWAT", e))?;
+        }
+        Ok(())
     }
 
-    /// Take both sockets out of the map.
+    /// Side `to`'s source (the other side) has ended: queue the marker
+    /// behind the bytes redirected to `to`. Call after a system call on the
+    /// source that takes its lock (TCP_INFO does): by then every skb before
+    /// its FIN has been redirected, so the marker comes after them.
+    pub fn mark(&mut self, pair: &Pair, to: usize) -> std::io::Result<()> {
+        let source = pair.cookies[(to & 1) ^ 1];
+        let sent = self.injector.send(&source.to_ne_bytes())?;
+        if sent != 8 {
+            return Err(std::io::Error::other("short marker"));
+        }
+        Ok(())
+    }
+
+    /// Read side `to`'s marker, if it has come: then every byte redirected
+    /// to `to` before its source ended has been sent into it. `fd` is side
+    /// `to`'s socket (non-blocking); only markers are ever readable there,
+    /// since everything it receives from its peer is redirected.
+    pub fn take_mark(&self, pair: &Pair, to: usize, fd: BorrowedFd<'_>) -> std::io::Result<bool> {
+        let source = pair.cookies[(to & 1) ^ 1];
+        let mut buf = [0u8; 64];
+        match sys::recv_now(fd, &mut buf) {
+            Ok(n) if n >= 8 => Ok(buf[n - 8..n] == source.to_ne_bytes()),
+            Ok(_) => Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Take both sockets out of the maps. Bytes still queued on either
+    /// socket's psock are dropped by the kernel: call once both are drained,
+    /// or when the tunnel failed.
     pub fn leave(&mut self, pair: Pair) {
+        let _ = self.socks.clear_index(&(2 * pair.slot));
+        let _ = self.socks.clear_index(&(2 * pair.slot + 1));
+        let _ = self.targets.clear_index(&(2 * pair.slot));
+        let _ = self.targets.clear_index(&(2 * pair.slot + 1));
         for c in pair.cookies {
             let _ = self.peers.remove(&c);
         }
-        let _ = self.socks.clear_index(&(2 * pair.slot));
-        let _ = self.socks.clear_index(&(2 * pair.slot + 1));
         self.free.push(pair.slot);
     }
 }
 
 impl Pair {
-    /// Whether every byte `from` has received since `base_received` has been
-    /// written to `to` (beyond `base_written`): then `to` may be half-closed
-    /// without overtaking redirected data. Returns (received, written) deltas.
-    pub fn delivered(
-        from: BorrowedFd<'_>,
-        to: BorrowedFd<'_>,
-        base_received: u64,
-        base_written: u64,
-    ) -> Option<(u64, u64)> {
-        let f = tcp_bytes(from).ok()?;
-        let t = tcp_bytes(to).ok()?;
-        let r = f.received.saturating_sub(base_received);
-        let w = t.written().saturating_sub(base_written);
-        Some((r, w))
+    /// The side (0 or 1) whose cookie is `cookie`.
+    pub fn side_of(&self, cookie: u64) -> Option<usize> {
+        self.cookies.iter().position(|&c| c == cookie)
     }
+
+    /// The two sockets' cookies.
+    pub fn cookies(&self) -> [u64; 2] {
+        self.cookies
+    }
+}
+
+/// A non-blocking UDP socket on loopback connected to itself.
+fn injector() -> std::io::Result<UdpSocket> {
+    let s = UdpSocket::bind("127.0.0.1:0")?;
+    s.connect(s.local_addr()?)?;
+    s.set_nonblocking(true)?;
+    Ok(s)
 }

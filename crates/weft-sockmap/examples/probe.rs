@@ -1,0 +1,80 @@
+//! Experiment: half-close after in-kernel forwarding, many runs.
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+use weft_io::sys;
+use weft_sockmap::Forwarder;
+
+fn pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    (a, b)
+}
+
+fn main() {
+    let mut f = Forwarder::load().expect("load");
+    let runs: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(50);
+    let size: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1 << 20);
+    let banner = std::env::args().nth(3).is_some();
+    let (mut immediate, mut evented) = (0, 0);
+    for run in 0..runs {
+        let (mut a, b) = pair(); // a: client, b: weft's client socket
+        let (c, mut d) = pair(); // c: weft's upstream socket, d: upstream
+        if banner {
+            d.write_all(b"banner").unwrap();
+            a.write_all(b"early").unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let p = f.join(b.as_fd(), c.as_fd()).expect("join");
+        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let w = {
+            let data = data.clone();
+            let mut a2 = a.try_clone().unwrap();
+            std::thread::spawn(move || {
+                a2.write_all(&data).unwrap();
+                a2.shutdown(Shutdown::Write).unwrap();
+            })
+        };
+        let r = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            d.read_to_end(&mut got).unwrap();
+            got
+        });
+        // wait for EOF on b (experiment: poll with RDHUP via poll(2))
+        let t0 = Instant::now();
+        loop {
+            let t = sys::bpf::tcp_bytes(b.as_fd()).unwrap();
+            if t.fin_received {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+            assert!(t0.elapsed() < Duration::from_secs(10), "no eof");
+        }
+        let _ = sys::bpf::tcp_bytes(b.as_fd());
+        f.mark(&p, 1).unwrap();
+        c.set_nonblocking(true).unwrap();
+        if f.take_mark(&p, 1, c.as_fd()).unwrap() {
+            immediate += 1;
+        } else {
+            let ok = sys::wait_ready(c.as_fd(), false, Duration::from_secs(5)).unwrap();
+            assert!(ok, "run {run}: no marker");
+            assert!(f.take_mark(&p, 1, c.as_fd()).unwrap(), "run {run}: readable, no marker");
+            evented += 1;
+        }
+        sys::shutdown_write(c.as_fd()).unwrap();
+        w.join().unwrap();
+        let got = r.join().unwrap();
+        let want = if banner { [b"early".as_slice(), &data].concat() } else { data };
+        assert_eq!(got.len(), want.len(), "run {run}");
+        assert!(got == want, "run {run}: bytes differ");
+        if banner {
+            let mut buf = [0u8; 6];
+            a.read_exact(&mut buf).unwrap();
+            assert_eq!(&buf, b"banner");
+        }
+        f.leave(p);
+    }
+    println!("runs {runs}: marker back at once {immediate}, by EPOLLIN {evented}");
+}
