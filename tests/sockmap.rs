@@ -126,14 +126,9 @@ fn with_sockmap(mode: &'static str, f: impl FnOnce(&Weft, SocketAddr)) -> Option
 }
 
 /// 1 MiB each way, the upstream answering only after the client's
-/// half-close: byte-exact, and carried by the sockmap program.
-///
-/// Ignored for now: about one run in five stalls (the upstream's 1 MiB
-/// answer after the half-close does not all reach the client; not a missed
-/// wake-up: polling the TCP state does not cure it). Run it with
-/// `cargo test --test sockmap -- --ignored`.
+/// half-close: byte-exact, and carried by the sockmap program (each
+/// half-close waits for its end-of-stream marker).
 #[test]
-#[ignore = "stalls about one run in five (issue 27, sockmap after a half-close)"]
 fn tunnel_half_close_1mib() {
     let stats = with_sockmap("after", |p, up| {
         for i in 0..3 {

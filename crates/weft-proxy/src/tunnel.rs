@@ -8,17 +8,20 @@
 //! (shutdown(SHUT_WR)) once everything before it has been delivered; the tunnel
 //! ends when both directions have been closed this way, or at the first error.
 //!
-//! With `--splice sockmap` a tunnel is forwarded in the kernel instead (see
-//! [`Kernel`]): once the `200` and the client's early bytes are out, both
-//! sockets join weft-sockmap's map and the BPF verdict program redirects
-//! every skb to the peer; weft only waits for each end of stream.
+//! With `--splice sockmap` a tunnel is forwarded in the kernel instead
+//! (module `kernel`): once the `200` and the client's early bytes are out,
+//! both sockets join weft-sockmap's maps and the BPF verdict program
+//! redirects every skb to the peer; weft wakes only at each end of stream,
+//! at each end-of-stream marker and at errors.
 
 use crate::stats::ProxyStats;
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use weft_io::sys;
 use weft_io::{OutChain, Pipe, PipePool};
+
+mod kernel;
+pub use kernel::KernelFwd;
 
 const BUF: usize = 64 * 1024;
 const PUMP_BUDGET: usize = 4 << 20;
@@ -292,60 +295,11 @@ fn is_splice_failure(e: &io::Error) -> bool {
     sys::is_splice_unsupported(e)
 }
 
-/// A worker's sockmap forwarder: not tried yet, loaded, or unavailable.
-#[derive(Default)]
-pub enum KernelFwd {
-    /// Not needed yet (loaded at the first `--splice sockmap` tunnel).
-    #[default]
-    Untried,
-    /// Loaded and attached.
-    Ready(Box<weft_sockmap::Forwarder>),
-    /// BPF is not permitted (or not built): tunnels splice.
-    Unavailable,
-}
-
-/// Said once per process when sockmap forwarding is unavailable.
-static SAID: AtomicBool = AtomicBool::new(false);
-
-impl KernelFwd {
-    fn get(&mut self) -> Option<&mut weft_sockmap::Forwarder> {
-        if matches!(self, KernelFwd::Untried) {
-            *self = match weft_sockmap::Forwarder::load() {
-                Ok(f) => KernelFwd::Ready(Box::new(f)),
-                Err(e) => {
-                    if !SAID.swap(true, Ordering::Relaxed) {
-                        eprintln!("weft proxy: --splice sockmap unavailable ({e}); tunnels splice instead");
-                    }
-                    KernelFwd::Unavailable
-                }
-            };
-        }
-        match self {
-            KernelFwd::Ready(f) => Some(f),
-            _ => None,
-        }
-    }
-}
-
-/// In-kernel forwarding of one tunnel (0: client → upstream, 1: upstream →
-/// client).
-struct Kernel {
-    pair: Option<weft_sockmap::Pair>,
-    /// Each source socket's bytes_received when it joined.
-    base_received: [u64; 2],
-    /// Each destination socket's bytes written when it joined.
-    base_written: [u64; 2],
-    eof: [bool; 2],
-    shut: [bool; 2],
-    /// `base_received` taken.
-    based: bool,
-}
-
 /// A tunnel between the client and an upstream.
 pub struct Tunnel {
     c2u: Direction,
     u2c: Direction,
-    kernel: Option<Kernel>,
+    kernel: Option<kernel::Kernel>,
     /// Bytes for the upstream before the tunnel's own (what the client sent
     /// right after its CONNECT head).
     pub to_upstream: OutChain,
@@ -362,153 +316,6 @@ impl Tunnel {
             kernel: None,
             to_upstream: OutChain::new(),
         }
-    }
-
-    /// Ask for in-kernel forwarding (`--splice sockmap`): the tunnel joins
-    /// the map once its queued output is out, or splices if BPF is not
-    /// available.
-    pub fn want_kernel(&mut self, fwd: &mut KernelFwd, st: &mut ProxyStats) {
-        if fwd.get().is_none() {
-            st.sockmap_declined += 1;
-            return;
-        }
-        self.kernel = Some(Kernel {
-            pair: None,
-            base_received: [0; 2],
-            base_written: [0; 2],
-            eof: [false; 2],
-            shut: [false; 2],
-            based: false,
-        });
-    }
-
-    /// The sockmap path of [`Tunnel::pump`]; `None` when the tunnel went back
-    /// to splicing (bytes were already waiting when the sockets joined).
-    fn pump_kernel(
-        &mut self,
-        client: &mut Side<'_>,
-        up: &mut Side<'_>,
-        client_out: &mut OutChain,
-        st: &mut ProxyStats,
-        fwd: &mut KernelFwd,
-    ) -> Option<TunnelState> {
-        let k = self.kernel.as_mut()?;
-        if k.pair.is_none() && !k.based {
-            // What each socket received before the 200 went out: a client
-            // sends its tunnel bytes after the 200, and bytes arriving before
-            // the join are redirected once it is made, so they count as the
-            // program's.
-            let (Ok(cb), Ok(ub)) = (sys::bpf::tcp_bytes(client.fd), sys::bpf::tcp_bytes(up.fd)) else {
-                self.kernel = None;
-                st.sockmap_declined += 1;
-                return None;
-            };
-            k.base_received = [cb.received, ub.received];
-            k.based = true;
-        }
-        if k.pair.is_none() {
-            // Queued output first: the 200 to the client, early bytes upstream.
-            let (cfd, ufd) = (client.fd, up.fd);
-            for (pre, fd, writable) in [
-                (&mut *client_out, cfd, &mut *client.may_write),
-                (&mut self.to_upstream, ufd, &mut *up.may_write),
-            ] {
-                if pre.is_empty() || !*writable {
-                    continue;
-                }
-                match pre.flush(fd, &[], &mut []) {
-                    Ok(sent) if sent.blocked => *writable = false,
-                    Ok(_) => {}
-                    Err(_) => return Some(TunnelState::Failed),
-                }
-            }
-            if !client_out.is_empty() || !self.to_upstream.is_empty() {
-                return Some(TunnelState::Wait {
-                    client_read: false,
-                    client_write: !client_out.is_empty() && !*client.may_write,
-                    up_read: false,
-                    up_write: !self.to_upstream.is_empty() && !*up.may_write,
-                });
-            }
-            let Some(f) = fwd.get() else {
-                self.kernel = None;
-                st.sockmap_declined += 1;
-                return None;
-            };
-            let (Ok(cb), Ok(ub)) = (sys::bpf::tcp_bytes(client.fd), sys::bpf::tcp_bytes(up.fd)) else {
-                self.kernel = None;
-                st.sockmap_declined += 1;
-                return None;
-            };
-            // Written after the queued output, which is weft's, not the program's.
-            k.base_written = [ub.written(), cb.written()];
-            let pair = match f.join(client.fd, up.fd) {
-                Ok(p) => p,
-                Err(_) => {
-                    self.kernel = None;
-                    st.sockmap_declined += 1;
-                    return None;
-                }
-            };
-            // Bytes that arrived before the join stay in their socket's queue
-            // (the program sees only later skbs): splice this tunnel instead.
-            let waiting = sys::bytes_readable(client.fd).unwrap_or(1) + sys::bytes_readable(up.fd).unwrap_or(1);
-            if waiting > 0 {
-                f.leave(pair);
-                self.kernel = None;
-                st.sockmap_declined += 1;
-                return None;
-            }
-            k.pair = Some(pair);
-            st.sockmap_sessions += 1;
-        }
-        // Joined: the kernel moves the bytes; weft waits for each end of stream.
-        let mut again = false;
-        for d in 0..2 {
-            let (cfd, ufd) = (client.fd, up.fd);
-            let (src, dst, ready) = if d == 0 {
-                (cfd, ufd, &mut *client.may_read)
-            } else {
-                (ufd, cfd, &mut *up.may_read)
-            };
-            // The end of stream, from the TCP state: a socket in a sockmap
-            // answers read(2) with EPIPE once its own write side is shut.
-            if !k.eof[d] && *ready {
-                match sys::bpf::tcp_bytes(src) {
-                    Ok(t) if t.fin_received => k.eof[d] = true,
-                    Ok(_) => *ready = false,
-                    Err(_) => return Some(TunnelState::Failed),
-                }
-            }
-            if k.eof[d] && !k.shut[d] {
-                // Half-close only after every redirected byte reached dst
-                // (bytes_received counts the FIN too).
-                let Some((r, w)) = weft_sockmap::Pair::delivered(src, dst, k.base_received[d], k.base_written[d])
-                else {
-                    return Some(TunnelState::Failed);
-                };
-                if w + 1 >= r {
-                    let _ = sys::shutdown_write(dst);
-                    k.shut[d] = true;
-                    st.sockmap_bytes += w;
-                } else {
-                    again = true;
-                }
-            }
-        }
-        if k.shut[0] && k.shut[1] {
-            return Some(TunnelState::Done);
-        }
-        if again {
-            // The kernel's backlog is still writing: look again shortly.
-            return Some(TunnelState::Yield);
-        }
-        Some(TunnelState::Wait {
-            client_read: !k.eof[0] && !*client.may_read,
-            client_write: false,
-            up_read: !k.eof[1] && !*up.may_read,
-            up_write: false,
-        })
     }
 
     /// Move bytes both ways. `client_out`: queued client output (the
@@ -546,10 +353,8 @@ impl Tunnel {
 
     /// Return the pipes (closed if they still hold bytes) and the copy buffers.
     pub fn close(self, pool: &mut PipePool, bufs: &mut TunnelBufs, fwd: &mut KernelFwd) {
-        if let (Some(k), KernelFwd::Ready(f)) = (self.kernel, fwd) {
-            if let Some(pair) = k.pair {
-                f.leave(pair);
-            }
+        if let Some(k) = self.kernel {
+            k.leave(fwd);
         }
         self.c2u.give_back(pool, bufs);
         self.u2c.give_back(pool, bufs);

@@ -9,16 +9,20 @@
 // every tunnel socket joins before it joins `socks`, so a redirect never
 // finds its target missing) and its cookie.
 //
-// End of stream. The psock replaces sk_data_ready only, so weft sees a
-// source's FIN as EPOLLRDHUP on the source. It may half-close the
-// destination only once the psock worker has sent every redirected byte,
-// and nothing in the kernel tells user space that. So weft sends a marker:
-// an 8-byte datagram (the source's cookie) to its own UDP socket, which is
-// in `socks` too. The program redirects that datagram to the *ingress* of
-// the destination (BPF_F_INGRESS): it joins the same psock queue behind the
-// source's bytes, and when the worker reaches it, it lands in the
-// destination's receive queue and wakes weft with EPOLLIN. Reading it back
-// means everything before it has been sent.
+// End of stream. The psock replaces sk_data_ready (and sk_write_space), not
+// sk_state_change, so weft sees a source's FIN as EPOLLRDHUP on the source.
+// It may half-close the destination only once the psock worker has sent
+// every redirected byte, and nothing in the kernel tells user space that.
+// So weft sends a marker: an 8-byte datagram (the source's cookie) to its
+// own UDP socket, which is in `socks` too. The program cuts it to zero bytes
+// and redirects it to the destination like the source's bytes: it joins the
+// same psock queue behind them. When the worker reaches it, "sending" zero
+// bytes counts as a broken pipe (sk_psock_backlog: ret 0 -> EPIPE), so the
+// destination gets sk_err = EPIPE and wakes weft with EPOLLERR, whatever
+// interest it is registered with. That error, read with SO_ERROR, means:
+// everything before the marker has been sent. (The psock then refuses
+// further redirects to that socket; none can come, its source has ended.)
+// weft checks at load time that the kernel behaves so (Forwarder::load).
 //
 // Built by crates/weft-sockmap/build.rs:
 //   clang -O2 -g -target bpf -mcpu=v3 -c bpf/sockmap.bpf.c
@@ -35,6 +39,7 @@ static u64 (*bpf_get_socket_cookie)(void *ctx) = (void *)BPF_FUNC_get_socket_coo
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
 static long (*bpf_sk_redirect_map)(struct __sk_buff *skb, void *map, u32 key, u64 flags) =
 	(void *)BPF_FUNC_sk_redirect_map;
+static long (*bpf_skb_change_tail)(void *skb, u32 len, u64 flags) = (void *)BPF_FUNC_skb_change_tail;
 static long (*bpf_skb_load_bytes)(const void *skb, u32 offset, void *to, u32 len) =
 	(void *)BPF_FUNC_skb_load_bytes;
 
@@ -73,7 +78,8 @@ struct {
 } injectors SEC(".maps");
 
 /* A marker from one of weft's UDP sockets (`injectors`): its last 8 bytes
- * are the source's cookie; send it to the destination's ingress. */
+ * are the source's cookie; cut it to nothing and queue it for the
+ * destination, behind the source's bytes. */
 static int marker(struct __sk_buff *skb)
 {
 	struct peer *peer;
@@ -85,7 +91,9 @@ static int marker(struct __sk_buff *skb)
 	peer = bpf_map_lookup_elem(&peers, &source);
 	if (!peer)
 		return SK_DROP;
-	if (bpf_sk_redirect_map(skb, &targets, peer->index, BPF_F_INGRESS) != SK_PASS)
+	if (bpf_skb_change_tail(skb, 0, 0))
+		return SK_DROP;
+	if (bpf_sk_redirect_map(skb, &targets, peer->index, 0) != SK_PASS)
 		return SK_DROP;
 	return SK_PASS;
 }

@@ -7,9 +7,10 @@
 //!
 //! - an end of stream on a source socket (its own EPOLLRDHUP: the psock
 //!   replaces `sk_data_ready`, not `sk_state_change`);
-//! - the end-of-stream marker ([`Forwarder::mark`]) arriving on the
-//!   destination (EPOLLIN): every byte redirected before the source's FIN
-//!   has been sent, so the destination may be half-closed;
+//! - the end-of-stream marker ([`Forwarder::mark`]) reaching the
+//!   destination: its psock worker reports it as EPIPE (EPOLLERR, whatever
+//!   the interest), once every byte redirected before the source's FIN has
+//!   been sent, so the destination may be half-closed;
 //! - errors (EPOLLERR/EPOLLHUP on either socket).
 //!
 //! Loading needs CAP_BPF + CAP_NET_ADMIN (root). [`Forwarder::load`] says
@@ -18,14 +19,19 @@
 use aya::maps::{HashMap, MapData, SockMap};
 use aya::programs::SkSkb;
 use aya::Ebpf;
-use std::net::UdpSocket;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::time::Duration;
 use weft_io::sys;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sockmap.bpf.o"));
 
 /// Tunnels one forwarder holds at once (the maps hold 65536 sockets).
 pub const MAX_PAIRS: u32 = 32 * 1024 - 1;
+
+/// How long the load-time self-test waits for each step.
+const SELF_TEST_WAIT: Duration = Duration::from_secs(1);
 
 /// `socks` index of the marker socket (past every pair's).
 const INJECTOR: u32 = 2 * MAX_PAIRS + 1;
@@ -120,6 +126,7 @@ impl Forwarder {
         f.socks
             .set(INJECTOR, &f.injector.as_raw_fd(), 0)
             .map_err(|e| err("sockmap insert (marker socket)", e))?;
+        f.self_test()?;
         Ok(f)
     }
 
@@ -164,8 +171,12 @@ impl Forwarder {
                 .set(i, &fd.as_raw_fd(), 0)
                 .map_err(|e| err("sockmap insert", e))?;
         }
-        self.peers.insert(ca, [u64::from(ib), cb], 0).map_err(|e| err("peers", e))?;
-        self.peers.insert(cb, [u64::from(ia), ca], 0).map_err(|e| err("peers", e))?;
+        self.peers
+            .insert(ca, [u64::from(ib), cb], 0)
+            .map_err(|e| err("peers", e))?;
+        self.peers
+            .insert(cb, [u64::from(ia), ca], 0)
+            .map_err(|e| err("peers", e))?;
         for (i, fd) in [(ia, a), (ib, b)] {
             self.socks
                 .set(i, &fd.as_raw_fd(), 0)
@@ -191,19 +202,42 @@ impl Forwarder {
         Ok(())
     }
 
-    /// Read side `to`'s marker, if it has come: then every byte redirected
-    /// to `to` before its source ended has been sent into it. `fd` is side
-    /// `to`'s socket (non-blocking); only markers are ever readable there,
-    /// since everything it receives from its peer is redirected.
-    pub fn take_mark(&self, pair: &Pair, to: usize, fd: BorrowedFd<'_>) -> std::io::Result<bool> {
-        let source = pair.cookies[(to & 1) ^ 1];
-        let mut buf = [0u8; 64];
-        match sys::recv_now(fd, &mut buf) {
-            Ok(n) if n >= 8 => Ok(buf[n - 8..n] == source.to_ne_bytes()),
-            Ok(_) => Ok(false),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
-            Err(e) => Err(e),
-        }
+    /// Whether `e`, the pending error of a destination whose marker was
+    /// sent (SO_ERROR), is that marker.
+    pub fn is_marker(e: &std::io::Error) -> bool {
+        e.kind() == std::io::ErrorKind::BrokenPipe
+    }
+
+    /// Check once that this kernel reports a marker as the module says: a
+    /// loopback pair joined, one byte forwarded, an end of stream marked,
+    /// EPIPE on the destination within a second. A kernel that did not
+    /// would leave tunnels waiting for ever; weft splices instead.
+    fn self_test(&mut self) -> Result<(), Unavailable> {
+        let e = |what: &'static str| move |x: std::io::Error| err(what, x);
+        let (mut a, b) = loopback_pair().map_err(e("self-test sockets"))?;
+        let (c, mut d) = loopback_pair().map_err(e("self-test sockets"))?;
+        let pair = self.join(b.as_fd(), c.as_fd())?;
+        let r = (|| {
+            a.write_all(b"x").map_err(e("self-test write"))?;
+            a.shutdown(std::net::Shutdown::Write).map_err(e("self-test shutdown"))?;
+            let mut got = [0u8; 1];
+            d.set_read_timeout(Some(SELF_TEST_WAIT)).map_err(e("self-test"))?;
+            d.read_exact(&mut got)
+                .map_err(e("self-test: the byte was not forwarded"))?;
+            while !sys::bpf::tcp_bytes(b.as_fd()).map_err(e("TCP_INFO"))?.fin_received {
+                sys::wait_ready(b.as_fd(), false, SELF_TEST_WAIT).map_err(e("self-test"))?;
+            }
+            self.mark(&pair, 1).map_err(e("self-test marker"))?;
+            sys::wait_ready(c.as_fd(), false, SELF_TEST_WAIT).map_err(e("self-test"))?;
+            match sys::take_socket_error(c.as_fd()) {
+                Ok(Some(x)) if Self::is_marker(&x) => Ok(()),
+                other => Err(Unavailable(format!(
+                    "this kernel does not report the end-of-stream marker as EPIPE ({other:?})"
+                ))),
+            }
+        })();
+        self.leave(pair);
+        r
     }
 
     /// Take both sockets out of the maps. Bytes still queued on either
@@ -239,4 +273,12 @@ fn injector() -> std::io::Result<UdpSocket> {
     s.connect(s.local_addr()?)?;
     s.set_nonblocking(true)?;
     Ok(s)
+}
+
+/// A connected loopback TCP pair (for the self-test).
+fn loopback_pair() -> std::io::Result<(TcpStream, TcpStream)> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let a = TcpStream::connect(l.local_addr()?)?;
+    let (b, _) = l.accept()?;
+    Ok((a, b))
 }
