@@ -492,6 +492,16 @@ impl Worker<'_> {
                 c.want = interest(client_read, client_write);
                 u.want = interest(up_read, up_write);
                 c.last_activity = cx.now;
+                // sockmap: a finished socket, hung up both ways, is not polled.
+                let [cq, uq] = tunnel.take_quiet();
+                if let (true, Some(fd)) = (cq, c.fd.as_ref()) {
+                    cx.deregister(fd.raw());
+                    c.interest = weft_io::Interest::NONE;
+                }
+                if uq {
+                    cx.deregister(u.fd.raw());
+                    u.interest = weft_io::Interest::NONE;
+                }
                 Flow::Wait
             }
         }

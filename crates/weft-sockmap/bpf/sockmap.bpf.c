@@ -77,6 +77,14 @@ struct {
 	__type(value, u32);
 } injectors SEC(".maps");
 
+/* Bytes redirected from each source (its cookie), for weft's counters. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u64);
+	__type(value, u64);
+} counts SEC(".maps");
+
 /* A marker from one of weft's UDP sockets (`injectors`): its last 8 bytes
  * are the source's cookie; cut it to nothing and queue it for the
  * destination, behind the source's bytes. */
@@ -103,6 +111,7 @@ int weft_verdict(struct __sk_buff *skb)
 {
 	u64 cookie = bpf_get_socket_cookie(skb);
 	struct peer *peer = bpf_map_lookup_elem(&peers, &cookie);
+	u64 *count;
 
 	if (!peer) {
 		if (bpf_map_lookup_elem(&injectors, &cookie))
@@ -115,7 +124,11 @@ int weft_verdict(struct __sk_buff *skb)
 	if (skb->len == 0)
 		return SK_DROP;
 	/* On failure no target is set: SK_PASS keeps the bytes here. */
-	bpf_sk_redirect_map(skb, &targets, peer->index, 0);
+	if (bpf_sk_redirect_map(skb, &targets, peer->index, 0) == SK_PASS) {
+		count = bpf_map_lookup_elem(&counts, &cookie);
+		if (count)
+			__sync_fetch_and_add(count, skb->len);
+	}
 	return SK_PASS;
 }
 

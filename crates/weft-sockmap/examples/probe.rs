@@ -69,6 +69,9 @@ fn main() {
             evented += 1;
         }
 
+        if run == 0 {
+            println!("forwarded {} {}", f.forwarded(&p, 0), f.forwarded(&p, 1));
+        }
         sys::shutdown_write(c.as_fd()).unwrap();
         w.join().unwrap();
         let got = r.join().unwrap();

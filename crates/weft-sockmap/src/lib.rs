@@ -41,6 +41,7 @@ pub struct Forwarder {
     socks: SockMap<MapData>,
     targets: SockMap<MapData>,
     peers: HashMap<MapData, u64, [u64; 2]>,
+    counts: HashMap<MapData, u64, u64>,
     /// A UDP socket connected to itself, in `socks`: what it sends itself
     /// is a marker (see [`Forwarder::mark`]).
     injector: UdpSocket,
@@ -99,6 +100,7 @@ impl Forwarder {
         let socks: SockMap<MapData> = map(&mut ebpf, "socks")?;
         let targets: SockMap<MapData> = map(&mut ebpf, "targets")?;
         let peers = map(&mut ebpf, "peers")?;
+        let counts = map(&mut ebpf, "counts")?;
         let mut injectors: HashMap<MapData, u64, u32> = map(&mut ebpf, "injectors")?;
         let verdict: &mut SkSkb = ebpf
             .program_mut("weft_verdict")
@@ -118,6 +120,7 @@ impl Forwarder {
             socks,
             targets,
             peers,
+            counts,
             injector,
             free: Vec::new(),
             next: 0,
@@ -171,6 +174,9 @@ impl Forwarder {
                 .set(i, &fd.as_raw_fd(), 0)
                 .map_err(|e| err("sockmap insert", e))?;
         }
+        for c in [ca, cb] {
+            self.counts.insert(c, 0, 0).map_err(|e| err("counts", e))?;
+        }
         self.peers
             .insert(ca, [u64::from(ib), cb], 0)
             .map_err(|e| err("peers", e))?;
@@ -200,6 +206,12 @@ impl Forwarder {
             return Err(std::io::Error::other("short marker"));
         }
         Ok(())
+    }
+
+    /// Bytes the program has redirected from side `from` so far (all of
+    /// them once its end of stream was seen, as for [`Forwarder::mark`]).
+    pub fn forwarded(&self, pair: &Pair, from: usize) -> u64 {
+        self.counts.get(&pair.cookies[from & 1], 0).unwrap_or(0)
     }
 
     /// Whether `e`, the pending error of a destination whose marker was
@@ -250,6 +262,7 @@ impl Forwarder {
         let _ = self.targets.clear_index(&(2 * pair.slot + 1));
         for c in pair.cookies {
             let _ = self.peers.remove(&c);
+            let _ = self.counts.remove(&c);
         }
         self.free.push(pair.slot);
     }

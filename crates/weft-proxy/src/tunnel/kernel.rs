@@ -67,14 +67,14 @@ impl KernelFwd {
 #[derive(Default)]
 pub(super) struct Kernel {
     pair: Option<Pair>,
-    /// Each side's bytes received (TCP_INFO) when it joined.
-    base: [u64; 2],
     /// Direction's source FIN seen.
     eof: [bool; 2],
     /// Direction's marker sent to its destination.
     marked: [bool; 2],
     /// Direction's destination half-closed.
     shut: [bool; 2],
+    /// Side no longer polled (see [`Tunnel::take_quiet`]).
+    quiet: [bool; 2],
 }
 
 impl Kernel {
@@ -102,6 +102,24 @@ impl Tunnel {
             return;
         }
         self.kernel = Some(Kernel::default());
+    }
+
+    /// Sides that have just finished (their source ended and their own
+    /// half-close is done) while the other still waits for its marker:
+    /// hung up both ways, a level-triggered poller would report them at
+    /// every wait, so the caller stops polling them. Each side once.
+    pub fn take_quiet(&mut self) -> [bool; 2] {
+        let Some(k) = self.kernel.as_mut().filter(|k| k.pair.is_some()) else {
+            return [false; 2];
+        };
+        let mut now = [false; 2];
+        for me in 0..2 {
+            if k.eof[me] && k.shut[1 - me] && !k.quiet[me] {
+                k.quiet[me] = true;
+                now[me] = true;
+            }
+        }
+        now
     }
 
     /// Give up in-kernel forwarding before the join: the tunnel splices.
@@ -153,6 +171,7 @@ impl Tunnel {
                 Ok(0) => return self.decline(st),
                 Ok(n) => {
                     self.to_upstream.push_copy(&buf[..n]);
+                    st.tunnel_bytes_copied += n as u64;
                     read += n;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => *client.may_read = false,
@@ -176,14 +195,10 @@ impl Tunnel {
         let Some(f) = fwd.get() else {
             return self.decline(st);
         };
-        let (Ok(cb), Ok(ub)) = (sys::bpf::tcp_bytes(client.fd), sys::bpf::tcp_bytes(up.fd)) else {
-            return self.decline(st);
-        };
         let Ok(pair) = f.join(client.fd, up.fd) else {
             return self.decline(st);
         };
         let k = self.kernel.as_mut()?;
-        k.base = [cb.received, ub.received];
         k.pair = Some(pair);
         st.sockmap_sessions += 1;
         // Both may already have ended (their FIN came before the join).
@@ -231,8 +246,7 @@ impl Kernel {
             };
             if t.fin_received {
                 self.eof[me] = true;
-                // bytes_received counts the FIN.
-                st.sockmap_bytes += t.received.saturating_sub(self.base[me] + 1);
+                st.sockmap_bytes += f.forwarded(pair, me);
                 if f.mark(pair, 1 - me).is_err() {
                     return Step::Failed;
                 }
