@@ -8,6 +8,7 @@ mod common;
 use common::{pattern, Weft};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 const MIB: usize = 1 << 20;
@@ -22,7 +23,10 @@ fn unavailable(p: &Weft) -> Option<String> {
 
 /// An upstream that answers each connection in `mode`: "echo" streams back
 /// as it reads; "after" reads to the client's end of stream, then sends it
-/// all back (so the upstream → client direction runs after a half-close).
+/// all back (so the upstream → client direction runs after a half-close);
+/// "first" greets before the client says anything (bytes waiting on the
+/// upstream socket when the tunnel joins the map), then echoes; "close"
+/// sends 1 MiB and closes at once, before the client's end of stream.
 fn upstream(mode: &'static str) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = l.local_addr().unwrap();
@@ -30,7 +34,12 @@ fn upstream(mode: &'static str) -> SocketAddr {
         for s in l.incoming() {
             let Ok(mut s) = s else { continue };
             std::thread::spawn(move || {
-                if mode == "echo" {
+                if mode == "first" {
+                    let _ = s.write_all(b"hello from upstream\n");
+                }
+                if mode == "close" {
+                    let _ = s.write_all(&pattern(MIB));
+                } else if mode == "echo" || mode == "first" {
                     let mut r = s.try_clone().unwrap();
                     let _ = std::io::copy(&mut r, &mut s);
                 } else {
@@ -173,4 +182,57 @@ fn tunnel_echo_concurrent() {
     let want: u64 = (0..4).map(|i| 2 * (MIB + 13 * i) as u64).sum();
     let bytes = counter(&stats, "sockmap_bytes") + counter(&stats, "tunnel_bytes_copied");
     assert_eq!(bytes, want, "{stats}");
+}
+
+/// The upstream speaks first (its greeting waits on the upstream socket
+/// while the tunnel joins); small and large transfers after it.
+#[test]
+fn tunnel_upstream_speaks_first() {
+    let stats = with_sockmap("first", |p, up| {
+        for (i, n) in [1usize, 100, MIB].into_iter().enumerate() {
+            let data = pattern(n);
+            let got = round_trip(connect(p, up), data.clone());
+            let want = [b"hello from upstream\n".as_slice(), &data].concat();
+            assert_eq!(got.len(), want.len(), "tunnel {i}");
+            assert!(got == want, "tunnel {i}: bytes differ");
+        }
+    });
+    let Some(stats) = stats else { return };
+    // A client that sends and ends within microseconds of the 200 can be
+    // in CLOSE_WAIT before the join, which the sockmap refuses: that
+    // tunnel splices (still byte-exact).
+    let (sessions, declined) = (counter(&stats, "sockmap_sessions"), counter(&stats, "sockmap_declined"));
+    assert_eq!(sessions + declined, 3, "{stats}");
+    assert!(sessions >= 1, "{stats}");
+}
+
+/// The upstream closes first (1 MiB then FIN) while the client still
+/// sends; then a client that aborts (RST) mid-tunnel: the proxy closes
+/// both sides and keeps serving.
+#[test]
+fn tunnel_upstream_closes_first_and_client_aborts() {
+    let stats = with_sockmap("close", |p, up| {
+        let mut s = connect(p, up);
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert!(got == pattern(MIB), "bytes differ");
+        s.write_all(b"late").unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        drop(s);
+        // Abort: read a little, then reset the connection.
+        let s = connect(p, up);
+        let mut b = [0u8; 1000];
+        (&s).read_exact(&mut b).unwrap();
+        weft_io::sys::set_linger_zero(s.as_raw_fd()).unwrap();
+        drop(s);
+        // Still serving.
+        let mut s = connect(p, up);
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert_eq!(got.len(), MIB);
+    });
+    let Some(stats) = stats else { return };
+    let (sessions, declined) = (counter(&stats, "sockmap_sessions"), counter(&stats, "sockmap_declined"));
+    assert_eq!(sessions + declined, 3, "{stats}");
+    assert_eq!(counter(&stats, "open_connections"), 0, "{stats}");
 }
