@@ -709,6 +709,16 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         match who {
             Who::Client => {
                 let c = client_of(&mut self.slab, token)?;
+                // A sockmap tunnel moves bytes without waking weft: idle only
+                // if the kernel forwarded nothing since the last look.
+                if let Some((t, _)) = c.tunnel.as_mut() {
+                    if t.kernel_progress(&mut self.sh.sockmap) {
+                        self.sh.stats.timeouts -= 1;
+                        let later = cx.now + self.sh.cfg.idle_timeout;
+                        (c.last_activity, c.deadline, c.timer_at) = (cx.now, Some(later), Some(later));
+                        return Some(later);
+                    }
+                }
                 if !c.lingering && c.txn.is_none() && c.tunnel.is_none() && c.out.is_empty() && c.head_started.is_some()
                 {
                     if let Some(fd) = &c.fd {

@@ -75,6 +75,8 @@ pub(super) struct Kernel {
     shut: [bool; 2],
     /// Side no longer polled (see [`Tunnel::take_quiet`]).
     quiet: [bool; 2],
+    /// Bytes forwarded both ways when the idle timer last looked.
+    seen: u64,
 }
 
 impl Kernel {
@@ -120,6 +122,21 @@ impl Tunnel {
             }
         }
         now
+    }
+
+    /// Whether the kernel forwarded bytes since the last call (the idle
+    /// timer asks: weft itself sees none of them).
+    pub fn kernel_progress(&mut self, fwd: &mut KernelFwd) -> bool {
+        let (Some(k), KernelFwd::Ready(f)) = (self.kernel.as_mut(), fwd) else {
+            return false;
+        };
+        let Some(pair) = k.pair.as_ref() else {
+            return false;
+        };
+        let now = f.forwarded(pair, 0) + f.forwarded(pair, 1);
+        let moved = now != k.seen;
+        k.seen = now;
+        moved
     }
 
     /// Give up in-kernel forwarding before the join: the tunnel splices.
