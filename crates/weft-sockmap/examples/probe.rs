@@ -1,4 +1,9 @@
-//! Experiment: half-close after in-kernel forwarding, many runs.
+//! Experiment behind docs/proxy.md (sockmap): RUNS tunnels of SIZE bytes
+//! (client -> b ~kernel~> c -> upstream), end of stream on b, marker to c,
+//! EPIPE on c, half-close; byte-exact each time. With a third argument both
+//! ends send before the join (bytes waiting in the receive queues).
+//!
+//!   cargo run -p weft-sockmap --example probe -- [RUNS] [SIZE] [banner]
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -42,7 +47,7 @@ fn main() {
             d.read_to_end(&mut got).unwrap();
             got
         });
-        // wait for EOF on b (experiment: poll with RDHUP via poll(2))
+        // Wait for the FIN on b (an experiment may poll; weft waits for EPOLLRDHUP).
         let t0 = Instant::now();
         loop {
             let t = sys::bpf::tcp_bytes(b.as_fd()).unwrap();
@@ -89,5 +94,5 @@ fn main() {
         }
         f.leave(p);
     }
-    println!("runs {runs}: marker back at once {immediate}, by EPOLLIN {evented}");
+    println!("runs {runs}: marker already through {immediate}, by EPOLLERR (EPIPE) {evented}");
 }

@@ -114,13 +114,9 @@ impl Tunnel {
         let Some(k) = self.kernel.as_mut().filter(|k| k.pair.is_some()) else {
             return [false; 2];
         };
-        let mut now = [false; 2];
-        for me in 0..2 {
-            if k.eof[me] && k.shut[1 - me] && !k.quiet[me] {
-                k.quiet[me] = true;
-                now[me] = true;
-            }
-        }
+        let done = [k.eof[0] && k.shut[1], k.eof[1] && k.shut[0]];
+        let now = [done[0] && !k.quiet[0], done[1] && !k.quiet[1]];
+        k.quiet = done;
         now
     }
 
