@@ -266,3 +266,34 @@ fn tunnel_idle_timeout_counts_kernel_bytes() {
     let mut rest = Vec::new();
     assert!(matches!(s.read_to_end(&mut rest), Ok(0)), "tunnel not closed when idle");
 }
+
+/// Without the privilege to load BPF (here: root dropped to `nobody` after
+/// binding), weft says so once and splices; the tunnels stay byte-exact.
+#[test]
+fn without_bpf_privilege_tunnels_splice() {
+    if !nix_is_root() {
+        eprintln!("SKIP: needs root to start and drop to nobody");
+        return;
+    }
+    let up = upstream("after");
+    let p = proxy_with(up, &["--user", "nobody"]);
+    for i in 0..3 {
+        let data = pattern(MIB + i);
+        let got = round_trip(connect(&p, up), data.clone());
+        assert!(got == data, "tunnel {i}: bytes differ");
+    }
+    let said = p.stderr().matches("--splice sockmap unavailable").count();
+    let stats = stop_stats(p);
+    assert_eq!(said, 1, "said once per process");
+    assert_eq!(counter(&stats, "sockmap_sessions"), 0, "{stats}");
+    assert_eq!(counter(&stats, "sockmap_declined"), 3, "{stats}");
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
