@@ -297,3 +297,31 @@ fn nix_is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Every event backend: those that report an error on a socket without
+/// interest carry the tunnel in the kernel; select and the user-level
+/// trackers say why not and splice. Byte-exact either way.
+#[test]
+fn tunnel_half_close_every_backend() {
+    let up = upstream("after");
+    for (event, kernel) in [
+        ("epoll-et", true),
+        ("epoll-once", true),
+        ("poll", true),
+        ("uring", true),
+        ("select", false),
+        ("tracked", false),
+    ] {
+        let p = proxy_with(up, &["--event", event]);
+        let data = pattern(MIB + 7);
+        let got = round_trip(connect(&p, up), data.clone());
+        assert!(got == data, "{event}: bytes differ");
+        let why = unavailable(&p);
+        let stats = stop_stats(p);
+        if why.is_some() {
+            continue;
+        }
+        let sessions = counter(&stats, "sockmap_sessions") + counter(&stats, "sockmap_declined");
+        assert_eq!(sessions, u64::from(kernel), "{event}: {stats}");
+    }
+}

@@ -406,7 +406,11 @@ impl Worker<'_> {
 
     fn start_tunnel<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, ut: Token) -> Flow {
         let splice = self.sh.cfg.splice != SpliceMode::Off;
-        let kernel = self.sh.cfg.splice == SpliceMode::Sockmap;
+        // The end-of-stream marker arrives as an error on a socket weft may
+        // have no interest in: select and the user-level trackers would
+        // not report it, so their tunnels splice.
+        let kernel = self.sh.cfg.splice == SpliceMode::Sockmap
+            && crate::tunnel::KernelFwd::backend_fits(P::CAPS.name, P::CAPS.tracks_readiness);
         let sh = &mut self.sh;
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;

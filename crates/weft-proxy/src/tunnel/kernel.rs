@@ -43,7 +43,24 @@ pub enum KernelFwd {
 /// Said once per process when sockmap forwarding is unavailable.
 static SAID: AtomicBool = AtomicBool::new(false);
 
+/// Said once per process when the event backend cannot carry sockmap.
+static SAID_BACKEND: AtomicBool = AtomicBool::new(false);
+
 impl KernelFwd {
+    /// Whether tunnels may use sockmap under event backend `name`: the
+    /// marker is an error on a socket registered with no interest, which
+    /// epoll, poll and uring report and select and the user-level trackers
+    /// do not. Says so once when not.
+    pub fn backend_fits(name: &str, tracks_readiness: bool) -> bool {
+        let fits = name != "select" && !tracks_readiness;
+        if !fits && !SAID_BACKEND.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "weft proxy: --splice sockmap needs --event epoll, poll or uring (not {name}); tunnels splice instead"
+            );
+        }
+        fits
+    }
+
     fn get(&mut self) -> Option<&mut Forwarder> {
         if matches!(self, KernelFwd::Untried) {
             *self = match Forwarder::load() {
