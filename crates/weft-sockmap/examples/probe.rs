@@ -94,5 +94,18 @@ fn main() {
         }
         f.leave(p);
     }
+    // Cost of a join and a leave (map updates), no traffic.
+    let (mut tj, mut tl) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..200 {
+        let (_a, b) = pair();
+        let (c, _d) = pair();
+        let t = Instant::now();
+        let p = f.join(b.as_fd(), c.as_fd()).expect("join");
+        tj += t.elapsed();
+        let t = Instant::now();
+        f.leave(p);
+        tl += t.elapsed();
+    }
+    println!("join {:?}, leave {:?} (mean of 200)", tj / 200, tl / 200);
     println!("runs {runs}: marker already through {immediate}, by EPOLLERR (EPIPE) {evented}");
 }
