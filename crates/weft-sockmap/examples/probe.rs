@@ -50,14 +50,13 @@ fn main() {
         // Wait for the FIN on b (an experiment may poll; weft waits for EPOLLRDHUP).
         let t0 = Instant::now();
         loop {
-            let t = sys::bpf::tcp_bytes(b.as_fd()).unwrap();
-            if t.fin_received {
+            if sys::bpf::fin_received(b.as_fd()).unwrap() {
                 break;
             }
             std::thread::sleep(Duration::from_micros(100));
             assert!(t0.elapsed() < Duration::from_secs(10), "no eof");
         }
-        let _ = sys::bpf::tcp_bytes(b.as_fd());
+        let _ = sys::bpf::fin_received(b.as_fd());
         f.mark(&p, 1).unwrap();
         c.set_nonblocking(true).unwrap();
         let e = sys::take_socket_error(c.as_fd()).unwrap();

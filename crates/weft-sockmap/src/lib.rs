@@ -236,7 +236,7 @@ impl Forwarder {
             d.set_read_timeout(Some(SELF_TEST_WAIT)).map_err(e("self-test"))?;
             d.read_exact(&mut got)
                 .map_err(e("self-test: the byte was not forwarded"))?;
-            while !sys::bpf::tcp_bytes(b.as_fd()).map_err(e("TCP_INFO"))?.fin_received {
+            while !sys::bpf::fin_received(b.as_fd()).map_err(e("TCP_INFO"))? {
                 sys::wait_ready(b.as_fd(), false, SELF_TEST_WAIT).map_err(e("self-test"))?;
             }
             self.mark(&pair, 1).map_err(e("self-test marker"))?;

@@ -271,10 +271,10 @@ impl Kernel {
         }
         // As a source (of direction me): its end of stream.
         if !self.eof[me] {
-            let Ok(t) = sys::bpf::tcp_bytes(side.fd) else {
+            let Ok(fin) = sys::bpf::fin_received(side.fd) else {
                 return Step::Failed;
             };
-            if t.fin_received {
+            if fin {
                 self.eof[me] = true;
                 st.sockmap_bytes += f.forwarded(pair, me);
                 if f.mark(pair, 1 - me).is_err() {
