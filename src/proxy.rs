@@ -124,8 +124,10 @@ pub struct ProxyArgs {
 
     /// Body path: `on` splices every body and tunnel through the kernel,
     /// `off` copies through user space, `auto` splices bodies of at least
-    /// --splice-threshold (and bodies of unknown length) [default: auto].
-    #[arg(long, value_name = "on|off|auto")]
+    /// --splice-threshold (and bodies of unknown length), `sockmap` is auto
+    /// with CONNECT tunnels forwarded in the kernel by a BPF sk_skb program
+    /// (needs root or CAP_BPF; splices where not permitted) [default: auto].
+    #[arg(long, value_name = "on|off|auto|sockmap")]
     pub splice: Option<weft_proxy::SpliceMode>,
 
     /// In auto mode, smaller bodies are copied [default: 16KiB].

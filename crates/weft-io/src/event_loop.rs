@@ -143,6 +143,14 @@ impl<P: Poller> Ctx<P> {
         self.settled(fd, before, after);
     }
 
+    /// Stop polling `fd` while it stays open (a tunnel socket with nothing
+    /// left to do, which a level-triggered backend would report as hung up
+    /// at every wait). Its later `close_later` deletes it again, harmlessly.
+    pub fn deregister(&mut self, fd: RawFd) {
+        let _ = self.poller.delete(fd);
+        self.poller.forget(fd);
+    }
+
     /// Close `fd` at the end of this iteration. Backends whose interest set lives
     /// in user space forget it now, so it is never polled again.
     pub fn close_later(&mut self, fd: Fd, registered: bool) {

@@ -157,7 +157,7 @@ impl Worker<'_> {
             }
         }
         if let Some((tunnel, ut)) = c.tunnel.take() {
-            tunnel.close(&mut self.sh.pipes, &mut self.sh.tunnel_bufs);
+            tunnel.close(&mut self.sh.pipes, &mut self.sh.tunnel_bufs, &mut self.sh.sockmap);
             self.close_upstream(cx, ut);
         }
     }

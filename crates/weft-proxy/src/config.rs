@@ -18,12 +18,17 @@ pub enum SpliceMode {
     /// length), and tunnels; smaller bodies are copied.
     #[default]
     Auto,
+    /// As `auto` for bodies; CONNECT tunnels are forwarded in the kernel by
+    /// a BPF sk_skb program on a sockmap (weft-sockmap), or spliced where BPF
+    /// is not permitted.
+    Sockmap,
 }
 
 weft_core::enum_names!(SpliceMode, "splice mode", {
     On => "on",
     Off => "off",
     Auto => "auto",
+    Sockmap => "sockmap",
 });
 
 /// The cache's replacement policy.
@@ -325,7 +330,7 @@ mod tests {
 
     #[test]
     fn mode_names_round_trip() {
-        for m in [SpliceMode::On, SpliceMode::Off, SpliceMode::Auto] {
+        for m in [SpliceMode::On, SpliceMode::Off, SpliceMode::Auto, SpliceMode::Sockmap] {
             assert_eq!(m.name().parse::<SpliceMode>().unwrap(), m);
         }
         for p in [CachePolicy::Lru, CachePolicy::Gds] {

@@ -93,7 +93,7 @@ pub(crate) fn choose_path(cfg: &ProxyConfig, stored: bool, remaining: u64) -> Wa
     let big = match cfg.splice {
         SpliceMode::Off => false,
         SpliceMode::On => remaining > 0,
-        SpliceMode::Auto => remaining >= cfg.splice_threshold,
+        SpliceMode::Auto | SpliceMode::Sockmap => remaining >= cfg.splice_threshold,
     };
     match (stored, big) {
         (_, false) => Want::Copy,
@@ -108,7 +108,7 @@ pub(crate) fn pipe_min(cfg: &ProxyConfig) -> u64 {
     match cfg.splice {
         SpliceMode::Off => u64::MAX,
         SpliceMode::On => 1,
-        SpliceMode::Auto => cfg.splice_threshold,
+        SpliceMode::Auto | SpliceMode::Sockmap => cfg.splice_threshold,
     }
 }
 

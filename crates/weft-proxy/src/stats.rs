@@ -131,6 +131,15 @@ weft_core::metrics! {
         /// io_uring_enter doing the splice in, the tee and the splice out
         /// (and the head's write into the pipe) of a chunk.
         counter calls_linked,
+        /// CONNECT tunnels forwarded in the kernel by the sockmap program.
+        counter sockmap_sessions,
+        /// Tunnel bytes the sockmap program redirected, counted at each end of
+        /// stream (TCP_INFO bytes_acked + SIOCOUTQ of the receiving peer since
+        /// the join).
+        counter sockmap_bytes,
+        /// Tunnels that asked for sockmap and spliced instead (BPF unavailable,
+        /// map full, or bytes already waiting when the sockets were joined).
+        counter sockmap_declined,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -214,7 +223,7 @@ mod tests {
         const ADDED: &str = "refused_max_connections open_connections upstream_connections upstream_pooled \
             request_state_pooled \
             calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
-            bytes_spliced_up calls_splice_up bytes_linked calls_linked";
+            bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

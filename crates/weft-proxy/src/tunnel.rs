@@ -7,12 +7,21 @@
 //! or reordered). An end of stream is forwarded as a half-close
 //! (shutdown(SHUT_WR)) once everything before it has been delivered; the tunnel
 //! ends when both directions have been closed this way, or at the first error.
+//!
+//! With `--splice sockmap` a tunnel is forwarded in the kernel instead
+//! (module `kernel`): once the `200` and the client's early bytes are out,
+//! both sockets join weft-sockmap's maps and the BPF verdict program
+//! redirects every skb to the peer; weft wakes only at each end of stream,
+//! at each end-of-stream marker and at errors.
 
 use crate::stats::ProxyStats;
 use std::io;
 use std::os::fd::BorrowedFd;
 use weft_io::sys;
 use weft_io::{OutChain, Pipe, PipePool};
+
+mod kernel;
+pub use kernel::KernelFwd;
 
 const BUF: usize = 64 * 1024;
 const PUMP_BUDGET: usize = 4 << 20;
@@ -290,6 +299,7 @@ fn is_splice_failure(e: &io::Error) -> bool {
 pub struct Tunnel {
     c2u: Direction,
     u2c: Direction,
+    kernel: Option<kernel::Kernel>,
     /// Bytes for the upstream before the tunnel's own (what the client sent
     /// right after its CONNECT head).
     pub to_upstream: OutChain,
@@ -303,6 +313,7 @@ impl Tunnel {
         Tunnel {
             c2u: Direction::new(splice, pool, bufs, st),
             u2c: Direction::new(splice, pool, bufs, st),
+            kernel: None,
             to_upstream: OutChain::new(),
         }
     }
@@ -316,7 +327,11 @@ impl Tunnel {
         client_out: &mut OutChain,
         bufs: &mut TunnelBufs,
         st: &mut ProxyStats,
+        fwd: &mut KernelFwd,
     ) -> TunnelState {
+        if let Some(state) = self.pump_kernel(client, up, client_out, st, fwd) {
+            return state;
+        }
         let a = self.u2c.pump(up, client, client_out, bufs, st);
         let b = self.c2u.pump(client, up, &mut self.to_upstream, bufs, st);
         let (Ok(a), Ok(b)) = (a, b) else {
@@ -337,7 +352,10 @@ impl Tunnel {
     }
 
     /// Return the pipes (closed if they still hold bytes) and the copy buffers.
-    pub fn close(self, pool: &mut PipePool, bufs: &mut TunnelBufs) {
+    pub fn close(self, pool: &mut PipePool, bufs: &mut TunnelBufs, fwd: &mut KernelFwd) {
+        if let Some(k) = self.kernel {
+            k.leave(fwd);
+        }
         self.c2u.give_back(pool, bufs);
         self.u2c.give_back(pool, bufs);
     }

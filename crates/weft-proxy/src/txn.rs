@@ -406,6 +406,11 @@ impl Worker<'_> {
 
     fn start_tunnel<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, ut: Token) -> Flow {
         let splice = self.sh.cfg.splice != SpliceMode::Off;
+        // The end-of-stream marker arrives as an error on a socket weft may
+        // have no interest in: select and the user-level trackers would
+        // not report it, so their tunnels splice.
+        let kernel = self.sh.cfg.splice == SpliceMode::Sockmap
+            && crate::tunnel::KernelFwd::backend_fits(P::CAPS.name, P::CAPS.tracks_readiness);
         let sh = &mut self.sh;
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
@@ -416,6 +421,9 @@ impl Worker<'_> {
         txn.up = None;
         c.spare = Some(txn);
         let mut tunnel = Box::new(Tunnel::new(splice, &mut sh.pipes, &mut sh.tunnel_bufs, &mut sh.stats));
+        if kernel {
+            tunnel.want_kernel(&mut sh.sockmap, &mut sh.stats);
+        }
         // A FIN seen while the tunnel was being set up is the tunnel's to
         // forward: reading again returns EOF, which the tunnel turns into a
         // half-close towards the upstream.
@@ -462,7 +470,14 @@ impl Worker<'_> {
             may_read: &mut u.may_read,
             may_write: &mut u.may_write,
         };
-        let state = tunnel.pump(&mut cside, &mut uside, &mut c.out, &mut sh.tunnel_bufs, &mut sh.stats);
+        let state = tunnel.pump(
+            &mut cside,
+            &mut uside,
+            &mut c.out,
+            &mut sh.tunnel_bufs,
+            &mut sh.stats,
+            &mut sh.sockmap,
+        );
         match state {
             TunnelState::Done | TunnelState::Failed => {
                 self.close_client(cx, ct);
@@ -481,6 +496,16 @@ impl Worker<'_> {
                 c.want = interest(client_read, client_write);
                 u.want = interest(up_read, up_write);
                 c.last_activity = cx.now;
+                // sockmap: a finished socket, hung up both ways, is not polled.
+                let [cq, uq] = tunnel.take_quiet();
+                if let (true, Some(fd)) = (cq, c.fd.as_ref()) {
+                    cx.deregister(fd.raw());
+                    c.interest = weft_io::Interest::NONE;
+                }
+                if uq {
+                    cx.deregister(u.fd.raw());
+                    u.interest = weft_io::Interest::NONE;
+                }
                 Flow::Wait
             }
         }

@@ -179,6 +179,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) relay_bufs: Vec<bytes::BytesMut>,
     /// Recycled tunnel copy buffers.
     pub(crate) tunnel_bufs: crate::tunnel::TunnelBufs,
+    /// The sockmap forwarder (`--splice sockmap`), loaded at the first tunnel.
+    pub(crate) sockmap: crate::tunnel::KernelFwd,
     pub(crate) rules: CacheRules,
     pub(crate) draining: bool,
 }
@@ -252,6 +254,7 @@ impl<'a> Worker<'a> {
                 vary_scratch: Vec::new(),
                 relay_bufs: Vec::new(),
                 tunnel_bufs: Default::default(),
+                sockmap: Default::default(),
                 rules: crate::store::cache_rules(s.cfg).unwrap_or_default(),
                 draining: false,
             },
@@ -713,6 +716,16 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         match who {
             Who::Client => {
                 let c = client_of(&mut self.slab, token)?;
+                // A sockmap tunnel moves bytes without waking weft: idle only
+                // if the kernel forwarded nothing since the last look.
+                if let Some((t, _)) = c.tunnel.as_mut() {
+                    if t.kernel_progress(&mut self.sh.sockmap) {
+                        self.sh.stats.timeouts -= 1;
+                        let later = cx.now + self.sh.cfg.idle_timeout;
+                        (c.last_activity, c.deadline, c.timer_at) = (cx.now, Some(later), Some(later));
+                        return Some(later);
+                    }
+                }
                 if !c.lingering && c.txn.is_none() && c.tunnel.is_none() && c.out.is_empty() && c.head_started.is_some()
                 {
                     if let Some(fd) = &c.fd {

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+// weft's in-kernel forwarding (`weft proxy --splice sockmap`): an sk_skb
+// stream-verdict program, attached to `socks`, that redirects every byte a
+// tunnel socket receives to the send side of its peer. The kernel queues a
+// redirected skb on the destination's psock and a workqueue item sends it.
+//
+// Keys are socket cookies (SO_COOKIE). `peers[source]` names the
+// destination: its index in `targets` (a sockmap without programs, which
+// every tunnel socket joins before it joins `socks`, so a redirect never
+// finds its target missing) and its cookie.
+//
+// End of stream. The psock replaces sk_data_ready (and sk_write_space), not
+// sk_state_change, so weft sees a source's FIN as EPOLLRDHUP on the source.
+// It may half-close the destination only once the psock worker has sent
+// every redirected byte, and nothing in the kernel tells user space that.
+// So weft sends a marker: an 8-byte datagram (the source's cookie) to its
+// own UDP socket, which is in `socks` too. The program cuts it to zero bytes
+// and redirects it to the destination like the source's bytes: it joins the
+// same psock queue behind them. When the worker reaches it, "sending" zero
+// bytes counts as a broken pipe (sk_psock_backlog: ret 0 -> EPIPE), so the
+// destination gets sk_err = EPIPE and wakes weft with EPOLLERR, whatever
+// interest it is registered with. That error, read with SO_ERROR, means:
+// everything before the marker has been sent. (The psock then refuses
+// further redirects to that socket; none can come, its source has ended.)
+// weft checks at load time that the kernel behaves so (Forwarder::load).
+//
+// Built by crates/weft-sockmap/build.rs:
+//   clang -O2 -g -target bpf -mcpu=v3 -c bpf/sockmap.bpf.c
+#include <linux/bpf.h>
+
+#define SEC(name) __attribute__((section(name), used))
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+static u64 (*bpf_get_socket_cookie)(void *ctx) = (void *)BPF_FUNC_get_socket_cookie;
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
+static long (*bpf_sk_redirect_map)(struct __sk_buff *skb, void *map, u32 key, u64 flags) =
+	(void *)BPF_FUNC_sk_redirect_map;
+static long (*bpf_skb_change_tail)(void *skb, u32 len, u64 flags) = (void *)BPF_FUNC_skb_change_tail;
+static long (*bpf_skb_load_bytes)(const void *skb, u32 offset, void *to, u32 len) =
+	(void *)BPF_FUNC_skb_load_bytes;
+
+struct peer {
+	u32 index;
+	u32 pad;
+	u64 cookie;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKMAP);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u32);
+} socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKMAP);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u32);
+} targets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u64);
+	__type(value, struct peer);
+} peers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u64);
+	__type(value, u32);
+} injectors SEC(".maps");
+
+/* Bytes redirected from each source (its cookie), for weft's counters. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u64);
+	__type(value, u64);
+} counts SEC(".maps");
+
+/* A marker from one of weft's UDP sockets (`injectors`): its last 8 bytes
+ * are the source's cookie; cut it to nothing and queue it for the
+ * destination, behind the source's bytes. */
+static int marker(struct __sk_buff *skb)
+{
+	struct peer *peer;
+	u64 source;
+
+	if (skb->len < sizeof(source) ||
+	    bpf_skb_load_bytes(skb, skb->len - sizeof(source), &source, sizeof(source)))
+		return SK_DROP;
+	peer = bpf_map_lookup_elem(&peers, &source);
+	if (!peer)
+		return SK_DROP;
+	if (bpf_skb_change_tail(skb, 0, 0))
+		return SK_DROP;
+	if (bpf_sk_redirect_map(skb, &targets, peer->index, 0) != SK_PASS)
+		return SK_DROP;
+	return SK_PASS;
+}
+
+SEC("sk_skb/stream_verdict")
+int weft_verdict(struct __sk_buff *skb)
+{
+	u64 cookie = bpf_get_socket_cookie(skb);
+	struct peer *peer = bpf_map_lookup_elem(&peers, &cookie);
+	u64 *count;
+
+	if (!peer) {
+		if (bpf_map_lookup_elem(&injectors, &cookie))
+			return marker(skb);
+		return SK_PASS;
+	}
+	/* A FIN alone arrives as an empty skb: redirected, the peer's psock
+	 * would fail to "send" it and break its pipe (EPIPE). weft learns the
+	 * end of stream from the socket itself (EPOLLRDHUP). */
+	if (skb->len == 0)
+		return SK_DROP;
+	/* On failure no target is set: SK_PASS keeps the bytes here. */
+	if (bpf_sk_redirect_map(skb, &targets, peer->index, 0) == SK_PASS) {
+		count = bpf_map_lookup_elem(&counts, &cookie);
+		if (count)
+			__sync_fetch_and_add(count, skb->len);
+	}
+	return SK_PASS;
+}
+
+char _license[] SEC("license") = "Dual MIT/GPL";
