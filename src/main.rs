@@ -15,6 +15,7 @@ mod proxy_http;
 mod serve;
 mod serve_cgi;
 mod serve_flash;
+mod serve_site;
 mod service;
 mod sim;
 mod trace;

@@ -111,6 +111,10 @@ pub struct ServeArgs {
     // Access log format (status).
     #[command(flatten)]
     pub log: crate::log_flags::LogArgs,
+
+    // Virtual hosts.
+    #[command(flatten)]
+    pub site: crate::serve_site::SiteArgs,
 }
 
 impl ServeArgs {
@@ -143,6 +147,7 @@ impl ServeArgs {
         c.handoff_socket.clone_from(&self.handoff_socket);
         c.cgi = self.cgi.to_config();
         self.flash.apply(&mut c);
+        c.sites.clone_from(&self.site.sites);
         c
     }
 }
