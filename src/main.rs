@@ -12,6 +12,7 @@ mod man;
 mod origin;
 mod proxy;
 mod proxy_http;
+mod reload;
 mod serve;
 mod serve_cgi;
 mod serve_flash;
@@ -63,6 +64,7 @@ fn main() -> ExitCode {
         Command::Trace(args) => trace::run(args),
         Command::Wan(args) => wan::run(*args),
         Command::Man(args) => man::run(args),
+        Command::Reload(args) => reload::command(args),
     }
 }
 

@@ -2,7 +2,7 @@
 //! run function (start, print the address, wait, report).
 
 use crate::args::set_given;
-use crate::service::{self, apply_service_args, ServiceArgs};
+use crate::service::{apply_service_args, ServiceArgs};
 use crate::upstream::UpstreamArgs;
 use clap::{ArgAction, Args};
 use std::path::PathBuf;
@@ -263,8 +263,16 @@ pub fn run(args: ProxyArgs) -> ExitCode {
         ),
     };
     let (event, workers, splice, cache) = (cfg.event, cfg.workers, cfg.splice, cfg.cache_size);
-    service::run::<weft_proxy::Proxy>(
+    let reconfigure = || {
+        crate::reload::reparse(|c| match c {
+            crate::cli::Command::Proxy(a) => Ok(a.to_config()),
+            _ => Err("not `weft proxy` any more".into()),
+        })
+    };
+    crate::reload::run::<weft_proxy::Proxy>(
         cfg,
+        args.service.pid_file.as_deref(),
+        reconfigure,
         || {
             weft_core::info!(
                 "{mode} with {workers} worker(s), event backend {event}, splice {}, cache {}",

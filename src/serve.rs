@@ -2,7 +2,7 @@
 //! run function.
 
 use crate::args::{duration as parse_duration, set_given, size as parse_size};
-use crate::service::{self, apply_service_args, ServiceArgs};
+use crate::service::{apply_service_args, ServiceArgs};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -162,8 +162,21 @@ pub fn run(args: ServeArgs) -> ExitCode {
         None => "the built-in demo site".to_string(),
     };
     let (event, workers, send) = (cfg.event, cfg.workers, cfg.send);
-    service::run::<weft_server::Server>(
+    let reconfigure = || {
+        crate::reload::reparse(|c| match c {
+            crate::cli::Command::Serve(a) => match a.to_config() {
+                c if c.arch == weft_server::Arch::Mp => {
+                    Err("key `serve.arch`: mp cannot reload in place; restart instead".into())
+                }
+                c => Ok(c),
+            },
+            _ => Err("not `weft serve` any more".into()),
+        })
+    };
+    crate::reload::run::<weft_server::Server>(
         cfg,
+        args.service.pid_file.as_deref(),
+        reconfigure,
         || {
             weft_core::info!(
                 "serving {what} with {workers} worker(s), event backend {event}, send {}",

@@ -578,7 +578,7 @@ impl<'a> Worker<'a> {
         self.sh.draining = true;
         self.grace_deadline = Some(cx.now + self.sh.cfg.grace);
         if let Some(l) = self.listener.take() {
-            cx.close_later(l, true);
+            cx.close_shared_later(l); // a reload's workers may hold it too
         }
         for ut in self.sh.pool.drain() {
             if let Some(Entry::Upstream(mut u)) = self.slab.remove(ut) {
@@ -591,7 +591,12 @@ impl<'a> Worker<'a> {
             let Some(c) = client_of(&mut self.slab, t) else {
                 continue;
             };
-            if c.is_idle() && !c.lingering {
+            let until = c.last_activity + weft_io::group::DRAIN_QUIET;
+            if c.is_idle() && !c.lingering && until > cx.now {
+                // A client may be sending its next request right now.
+                c.deadline = Some(until);
+                arm(cx, t, until, &mut c.timer_at);
+            } else if c.is_idle() && !c.lingering {
                 self.close_client(cx, t);
             } else {
                 c.close_after = true;

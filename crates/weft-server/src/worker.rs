@@ -474,14 +474,24 @@ impl<'a> Worker<'a> {
         self.grace_deadline = Some(cx.now + self.shared.cfg.grace);
         if let Some(l) = self.listener.take() {
             // Stop accepting: queued connections that were never accepted are
-            // reset by the kernel when the last listener closes.
-            cx.close_later(l, true);
+            // reset by the kernel when the last listener closes (a reload's
+            // workers may hold it too: it leaves this loop's set first).
+            cx.close_shared_later(l);
         }
         if let Some(h) = self.handoff.as_mut() {
             h.stop_listening(cx);
         }
         for t in self.conns.tokens() {
             let idle = self.conns.get(t).map(|c| c.is_idle() && !c.lingering).unwrap_or(false);
+            let quiet = self.conns.get(t).map(|c| c.last_activity + weft_io::group::DRAIN_QUIET);
+            if let (true, Some(until), Some(c)) = (idle, quiet, self.conns.get_mut(t)) {
+                if until > cx.now {
+                    // A client may be sending its next request right now.
+                    c.deadline = until;
+                    timer::arm(cx, t, until, &mut c.timer_at);
+                    continue;
+                }
+            }
             if idle {
                 self.close(cx, t);
             } else if let Some(c) = self.conns.get_mut(t) {

@@ -20,6 +20,7 @@ pub mod mmap;
 pub mod privilege;
 pub mod residency;
 mod shared_words;
+pub mod signal;
 pub mod sockopt;
 pub mod splice;
 mod stream;
