@@ -98,6 +98,10 @@ pub struct FrontArgs {
     // Back-end connect and silence timeouts, the idle connection pool.
     #[command(flatten)]
     pub upstream_conns: UpstreamArgs,
+
+    // The access log.
+    #[command(flatten)]
+    pub access: crate::proxy_log::ProxyLogArgs,
 }
 
 impl FrontArgs {
@@ -106,6 +110,7 @@ impl FrontArgs {
         let mut p = weft_proxy::ProxyConfig::default();
         apply_service_args!(self.service, p);
         self.upstream_conns.apply(&mut p);
+        self.access.apply(&mut p);
         let mut f = FrontConfig {
             backends: self.backend.clone(),
             handoff: self.handoff.clone(),

@@ -12,6 +12,7 @@ mod man;
 mod origin;
 mod proxy;
 mod proxy_http;
+mod proxy_log;
 mod reload;
 mod serve;
 mod serve_cgi;

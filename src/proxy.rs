@@ -209,6 +209,10 @@ pub struct ProxyArgs {
     // Targeted cache control, unknown methods.
     #[command(flatten)]
     pub http: crate::proxy_http::HttpRuleArgs,
+
+    // The access log.
+    #[command(flatten)]
+    pub access: crate::proxy_log::ProxyLogArgs,
 }
 
 impl ProxyArgs {
@@ -217,6 +221,7 @@ impl ProxyArgs {
         let mut c = weft_proxy::ProxyConfig::default();
         apply_service_args!(self.service, c);
         self.upstream_conns.apply(&mut c);
+        self.access.apply(&mut c);
         c.event_options = self.tuning.options();
         set_given!(
             self,

@@ -27,7 +27,7 @@ pub(crate) fn parse_wake_interval(s: &str) -> Result<Duration, String> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OffPath(pub Option<PathBuf>);
 
-fn parse_off_path(s: &str) -> Result<OffPath, String> {
+pub(crate) fn parse_off_path(s: &str) -> Result<OffPath, String> {
     match s {
         "off" => Ok(OffPath(None)),
         "" => Err("empty path (use `off` to disable)".into()),

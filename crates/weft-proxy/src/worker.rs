@@ -147,6 +147,8 @@ pub(crate) struct Shared<'a> {
     /// Response times (see `stats::LATENCY_HELP`), published to the
     /// worker's latency slot about once a second.
     pub(crate) latency: weft_core::metrics::Latency,
+    /// `--access-log`: this worker's buffer of lines.
+    pub(crate) log: Option<crate::accesslog::Log>,
     /// Idle upstream connections.
     pub(crate) pool: UpstreamPool,
     pub(crate) dns: DnsCache,
@@ -200,6 +202,7 @@ pub struct WorkerSetup<'a> {
     pub resolver: &'a Resolver,
     pub via_name: String,
     pub slot: &'a Slot,
+    pub log: Option<crate::accesslog::Log>,
 }
 
 impl<'a> Worker<'a> {
@@ -224,6 +227,7 @@ impl<'a> Worker<'a> {
                 open_clients: 0,
                 open_upstreams: 0,
                 latency: weft_core::metrics::Latency::new(),
+                log: s.log,
                 pool: UpstreamPool::default(),
                 dns: DnsCache::new(s.cfg.dns_ttl),
                 resolver: s.resolver,
@@ -775,6 +779,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             self.ready.clear();
         }
         self.decay_pools(cx.now);
+        if let Some(log) = &mut self.sh.log {
+            log.flush_if_due(cx.now);
+        }
         self.slot.publish(&self.stats());
         self.slot.latency.publish(&mut self.sh.latency, cx.now);
         let lfd = self.listener.as_ref().map(|l| l.raw());
@@ -811,6 +818,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if let Some(d) = self.acceptor.max_wait() {
             bound(d);
         }
+        if let Some(d) = self.sh.log.as_ref().and_then(|l| l.max_wait()) {
+            bound(d);
+        }
         if let Some(d) = self.grace_deadline {
             bound(d.saturating_duration_since(Instant::now()));
         }
@@ -827,5 +837,8 @@ impl Drop for Worker<'_> {
         // The last latencies recorded reach the slot (a scrape after stop,
         // and the sum at exit, see them).
         self.slot.latency.flush(&mut self.sh.latency);
+        if let Some(log) = &mut self.sh.log {
+            log.flush(Instant::now());
+        }
     }
 }

@@ -346,6 +346,11 @@ fn serve_file(
         return (status, answer.content_length().unwrap_or(0));
     };
     let (start, end) = (range.start, range.end);
+    s.cache_status = Some(if object.is_some() || f.body.is_some() {
+        "HIT"
+    } else {
+        "MISS"
+    });
     if let Some(o) = object {
         let body = o.body().slice(start as usize, end as usize);
         s.stats.bytes_object += end - start;

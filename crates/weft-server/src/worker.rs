@@ -127,6 +127,10 @@ pub(crate) struct Shared<'a> {
     pub(crate) tails: std::collections::HashMap<Token, amped::InFlight>,
     /// The file the response just answered is sent from (until the flush).
     pub(crate) in_flight: Option<amped::InFlight>,
+    /// The access log's cache field for the response just answered: `HIT`
+    /// (the body from memory: the object cache or a small file's copy),
+    /// `MISS` (read or sent from the file); None: `-`.
+    pub(crate) cache_status: Option<&'static str>,
 }
 
 /// One worker's handler.
@@ -198,6 +202,7 @@ impl<'a> Worker<'a> {
                 probe: Vec::new(),
                 tails: std::collections::HashMap::new(),
                 in_flight: None,
+                cache_status: None,
                 objects: (cfg.object_cache > 0)
                     .then(|| crate::objects::Objects::new(cfg.object_cache, cfg.cache_policy)),
             },
@@ -919,6 +924,7 @@ fn reject(c: &mut Conn, s: &mut Shared<'_>, status: u16, reason: &str, wall: Sys
 fn count_and_log(c: &Conn, s: &mut Shared<'_>, head_len: usize, response: (u16, u64, bool), wall: SystemTime) {
     let (status, bytes, head_only) = response;
     s.stats.status.count(status);
+    let cache = s.cache_status.take();
     if let Some(log) = &mut s.log {
         let took = c.head_started.map(|t| t.elapsed());
         let e = crate::accesslog::Entry {
@@ -928,7 +934,7 @@ fn count_and_log(c: &Conn, s: &mut Shared<'_>, head_len: usize, response: (u16, 
             wall,
             head_only,
             took,
-            cache: None,
+            cache,
         };
         log.log(&s.head, &c.input.pending()[..head_len], &e);
     }
