@@ -6,6 +6,7 @@ from . import (
     connection_scaling,
     epoll_study,
     event_syscalls,
+    faults,
     flash_arch,
     flash_breakdown,
     idle_memory,
@@ -18,6 +19,7 @@ from . import (
     proxy_splice,
     proxy_ssl,
     send_path,
+    soak,
     static_baseline,
     wan_proxy,
     wan_server,
@@ -45,5 +47,7 @@ EXPERIMENTS = {
         iolite,
         wan_proxy,
         wan_server,
+        soak,
+        faults,
     )
 }
