@@ -19,6 +19,7 @@ from . import (
     proxy_splice,
     proxy_ssl,
     send_path,
+    slow_clients,
     soak,
     static_baseline,
     wan_proxy,
@@ -49,5 +50,6 @@ EXPERIMENTS = {
         wan_server,
         soak,
         faults,
+        slow_clients,
     )
 }
