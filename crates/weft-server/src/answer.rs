@@ -30,14 +30,7 @@ pub(crate) fn serve_target(
     let data = &c.input.pending()[..head_len];
     let mut target = s.head.target(data);
     let cfg = s.cfg;
-    // The virtual host: an absolute-form target's authority wins over Host.
-    let site = cfg.site_table.as_deref().map(|t| {
-        let authority = match s.head.is_absolute_form() {
-            true => crate::vhost::target_authority(target),
-            false => s.head.host(data),
-        };
-        t.choose(authority)
-    });
+    let site = crate::vhost::site_of(cfg.site_table.as_deref(), &s.head, data, target);
     if s.head.is_absolute_form() {
         // http://authority/path → /path (RFC 9112 §3.2.2: servers accept absolute-form).
         let after_scheme = target.windows(3).position(|w| w == b"://").map(|i| i + 3).unwrap_or(0);
@@ -71,16 +64,7 @@ pub(crate) fn serve_target(
             return (e.status(), n);
         }
     };
-    let (index, autoindex, cache_control) = match site {
-        Some(site) => {
-            if site.prefixed {
-                s.rel.splice(0..0, site.prefix);
-            }
-            (&site.index[..], site.autoindex, site.cache_control.as_deref())
-        }
-        None => (&b"index.html"[..], cfg.autoindex, None),
-    };
-    let root_len = if site.is_some_and(|x| x.prefixed) { 3 } else { 0 };
+    let (root_len, index, autoindex, cache_control) = crate::vhost::enter(site, &mut s.rel, cfg.autoindex);
     let date = s.date.get();
     let Some(files) = s.files.as_mut() else {
         // The built-in demo site.

@@ -52,6 +52,20 @@ pub struct SiteSpec {
     pub default: bool,
 }
 
+impl SiteSpec {
+    /// No name, no root, the defaults.
+    fn empty() -> SiteSpec {
+        SiteSpec {
+            names: Vec::new(),
+            root: PathBuf::new(),
+            index: "index.html".into(),
+            autoindex: None,
+            cache_control: None,
+            default: false,
+        }
+    }
+}
+
 const KEYS: &str = "names, root, index, autoindex, cache-control, default";
 
 /// Parse a site as the config file hands it over: an inline TOML table
@@ -63,14 +77,7 @@ pub fn parse_site(s: &str) -> Result<SiteSpec, String> {
         let (names, root) = s
             .split_once('=')
             .ok_or_else(|| format!("expected NAME[,NAME...]=ROOT or a table, not `{s}`"))?;
-        let mut spec = SiteSpec {
-            names: Vec::new(),
-            root: PathBuf::new(),
-            index: "index.html".into(),
-            autoindex: None,
-            cache_control: None,
-            default: false,
-        };
+        let mut spec = SiteSpec::empty();
         for n in names.split(',') {
             spec.names.push(site_name(n)?);
         }
@@ -88,14 +95,7 @@ pub fn parse_site(s: &str) -> Result<SiteSpec, String> {
 
 /// A site from its TOML table.
 pub fn site_from_table(t: &toml::Table) -> Result<SiteSpec, String> {
-    let mut spec = SiteSpec {
-        names: Vec::new(),
-        root: PathBuf::new(),
-        index: "index.html".into(),
-        autoindex: None,
-        cache_control: None,
-        default: false,
-    };
+    let mut spec = SiteSpec::empty();
     let text = |k: &str, v: &toml::Value| -> Result<String, String> {
         v.as_str()
             .map(str::to_string)
@@ -311,6 +311,40 @@ fn host_part(a: &[u8]) -> &[u8] {
     match a.iter().rposition(|&b| b == b':') {
         Some(i) => &a[..i],
         None => a,
+    }
+}
+
+/// The site of a request (None without sites): an absolute-form target's
+/// authority wins over Host.
+pub(crate) fn site_of<'s>(
+    sites: Option<&'s Sites>,
+    head: &weft_http::RequestHead,
+    data: &[u8],
+    target: &[u8],
+) -> Option<&'s Site> {
+    let sites = sites?;
+    let authority = match head.is_absolute_form() {
+        true => target_authority(target),
+        false => head.host(data),
+    };
+    Some(sites.choose(authority))
+}
+
+/// Put the site's prefix before the resolved path `rel`; returns the prefix
+/// length, the index file name, whether directories are listed, and the
+/// Cache-Control field to add.
+pub(crate) fn enter<'s>(
+    site: Option<&'s Site>,
+    rel: &mut Vec<u8>,
+    autoindex: bool,
+) -> (usize, &'s [u8], bool, Option<&'s [u8]>) {
+    match site {
+        Some(site) if site.prefixed => {
+            rel.splice(0..0, site.prefix);
+            (3, &site.index, site.autoindex, site.cache_control.as_deref())
+        }
+        Some(site) => (0, &site.index, site.autoindex, site.cache_control.as_deref()),
+        None => (0, b"index.html", autoindex, None),
     }
 }
 
