@@ -13,7 +13,9 @@ set grows with time, so memory is allowed to grow until the warm-up ends,
 the first third of the run).
 
 Full: 30 minutes (`python3 -m lab run soak`); quick: 60 s at 70 % of the
-quick peak, samples every 5 s (`--quick`, CI's smoke list).
+quick peak, samples every 5 s, a 32 MiB cache (`--quick`, CI's smoke list:
+zero errors asserted, flatness only reported: a minute is too short for
+PolyMix's thousands of think-time connections to settle).
 """
 
 from __future__ import annotations
@@ -141,9 +143,12 @@ def run(lab: core.Lab) -> dict:
     problems = []
     if errors:
         problems.append(f"{errors} errors or 5xx")
-    if rss_dev is None or rss_dev > FLAT:
+    # A minute is too short for PolyMix's connections to settle (thousands
+    # wait out 2.5 s think times and zipf(16) requests each): the quick form
+    # reports the flatness, only the full run asserts it.
+    if not quick and (rss_dev is None or rss_dev > FLAT):
         problems.append(f"RSS moved {report.fmt_num(100 * (rss_dev or 0))} % after warm-up")
-    if fd_dev is None or fd_dev > FLAT:
+    if not quick and (fd_dev is None or fd_dev > FLAT):
         problems.append(f"descriptors moved {report.fmt_num(100 * (fd_dev or 0))} % after warm-up")
     row = {"peak": peak, "rate": rate, "duration_s": soak_s, "replies": doc.get("replies", {}).get("total", 0), "errors": errors,
            "rss_kib": [s[1] for s in samples], "fds": [s[2] for s in samples], "t": [round(s[0], 1) for s in samples],
