@@ -135,6 +135,9 @@ impl Server {
             None => None,
         };
         if cfg.arch == Arch::Mp {
+            // The parent's listener closes once the processes listen: no
+            // copy may outlive it (MP does not reload in place).
+            weft_io::group::handover::forget(cfg.listen);
             return blocking::start_mp(cfg, listeners, addr, admin_addr);
         }
         let helpers = match (cfg.arch, &root_path) {
