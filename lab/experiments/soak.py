@@ -152,7 +152,8 @@ def run(lab: core.Lab) -> dict:
         problems.append(f"descriptors moved {report.fmt_num(100 * (fd_dev or 0))} % after warm-up")
     row = {"peak": peak, "rate": rate, "duration_s": soak_s, "replies": doc.get("replies", {}).get("total", 0), "errors": errors,
            "rss_kib": [s[1] for s in samples], "fds": [s[2] for s in samples], "t": [round(s[0], 1) for s in samples],
-           "rss_dev": rss_dev, "fd_dev": fd_dev, "peak_steps": measured, "weft": {k: stats.get(k) for k in ("requests", "hits", "errors_502", "errors_504", "timeouts")},
+           "rss_dev": rss_dev, "fd_dev": fd_dev, "peak_steps": measured, "weft": {k: stats.get("total", {}).get(k) for k in ("requests", "hits", "errors_502", "errors_504", "timeouts")},
+           "error_kinds": doc.get("errors", {}),
            "cache": doc.get("cache", {}).get("hits"), "response_time_ms": doc.get("response_time_ms", {})}  # fmt: skip
     d = lab.results_dir
     report.write_json(os.path.join(d, "runs.json"), {"experiment": NAME, "quick": quick, "versions": lab.versions, "commands": commands, "runs": [row]})
