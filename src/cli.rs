@@ -42,6 +42,8 @@ pub enum Command {
     Trace(crate::trace::TraceArgs),
     /// WAN emulator: run a command behind delay, loss and rate limits in network namespaces.
     Wan(Box<crate::wan::WanArgs>),
+    /// Reload a running serve, proxy or front gracefully: SIGHUP to the pid in its --pid-file.
+    Reload(crate::reload::ReloadArgs),
     /// Write the manual pages into DIR (for packaging).
     #[command(hide = true)]
     Man(crate::man::ManArgs),

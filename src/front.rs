@@ -2,7 +2,7 @@
 //! and the front-end's (`FrontConfig`), and the run function.
 
 use crate::args::{duration, positive, set_given};
-use crate::service::{self, apply_service_args, ServiceArgs};
+use crate::service::{apply_service_args, ServiceArgs};
 use crate::upstream::UpstreamArgs;
 use clap::{ArgAction, Args};
 use std::process::ExitCode;
@@ -101,6 +101,9 @@ pub struct FrontArgs {
     // `--mode booster` (issue 26).
     #[command(flatten)]
     pub booster: crate::front_booster::BoosterArgs,
+    // The access log.
+    #[command(flatten)]
+    pub access: crate::proxy_log::ProxyLogArgs,
 }
 
 impl FrontArgs {
@@ -109,6 +112,7 @@ impl FrontArgs {
         let mut p = weft_proxy::ProxyConfig::default();
         apply_service_args!(self.service, p);
         self.upstream_conns.apply(&mut p);
+        self.access.apply(&mut p);
         let mut f = FrontConfig {
             backends: self.backend.clone(),
             handoff: self.handoff.clone(),
@@ -176,8 +180,19 @@ pub fn run(args: FrontArgs) -> ExitCode {
         proxy.workers,
         proxy.event,
     );
-    service::run::<FrontServer>(
+    let reconfigure = || {
+        crate::reload::reparse(|c| match c {
+            crate::cli::Command::Front(a) => match a.to_config() {
+                (f, _) if f.backends.is_empty() => Err("front: at least one --backend ADDR:PORT is needed".into()),
+                c => Ok(c),
+            },
+            _ => Err("not `weft front` any more".into()),
+        })
+    };
+    crate::reload::run::<FrontServer>(
         (front, proxy),
+        args.service.pid_file.as_deref(),
+        reconfigure,
         || {
             weft_core::info!(
                 "front-end over {n} back-end(s), policy {policy}, mode {}, {workers} worker(s), event backend {event}",

@@ -13,12 +13,15 @@ mod man;
 mod origin;
 mod proxy;
 mod proxy_http;
+mod proxy_log;
 mod proxy_uring;
+mod reload;
 mod serve;
 mod serve_accelerator;
 mod serve_cgi;
 mod serve_flash;
 mod serve_net;
+mod serve_site;
 mod service;
 mod sim;
 mod trace;
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Command::Trace(args) => trace::run(args),
         Command::Wan(args) => wan::run(*args),
         Command::Man(args) => man::run(args),
+        Command::Reload(args) => reload::command(args),
     }
 }
 

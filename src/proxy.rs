@@ -2,7 +2,7 @@
 //! run function (start, print the address, wait, report).
 
 use crate::args::set_given;
-use crate::service::{self, apply_service_args, ServiceArgs};
+use crate::service::{apply_service_args, ServiceArgs};
 use crate::upstream::UpstreamArgs;
 use clap::{ArgAction, Args};
 use std::path::PathBuf;
@@ -215,6 +215,9 @@ pub struct ProxyArgs {
     // --uring-linked (src/proxy_uring.rs).
     #[command(flatten)]
     pub uring: crate::proxy_uring::UringLinkedArgs,
+    // The access log.
+    #[command(flatten)]
+    pub access: crate::proxy_log::ProxyLogArgs,
 }
 
 impl ProxyArgs {
@@ -223,6 +226,7 @@ impl ProxyArgs {
         let mut c = weft_proxy::ProxyConfig::default();
         apply_service_args!(self.service, c);
         self.upstream_conns.apply(&mut c);
+        self.access.apply(&mut c);
         c.event_options = self.tuning.options();
         set_given!(
             self,
@@ -270,8 +274,16 @@ pub fn run(args: ProxyArgs) -> ExitCode {
         ),
     };
     let (event, workers, splice, cache) = (cfg.event, cfg.workers, cfg.splice, cfg.cache_size);
-    service::run::<weft_proxy::Proxy>(
+    let reconfigure = || {
+        crate::reload::reparse(|c| match c {
+            crate::cli::Command::Proxy(a) => Ok(a.to_config()),
+            _ => Err("not `weft proxy` any more".into()),
+        })
+    };
+    crate::reload::run::<weft_proxy::Proxy>(
         cfg,
+        args.service.pid_file.as_deref(),
+        reconfigure,
         || {
             weft_core::info!(
                 "{mode} with {workers} worker(s), event backend {event}, splice {}, cache {}",

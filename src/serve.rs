@@ -2,7 +2,7 @@
 //! run function.
 
 use crate::args::{duration as parse_duration, set_given, size as parse_size};
-use crate::service::{self, apply_service_args, ServiceArgs};
+use crate::service::{apply_service_args, ServiceArgs};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +27,7 @@ pub(crate) fn parse_wake_interval(s: &str) -> Result<Duration, String> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OffPath(pub Option<PathBuf>);
 
-fn parse_off_path(s: &str) -> Result<OffPath, String> {
+pub(crate) fn parse_off_path(s: &str) -> Result<OffPath, String> {
     match s {
         "off" => Ok(OffPath(None)),
         "" => Err("empty path (use `off` to disable)".into()),
@@ -119,6 +119,9 @@ pub struct ServeArgs {
     // Socket settings (WAN).
     #[command(flatten)]
     pub net: crate::serve_net::NetArgs,
+    // Virtual hosts.
+    #[command(flatten)]
+    pub site: crate::serve_site::SiteArgs,
 }
 
 impl ServeArgs {
@@ -153,6 +156,7 @@ impl ServeArgs {
         self.flash.apply(&mut c);
         self.net.apply(&mut c);
         self.accelerator.apply(&mut c, self.flash.object_cache.is_some());
+        c.sites.clone_from(&self.site.sites);
         c
     }
 }
@@ -167,8 +171,21 @@ pub fn run(args: ServeArgs) -> ExitCode {
         None => "the built-in demo site".to_string(),
     };
     let (event, workers, send) = (cfg.event, cfg.workers, cfg.send);
-    service::run::<weft_server::Server>(
+    let reconfigure = || {
+        crate::reload::reparse(|c| match c {
+            crate::cli::Command::Serve(a) => match a.to_config() {
+                c if c.arch == weft_server::Arch::Mp => {
+                    Err("key `serve.arch`: mp cannot reload in place; restart instead".into())
+                }
+                c => Ok(c),
+            },
+            _ => Err("not `weft serve` any more".into()),
+        })
+    };
+    crate::reload::run::<weft_server::Server>(
         cfg,
+        args.service.pid_file.as_deref(),
+        reconfigure,
         || {
             weft_core::info!(
                 "serving {what} with {workers} worker(s), event backend {event}, send {}",

@@ -112,6 +112,10 @@ pub struct ServiceArgs {
     /// supplementary groups for good; the process must be root to do so.
     #[arg(long, value_name = "NAME", value_parser = parse_user, display_order = TAIL + 8)]
     pub user: Option<weft_io::sys::privilege::User>,
+
+    /// Write the process id to this file (removed at exit), for `weft reload`.
+    #[arg(long, value_name = "FILE", display_order = TAIL + 9)]
+    pub pid_file: Option<PathBuf>,
 }
 
 /// The user `--user` names, looked up when the flag is read.
@@ -224,6 +228,16 @@ service_by_its_own_methods!(
     weft_load::origin::OriginStats
 );
 
+/// Switch to `--user`, once the listeners are bound.
+pub(crate) fn drop_privileges() -> Result<(), ExitCode> {
+    if let Some(u) = RUN_AS.get() {
+        if let Err(e) = weft_io::sys::privilege::drop_privileges(u) {
+            return Err(fatal(format_args!("cannot switch to user `{}`: {e}", u.name)));
+        }
+    }
+    Ok(())
+}
+
 /// Run a role until SIGTERM/SIGINT: block those signals before any worker
 /// exists (every thread inherits the mask; only the signal thread takes
 /// them), start, announce the bound addresses, call `started` (a log line),
@@ -237,10 +251,8 @@ pub fn run<S: Service>(cfg: S::Config, started: impl FnOnce(), report: impl FnOn
         Ok(s) => s,
         Err(e) => return fatal(e),
     };
-    if let Some(u) = RUN_AS.get() {
-        if let Err(e) = weft_io::sys::privilege::drop_privileges(u) {
-            return fatal(format_args!("cannot switch to user `{}`: {e}", u.name));
-        }
+    if let Err(code) = drop_privileges() {
+        return code;
     }
     let bound = service.bound();
     if let Err(e) = bound.shutdown.on_signals() {

@@ -7,6 +7,7 @@ from . import (
     connection_scaling,
     epoll_study,
     event_syscalls,
+    faults,
     flash_arch,
     flash_breakdown,
     idle_memory,
@@ -19,6 +20,8 @@ from . import (
     proxy_splice,
     proxy_ssl,
     send_path,
+    slow_clients,
+    soak,
     static_baseline,
     wan_events,
     wan_polymix,
@@ -53,5 +56,8 @@ EXPERIMENTS = {
         wan_events,
         booster,
         zerocopy,
+        soak,
+        faults,
+        slow_clients,
     )
 }

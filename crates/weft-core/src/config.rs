@@ -116,6 +116,15 @@ pub fn section_settings(
                         }
                     }
                 }
+                // Any other table (`[[serve.site]]`): inline TOML text, which
+                // the flag's parser reads back.
+                toml::Value::Table(t) if !t.values().any(|v| v.is_table()) => {
+                    let fields: Vec<String> = t
+                        .iter()
+                        .map(|(k, v)| format!("{} = {v}", toml::Value::String(k.clone())))
+                        .collect();
+                    format!("{{ {} }}", fields.join(", "))
+                }
                 _ => {
                     return Err(err(
                         Some(full.clone()),

@@ -27,7 +27,7 @@ use crate::{SysCounts, TrackerStats};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weft_core::metrics::{self, Group, JsonObject, Kind, Publish, Samples};
 
@@ -62,16 +62,28 @@ pub fn start(addr: SocketAddr, render: Render) -> io::Result<SocketAddr> {
 }
 
 /// Start the admin listener on `addr`; returns the bound address.
+/// After a reload (`group::handover`), a kept endpoint serves the new
+/// role's pages from the same listener.
 pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
+    let (pages, record) = match crate::group::handover::admin(addr, pages) {
+        crate::group::handover::AdminStart::Kept(bound) => return Ok(bound),
+        crate::group::handover::AdminStart::Bind(p, record) => (p, record),
+    };
     let l = TcpListener::bind(addr)?;
     let bound = l.local_addr()?;
+    if let Some(asked) = record {
+        crate::group::handover::record_admin(asked, bound, pages.clone());
+    }
+    let current = move |p: &RwLock<Pages>| p.read().unwrap_or_else(|e| e.into_inner()).clone();
     let history: History = Arc::new(Mutex::new(VecDeque::with_capacity(HISTORY_POINTS)));
-    if let Some(m) = pages.metrics.clone() {
-        let h = history.clone();
+    if current(&pages).metrics.is_some() {
+        let (h, pages) = (history.clone(), pages.clone());
         std::thread::Builder::new()
             .name("weft-admin-history".into())
             .spawn(move || loop {
-                sample(&h, &m());
+                if let Some(m) = current(&pages).metrics {
+                    sample(&h, &m());
+                }
                 std::thread::sleep(Duration::from_secs(1));
             })?;
     }
@@ -84,7 +96,7 @@ pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
             let (status, kind, body) = if buf[..n].starts_with(b"GET /history ") {
                 ("200 OK", "application/json", history_json(&history))
             } else {
-                answer(&buf[..n], &pages)
+                answer(&buf[..n], &current(&pages))
             };
             let _ = write!(
                 c,

@@ -107,7 +107,10 @@ impl Door {
     /// Stop accepting: close the listener (once).
     pub fn close<P: Poller>(&mut self, cx: &mut Ctx<P>) {
         if let Some(l) = self.listener.take() {
-            cx.close_later(l, true);
+            // A reload's workers may hold the same listener: it leaves this
+            // loop's interest set explicitly, since closing this descriptor
+            // would not take a still-open file out of an epoll set.
+            cx.close_shared_later(l);
         }
     }
 

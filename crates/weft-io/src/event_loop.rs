@@ -161,6 +161,15 @@ impl<P: Poller> Ctx<P> {
         self.closing.push(fd);
     }
 
+    /// Close a registered descriptor whose file may stay open elsewhere (a
+    /// listener handed over to a reload's workers): closing it would not take
+    /// it out of an epoll set, so it is deleted from every backend first.
+    pub fn close_shared_later(&mut self, fd: Fd) {
+        let _ = self.poller.delete(fd.raw());
+        self.poller.forget(fd.raw());
+        self.closing.push(fd);
+    }
+
     /// Ask for `Handler::on_timer(token)` at `deadline`. Handlers keep at most one
     /// armed timer per connection and store their real deadline beside it, so
     /// moving a deadline later costs nothing: the timer fires, sees the new

@@ -12,12 +12,20 @@
 //! listener instead (the accept model without SO_REUSEPORT: every worker
 //! watches the same queue).
 
+pub mod handover;
+
 use crate::sys::Fd;
 use crate::workers::Shutdown;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
+/// Draining (shutdown, or a reload's old workers): an idle keep-alive
+/// connection active this recently is kept this long, not closed at once, so
+/// a request its client is sending right now is answered (with `Connection:
+/// close`) instead of meeting a reset; quieter ones are closed at once.
+pub const DRAIN_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Counters a worker returns when it stops, summed over the group.
 pub trait GroupStats: Default + Send + 'static {

@@ -75,6 +75,11 @@ pub fn bind_reuseport(addr: SocketAddr, n: usize, backlog: i32) -> io::Result<(V
 /// address. Errors are whole sentences naming the address: `address already
 /// in use: 127.0.0.1:8080`, or `cannot listen on ADDR: <why>`.
 pub fn bind_listeners(addr: SocketAddr, n: usize, backlog: i32, share: PortShare) -> io::Result<(Vec<Fd>, SocketAddr)> {
+    // A reload takes the running server's sockets (`group::handover`).
+    crate::group::handover::listeners(addr, n, || bind_new(addr, n, backlog, share))
+}
+
+fn bind_new(addr: SocketAddr, n: usize, backlog: i32, share: PortShare) -> io::Result<(Vec<Fd>, SocketAddr)> {
     let named = |e: io::Error| {
         if sys::is(&e, Errno::AddrInUse) {
             io::Error::new(io::ErrorKind::AddrInUse, format!("address already in use: {addr}"))

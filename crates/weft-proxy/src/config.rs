@@ -213,6 +213,10 @@ pub struct ProxyConfig {
     pub grace: Duration,
     /// Print counters as JSON on stderr at exit.
     pub stats_on_exit: bool,
+    /// Access log (`--access-log`), and its line format.
+    pub access_log: Option<std::path::PathBuf>,
+    /// The access log's line format (`--access-log-format`).
+    pub access_log_format: crate::accesslog::Format,
     /// Serve live counters as JSON on this address.
     pub admin: Option<SocketAddr>,
     /// `weft front`: the upstream of each request is chosen by this decision state.
@@ -286,6 +290,8 @@ impl Default for ProxyConfig {
             limits: weft_http::Limits::default(),
             grace: Duration::from_secs(10),
             stats_on_exit: false,
+            access_log: None,
+            access_log_format: crate::accesslog::Format::Combined,
             admin: None,
             front: None,
             targeted_cache_control: None,

@@ -99,6 +99,9 @@ pub struct Client {
     pub timed: u64,
     /// When the head of the oldest request not yet timed began.
     pub began: Option<Instant>,
+    /// The current request's head, kept for its access-log line (only
+    /// with `--access-log`).
+    pub log_head: Vec<u8>,
 }
 
 /// The per-request state a client needs only while a request is in flight:
@@ -173,6 +176,7 @@ impl Client {
             parked: true,
             timed: 0,
             began: None,
+            log_head: Vec::new(),
         }
     }
 

@@ -104,7 +104,8 @@ impl Worker<'_> {
             date: sh.date.get(),
         };
         let conds = Conditions::from_head(&c.req, &c.req_data);
-        serve_hit(&mut c.out, &c.req, &conds, &serve, answer, &mut sh.stats);
+        let (status, bytes) = serve_hit(&mut c.out, &c.req, &conds, &serve, answer, &mut sh.stats);
+        crate::accesslog::answered(sh, c, status, "REVALIDATED", bytes);
         c.close_after |= close;
         self.release_upstream(cx, ut, reusable);
         Flow::Again
@@ -131,7 +132,7 @@ pub(crate) fn serve_hit(
     obj: &Object,
     answer: HitAnswer<'_>,
     st: &mut ProxyStats,
-) {
+) -> (u16, u64) {
     let HitAnswer {
         now,
         close,
@@ -172,6 +173,7 @@ pub(crate) fn serve_hit(
     };
     // The stored head without its blank line.
     let stored_fields = obj.head.len() - 2;
+    // The status and body length queued, for the access log.
     match decision {
         Answer::NotModified => {
             let v = out.own_mut();
@@ -179,6 +181,7 @@ pub(crate) fn serve_hit(
             let fields = &obj.head[obj.status_line_len.min(stored_fields)..stored_fields];
             respond::not_modified(v, date, fields);
             tail(v, None);
+            (304, 0)
         }
         Answer::PreconditionFailed | Answer::RangeNotSatisfiable { .. } => {
             // Generated here, not stored: no Age, no validators.
@@ -190,6 +193,7 @@ pub(crate) fn serve_hit(
             };
             let head_only = method == Method::Head;
             respond::simple_with(out.own_mut(), decision.status(), date, extra, why, head_only, persist);
+            (decision.status(), 0)
         }
         Answer::Partial { start, end, .. } => {
             encode::status_line(out.own_mut(), 206);
@@ -201,6 +205,7 @@ pub(crate) fn serve_hit(
             tail(v, decision.content_length());
             out.push_aggregate(&obj.body.slice(start as usize, end as usize));
             st.bytes_cache += end - start;
+            (206, end - start)
         }
         Answer::Full { body, .. } => {
             push_head(out, obj, 0);
@@ -210,6 +215,7 @@ pub(crate) fn serve_hit(
                 out.push_aggregate(&obj.body);
                 st.bytes_cache += len;
             }
+            (obj.status, if body { len } else { 0 })
         }
     }
 }

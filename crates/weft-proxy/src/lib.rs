@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod accesslog;
 pub mod acl;
 pub mod booster;
 mod cache;
@@ -175,7 +176,15 @@ impl Proxy {
             .via_name
             .clone()
             .unwrap_or_else(|| format!("{}:{}", hostname(), addr.port()));
+        let log = match &cfg.access_log {
+            Some(p) => Some(
+                weft_io::logfile::LogFile::open(p)
+                    .map_err(|e| io::Error::new(e.kind(), format!("cannot open access log {}: {e}", p.display())))?,
+            ),
+            None => None,
+        };
         let shared = Arc::new(WorkerShared {
+            log,
             cfg,
             store: store.clone(),
             disk: disk.clone(),
@@ -283,6 +292,8 @@ struct WorkerShared {
     via_name: String,
     budget: Arc<PipeBudget>,
     slots: Arc<Vec<stats::Slot>>,
+    /// `--access-log`, shared by the workers' buffers.
+    log: Option<Arc<weft_io::logfile::LogFile>>,
 }
 
 impl GroupStats for ProxyStats {
@@ -305,6 +316,10 @@ fn run_worker(shared: &WorkerShared, seat: WorkerSeat) -> io::Result<ProxyStats>
         resolver: &shared.resolver,
         via_name: shared.via_name.clone(),
         slot: &shared.slots[seat.index],
+        log: shared.log.as_ref().map(|f| {
+            let lines = accesslog::AccessLog::new(f.clone(), cfg.access_log_format, std::time::Instant::now());
+            accesslog::Log::new(lines)
+        }),
     });
     let stats = weft_io::with_backend!(cfg.event, P => {
         let mut cx = weft_io::Ctx::<P>::with_options(&cfg.event_options)?;

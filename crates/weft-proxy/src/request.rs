@@ -47,6 +47,9 @@ impl Worker<'_> {
                 self.sh.stats.bad_requests += 1;
                 // The method of a request that does not parse is not known:
                 // the body goes out (the connection closes after it).
+                let line = c.input.pending().len().min(8192);
+                crate::accesslog::keep_head(&self.sh, c, line);
+                crate::accesslog::answered(&mut self.sh, c, e.status, "-", 0);
                 reject(c, &self.sh.date, e.status, e.reason, false);
                 return Some(Flow::Again);
             }
@@ -56,9 +59,11 @@ impl Worker<'_> {
             c.requests += 1;
         }
         c.head_started = None;
+        crate::accesslog::keep_head(&self.sh, c, n);
         let head_only = c.req.method() == Method::Head;
         if !c.allowed {
             self.sh.stats.denied += 1;
+            crate::accesslog::answered(&mut self.sh, c, 403, "-", 0);
             reject(
                 c,
                 &self.sh.date,
@@ -78,6 +83,7 @@ impl Worker<'_> {
             Ok(f) => Some(f),
             Err((status, reason)) => {
                 self.sh.stats.bad_requests += 1;
+                crate::accesslog::answered(&mut self.sh, c, status, "-", 0);
                 reject(c, &self.sh.date, status, reason, head_only);
                 Some(Flow::Again)
             }
@@ -299,7 +305,9 @@ fn from_cache(
                         validated: false,
                         date: sh.date.get(),
                     };
-                    serve_hit(&mut c.out, req, &conds, &obj, answer, &mut sh.stats);
+                    let (status, bytes) = serve_hit(&mut c.out, req, &conds, &obj, answer, &mut sh.stats);
+                    let cache = if u == Usable::StaleAllowed { "STALE" } else { "HIT" };
+                    crate::accesslog::answered(sh, c, status, cache, bytes);
                     c.input.consume(n);
                     c.close_after |= close;
                     Some(Ok(Flow::Again))

@@ -321,6 +321,12 @@ impl Worker<'_> {
         let method = txn.method;
         let framing = resp.framing(method);
         txn.up_keep_alive = resp.keep_alive(method) && matches!(txn.body, ReqBody::None);
+        // The access log's cache field (a stored response not confirmed: replaced).
+        let cache = match (txn.stored.is_some(), txn.cacheable) {
+            (true, _) => "EXPIRED",
+            (false, true) => "MISS",
+            (false, false) => "BYPASS",
+        };
         // A revalidation answered 304: refresh the stored object and serve it.
         if let Some(stored) = txn.stored.take() {
             if status == 304 {
@@ -345,14 +351,20 @@ impl Worker<'_> {
         let client_close = f.close || !txn.client_keep_alive || sh.draining || !matches!(txn.body, ReqBody::None);
         txn.client_close = client_close;
         let persist = encode::Persist::new(client_close, txn.http10);
+        let announced = if method == Method::Head {
+            0
+        } else {
+            f.length.unwrap_or(0)
+        };
         write_client_head(&mut c.out, resp, rdata, sh, f, persist);
         crate::front::count_bytes(cfg, txn, n as u64 + resp.content_length().unwrap_or(0));
         txn.responded = true;
         u.buf.consume(n);
-        let Some(relay_framing) = relay_framing(framing, !txn.http10) else {
+        let (http10, request_time) = (txn.http10, txn.request_time);
+        crate::accesslog::answered(sh, c, status, cache, announced);
+        let Some(relay_framing) = relay_framing(framing, !http10) else {
             // No body: done now.
             if let Some(p) = plan {
-                let request_time = txn.request_time;
                 store_object(sh, &c.key, p, weft_buf::Aggregate::new(), request_time);
             }
             return self.finish_txn(cx, ct);

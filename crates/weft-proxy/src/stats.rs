@@ -146,6 +146,8 @@ weft_core::metrics! {
         pools: PoolGauges,
         /// System calls by kind.
         syscalls: SysCounts,
+        /// Responses by status class (`accesslog::answered`).
+        status: metrics::StatusClasses,
     }
 }
 
@@ -205,7 +207,7 @@ mod tests {
         assert_eq!(a.hits, 6);
         let j = a.to_json();
         assert!(j.contains("\"hits\":6,") && j.contains("\"bytes_spliced\":20,"), "{j}");
-        assert!(j.ends_with("\"syscalls\":{}}"), "{j}");
+        assert!(j.ends_with("\"syscalls\":{},\"status\":{}}"), "{j}");
     }
 
     /// Every counter, in the order and with the keys the JSON had before the
@@ -234,7 +236,7 @@ mod tests {
         }
         want.push_str("\"pools\":");
         want.push_str(&PoolGauges::default().to_json());
-        want.push_str(",\"syscalls\":{\"splice\":4}}");
+        want.push_str(",\"syscalls\":{\"splice\":4},\"status\":{}}");
         assert_eq!(s.to_json(), want);
         let text = render_prometheus(&[Slot::default()]);
         assert!(

@@ -263,6 +263,7 @@ impl Worker<'_> {
             let v = c.out.own_mut();
             respond::simple(v, status, date, b"", reason, head_only, persist);
         }
+        crate::accesslog::answered(&mut self.sh, c, status, "-", 0);
         if !keep {
             c.close_after = true;
             c.linger_on_close = body_pending;

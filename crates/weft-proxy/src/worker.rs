@@ -166,6 +166,8 @@ pub(crate) struct Shared<'a> {
     /// Response times (see `stats::LATENCY_HELP`), published to the
     /// worker's latency slot about once a second.
     pub(crate) latency: weft_core::metrics::Latency,
+    /// `--access-log`: this worker's buffer of lines.
+    pub(crate) log: Option<crate::accesslog::Log>,
     /// Idle upstream connections.
     pub(crate) pool: UpstreamPool,
     pub(crate) dns: DnsCache,
@@ -220,6 +222,7 @@ pub struct WorkerSetup<'a> {
     pub resolver: &'a Resolver,
     pub via_name: String,
     pub slot: &'a Slot,
+    pub log: Option<crate::accesslog::Log>,
 }
 
 impl<'a> Worker<'a> {
@@ -244,6 +247,7 @@ impl<'a> Worker<'a> {
                 open_clients: 0,
                 open_upstreams: 0,
                 latency: weft_core::metrics::Latency::new(),
+                log: s.log,
                 pool: UpstreamPool::default(),
                 dns: DnsCache::new(s.cfg.dns_ttl),
                 resolver: s.resolver,
@@ -606,7 +610,12 @@ impl<'a> Worker<'a> {
             let Some(c) = client_of(&mut self.slab, t) else {
                 continue;
             };
-            if c.is_idle() && !c.lingering {
+            let until = c.last_activity + weft_io::group::DRAIN_QUIET;
+            if c.is_idle() && !c.lingering && until > cx.now {
+                // A client may be sending its next request right now.
+                c.deadline = Some(until);
+                arm(cx, t, until, &mut c.timer_at);
+            } else if c.is_idle() && !c.lingering {
                 self.close_client(cx, t);
             } else {
                 c.close_after = true;
@@ -791,6 +800,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         }
         self.decay_pools(cx.now);
         self.booster_tick(cx.now);
+        if let Some(log) = &mut self.sh.log {
+            log.flush_if_due(cx.now);
+        }
         self.slot.publish(&self.stats());
         self.slot.latency.publish(&mut self.sh.latency, cx.now);
         if self.door.due(cx) {
@@ -818,6 +830,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             // Wake to shrink the pools and publish the latencies.
             decay.then_some(POOL_DECAY_EVERY),
             self.door.max_wait(),
+            self.sh.log.as_ref().and_then(|l| l.max_wait()),
             self.lanes
                 .next_retry()
                 .map(|t| t.saturating_duration_since(Instant::now())),
@@ -834,5 +847,8 @@ impl Drop for Worker<'_> {
         // The last latencies recorded reach the slot (a scrape after stop,
         // and the sum at exit, see them).
         self.slot.latency.flush(&mut self.sh.latency);
+        if let Some(log) = &mut self.sh.log {
+            log.flush(Instant::now());
+        }
     }
 }

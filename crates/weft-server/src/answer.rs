@@ -29,6 +29,8 @@ pub(crate) fn serve_target(
 ) -> (u16, u64) {
     let data = &c.input.pending()[..head_len];
     let mut target = s.head.target(data);
+    let cfg = s.cfg;
+    let site = crate::vhost::site_of(cfg.site_table.as_deref(), &s.head, data, target);
     if s.head.is_absolute_form() {
         // http://authority/path → /path (RFC 9112 §3.2.2: servers accept absolute-form).
         let after_scheme = target.windows(3).position(|w| w == b"://").map(|i| i + 3).unwrap_or(0);
@@ -62,6 +64,7 @@ pub(crate) fn serve_target(
             return (e.status(), n);
         }
     };
+    let (root_len, index, autoindex, cache_control) = crate::vhost::enter(site, &mut s.rel, cfg.autoindex);
     let date = s.date.get();
     let Some(files) = s.files.as_mut() else {
         // The built-in demo site.
@@ -93,7 +96,7 @@ pub(crate) fn serve_target(
                 let n = respond::simple(c.out.own_mut(), 404, date, b"", "", head_only, persist);
                 return (404, n);
             }
-            serve_file(c, s, head_len, f, persist, head_only)
+            serve_file(c, s, head_len, f, (persist, head_only), cache_control)
         }
         Lookup::Dir(dirfd) => {
             if !info.trailing_slash {
@@ -109,24 +112,24 @@ pub(crate) fn serve_target(
                 return (301, n);
             }
             let dir_len = s.rel.len();
-            if dir_len > 0 {
+            if dir_len > root_len {
                 s.rel.push(b'/');
             }
-            s.rel.extend_from_slice(b"index.html");
+            s.rel.extend_from_slice(index);
             let found = files.lookup(&s.rel, now, inline);
             if matches!(found, Lookup::Miss) {
                 return wait_open(c, s, persist, head_only);
             }
             s.rel.truncate(dir_len);
             match found {
-                Lookup::File(f) => serve_file(c, s, head_len, f, persist, head_only),
-                _ if s.cfg.autoindex => {
+                Lookup::File(f) => serve_file(c, s, head_len, f, (persist, head_only), cache_control),
+                _ if autoindex => {
                     let dirfd = match dirfd {
                         Some(fd) => Ok(fd),
                         None => files.open_dir(&s.rel),
                     };
                     match dirfd {
-                        Ok(fd) => autoindex(c, s, fd, persist, head_only),
+                        Ok(fd) => listing(c, s, fd, root_len, (persist, head_only)),
                         Err(_) => (
                             403,
                             respond::simple(c.out.own_mut(), 403, date, b"", "", head_only, persist),
@@ -187,7 +190,9 @@ fn unavailable(c: &mut Conn, s: &mut Shared<'_>, persist: Persist, head_only: bo
     (503, n)
 }
 
-fn autoindex(c: &mut Conn, s: &mut Shared<'_>, dirfd: Fd, persist: Persist, head_only: bool) -> (u16, u64) {
+/// A directory listing; `root_len`: the site prefix of `s.rel`, not shown.
+fn listing(c: &mut Conn, s: &mut Shared<'_>, dirfd: Fd, root_len: usize, how: (Persist, bool)) -> (u16, u64) {
+    let (persist, head_only) = how;
     let date = s.date.get();
     let entries = match sys::read_dir(&dirfd, 10_000) {
         Ok(e) => e,
@@ -210,8 +215,9 @@ fn autoindex(c: &mut Conn, s: &mut Shared<'_>, dirfd: Fd, persist: Persist, head
             })
         })
         .collect();
-    let shown = format!("/{}/", String::from_utf8_lossy(&s.rel));
-    let shown = if s.rel.is_empty() { "/".to_string() } else { shown };
+    let rel = &s.rel[root_len.min(s.rel.len())..];
+    let shown = format!("/{}/", String::from_utf8_lossy(rel));
+    let shown = if rel.is_empty() { "/".to_string() } else { shown };
     let mut page = Vec::with_capacity(4096);
     crate::autoindex::render(&shown, &mut items, &mut page);
     respond::start_head(c.out.own_mut(), 200, date);
@@ -231,8 +237,8 @@ fn serve_file(
     s: &mut Shared<'_>,
     head_len: usize,
     f: Rc<CachedFile>,
-    persist: Persist,
-    head_only: bool,
+    (persist, head_only): (Persist, bool),
+    cache_control: Option<&[u8]>,
 ) -> (u16, u64) {
     let data = &c.input.pending()[..head_len];
     let date = s.date.get();
@@ -273,6 +279,9 @@ fn serve_file(
         Answer::NotModified => {
             // Only what RFC 9110 §15.4.5 lists: here the ETag (no Content-Type).
             respond::not_modified(out, date, &f.fields);
+            if let Some(cc) = cache_control {
+                out.extend_from_slice(cc); // RFC 9110 §15.4.5 lists it too
+            }
             respond::end_head(out, None, persist);
             return (status, 0);
         }
@@ -314,6 +323,9 @@ fn serve_file(
         let etag = weft_http::make_etag(f.stat.ino, f.stat.size, f.stat.mtime_ns);
         crate::files::write_fields(out, f.content_type, &f.stat, &etag);
     }
+    if let Some(cc) = cache_control {
+        out.extend_from_slice(cc);
+    }
     if let Some(r) = answer.content_range() {
         encode::content_range(out, r);
     }
@@ -322,6 +334,11 @@ fn serve_file(
         return (status, answer.content_length().unwrap_or(0));
     };
     let (start, end) = (range.start, range.end);
+    s.cache_status = Some(if object.is_some() || f.body.is_some() {
+        "HIT"
+    } else {
+        "MISS"
+    });
     if let Some(o) = object {
         let body = o.body().slice(start as usize, end as usize);
         s.stats.bytes_object += end - start;

@@ -169,6 +169,10 @@ pub struct ServeConfig {
     pub test_miss: bool,
     /// Test only: each helper job first sleeps this long (a slow disk).
     pub test_disk_delay: Duration,
+    /// Virtual hosts (`[[serve.site]]`, `--site`).
+    pub sites: Vec<crate::vhost::SiteSpec>,
+    /// The sites' name tables, built by `Server::start` (None: no sites).
+    pub site_table: Option<std::sync::Arc<crate::vhost::Sites>>,
 }
 
 impl Default for ServeConfig {
@@ -218,6 +222,8 @@ impl Default for ServeConfig {
             zero_copy_send: false,
             test_miss: false,
             test_disk_delay: Duration::ZERO,
+            sites: Vec::new(),
+            site_table: None,
         }
     }
 }

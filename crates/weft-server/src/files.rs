@@ -115,6 +115,9 @@ pub enum Lookup {
 /// The cache.
 pub struct FileCache {
     root: Arc<Fd>,
+    /// Virtual hosts' roots: a path starting with NUL and a two-byte site
+    /// number `n` opens below `sites[n - 1]` (`vhost.rs`).
+    sites: Vec<Arc<Fd>>,
     resolve: Resolve,
     entries: HashMap<Box<[u8]>, Rc<CachedFile>>,
     max_entries: usize,
@@ -153,6 +156,7 @@ impl FileCache {
     ) -> FileCache {
         FileCache {
             root: Arc::new(root),
+            sites: Vec::new(),
             resolve: if follow_symlinks {
                 Resolve::FollowSymlinks
             } else {
@@ -173,9 +177,22 @@ impl FileCache {
         }
     }
 
-    /// The root and how paths below it resolve, for a helper's open.
-    pub fn root(&self) -> (&Arc<Fd>, Resolve) {
-        (&self.root, self.resolve)
+    /// Open the virtual hosts' roots beside the top-level one (`vhost.rs`).
+    pub fn with_sites(mut self, roots: Vec<Fd>) -> FileCache {
+        self.sites = roots.into_iter().map(Arc::new).collect();
+        self
+    }
+
+    /// The root `rel` opens below, `rel` without its site prefix, and how
+    /// paths below the root resolve (for a helper's open too).
+    pub fn root_for<'r>(&self, rel: &'r [u8]) -> (&Arc<Fd>, &'r [u8], Resolve) {
+        if let [0, hi, lo, rest @ ..] = rel {
+            let n = u16::from_be_bytes([*hi, *lo]) as usize;
+            if let Some(root) = n.checked_sub(1).and_then(|i| self.sites.get(i)) {
+                return (root, rest, self.resolve);
+            }
+        }
+        (&self.root, rel, self.resolve)
     }
 
     /// A helper opened `rel` for a [`Lookup::Miss`]: the next lookup of
@@ -428,6 +445,8 @@ impl FileCache {
     }
 
     fn open(&mut self, rel: &[u8]) -> io::Result<(Fd, FileStat)> {
+        let (root, rel, resolve) = self.root_for(rel);
+        let root = Arc::clone(root);
         self.path.clear();
         if rel.is_empty() {
             self.path.push(b'.');
@@ -435,7 +454,7 @@ impl FileCache {
             self.path.extend_from_slice(rel);
         }
         let c = CString::new(self.path.as_slice()).map_err(|_| io::Error::from(sys::Errno::InvalidInput))?;
-        let fd = sys::open_beneath(&*self.root, &c, self.resolve)?;
+        let fd = sys::open_beneath(&*root, &c, resolve)?;
         let st = sys::fstat(&fd)?;
         Ok((fd, st))
     }

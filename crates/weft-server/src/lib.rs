@@ -37,6 +37,7 @@ pub mod path;
 mod respond;
 pub mod stats;
 mod stream;
+pub mod vhost;
 pub mod worker;
 
 pub use config::{Arch, ResidencyTest, SendMode, ServeConfig};
@@ -71,23 +72,27 @@ impl GroupStats for ServeStats {
 impl Server {
     /// Bind, spawn the workers and return at once. Call [`Server::wait`] to
     /// block until shutdown.
-    pub fn start(cfg: ServeConfig) -> io::Result<Server> {
+    pub fn start(mut cfg: ServeConfig) -> io::Result<Server> {
         let nofile = sys::raise_nofile_limit().unwrap_or(1024);
         weft_core::debug!("descriptor limit {nofile}");
         let workers = cfg.workers.max(1);
         memory::watch(cfg.memory_pressure).map_err(io::Error::other)?;
-        // Fail early, with the path in the message, if the root is unusable.
-        let root_path = match &cfg.root {
-            Some(p) => {
-                let c = CString::new(p.as_os_str().as_bytes())
-                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "root path contains NUL"))?;
-                let fd = sys::open_dir(&c)
-                    .map_err(|e| io::Error::new(e.kind(), format!("cannot open document root {}: {e}", p.display())))?;
-                drop(fd);
-                Some(c)
+        // Fail early, with the path in the message, if a root is unusable.
+        let mut site_roots = Vec::with_capacity(cfg.sites.len());
+        if !cfg.sites.is_empty() {
+            let sites = vhost::Sites::new(&cfg.sites, cfg.root.is_some(), cfg.autoindex)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            for p in sites.roots() {
+                site_roots.push(checked_root(p)?);
             }
-            None => None,
+            cfg.site_table = Some(Arc::new(sites));
+        }
+        let root_path = match &cfg.root {
+            Some(p) => Some(checked_root(p)?),
+            // Only sites: the first one's root stands in (site 0 is never chosen).
+            None => site_roots.first().cloned(),
         };
+        let root_path = root_path.map(|r| (r, site_roots));
         let log_fd = match &cfg.access_log {
             Some(p) => Some(
                 weft_io::logfile::LogFile::open(p)
@@ -144,6 +149,9 @@ impl Server {
             None => None,
         };
         if cfg.arch == Arch::Mp {
+            // The parent's listener closes once the processes listen: no
+            // copy may outlive it (MP does not reload in place).
+            weft_io::group::handover::forget(cfg.listen);
             return blocking::start_mp(cfg, listeners, addr, admin_addr, slots);
         }
         let helpers = match (cfg.arch, &root_path) {
@@ -187,6 +195,17 @@ impl Server {
     }
 }
 
+/// A document root as a C string, opened once to fail early with the path
+/// in the message.
+fn checked_root(p: &std::path::Path) -> io::Result<CString> {
+    let c = CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "root path contains NUL"))?;
+    let fd = sys::open_dir(&c)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot open document root {}: {e}", p.display())))?;
+    drop(fd);
+    Ok(c)
+}
+
 /// AMPED's helper pool: one for all workers, threads started on demand.
 fn start_helpers(cfg: &ServeConfig, workers: usize) -> io::Result<worker::amped::Helpers> {
     let mailboxes = Arc::new(weft_io::Mailboxes::new(workers)?);
@@ -214,12 +233,12 @@ type WorkerExtras = (
 fn run_worker(
     cfg: &ServeConfig,
     seat: WorkerSeat,
-    root: Option<CString>,
+    root: Option<(CString, Vec<CString>)>,
     (log_fd, handoff, helpers): WorkerExtras,
     slot: &admin::WorkerSlot,
 ) -> io::Result<ServeStats> {
     let files = match root {
-        Some(c) => {
+        Some((c, sites)) => {
             let dir = sys::open_dir(&c)?;
             // With the object cache, file bytes are page-cache mappings only
             // (no heap copies of small files).
@@ -232,14 +251,10 @@ fn run_worker(
                 0 => (cfg.file_cache_entries, std::time::Duration::ZERO),
                 n => (cfg.file_cache_entries.min(n), cfg.file_cache_valid),
             };
-            Some(files::FileCache::new(
-                dir,
-                cfg.follow_symlinks,
-                entries,
-                valid,
-                small,
-                cfg.file_cache,
-            ))
+            Some(
+                files::FileCache::new(dir, cfg.follow_symlinks, entries, valid, small, cfg.file_cache)
+                    .with_sites(sites.iter().map(|c| sys::open_dir(c)).collect::<io::Result<_>>()?),
+            )
         }
         None => None,
     };

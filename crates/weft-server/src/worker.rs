@@ -130,6 +130,10 @@ pub(crate) struct Shared<'a> {
     pub(crate) feeds: std::collections::HashMap<Token, crate::stream::Feed>,
     /// Memory-pressure notifications already followed (`crate::memory`).
     pub(crate) pressure_seen: u64,
+    /// The access log's cache field for the response just answered: `HIT`
+    /// (the body from memory: the object cache or a small file's copy),
+    /// `MISS` (read or sent from the file); None: `-`.
+    pub(crate) cache_status: Option<&'static str>,
 }
 
 /// One worker's handler.
@@ -198,6 +202,7 @@ impl<'a> Worker<'a> {
                 in_flight: None,
                 feeds: std::collections::HashMap::new(),
                 pressure_seen: 0,
+                cache_status: None,
                 objects: (cfg.object_cache > 0)
                     .then(|| crate::objects::Objects::new(cfg.object_cache, cfg.cache_policy)),
             },
@@ -474,6 +479,15 @@ impl<'a> Worker<'a> {
         }
         for t in self.conns.tokens() {
             let idle = self.conns.get(t).map(|c| c.is_idle() && !c.lingering).unwrap_or(false);
+            let quiet = self.conns.get(t).map(|c| c.last_activity + weft_io::group::DRAIN_QUIET);
+            if let (true, Some(until), Some(c)) = (idle, quiet, self.conns.get_mut(t)) {
+                if until > cx.now {
+                    // A client may be sending its next request right now.
+                    c.deadline = until;
+                    timer::arm(cx, t, until, &mut c.timer_at);
+                    continue;
+                }
+            }
             if idle {
                 self.close(cx, t);
             } else if let Some(c) = self.conns.get_mut(t) {
@@ -886,6 +900,7 @@ fn reject(c: &mut Conn, s: &mut Shared<'_>, status: u16, reason: &str, wall: Sys
 fn count_and_log(c: &Conn, s: &mut Shared<'_>, head_len: usize, response: (u16, u64, bool), wall: SystemTime) {
     let (status, bytes, head_only) = response;
     s.stats.status.count(status);
+    let cache = s.cache_status.take();
     if let Some(log) = &mut s.log {
         let took = c.head_started.map(|t| t.elapsed());
         let e = crate::accesslog::Entry {
@@ -895,7 +910,7 @@ fn count_and_log(c: &Conn, s: &mut Shared<'_>, head_len: usize, response: (u16, 
             wall,
             head_only,
             took,
-            cache: None,
+            cache,
         };
         log.log(&s.head, &c.input.pending()[..head_len], &e);
     }

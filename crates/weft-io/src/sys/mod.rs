@@ -22,6 +22,7 @@ pub mod pressure;
 pub mod privilege;
 pub mod residency;
 mod shared_words;
+pub mod signal;
 pub mod sockmem;
 pub mod sockopt;
 pub mod splice;

@@ -123,10 +123,10 @@ impl Amped {
                 let Some(files) = s.files.as_ref() else {
                     return false;
                 };
-                let Ok(path) = std::ffi::CString::new(if rel.is_empty() { &b"."[..] } else { &rel[..] }) else {
+                let (root, path, resolve) = files.root_for(&rel);
+                let Ok(path) = std::ffi::CString::new(if path.is_empty() { &b"."[..] } else { path }) else {
                     return false;
                 };
-                let (root, resolve) = files.root();
                 let preload = match s.cfg.send {
                     SendMode::Auto => s.cfg.small_file_max,
                     _ => 0,

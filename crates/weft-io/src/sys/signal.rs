@@ -1,0 +1,69 @@
+//! The signals of a long-running role with reload: SIGTERM/SIGINT (stop),
+//! SIGHUP (reload), all taken by one thread with `sigwait`; and sending
+//! SIGHUP to a running weft (`weft reload`).
+
+use std::io;
+use std::mem::MaybeUninit;
+
+/// A control signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// SIGTERM or SIGINT (the number).
+    Stop(i32),
+    /// SIGHUP.
+    Reload,
+}
+
+fn control_set() -> libc::sigset_t {
+    // SAFETY: the set is initialised by sigemptyset before sigaddset.
+    unsafe {
+        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(set.as_mut_ptr());
+        libc::sigaddset(set.as_mut_ptr(), libc::SIGTERM);
+        libc::sigaddset(set.as_mut_ptr(), libc::SIGINT);
+        libc::sigaddset(set.as_mut_ptr(), libc::SIGHUP);
+        set.assume_init()
+    }
+}
+
+/// Block SIGHUP in the calling thread and those it spawns afterwards (with
+/// [`super::block_shutdown_signals`] for the others), so only
+/// [`wait_control`] takes it.
+pub fn block_reload_signal() -> io::Result<()> {
+    let set = control_set();
+    // SAFETY: set is a valid, initialised sigset_t.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Wait for SIGTERM, SIGINT or SIGHUP (which must be blocked).
+pub fn wait_control() -> io::Result<Control> {
+    let set = control_set();
+    let mut sig: libc::c_int = 0;
+    // SAFETY: set is initialised; sig is a valid out-parameter.
+    let rc = unsafe { libc::sigwait(&set, &mut sig) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(if sig == libc::SIGHUP {
+        Control::Reload
+    } else {
+        Control::Stop(sig)
+    })
+}
+
+/// Send SIGHUP to process `pid` (`weft reload`).
+pub fn send_hangup(pid: u32) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    if pid <= 1 {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: kill has no memory arguments.
+    if unsafe { libc::kill(pid, libc::SIGHUP) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
