@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{pattern, per_backend, send_with_fin, weft_bin, ReadErr, Response as Resp, TempDir, Weft};
+use common::{
+    counter, pattern, per_backend, send_with_fin, stop_stats, weft_bin, ReadErr, Response as Resp, TempDir, Weft,
+};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -380,34 +382,12 @@ fn fetch(p: &Weft, url: &str, extra: &str) -> Resp {
     Conn::to(p.addr).get(url, extra)
 }
 
-/// Stop the proxy with SIGTERM and return its `--stats-on-exit` JSON total.
-fn stop_stats(mut p: Weft) -> String {
-    p.terminate();
-    assert_eq!(p.wait_exit(Duration::from_secs(15)), Some(0), "{}", p.stderr());
-    let err = p.stderr();
-    err.lines()
-        .find(|l| l.starts_with("{\"total\""))
-        .unwrap_or_else(|| panic!("no stats in: {err}"))
-        .to_string()
-}
-
 /// A counter of the disk store in `stop_stats` JSON.
 fn disk_counter(json: &str, name: &str) -> u64 {
     let i = json
         .find("\"disk\":{")
         .unwrap_or_else(|| panic!("no disk store in {json}"));
     counter(&json[i..], name)
-}
-
-fn counter(json: &str, name: &str) -> u64 {
-    let key = format!("\"{name}\":");
-    let i = json.find(&key).unwrap_or_else(|| panic!("{name} not in {json}")) + key.len();
-    json[i..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
 }
 
 // ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{pattern, Weft};
+use common::{counter, pattern, stop_stats, Weft};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -104,27 +104,6 @@ fn round_trip(s: TcpStream, data: Vec<u8>) -> Vec<u8> {
     s.read_to_end(&mut got).unwrap();
     writer.join().unwrap();
     got
-}
-
-fn stop_stats(mut p: Weft) -> String {
-    p.terminate();
-    assert_eq!(p.wait_exit(Duration::from_secs(15)), Some(0), "{}", p.stderr());
-    let err = p.stderr();
-    err.lines()
-        .find(|l| l.starts_with("{\"total\""))
-        .unwrap_or_else(|| panic!("no stats in: {err}"))
-        .to_string()
-}
-
-fn counter(json: &str, name: &str) -> u64 {
-    let key = format!("\"{name}\":");
-    let i = json.find(&key).unwrap_or_else(|| panic!("{name} not in {json}")) + key.len();
-    json[i..]
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
 }
 
 /// Run `f` against a sockmap proxy, or say why sockmap is unavailable here.

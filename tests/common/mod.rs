@@ -533,3 +533,26 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// Stop a role with SIGTERM and return its `--stats-on-exit` JSON total.
+pub fn stop_stats(mut p: Weft) -> String {
+    p.terminate();
+    assert_eq!(p.wait_exit(Duration::from_secs(15)), Some(0), "{}", p.stderr());
+    let err = p.stderr();
+    err.lines()
+        .find(|l| l.starts_with("{\"total\""))
+        .unwrap_or_else(|| panic!("no stats in: {err}"))
+        .to_string()
+}
+
+/// A number-valued key of a JSON text (the first one of that name).
+pub fn counter(json: &str, name: &str) -> u64 {
+    let key = format!("\"{name}\":");
+    let i = json.find(&key).unwrap_or_else(|| panic!("{name} not in {json}")) + key.len();
+    json[i..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
