@@ -409,7 +409,11 @@ fn linked_keep_copy_survives_a_client_abort() {
     // Read a little, then hang up.
     let mut first = vec![0u8; 10_000];
     let (mut may_read, mut may_write) = (true, true);
-    let mut aborted = false;
+    let (mut aborted, mut got) = (false, 0);
+    let mut cl = r.cl_r.try_clone().unwrap();
+    // Non-blocking: the first Wait may come before any byte reached the
+    // client (a blocking read here would wait for a relay nobody pumps).
+    cl.set_nonblocking(true).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         match r.pump(&mut relay, None, &mut may_read, &mut may_write) {
@@ -417,10 +421,15 @@ fn linked_keep_copy_survives_a_client_abort() {
             Pump::Yield => {}
             Pump::Wait { .. } => {
                 if !aborted {
-                    let mut cl = r.cl_r.try_clone().unwrap();
-                    cl.read_exact(&mut first).unwrap();
-                    cl.shutdown(std::net::Shutdown::Both).unwrap();
-                    aborted = true;
+                    match cl.read(&mut first[got..]) {
+                        Ok(n) => got += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("client read: {e}"),
+                    }
+                    if got == first.len() {
+                        cl.shutdown(std::net::Shutdown::Both).unwrap();
+                        aborted = true;
+                    }
                 }
                 std::thread::sleep(std::time::Duration::from_millis(1));
                 may_read = true;
