@@ -112,12 +112,16 @@ class MemCgroup:
                 pass
 
 
-def start_server(lab, net, kind: str, www: str, cg: MemCgroup):
+def start_server(lab, net, kind: str, www: str, cg: MemCgroup | None = None):
+    """Start `kind` (weft serve SEND or nginx) in the server namespace, inside
+    the memory cgroup `cg` when given (the booster and zerocopy experiments
+    share this helper without a memory limit)."""
     devnull = open(os.devnull, "w")
+    wrap = cg.wrap if cg is not None else (lambda argv: argv)
     if kind.startswith("weft"):
         send = kind.split()[1]
         argv = [lab.weft, "serve", www, "--listen", "0.0.0.0:8080", "--send", send, "--workers", "1", "--send-buffer", str(SEND_BUFFER)]
-        return subprocess.Popen(cg.wrap(net.argv("server", argv)), stdout=devnull, stderr=devnull, start_new_session=True)
+        return subprocess.Popen(wrap(net.argv("server", argv)), stdout=devnull, stderr=devnull, start_new_session=True)
     run = os.path.join(lab.scratch, "nginx")
     os.makedirs(run, exist_ok=True)
     with open(os.path.join(servers.ANCHOR_DIR, "nginx_static_w1.conf")) as f:
@@ -126,7 +130,7 @@ def start_server(lab, net, kind: str, www: str, cg: MemCgroup):
     with open(conf, "w") as f:
         f.write(servers.edit_config(text, [("listen 127.0.0.1:8080 backlog=4096;", f"listen 0.0.0.0:8080 backlog=4096 sndbuf={SEND_BUFFER // 1024}k;")]))
     argv = net.argv("server", ["nginx", "-c", conf, "-p", run])
-    return subprocess.Popen(cg.wrap(argv), stdout=devnull, stderr=devnull, start_new_session=True)
+    return subprocess.Popen(wrap(argv), stdout=devnull, stderr=devnull, start_new_session=True)
 
 
 def measure(lab, net, urls: str, clients: int, seconds: float, mean_size: float) -> dict:
