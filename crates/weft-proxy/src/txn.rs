@@ -367,7 +367,9 @@ impl Worker<'_> {
                 Flow::Closed
             }
             Pump::UpstreamFailed(reason) => {
-                weft_core::debug!("{reason}");
+                // Warn, as nginx logs "upstream prematurely closed": the
+                // client gets a cut response, which an operator should see.
+                weft_core::warn!("{reason}: the client's response is cut");
                 let relay = txn.relay.take().expect("present");
                 relay.abandon(&mut sh.stats, true);
                 // Never a short response that looks complete: close the client.
