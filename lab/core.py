@@ -87,6 +87,11 @@ class Lab:
         return servers.ServerPool(self.scratch, www, self.weft, log=self.log)
 
     def cleanup(self) -> None:
+        # WEFT_LAB_KEEP=1 keeps the scratch directory (the servers' logs
+        # and stderr, the load reports) to read after a failed run.
+        if os.environ.get("WEFT_LAB_KEEP"):
+            self.log(f"scratch kept (WEFT_LAB_KEEP): {self.scratch}")
+            return
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
