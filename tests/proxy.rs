@@ -743,6 +743,27 @@ mod scenarios {
         assert_eq!(counter(&stop_stats(p), "sessions_client_abort"), 0);
     }
 
+    /// A close-delimited response (the client connection ends with it),
+    /// too long for the sockets' buffers, and the client's next request
+    /// arriving while it is relayed: the proxy closes lingering, so every
+    /// byte arrives and then the end of stream, not a reset that cuts it.
+    pub fn close_delimited_with_a_request_behind(event: &str) {
+        let o = Origin::start();
+        let len = 16 << 20;
+        for splice in ["on", "off"] {
+            let p = start_proxy(&["--event", event, "--splice", splice]);
+            let url = o.url(&format!("/close/{len}?cc=no-store&s={splice}"));
+            let mut c = Conn::to(p.addr);
+            c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            std::thread::sleep(Duration::from_millis(150));
+            c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            std::thread::sleep(Duration::from_millis(50));
+            let r = c.read(false).unwrap();
+            assert_eq!(r.body.len(), len, "{event} splice {splice}: the response is whole");
+            assert!(r.body == pattern(len), "{event} splice {splice}: bytes differ");
+        }
+    }
+
     /// An upstream that closes mid-body: the client connection is closed
     /// (never a short response that looks complete) and nothing is cached.
     pub fn upstream_close_mid_body(event: &str) {
@@ -937,6 +958,7 @@ per_backend!(
     connect_tunnel,
     client_abort_keep_copy_fills_cache,
     upstream_close_mid_body,
+    close_delimited_with_a_request_behind,
     origin_reset_mid_body,
     revalidation,
     vary,

@@ -408,6 +408,29 @@ mod scenarios {
         }
     }
 
+    /// The server ends a connection (`--max-requests 1`) with a response
+    /// too long for the socket's buffers, and the client's next request
+    /// arrives while it is sent: the server closes lingering, so the client
+    /// reads the whole response and then the end of stream. (A close with
+    /// unread bytes makes the kernel reset the connection, and the reset
+    /// throws away what the client has not read yet: a cut response.)
+    pub fn close_with_bytes_unread_lingers(event: &str) {
+        let site = site();
+        let len = 16 << 20;
+        site.write("huge.bin", &pattern(len));
+        let w = one_worker(&site, event, &["--max-requests", "1"]);
+        let mut c = Reader::new(w.connect());
+        c.send(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+        // The server fills the socket and waits; then the next request comes.
+        std::thread::sleep(Duration::from_millis(100));
+        c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+        std::thread::sleep(Duration::from_millis(50));
+        let r = c.response(false);
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(r.body == pattern(len), "{event}: the response is whole");
+        assert!(c.closed(), "{event}: then the end of stream");
+    }
+
     pub fn graceful_shutdown(event: &str) {
         let d = TempDir::new("grace");
         let size = 16 << 20;
@@ -511,6 +534,7 @@ per_backend!(
     slow_header_timeout,
     many_connections,
     byte_exact_bodies,
+    close_with_bytes_unread_lingers,
     graceful_shutdown,
     access_log,
     demo_site,

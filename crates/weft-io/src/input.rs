@@ -16,6 +16,21 @@
 
 use crate::sys::{self, FdArg};
 use std::io;
+use std::time::Duration;
+
+/// How long a lingering close waits for the peer's end of stream.
+pub const LINGER_TIME: Duration = Duration::from_secs(2);
+/// Bytes a lingering close reads (per wake-up) before it gives up and closes.
+pub const LINGER_MAX: usize = 256 * 1024;
+
+/// What [`InputBuf::linger`] leaves the connection to do.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Linger {
+    /// The socket ran dry: wait for more (or for the linger deadline).
+    Wait,
+    /// End of stream, an error, or [`LINGER_MAX`] bytes thrown away: close now.
+    Close,
+}
 
 /// What one [`InputBuf::fill`] brought.
 #[derive(Debug)]
@@ -360,6 +375,36 @@ impl InputBuf {
         self.clear();
         self.release(pool);
     }
+
+    /// One step of a lingering close (nginx's `lingering_close`): after our
+    /// side is shut down (`sys::shutdown_write`), read and throw away what the
+    /// peer still sends until it closes. Closing a socket with unread bytes
+    /// makes the kernel answer with RST, and a RST discards whatever of our
+    /// last response the peer has not read yet: a request body we never read,
+    /// or pipelined requests behind the last answered one, would cut that
+    /// response. Pending bytes are dropped; the storage never grows (one pool
+    /// buffer is enough to throw bytes away) and goes back when the socket
+    /// runs dry. The caller closes at [`LINGER_TIME`] at the latest.
+    pub fn linger(&mut self, fd: impl FdArg + Copy, pool: &mut BufPool) -> Linger {
+        self.clear();
+        let mut total = 0usize;
+        loop {
+            match self.fill(fd, pool.buf_size(), pool) {
+                Fill::Data(n) => {
+                    self.clear();
+                    total += n;
+                    if total > LINGER_MAX {
+                        return Linger::Close;
+                    }
+                }
+                Fill::WouldBlock => {
+                    self.release(pool);
+                    return Linger::Wait;
+                }
+                Fill::Eof | Fill::Full | Fill::Reset(_) => return Linger::Close,
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -368,6 +413,53 @@ mod tests {
 
     fn pipe() -> (sys::Fd, sys::Fd) {
         sys::pipe().unwrap()
+    }
+
+    #[test]
+    fn linger_throws_bytes_away_until_the_end_of_stream() {
+        let (r, w) = pipe();
+        let mut pool = BufPool::new(16, 4);
+        let mut b = InputBuf::new();
+        sys::write(w.raw(), b"a pipelined request the answer will never see").unwrap();
+        b.fill(&r, 8, &mut pool);
+        assert_eq!(b.linger(&r, &mut pool), Linger::Wait, "dry: wait for more");
+        assert!(b.is_empty() && !b.has_storage(), "nothing kept while waiting");
+        sys::write(w.raw(), &[7u8; 100]).unwrap();
+        drop(w);
+        assert_eq!(b.linger(&r, &mut pool), Linger::Close, "the end of stream closes");
+        assert_eq!(pool.lent(), 0);
+    }
+
+    #[test]
+    fn linger_gives_up_past_its_cap() {
+        let (r, w) = pipe();
+        let mut pool = BufPool::new(4096, 4);
+        let mut b = InputBuf::new();
+        let chunk = vec![1u8; 64 * 1024];
+        let writer = std::thread::spawn(move || {
+            // Until the reader is gone (EPIPE); bounded in case it never goes.
+            for _ in 0..100_000 {
+                match sys::write(w.raw(), &chunk) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(std::time::Duration::from_micros(200))
+                    }
+                    Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        });
+        // A pipe's writes go through in 64 KiB steps: wait for each.
+        let mut verdict = Linger::Wait;
+        for _ in 0..10_000 {
+            verdict = b.linger(&r, &mut pool);
+            if verdict == Linger::Close {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(verdict, Linger::Close, "a peer that never stops is cut off");
+        drop(r);
+        writer.join().unwrap();
     }
 
     #[test]

@@ -14,9 +14,7 @@ use weft_io::sys::{self, Fd};
 use weft_io::{pools, BufPool, Ctx, Fill, Interest, Poller, Token};
 
 /// How long a closing connection may linger reading the client's leftovers.
-const LINGER: Duration = Duration::from_secs(2);
-/// Bytes a lingering close reads before giving up.
-const LINGER_MAX: usize = 256 * 1024;
+const LINGER: Duration = weft_io::LINGER_TIME;
 
 /// What one read of the client socket did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,7 +196,13 @@ impl Worker<'_> {
             }
         }
         if c.close_after {
-            if c.linger_on_close {
+            // Linger after an error answer, and whenever the client may still
+            // be sending (bytes unanswered, a socket that may hold more, or
+            // reads unwatched while a long response waited for the socket): closing with
+            // unread bytes would reset the connection and cut the response
+            // it is reading (nginx's lingering close).
+            let sending = !c.eof && (!c.input.is_empty() || c.may_read || c.interest == Interest::WRITE);
+            if c.linger_on_close || sending {
                 if sys::shutdown_write(fd).is_err() {
                     self.close_client(cx, ct);
                     return Flow::Closed;
@@ -329,24 +333,16 @@ impl Worker<'_> {
 
 /// Read and discard what the client still sends (see `step_linger`).
 fn linger_read(c: &mut Client, pool: &mut BufPool) -> Flow {
-    if c.fd.is_none() {
+    let Some(fd) = c.fd.as_ref() else {
         return Flow::Closed;
-    }
-    // Whatever is buffered is discarded: each read fills the whole buffer.
-    c.input.clear();
-    let mut total = 0usize;
-    loop {
-        match c.read_input(usize::MAX, pool) {
-            ClientRead::Data { n, .. } => {
-                c.input.clear();
-                total += n;
-                if total > LINGER_MAX {
-                    return Flow::Closed;
-                }
-            }
-            ClientRead::WouldBlock => return Flow::Wait,
-            ClientRead::Eof | ClientRead::Full | ClientRead::Failed => return Flow::Closed,
+    };
+    match c.input.linger(fd, pool) {
+        weft_io::Linger::Wait => {
+            c.may_read = false;
+            c.want.read = true;
+            Flow::Wait
         }
+        weft_io::Linger::Close => Flow::Closed,
     }
 }
 

@@ -119,6 +119,16 @@ impl HandedAt {
 }
 
 impl Conn {
+    /// The client may still be sending: bytes read but unanswered, a body
+    /// being skipped, a socket that may hold more, or one whose reads went
+    /// unwatched while a long response waited for the socket (a
+    /// level-triggered registration asks for WRITE alone then) — nginx's heuristic for a lingering
+    /// close. A clean request-response-close exchange is none of these and
+    /// closes at once.
+    pub fn may_send_more(&self) -> bool {
+        !self.eof && (!self.input.is_empty() || self.discard > 0 || self.may_read || self.interest == Interest::WRITE)
+    }
+
     pub fn new(fd: Fd, token: Token, peer: Option<SocketAddr>, interest: Interest, now: Instant) -> Conn {
         Conn {
             fd,

@@ -40,9 +40,7 @@ use weft_io::{
 const HELPERS: Token = Token::new(u32::MAX - 3, 0);
 
 /// How long a closing connection may linger reading the client's leftovers.
-const LINGER: Duration = Duration::from_secs(2);
-/// Bytes a lingering close reads before giving up.
-const LINGER_MAX: usize = 256 * 1024;
+pub(crate) const LINGER: Duration = weft_io::LINGER_TIME;
 /// Largest request body skipped to keep a connection alive; larger ones close it.
 const MAX_DISCARD: u64 = 1 << 20;
 /// Stop coalescing pipelined responses beyond this much queued output.
@@ -663,24 +661,12 @@ fn schedule<P: Poller>(c: &mut Conn, cfg: &ServeConfig, cx: &mut Ctx<P>) {
 
 /// Read and discard after shutting down our side, until EOF, a cap or the deadline.
 fn linger_read(c: &mut Conn, pool: &mut BufPool) -> Next {
-    c.input.clear();
-    let mut total = 0usize;
-    loop {
-        // Never grows: one pool buffer is enough to throw bytes away.
-        match c.input.fill(&c.fd, pool.buf_size(), pool) {
-            Fill::Data(n) => {
-                c.input.clear();
-                total += n;
-                if total > LINGER_MAX {
-                    return Next::Close;
-                }
-            }
-            Fill::WouldBlock => {
-                c.may_read = false;
-                return Next::Read;
-            }
-            Fill::Eof | Fill::Full | Fill::Reset(_) => return Next::Close,
+    match c.input.linger(&c.fd, pool) {
+        weft_io::Linger::Wait => {
+            c.may_read = false;
+            Next::Read
         }
+        weft_io::Linger::Close => Next::Close,
     }
 }
 
@@ -725,9 +711,11 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
             }
         }
         if c.close_after {
-            if c.linger_on_close {
-                // Let the client read the error response: half-close, then
-                // drain what it still sends (nginx's lingering close).
+            if c.linger_on_close || c.may_send_more() {
+                // Let the client read the last response: half-close, then
+                // drain what it still sends (nginx's lingering close). A
+                // close with unread bytes would reset the connection and cut
+                // the response the client is reading.
                 if sys::shutdown_write(&c.fd).is_err() {
                     return Next::Close;
                 }

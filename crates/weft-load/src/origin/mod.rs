@@ -175,6 +175,9 @@ struct Conn {
     close_after: bool,
     /// Reset (not close) once the output is sent: an aborted response.
     abort_after: bool,
+    /// Our side is shut down after the last response: reading and throwing
+    /// away what the peer still sends until it closes (`InputBuf::linger`).
+    lingering: bool,
     hold_until: Option<Instant>,
     deadline: Instant,
     timer_at: Option<Instant>,
@@ -309,6 +312,7 @@ impl<'a> Worker<'a> {
             max_requests,
             close_after: false,
             abort_after: false,
+            lingering: false,
             hold_until: None,
             deadline: now + idle,
             timer_at: None,
@@ -373,9 +377,39 @@ impl<'a> Worker<'a> {
     }
 }
 
+/// The last response is sent: close, lingering unless the response is an
+/// emulated abort (that one resets on purpose). A close with unread bytes
+/// (a request body the think time left unread, a pipelined request) would
+/// reset the connection and cut the response the peer is still reading.
+fn close_lingering(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Next {
+    // A clean request-response-close exchange has nothing more coming:
+    // close at once (nginx's heuristic), as a connection-per-request load wants.
+    let sending = !c.input.is_empty() || c.discard > 0 || c.may_read;
+    if c.abort_after || c.eof || !sending || sys::shutdown_write(&c.fd).is_err() {
+        return Next::Close;
+    }
+    c.lingering = true;
+    c.deadline = now + weft_io::LINGER_TIME;
+    linger(c, s)
+}
+
+/// Throw away what the peer still sends; close at its end of stream.
+fn linger(c: &mut Conn, s: &mut Shared<'_>) -> Next {
+    match c.input.linger(&c.fd, &mut s.pool) {
+        weft_io::Linger::Wait => {
+            c.may_read = false;
+            Next::Wait
+        }
+        weft_io::Linger::Close => Next::Close,
+    }
+}
+
 /// Send what is queued, answer what is buffered, read more; until the
 /// connection must wait (for the socket, or a think time) or close.
 fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Next {
+    if c.lingering {
+        return linger(c, s);
+    }
     loop {
         if c.hold_until.is_some_and(|t| now < t) {
             return Next::Wait;
@@ -397,13 +431,13 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Next {
             }
         }
         if c.close_after {
-            return Next::Close;
+            return close_lingering(c, s, now);
         }
         if !c.input.is_empty() && answer::answer(c, s, now) {
             continue;
         }
         if c.close_after && !c.has_output() {
-            return Next::Close;
+            return close_lingering(c, s, now);
         }
         if c.eof {
             return Next::Close;
