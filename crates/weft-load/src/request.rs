@@ -116,9 +116,7 @@ impl Writer {
         out.extend_from_slice(&self.user_headers);
         out.extend_from_slice(extra);
         if !body.is_empty() || method == Method::Post {
-            out.extend_from_slice(b"Content-Length: ");
-            weft_http::push_decimal(out, body.len() as u64);
-            out.extend_from_slice(b"\r\n");
+            weft_http::encode::content_length(out, body.len() as u64);
         }
         if keep_alive && !self.close {
             out.extend_from_slice(&self.tail_keep);

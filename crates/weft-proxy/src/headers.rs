@@ -150,9 +150,7 @@ pub fn write_request(out: &mut Vec<u8>, req: &RequestHead, data: &[u8], f: &Forw
             weft_http::BodyFraming::Length(n) => n,
             _ => 0,
         };
-        out.extend_from_slice(b"Content-Length: ");
-        weft_http::push_decimal(out, n);
-        out.extend_from_slice(b"\r\n");
+        weft_http::encode::content_length(out, n);
     }
     if let Some((etag, lm)) = f.validators {
         if let Some(e) = etag {

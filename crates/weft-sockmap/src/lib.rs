@@ -16,6 +16,8 @@
 //! Loading needs CAP_BPF + CAP_NET_ADMIN (root). [`Forwarder::load`] says
 //! why it cannot, and the proxy splices instead.
 
+#![forbid(unsafe_code)]
+
 use aya::maps::{HashMap, MapData, SockMap};
 use aya::programs::SkSkb;
 use aya::Ebpf;
