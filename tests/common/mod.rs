@@ -72,10 +72,16 @@ impl Weft {
 
     /// Start `weft <args>`; the process must print `listening on ADDR`.
     pub fn start(args: &[&str]) -> Weft {
+        Weft::start_program(weft_bin(), args)
+    }
+
+    /// Start `program <args>` (weft under a wrapper: `chroot ROOT
+    /// /usr/bin/weft serve ...`); as [`Weft::start`].
+    pub fn start_program(program: &str, args: &[&str]) -> Weft {
         let log_dir = TempDir::new("stderr");
         let stderr_path = log_dir.path.join("stderr.txt");
         let stderr = std::fs::File::create(&stderr_path).unwrap();
-        let mut child = Command::new(weft_bin())
+        let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
