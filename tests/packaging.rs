@@ -332,11 +332,7 @@ fn binds_a_privileged_port_as_root_then_serves_as_the_user() {
     std::fs::rename(&log, logs.path.join("access.log.1")).unwrap();
     std::fs::write(&log, b"").unwrap();
     std::os::unix::fs::chown(&log, Some(nobody), None).unwrap();
-    let sent = Command::new("kill")
-        .args(["-USR1", &w.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    w.signal("USR1");
     assert!(
         wait_until(Duration::from_secs(10), || {
             get(&w, "/index.html");

@@ -36,11 +36,7 @@ fn lines(path: &std::path::Path, n: usize) -> Vec<String> {
 fn rotate(w: &Weft, log: &std::path::Path, path: &str, before: usize) {
     let rotated = log.with_extension("1");
     std::fs::rename(log, &rotated).unwrap();
-    let sent = std::process::Command::new("kill")
-        .args(["-USR1", &w.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    w.signal("USR1");
     let addr = w.addr.to_string();
     let reopened = common::wait_until(Duration::from_secs(10), || {
         assert_eq!(status(&addr, path), 200);

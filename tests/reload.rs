@@ -221,77 +221,54 @@ fn bad_configs_leave_it_untouched(mut w: Weft, url: &str, dir: &TempDir, table: 
     assert!(!std::path::Path::new(&pid).exists(), "the pid file is removed at exit");
 }
 
+/// Start `role` from a config file holding `config`, with a pid file, and
+/// check that bad configs leave it untouched while `path` is loaded.
+fn role_survives_bad_configs(role: &str, config: &str, path: &str, start_error: &str, names: &str) {
+    let dir = TempDir::new(&format!("reload-bad-{role}"));
+    let cfg = dir.write("weft.toml", config.as_bytes());
+    let pid = dir.path.join("weft.pid");
+    let w = Weft::start(&[
+        role,
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "-c",
+        path_str(&cfg),
+        "--pid-file",
+        path_str(&pid),
+    ]);
+    let url = format!("http://{}{path}", w.addr);
+    bad_configs_leave_it_untouched(w, &url, &dir, role, start_error, names);
+}
+
 #[test]
 fn a_bad_config_leaves_the_server_untouched() {
     let site = common::site();
-    let dir = TempDir::new("reload-bad");
     let root = format!("[serve]\nroot = \"{}\"\n", path_str(&site.path));
-    let cfg = dir.write("weft.toml", root.as_bytes());
-    let pid = dir.path.join("weft.pid");
-    let w = Weft::serve(&["--workers", "1", "-c", path_str(&cfg), "--pid-file", path_str(&pid)]);
-    let url = format!("http://{}/hello.txt", w.addr);
     // A root that cannot be opened fails at start.
     let bad_root = "[serve]\nroot = \"/nonexistent/weft-reload\"\n";
-    bad_configs_leave_it_untouched(w, &url, &dir, "serve", bad_root, "/nonexistent/weft-reload");
+    role_survives_bad_configs("serve", &root, "/hello.txt", bad_root, "/nonexistent/weft-reload");
 }
 
 #[test]
 fn a_bad_config_leaves_proxy_and_front_untouched() {
     let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
     let upstream = origin.addr.to_string();
-    let dir = TempDir::new("reload-bad-proxy");
-    let cfg = dir.write("weft.toml", format!("[proxy]\nupstream = \"{upstream}\"\n").as_bytes());
-    let pid = dir.path.join("weft.pid");
-    let w = Weft::start(&[
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "-c",
-        path_str(&cfg),
-        "--pid-file",
-        path_str(&pid),
-    ]);
-    let url = format!("http://{}/size/2000/c60/a.bin", w.addr);
+    let proxy = format!("[proxy]\nupstream = \"{upstream}\"\n");
     // The disk store needs the memory cache: refused at start.
+    let scratch = TempDir::new("reload-bad-disk");
     let no_memory = format!(
-        "[proxy]\nupstream = \"{upstream}\"\ncache-size = 0\ncache-dir = \"{}\"\n",
-        path_str(&dir.path.join("disk"))
+        "{proxy}cache-size = 0\ncache-dir = \"{}\"\n",
+        path_str(&scratch.path.join("disk"))
     );
-    bad_configs_leave_it_untouched(
-        w,
-        &url,
-        &dir,
-        "proxy",
-        &no_memory,
-        "the disk store needs the memory cache",
-    );
-    let dir = TempDir::new("reload-bad-front");
-    let cfg = dir.write("weft.toml", format!("[front]\nbackend = [\"{upstream}\"]\n").as_bytes());
-    let pid = dir.path.join("weft.pid");
-    let w = Weft::start(&[
-        "front",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "-c",
-        path_str(&cfg),
-        "--pid-file",
-        path_str(&pid),
-    ]);
-    let url = format!("http://{}/size/100/a.bin", w.addr);
+    let needs = "the disk store needs the memory cache";
+    role_survives_bad_configs("proxy", &proxy, "/size/2000/c60/a.bin", &no_memory, needs);
+    let front = format!("[front]\nbackend = [\"{upstream}\"]\n");
     // Handoff mode without its sockets: refused at start.
-    let handoff = format!("[front]\nbackend = [\"{upstream}\"]\nmode = \"handoff\"\n");
-    bad_configs_leave_it_untouched(
-        w,
-        &url,
-        &dir,
-        "front",
-        &handoff,
-        "--mode handoff needs one --handoff PATH",
-    );
+    let handoff = format!("{front}mode = \"handoff\"\n");
+    let needs = "--mode handoff needs one --handoff PATH";
+    role_survives_bad_configs("front", &front, "/size/100/a.bin", &handoff, needs);
 }
 
 #[test]

@@ -194,11 +194,7 @@ fn access_log_json_lines_and_reopen_on_sigusr1() {
     // logrotate: rename, then SIGUSR1; the next request lands in a new file.
     let rotated = dir.path.join("access.log.1");
     std::fs::rename(&log, &rotated).unwrap();
-    let sent = Command::new("kill")
-        .args(["-USR1", &w.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    w.signal("USR1");
     assert!(
         wait_until(Duration::from_secs(10), || log.exists()),
         "not reopened: {}",

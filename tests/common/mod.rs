@@ -139,9 +139,16 @@ impl Weft {
 
     /// Send SIGTERM.
     pub fn terminate(&self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        self.signal("TERM");
+    }
+
+    /// Send the signal `name` (`HUP`, `USR1`...); panics if `kill` fails.
+    pub fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{name}");
     }
 
     /// Wait for exit up to `limit`; returns the exit code (None if killed or still running).
