@@ -171,6 +171,14 @@ class RunningServer:
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def log_text(self) -> str:
+        """What the server has printed on stderr so far (its log file)."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
     def admin_stats(self) -> dict | None:
         """weft's /stats document (None for anchors or without --admin)."""
         if not self.admin:
@@ -326,11 +334,7 @@ class ServerPool:
         _signal_group(rs.pid, signal.SIGKILL)
         if rs.popen.stdout:
             rs.popen.stdout.close()
-        try:
-            with open(rs.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
+        return rs.log_text()
 
     def stop_all(self) -> None:
         for rs in list(self.running):

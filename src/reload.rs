@@ -24,9 +24,11 @@ use weft_io::Shutdown;
 /// `weft reload`.
 #[derive(Args, Debug)]
 pub struct ReloadArgs {
-    /// The pid file the server writes (`--pid-file` of serve, proxy and front).
-    #[arg(long, value_name = "FILE", default_value = "/run/weft.pid")]
-    pub pid_file: PathBuf,
+    /// The pid file the server writes (`--pid-file` of serve, proxy and front;
+    /// the packaged systemd unit's is /run/weft/weft.pid). Without it:
+    /// /run/weft/weft.pid, or /run/weft.pid (the default before) when only that one exists.
+    #[arg(long, value_name = "FILE")]
+    pub pid_file: Option<PathBuf>,
     /// Validate this config file first (as `weft check` does) and do not
     /// signal when it is bad.
     #[arg(short = 'c', long = "config", value_name = "FILE")]
@@ -41,9 +43,10 @@ pub fn command(args: ReloadArgs) -> ExitCode {
             return code;
         }
     }
-    let pid = match read_pid(&args.pid_file) {
+    let pid_file = args.pid_file.unwrap_or_else(|| default_pid_file(Path::exists));
+    let pid = match read_pid(&pid_file) {
         Ok(p) => p,
-        Err(e) => return fatal(format_args!("{}: {e}", args.pid_file.display())),
+        Err(e) => return fatal(format_args!("{}: {e}", pid_file.display())),
     };
     match signal::send_hangup(pid) {
         Ok(()) => {
@@ -52,8 +55,24 @@ pub fn command(args: ReloadArgs) -> ExitCode {
         }
         Err(e) => fatal(format_args!(
             "cannot signal process {pid} ({}): {e}",
-            args.pid_file.display()
+            pid_file.display()
         )),
+    }
+}
+
+/// The pid file of the packaged unit (systemd's `RuntimeDirectory=weft`).
+const PID_FILE: &str = "/run/weft/weft.pid";
+/// Where `weft reload` looked before the unit had a runtime directory.
+const OLD_PID_FILE: &str = "/run/weft.pid";
+
+/// `weft reload` without `--pid-file`: [`PID_FILE`], unless only the old
+/// default exists (a server started with `--pid-file /run/weft.pid`).
+fn default_pid_file(exists: impl Fn(&Path) -> bool) -> PathBuf {
+    let (new, old) = (Path::new(PID_FILE), Path::new(OLD_PID_FILE));
+    if !exists(new) && exists(old) {
+        old.to_path_buf()
+    } else {
+        new.to_path_buf()
     }
 }
 
@@ -146,6 +165,13 @@ where
         Ok(s) => s,
         Err(e) => return fatal(e),
     };
+    // Written before dropping root: the pid file's directory (systemd's
+    // RuntimeDirectory, /run/weft) belongs to root. Removing it at exit then
+    // fails under `--user`; systemd removes the directory at stop.
+    let _pid = match PidFile::write(pid_file) {
+        Ok(p) => p,
+        Err(e) => return fatal(format_args!("cannot write the pid file: {e}")),
+    };
     if let Err(code) = crate::service::drop_privileges() {
         return code;
     }
@@ -161,10 +187,6 @@ where
     if let Err(e) = spawned {
         return fatal(format_args!("cannot start the signal thread: {e}"));
     }
-    let _pid = match PidFile::write(pid_file) {
-        Ok(p) => p,
-        Err(e) => return fatal(format_args!("cannot write the pid file: {e}")),
-    };
     let bound = service.bound();
     crate::args::announce(bound.addr, bound.admin);
     started();
@@ -257,5 +279,14 @@ mod tests {
         std::fs::write(&p, "4242\n").unwrap();
         assert_eq!(read_pid(&p), Ok(4242));
         let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn the_default_pid_file_falls_back_to_the_old_path() {
+        let only = |p: &'static str| move |q: &Path| q == Path::new(p);
+        assert_eq!(default_pid_file(only(PID_FILE)), Path::new(PID_FILE));
+        assert_eq!(default_pid_file(|_| true), Path::new(PID_FILE));
+        assert_eq!(default_pid_file(|_| false), Path::new(PID_FILE));
+        assert_eq!(default_pid_file(only(OLD_PID_FILE)), Path::new(OLD_PID_FILE));
     }
 }

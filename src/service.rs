@@ -228,9 +228,19 @@ service_by_its_own_methods!(
     weft_load::origin::OriginStats
 );
 
-/// Switch to `--user`, once the listeners are bound.
+/// Switch to `--user`, once the listeners are bound and the log files open
+/// (handed to the user first, so that it can open them again: reload,
+/// SIGUSR1).
 pub(crate) fn drop_privileges() -> Result<(), ExitCode> {
     if let Some(u) = RUN_AS.get() {
+        if weft_io::sys::privilege::current_uid().1 == 0 {
+            if let Err(e) = weft_io::logfile::give_to(u.uid, u.gid) {
+                return Err(fatal(format_args!(
+                    "cannot give the log files to user `{}`: {e}",
+                    u.name
+                )));
+            }
+        }
         if let Err(e) = weft_io::sys::privilege::drop_privileges(u) {
             return Err(fatal(format_args!("cannot switch to user `{}`: {e}", u.name)));
         }

@@ -1,6 +1,6 @@
-//! The proxy's access log (formats of weft serve, with the cache status and
-//! request time; reopened on SIGUSR1) and its status-class counters; serve's
-//! cache field.
+//! The proxy's and the front-end's access logs (formats of weft serve, with
+//! the cache status and request time; reopened on SIGUSR1) and the proxy's
+//! status-class counters; serve's cache field.
 
 mod common;
 
@@ -28,6 +28,25 @@ fn lines(path: &std::path::Path, n: usize) -> Vec<String> {
     });
     assert!(found, "{n} lines expected in {}: {out:?}", path.display());
     out
+}
+
+/// Logrotate's way: rename `log`, send SIGUSR1; the next request (`path`)
+/// lands in a new file at the old path, and the renamed one keeps its
+/// `before` lines and gets no more.
+fn rotate(w: &Weft, log: &std::path::Path, path: &str, before: usize) {
+    let rotated = log.with_extension("1");
+    std::fs::rename(log, &rotated).unwrap();
+    w.signal("USR1");
+    let addr = w.addr.to_string();
+    let reopened = common::wait_until(Duration::from_secs(10), || {
+        assert_eq!(status(&addr, path), 200);
+        std::fs::read_to_string(log).is_ok_and(|s| s.contains(path))
+    });
+    assert!(reopened, "not reopened: {}", w.stderr());
+    assert!(w.stderr().contains("reopened log"), "{}", w.stderr());
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    assert_eq!(old.lines().count(), before, "{old}");
+    assert!(!old.contains(path), "{old}");
 }
 
 #[test]
@@ -72,19 +91,7 @@ fn proxy_logs_cache_status_and_counts_status_classes() {
         "{}",
         got[2]
     );
-    // Logrotate: rename, SIGUSR1, and the next line lands in a new file.
-    let rotated = dir.path.join("access.json.1");
-    std::fs::rename(&log, &rotated).unwrap();
-    let _ = std::process::Command::new("kill")
-        .args(["-USR1", &proxy.child.id().to_string()])
-        .status();
-    assert!(common::wait_until(Duration::from_secs(5), || {
-        let _ = status(&addr, "/size/10/c60/b.bin");
-        log.exists()
-            && std::fs::read_to_string(&log)
-                .map(|s| s.contains("b.bin"))
-                .unwrap_or(false)
-    }));
+    rotate(&proxy, &log, "/size/10/c60/b.bin", 3);
     let m = common::fetch(&proxy.admin.unwrap().to_string(), "/metrics");
     let class = |c: &str| {
         m.lines()
@@ -126,4 +133,52 @@ fn serve_fills_the_cache_field() {
         got[1]
     );
     assert!(got[2].contains("\"cache\":\"-\""), "{}", got[2]);
+}
+
+#[test]
+fn front_logs_its_requests_and_reopens_on_sigusr1() {
+    let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
+    let dir = TempDir::new("front-log");
+    let log = dir.path.join("access.log");
+    let json = dir.path.join("access.json");
+    let backend = origin.addr.to_string();
+    let front = |log: &std::path::Path, format: &str| {
+        Weft::start(&[
+            "front",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--backend",
+            &backend,
+            "--access-log",
+            path_str(log),
+            "--access-log-format",
+            format,
+        ])
+    };
+    // Combined Log Format (the default's layout), one line per request.
+    let f = front(&log, "combined");
+    let addr = f.addr.to_string();
+    assert_eq!(status(&addr, "/size/300/a.bin"), 200);
+    assert_eq!(status(&addr, "/size/20/b.bin"), 200);
+    let got = lines(&log, 2);
+    assert!(
+        got[0].starts_with("127.0.0.1 - - [")
+            && got[0].contains("] \"GET /size/300/a.bin HTTP/1.1\" 200 300 \"-\" \"-\""),
+        "{}",
+        got[0]
+    );
+    assert!(got[1].contains("\"GET /size/20/b.bin HTTP/1.1\" 200 20 "), "{}", got[1]);
+    rotate(&f, &log, "/size/10/c.bin", 2);
+    // JSON lines: the front-end has no cache, so every forwarded answer is
+    // a BYPASS, with its request time.
+    let f = front(&json, "json");
+    assert_eq!(status(&f.addr.to_string(), "/size/300/a.bin"), 200);
+    let got = lines(&json, 1);
+    let v: serde_json::Value = serde_json::from_str(&got[0]).unwrap();
+    assert_eq!(v["request"], "GET /size/300/a.bin HTTP/1.1");
+    assert_eq!((v["status"].as_u64(), v["bytes"].as_u64()), (Some(200), Some(300)));
+    assert_eq!(v["cache"], "BYPASS", "{v}");
+    assert!(v["request_time"].as_f64().is_some_and(|t| t >= 0.0), "{v}");
 }

@@ -194,11 +194,7 @@ fn access_log_json_lines_and_reopen_on_sigusr1() {
     // logrotate: rename, then SIGUSR1; the next request lands in a new file.
     let rotated = dir.path.join("access.log.1");
     std::fs::rename(&log, &rotated).unwrap();
-    let sent = Command::new("kill")
-        .args(["-USR1", &w.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    w.signal("USR1");
     assert!(
         wait_until(Duration::from_secs(10), || log.exists()),
         "not reopened: {}",
@@ -259,9 +255,17 @@ fn newest_requests(admin: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The value of the series `series` (name and labels, as printed) in the
+/// Prometheus text `text`.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 #[test]
 fn every_role_serves_the_same_page_and_its_history() {
-    let origin = Weft::serve(&["--workers", "1", "--admin", "127.0.0.1:0"]);
+    let root = site();
+    let origin = Weft::serve(&["--workers", "1", "--admin", "127.0.0.1:0", path_str(&root.path)]);
     let o = origin.addr.to_string();
     let front = Weft::start(&[
         "front",
@@ -290,8 +294,8 @@ fn every_role_serves_the_same_page_and_its_history() {
     let page = body(&origin);
     assert!(page.contains("<polyline id=\"latency-line\""));
     for (role, w, target) in [
-        ("front", &front, "/".to_string()),
-        ("proxy", &proxy, format!("http://{o}/")),
+        ("front", &front, "/hello.txt".to_string()),
+        ("proxy", &proxy, format!("http://{o}/hello.txt")),
     ] {
         assert_eq!(body(w), page, "{role}'s page differs");
         let admin = w.admin.unwrap().to_string();
@@ -301,4 +305,51 @@ fn every_role_serves_the_same_page_and_its_history() {
         });
         assert!(got, "{role}: no requests in /history: {}", fetch(&admin, "/history"));
     }
+    // Front's /metrics has the proxy engine's families under its own name,
+    // as serve and proxy have theirs: status classes, the latency histogram
+    // (so the status page's latency chart has points), body bytes and
+    // system calls by kind.
+    let big = common::get(&front, "/big.bin");
+    assert_eq!((big.status, big.body.len()), (200, 3 * 1024 * 1024 + 17));
+    let admin = front.admin.unwrap().to_string();
+    let latency_charted = wait_until(Duration::from_secs(15), || {
+        let h = fetch(&admin, "/history");
+        let doc = h.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let v: serde_json::Value = serde_json::from_str(doc).unwrap_or_default();
+        v["points"]
+            .as_array()
+            .and_then(|p| p.last())
+            .is_some_and(|p| p[3].as_f64().is_some_and(|n| n > 0.0) && p[2].as_f64().is_some())
+    });
+    assert!(
+        latency_charted,
+        "front: no latency in /history: {}",
+        fetch(&admin, "/history")
+    );
+    let m = fetch(&admin, "/metrics");
+    let value = |series: &str| metric(&m, series).unwrap_or_else(|| panic!("no {series} in front's /metrics:\n{m}"));
+    assert!(value("weft_front_status_total{class=\"2xx\"}") >= 2.0, "{m}");
+    assert_eq!(value("weft_front_status_total{class=\"5xx\"}"), 0.0);
+    // The histogram is published about once a second: at least the
+    // response the history above saw.
+    let timed = value("weft_front_response_seconds_count");
+    assert!(timed >= 1.0, "{m}");
+    assert_eq!(value("weft_front_response_seconds_bucket{le=\"+Inf\"}"), timed);
+    let body_bytes = value("weft_front_bytes_spliced_total") + value("weft_front_bytes_copied_total");
+    assert!(
+        body_bytes >= (3 * 1024 * 1024) as f64,
+        "big.bin's body moved: {body_bytes}"
+    );
+    assert!(m.contains("\nweft_front_syscalls_total{kind=\""), "{m}");
+    assert!(value("weft_front_backend_requests_total") >= 2.0, "{m}");
+    // Serve's cache hits and misses (the access log's HIT and MISS) are in
+    // Prometheus too: hello.txt from memory, big.bin from its file.
+    let m = fetch(&origin.admin.unwrap().to_string(), "/metrics");
+    assert!(m.contains("# TYPE weft_serve_cache_hits_total counter\n"), "{m}");
+    let hits = metric(&m, "weft_serve_cache_hits_total").unwrap_or(0.0);
+    let misses = metric(&m, "weft_serve_cache_misses_total").unwrap_or(0.0);
+    assert!(
+        hits >= 2.0 && misses >= 1.0,
+        "serve: {hits} hits, {misses} misses:\n{m}"
+    );
 }

@@ -8,10 +8,11 @@ each fault with its expected outcome asserted and counted:
 - client abort during KeepCopy (`--splice on`): the client reads the head
   and leaves; the object completes in the cache (the next request is a hit);
 - disk full in `--cache-dir` (a 1 MiB tmpfs, as root only): answers keep
-  coming from memory, the failed writes are counted, no damaged file stays;
+  coming from memory, the failed writes are counted, no damaged file stays
+  (a restart on the directory indexes every file left and removes none);
 - descriptor exhaustion (`prlimit --nofile=64`): connections past the
-  limit are refused or queued, the ones open keep working, and new ones
-  succeed again once descriptors free up;
+  limit are refused or queued (not all of them answered), the ones open
+  keep working, and new ones succeed again once descriptors free up;
 - a back-end killed under `weft front` while `weft load` runs: only the
   requests in flight on it fail (at most the client count), the rest
   succeed on the other back-end.
@@ -23,6 +24,7 @@ minute); results in docs/results.md.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -128,15 +130,29 @@ def disk_full(pool, origin, scratch: str, out: dict) -> list[str]:
         out["disk_full"] = {"skipped": "mount failed"}
         return []
     try:
-        rs = pool.start(pl.weft_reverse("proxy disk", origin.addr, "auto", "--cache-dir", mnt, "--cache-dir-size", "64MiB"))
+        spec = pl.weft_reverse("proxy disk", origin.addr, "auto", "--cache-dir", mnt, "--cache-dir-size", "64MiB")
+        rs = pool.start(spec)
         statuses = [request(rs.addr, f"/size/300000/c600/full{i}.bin")[0] for i in range(8)]
         hits = [request(rs.addr, f"/size/300000/c600/full{i}.bin")[0] for i in range(8)]
         doc = rs.admin_stats() or {}
         stats = doc.get("total", {})
         pool.stop(rs)
-        left = sum(len(fs) for _, _, fs in os.walk(mnt))
-        out["disk_full"] = {"statuses": sorted(set(statuses + hits)), "memory_hits": stats.get("hits", 0), "store": doc.get("store"), "files_left": left}
-        return [] if set(statuses + hits) == {200} and stats.get("hits", 0) >= 8 else [f"disk full: {out['disk_full']}"]
+        # Object files (the directory's `lock` file aside).
+        left = sum(len([f for f in fs if f != "lock"]) for _, _, fs in os.walk(mnt))
+        # A restart indexes the directory and removes any file that is not
+        # whole: none may be found (no partial file was left by the full disk).
+        again = pool.start(spec)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "indexed in" not in again.log_text():
+            time.sleep(0.1)
+        indexed = re.search(r"(\d+) objects .* indexed in .*, (\d+) damaged files removed", pool.stop(again))
+        objects, damaged = (int(indexed[1]), int(indexed[2])) if indexed else (None, None)
+        out["disk_full"] = {"statuses": sorted(set(statuses + hits)), "memory_hits": stats.get("hits", 0), "store": doc.get("store"),
+                            "files_left": left, "indexed_at_restart": objects, "damaged_at_restart": damaged}  # fmt: skip
+        p = [] if set(statuses + hits) == {200} and stats.get("hits", 0) >= 8 else [f"disk full: {out['disk_full']}"]
+        if damaged != 0 or objects != left:
+            p.append(f"disk full: a partial file was left ({damaged} damaged, {objects} indexed of {left} files)")
+        return p
     finally:
         subprocess.run(["umount", "-l", mnt], capture_output=True)
 
@@ -163,15 +179,44 @@ def fd_exhaustion(lab: core.Lab, scratch: str, out: dict) -> list[str]:
                 held.append(socket.create_connection((host, int(port)), timeout=2))
             except OSError:
                 break
+        crowd = held[1:]
+        for s in crowd:
+            try:
+                s.sendall(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+            except OSError:
+                pass
         first.sendall(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n")
         existing_ok = first.recv(4096).startswith(b"HTTP/1.1 200")
-        for s in held[1:]:
+        # A second for the server to answer what it can; then each new
+        # connection was answered, refused (closed or reset), or is still
+        # waiting in the backlog.
+        time.sleep(1.0)
+        answered = refused = 0
+        for s in crowd:
+            # Non-blocking: a socket with a timeout would wait it out on EAGAIN.
+            s.setblocking(False)
+            try:
+                got = s.recv(16)
+            except BlockingIOError:
+                continue
+            except OSError:
+                got = b""
+            if got.startswith(b"HTTP/1.1 200"):
+                answered += 1
+            elif not got:
+                refused += 1
+        for s in crowd:
             s.close()
         time.sleep(0.5)
         recovered = request(addr, "/a.txt")[0] == 200
-        out["fd_exhaustion"] = {"opened": len(held), "warm": warm, "existing_connection_served": existing_ok, "recovered": recovered}
+        out["fd_exhaustion"] = {"opened": len(held), "warm": warm, "new_answered": answered, "new_refused": refused,
+                                "new_queued": len(crowd) - answered - refused, "existing_connection_served": existing_ok,
+                                "recovered": recovered}  # fmt: skip
         first.close()
-        return [] if existing_ok and recovered else [f"descriptor exhaustion: {out['fd_exhaustion']}"]
+        problems = [] if existing_ok and recovered else [f"descriptor exhaustion: {out['fd_exhaustion']}"]
+        if answered >= len(crowd):
+            problems.append(f"descriptor exhaustion: the limit did not bite ({answered} of {len(crowd)} new connections answered)")
+        return problems
     finally:
         p.kill()
         p.wait()

@@ -72,10 +72,16 @@ impl Weft {
 
     /// Start `weft <args>`; the process must print `listening on ADDR`.
     pub fn start(args: &[&str]) -> Weft {
+        Weft::start_program(weft_bin(), args)
+    }
+
+    /// Start `program <args>` (weft under a wrapper: `chroot ROOT
+    /// /usr/bin/weft serve ...`); as [`Weft::start`].
+    pub fn start_program(program: &str, args: &[&str]) -> Weft {
         let log_dir = TempDir::new("stderr");
         let stderr_path = log_dir.path.join("stderr.txt");
         let stderr = std::fs::File::create(&stderr_path).unwrap();
-        let mut child = Command::new(weft_bin())
+        let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -133,9 +139,16 @@ impl Weft {
 
     /// Send SIGTERM.
     pub fn terminate(&self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        self.signal("TERM");
+    }
+
+    /// Send the signal `name` (`HUP`, `USR1`...); panics if `kill` fails.
+    pub fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{name}");
     }
 
     /// Wait for exit up to `limit`; returns the exit code (None if killed or still running).

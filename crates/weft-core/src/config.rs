@@ -30,7 +30,9 @@ pub struct ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.key {
-            Some(k) => write!(f, "{}: key `{}`: {}", self.file, k, self.message),
+            // A quoted TOML key may hold any character, a newline included:
+            // escaped, the message stays one line.
+            Some(k) => write!(f, "{}: key `{}`: {}", self.file, k.escape_debug(), self.message),
             None => write!(f, "{}: {}", self.file, self.message),
         }
     }
@@ -85,7 +87,10 @@ pub fn section_settings(
         if !value.is_table() {
             return Err(err(
                 Some(name.clone()),
-                format!("settings belong in a [{name}]-style table, e.g. [serve]"),
+                format!(
+                    "settings belong in a [{}]-style table, e.g. [serve]",
+                    name.escape_debug()
+                ),
             ));
         }
     }
@@ -189,6 +194,22 @@ mod tests {
         let e = section_settings("w.toml", "[serv]\nx = 1\n", "serve", KNOWN).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("serv"));
         assert!(e.to_string().starts_with("w.toml: key `serv`: unknown section"));
+    }
+
+    /// Found by the `config_file` fuzz target: a quoted key with an escaped
+    /// newline made a two-line message.
+    #[test]
+    fn a_key_with_a_newline_is_one_line() {
+        for text in [
+            "\"}\\n|\".Q.A=9\n",
+            "\"a\\nb\" = 1\n",
+            "[serve]\n\"a\\nb\" = {x = {y = 1}}\n",
+        ] {
+            let e = section_settings("w.toml", text, "serve", KNOWN).unwrap_err();
+            let s = e.to_string();
+            assert!(!s.contains('\n') && s.starts_with("w.toml: key `"), "{s}");
+            assert!(s.contains("\\n"), "{s}");
+        }
     }
 
     #[test]

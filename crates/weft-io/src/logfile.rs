@@ -90,6 +90,24 @@ impl LogFile {
     }
 }
 
+/// Give every registered log file to `uid`:`gid` (root, before it drops
+/// to `--user`): the process reopens them later as that user (a reload
+/// starts new workers that open the file again; SIGUSR1 after logrotate's
+/// `create`), which a root-owned 0644 file would refuse. The directory's
+/// owner is not changed (nginx does the same for its workers).
+pub fn give_to(uid: u32, gid: u32) -> io::Result<()> {
+    let files: Vec<Arc<LogFile>> = match OPEN.lock() {
+        Ok(open) => open.iter().filter_map(Weak::upgrade).collect(),
+        Err(_) => return Ok(()),
+    };
+    for f in files {
+        let (_, fd) = f.current();
+        std::os::unix::fs::fchown(&*fd, Some(uid), Some(gid))
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", f.path.display())))?;
+    }
+    Ok(())
+}
+
 /// Reopen every registered log file (what SIGUSR1 does); logs failures.
 pub fn reopen_all() {
     let files: Vec<Arc<LogFile>> = match OPEN.lock() {

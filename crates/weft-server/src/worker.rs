@@ -889,6 +889,11 @@ fn count_and_log(c: &Conn, s: &mut Shared<'_>, head_len: usize, response: (u16, 
     let (status, bytes, head_only) = response;
     s.stats.status.count(status);
     let cache = s.cache_status.take();
+    match cache {
+        Some("HIT") => s.stats.cache_hits += 1,
+        Some(_) => s.stats.cache_misses += 1,
+        None => {}
+    }
     if let Some(log) = &mut s.log {
         let took = c.head_started.map(|t| t.elapsed());
         let e = crate::accesslog::Entry {

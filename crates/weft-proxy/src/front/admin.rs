@@ -6,8 +6,15 @@
 //! In the Prometheus text the back-end families are
 //! `weft_front_backend_<name>{worker="i"}`: the registry's per-entry label is
 //! `worker`, and here entry i is back-end i (its address is in `/stats`).
+//! The proxy engine's counters (requests, status classes, bytes spliced and
+//! copied, system calls by kind...) and its response latency histogram come
+//! first, as `weft_front_<name>` per worker and summed, the families `weft
+//! serve` and `weft proxy` export under their own role names (the status
+//! page's charts read the first unlabelled `_requests_total` and the
+//! `_response_seconds` sum and count).
 
 use super::Front;
+use crate::stats::{self, ProxyStats};
 use std::fmt::Write;
 use std::io;
 use std::net::SocketAddr;
@@ -131,23 +138,30 @@ pub(crate) fn render_json(front: &Front) -> String {
     s
 }
 
-/// Prometheus text: `weft_front_*` and `weft_front_backend_*`.
-pub(crate) fn render_prometheus(front: &Front) -> String {
+/// Prometheus text: the engine's `weft_front_*` counters and
+/// `weft_front_response_seconds` (from the workers' `slots`), the decision
+/// state's `weft_front_*` and the back-ends' `weft_front_backend_*`.
+pub(crate) fn render_prometheus(front: &Front, slots: &[stats::Slot]) -> String {
     let (f, per) = snapshot(front);
+    let engine: Vec<ProxyStats> = slots.iter().map(stats::Slot::read).collect();
+    let latency: Vec<weft_core::metrics::Latency> = slots.iter().map(|s| s.latency.read()).collect();
     Prometheus::new()
+        .group("front", &engine)
+        .histogram("front", "response", stats::LATENCY_HELP, &latency)
         .group("front", &[f])
         .group("front_backend", &per)
         .finish()
 }
 
-/// Serve `/stats` and `/metrics` on `addr`.
-pub(crate) fn start(addr: SocketAddr, front: Arc<Front>) -> io::Result<SocketAddr> {
+/// Serve `/stats` and `/metrics` on `addr`; `slots` are the proxy
+/// engine's workers'.
+pub(crate) fn start(addr: SocketAddr, front: Arc<Front>, slots: Arc<Vec<stats::Slot>>) -> io::Result<SocketAddr> {
     let json = front.clone();
     admin::serve(
         addr,
         Pages {
             stats: Arc::new(move || render_json(&json)),
-            metrics: Some(Arc::new(move || render_prometheus(&front))),
+            metrics: Some(Arc::new(move || render_prometheus(&front, &slots))),
         },
     )
 }

@@ -492,7 +492,7 @@ impl FrontServer {
                 None => (
                     Some(health::Checker::start(front.clone(), front_cfg.health.clone())?),
                     match front_cfg.admin {
-                        Some(a) => Some(admin::start(a, front.clone()).map_err(|e| {
+                        Some(a) => Some(admin::start(a, front.clone(), proxy.slots()).map_err(|e| {
                             io::Error::new(e.kind(), format!("cannot listen on admin address {a}: {e}"))
                         })?),
                         None => None,
@@ -622,7 +622,40 @@ mod tests {
         f.take_admitted(0, &mut got);
         assert_eq!((got.len(), got[0].server), (1, None));
         f.finished(s2);
-        assert!(admin::render_prometheus(&f).contains("weft_front_backend_up{worker=\"1\"} 0"));
+        // The proxy engine's families under the role's name, beside the
+        // decision state's and the back-ends'.
+        let slots: Vec<crate::stats::Slot> = (0..2).map(|_| Default::default()).collect();
+        let mut engine = crate::ProxyStats {
+            requests: 3,
+            bytes_spliced: 4096,
+            ..Default::default()
+        };
+        engine.status.count(200);
+        engine.syscalls.0[weft_io::SysKind::Splice as usize] = 2;
+        slots[1].publish(&engine);
+        let mut lat = weft_core::metrics::Latency::new();
+        lat.record_us(800);
+        slots[1].latency.flush(&mut lat);
+        let text = admin::render_prometheus(&f, &slots);
+        for want in [
+            "weft_front_backend_up{worker=\"1\"} 0\n",
+            "\nweft_front_requests_total{worker=\"1\"} 3\nweft_front_requests_total 3\n",
+            "\nweft_front_status_total{class=\"2xx\"} 1\n",
+            "\nweft_front_bytes_spliced_total 4096\n",
+            "\nweft_front_syscalls_total{kind=\"splice\"} 2\n",
+            "# TYPE weft_front_response_seconds histogram\n",
+            "\nweft_front_response_seconds_count 1\n",
+            "\nweft_front_decisions_total ",
+        ] {
+            assert!(text.contains(want), "{want} not in {text}");
+        }
+        // The status page's request rate reads the first unlabelled
+        // `_requests_total`: the engine's.
+        let first = text
+            .lines()
+            .find(|l| !l.starts_with('#') && l.contains("_requests_total ") && !l.contains('{'))
+            .unwrap();
+        assert_eq!(first, "weft_front_requests_total 3");
     }
 
     #[test]
