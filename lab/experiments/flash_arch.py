@@ -42,9 +42,10 @@ import json
 import os
 import subprocess
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from .. import core, env, proc, report, servers
+from ..slowdisk import SlowDisk
 from .lard_cluster import BLKIO_ROOT, DISK_IOPS, BlkioCgroup, device_of, read_bytes
 
 NAME = "flash-arch"
@@ -74,6 +75,18 @@ LIGHTTPD = servers.ServerSpec("lighttpd", "lighttpd")
 ANCHORS = [NGINX, NGINX_AIO, H2O, LIGHTTPD]
 # The thesis's pathname-cache entries (§4.5).
 THESIS_ENTRIES = 6000
+# The disk part's disk: reads from the data set's device throttled to
+# DISK_IOPS (lard-cluster's, WEFT_LAB_DISK_IOPS) and DISK_BPS bytes per
+# second (WEFT_LAB_DISK_BPS; 0: no byte limit), and the data set DISK_FACTOR
+# times the cgroup's memory (WEFT_LAB_DISK_FACTOR; --quick: 2).
+DISK_BPS = int(os.environ.get("WEFT_LAB_DISK_BPS", str(20 << 20)))
+DISK_FACTOR = float(os.environ.get("WEFT_LAB_DISK_FACTOR", "4"))
+# The default disk of the disk part is `lab.slowdisk`: every read that misses
+# the page cache waits DISK_LATENCY_MS (a seek), at most DISK_SPINDLES at a
+# time. WEFT_LAB_DISK_LATENCY_MS=0 uses the blkio throttle above instead
+# (a rate cap, which a server reading one range at a time also reaches).
+DISK_LATENCY_MS = float(os.environ.get("WEFT_LAB_DISK_LATENCY_MS", "5"))
+DISK_SPINDLES = int(os.environ.get("WEFT_LAB_DISK_SPINDLES", "4"))
 
 
 def thesis_archs(memory: int, archs=("amped", "sped", "mt", "mp")) -> list[servers.ServerSpec]:
@@ -252,6 +265,9 @@ def disk_cgroups(memory: int, iops: int, device: str, tag: str):
     blk = None
     if iops and os.path.exists(os.path.join(BLKIO_ROOT, "blkio.throttle.read_iops_device")):
         blk = BlkioCgroup(BLKIO_ROOT, f"weft-lab-{tag}-disk-{os.getpid()}", device, iops)
+        if DISK_BPS:
+            with open(os.path.join(blk.path, "blkio.throttle.read_bps_device"), "w") as f:
+                f.write(f"{device} {DISK_BPS}")
     try:
         with memory_cgroup(memory, tag) as adopt_mem:
             path = os.path.join(CGROUP_ROOT, f"weft-lab-{tag}-{os.getpid()}")
@@ -267,36 +283,65 @@ def disk_cgroups(memory: int, iops: int, device: str, tag: str):
             blk.remove()
 
 
-def run_disk(lab: core.Lab, specs, memory: int, factor: float, reps: int, duration: float) -> list[dict]:
+def run_disk(lab: core.Lab, specs, memory: int, factor: float, reps: int, duration: float, slow: bool = True) -> list[dict]:
     """The disk-bound point: a data set of `factor` x memory, the server in
-    a memory cgroup and on a throttled disk; the evidence that it is disk-bound
-    (bytes read from the device, the cgroup's page cache, major faults)
-    with every row."""
+    a memory cgroup, the set on a slow disk (`lab.slowdisk`, or a blkio
+    throttle); the evidence that it is disk-bound (bytes read from the disk,
+    the cgroup's page cache, major faults) with every row."""
     dirs = max(1, round(factor * memory / SPECWEB_DIR_BYTES))
-    www = os.path.join(lab.scratch, f"disk-{dirs}")
-    gen_specweb(lab, www, dirs)
-    os.chmod(www, 0o755)
+    backing = os.path.join(lab.scratch, f"disk-{dirs}")
+    gen_specweb(lab, backing, dirs)
+    os.chmod(backing, 0o755)
     os.sync()  # dirty pages cannot be dropped
-    device = device_of(www)
     ds_label = f"{factor:g}x mem"
+    with ExitStack() as stack:
+        disk = None
+        if slow:
+            try:
+                disk = stack.enter_context(SlowDisk(backing, os.path.join(lab.scratch, "slowdisk"), DISK_LATENCY_MS, DISK_SPINDLES, log=lab.log))
+            except (RuntimeError, OSError) as e:
+                lab.log(f"  no slow disk here ({e}): the blkio throttle instead")
+        if disk is not None:
+            www, device, iops, what = disk.mount, None, 0, f"{DISK_LATENCY_MS:g} ms per read, {DISK_SPINDLES} at a time"
+        else:
+            disk, www, device, iops = None, backing, device_of(backing), DISK_IOPS
+            what = f"{DISK_IOPS} reads/s, {DISK_BPS >> 20} MiB/s"
+        return disk_runs(lab, specs, memory, (www, dirs, ds_label, what), (disk, device, iops), reps, duration)
+
+
+def disk_runs(lab, specs, memory, dataset, disk_, reps, duration) -> list[dict]:
+    """Each server: its cgroups, the page cache dropped, a warm-up of half
+    the run, then the measured run."""
+    (www, dirs, ds_label, what), (disk, device, iops) = dataset, disk_
     rows = []
     with lab.pool(www) as pool:
-        runs = core.ServerRounds(lab, f"{NAME} disk {ds_label}, {DISK_IOPS} reads/s", pool, specs, reps, 1, "data set", duration)
+        runs = core.ServerRounds(lab, f"{NAME} disk {ds_label}, {what}", pool, specs, reps, 1, "data set", duration)
         for rep, spec, rs, base in runs:
-            with disk_cgroups(memory, DISK_IOPS, device, lab.name) as (adopt, mem_path, blk):
+            with disk_cgroups(memory, iops, device, lab.name) as (adopt, mem_path, blk):
                 adopt(rs.pid)
                 drop_cached(www)
+
+                def disk_bytes() -> int:
+                    if disk is not None:
+                        return disk.served()[1]
+                    return blkio_read_bytes(blk.path, device) if blk else read_bytes(rs.pid)
+
+                # Steady state, as the thesis measured: the cache fills from
+                # a cold start before the measured run.
+                weft_load(lab, base, ["--workload", "specweb99", "--param", f"dirs={dirs}", "--clients", "64", "--timeout", "10s"], duration / 2)
+                time.sleep(0.2 if disk is not None else 0)  # the slow disk's counters are 0.1 s old
                 before = rs.admin_stats()
-                rb0 = blkio_read_bytes(blk.path, device) if blk else read_bytes(rs.pid)
+                rb0 = disk_bytes()
                 t0 = rs.cpu_ticks()
                 doc = weft_load(lab, base, ["--workload", "specweb99", "--param", f"dirs={dirs}", "--clients", "64", "--timeout", "10s"], duration)
                 ticks = rs.cpu_ticks() - t0
-                disk_read = (blkio_read_bytes(blk.path, device) if blk else read_bytes(rs.pid)) - rb0
+                time.sleep(0.2 if disk is not None else 0)
+                disk_read = disk_bytes() - rb0
                 after = rs.admin_stats()
                 mstat = cgroup_stat(mem_path)
                 pool.stop(rs)
             row = trace_row(lab, spec, doc, ticks, ds_label, dirs * SPECWEB_DIR_BYTES, memory, duration, "disk")
-            row.update({"rep": rep + 1, "disk_iops": DISK_IOPS if blk else 0, "disk_read_bytes": disk_read,
+            row.update({"rep": rep + 1, "disk": what, "disk_read_bytes": disk_read,
                         "disk_read_per_req": disk_read / row["replies"] if row["replies"] else None,
                         "byte_hit_ratio_outside": 1 - disk_read / row["bytes_served"] if row["bytes_served"] else None,
                         "cgroup_cache": mstat.get("cache"), "cgroup_rss": mstat.get("rss"),
@@ -379,12 +424,20 @@ def run(lab: core.Lab) -> dict:
         specs = thesis_archs(memory, ("amped", "sped")) + [NGINX] if lab.quick else thesis_archs(memory) + [NGINX, LIGHTTPD]
         rows += run_trace(lab, specs, memory, datasets, 1 if lab.quick else 2, 6.0 if lab.quick else 10.0)
     if "disk" in parts:
+        slow = DISK_LATENCY_MS > 0
+        if slow:
+            try:
+                env.ensure_python_requirements(lab.log, modules=("matplotlib", "fuse"))  # fusepy
+                env.ensure_commands(["fusermount"], lab.log)
+            except env.EnvError as e:
+                lab.log(f"  no slow disk ({e}): the blkio throttle instead")
+                slow = False
         if lab.quick:
             specs = thesis_archs(memory, ("amped", "sped")) + [NGINX]
-            rows += run_disk(lab, specs, memory, 2.0, 1, 6.0)
+            rows += run_disk(lab, specs, memory, min(DISK_FACTOR, 2.0), 1, 6.0, slow)
         else:
             specs = thesis_archs(memory, ("amped", "sped")) + [NGINX, NGINX_AIO] + object_cache_specs(memory)
-            rows += run_disk(lab, specs, memory, 4.0, 2, 20.0)
+            rows += run_disk(lab, specs, memory, DISK_FACTOR, 2, 20.0, slow)
     rows = core.merge_parts(lab.previous_runs(), parts, rows, lambda r: r.get("part"))
     report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "load_command": lab.load_command, "runs": rows})
     report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
@@ -427,8 +480,8 @@ def summarize(lab: core.Lab, rows: list[dict], memory: int) -> dict:
                   report.fmt_num(r["cgroup_pgmajfault"])] for r in med]  # fmt: skip
         d0 = disk[0]
         md += [f"## Disk-bound: SPECweb99 {d0['dataset']} ({d0['dataset_bytes'] / 2**20:.0f} MiB) in a {memory >> 20} MiB memory cgroup,"
-               f" reads throttled to {d0.get('disk_iops') or 'no limit'}/s", "", report.markdown_table(head, table), "",
-               "Byte hit ratio (outside) = 1 - bytes the cgroup read from the disk / bytes served (heads included).", ""]  # fmt: skip
+               f", disk: {d0.get('disk')}", "", report.markdown_table(head, table), "",
+               "Byte hit ratio (outside) = 1 - bytes read from the disk / bytes served (heads included).", ""]  # fmt: skip
         tg = disk_targets(disk)
         if tg:
             md += ["## Disk-bound targets", "", report.markdown_table(["target", "value", "met"], tg), ""]
