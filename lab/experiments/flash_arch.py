@@ -17,14 +17,16 @@ times it. The data set's pages are dropped from the page cache
 (posix_fadvise DONTNEED) before each run, so every run starts cold.
 
 Part `disk` (the disk-bound point): a data set of 4x the cgroup's memory
-(2x in --quick) whose reads really go to a disk: the server is also in a
-cgroup-v1 blkio cgroup whose reads from the data set's device are
-throttled to DISK_IOPS per second (lard-cluster's "own disk"; without it
-every read is a copy from the host's cache of the virtual disk). Each run
-records the bytes the cgroup read from the device, the cgroup's page cache,
-RSS and major faults (memory.stat) and the bytes served, so that "disk-bound"
-is shown, not assumed; the byte hit ratio seen from outside is 1 - bytes read
-/ bytes served, for weft and nginx alike. amped, sped, nginx, nginx `aio
+(2x in --quick) whose reads really go to a disk with a seek time:
+`lab/slowdisk.py`, a FUSE pass-through where every read that misses the
+page cache waits 5 ms, at most 4 at a time (this machine's virtual disk is
+cached by the host and answers in microseconds; a blkio throttle, the
+fallback without FUSE, only caps a rate that a server reading one range at
+a time reaches too). Each run starts cold, warms up for half its length,
+then records the bytes the disk served, the cgroup's page cache, RSS and
+major faults (memory.stat) and the bytes served to clients, so that
+"disk-bound" is shown, not assumed; the byte hit ratio seen from outside is
+1 - bytes read / bytes served, for weft and nginx alike. amped, sped, nginx, nginx `aio
 threads`, and amped with the object cache under GDS (cost 1, packets) and
 LRU (object and byte hit ratios from weft's counters too).
 
