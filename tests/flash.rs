@@ -39,6 +39,16 @@ macro_rules! per_arch {
     };
 }
 
+/// Overwrite `rel` in `site` with `data` (same inode: no rename).
+fn rewrite_in_place(site: &TempDir, rel: &str, data: &[u8]) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(site.path.join(rel))
+        .unwrap()
+        .write_all(data)
+        .unwrap();
+}
+
 fn serve(site: &TempDir, arch: &[&str], extra: &[&str]) -> Weft {
     let args = [path_str(&site.path), "--workers", "1"];
     Weft::serve(&[&args[..], arch, extra].concat())
@@ -143,13 +153,7 @@ mod scenarios {
         s.read_exact(&mut got).unwrap();
         // The server is blocked on a full socket; rewrite the file in place.
         std::thread::sleep(Duration::from_millis(100));
-        let new: Vec<u8> = old.iter().map(|b| b ^ 0x55).collect();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(site.path.join("large.bin"))
-            .unwrap()
-            .write_all(&new)
-            .unwrap();
+        rewrite_in_place(&site, "large.bin", &old.iter().map(|b| b ^ 0x55).collect::<Vec<u8>>());
         let mut rest = Vec::new();
         let _ = s.read_to_end(&mut rest);
         got.extend_from_slice(&rest);
@@ -331,12 +335,7 @@ fn a_rewrite_is_caught_before_the_head_with_fstat_or_notices() {
         let etag = first.header("etag").unwrap().to_string();
         let new: Vec<u8> = pattern(8192).iter().map(|b| b ^ 0x33).collect();
         std::thread::sleep(Duration::from_millis(20));
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(site.path.join("page.bin"))
-            .unwrap()
-            .write_all(&new)
-            .unwrap();
+        rewrite_in_place(&site, "page.bin", &new);
         let mut c = Reader::new(w.connect());
         c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         c.send(b"GET /page.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");

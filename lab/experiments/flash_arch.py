@@ -347,7 +347,8 @@ def disk_runs(lab, specs, memory, dataset, disk_, reps, duration) -> list[dict]:
                         "disk_read_per_req": disk_read / row["replies"] if row["replies"] else None,
                         "byte_hit_ratio_outside": 1 - disk_read / row["bytes_served"] if row["bytes_served"] else None,
                         "cgroup_cache": mstat.get("cache"), "cgroup_rss": mstat.get("rss"),
-                        "cgroup_mapped_file": mstat.get("mapped_file"), "cgroup_pgmajfault": mstat.get("pgmajfault")})  # fmt: skip
+                        "cgroup_mapped_file": mstat.get("mapped_file"), "cgroup_pgmajfault": mstat.get("pgmajfault"),
+                        "cgroup_active_file": mstat.get("active_file"), "cgroup_inactive_file": mstat.get("inactive_file")})  # fmt: skip
             if before and after:
                 d = servers.stats_delta(before["total"], after["total"])
                 if d.get("object_lookups"):
