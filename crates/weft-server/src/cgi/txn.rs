@@ -445,9 +445,6 @@ impl Txn {
         if n == 0 {
             return Ok(false);
         }
-        if in_pipe == 0 {
-            head_into_pipe(c, pipe, room - n);
-        }
         match sys::splice(fd, pipe.write_fd(), n, false) {
             Ok(0) => Err(502),
             Ok(k) => {
@@ -465,33 +462,7 @@ impl Txn {
             Err(_) => Err(502),
         }
     }
-}
 
-/// Before the first payload is spliced: the bytes queued ahead of it (the
-/// response head, and what was read with it) are written into the pipe
-/// first, so one splice carries head and body to the client — one send and
-/// one wake-up of the client instead of two (the head's send, then the
-/// body's splice). Only when they are all the chain holds, fit the pipe's
-/// room and are at most PIPE_BUF bytes (one write, whole or not at all);
-/// otherwise they go as before.
-fn head_into_pipe(c: &mut Conn, pipe: &Pipe, room: usize) {
-    let Some(own) = c.out.pending_own() else {
-        return;
-    };
-    let k = own.len();
-    if k == 0 || k > PIPE_BUF || k > room {
-        return;
-    }
-    if matches!(sys::write(pipe.write_fd(), own), Ok(n) if n == k) {
-        c.out.clear();
-        c.out.push_pipe(pipe.read_fd(), k);
-    }
-}
-
-/// Writes up to this size into a pipe are whole or fail (pipe(7)).
-const PIPE_BUF: usize = 4096;
-
-impl Txn {
     /// Head phase: peek into the payload; if the head ends in it, return how
     /// many bytes to take (exactly the head's), else all that was peeked.
     fn peek_head(
