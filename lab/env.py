@@ -33,6 +33,7 @@ APT_PACKAGES = {
     "haproxy": "haproxy",
     "squid": "squid",
     "varnishd": "varnish",
+    "fusermount": "fuse",  # flash-arch's slow disk (lab/slowdisk.py; libfuse2 with it)
 }
 
 

@@ -21,7 +21,8 @@ pub enum CgiMode {
 /// How FastCGI record payloads reach the client.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum CgiSend {
-    /// Splice from TCP connections and CGI/1.1 pipes, copy from Unix sockets.
+    /// Splice every payload of at least 4 KiB, from TCP and Unix sockets and CGI/1.1 pipes
+    /// alike (the same as `splice` today; smaller records are read and written).
     #[default]
     Auto,
     /// splice(2) socket → pipe → socket: no byte of the body enters weft.
@@ -103,8 +104,8 @@ pub struct CgiArgs {
     pub cgi_timeout: Option<Duration>,
 
     /// How response bodies reach the client: splice (socket → pipe → socket, no byte through weft),
-    /// copy, or auto (splice from TCP and CGI/1.1 pipes, copy from Unix sockets, whose splice costs
-    /// more than a copy) [default: auto].
+    /// copy, or auto (splice from TCP and Unix sockets and CGI/1.1 pipes alike: since Linux 6.5 a
+    /// Unix socket's pages move too) [default: auto].
     #[arg(long, value_name = "auto|splice|copy")]
     pub cgi_send: Option<CgiSend>,
 }

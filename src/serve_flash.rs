@@ -31,9 +31,10 @@ pub struct FlashArgs {
     #[arg(long, value_name = "amped|sped|mt|mp")]
     pub arch: Option<weft_server::Arch>,
 
-    /// AMPED: how the loop asks whether a file range is in the page cache: nowait
-    /// (preadv2 RWF_NOWAIT), mincore, or none [default: nowait].
-    #[arg(long, value_name = "nowait|mincore|none")]
+    /// AMPED: how the loop asks whether a file range is in the page cache: cachestat (no copy,
+    /// no I/O; nowait before Linux 6.5), nowait (preadv2 RWF_NOWAIT probes), mincore, or none
+    /// [default: cachestat].
+    #[arg(long, value_name = "cachestat|nowait|mincore|none")]
     pub residency: Option<weft_server::ResidencyTest>,
 
     /// AMPED: helper threads at most, started on demand and kept in reserve [default: 8].
@@ -69,9 +70,11 @@ pub struct FlashArgs {
     pub gds_cost: Option<GdsCost>,
 
     /// Check a file sent from disk again before its last bytes and abort the connection if it
-    /// changed, so a rewritten file never arrives as a complete response [default: on].
-    #[arg(long, value_name = "on|off", value_parser = parse_on_off, num_args = 0..=1, default_missing_value = "on")]
-    pub snapshot_check: Option<bool>,
+    /// changed, so a rewritten file never arrives as a complete response; notify: as on, but the
+    /// check before a response's head is an inotify change notice instead of an fstat (event loop
+    /// architectures; see docs/serve.md) [default: on].
+    #[arg(long, value_name = "on|off|notify", value_parser = parse_snapshot, num_args = 0..=1, default_missing_value = "on")]
+    pub snapshot_check: Option<Snapshot>,
 
     /// MT: threads [default: 64]; MP: processes [default: 32], each serving one connection at a
     /// time with blocking I/O.
@@ -107,6 +110,25 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
     }
 }
 
+/// `--snapshot-check`: off, on (fstat), or notify (change notices).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Snapshot {
+    Off,
+    On,
+    Notify,
+}
+
+fn parse_snapshot(s: &str) -> Result<Snapshot, String> {
+    match s {
+        "notify" => Ok(Snapshot::Notify),
+        _ => match parse_on_off(s) {
+            Ok(true) => Ok(Snapshot::On),
+            Ok(false) => Ok(Snapshot::Off),
+            Err(_) => Err(format!("invalid value `{s}` (on, off or notify)")),
+        },
+    }
+}
+
 impl FlashArgs {
     /// Apply the given flags to `c`.
     pub fn apply(&self, c: &mut weft_server::ServeConfig) {
@@ -120,11 +142,14 @@ impl FlashArgs {
             head_cache,
             file_cache,
             object_cache,
-            snapshot_check,
             memory_pressure,
             zero_copy_send,
             test_disk_delay
         );
+        if let Some(m) = self.snapshot_check {
+            c.snapshot_check = m != Snapshot::Off;
+            c.snapshot_notify = m == Snapshot::Notify;
+        }
         c.test_miss |= self.test_miss;
         c.pool = self.pool.or(c.pool);
         // One of an MP server's processes (started by it, told where to bind).

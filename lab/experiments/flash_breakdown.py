@@ -4,8 +4,10 @@
 off: pathname translation (`--path-cache 0|1000`), ready-to-send header
 fields (`--head-cache on|off`), file contents (`--file-cache 0|64MiB`). One
 file requested over and over with wrk -c50 keep-alive; requests/s and server
-CPU µs per request per combination, beside nginx (open_file_cache off, as
-the anchor ships). --quick: one size, 2 s runs.
+CPU µs per request per combination, beside nginx (its anchor configuration,
+lab/anchors/nginx_static_w1.conf: sendfile and `open_file_cache max=1000`
+on, so nginx too keeps descriptors and their metadata). --quick: one size,
+2 s runs.
 """
 
 from __future__ import annotations

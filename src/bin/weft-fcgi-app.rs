@@ -20,7 +20,9 @@
 //! - `over=N`: N more body bytes than the Content-Length declared;
 //! - `local=PATH`: a local redirect to PATH (`Location` alone, RFC 3875
 //!   §6.2.2); `loop=1`: a local redirect to the request's own URI;
-//! - `stderr=1`: a line on FCGI_STDERR too.
+//! - `stderr=1`: a line on FCGI_STDERR too;
+//! - `seen=1`: the body is the number of requests this process has read,
+//!   this one included (a test can show a request never reached it).
 //!
 //! Every response carries `X-Pid`, so a test can see a worker replaced. The
 //! process exits when its parent goes away (a supervisor that was killed).
@@ -156,11 +158,15 @@ where
     // Buffered reads: a request's records usually arrive in one segment.
     let mut r = io::BufReader::with_capacity(64 * 1024, &s);
     while let Ok(Some(req)) = read_request(&mut r) {
+        SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if answer(&s, &req).is_err() || !req.keep {
             return;
         }
     }
 }
+
+/// Requests this process has read (`seen=1`).
+static SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn query_value<'a>(query: &'a str, key: &str) -> Option<&'a str> {
     query
@@ -242,7 +248,7 @@ fn query_of(req: &Req) -> String {
 
 /// Does the response depend on the query alone?
 fn preparable(query: &str) -> bool {
-    ["echo", "env", "stderr", "crash", "hang"]
+    ["echo", "env", "stderr", "crash", "hang", "seen"]
         .iter()
         .all(|k| query_value(query, k).is_none())
 }
@@ -331,6 +337,8 @@ fn build<S: Write>(s: &mut S, req: &Req) -> io::Result<()> {
         Arc::new(req.stdin.clone())
     } else if q("env").is_some() {
         Arc::new(env)
+    } else if q("seen").is_some() {
+        Arc::new(SEEN.load(std::sync::atomic::Ordering::Relaxed).to_string().into_bytes())
     } else {
         body_of(q("size").and_then(|v| v.parse().ok()).unwrap_or(0))
     };

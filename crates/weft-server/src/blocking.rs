@@ -4,7 +4,9 @@
 //! The thesis's settings (§4.5), scaled to this machine (`docs/serve.md`):
 //! MT runs [`MT_THREADS`] threads, MP [`MP_PROCESSES`] processes, each
 //! process with its own small caches ([`MP_PATH_CACHE`] entries,
-//! [`MP_FILE_CACHE`] bytes): those private copies are MP's deficit.
+//! [`MP_FILE_CACHE`] bytes): those private copies are MP's deficit. MT's
+//! threads split the configured budgets among them ([`mt_share`]), so MT
+//! holds what one AMPED worker holds, as the thesis's MT with one cache did.
 //!
 //! MP: this process binds the port with SO_REUSEPORT, starts the serving
 //! processes (this executable again, told by `WEFT_MP_CHILD` which address
@@ -201,6 +203,23 @@ fn supervise(mp: &Mp, kids: &Mutex<Vec<Child>>, next_start: &mut [Instant], back
     }
 }
 
+/// MT: each of `threads` threads gets an equal share of the cache budgets
+/// (file cache bytes and entries, path cache entries, object cache bytes),
+/// so the process holds at most what the flags say, as the thesis's MT
+/// shared one 128 MB cache among its threads. (The threads do not share
+/// entries: a file hot on every thread is cached once per thread, within
+/// that thread's share.) A budget of 0 stays 0; a share is at least one
+/// entry.
+pub fn mt_share(c: &mut ServeConfig, threads: usize) {
+    let n = threads.max(1);
+    c.file_cache /= n as u64;
+    c.object_cache /= n as u64;
+    c.file_cache_entries = (c.file_cache_entries / n).max(1);
+    if c.path_cache > 0 {
+        c.path_cache = (c.path_cache / n).max(1);
+    }
+}
+
 /// For a process started by [`start_mp`]: bind beside the parent, one
 /// connection at a time, with the thesis's small private caches.
 pub fn as_mp_child(c: &mut ServeConfig, addr: SocketAddr) {
@@ -213,4 +232,30 @@ pub fn as_mp_child(c: &mut ServeConfig, addr: SocketAddr) {
     c.stats_on_exit = false;
     c.path_cache = c.path_cache.min(MP_PATH_CACHE);
     c.file_cache = c.file_cache.min(MP_FILE_CACHE);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mt_threads_split_the_budgets() {
+        let mut c = ServeConfig {
+            file_cache: 64 << 20,
+            object_cache: 32 << 20,
+            file_cache_entries: 1000,
+            path_cache: 1000,
+            ..ServeConfig::default()
+        };
+        mt_share(&mut c, 64);
+        assert_eq!((c.file_cache, c.object_cache), (1 << 20, 512 << 10));
+        assert_eq!((c.file_cache_entries, c.path_cache), (15, 15));
+        c.path_cache = 0;
+        mt_share(&mut c, 64);
+        assert_eq!(
+            (c.path_cache, c.file_cache_entries),
+            (0, 1),
+            "0 stays off; at least one entry"
+        );
+    }
 }

@@ -51,8 +51,12 @@ weft_core::enum_names!(Arch, "architecture", {
 /// How AMPED asks whether a file range is in the page cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ResidencyTest {
-    /// `preadv2(RWF_NOWAIT)`: the read (or probe) and the test in one call.
+    /// `cachestat(2)`: pages of the range in the page cache, no copy and no
+    /// I/O started (falls back to `nowait` on kernels before 6.5).
     #[default]
+    Cachestat,
+    /// `preadv2(RWF_NOWAIT)` probes of the range (copied into a scratch
+    /// buffer); a miss starts read-ahead from the loop's thread.
     Nowait,
     /// `mincore` over a temporary mapping.
     Mincore,
@@ -61,6 +65,7 @@ pub enum ResidencyTest {
 }
 
 weft_core::enum_names!(ResidencyTest, "residency test", {
+    Cachestat => "cachestat",
     Nowait => "nowait",
     Mincore => "mincore",
     None => "none",
@@ -153,6 +158,9 @@ pub struct ServeConfig {
     /// Re-check a file sent with sendfile before its last bytes (a response
     /// is a snapshot: a file changed mid-send aborts the connection).
     pub snapshot_check: bool,
+    /// `--snapshot-check notify`: the check before a response's head is an
+    /// inotify change notice, not an `fstat` (event-loop architectures).
+    pub snapshot_notify: bool,
     /// MT: threads; MP: processes (each serving one connection at a time).
     /// `None`: the thesis's settings scaled (MT 64, MP 32; `docs/serve.md`).
     pub pool: Option<usize>,
@@ -207,7 +215,7 @@ impl Default for ServeConfig {
             handoff_socket: None,
             cgi: None,
             arch: Arch::Amped,
-            residency: ResidencyTest::Nowait,
+            residency: ResidencyTest::Cachestat,
             helpers: 8,
             path_cache: 1000,
             head_cache: true,
@@ -215,6 +223,7 @@ impl Default for ServeConfig {
             object_cache: 0,
             cache_policy: weft_policy::PolicyKind::Gds(weft_policy::GdsCost::One),
             snapshot_check: true,
+            snapshot_notify: false,
             pool: None,
             mp_child: false,
             send_buffer: None,

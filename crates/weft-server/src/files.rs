@@ -67,6 +67,8 @@ pub struct CachedFile {
     pub resident_at: Cell<Option<Instant>>,
     /// Last use on the cache's clock (LRU).
     used: Cell<u64>,
+    /// Change notices (`--snapshot-check notify`, `crate::notice`).
+    pub watch: crate::notice::WatchCell,
 }
 
 impl CachedFile {
@@ -141,6 +143,8 @@ pub struct FileCache {
     resuming: bool,
     /// Paths known to be directories, and when they were checked.
     dirs: HashMap<Box<[u8]>, Instant>,
+    /// `--snapshot-check notify`: every entry's file watched for changes.
+    notice: Option<crate::notice::ChangeNotice>,
 }
 
 impl FileCache {
@@ -174,7 +178,20 @@ impl FileCache {
             adopted: None,
             dirs: HashMap::new(),
             resuming: false,
+            notice: None,
         }
+    }
+
+    /// Watch every cached file for changes (`--snapshot-check notify`);
+    /// without inotify, nothing changes (every check is an `fstat`).
+    pub fn with_notices(mut self) -> FileCache {
+        self.notice = crate::notice::ChangeNotice::new();
+        self
+    }
+
+    /// The change notices, if on (the worker reads their events).
+    pub fn notice(&mut self) -> Option<&mut crate::notice::ChangeNotice> {
+        self.notice.as_mut()
     }
 
     /// Open the virtual hosts' roots beside the top-level one (`vhost.rs`).
@@ -324,7 +341,11 @@ impl FileCache {
             checked: Cell::new(now),
             resident_at: Cell::new(None),
             used: Cell::new(self.maps.tick()),
+            watch: Default::default(),
         });
+        if let Some(n) = &mut self.notice {
+            n.watch(&f);
+        }
         if self.entries.len() >= self.max_entries {
             // The count bound (`--path-cache`) is hard: the least recently
             // used eighth goes, so a full cache sorts once per many inserts.

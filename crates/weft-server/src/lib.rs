@@ -32,6 +32,7 @@ mod files;
 pub mod load_report;
 pub mod memory;
 pub mod mime;
+mod notice;
 mod objects;
 pub mod path;
 mod respond;
@@ -154,6 +155,9 @@ impl Server {
             weft_io::group::handover::forget(cfg.listen);
             return blocking::start_mp(cfg, listeners, addr, admin_addr, slots);
         }
+        if cfg.arch == Arch::Mt {
+            blocking::mt_share(&mut cfg, workers);
+        }
         let helpers = match (cfg.arch, &root_path) {
             (Arch::Amped, Some(_)) => Some(Arc::new(start_helpers(&cfg, workers)?)),
             _ => None,
@@ -251,10 +255,11 @@ fn run_worker(
                 0 => (cfg.file_cache_entries, std::time::Duration::ZERO),
                 n => (cfg.file_cache_entries.min(n), cfg.file_cache_valid),
             };
-            Some(
-                files::FileCache::new(dir, cfg.follow_symlinks, entries, valid, small, cfg.file_cache)
-                    .with_sites(sites.iter().map(|c| sys::open_dir(c)).collect::<io::Result<_>>()?),
-            )
+            let cache = files::FileCache::new(dir, cfg.follow_symlinks, entries, valid, small, cfg.file_cache)
+                .with_sites(sites.iter().map(|c| sys::open_dir(c)).collect::<io::Result<_>>()?);
+            // Change notices need the event loop to read them.
+            let notices = cfg.snapshot_check && cfg.snapshot_notify && !matches!(cfg.arch, Arch::Mt | Arch::Mp);
+            Some(if notices { cache.with_notices() } else { cache })
         }
         None => None,
     };

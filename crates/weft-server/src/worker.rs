@@ -38,6 +38,8 @@ use weft_io::{
 
 /// The helper pool's eventfd (AMPED).
 const HELPERS: Token = Token::new(u32::MAX - 3, 0);
+/// The file cache's change notices (`--snapshot-check notify`).
+const NOTICES: Token = Token::new(u32::MAX - 4, 0);
 
 /// How long a closing connection may linger reading the client's leftovers.
 pub(crate) const LINGER: Duration = weft_io::LINGER_TIME;
@@ -245,6 +247,9 @@ impl<'a> Worker<'a> {
         if let Some(h) = &self.helpers {
             cx.register(h.waker(), HELPERS, Interest::READ).map_err(reg)?;
         }
+        if let Some(n) = self.shared.files.as_mut().and_then(|f| f.notice()) {
+            cx.register(n.fd().raw(), NOTICES, Interest::READ).map_err(reg)?;
+        }
         if let Some(h) = &self.handoff {
             h.register(cx)?;
         }
@@ -272,6 +277,9 @@ impl<'a> Worker<'a> {
         self.next_decay = now + POOL_DECAY_EVERY;
         self.shared.pool.decay();
         self.shared.own_pool.decay();
+        if let Some(n) = self.shared.files.as_mut().and_then(|f| f.notice()) {
+            n.sweep();
+        }
         crate::memory::each_second(&mut self.shared, &self.conns);
     }
 
@@ -506,6 +514,11 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             LISTENER => self.accept(cx),
             WAKER => self.woken(cx),
             HELPERS => self.helpers_done(cx),
+            NOTICES => {
+                if let Some(n) = self.shared.files.as_mut().and_then(|f| f.notice()) {
+                    n.take();
+                }
+            }
             handoff::LISTENER => {
                 if !self.shared.draining {
                     self.accept_channels(cx);

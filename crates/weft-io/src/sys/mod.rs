@@ -18,6 +18,7 @@ pub mod counters;
 mod errno;
 mod fd;
 pub mod mmap;
+pub mod notify;
 pub mod pressure;
 pub mod privilege;
 pub mod residency;

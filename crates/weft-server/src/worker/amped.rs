@@ -195,7 +195,9 @@ pub(crate) fn before_file_read(
     end: u64,
     now: Instant,
 ) -> Result<(), NotYet> {
-    if s.cfg.snapshot_check && !same_file(f) {
+    // `--snapshot-check notify`: a watched file no change notice touched
+    // needs no fstat (`crate::notice`).
+    if s.cfg.snapshot_check && !crate::notice::quiet(f) && !same_file(f) {
         return Err(NotYet::Changed);
     }
     if !s.amped || s.loaded || s.cfg.residency == ResidencyTest::None {
@@ -226,7 +228,16 @@ pub(crate) fn before_file_read(
 /// Is `[start, end)` of `f` in the page cache?
 fn resident(s: &mut Shared<'_>, f: &CachedFile, start: u64, end: u64) -> bool {
     s.stats.residency_tests += 1;
-    if s.cfg.residency == ResidencyTest::Nowait {
+    if s.cfg.residency == ResidencyTest::Cachestat {
+        let page = residency::page_size() as u64;
+        let pages = end.div_ceil(page) - start / page;
+        match residency::cached_pages(&*f.fd, start, end - start) {
+            Ok(Some(n)) => return n >= pages,
+            Ok(None) => {}         // no cachestat here: the RWF_NOWAIT probe below
+            Err(_) => return true, // the read itself will report the error
+        }
+    }
+    if matches!(s.cfg.residency, ResidencyTest::Nowait | ResidencyTest::Cachestat) {
         if s.probe.is_empty() {
             s.probe = vec![0u8; PROBE];
         }
