@@ -188,6 +188,8 @@ impl Worker<'_> {
                 self.sh.pool.forget(&u.addr, ut);
             }
             let sent = !u.connecting;
+            // booster: a lane connection's last segment counts.
+            self.booster_closing(ut, &u.fd);
             cx.close_later(u.fd, true);
             // booster: the requests pipelined on it are placed again.
             self.booster_closed(cx, ut, sent);

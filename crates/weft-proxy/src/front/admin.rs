@@ -148,6 +148,7 @@ pub(crate) fn start(addr: SocketAddr, front: Arc<Front>) -> io::Result<SocketAdd
         Pages {
             stats: Arc::new(move || render_json(&json)),
             metrics: Some(Arc::new(move || render_prometheus(&front))),
+            control: None,
         },
     )
 }
