@@ -236,19 +236,10 @@ impl Worker<'_> {
     /// Take a connection to `addr` from the proxy's idle pool into the lane
     /// for `ct`'s request; None when the pool has none.
     fn adopt_pooled<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, addr: SocketAddr, open: bool) -> Option<Flow> {
-        while let Some(ut) = self.sh.pool.take(&addr) {
-            let Some(u) = upstream_of(&mut self.slab, ut) else {
-                continue;
-            };
-            u.owner = Some(ct);
-            u.last_activity = cx.now;
-            u.want = Interest::NONE;
-            self.lanes.lanes.entry(addr).or_default().conns.push(ut);
-            self.lanes.lines.insert(ut, Line::new(addr, open));
-            self.sh.stats.upstream_reused += 1;
-            return Some(self.begin_exchange(ct, ut));
-        }
-        None
+        let ut = self.claim_pooled(ct, &addr, cx.now)?;
+        self.lanes.lanes.entry(addr).or_default().conns.push(ut);
+        self.lanes.lines.insert(ut, Line::new(addr, open));
+        Some(self.begin_exchange(ct, ut))
     }
 
     /// Queue `ct`'s request behind those on `ut`; it goes out after the
