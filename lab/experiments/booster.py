@@ -1,7 +1,8 @@
 """booster: the web booster and origin accelerator (paper 003, Table 1 and
 Figures 2, 4-10; the time to relief of sections 1 and 6).
 
-Part `configs`: origin CPU per request, its split (user, kernel in process
+Parts `configs-1200`, `configs-2400`, `configs-3600` (one per load level):
+origin CPU per request, its split (user, kernel in process
 context, hard and soft interrupts), packets and interrupts per packet and
 system calls per request at the origin, under a SURGE mix, for
 
@@ -41,7 +42,7 @@ origin to the booster (boosted) or to a cold caching reverse proxy. Reported:
 the time until half and 90 % of the eventual relief, and failed requests
 across switching in and out (target: none).
 
-Quick form (CI): part `configs` only, 1,200 user equivalents (OFF times x
+Quick form (CI): part `configs-1200` only, 1,200 user equivalents (OFF times x
 0.05), 6 s per configuration, one run (about 75 s with set-up). Full form:
 1,200 / 2,400 / 3,600 UEs (OFF times x 0.15) x 3 runs x 20 s x 7
 configurations (about 25 minutes), then `relief` (about 80 s).
@@ -59,7 +60,8 @@ from .. import boostlab, core, netlab, report, servers
 
 NAME = "booster"
 DESCRIPTION = "003 Table 1 / Figs. 4-10 and relief time: origin CPU split, packets and interrupts per request, direct vs accelerator vs booster vs booster+delayed ACKs, nginx origin and front, cold caches, veth network"
-PARTS = ["configs", "relief"]
+UES = [1200, 2400, 3600]
+PARTS = [f"configs-{u}" for u in UES] + ["relief"]
 
 CONFIGS = ["direct", "accel", "booster", "booster+dack", "nginx direct", "nginx+booster"]
 FULL_CONFIGS = CONFIGS + ["nginx front"]
@@ -416,14 +418,14 @@ def generate(lab, www: str, surge) -> None:
 
 def run(lab: core.Lab) -> dict:
     lab.prepare(commands=["nginx", "nstat"] + ([] if lab.quick else ["varnishd"]))
-    parts = lab.parts(["configs"] if lab.quick else PARTS)
+    parts = lab.parts(["configs-1200"] if lab.quick else PARTS)
     www = os.path.join(lab.scratch, "www")
     generate(lab, www, SURGE)
     os.chmod(lab.scratch, 0o755)
     if lab.quick:
         ues_list, reps, secs, think, configs = [1200], 1, 6.0, 0.05, CONFIGS
     else:
-        ues_list, reps, secs, think, configs = [1200, 2400, 3600], 3, 20.0, FULL_THINK, FULL_CONFIGS
+        ues_list, reps, secs, think, configs = UES, 3, 20.0, FULL_THINK, FULL_CONFIGS
     rows, points, relief_rows, relief_pts = [], [], [], []
     affinity = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {boostlab.OTHER_CPU})
@@ -431,9 +433,9 @@ def run(lab: core.Lab) -> dict:
         with netlab.WanNet(lab.weft, [{"name": "client"}, {"name": "server"}], [{"a": "client", "b": "server"}], mode="veth", log=lab.log) as net:
             boostlab.steer_receives(net, "client", boostlab.OTHER_CPU)
             boostlab.steer_receives(net, "server", boostlab.ORIGIN_CPU)
-            if "configs" in parts:
+            if any(p.startswith("configs-") for p in parts):
                 started = time.monotonic()
-                for ues in ues_list:
+                for ues in [u for u in ues_list if f"configs-{u}" in parts]:
                     for rep in range(reps):
                         for kind in configs[rep % len(configs):] + configs[: rep % len(configs)]:
                             m, pts = one(lab, net, kind, www, ues, secs, think)
@@ -451,9 +453,12 @@ def run(lab: core.Lab) -> dict:
     doc = {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "runs": rows, "points": points, "relief": relief_rows, "relief_points": relief_pts}
     prev = lab.previous_runs()
     if prev:
-        for key, part in (("runs", "configs"), ("points", "configs"), ("relief", "relief"), ("relief_points", "relief")):
-            if part not in parts:
-                doc[key] = prev.get(key, [])
+        # `--only`: the parts not run keep their rows from the previous run.
+        for key in ("runs", "points"):
+            doc[key] = [r for r in prev.get(key, []) if f"configs-{r['ues']}" not in parts] + doc[key]
+        if "relief" not in parts:
+            doc["relief"], doc["relief_points"] = prev.get("relief", []), prev.get("relief_points", [])
+        doc["parts"] = {**prev.get("parts", {}), **{p: {"at": core.utc_now(), "weft": lab.versions.get("weft")} for p in parts}}
     report.write_json(os.path.join(lab.results_dir, "runs.json"), doc)
     summarize(lab, doc)
     weft_errors = sum(r["errors"] for r in doc["runs"] if r["config"] in WEFT_CONFIGS) + sum(r["errors"] for r in doc["relief"] if r["relief"] != "varnish")
@@ -504,7 +509,10 @@ def summarize(lab: core.Lab, doc: dict) -> None:
                report.markdown_table(["path at t0", "origin cap (cores)", "origin cores before", "after", "half relief (s)", "90 % (s)", "failed", "replies"], rt), ""]  # fmt: skip
     md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in doc.get("versions", {}).items()] + [""]
     report.write_summary(lab.results_dir, md)
-    plots(lab.results_dir, points, fit_rows, doc.get("relief_points", []))
+    # The quick form (CI) draws nothing: one load level has no lines to
+    # draw, and matplotlib would add seconds to a form that must not grow.
+    if not doc["quick"]:
+        plots(lab.results_dir, points, fit_rows, doc.get("relief_points", []))
 
 
 def plots(d: str, points: list[dict], fit_rows: list[dict], relief_pts: list[dict]) -> None:
