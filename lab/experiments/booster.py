@@ -497,9 +497,12 @@ def summarize(lab: core.Lab, doc: dict) -> None:
             ["config", "UEs", "req/s", "origin CPU µs/req", "user", "system", "irq", "softirq", "other on CPU 1", "× direct", "pkts in/req", "pkts out/req", "IPIs/pkt", "NET softirqs/pkt", "delayed ACKs/req", "booster µs/req", "mean KB", "syscalls/req", "failed"], table), ""]  # fmt: skip
         md += ["origin CPU: the origin's own threads (schedstat), split into user and system (kernel in process context, with the softirqs that interrupted it) by its utime/stime; irq and softirq: CPU 1's /proc/stat columns per request (network work RPS steered to the origin's CPU, whoever was running; irq is 0 on this kernel: tick accounting without IRQ_TIME_ACCOUNTING never lands in a hard interrupt). other on CPU 1: CPU 1's user+system time that was not the origin's (other tenants of a shared machine). IPIs: function-call interrupts on CPU 1 per packet at the origin (RPS hand-offs: this network's hardware interrupt; veth has no device interrupt).", ""]
     if fit_rows:
-        ft = [[r["config"], str(r["intervals"]), f(r["max_mb_s"]), f(r["max_req_s"], 0)] for r in fit_rows]
+        slope = {r["config"]: r["fit_req_s"][1] * 1e6 for r in fit_rows if r.get("fit_req_s")}
+        ft = [[r["config"], str(r["intervals"]), f(r["max_mb_s"]), f(r["max_req_s"], 0), f(slope.get(r["config"])),
+               f(slope[r["config"]] / slope["direct"], 2) if r["config"] in slope and slope.get("direct") else "–"] for r in fit_rows]  # fmt: skip
         md += ["## Extrapolated to 100 % load (Figure 10)", "", "Least squares over the 0.5 s intervals of the origin's load (its own CPU plus CPU 1's softirq and irq time, in cores) against its data rate (veth bytes sent) and request rate; where the line reaches one core. A configuration whose intervals do not spread in rate (one load level: the quick form) gets no line.", "",
-               report.markdown_table(["config", "intervals", "max MB/s", "max req/s"], ft), ""]  # fmt: skip
+               "The line's slope against request rate is the marginal CPU per request (the paper's figures are such lines): it leaves out what a configuration costs whatever the rate.", "",
+               report.markdown_table(["config", "intervals", "max MB/s", "max req/s", "marginal µs/req", "× direct"], ft), ""]  # fmt: skip
     if carried:
         md += ["## The booster's own cost", "", report.markdown_table(["config", "UEs", "booster µs/req", "one booster core, req/s", "origin max req/s", "origins per booster core"],
                [[c["config"], str(c["ues"]), f(c["booster_us_per_req"]), f(c["booster_core_req_s"], 0), f(c["origin_max_req_s"], 0), f(c["origins_per_booster_core"], 2)] for c in carried]), ""]  # fmt: skip
