@@ -41,9 +41,8 @@ TICK = 1.0 / proc.CLK_TCK
 
 def pinned(cpu: int, argv: list[str]) -> list[str]:
     """`argv` on CPU `cpu` only, at nice -10: on a shared machine, other
-    sessions' builds land on that CPU too, and at equal weight they starved
-    a pinned origin into collapse (accept queue overflows, SYN retries: 100
-    requests/s where the run before made 9,000)."""
+    sessions' builds land on that CPU too and would take an equal share of
+    it from the pinned origin."""
     return ["nice", "-n", "-10", "taskset", "-c", str(cpu), *argv]
 
 
