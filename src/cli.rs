@@ -293,6 +293,23 @@ mod tests {
     }
 
     #[test]
+    fn booster_addresses_come_from_the_file_too() {
+        let (_d, p) = write("[serve]\nbooster-from = \"127.0.0.1,10.0.0.2\"\n");
+        let args = merge_config(argv(&["weft", "serve", "-c", p.to_str().unwrap()]))
+            .ok()
+            .unwrap();
+        let Command::Serve(s) = Cli::try_parse_from(args).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(s.to_config().booster_from.len(), 2);
+        let (_d, p) = write("[serve]\nbooster-from = \"nowhere\"\n");
+        let e = merge_config(argv(&["weft", "serve", "-c", p.to_str().unwrap()]))
+            .err()
+            .unwrap();
+        assert!(e.0.contains("key `serve.booster-from`"), "{}", e.0);
+    }
+
+    #[test]
     fn unknown_key_and_bad_value_name_the_key() {
         let (_d, p) = write("[serve]\nwrokers = 3\n");
         let e = merge_config(argv(&["weft", "serve", "--config", p.to_str().unwrap()]))

@@ -259,6 +259,9 @@ fn gen(g: GenArgs) -> ExitCode {
             } else {
                 println!("wrote {} files, {} bytes under {}", w.files, w.bytes, g.out.display());
             }
+            if let Some(m) = w.mean_request {
+                println!("mean response over the reference sequence: {m:.0} bytes");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

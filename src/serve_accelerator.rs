@@ -18,6 +18,20 @@ pub struct AcceleratorArgs {
     #[arg(long, value_name = "BYTES", num_args = 0..=1, default_missing_value = DEFAULT_BUDGET,
           value_parser = crate::args::size)]
     pub accelerator: Option<u64>,
+
+    /// The web boosters in front (docs/booster.md): from these addresses the request target is taken
+    /// from X-Weft-Target (the booster parsed and validated it); from anyone else that header is
+    /// ignored. Comma-separated or repeated.
+    #[arg(long, value_name = "IP[,IP]", value_delimiter = ',', value_parser = booster_addr)]
+    pub booster_from: Vec<std::net::IpAddr>,
+}
+
+/// One booster address: an IP (a port, which varies per connection, is not
+/// part of it).
+fn booster_addr(s: &str) -> Result<std::net::IpAddr, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("invalid booster address `{s}` (expected an IP address such as 10.0.0.1)"))
 }
 
 impl AcceleratorArgs {
@@ -26,6 +40,7 @@ impl AcceleratorArgs {
         if let (Some(bytes), false) = (self.accelerator, object_cache_given) {
             c.object_cache = bytes;
         }
+        c.booster_from.clone_from(&self.booster_from);
     }
 }
 
@@ -38,11 +53,16 @@ mod tests {
         let mut c = weft_server::ServeConfig::default();
         let a = AcceleratorArgs {
             accelerator: Some(64 << 20),
+            booster_from: vec![],
         };
         a.apply(&mut c, false);
         assert_eq!(c.object_cache, 64 << 20);
         c.object_cache = 5;
         a.apply(&mut c, true);
         assert_eq!(c.object_cache, 5);
+        assert!(booster_addr("10.0.0.1").is_ok());
+        assert!(booster_addr("10.0.0.1:80")
+            .unwrap_err()
+            .contains("invalid booster address"));
     }
 }

@@ -117,7 +117,11 @@ fn many_clients_multiplexed_over_two_connections_byte_exact() {
         "{}",
         responses()
     );
-    assert_eq!(counter(&admin, "upstream_connects"), 2, "{}", fetch(&admin, "/stats"));
+    let doc = fetch(&admin, "/stats");
+    assert_eq!(counter(&admin, "upstream_connects"), 2, "{doc}");
+    // 24 clients over 2 connections: requests of different clients shared
+    // a connection, pipelined, and each still got its own bytes in order.
+    assert!(counter(&admin, "pipelined") > 0, "{doc}");
 }
 
 #[test]
@@ -396,13 +400,119 @@ fn switched_in_and_out_under_load_for_two_sites_with_no_failed_request() {
     let light = std::thread::spawn(move || load_failures_host(u1, "b.test", 1, 5, "5ms"));
     let light_a = std::thread::spawn(move || load_failures_host(u2, "a.test", 1, 5, "5ms"));
     std::thread::sleep(Duration::from_millis(800));
-    assert_eq!(load_failures_host(url, "a.test", 16, 2, "0s"), 0);
+    assert_eq!(load_failures_host(url.clone(), "a.test", 16, 2, "0s"), 0);
     assert_eq!(light.join().unwrap(), 0);
     assert_eq!(light_a.join().unwrap(), 0);
     let doc = fetch(&admin, "/stats");
     assert!(counter(&admin, "switches") >= 2, "{doc}");
     assert!(counter(&admin, "boosted") > 0 && counter(&admin, "direct") > 0, "{doc}");
-    assert!(doc.contains("\"host\":\"b.test\""), "{doc}");
+    // Only a was loaded: a was boosted, b stayed straight through.
+    assert!(site_stat(&admin, "a.test", "boosted") > 0, "{doc}");
+    assert_eq!(site_stat(&admin, "b.test", "boosted"), 0, "{doc}");
+    assert!(site_stat(&admin, "b.test", "direct") > 0, "{doc}");
+    // Both loaded at once: both boosted, still no failed request.
+    let (ua, ub) = (url.clone(), url.clone());
+    let burst_b = std::thread::spawn(move || load_failures_host(ub, "b.test", 16, 2, "0s"));
+    assert_eq!(load_failures_host(ua, "a.test", 16, 2, "0s"), 0);
+    assert_eq!(burst_b.join().unwrap(), 0);
+    let doc = fetch(&admin, "/stats");
+    assert!(site_stat(&admin, "b.test", "boosted") > 0, "{doc}");
+}
+
+/// A number of site `host` in the booster's `/stats` (`sites`).
+fn site_stat(admin: &str, host: &str, key: &str) -> u64 {
+    let doc = fetch(admin, "/stats");
+    let body = &doc[doc.find("\r\n\r\n").map_or(0, |i| i + 4)..];
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {doc}"));
+    let site = v["sites"].as_array().and_then(|s| s.iter().find(|s| s["host"] == host));
+    site.and_then(|s| s[key].as_u64())
+        .unwrap_or_else(|| panic!("{host} {key} in {doc}"))
+}
+
+/// `POST path` to an admin endpoint: the status line's code.
+fn post(admin: &str, path: &str) -> u16 {
+    let mut s = TcpStream::connect(admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("POST {path} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// `GET path` with Host `host` on a persistent connection.
+fn get_host(r: &mut Reader, host: &str, path: &str) -> Response {
+    r.send(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+    r.response(false)
+}
+
+#[test]
+fn two_sites_on_one_origin_keep_their_own_queue_and_boost_state() {
+    let d = files();
+    let (o, _) = origin("127.0.0.1:0", &d);
+    let sites = [format!("a.test={}", o.addr), format!("b.test={}", o.addr)];
+    let (b, admin) = booster(&sites, &["--boost", "never", "--max-queue", "4"]);
+    // Many more of b's requests than its queue holds, one after another:
+    // each one's end frees its place (none leaks to a's count).
+    let mut r = Reader::new(b.connect());
+    for i in 0..20 {
+        assert_eq!(get_host(&mut r, "b.test", "/f1.bin").status, 200, "request {i}");
+    }
+    // Switch a in by hand: a's requests take the lane, b's stay straight
+    // through (only lane connections count upstream_responses).
+    assert_eq!(post(&admin, "/boost/a.test/on"), 200);
+    assert_eq!(post(&admin, "/boost/nosuch.test/on"), 404);
+    let mut ra = Reader::new(b.connect());
+    for _ in 0..5 {
+        assert_eq!(get_host(&mut ra, "a.test", "/f2.bin").body, pattern(1000 + 2 * 3001));
+        assert_eq!(get_host(&mut r, "b.test", "/f2.bin").body, pattern(1000 + 2 * 3001));
+    }
+    let doc = fetch(&admin, "/stats");
+    assert!(
+        wait_until(Duration::from_secs(5), || counter(&admin, "upstream_responses") == 5),
+        "{doc}"
+    );
+    assert_eq!(site_stat(&admin, "a.test", "boosted"), 5, "{doc}");
+    assert_eq!(site_stat(&admin, "b.test", "boosted"), 0, "{doc}");
+    assert_eq!(site_stat(&admin, "b.test", "direct"), 25, "{doc}");
+    assert!(wait_until(Duration::from_secs(5), || site_stat(
+        &admin, "b.test", "held"
+    ) == 0));
+    // The lane connection's TCP_INFO, sampled about once a second: the
+    // segments the origin received and sent for those requests.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(get_host(&mut ra, "a.test", "/f2.bin").status, 200);
+    let sampled = || counter(&admin, "sampled_responses");
+    assert!(
+        wait_until(Duration::from_secs(5), || sampled() >= 5),
+        "{}",
+        fetch(&admin, "/stats")
+    );
+    let doc = fetch(&admin, "/stats");
+    assert!(counter(&admin, "origin_segs_received") >= 5, "{doc}");
+    assert!(counter(&admin, "origin_segs_sent") >= 5, "{doc}");
+}
+
+#[test]
+fn origin_takes_the_boosters_target_only_from_booster_addresses() {
+    let d = files();
+    let root = d.path.to_str().unwrap().to_string();
+    let o = Weft::serve(&[&root, "--workers", "1", "--booster-from", "127.0.0.1"]);
+    let req = b"GET /f1.bin HTTP/1.1\r\nHost: t\r\nX-Weft-Target: /f2.bin\r\n\r\n";
+    // From the booster's address: the header's target.
+    let (resp, _) = raw(&o, req);
+    assert_eq!(resp.body, pattern(1000 + 2 * 3001));
+    // From anyone else (here 127.0.0.1 to an origin that trusts only
+    // 127.0.0.2 and 10.9.9.9): the header is ignored.
+    let other = Weft::serve(&[&root, "--workers", "1", "--booster-from", "127.0.0.2,10.9.9.9"]);
+    assert_eq!(raw(&other, req).0.body, pattern(1000 + 3001));
+    // Without --booster-from nobody is trusted.
+    let plain = Weft::serve(&[&root, "--workers", "1"]);
+    assert_eq!(raw(&plain, req).0.body, pattern(1000 + 3001));
+    // Behind the booster, the target it sends is the request's.
+    let (b, _) = booster(&[format!("*={}", o.addr)], &[]);
+    let mut r = Reader::new(b.connect());
+    assert_eq!(get_on(&mut r, "/f3.bin").body, pattern(1000 + 3 * 3001));
 }
 
 /// `weft load` closed loop (persistent connections) against `url` with Host

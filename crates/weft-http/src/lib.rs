@@ -60,6 +60,10 @@ pub use host::{normalize_path, valid_authority};
 pub use range::{evaluate_range, RangeOutcome};
 pub use represent::{Answer, Conditions, Representation, Role};
 pub use request::RequestHead;
+
+/// The header in which a web booster (`weft front --mode booster`) passes
+/// the request target it parsed to the origin (`weft serve --booster-from`).
+pub const TARGET_HEADER: &str = "X-Weft-Target";
 pub use response::ResponseHead;
 
 use std::fmt;

@@ -41,7 +41,13 @@ pub struct Pages {
     pub stats: Render,
     /// `GET /metrics`: Prometheus text (None: 404).
     pub metrics: Option<Render>,
+    /// `POST ...`: the role's own controls (the booster's manual switch),
+    /// given the request line; None (or a None answer): 404.
+    pub control: Option<Control>,
 }
+
+/// Answers a `POST` request line with a JSON body, or None (404).
+pub type Control = Arc<dyn Fn(&[u8]) -> Option<String> + Send + Sync>;
 
 /// The status page (`GET /`, `GET /status`), the same for every role.
 pub const STATUS_PAGE: &str = include_str!("admin_status.html");
@@ -57,6 +63,7 @@ pub fn start(addr: SocketAddr, render: Render) -> io::Result<SocketAddr> {
         Pages {
             stats: render,
             metrics: None,
+            control: None,
         },
     )
 }
@@ -174,6 +181,11 @@ fn read_request_line(c: &mut impl Read, buf: &mut [u8]) -> usize {
 fn answer(req: &[u8], pages: &Pages) -> (&'static str, &'static str, String) {
     if req.starts_with(b"GET /stats ") {
         return ("200 OK", "application/json", (pages.stats)());
+    }
+    if let (true, Some(c)) = (req.starts_with(b"POST "), &pages.control) {
+        if let Some(body) = c(req.split(|&b| b == b'\n').next().unwrap_or(req)) {
+            return ("200 OK", "application/json", body);
+        }
     }
     if req.starts_with(b"GET / ") || req.starts_with(b"GET /status ") {
         return ("200 OK", "text/html; charset=utf-8", STATUS_PAGE.to_string());
@@ -310,6 +322,7 @@ mod tests {
         let pages = Pages {
             stats: Arc::new(|| "{\"x\":1}\n".to_string()),
             metrics: Some(Arc::new(|| "# HELP a b\n# TYPE a gauge\na 1\n".to_string())),
+            control: None,
         };
         let addr = serve("127.0.0.1:0".parse().unwrap(), pages).unwrap();
         let stats = get(addr, "/stats");

@@ -30,6 +30,9 @@ pub struct Written {
     pub lines: u64,
     /// The main output path.
     pub path: PathBuf,
+    /// SURGE: the mean response body over the reference sequence (what a
+    /// run that walks the whole sequence averages), bytes.
+    pub mean_request: Option<f64>,
 }
 
 fn write_file(root: &Path, rel: &str, size: u64) -> Result<(), String> {
@@ -140,6 +143,8 @@ pub fn generate(spec: &Spec, params: &[String], out: &Path, seed: u64) -> Result
                 w.bytes += s.sizes[f as usize];
                 prog.tick(w.files, s.sizes.len() as u64);
             }
+            let total: u64 = s.sequence.iter().map(|&f| s.sizes[f as usize]).sum();
+            w.mean_request = Some(total as f64 / s.sequence.len().max(1) as f64);
         }
         Spec::Trace(_) if like.is_some() => {
             // Shaped like one of the thesis's traces (crate::trace_like).

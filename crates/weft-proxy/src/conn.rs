@@ -320,6 +320,11 @@ pub struct Txn {
     pub relay: Option<Relay>,
     pub plan: Option<StorePlan>,
     pub status: u16,
+    /// `weft front --mode booster`: the request's site (an index into the
+    /// booster's sites) and whether it was boosted when it was placed. Its
+    /// held count and its path (lane or straight through) follow this, not
+    /// the origin's address: several sites may share one origin.
+    pub booster_site: Option<(usize, bool)>,
 }
 
 impl Txn {
@@ -351,6 +356,7 @@ impl Txn {
             relay: None,
             plan: None,
             status: 0,
+            booster_site: None,
         }
     }
 

@@ -164,6 +164,7 @@ impl Proxy {
                 let pages = weft_io::admin::Pages {
                     stats: render,
                     metrics: Some(Arc::new(move || stats::render_prometheus(&prom))),
+                    control: None,
                 };
                 Some(
                     weft_io::admin::serve(a, pages)

@@ -188,6 +188,8 @@ impl Worker<'_> {
                 self.sh.pool.forget(&u.addr, ut);
             }
             let sent = !u.connecting;
+            // booster: a lane connection's last segment counts.
+            self.booster_closing(ut, &u.fd);
             cx.close_later(u.fd, true);
             // booster: the requests pipelined on it are placed again.
             self.booster_closed(cx, ut, sent);
@@ -249,6 +251,22 @@ impl Worker<'_> {
     // ------------------------------------------------------------------
     // Connecting
 
+    /// A pooled connection to `addr` (most recently used first), now
+    /// owned by `ct`; None when the pool has none.
+    pub(crate) fn claim_pooled(&mut self, ct: Token, addr: &SocketAddr, now: Instant) -> Option<Token> {
+        while let Some(ut) = self.sh.pool.take(addr) {
+            let Some(u) = upstream_of(&mut self.slab, ut) else {
+                continue;
+            };
+            u.owner = Some(ct);
+            u.last_activity = now;
+            u.want = Interest::NONE;
+            self.sh.stats.upstream_reused += 1;
+            return Some(ut);
+        }
+        None
+    }
+
     /// Take a pooled connection or open a new one.
     pub(crate) fn txn_connect<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
         let Some(c) = client_of(&mut self.slab, ct) else {
@@ -263,16 +281,8 @@ impl Worker<'_> {
         if let Some(f) = self.booster_connect(cx, ct, addr) {
             return f;
         }
-        // A pooled connection to the same address (most recently used first).
         if use_pool {
-            while let Some(ut) = self.sh.pool.take(&addr) {
-                let Some(u) = upstream_of(&mut self.slab, ut) else {
-                    continue;
-                };
-                u.owner = Some(ct);
-                u.last_activity = cx.now;
-                u.want = Interest::NONE;
-                self.sh.stats.upstream_reused += 1;
+            if let Some(ut) = self.claim_pooled(ct, &addr, cx.now) {
                 return self.begin_exchange(ct, ut);
             }
         }

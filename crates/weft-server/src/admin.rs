@@ -58,6 +58,7 @@ pub fn start(addr: SocketAddr, backend: &'static str, slots: Arc<Vec<WorkerSlot>
         weft_io::admin::Pages {
             stats: Arc::new(move || render(backend, &json)),
             metrics: Some(Arc::new(move || render_prometheus(&slots))),
+            control: None,
         },
     )
 }

@@ -28,8 +28,8 @@ pub(crate) fn serve_target(
     head_only: bool,
 ) -> (u16, u64) {
     let data = &c.input.pending()[..head_len];
-    let mut target = s.head.target(data);
     let cfg = s.cfg;
+    let mut target = booster_target(cfg, c.peer, &s.head, data).unwrap_or_else(|| s.head.target(data));
     let site = crate::vhost::site_of(cfg.site_table.as_deref(), &s.head, data, target);
     if s.head.is_absolute_form() {
         // http://authority/path → /path (RFC 9112 §3.2.2: servers accept absolute-form).
@@ -164,6 +164,22 @@ pub(crate) fn serve_target(
 
 /// AMPED: the path needs the disk. Park the request for a helper's open
 /// (the worker submits it), or answer 503 when the helpers' queue is full.
+/// The target a web booster parsed (`X-Weft-Target`), for a connection
+/// from one of `--booster-from`; None otherwise (the header is ignored) or
+/// when the booster sent none or an origin-form one is not there.
+fn booster_target<'a>(
+    cfg: &crate::ServeConfig,
+    peer: Option<std::net::SocketAddr>,
+    head: &weft_http::RequestHead,
+    data: &'a [u8],
+) -> Option<&'a [u8]> {
+    if cfg.booster_from.is_empty() || !peer.is_some_and(|p| cfg.booster_from.contains(&p.ip())) {
+        return None;
+    }
+    head.header(data, weft_http::TARGET_HEADER)
+        .filter(|t| t.first() == Some(&b'/'))
+}
+
 fn wait_open(c: &mut Conn, s: &mut Shared<'_>, persist: Persist, head_only: bool) -> (u16, u64) {
     if s.overloaded {
         return busy(c, s, persist, head_only);

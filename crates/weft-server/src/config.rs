@@ -155,6 +155,10 @@ pub struct ServeConfig {
     pub object_cache: u64,
     /// Object cache replacement (`--cache-policy`, `--gds-cost`).
     pub cache_policy: weft_policy::PolicyKind,
+    /// `--booster-from`: peers whose `X-Weft-Target` (the target a web
+    /// booster parsed and validated) is used instead of the request line's;
+    /// from anyone else the header is ignored.
+    pub booster_from: Vec<std::net::IpAddr>,
     /// Re-check a file sent with sendfile before its last bytes (a response
     /// is a snapshot: a file changed mid-send aborts the connection).
     pub snapshot_check: bool,
@@ -222,6 +226,7 @@ impl Default for ServeConfig {
             file_cache: 64 << 20,
             object_cache: 0,
             cache_policy: weft_policy::PolicyKind::Gds(weft_policy::GdsCost::One),
+            booster_from: Vec::new(),
             snapshot_check: true,
             snapshot_notify: false,
             pool: None,

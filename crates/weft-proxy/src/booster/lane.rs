@@ -45,6 +45,9 @@ pub(crate) const RETRY_EVERY: Duration = Duration::from_millis(50);
 /// origin stopping closes its connections, and then refuses what waits in
 /// its listen queue: two losses for one restart).
 pub(crate) const MAX_RESENDS: u8 = 4;
+/// How often the lane connections' TCP_INFO is read (two system calls a
+/// second per connection; the last sample is taken when one closes).
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
 /// One origin's connections in one worker.
 #[derive(Default)]
@@ -65,6 +68,22 @@ struct Line {
     behind: VecDeque<Token>,
     /// Requests may be pipelined behind the owner's.
     open: bool,
+    /// Responses read on the connection, and what its last TCP_INFO
+    /// sample had counted (segments sent, received; responses).
+    responses: u64,
+    seen: (u32, u32, u64),
+}
+
+impl Line {
+    fn new(addr: SocketAddr, open: bool) -> Line {
+        Line {
+            addr,
+            behind: VecDeque::new(),
+            open,
+            responses: 0,
+            seen: (0, 0, 0),
+        }
+    }
 }
 
 /// A worker's lanes.
@@ -79,6 +98,8 @@ pub(crate) struct Lanes {
     /// Connections with pipelined requests queued this batch: flushed
     /// after it, so one write (and few packets) carries them all.
     unsent: Vec<Token>,
+    /// When the lane connections' TCP_INFO is sampled next.
+    sample_at: Option<Instant>,
 }
 
 impl Lanes {
@@ -113,6 +134,11 @@ fn pipelinable(txn: &Txn) -> bool {
     idempotent && !txn.had_body && !txn.connect
 }
 
+/// Was the request boosted when it was placed (its site's state then)?
+fn boosted(txn: &Txn) -> bool {
+    txn.booster_site.is_some_and(|(_, on)| on)
+}
+
 /// Is the client waiting in a lane or a line (placed, no upstream)?
 fn waits(txn: &Txn) -> bool {
     txn.phase == Phase::Resolve && txn.up.is_none() && !txn.addrs.is_empty()
@@ -126,10 +152,11 @@ impl Worker<'_> {
             return;
         };
         let i = b.site_for(&txn.host_value);
-        if !b.admit(i) {
+        let Some(boosted) = b.admit(i) else {
             self.fail(cx, ct, 503, "origin at capacity (the booster's queue is full)");
             return;
-        }
+        };
+        txn.booster_site = Some((i, boosted));
         txn.addrs.clear();
         txn.addrs.push(b.sites[i].spec.origin);
         txn.addr_index = 0;
@@ -140,10 +167,11 @@ impl Worker<'_> {
     /// connection (or for a site not boosted: the proxy's ordinary path).
     pub(crate) fn booster_connect<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, addr: SocketAddr) -> Option<Flow> {
         let b = booster_of(self.sh.cfg)?;
-        if !b.boosting(&addr) {
+        let txn = client_of(&mut self.slab, ct)?.txn.as_ref()?;
+        if !boosted(txn) {
             return None;
         }
-        let pipe_ok = pipelinable(client_of(&mut self.slab, ct)?.txn.as_ref()?);
+        let pipe_ok = pipelinable(txn);
         let lane = self.lanes.lanes.entry(addr).or_default();
         // A connection that frees up while a request waits to have one to
         // itself is kept for it.
@@ -170,7 +198,10 @@ impl Worker<'_> {
         }
         let down = lane.retry_at.is_some_and(|t| t > cx.now);
         if !down && lane.conns.len() < b.conns_per_worker {
-            return None;
+            // A connection pooled while the site passed straight through
+            // joins the lane (else the caller opens one; never a pooled one
+            // outside the lane, which would carry a boosted request alone).
+            return self.adopt_pooled(cx, ct, addr, pipe_ok);
         }
         let depth = b.cfg.pipeline.max(1);
         // A request sent again goes first on a connection (the origin
@@ -200,6 +231,15 @@ impl Worker<'_> {
         let txn = client_of(&mut self.slab, ct)?.txn.as_mut()?;
         txn.phase = Phase::Resolve;
         Some(Flow::Wait)
+    }
+
+    /// Take a connection to `addr` from the proxy's idle pool into the lane
+    /// for `ct`'s request; None when the pool has none.
+    fn adopt_pooled<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, addr: SocketAddr, open: bool) -> Option<Flow> {
+        let ut = self.claim_pooled(ct, &addr, cx.now)?;
+        self.lanes.lanes.entry(addr).or_default().conns.push(ut);
+        self.lanes.lines.insert(ut, Line::new(addr, open));
+        Some(self.begin_exchange(ct, ut))
     }
 
     /// Queue `ct`'s request behind those on `ut`; it goes out after the
@@ -252,25 +292,19 @@ impl Worker<'_> {
     /// the lane when the site is boosted and the lane has room.
     pub(crate) fn booster_opened(&mut self, ct: Token, ut: Token, addr: SocketAddr) {
         let Some(b) = booster_of(self.sh.cfg) else { return };
-        if !b.boosting(&addr) {
+        let Some(txn) = client_of(&mut self.slab, ct).and_then(|c| c.txn.as_ref()) else {
+            return;
+        };
+        if !boosted(txn) {
             return;
         }
+        let open = pipelinable(txn);
         let lane = self.lanes.lanes.entry(addr).or_default();
         if lane.conns.len() >= b.conns_per_worker {
             return;
         }
         lane.conns.push(ut);
-        let open = client_of(&mut self.slab, ct)
-            .and_then(|c| c.txn.as_ref())
-            .is_some_and(|t| pipelinable(t));
-        self.lanes.lines.insert(
-            ut,
-            Line {
-                addr,
-                behind: VecDeque::new(),
-                open,
-            },
-        );
+        self.lanes.lines.insert(ut, Line::new(addr, open));
         BoosterStats::bump(&b.stats.upstream_connects);
     }
 
@@ -283,6 +317,7 @@ impl Worker<'_> {
         let line = self.lanes.lines.get_mut(&ut)?;
         let u = upstream_of(&mut self.slab, ut)?;
         BoosterStats::bump(&b.stats.upstream_responses);
+        line.responses += 1;
         if let Some(owner) = u.owner {
             self.lanes.down_since.remove(&owner);
             self.lanes.resends.remove(&owner);
@@ -361,7 +396,7 @@ impl Worker<'_> {
         let b = booster_of(self.sh.cfg)?;
         let txn = client_of(&mut self.slab, ct)?.txn.as_mut()?;
         let addr = *txn.addrs.first()?;
-        if !b.boosting(&addr) && !txn.up.is_some_and(|ut| self.lanes.lines.contains_key(&ut)) {
+        if !boosted(txn) && !txn.up.is_some_and(|ut| self.lanes.lines.contains_key(&ut)) {
             return None;
         }
         if connected {
@@ -422,6 +457,16 @@ impl Worker<'_> {
     /// when their pause is over; stale waiting records go.
     pub(crate) fn booster_tick(&mut self, now: Instant) {
         self.flush_pipelined(now);
+        if !self.lanes.lines.is_empty() && self.lanes.sample_at.is_none_or(|t| t <= now) {
+            self.lanes.sample_at = Some(now + SAMPLE_EVERY);
+            let lines: Vec<Token> = self.lanes.lines.keys().copied().collect();
+            for ut in lines {
+                if let Some(u) = upstream_of(&mut self.slab, ut) {
+                    let info = weft_io::sys::tcp_info(&u.fd).ok();
+                    self.booster_sample(ut, info);
+                }
+            }
+        }
         let due: Vec<SocketAddr> = self
             .lanes
             .lanes
@@ -444,6 +489,35 @@ impl Worker<'_> {
             let slab = &mut self.slab;
             self.lanes.resends.retain(|&ct, _| client_of(slab, ct).is_some());
         }
+    }
+
+    /// A lane connection is closing: its last TCP_INFO sample.
+    pub(crate) fn booster_closing(&mut self, ut: Token, fd: &weft_io::sys::Fd) {
+        // Outside booster mode: one config check, no map lookup.
+        if booster_of(self.sh.cfg).is_some() && self.lanes.lines.contains_key(&ut) {
+            self.booster_sample(ut, weft_io::sys::tcp_info(fd).ok());
+        }
+    }
+
+    /// Add what lane connection `ut` counted since its last sample to the
+    /// booster's segment counters (the responses with them, so the figure
+    /// per request covers the same span).
+    fn booster_sample(&mut self, ut: Token, info: Option<weft_io::sys::TcpInfo>) {
+        let (Some(b), Some(info)) = (booster_of(self.sh.cfg), info) else {
+            return;
+        };
+        let Some(line) = self.lanes.lines.get_mut(&ut) else {
+            return;
+        };
+        let (out, inn, resp) = line.seen;
+        line.seen = (info.segs_out, info.segs_in, line.responses);
+        let st = &b.stats;
+        let add = |c: &std::sync::atomic::AtomicU64, n: u64| {
+            c.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        };
+        add(&st.origin_segs_received, u64::from(info.segs_out.wrapping_sub(out)));
+        add(&st.origin_segs_sent, u64::from(info.segs_in.wrapping_sub(inn)));
+        add(&st.sampled_responses, line.responses - resp);
     }
 
     /// Draining: idle lane connections close (busy ones when their line ends).

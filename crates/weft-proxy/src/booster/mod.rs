@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The header carrying the parsed target to the origin.
-pub const TARGET_HEADER: &str = "X-Weft-Target";
+pub const TARGET_HEADER: &str = weft_http::TARGET_HEADER;
 
 /// One site: the Host it answers (`*`: any), its origin, and where the
 /// origin reports its load (`weft serve --admin`).
@@ -147,6 +147,15 @@ pub struct BoosterStats {
     pub upstream_connects: AtomicU64,
     pub upstream_responses: AtomicU64,
     pub switches: AtomicU64,
+    /// TCP segments on the lane connections to the origins, from TCP_INFO
+    /// (`segs_out`: sent to the origin, so received there; `segs_in`: sent
+    /// by the origin), sampled by each worker about once a second and when
+    /// a lane connection closes.
+    pub origin_segs_received: AtomicU64,
+    pub origin_segs_sent: AtomicU64,
+    /// Responses on those connections over the same samples (the
+    /// denominator of the per-request figures).
+    pub sampled_responses: AtomicU64,
 }
 
 impl BoosterStats {
@@ -161,6 +170,9 @@ pub struct Site {
     pub boosting: AtomicBool,
     /// Requests held now (placed and not yet finished).
     held: AtomicUsize,
+    /// Requests admitted boosted / passed straight through.
+    boosted: AtomicU64,
+    direct: AtomicU64,
     /// The last load report, as JSON (empty before the first).
     pub last_load: Mutex<String>,
 }
@@ -193,6 +205,8 @@ impl Booster {
                 spec: spec.clone(),
                 boosting: AtomicBool::new(boosting),
                 held: AtomicUsize::new(0),
+                boosted: AtomicU64::new(0),
+                direct: AtomicU64::new(0),
                 last_load: Mutex::new(String::new()),
             })
             .collect();
@@ -219,41 +233,52 @@ impl Booster {
             .unwrap_or(0)
     }
 
-    /// The first site whose origin is `addr`.
-    fn site_at(&self, addr: &SocketAddr) -> Option<&Site> {
-        self.sites.iter().find(|s| s.spec.origin == *addr)
-    }
-
-    /// Is the origin at `addr` boosted now?
-    pub(crate) fn boosting(&self, addr: &SocketAddr) -> bool {
-        self.site_at(addr).is_some_and(|s| s.boosting.load(Ordering::Relaxed))
-    }
-
-    /// Admit one more request for site `i`: false past `--max-queue`.
-    pub(crate) fn admit(&self, i: usize) -> bool {
+    /// Admit one more request for site `i`: None past `--max-queue`, else
+    /// whether it is boosted (decided now, once per request: the request
+    /// keeps its path however the site switches while it is held).
+    pub(crate) fn admit(&self, i: usize) -> Option<bool> {
         let site = &self.sites[i];
         BoosterStats::bump(&self.stats.requests);
         if site.held.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_queue {
             site.held.fetch_sub(1, Ordering::AcqRel);
             BoosterStats::bump(&self.stats.refused_queue);
-            return false;
+            return None;
         }
-        let way = if site.boosting.load(Ordering::Relaxed) {
-            &self.stats.boosted
+        let boosted = site.boosting.load(Ordering::Relaxed);
+        let (way, mine) = if boosted {
+            (&self.stats.boosted, &site.boosted)
         } else {
-            &self.stats.direct
+            (&self.stats.direct, &site.direct)
         };
         BoosterStats::bump(way);
-        true
+        BoosterStats::bump(mine);
+        Some(boosted)
     }
 
-    /// A request admitted for the origin at `addr` is done.
-    pub(crate) fn finished(&self, addr: &SocketAddr) {
-        if let Some(s) = self.site_at(addr) {
+    /// A request admitted for site `i` is done.
+    pub(crate) fn finished(&self, i: usize) {
+        if let Some(s) = self.sites.get(i) {
             let _ = s
                 .held
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| h.checked_sub(1));
         }
+    }
+
+    /// Switch site `host` (`*` included; any case) in or out by hand
+    /// (`POST /boost` on the admin endpoint); false: no such site.
+    pub fn switch(&self, host: &str, on: bool) -> bool {
+        let Some(site) = self.sites.iter().find(|s| s.spec.host.eq_ignore_ascii_case(host)) else {
+            return false;
+        };
+        if site.boosting.swap(on, Ordering::Relaxed) != on {
+            BoosterStats::bump(&self.stats.switches);
+            weft_core::info!(
+                "booster: site {} {} by hand",
+                site.spec.host,
+                if on { "boosted" } else { "passed straight through" }
+            );
+        }
+        true
     }
 
     /// The `/stats` document: the booster's counters, its sites, and the
@@ -262,7 +287,7 @@ impl Booster {
     pub fn render(&self, proxy: &str) -> String {
         let st = &self.stats;
         let mut s = String::from("{\"mode\":\"booster\",\"counters\":{");
-        let counters: [(&str, &AtomicU64); 11] = [
+        let counters: [(&str, &AtomicU64); 14] = [
             ("requests", &st.requests),
             ("boosted", &st.boosted),
             ("direct", &st.direct),
@@ -274,22 +299,35 @@ impl Booster {
             ("upstream_connects", &st.upstream_connects),
             ("upstream_responses", &st.upstream_responses),
             ("switches", &st.switches),
+            ("origin_segs_received", &st.origin_segs_received),
+            ("origin_segs_sent", &st.origin_segs_sent),
+            ("sampled_responses", &st.sampled_responses),
         ];
         for (i, (k, v)) in counters.iter().enumerate() {
             let sep = if i > 0 { "," } else { "" };
             let _ = write!(s, "{sep}\"{k}\":{}", v.load(Ordering::Relaxed));
         }
-        s.push_str("},\"sites\":[");
+        let sampled = st.sampled_responses.load(Ordering::Relaxed).max(1) as f64;
+        let per = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64 / sampled;
+        let _ = write!(
+            s,
+            "}},\"origin_segments_per_request\":{{\"received\":{:.2},\"sent\":{:.2}}}",
+            per(&st.origin_segs_received),
+            per(&st.origin_segs_sent)
+        );
+        s.push_str(",\"sites\":[");
         for (i, site) in self.sites.iter().enumerate() {
             let load = site.last_load.lock().map(|l| l.clone()).unwrap_or_default();
             let _ = write!(
                 s,
-                "{}{{\"host\":\"{}\",\"origin\":\"{}\",\"boosting\":{},\"held\":{},\"load\":{}}}",
+                "{}{{\"host\":\"{}\",\"origin\":\"{}\",\"boosting\":{},\"held\":{},\"boosted\":{},\"direct\":{},\"load\":{}}}",
                 if i > 0 { "," } else { "" },
                 site.spec.host.escape_default(),
                 site.spec.origin,
                 site.boosting.load(Ordering::Relaxed),
                 site.held.load(Ordering::Relaxed),
+                site.boosted.load(Ordering::Relaxed),
+                site.direct.load(Ordering::Relaxed),
                 if load.is_empty() { "null" } else { &load },
             );
         }
@@ -326,18 +364,54 @@ mod tests {
         let b = Booster::new(cfg, 1);
         assert_eq!(b.site_for(b"a.test:8080"), 0);
         assert_eq!(b.site_for(b"other"), 1);
-        assert!(b.admit(1));
-        assert!(!b.admit(1), "past --max-queue");
-        b.finished(&"127.0.0.1:82".parse().unwrap());
-        assert!(b.admit(1));
+        assert_eq!(b.admit(1), Some(true));
+        assert_eq!(b.admit(1), None, "past --max-queue");
+        b.finished(1);
+        assert_eq!(b.admit(1), Some(true));
         let doc = b.render("");
         assert!(doc.contains("\"refused_queue\":1"), "{doc}");
         assert!(
-            doc.contains("\"host\":\"*\",\"origin\":\"127.0.0.1:82\",\"boosting\":true,\"held\":1"),
+            doc.contains("\"host\":\"*\",\"origin\":\"127.0.0.1:82\",\"boosting\":true,\"held\":1,\"boosted\":2"),
             "{doc}"
         );
         let mut head = b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
         add_target(&mut head, b"/x?y");
         assert!(head.ends_with(b"Host: a\r\nX-Weft-Target: /x?y\r\n\r\n"));
+    }
+
+    #[test]
+    fn sites_on_one_origin_keep_their_own_count_and_boost_state() {
+        let cfg = BoosterConfig {
+            sites: vec!["a=127.0.0.1:81".parse().unwrap(), "b=127.0.0.1:81".parse().unwrap()],
+            max_queue: 2,
+            boost: Boost::Never,
+            ..BoosterConfig::default()
+        };
+        let b = Booster::new(cfg, 1);
+        assert!(b.switch("A", true) && !b.switch("c", true));
+        // Site b's requests end as often as they begin: its count never leaks.
+        for _ in 0..10 {
+            assert_eq!(b.admit(1), Some(false), "b stays straight through");
+            b.finished(1);
+        }
+        assert_eq!(b.admit(0), Some(true));
+        assert_eq!(b.admit(0), Some(true));
+        assert_eq!(b.admit(0), None, "a's own queue is full");
+        assert_eq!(b.admit(1), Some(false), "b's is not");
+        b.finished(0);
+        assert_eq!(b.admit(0), Some(true));
+        let doc = b.render("");
+        assert!(
+            doc.contains(
+                "\"host\":\"a\",\"origin\":\"127.0.0.1:81\",\"boosting\":true,\"held\":2,\"boosted\":3,\"direct\":0"
+            ),
+            "{doc}"
+        );
+        assert!(
+            doc.contains(
+                "\"host\":\"b\",\"origin\":\"127.0.0.1:81\",\"boosting\":false,\"held\":1,\"boosted\":0,\"direct\":11"
+            ),
+            "{doc}"
+        );
     }
 }

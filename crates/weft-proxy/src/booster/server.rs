@@ -50,6 +50,22 @@ impl Booster {
     }
 }
 
+/// `POST /boost/HOST/on` (or `off`): the manual switch, for an operator
+/// (or the lab) who knows a peak is coming. With `--boost auto` the
+/// monitor may switch the site again at its next reading.
+fn manual_switch(b: &Booster, line: &[u8]) -> Option<String> {
+    let line = std::str::from_utf8(line).ok()?;
+    let path = line.strip_prefix("POST /boost/")?.split(' ').next()?;
+    let (host, how) = path.rsplit_once('/')?;
+    let on = match how {
+        "on" => true,
+        "off" => false,
+        _ => return None,
+    };
+    b.switch(host, on)
+        .then(|| format!("{{\"site\":\"{}\",\"boosting\":{on}}}\n", host.escape_default()))
+}
+
 /// Once the proxy runs: the load monitor (`--boost auto`) and the admin
 /// endpoint at `admin`; its bound address.
 pub fn start(b: &Arc<Booster>, admin: Option<SocketAddr>, proxy: &Proxy) -> io::Result<Option<SocketAddr>> {
@@ -57,10 +73,12 @@ pub fn start(b: &Arc<Booster>, admin: Option<SocketAddr>, proxy: &Proxy) -> io::
         super::monitor::start(b.clone(), proxy.bound().shutdown)?;
     }
     let Some(a) = admin else { return Ok(None) };
-    let (b, slots) = (b.clone(), proxy.slots());
+    let (b2, slots) = (b.clone(), proxy.slots());
+    let b = b.clone();
     let pages = weft_io::admin::Pages {
-        stats: Arc::new(move || b.document(&Proxy::live_totals(&slots))),
+        stats: Arc::new(move || b2.document(&Proxy::live_totals(&slots))),
         metrics: None,
+        control: Some(Arc::new(move |line| manual_switch(&b, line))),
     };
     weft_io::admin::serve(a, pages)
         .map(Some)

@@ -162,6 +162,7 @@ pub(crate) fn start(addr: SocketAddr, front: Arc<Front>, slots: Arc<Vec<stats::S
         Pages {
             stats: Arc::new(move || render_json(&json)),
             metrics: Some(Arc::new(move || render_prometheus(&front, &slots))),
+            control: None,
         },
     )
 }

@@ -27,10 +27,14 @@ pub(crate) fn target_id(path: &[u8]) -> u64 {
 pub(crate) fn release(cfg: &ProxyConfig, txn: &mut Txn) {
     let Some(front) = cfg.front.as_deref() else { return };
     if let Some(a) = txn.addrs.first() {
-        if let Some(b) = front.booster() {
-            b.finished(a);
-        } else if let Some(s) = front.index_of(a) {
-            front.finished(s);
+        match front.booster() {
+            // Keyed by site, not by origin: sites may share an origin.
+            Some(b) => txn
+                .booster_site
+                .take()
+                .into_iter()
+                .for_each(|(site, _)| b.finished(site)),
+            None => front.index_of(a).into_iter().for_each(|s| front.finished(s)),
         }
         txn.addrs.clear();
         txn.addr_index = 0;
