@@ -19,6 +19,7 @@ pub fn have_ethtool() -> bool {
 pub fn build(topo: &Topology, net: &mut Net, pid: u32) -> Result<(), String> {
     let ethtool = have_ethtool();
     if !ethtool {
+        net.offloads_on = true;
         net.notes.push(
             "ethtool is not installed (apt-get install -y ethtool): GSO, GRO and TSO stay ON on the veth pairs, so segments larger than the MTU cross them"
                 .into(),
