@@ -6,9 +6,25 @@
 //! leaves unshaped (HTB `default 0`). HTB counts IP bytes on a TUN device
 //! (no link-layer header), as the router's limiter does. Per host only: a
 //! class per flow would need a filter per connection (use the router).
+//!
+//! Each shaped device gets `gso_max_segs 1`. Linux's TCP always hands the
+//! qdisc GSO super-packets (segmented only after it, whatever the device's
+//! offload settings), sized to about a millisecond at its pacing rate; HTB
+//! charges one whole: at 56 kbit/s a 10–20 KB super-packet is 1.5–3 s of
+//! debt, so the segments left in bursts with gaps of seconds between them
+//! (the bulk test stalled past its 5 s read timeout; BBR, the namespaces'
+//! inherited default, overestimated the bandwidth from the bursts and made
+//! the super-packets larger still). One segment per packet: HTB paces
+//! every 1500-byte packet (214 ms apart at 56 kbit/s).
 
 use crate::config::Topology;
 use crate::netns::{run, Net};
+
+/// `gso_max_segs 1` on `dev`: the qdisc sees the packets the wire will carry.
+pub fn real_packets(ns: &Option<String>, dev: &str) -> Result<(), String> {
+    crate::netns::ip_in(ns, &["link", "set", "dev", dev, "gso_max_segs", "1"])
+        .map_err(|e| format!("{e} (a rate limit in a qdisc needs packets no larger than the MTU)"))
+}
 
 /// Add the HTB classes of `topo`'s rates to the TUN devices of `net`.
 pub fn build(topo: &Topology, net: &Net, pid: u32) -> Result<(), String> {
@@ -28,6 +44,7 @@ pub fn build(topo: &Topology, net: &Net, pid: u32) -> Result<(), String> {
                 run(v[0], &v[1..]).map_err(|e| format!("shaper kernel: host {}: {e}", topo.hosts[src].name))
             };
             if !rooted[src] {
+                real_packets(&net.ns[src], &dev)?;
                 tc(&[
                     "qdisc", "add", "dev", &dev, "root", "handle", "1:", "htb", "default", "0",
                 ])?;
