@@ -8,7 +8,9 @@ LRU-500K; nginx beside them. Requests/s, server CPU µs per request, object
 and byte hit ratios and heap + page-cache bytes per cached byte (from the
 admin counters). Figure 2.13 (grep, wc, cat, gcc over IO-Lite) is out of
 scope in user space; the CGI rows belong to the `cgi` experiment; the WAN
-form (2.12) waits for the WAN emulator. --quick: 4 dirs, 4 s runs.
+form (Figure 2.12: object cache on and off and nginx across network delays,
+on `weft wan`'s lab network) is `wan-server`'s "weft object cache" rows
+beside its sendfile, copy and nginx rows. --quick: 4 dirs, 4 s runs.
 """
 
 from __future__ import annotations
