@@ -23,7 +23,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The far end, run inside the client namespace: UDP 9000 echoes `e...`
-/// datagrams and counts the others, answering `quit` with the count; TCP
+/// datagrams and counts the others, answering `quit` with the count (until
+/// `done`); TCP
 /// 9001 sends zeros to whoever connects, TCP 9002 sends 4 MiB of zeros
 /// and closes.
 const FAR_END: &str = r#"
@@ -56,12 +57,21 @@ n = 0
 while True:
     d, a = u.recvfrom(2048)
     if d == b"quit":
-        u.sendto(str(n).encode(), a)
         break
     if d[:1] == b"e":
         u.sendto(d, a)
     else:
         n += 1
+# Answer until the test says `done`: an answer may wait behind queued data
+# (a kernel shaper's queue goes with the namespace when this exits).
+u.settimeout(30)
+while d != b"done":
+    if d == b"quit":
+        u.sendto(str(n).encode(), a)
+    try:
+        d, a = u.recvfrom(2048)
+    except OSError:
+        break
 "#;
 
 /// Why these tests cannot run here, if they cannot.
@@ -197,6 +207,9 @@ impl Wan {
                 count = std::str::from_utf8(&b[..n]).ok().and_then(|t| t.parse().ok());
                 break;
             }
+        }
+        for _ in 0..3 {
+            let _ = s.send(b"done");
         }
         let st = self.child.wait().unwrap();
         assert!(st.success(), "weft wan exited with {st}");
