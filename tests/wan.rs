@@ -550,6 +550,7 @@ fn kernel_shaper_rate_matches_the_limit() {
         .output()
         .unwrap();
     let link = String::from_utf8_lossy(&link.stdout).to_string();
+    // 10 Mbit/s: one segment per GSO packet (2 ms at the rate).
     assert!(link.contains("gso_max_segs 1 "), "{link}");
     let r = bulk_rates(&w, 1, 5)[0];
     w.finish();

@@ -53,7 +53,7 @@ pub fn build(topo: &Topology, net: &mut Net, pid: u32) -> Result<(), String> {
             }
             if let Some(rate) = spec.rate {
                 // TBF, like HTB, would charge whole GSO super-packets (shaper.rs).
-                crate::shaper::real_packets(ns, dev)?;
+                crate::shaper::real_packets(ns, dev, rate)?;
                 let r = format!("{rate}bit");
                 let burst = (rate / 8 / 100).max(3000).to_string();
                 let lim = spec.queue_bytes.to_string();
