@@ -24,8 +24,10 @@ import time
 
 from . import proc
 
-# The TCP counters the WAN experiments report (nstat names).
-TCP_COUNTERS = ("TcpInSegs", "TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtDelayedACKs", "TcpExtTCPSackRecovery", "TcpExtTCPRenoRecovery")
+# The TCP counters the WAN experiments report (nstat names; weft wan's
+# `tcp` block in --stats reads the same, crates/weft-wan/src/counters.rs).
+TCP_COUNTERS = ("TcpInSegs", "TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtDelayedACKs", "TcpExtTCPSackRecovery", "TcpExtTCPRenoRecovery",
+                "TcpExtTCPOrigDataSent", "TcpExtTCPPureAcks", "TcpExtTCPHPAcks", "TcpExtTCPBacklogCoalesce")  # fmt: skip
 
 
 def toml_value(v) -> str:
@@ -78,7 +80,13 @@ class WanNet:
                 raise RuntimeError("weft wan did not become ready in 30 s")
             time.sleep(0.05)
         with open(self.ready) as f:
-            self.hosts = json.load(f)["hosts"]
+            ready = json.load(f)
+        self.hosts = ready["hosts"]
+        if ready.get("offloads") == "on":
+            # Packets and ACKs per request are what the veth network is for:
+            # with GSO/GRO/TSO on they count 64 KiB segments, not packets.
+            self.__exit__(None, None, None)
+            raise RuntimeError("weft wan: GSO/GRO/TSO stayed on on the veth pairs (" + "; ".join(ready.get("notes", [])) + ")")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -152,7 +160,24 @@ class WanNet:
 
 
 def delta(after: dict, before: dict, keys=TCP_COUNTERS) -> dict:
-    return {k: after.get(k, 0) - before.get(k, 0) for k in keys}
+    """Counter differences, with the derived ACK and data counts (`derived`)."""
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in keys}
+    return {**d, **derived(d)} if keys is TCP_COUNTERS else d
+
+
+def derived(c: dict) -> dict:
+    """Data segments and ACKs from nstat counters (pure; as weft wan's
+    counters.rs): data_segs_out = new data + retransmissions (OutSegs leaves
+    retransmissions out), acks_out = segments sent without data (pure ACKs,
+    and SYN-ACKs/FINs/resets without data), acks_in = ACKs received on the
+    slow path without data + on the fast path + merged into the one before
+    in a busy socket's backlog (on a data sender, all ACKs)."""
+    orig = c.get("TcpExtTCPOrigDataSent", 0)
+    return {
+        "data_segs_out": orig + c.get("TcpRetransSegs", 0),
+        "acks_out": max(c.get("TcpOutSegs", 0) - orig, 0),
+        "acks_in": c.get("TcpExtTCPPureAcks", 0) + c.get("TcpExtTCPHPAcks", 0) + c.get("TcpExtTCPBacklogCoalesce", 0),
+    }
 
 
 def stop(p: subprocess.Popen, timeout: float = 2) -> None:

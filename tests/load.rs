@@ -790,6 +790,30 @@ fn origin_sizes_validators_and_conditionals() {
     assert_eq!(c.response(false).status, 400);
 }
 
+/// The spread of response time (paper 001, Figs. 10 and 20): an origin
+/// thinking unif(10ms,90ms) gives a standard deviation near 80/√12 = 23 ms
+/// and a coefficient of variation near 0.46; both in the JSON and the text.
+#[test]
+fn response_time_stdev_and_cv() {
+    let o = origin(&["--think", "unif(10ms,90ms)"]);
+    let u = url(&o, "/size/1/x");
+    let r = weft_run(&["load", &u, "--rate", "200", "--num-conns", "80"], None);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("Response time spread: stdev"), "{}", r.stdout);
+    let v = r.json.expect("a JSON report");
+    no_errors(&v);
+    let rt = &v["response_time_ms"];
+    let (mean, stdev, cv) = (
+        rt["mean"].as_f64().unwrap(),
+        rt["stdev"].as_f64().unwrap(),
+        rt["cv"].as_f64().unwrap(),
+    );
+    assert!((35.0..65.0).contains(&mean), "{rt}");
+    assert!((14.0..32.0).contains(&stdev), "{rt}");
+    assert!((cv - stdev / mean).abs() < 0.01, "{rt}");
+    assert!((0.25..0.7).contains(&cv), "{rt}");
+}
+
 #[test]
 fn origin_think_time_and_connection_limits() {
     let o = origin(&["--conn-requests", "3"]);
@@ -811,6 +835,12 @@ fn origin_think_time_and_connection_limits() {
     let v = load(&[&url(&slow, "/size/1/x"), "--rate", "100", "--num-conns", "5"]);
     no_errors(&v);
     assert!(v["response_time_ms"]["p50"].as_f64().unwrap() >= 45.0);
+    // A constant think time: next to no spread.
+    assert!(
+        v["response_time_ms"]["cv"].as_f64().unwrap() < 0.1,
+        "{}",
+        v["response_time_ms"]
+    );
     // Server aborts (PolyMix-4's 0.1 %; all of them here): the head, half
     // the body, then a reset.
     let ab = origin(&["--abort", "1"]);

@@ -1,11 +1,15 @@
 //! `weft wan`: accuracy against its own settings (an RTT probe, loss counted
-//! over 10^5 packets, bulk TCP rate), clean-up of what a SIGKILLed run left,
-//! and one-line errors for bad topology files.
+//! over 10^5 packets, bulk TCP rate, a rate per flow), the `tcp` block of
+//! `--stats` (data segments and ACKs per namespace), per-host sysctls read
+//! back inside the namespaces, namespaces and TUN devices removed on exit and
+//! after a SIGKILL, and one-line errors for bad topology files.
 //!
 //! Everything but the config errors needs root, /dev/net/tun, `ip` and
 //! python3 (the far end's echo/source script runs inside the namespace);
-//! where they are missing the test says so and passes. `accuracy_table`
-//! (ignored: about two minutes) prints the table in docs/wan.md.
+//! where they are missing the test says so and passes. Ignored (measurements,
+//! printed): `accuracy_table` (about three minutes, the table in
+//! docs/results.md), `added_delay_by_rate`, `loss_at_low_rates`,
+//! `kernel_shaper_table`.
 
 #![allow(dead_code)]
 
@@ -19,39 +23,55 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The far end, run inside the client namespace: UDP 9000 echoes `e...`
-/// datagrams and counts the others, answering `quit` with the count; TCP
-/// 9001 sends zeros to whoever connects.
+/// datagrams and counts the others, answering `quit` with the count (until
+/// `done`); TCP
+/// 9001 sends zeros to whoever connects, TCP 9002 sends 4 MiB of zeros
+/// and closes.
 const FAR_END: &str = r#"
 import socket, threading
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 u.setsockopt(socket.SOL_SOCKET, 33, 32 << 20)
 u.bind(("0.0.0.0", 9000))
-t = socket.socket()
-t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-t.bind(("0.0.0.0", 9001))
-t.listen(4)
-def serve(c):
+def listen(port):
+    t = socket.socket()
+    t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    t.bind(("0.0.0.0", port))
+    t.listen(4)
+    return t
+def serve(c, chunks):
     z = b"\0" * 65536
     try:
-        while True:
+        while chunks != 0:
             c.sendall(z)
+            chunks -= 1
     except Exception:
         pass
-def accept():
+    c.close()
+def accept(t, chunks):
     while True:
         c, _ = t.accept()
-        threading.Thread(target=serve, args=(c,), daemon=True).start()
-threading.Thread(target=accept, daemon=True).start()
+        threading.Thread(target=serve, args=(c, chunks), daemon=True).start()
+threading.Thread(target=accept, args=(listen(9001), -1), daemon=True).start()
+threading.Thread(target=accept, args=(listen(9002), 64), daemon=True).start()
 n = 0
 while True:
     d, a = u.recvfrom(2048)
     if d == b"quit":
-        u.sendto(str(n).encode(), a)
         break
     if d[:1] == b"e":
         u.sendto(d, a)
     else:
         n += 1
+# Answer until the test says `done`: an answer may wait behind queued data
+# (a kernel shaper's queue goes with the namespace when this exits).
+u.settimeout(30)
+while d != b"done":
+    if d == b"quit":
+        u.sendto(str(n).encode(), a)
+    try:
+        d, a = u.recvfrom(2048)
+    except OSError:
+        break
 "#;
 
 /// Why these tests cannot run here, if they cannot.
@@ -188,6 +208,9 @@ impl Wan {
                 break;
             }
         }
+        for _ in 0..3 {
+            let _ = s.send(b"done");
+        }
         let st = self.child.wait().unwrap();
         assert!(st.success(), "weft wan exited with {st}");
         let stats = std::fs::read_to_string(self.dir.path.join("stats.json")).unwrap();
@@ -256,30 +279,46 @@ fn measure_rate(rate: &str, secs: u64, extra: &[&str]) -> f64 {
     let mut args = vec!["--up-rate", rate, "--delay", "1ms"];
     args.extend_from_slice(extra);
     let w = Wan::start(&args);
-    let addr: SocketAddr = format!("{}:9001", w.client).parse().unwrap();
-    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut buf = vec![0u8; 1 << 16];
-    let start = Instant::now();
-    let (mut bytes, mut t0) = (0u64, None);
-    while start.elapsed() < Duration::from_secs(secs) {
-        let n = c.read(&mut buf).unwrap();
-        if start.elapsed() >= Duration::from_secs(1) {
-            t0.get_or_insert(Instant::now());
-            bytes += n as u64;
-        }
-    }
-    let el = t0.map(|t| t.elapsed().as_secs_f64()).unwrap_or(1.0);
-    // What TCP itself saw of the path (TCP_INFO: per connection, unlike nstat).
-    if let Ok(i) = weft_io::sys::tcp_info(&c) {
-        eprintln!(
-            "--up-rate {rate}: receiver's TCP: rtt {} us (min {}), {} segments in, {} with data",
-            i.rtt_us, i.min_rtt_us, i.segs_in, i.data_segs_in
-        );
-    }
-    drop(c);
+    let r = bulk_rates(&w, 1, secs)[0];
     w.finish();
-    bytes as f64 * 8.0 / el * 1500.0 / 1448.0
+    r
+}
+
+/// `streams` bulk TCP connections from the far end (client namespace) at
+/// once: each one's wire rate in bit/s over seconds 1..secs (payload scaled
+/// by 1500/1448).
+fn bulk_rates(w: &Wan, streams: usize, secs: u64) -> Vec<f64> {
+    let addr: SocketAddr = format!("{}:9001", w.client).parse().unwrap();
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..streams)
+            .map(|_| {
+                sc.spawn(move || {
+                    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+                    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                    let mut buf = vec![0u8; 1 << 16];
+                    let start = Instant::now();
+                    let (mut bytes, mut t0) = (0u64, None);
+                    while start.elapsed() < Duration::from_secs(secs) {
+                        let n = c.read(&mut buf).unwrap();
+                        if start.elapsed() >= Duration::from_secs(1) {
+                            t0.get_or_insert(Instant::now());
+                            bytes += n as u64;
+                        }
+                    }
+                    let el = t0.map(|t| t.elapsed().as_secs_f64()).unwrap_or(1.0);
+                    // What TCP itself saw of the path (TCP_INFO: per connection, unlike nstat).
+                    if let Ok(i) = weft_io::sys::tcp_info(&c) {
+                        eprintln!(
+                            "receiver's TCP: rtt {} us (min {}), {} segments in, {} with data",
+                            i.rtt_us, i.min_rtt_us, i.segs_in, i.data_segs_in
+                        );
+                    }
+                    bytes as f64 * 8.0 / el * 1500.0 / 1448.0
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
 }
 
 #[test]
@@ -319,8 +358,185 @@ fn bulk_tcp_rate_matches_the_limit() {
     assert!((r / 10e6 - 1.0).abs() < 0.05, "rate {r}");
 }
 
+/// `--rate-per flow` (001's modems, a line each): two connections at once
+/// each get the whole rate; `--rate-per host` shares it.
+#[test]
+fn rate_per_flow_gives_each_connection_the_rate() {
+    need_netns!();
+    for (per, want) in [("flow", 2e6), ("host", 1e6)] {
+        let w = Wan::start(&["--up-rate", "2mbit", "--rate-per", per, "--delay", "1ms"]);
+        let rates = bulk_rates(&w, 2, 4);
+        w.finish();
+        eprintln!(
+            "--up-rate 2mbit --rate-per {per}: {:.3} and {:.3} Mbit/s",
+            rates[0] / 1e6,
+            rates[1] / 1e6
+        );
+        if per == "flow" {
+            for r in &rates {
+                assert!((r / want - 1.0).abs() < 0.1, "per flow: {r} of {want}");
+            }
+        } else {
+            let sum: f64 = rates.iter().sum();
+            assert!((sum / 2e6 - 1.0).abs() < 0.1, "per host: {rates:?} share 2 Mbit/s");
+        }
+    }
+}
+
+/// The `tcp` block of `--stats`: the client namespace's counters for the
+/// run, with data segments and ACKs apart (001 Fig. 6), checked against the
+/// packets the router itself carried.
+#[test]
+fn tcp_block_counts_data_segments_and_acks() {
+    need_netns!();
+    if missing("nstat", "-V") {
+        eprintln!("skipping: the tcp block needs `nstat` (iproute2)");
+        return;
+    }
+    let w = Wan::start(&["--delay", "1ms"]);
+    // 4 MiB to the end (a reader that closed early would be answered by a
+    // reset for every segment still in flight: segments in, but no ACKs).
+    let addr: SocketAddr = format!("{}:9002", w.client).parse().unwrap();
+    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut got = 0usize;
+    loop {
+        match c.read(&mut buf).unwrap() {
+            0 => break,
+            n => got += n,
+        }
+    }
+    assert_eq!(got, 4 << 20);
+    drop(c);
+    std::thread::sleep(Duration::from_millis(200));
+    let (_, st) = w.finish();
+    let tcp = &st["tcp"]["client"];
+    let n = |k: &str| {
+        tcp[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("tcp.client.{k} missing: {tcp}"))
+    };
+    let dir = |to: &str| {
+        st["dirs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["to"] == to)
+            .map(|d| d["packets"].as_u64().unwrap())
+            .unwrap()
+    };
+    let (up, down) = (dir("host"), dir("client"));
+    let (data, acks_out, acks_in) = (n("data_segs_out"), n("acks_out"), n("acks_in"));
+    eprintln!("tcp block {tcp}; router: {up} packets out of the client, {down} into it");
+    assert!(st["tcp"].get("host").is_none(), "the caller's namespace has no block");
+    assert!(
+        n("TcpRetransSegs") == 0 && n("TcpExtTCPTimeouts") == 0,
+        "no loss here: {tcp}"
+    );
+    // 4 MiB in full-sized segments (and the FIN), every one out through the router.
+    assert!((2897..2920).contains(&data), "{data} data segments for 4 MiB");
+    // Sent without data: the SYN-ACK (and a FIN or a window update).
+    assert!((1..=4).contains(&acks_out), "{acks_out}");
+    // Every TCP segment out crossed the router (with a few UDP echoes).
+    assert!(
+        data + acks_out <= up && up <= data + acks_out + 60,
+        "{data} + {acks_out} vs {up}"
+    );
+    // Every segment in but the handshake's last ACK and the FIN was an ACK
+    // (those the socket's backlog merged counted too).
+    let segs_in = n("TcpInSegs");
+    assert!(
+        acks_in <= segs_in && segs_in <= acks_in + 4,
+        "{acks_in} ACKs of {segs_in} segments in"
+    );
+    assert!(
+        segs_in <= down && down <= segs_in + 60,
+        "{segs_in} segments in vs {down} packets"
+    );
+    // A receiver ACKs every segment at most (quick ACKs), usually every
+    // other one or fewer (stretch ACKs when its reader lags); plus its FIN.
+    eprintln!("data per ACK {:.2}", data as f64 / acks_in as f64);
+    assert!(acks_in > 0 && acks_in <= data + 2, "{acks_in} ACKs for {data} segments");
+}
+
+/// Per-host settings are applied inside each namespace: read back with
+/// `ip netns exec NS cat /proc/sys/...` while the network holds.
+#[test]
+fn host_sysctls_apply_inside_their_namespaces() {
+    need_netns!();
+    let dir = TempDir::new("wansysctl");
+    let cfg = dir.write(
+        "wan.toml",
+        br#"[[host]]
+name = "client"
+sack = false
+congestion = "reno"
+sysctl = { "net.ipv4.tcp_timestamps" = "0" }
+
+[[host]]
+name = "server"
+sack = true
+
+[[link]]
+a = "client"
+b = "server"
+delay = "1ms"
+"#,
+    );
+    let ready = dir.path.join("ready.json");
+    let mut child = Command::new(weft_bin())
+        .args([
+            "wan",
+            "-c",
+            path_str(&cfg),
+            "--hold",
+            "--quiet",
+            "--ready",
+            path_str(&ready),
+        ])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || ready.exists()), "not ready");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&ready).unwrap()).unwrap();
+    let read = |host: &str, key: &str| {
+        let ns = v["hosts"][host]["ns"].as_str().unwrap();
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "cat", &format!("/proc/sys/net/ipv4/{key}")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let got = [
+        read("client", "tcp_sack"),
+        read("client", "tcp_congestion_control"),
+        read("client", "tcp_timestamps"),
+        read("server", "tcp_sack"),
+        read("server", "tcp_timestamps"),
+    ];
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(got, ["0", "reno", "0", "1", "1"].map(String::from));
+    // --sack off: the command's namespace.
+    let out = Command::new(weft_bin())
+        .args([
+            "wan",
+            "--sack",
+            "off",
+            "--quiet",
+            "--",
+            "cat",
+            "/proc/sys/net/ipv4/tcp_sack",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+}
+
 /// `--shaper kernel`: the same limit enforced by an HTB class on the
-/// sending namespace's TUN device instead of the router.
+/// sending namespace's TUN device instead of the router; the device takes
+/// one segment per packet (HTB charging whole GSO super-packets sent
+/// bursts seconds apart at 56 kbit/s).
 #[test]
 fn kernel_shaper_rate_matches_the_limit() {
     need_netns!();
@@ -328,7 +544,16 @@ fn kernel_shaper_rate_matches_the_limit() {
         eprintln!("skipping: --shaper kernel needs `tc` (iproute2)");
         return;
     }
-    let r = measure_rate("10mbit", 5, &["--shaper", "kernel"]);
+    let w = Wan::start(&["--up-rate", "10mbit", "--delay", "1ms", "--shaper", "kernel"]);
+    let link = Command::new("ip")
+        .args(["-n", &w.ns, "-d", "link", "show"])
+        .output()
+        .unwrap();
+    let link = String::from_utf8_lossy(&link.stdout).to_string();
+    // 10 Mbit/s: one segment per GSO packet (2 ms at the rate).
+    assert!(link.contains("gso_max_segs 1 "), "{link}");
+    let r = bulk_rates(&w, 1, 5)[0];
+    w.finish();
     eprintln!(
         "--up-rate 10mbit --shaper kernel: bulk TCP {:.3} Mbit/s on the wire",
         r / 1e6
@@ -336,17 +561,76 @@ fn kernel_shaper_rate_matches_the_limit() {
     assert!((r / 10e6 - 1.0).abs() < 0.05, "rate {r}");
 }
 
+/// Namespaces (`ip netns list`) and TUN devices (`ww<pid>t<i>`, in the
+/// caller's namespace or a host's) whose names start with `prefix`.
+fn leftovers(pid: u32, nss: &[&str]) -> Vec<String> {
+    // `ww<pid>` then `-`, `t` or `v`: not another run whose pid starts alike.
+    let prefix = format!("ww{pid}");
+    let ours = |n: &str| n.strip_prefix(&prefix).is_some_and(|r| r.starts_with(['-', 't', 'v']));
+    let text =
+        |args: &[&str]| String::from_utf8_lossy(&Command::new("ip").args(args).output().unwrap().stdout).to_string();
+    let mut left: Vec<String> = text(&["netns", "list"])
+        .split_whitespace()
+        .filter(|n| ours(n))
+        .map(|n| format!("namespace {n}"))
+        .collect();
+    let devices = |t: String| -> Vec<String> {
+        t.lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|d| d.split('@').next().unwrap_or(d).to_string())
+            .filter(|d| ours(d))
+            .map(|d| format!("device {d}"))
+            .collect()
+    };
+    left.extend(devices(text(&["-o", "link"])));
+    for ns in nss {
+        left.extend(devices(text(&["-n", ns, "-o", "link"])));
+    }
+    left
+}
+
 #[test]
-fn sigkilled_run_is_cleaned_up_on_the_next_start() {
+fn namespaces_and_tun_devices_removed_on_exit_and_after_sigkill() {
     need_netns!();
+    // A normal exit removes everything at once.
+    let dir = TempDir::new("wanexit");
+    let ready = dir.path.join("ready.json");
+    let out = Command::new(weft_bin())
+        .args([
+            "wan",
+            "--delay",
+            "1ms",
+            "--quiet",
+            "--ready",
+            path_str(&ready),
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&ready).unwrap()).unwrap();
+    let pid = v["pid"].as_u64().unwrap() as u32;
+    assert_eq!(leftovers(pid, &[]), Vec::<String>::new());
+    assert!(!Path::new(&format!("/run/weft-wan/{pid}")).exists());
+
+    // SIGKILL: the TUN devices vanish with the descriptors; the namespace
+    // (a bind mount) and the command inside it stay until the next start.
     let w = Wan::start(&["--delay", "1ms"]);
-    let ns = w.ns.clone();
+    let (ns, pid) = (w.ns.clone(), w.child.id());
     let mut w = w;
     w.child.kill().unwrap();
     w.child.wait().unwrap();
-    // weft wan's SIGKILL leaves the namespace (and the far end inside it).
-    let list = || String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
-    assert!(list().contains(&ns), "{ns} should outlive a SIGKILL");
+    assert!(
+        wait_until(Duration::from_secs(5), || leftovers(pid, &[&ns])
+            == vec![format!("namespace {ns}")]),
+        "after SIGKILL: {:?}",
+        leftovers(pid, &[&ns])
+    );
+    let inside = || {
+        String::from_utf8_lossy(&Command::new("ip").args(["netns", "pids", &ns]).output().unwrap().stdout).to_string()
+    };
+    assert!(!inside().trim().is_empty(), "the far end still runs in {ns}");
     let out = Command::new(weft_bin())
         .args(["wan", "--quiet", "--", "true"])
         .output()
@@ -354,7 +638,8 @@ fn sigkilled_run_is_cleaned_up_on_the_next_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains(&format!("removed stale namespace {ns}")), "{err}");
-    assert!(!list().contains(&ns));
+    assert_eq!(leftovers(pid, &[]), Vec::<String>::new());
+    assert!(!Path::new(&format!("/run/weft-wan/{pid}")).exists());
 }
 
 #[test]
@@ -455,13 +740,16 @@ fn rate_rows(shaper: &str, rates: &[(&str, f64)]) {
 
 /// The rate rows with the kernel's HTB instead of the router's limiter:
 /// `cargo test --test wan kernel_shaper_table -- --ignored --nocapture`.
-/// (Not at 56 kbit/s: there the bulk transfer stalls past the 5 s read
-/// timeout behind HTB; not understood yet.)
+/// (56 kbit/s stalled past the 5 s read timeout until the shaped devices
+/// got `gso_max_segs 1`: see crates/weft-wan/src/shaper.rs.)
 #[test]
 #[ignore]
 fn kernel_shaper_table() {
     need_netns!();
-    rate_rows("kernel", &[("1mbit", 1e6), ("100mbit", 100e6), ("1gbit", 1e9)]);
+    rate_rows(
+        "kernel",
+        &[("56kbit", 56e3), ("1mbit", 1e6), ("100mbit", 100e6), ("1gbit", 1e9)],
+    );
 }
 
 /// The router's own added delay (p50, p99 in µs) while `pps` datagrams per
@@ -488,24 +776,68 @@ fn added_delay(pps: u64, secs: u64, even: bool, extra: &[&str]) -> (f64, f64, f6
     (l["p50"].as_f64().unwrap(), l["p99"].as_f64().unwrap(), rate, per_write)
 }
 
-/// The emulator's own added delay at 100,000 packets/s (printed, not
-/// asserted: speed is measured, never asserted): `cargo test --test wan
-/// added_delay_at_100k_pps -- --ignored --nocapture`. Evenly spaced
-/// datagrams measure the router; bursts of 50 at the sender's full speed
-/// add the queueing of a burst behind the router's per-packet cost (a TUN
-/// write runs the receiving host's stack). `WEFT_WAN_EXTRA` adds flags
-/// (e.g. `--spin 0`, `--realtime off`, `--router-cpu 1 --mlock`).
+/// The emulator's own added delay at 10,000 and 100,000 packets/s (printed,
+/// not asserted: speed is measured, never asserted): `cargo test --test wan
+/// added_delay_by_rate -- --ignored --nocapture`. Evenly spaced datagrams
+/// measure the router; bursts of 50 at the sender's full speed add the
+/// queueing of a burst behind the router's per-packet cost (a TUN write runs
+/// the receiving host's stack). `WEFT_WAN_PPS` picks the rates (e.g.
+/// `10000`), `WEFT_WAN_EXTRA` adds flags (e.g. `--spin 0`, `--realtime
+/// off`, `--router-cpu 1 --mlock`).
 #[test]
 #[ignore]
-fn added_delay_at_100k_pps() {
+fn added_delay_by_rate() {
     need_netns!();
     let extra = std::env::var("WEFT_WAN_EXTRA").unwrap_or_default();
     let extra: Vec<&str> = extra.split_whitespace().collect();
-    for even in [true, false] {
-        let (p50, p99, pps, w) = added_delay(100_000, 3, even, &extra);
-        let how = if even { "evenly spaced" } else { "bursts of 50" };
+    let rates = std::env::var("WEFT_WAN_PPS").unwrap_or_else(|_| "10000,100000".into());
+    for pps in rates.split(',').filter_map(|r| r.trim().parse::<u64>().ok()) {
+        // Three seconds, and at least 100,000 packets for the tail.
+        let secs = (100_000 / pps).max(3);
+        for even in [true, false] {
+            let (p50, p99, rate, w) = added_delay(pps, secs, even, &extra);
+            let how = if even { "evenly spaced" } else { "bursts of 50" };
+            println!(
+                "own added delay at {rate:.0} packets/s ({how}, {secs} s): p50 {p50:.1} us, p99 {p99:.1} us; {w:.2} us per TUN write"
+            );
+        }
+    }
+}
+
+/// Loss counted end to end at 001's and PolyMix-4's low rates (0.05 % and
+/// 0.1 %, Bernoulli and two-state with 40 % after a loss) over
+/// `WEFT_WAN_LOSS_PACKETS` datagrams each (default 2·10^6, about 50 s each at
+/// 40,000/s): at 10^5 packets these rates give 50–170 losses, too few to
+/// count within 5 %. `cargo test --test wan loss_at_low_rates -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn loss_at_low_rates() {
+    need_netns!();
+    let n: u64 = std::env::var("WEFT_WAN_LOSS_PACKETS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000);
+    for (first, after) in [(0.0005, None), (0.001, None), (0.0005, Some(0.4)), (0.001, Some(0.4))] {
+        let loss = format!("{}%", first * 100.0);
+        let mut args = vec!["--loss", loss.as_str()];
+        let (mean, what) = match after {
+            Some(a) => {
+                args.extend(["--loss-after-loss", "40%"]);
+                (first / (1.0 - a + first), format!("GE {loss} / 40 %"))
+            }
+            None => (first, format!("Bernoulli {loss}")),
+        };
+        let (e2e, router) = measure_loss(&args, n, 40_000);
+        // One standard deviation of the count's relative error (binomial).
+        let sigma = ((1.0 - mean) / (mean * n as f64)).sqrt();
         println!(
-            "own added delay at {pps:.0} packets/s ({how}): p50 {p50:.1} us, p99 {p99:.1} us; {w:.2} us per TUN write"
+            "| {what} (mean {:.4} %) | {:.4} % end to end, router {:.4} % ({:.0} losses of {n}) | {:+.1} % (1σ {:.1} %) |",
+            mean * 100.0,
+            e2e * 100.0,
+            router * 100.0,
+            e2e * n as f64,
+            (e2e / mean - 1.0) * 100.0,
+            sigma * 100.0
         );
     }
 }

@@ -1,5 +1,6 @@
 """wan-server: server throughput vs network delay and vs number of clients
-(thesis 004, Figs. 2.12 and 4.12), weft serve (sendfile, copy) and nginx.
+(thesis 004, Figs. 2.12 and 4.12), weft serve (sendfile, copy, the IO-Lite
+object cache) and nginx.
 
 Two namespaces joined by `weft wan` (lab/netlab.py): the server's and the
 clients'. `weft load --clients N` (closed loop, keep-alive) requests the
@@ -15,14 +16,19 @@ files of a data set in turn. As in the thesis:
   page cache (posix_fadvise DONTNEED on its files only), so what it reads
   is charged to its cgroup;
 - the socket send buffer is a setting: `weft serve --send-buffer 64KiB`
-  and nginx `listen ... sndbuf=64k` (the thesis's 64 KB).
+  and nginx `listen ... sndbuf=64k` (the thesis's 64 KB);
+- Fig. 2.12 is IO-Lite's WAN figure: "weft object cache" is `weft serve
+  --object-cache` (a budget of half the memory limit: the page cache is
+  the only copy of a cached file, sent with writev from its mappings)
+  beside sendfile and copy with the object cache off. This is where the
+  `iolite` experiment's WAN form lives.
 
 Reported: replies/s and Mbit/s per server, the cgroup's peak memory and
 page-cache bytes; nginx is the anchor of the same run.
 
-Full form: 3 servers x 9 points x 3 runs x 30 s: about 45 minutes.
+Full form: 4 servers x 9 points x 3 runs x 30 s: about an hour.
 `--quick`: a 40 MB data set under a 24 MiB limit, (0 ms, 64 clients) and
-(100 ms, 400 clients), 5 s each, one run (about 75 s).
+(100 ms, 400 clients), 3.5 s each, one run (about 75 s).
 """
 
 from __future__ import annotations
@@ -34,9 +40,9 @@ import subprocess
 from .. import core, netlab, report, servers
 
 NAME = "wan-server"
-DESCRIPTION = "004 Figs. 2.12/4.12: throughput vs delay and vs clients, weft serve sendfile/copy and nginx, on a weft wan network"
+DESCRIPTION = "004 Figs. 2.12/4.12: throughput vs delay and vs clients, weft serve sendfile/copy/object cache and nginx, on a weft wan network"
 
-SERVERS = ["weft sendfile", "weft copy", "nginx"]
+SERVERS = ["weft sendfile", "weft copy", "weft object cache", "nginx"]
 
 
 SEND_BUFFER = 64 << 10
@@ -112,15 +118,21 @@ class MemCgroup:
                 pass
 
 
-def start_server(lab, net, kind: str, www: str, cg: MemCgroup | None = None):
-    """Start `kind` (weft serve SEND or nginx) in the server namespace, inside
-    the memory cgroup `cg` when given (the booster and zerocopy experiments
-    share this helper without a memory limit)."""
+def weft_args(kind: str, limit: int) -> list[str]:
+    """weft serve's flags for a weft row of SERVERS under a memory limit (pure)."""
+    if kind == "weft object cache":
+        return ["--object-cache", str(limit // 2)]
+    return ["--send", kind.split()[1]]
+
+
+def start_server(lab, net, kind: str, www: str, cg: MemCgroup | None = None, limit: int = MEMORY_LIMIT):
+    """Start `kind` (a weft row of SERVERS, or nginx) in the server
+    namespace, inside the memory cgroup `cg` when given (the booster and
+    zerocopy experiments share this helper without a memory limit)."""
     devnull = open(os.devnull, "w")
     wrap = cg.wrap if cg is not None else (lambda argv: argv)
     if kind.startswith("weft"):
-        send = kind.split()[1]
-        argv = [lab.weft, "serve", www, "--listen", "0.0.0.0:8080", "--send", send, "--workers", "1", "--send-buffer", str(SEND_BUFFER)]
+        argv = [lab.weft, "serve", www, "--listen", "0.0.0.0:8080", *weft_args(kind, limit), "--workers", "1", "--send-buffer", str(SEND_BUFFER)]
         return subprocess.Popen(wrap(net.argv("server", argv)), stdout=devnull, stderr=devnull, start_new_session=True)
     run = os.path.join(lab.scratch, "nginx")
     os.makedirs(run, exist_ok=True)
@@ -148,7 +160,7 @@ def measure(lab, net, urls: str, clients: int, seconds: float, mean_size: float)
 def plan(quick: bool) -> list[tuple[int, int, int, float]]:
     """(data set MB, RTT ms, clients, seconds) points (pure)."""
     if quick:
-        return [(40, 0, 64, 5.0), (40, 100, 400, 5.0)]
+        return [(40, 0, 64, 3.5), (40, 100, 400, 3.5)]
     fig212 = [(120, d, round(64 + (900 - 64) * d / 150), 30.0) for d in (0, 20, 50, 100, 150)]
     fig412 = [(90, 100, c, 30.0) for c in (64, 256, 512, 900)]
     return fig212 + fig412
@@ -180,7 +192,7 @@ def run(lab: core.Lab) -> dict:
             with netlab.WanNet(lab.weft, [{"name": "client"}, {"name": "server"}], [link], log=lab.log) as net:
                 for kind in SERVERS:
                     evict(www, files)
-                    p = start_server(lab, net, kind, www, cg)
+                    p = start_server(lab, net, kind, www, cg, limit)
                     try:
                         net.wait_port("server", 8080, p)
                         for rep in range(reps):
@@ -213,7 +225,7 @@ def summarize(lab, rows: list[dict], points, reps: int, limit: int | None) -> di
     problems = [r for r in rows if r["replies_2xx"] < r["requests"] * 0.99]
     mem = f"memory cgroup limit {limit >> 20} MiB" if limit else "no memory limit (no writable v1 memory cgroup)"
     md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run, {reps} run(s) per point, median; files of 4–256 KiB (mean 85 KiB); {mem}; "
-          f"send buffer {SEND_BUFFER >> 10} KiB. Anchor: nginx, same network and run.", ""]  # fmt: skip
+          f"send buffer {SEND_BUFFER >> 10} KiB; weft object cache: `--object-cache` of half the limit. Anchor: nginx, same network and run.", ""]  # fmt: skip
     md += [report.markdown_table(["data set", "RTT", "clients"] + SERVERS, table), ""]
     md += ["## Checks", "", f"- {len(problems)} run(s) with under 99 % 2xx" if problems else "- every run had at least 99 % 2xx replies", ""]
     md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]

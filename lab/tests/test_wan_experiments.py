@@ -1,6 +1,70 @@
-"""The pure parts of the WAN experiments (wan-polymix, wan-events, wan-server)."""
+"""The pure parts of the WAN experiments (wan-proxy, wan-polymix, wan-events, wan-server)."""
 
-from lab.experiments import wan_events, wan_polymix, wan_server
+import pytest
+
+from lab import netlab
+from lab.experiments import wan_events, wan_polymix, wan_proxy, wan_server
+
+
+def by_ends(links):
+    return {frozenset((link["a"], link["b"])): link for link in links}
+
+
+@pytest.mark.parametrize("setting,ps_loss,cp_ms,no_proxy_loss", [("corporate", 0.01, 10, "1.1%"), ("modem", 0.01, 50, "1.1%"), ("modem", 0.02, 50, "2.1%")])
+def test_wan_proxy_links_are_table_ii(setting, ps_loss, cp_ms, no_proxy_loss):
+    links = by_ends(wan_proxy.links(setting, ps_loss))
+    cp, ps, cs = links[frozenset(("client", "proxy"))], links[frozenset(("proxy", "server"))], links[frozenset(("client", "server"))]
+    # Client-proxy: 0.1 % first loss always; proxy-server 1 or 2 %; 40 % after a loss on every link.
+    assert (cp["delay"], cp["loss"]) == (f"{cp_ms}ms", "0.1%")
+    assert (ps["delay"], ps["loss"]) == ("90ms", f"{ps_loss * 100:g}%")
+    # No proxy: the delays and first-loss rates summed.
+    assert (cs["delay"], cs["loss"]) == (f"{cp_ms + 90}ms", no_proxy_loss)
+    assert all(link["loss_after_loss"] == "40%" for link in (cp, ps, cs))
+    # Modems: 56 kbit/s down, 28 kbit/s up per connection on the client's links only.
+    for link in (cp, cs):
+        if setting == "modem":
+            assert link["rate_per"] == "flow" and link["up"] == {"rate": "28kbit"} and link["down"] == {"rate": "56kbit"}
+        else:
+            assert "rate_per" not in link and "up" not in link
+    assert "rate_per" not in ps and "up" not in ps and "down" not in ps
+
+
+@pytest.mark.parametrize("sack", [False, True])
+def test_wan_proxy_sack_off_on_clients_toggled_on_server_and_proxy(sack):
+    hosts = {h["name"]: h for h in wan_proxy.hosts(sack)}
+    assert hosts["client"]["sack"] is False
+    assert hosts["proxy"]["sack"] is sack and hosts["server"]["sack"] is sack
+    assert all(h["congestion"] == "reno" for h in hosts.values())
+    toml = netlab.topology(wan_proxy.hosts(sack), wan_proxy.links("modem", 0.02))
+    assert f'name = "client"\nsack = false' in toml and f'name = "server"\nsack = {"true" if sack else "false"}' in toml
+    assert 'up = { rate = "28kbit" }' in toml
+
+
+def test_wan_proxy_plan_sweeps_sizes_with_both_sack_sets():
+    full = wan_proxy.plan(False)
+    assert [(s, loss) for s, loss, _, _ in full[::2]] == list(wan_proxy.TABLE_II)
+    assert {sack for _, _, sack, _ in full} == {False, True}
+    assert all(sizes == wan_proxy.SIZES_KIB and len(sizes) == 13 for *_, sizes in full)
+    assert len(wan_proxy.PARTS) == 6 and len(wan_proxy.plan(False, ["modem-2-sack-on"])) == 1
+    quick = wan_proxy.plan(True)
+    assert [(s, loss, sack) for s, loss, sack, _ in quick] == [("corporate", 0.01, False), ("modem", 0.01, False)]
+    assert wan_proxy.estimate_s(True) <= 50
+    assert wan_proxy.window_s("modem", 128, False) == 128 and wan_proxy.window_s("modem", 1, False) == 10
+
+
+def test_wan_proxy_server_figures_and_improvement():
+    d = netlab.derived({"TcpOutSegs": 150, "TcpRetransSegs": 5, "TcpExtTCPOrigDataSent": 100, "TcpExtTCPPureAcks": 30, "TcpExtTCPHPAcks": 20, "TcpExtTCPBacklogCoalesce": 2})
+    assert d == {"data_segs_out": 105, "acks_out": 50, "acks_in": 52}
+    f = wan_proxy.server_figures({**d, "TcpExtTCPTimeouts": 2, "TcpRetransSegs": 5})
+    assert f["server_data_per_ack"] == pytest.approx(105 / 52) and f["server_rtos_per_1000"] == pytest.approx(2000 / 105)
+    assert wan_proxy.server_figures({"data_segs_out": 0, "acks_in": 0, "TcpExtTCPTimeouts": 0, "TcpRetransSegs": 0})["server_data_per_ack"] is None
+    assert wan_proxy.improvement(200.0, 150.0) == pytest.approx(25.0)
+    assert wan_proxy.improvement(None, 1.0) is None
+    med = [{"setting": "modem", "ps_loss_pct": 1.0, "sack": False, "size_kib": 4, "path": p, "rt_mean_ms": m, "rt_cv": cv}
+           for p, m, cv in (("no proxy", 1000.0, 0.5), ("proxy splice", 800.0, 0.25), ("proxy copy", 1000.0, 0.5))]  # fmt: skip
+    (c,) = wan_proxy.comparisons(med)
+    assert c["noproxy_less_splice_ms"] == 200.0 and c["latency_decrease_pct"] == pytest.approx(20.0) and c["cv_improvement_pct"] == pytest.approx(50.0)
+    assert c["splice_vs_copy_latency_pct"] == pytest.approx(20.0)
 
 
 def test_polymix4_wan_is_server_side_only():
@@ -25,3 +89,9 @@ def test_wan_server_plan_scales_clients_with_delay():
     assert all(a[2] <= b[2] for a, b in zip(fig212, fig212[1:]))
     assert {p[2] for p in full if p[0] == 90} == {64, 256, 512, 900}
     assert len(wan_server.plan(True)) == 2
+
+
+def test_wan_server_object_cache_row():
+    assert "weft object cache" in wan_server.SERVERS and "nginx" in wan_server.SERVERS
+    assert wan_server.weft_args("weft object cache", 64 << 20) == ["--object-cache", str(32 << 20)]
+    assert wan_server.weft_args("weft copy", 64 << 20) == ["--send", "copy"]

@@ -3,6 +3,9 @@
 //! size), then the propagation delay. A packet leaves at
 //! `max(now, busy) + size / rate + delay`; unless reordering is allowed it
 //! never leaves before the packet ahead of it, so jitter reorders nothing.
+//! With a rate per flow (001's modems: one 56 kbit/s line per connection)
+//! each flow is its own line: its own serialisation clock and its own order,
+//! so one client's full-size packet never holds back another's ACK.
 
 use crate::config::{DelayDist, DirSpec, Loss, RatePer};
 use rand::rngs::SmallRng;
@@ -37,6 +40,13 @@ pub struct DirStats {
 /// At most this many flows keep their own rate-limit clock; idle ones are forgotten.
 const MAX_FLOWS: usize = 65_536;
 
+/// One flow's line when the rate is per flow.
+#[derive(Clone, Copy, Debug, Default)]
+struct FlowLine {
+    busy: u64,
+    last: u64,
+}
+
 /// The state of one direction.
 #[derive(Debug)]
 pub struct Direction {
@@ -45,7 +55,8 @@ pub struct Direction {
     normal: Option<Normal<f64>>,
     lost_prev: bool,
     busy: u64,
-    flows: HashMap<u64, u64>,
+    /// Per flow (rate per flow): its serialisation clock and its last departure.
+    flows: HashMap<u64, FlowLine>,
     last: u64,
     /// Counters.
     pub stats: DirStats,
@@ -110,30 +121,49 @@ impl Direction {
             self.stats.lost += 1;
             return Verdict::Lost;
         }
-        let mut sent = now;
-        if let Some(rate) = self.spec.rate {
-            if self.spec.rate_per == RatePer::Flow && self.flows.len() >= MAX_FLOWS {
-                self.flows.retain(|_, busy| *busy > now);
-            }
-            let busy = match self.spec.rate_per {
-                RatePer::Host => &mut self.busy,
-                RatePer::Flow => self.flows.entry(flow).or_insert(0),
-            };
-            let start = (*busy).max(now);
-            let backlog = ((start - now) as u128 * rate as u128 / 8_000_000_000) as u64;
-            if backlog + len as u64 > self.spec.queue_bytes {
-                self.stats.queue_drops += 1;
-                return Verdict::QueueFull;
-            }
-            sent = start + (len as u128 * 8_000_000_000 / rate as u128) as u64;
-            *busy = sent;
+        let Some(rate) = self.spec.rate else {
+            let at = now + self.delay_ns();
+            return Verdict::At(self.in_order(at, None));
+        };
+        let per_flow = self.spec.rate_per == RatePer::Flow;
+        if per_flow && self.flows.len() >= MAX_FLOWS {
+            self.flows.retain(|_, l| l.busy.max(l.last) > now);
         }
-        let mut at = sent + self.delay_ns();
-        if !self.spec.reorder {
-            at = at.max(self.last);
-            self.last = at;
+        let busy = if per_flow {
+            self.flows.entry(flow).or_default().busy
+        } else {
+            self.busy
+        };
+        let start = busy.max(now);
+        let backlog = ((start - now) as u128 * rate as u128 / 8_000_000_000) as u64;
+        if backlog + len as u64 > self.spec.queue_bytes {
+            self.stats.queue_drops += 1;
+            return Verdict::QueueFull;
         }
-        Verdict::At(at)
+        let sent = start + (len as u128 * 8_000_000_000 / rate as u128) as u64;
+        let at = sent + self.delay_ns();
+        if per_flow {
+            self.flows.get_mut(&flow).expect("entered above").busy = sent;
+            Verdict::At(self.in_order(at, Some(flow)))
+        } else {
+            self.busy = sent;
+            Verdict::At(self.in_order(at, None))
+        }
+    }
+
+    /// `at`, held back behind the last departure of the direction (or of
+    /// the flow's own line) unless reordering is allowed.
+    fn in_order(&mut self, at: u64, flow: Option<u64>) -> u64 {
+        if self.spec.reorder {
+            return at;
+        }
+        let last = match flow {
+            Some(f) => &mut self.flows.get_mut(&f).expect("flow line exists").last,
+            None => &mut self.last,
+        };
+        let at = at.max(*last);
+        *last = at;
+        at
     }
 }
 
@@ -185,6 +215,40 @@ mod tests {
         assert_eq!(d.offer(0, 1000, 0), Verdict::At(2_000_000 + 10_000_000));
         assert_eq!(d.offer(0, 1000, 0), Verdict::At(3_000_000 + 10_000_000));
         assert_eq!(d.offer(0, 1000, 0), Verdict::QueueFull);
+    }
+
+    #[test]
+    fn rate_per_flow_gives_each_flow_its_own_clock() {
+        // 001's modems: 56 kbit/s per connection, not shared.
+        let spec = DirSpec {
+            rate: Some(8_000_000), // 1 byte per µs
+            rate_per: RatePer::Flow,
+            queue_bytes: 2000,
+            ..DirSpec::default()
+        };
+        let mut d = Direction::new(spec, 1);
+        // Two flows offered at once each leave after their own serialisation.
+        assert_eq!(d.offer(0, 1000, 1), Verdict::At(1_000_000));
+        assert_eq!(d.offer(0, 1000, 2), Verdict::At(1_000_000));
+        // A flow's second packet queues behind its first only.
+        assert_eq!(d.offer(0, 1000, 1), Verdict::At(2_000_000));
+        assert_eq!(d.offer(500_000, 500, 2), Verdict::At(1_500_000));
+        // Each flow has its own queue: flow 1's is full, flow 3's empty.
+        assert_eq!(d.offer(0, 1000, 1), Verdict::QueueFull);
+        assert_eq!(d.offer(0, 1000, 3), Verdict::At(1_000_000));
+        // An idle flow starts from now, not from its old clock.
+        assert_eq!(d.offer(10_000_000, 1000, 1), Verdict::At(11_000_000));
+        assert_eq!(d.stats.queue_drops, 1);
+        // The same packets per host share one clock.
+        let mut h = Direction::new(
+            DirSpec {
+                rate_per: RatePer::Host,
+                ..d.spec().clone()
+            },
+            1,
+        );
+        assert_eq!(h.offer(0, 1000, 1), Verdict::At(1_000_000));
+        assert_eq!(h.offer(0, 1000, 2), Verdict::At(2_000_000));
     }
 
     #[test]

@@ -102,6 +102,9 @@ pub struct Net {
     pub tuns: Vec<Fd>,
     /// Notes for the user (e.g. offloads that stay on).
     pub notes: Vec<String>,
+    /// GSO, GRO and TSO stayed on (veth mode without ethtool): segments
+    /// larger than the MTU cross the links, so packet counts mean little.
+    pub offloads_on: bool,
     pidfile: PathBuf,
 }
 
@@ -136,6 +139,7 @@ pub fn build(topo: &Topology) -> Result<Net, String> {
             .collect(),
         tuns: Vec::new(),
         notes: Vec::new(),
+        offloads_on: false,
         pidfile: pidfile.clone(),
     };
     std::fs::create_dir_all(RUN_DIR).map_err(|e| format!("cannot create {RUN_DIR}: {e}"))?;

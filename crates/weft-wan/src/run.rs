@@ -48,7 +48,10 @@ fn ready_json(topo: &Topology, net: &Net) -> serde_json::Value {
             (h.name.clone(), v)
         })
         .collect();
-    serde_json::json!({"pid": std::process::id(), "mode": format!("{:?}", topo.mode).to_lowercase(), "hosts": hosts})
+    // `offloads`: "on" when GSO/GRO/TSO could not be turned off (veth mode
+    // without ethtool); a script that counts packets must not go on then.
+    serde_json::json!({"pid": std::process::id(), "mode": format!("{:?}", topo.mode).to_lowercase(), "hosts": hosts,
+        "offloads": if net.offloads_on { "on" } else { "off" }, "notes": net.notes})
 }
 
 fn spawn(topo: &Topology, net: &Net, opts: &RunOptions) -> Result<Option<Child>, String> {
@@ -278,11 +281,7 @@ fn tcp_counters(topo: &Topology, net: &Net, quiet: bool) -> serde_json::Value {
             continue;
         };
         if !quiet {
-            let line: Vec<String> = c
-                .iter()
-                .zip(counters::TCP)
-                .map(|((_, v), (_, short))| format!("{short} {v}"))
-                .collect();
+            let line: Vec<String> = c.iter().map(|(k, v)| format!("{} {v}", counters::short(k))).collect();
             eprintln!("weft wan: {} TCP: {}", h.name, line.join(", "));
         }
         let m: serde_json::Map<String, serde_json::Value> =

@@ -19,6 +19,7 @@ pub fn have_ethtool() -> bool {
 pub fn build(topo: &Topology, net: &mut Net, pid: u32) -> Result<(), String> {
     let ethtool = have_ethtool();
     if !ethtool {
+        net.offloads_on = true;
         net.notes.push(
             "ethtool is not installed (apt-get install -y ethtool): GSO, GRO and TSO stay ON on the veth pairs, so segments larger than the MTU cross them"
                 .into(),
@@ -51,6 +52,8 @@ pub fn build(topo: &Topology, net: &mut Net, pid: u32) -> Result<(), String> {
                 run("ip", &args)?;
             }
             if let Some(rate) = spec.rate {
+                // TBF, like HTB, would charge whole GSO super-packets (shaper.rs).
+                crate::shaper::real_packets(ns, dev, rate)?;
                 let r = format!("{rate}bit");
                 let burst = (rate / 8 / 100).max(3000).to_string();
                 let lim = spec.queue_bytes.to_string();
