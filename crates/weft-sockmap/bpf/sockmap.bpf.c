@@ -24,6 +24,23 @@
 // further redirects to that socket; none can come, its source has ended.)
 // weft checks at load time that the kernel behaves so (Forwarder::load).
 //
+// Response bodies (a non-cacheable response of known length). The upstream
+// socket joins `bodies`, which has a stream parser as well as a verdict, so
+// the kernel's strparser hands the verdict *messages* whose lengths the
+// parser chose; `spans[upstream]` holds the body bytes still to redirect.
+// The parser cuts each message at min(what is left, skb->len): never past
+// the body's end (skb->len is the whole skb, which may begin before the
+// message when weft had read part of it, so a message may wait for bytes
+// that are sure to come, never for bytes past the body). When it cuts the
+// last one it posts the span's token to the `done` ring buffer, which wakes
+// weft (epoll on the ring). Every message is redirected, none passed up:
+// passed bytes break tcp copied_seq on this kernel whenever the parser runs
+// again before they are read (tcp_bpf_strp_read_sock counts ingress_bytes
+// per call). Bytes past the body (an upstream that broke its framing) are
+// dropped and counted in `excess`; weft then closes that connection.
+// weft then queues the marker (above) behind the last message and takes
+// both sockets back at its EPIPE on the client.
+//
 // Built by crates/weft-sockmap/build.rs:
 //   clang -O2 -g -target bpf -mcpu=v3 -c bpf/sockmap.bpf.c
 #include <linux/bpf.h>
@@ -40,6 +57,8 @@ static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FU
 static long (*bpf_sk_redirect_map)(struct __sk_buff *skb, void *map, u32 key, u64 flags) =
 	(void *)BPF_FUNC_sk_redirect_map;
 static long (*bpf_skb_change_tail)(void *skb, u32 len, u64 flags) = (void *)BPF_FUNC_skb_change_tail;
+static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) =
+	(void *)BPF_FUNC_ringbuf_output;
 static long (*bpf_skb_load_bytes)(const void *skb, u32 offset, void *to, u32 len) =
 	(void *)BPF_FUNC_skb_load_bytes;
 
@@ -85,6 +104,38 @@ struct {
 	__type(value, u64);
 } counts SEC(".maps");
 
+/* The upstream socket of each response body forwarded in the kernel. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKMAP);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u32);
+} bodies SEC(".maps");
+
+/* One body's progress, keyed by its upstream socket's cookie. Written by
+ * weft before the socket joins `bodies`, then only by the parser (one
+ * socket's messages are parsed one at a time). */
+struct span {
+	u64 redirect; /* body bytes still to redirect to the client */
+	u64 token;    /* weft's name for the body, posted to `done` at its end */
+	u32 index;    /* the client's index in `targets` */
+	u32 drop;     /* the message last parsed is past the body: drop it */
+	u64 excess;   /* bytes parsed past the body */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u64);
+	__type(value, struct span);
+} spans SEC(".maps");
+
+/* Bodies whose last message was cut: {token, upstream cookie}. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} done SEC(".maps");
+
 /* A marker from one of weft's UDP sockets (`injectors`): its last 8 bytes
  * are the source's cookie; cut it to nothing and queue it for the
  * destination, behind the source's bytes. */
@@ -129,6 +180,52 @@ int weft_verdict(struct __sk_buff *skb)
 		if (count)
 			__sync_fetch_and_add(count, skb->len);
 	}
+	return SK_PASS;
+}
+
+SEC("sk_skb/stream_parser")
+int weft_body_parser(struct __sk_buff *skb)
+{
+	u64 cookie = bpf_get_socket_cookie(skb);
+	struct span *span = bpf_map_lookup_elem(&spans, &cookie);
+	u64 len = skb->len;
+	u64 note[2];
+
+	if (!span)
+		return skb->len;
+	if (!span->redirect) {
+		span->excess += len;
+		span->drop = 1;
+		return len;
+	}
+	if (len > span->redirect)
+		len = span->redirect;
+	span->redirect -= len;
+	span->drop = 0;
+	if (!span->redirect) {
+		note[0] = span->token;
+		note[1] = cookie;
+		/* A full ring loses the wake-up: weft's idle timer then finds
+		 * the span done. */
+		bpf_ringbuf_output(&done, note, sizeof(note), 0);
+	}
+	return len;
+}
+
+SEC("sk_skb/stream_verdict")
+int weft_body_verdict(struct __sk_buff *skb)
+{
+	u64 cookie = bpf_get_socket_cookie(skb);
+	struct span *span = bpf_map_lookup_elem(&spans, &cookie);
+
+	if (!span)
+		return SK_PASS;
+	if (span->drop)
+		return SK_DROP;
+	/* On failure no target is set and the message is dropped: the client
+	 * then gets a short body, and weft's idle timer closes it. */
+	if (bpf_sk_redirect_map(skb, &targets, span->index, 0) != SK_PASS)
+		return SK_DROP;
 	return SK_PASS;
 }
 
