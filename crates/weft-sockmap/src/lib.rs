@@ -93,6 +93,13 @@ pub struct Body {
     client: u64,
 }
 
+impl Body {
+    /// The upstream socket's cookie (what [`Forwarder::take_done`] reports).
+    pub fn upstream_cookie(&self) -> u64 {
+        self.upstream
+    }
+}
+
 /// Where a body is, as the parser has cut it so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BodyProgress {
@@ -139,7 +146,13 @@ impl Forwarder {
                 "weft was built without clang, so without the sockmap program".into(),
             ));
         }
-        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| err("creating the sockmap maps (needs root or CAP_BPF)", e))?;
+        // The programs need no relocation against the kernel's types: not
+        // reading its BTF (5 MiB, 0.4 s here) keeps the first tunnel or body
+        // from waiting for it.
+        let mut ebpf = aya::EbpfLoader::new()
+            .btf(None)
+            .load(OBJECT)
+            .map_err(|e| err("creating the sockmap maps (needs root or CAP_BPF)", e))?;
         let socks: SockMap<MapData> = map(&mut ebpf, "socks")?;
         let targets: SockMap<MapData> = map(&mut ebpf, "targets")?;
         let peers = map(&mut ebpf, "peers")?;
