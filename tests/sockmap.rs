@@ -367,7 +367,7 @@ fn serve_bodies(s: TcpStream) {
             .write_all(head.as_bytes())
             .and_then(|_| w.write_all(&body[..first]))
             .and_then(|_| {
-                std::thread::sleep(Duration::from_millis(if first < body.len() { 20 } else { 0 }));
+                std::thread::sleep(Duration::from_millis(if first < body.len() { 40 } else { 0 }));
                 w.write_all(&body[first..])
             });
         if sent_all.is_err() || close {
@@ -409,11 +409,14 @@ fn body_stats(p: Weft) -> Option<String> {
     Some(stop_stats(p))
 }
 
-/// One 100 KB body first: the worker loads the BPF programs at its first
-/// sockmap body, meanwhile the upstream sends all of it, and that body is
-/// spliced (what waits at the join is); the bodies a test counts come after.
-fn warm_up(p: &Weft) {
-    let mut r = reader(p);
+/// One 100 KB body first, on the connection the test goes on with: the
+/// worker loads the BPF programs at its first sockmap body, meanwhile the
+/// upstream sends all of it, and that body is spliced (what waits at the
+/// join is); the bodies a test counts come after. (On another client
+/// connection the next request could reach the proxy before the marker of
+/// this one, whose client has every byte by then, and take a second
+/// upstream connection.)
+fn warm_up(r: &mut Reader) {
     r.send(&get("/body/100000"));
     assert!(r.response(false).body == pattern(100_000), "warm-up body");
 }
@@ -429,16 +432,18 @@ fn get(path: &str) -> Vec<u8> {
 }
 
 /// Bodies of several sizes, byte-exact, pipelined on one client connection
-/// (a small one copied between them), then again one by one: every large
-/// one carried by the sockmap program, the client going on with its next
-/// request after each, the one upstream connection back in the pool.
+/// (a small one copied between them), then again one by one: the large ones
+/// carried by the sockmap program (one whose bytes have all arrived before
+/// the join, on a loaded machine, is spliced to its end), the client going
+/// on with its next request after each, the one upstream connection back in
+/// the pool.
 #[test]
 fn bodies_byte_exact_pipelined_upstream_reused() {
     let up = BodyUpstream::start();
     let p = body_proxy(&up, &[]);
-    warm_up(&p);
-    let sizes = [30_000usize, 100, 100_000, (1 << 20) + 3, 4 << 20, 5000];
     let mut r = reader(&p);
+    warm_up(&mut r);
+    let sizes = [30_000usize, 100, 100_000, (1 << 20) + 3, 4 << 20, 5000];
     let batch: Vec<u8> = sizes.iter().flat_map(|n| get(&format!("/body/{n}"))).collect();
     r.send(&batch);
     for n in sizes {
@@ -454,7 +459,10 @@ fn bodies_byte_exact_pipelined_upstream_reused() {
     }
     drop(r);
     let Some(stats) = body_stats(p) else { return };
-    assert_eq!(counter(&stats, "sockmap_bodies"), 7, "{stats}");
+    // The warm-up and seven large ones; the 100 and 5000 bytes copied.
+    let kernel_bodies = counter(&stats, "sockmap_bodies");
+    assert_eq!(kernel_bodies + counter(&stats, "sessions_splice"), 8, "{stats}");
+    assert!(kernel_bodies >= 4, "{stats}");
     assert_eq!(counter(&stats, "sockmap_declined"), 0, "{stats}");
     assert_eq!(counter(&stats, "upstream_connects"), 1, "{stats}");
     assert_eq!(up.conns(), 1, "one upstream connection for every request");
@@ -487,9 +495,9 @@ fn bodies_byte_exact_pipelined_upstream_reused() {
 fn body_client_aborts_mid_body() {
     let up = BodyUpstream::start();
     let p = body_proxy(&up, &[]);
-    warm_up(&p);
     let mut r = reader(&p);
-    r.send(&get("/body/20000000"));
+    warm_up(&mut r);
+    r.send(&get("/body/6000000"));
     while r.buf.len() < 200_000 {
         assert!(r.fill() > 0, "the body stopped early");
     }
@@ -502,7 +510,7 @@ fn body_client_aborts_mid_body() {
     drop(r);
     let Some(stats) = body_stats(p) else { return };
     assert_eq!(counter(&stats, "sessions_client_abort"), 1, "{stats}");
-    assert_eq!(counter(&stats, "sockmap_bodies"), 1, "the one after the abort: {stats}");
+    assert!(counter(&stats, "sockmap_bodies") <= 2, "not the aborted one: {stats}");
     assert_eq!(counter(&stats, "open_connections"), 0, "{stats}");
     assert_eq!(up.conns(), 2, "the aborted body's upstream connection is not reused");
 }
@@ -559,9 +567,9 @@ fn body_upstream_sends_past_its_length() {
 fn body_slow_client_and_stalled_client() {
     let up = BodyUpstream::start();
     let p = body_proxy(&up, &["--send-timeout", "1s"]);
-    warm_up(&p);
-    let n = 3 << 20;
     let mut r = reader(&p);
+    warm_up(&mut r);
+    let n = 3 << 20;
     r.send(&get(&format!("/body/{n}")));
     let t0 = Instant::now();
     let mut s = r.stream.try_clone().unwrap();
@@ -601,7 +609,7 @@ fn body_slow_client_and_stalled_client() {
     assert!(r.response(false).body == pattern(100_000));
     drop((r, stalled));
     let Some(stats) = body_stats(p) else { return };
-    assert_eq!(counter(&stats, "sockmap_bodies"), 2, "{stats}");
+    assert!(counter(&stats, "sockmap_bodies") >= 1, "{stats}");
     assert_eq!(counter(&stats, "timeouts"), 1, "{stats}");
 }
 
@@ -620,16 +628,17 @@ fn bodies_every_backend() {
         ("tracked", false),
     ] {
         let p = body_proxy(&up, &["--event", event]);
-        warm_up(&p);
         let mut r = reader(&p);
+        warm_up(&mut r);
         for n in [(1 << 20) + 11, 64 * 1024] {
+            eprintln!("{event}: a body of {n} bytes");
             r.send(&get(&format!("/body/{n}")));
             assert!(r.response(false).body == pattern(n), "{event} {n}: bytes differ");
         }
         drop(r);
         let Some(stats) = body_stats(p) else { continue };
-        let want = if kernel { 2 } else { 0 };
-        assert_eq!(counter(&stats, "sockmap_bodies"), want, "{event}: {stats}");
+        let bodies = counter(&stats, "sockmap_bodies");
+        assert!(if kernel { bodies >= 1 } else { bodies == 0 }, "{event}: {stats}");
         assert_eq!(counter(&stats, "upstream_connects"), 1, "{event}: {stats}");
     }
 }
@@ -656,4 +665,26 @@ fn without_bpf_privilege_bodies_splice() {
     assert_eq!(counter(&stats, "sockmap_bodies"), 0, "{stats}");
     assert_eq!(counter(&stats, "sockmap_declined"), 2, "{stats}");
     assert_eq!(counter(&stats, "sessions_splice"), 2, "{stats}");
+}
+
+/// Only bodies up to 8 MiB go to the kernel (a client that stops reading
+/// pins its whole body there): a larger one splices, one below the limit
+/// does not, both byte-exact on one connection.
+#[test]
+fn body_above_the_kernel_limit_splices() {
+    let up = BodyUpstream::start();
+    let p = body_proxy(&up, &[]);
+    let mut r = reader(&p);
+    warm_up(&mut r);
+    for n in [16 << 20, 6 << 20] {
+        r.send(&get(&format!("/body/{n}")));
+        assert!(r.response(false).body == pattern(n), "{n}: bytes differ");
+    }
+    drop(r);
+    let Some(stats) = body_stats(p) else { return };
+    // The large one spliced (and the warm-up, or a body all there at the join).
+    let (spliced, kernel) = (counter(&stats, "sessions_splice"), counter(&stats, "sockmap_bodies"));
+    assert!(spliced >= 1 && spliced + kernel == 3, "{stats}");
+    assert!(counter(&stats, "sockmap_body_bytes") < 7 << 20, "{stats}");
+    assert!(counter(&stats, "bytes_spliced") > 15 << 20, "{stats}");
 }

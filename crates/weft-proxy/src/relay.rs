@@ -973,6 +973,7 @@ impl Relay {
 mod chunked;
 mod kernel;
 mod linked;
+pub(crate) use kernel::KERNEL_BODY_MAX;
 mod request_body;
 pub(crate) use request_body::{splice_request_body, BodyEnd, BodyPipe};
 #[cfg(test)]

@@ -294,7 +294,10 @@ fn start_relay(
         Framing::Length(len) => len.saturating_sub(u.buf.pending().len() as u64),
         _ => u64::MAX,
     };
-    let wanted = kernel.is_some() && remaining != u64::MAX && plan.is_none() && remaining >= cfg.splice_threshold;
+    let wanted = kernel.is_some()
+        && plan.is_none()
+        && remaining >= cfg.splice_threshold
+        && remaining <= crate::relay::KERNEL_BODY_MAX;
     let kernel = wanted && kernel == Some(true);
     if wanted && !kernel {
         sh.stats.sockmap_declined += 1;

@@ -3,12 +3,12 @@
 //! (`tunnel/kernel.rs`) and non-cacheable response bodies of known length
 //! (`relay/kernel.rs`).
 //!
-//! Loaded once per worker, at start when the event backend can carry it
-//! ([`KernelFwd::backend_fits`]), otherwise never; where BPF is not
-//! permitted weft says so once and both splice instead. Bodies also need
-//! the kernel's stream parser to behave as the body path assumes (checked
-//! at load by weft-sockmap's self-test); where it does not, weft says so
-//! once and bodies splice while tunnels still use the sockmap.
+//! Loaded at a worker's first sockmap tunnel or body (not at start: a
+//! `--user` switch may not have happened yet); where BPF is not permitted
+//! weft says so once and both splice instead. Bodies also need the kernel to
+//! carry a body as the body path assumes (checked at load by weft-sockmap's
+//! self-test); where it does not, weft says so once and bodies splice while
+//! tunnels still use the sockmap.
 
 use std::cell::RefCell;
 use std::os::fd::RawFd;
@@ -105,7 +105,7 @@ impl KernelFwd {
         }
     }
 
-    /// The ring the body parser posts finished bodies to (the worker polls it).
+    /// The ring the body verdict posts finished bodies to (the worker polls it).
     pub fn ring_fd(&mut self) -> Option<RawFd> {
         self.bodies()?.ring_fd()
     }

@@ -55,7 +55,7 @@ const RESOLVER: Token = Token::new(u32::MAX - 2, 0);
 const DISK: Token = Token::new(u32::MAX - 4, 0);
 /// `weft front`: queued requests admitted (`Worker::on_front_admitted`).
 const FRONT: Token = Token::new(u32::MAX - 5, 0);
-/// The sockmap body parser's ring buffer: bodies whose last byte has been
+/// The sockmap body verdict's ring buffer: bodies whose last byte has been
 /// redirected (`relay/kernel.rs`).
 const SOCKMAP_RING: Token = Token::new(u32::MAX - 6, 0);
 /// The worker's one timer for read batches (`cut_stalled_batches`).
@@ -590,7 +590,7 @@ impl<'a> Worker<'a> {
         self.loaded.clear();
     }
 
-    /// The body parser's ring: bodies whose last byte has been redirected;
+    /// The body verdict's ring: bodies whose last byte has been redirected;
     /// drive their clients (which queue the end-of-stream marker).
     fn on_sockmap_ring<P: Poller>(&mut self, cx: &mut Ctx<P>) {
         let mut done = std::mem::take(&mut self.sh.sockmap_done);

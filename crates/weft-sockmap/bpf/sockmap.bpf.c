@@ -25,21 +25,31 @@
 // weft checks at load time that the kernel behaves so (Forwarder::load).
 //
 // Response bodies (a non-cacheable response of known length). The upstream
-// socket joins `bodies`, which has a stream parser as well as a verdict, so
-// the kernel's strparser hands the verdict *messages* whose lengths the
-// parser chose; `spans[upstream]` holds the body bytes still to redirect.
-// The parser cuts each message at min(what is left, skb->len): never past
-// the body's end (skb->len is the whole skb, which may begin before the
-// message when weft had read part of it, so a message may wait for bytes
-// that are sure to come, never for bytes past the body). When it cuts the
-// last one it posts the span's token to the `done` ring buffer, which wakes
-// weft (epoll on the ring). Every message is redirected, none passed up:
-// passed bytes break tcp copied_seq on this kernel whenever the parser runs
-// again before they are read (tcp_bpf_strp_read_sock counts ingress_bytes
-// per call). Bytes past the body (an upstream that broke its framing) are
-// dropped and counted in `excess`; weft then closes that connection.
-// weft then queues the marker (above) behind the last message and takes
-// both sockets back at its EPIPE on the client.
+// socket joins `bodies`, whose verdict (`weft_body_verdict`) redirects each
+// skb to the client while `spans[upstream]` says body bytes remain. When
+// the last byte has been redirected it posts the span's token to the `done`
+// ring buffer, which wakes weft (it polls the ring). weft takes the upstream
+// out of `bodies`, queues the marker (above) behind the last skb, and takes
+// the client back at its EPIPE. Bytes past the body (an upstream that broke
+// its framing) are dropped and counted in `excess`; weft then closes that
+// connection. An skb that holds the body's end and bytes past it cannot be
+// cut here (bpf_skb_change_tail fails on such skbs), so it is passed up
+// whole (`passed`: its body bytes), which wakes weft (EPOLLIN): weft reads
+// the body's tail from it and writes it after the marker. A bare FIN is
+// dropped as for tunnels: weft sees it on the socket.
+//
+// Like a tunnel's, a body socket has a verdict and no stream parser: the
+// kernel hands the verdict whole skbs (tcp_read_skb), so weft drains the
+// socket to EAGAIN before the join (a half-read skb would be redirected
+// whole). A redirected skb is charged to no socket while it waits on the
+// client's psock (tcp_read_skb orphans it and tcp copied_seq moves on), so
+// nothing closes the upstream's receive window for a slow client: weft
+// bounds what that can pin by giving the kernel only bodies up to a size.
+// It cannot take a socket back while its bytes still flow: an skb whose
+// data_ready began before the psock left is dropped (sk_psock_verdict_recv
+// finds no psock), so each body stays in the map to its end. (A stream
+// parser would cut messages anywhere, but its skb clones are uncharged too,
+// and bytes it passes up break tcp copied_seq on this kernel.)
 //
 // Built by crates/weft-sockmap/build.rs:
 //   clang -O2 -g -target bpf -mcpu=v3 -c bpf/sockmap.bpf.c
@@ -113,14 +123,14 @@ struct {
 } bodies SEC(".maps");
 
 /* One body's progress, keyed by its upstream socket's cookie. Written by
- * weft before the socket joins `bodies`, then only by the parser (one
- * socket's messages are parsed one at a time). */
+ * weft before the socket joins `bodies`, then only by the verdict (one
+ * socket's skbs are judged one at a time, under its lock). */
 struct span {
 	u64 redirect; /* body bytes still to redirect to the client */
-	u64 token;    /* weft's name for the body, posted to `done` at its end */
-	u32 index;    /* the client's index in `targets` */
-	u32 drop;     /* the message last parsed is past the body: drop it */
-	u64 excess;   /* bytes parsed past the body */
+	u64 token;    /* weft's name for the body, posted to `done` */
+	u64 index;    /* the client's index in `targets` */
+	u64 excess;   /* bytes past the body, dropped */
+	u64 passed;   /* body bytes at the head of the skb passed up to weft */
 };
 
 struct {
@@ -130,7 +140,7 @@ struct {
 	__type(value, struct span);
 } spans SEC(".maps");
 
-/* Bodies whose last message was cut: {token, upstream cookie}. */
+/* Bodies whose last byte was redirected: {token, upstream cookie}. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
@@ -183,8 +193,8 @@ int weft_verdict(struct __sk_buff *skb)
 	return SK_PASS;
 }
 
-SEC("sk_skb/stream_parser")
-int weft_body_parser(struct __sk_buff *skb)
+SEC("sk_skb/stream_verdict")
+int weft_body_verdict(struct __sk_buff *skb)
 {
 	u64 cookie = bpf_get_socket_cookie(skb);
 	struct span *span = bpf_map_lookup_elem(&spans, &cookie);
@@ -192,16 +202,24 @@ int weft_body_parser(struct __sk_buff *skb)
 	u64 note[2];
 
 	if (!span)
-		return skb->len;
+		return SK_PASS;
+	if (!len)
+		return SK_DROP;
 	if (!span->redirect) {
 		span->excess += len;
-		span->drop = 1;
-		return len;
+		return SK_DROP;
 	}
-	if (len > span->redirect)
-		len = span->redirect;
+	if (len > span->redirect) {
+		span->excess += len - span->redirect;
+		span->passed = span->redirect;
+		span->redirect = 0;
+		return SK_PASS;
+	}
+	/* On failure no target is set: the body is short, and weft's idle
+	 * timer closes the client. */
+	if (bpf_sk_redirect_map(skb, &targets, span->index, 0) != SK_PASS)
+		return SK_DROP;
 	span->redirect -= len;
-	span->drop = 0;
 	if (!span->redirect) {
 		note[0] = span->token;
 		note[1] = cookie;
@@ -209,23 +227,6 @@ int weft_body_parser(struct __sk_buff *skb)
 		 * the span done. */
 		bpf_ringbuf_output(&done, note, sizeof(note), 0);
 	}
-	return len;
-}
-
-SEC("sk_skb/stream_verdict")
-int weft_body_verdict(struct __sk_buff *skb)
-{
-	u64 cookie = bpf_get_socket_cookie(skb);
-	struct span *span = bpf_map_lookup_elem(&spans, &cookie);
-
-	if (!span)
-		return SK_PASS;
-	if (span->drop)
-		return SK_DROP;
-	/* On failure no target is set and the message is dropped: the client
-	 * then gets a short body, and weft's idle timer closes it. */
-	if (bpf_sk_redirect_map(skb, &targets, span->index, 0) != SK_PASS)
-		return SK_DROP;
 	return SK_PASS;
 }
 

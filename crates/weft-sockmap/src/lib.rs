@@ -15,18 +15,23 @@
 //!
 //! A response body of known length ([`Forwarder::join_body`]) moves one way,
 //! upstream → client: the upstream socket joins a second sockmap whose
-//! stream parser cuts the byte stream at the body's end (a per-socket
-//! budget in the `spans` map) and redirects every message to the client.
-//! When it cuts the last one it posts the body's token to a BPF ring buffer
-//! ([`Forwarder::ring_fd`], which the worker polls; [`Forwarder::take_done`]
-//! reads it). weft then queues the marker behind the body
-//! ([`Forwarder::mark_body`]); at its EPIPE on the client every body byte
-//! has been sent, and weft takes both sockets back
-//! ([`Forwarder::leave_body`]) for the next request.
+//! verdict redirects each skb to the client while the body's budget (the
+//! `spans` map) lasts. When the last byte has been redirected it posts the
+//! body's token to a BPF ring buffer ([`Forwarder::ring_fd`], which the
+//! worker polls; [`Forwarder::take_done`] reads it). weft then takes the
+//! upstream back ([`Forwarder::release_upstream`]: no redirect after it),
+//! queues the marker behind the body ([`Forwarder::mark_body`]), and at its
+//! EPIPE on the client, every body byte sent, takes the client back
+//! ([`Forwarder::leave_body`]) for its next request. The verdict sees whole
+//! skbs: weft drains the upstream socket to EAGAIN before the join. A
+//! redirected skb is charged to no socket until sent, so a slow client can
+//! pin a whole body in kernel memory: weft gives the kernel bodies up to a
+//! size only (bpf/sockmap.bpf.c says why, and why a socket cannot leave the
+//! map while its bytes still flow).
 //!
 //! Loading needs CAP_BPF + CAP_NET_ADMIN (root). [`Forwarder::load`] says
 //! why it cannot, and the proxy splices instead; a kernel whose stream
-//! parser does not behave as the body path needs (checked once at load)
+//! verdict does not behave as the body path needs (checked once at load)
 //! splices bodies and still forwards tunnels.
 
 use aya::maps::{HashMap, MapData, RingBuf, SockMap};
@@ -51,11 +56,11 @@ const INJECTOR: u32 = 2 * MAX_PAIRS + 1;
 
 /// The body path's maps (see the module documentation).
 struct BodyMaps {
-    /// Upstream sockets of bodies in flight (the parser and body verdict).
+    /// Upstream sockets of bodies in flight (the body verdict).
     socks: SockMap<MapData>,
-    /// Each body's budget, by upstream cookie: [redirect, token, index | drop << 32, excess].
-    spans: HashMap<MapData, u64, [u64; 4]>,
-    /// Bodies whose last message was cut: [token, upstream cookie].
+    /// Each body's budget, by upstream cookie: [redirect, token, index, excess, passed].
+    spans: HashMap<MapData, u64, [u64; 5]>,
+    /// Bodies whose last byte was redirected: [token, upstream cookie].
     done: RingBuf<MapData>,
 }
 
@@ -100,13 +105,17 @@ impl Body {
     }
 }
 
-/// Where a body is, as the parser has cut it so far.
+/// Where a body is, as the verdict has redirected it so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BodyProgress {
     /// Body bytes not yet redirected to the client.
     pub redirect_left: u64,
     /// Bytes the upstream sent past the body (dropped).
     pub excess: u64,
+    /// The body's last bytes, passed up to weft at the head of an skb that
+    /// also held bytes past the body: weft reads them from the upstream
+    /// socket before [`Forwarder::release_upstream`] (which drops them).
+    pub passed: u64,
 }
 
 /// Why sockmap forwarding is unavailable.
@@ -346,10 +355,10 @@ impl Forwarder {
 
 impl Forwarder {
     /// Forward the next `len` bytes `up` receives to `client` in the kernel.
-    /// Bytes `up` received before the join that weft has not read are part
-    /// of the `len`; weft must have written everything it owes `client`
-    /// before (the body goes out behind what is queued there). `token` is
-    /// what [`Forwarder::take_done`] reports when the last byte has been
+    /// weft must have read `up` to EAGAIN (the verdict redirects whole skbs,
+    /// also one weft has half read) and written everything it owes `client`
+    /// (the body goes out behind what is queued there). `token` is what
+    /// [`Forwarder::take_done`] reports when the last byte has been
     /// redirected.
     pub fn join_body(
         &mut self,
@@ -396,24 +405,43 @@ impl Forwarder {
             .map_err(|e| err("peers", e))?;
         let maps = self.bodies.as_mut().map_err(|e| Unavailable(e.clone()))?;
         maps.spans
-            .insert(body.upstream, [len, token, u64::from(ci), 0], 0)
+            .insert(body.upstream, [len, token, u64::from(ci), 0, 0], 0)
             .map_err(|e| err("spans", e))?;
         maps.socks
             .set(ui, &up.as_raw_fd(), 0)
             .map_err(|e| err("sockmap insert", e))?;
-        // Bytes already waiting are parsed at the next arrival; this calls
-        // sk_data_ready now (as for tunnels).
+        // Bytes that arrived since weft's EAGAIN wait for the next arrival;
+        // this calls sk_data_ready now (as for tunnels).
         sys::set_rcvlowat(up, 1).map_err(|e| err("SO_RCVLOWAT", e))
     }
 
-    /// How far the parser has cut the body (None once it left the maps).
+    /// How far the verdict has redirected the body (None once it left the maps).
     pub fn body_progress(&self, body: &Body) -> Option<BodyProgress> {
         let maps = self.bodies.as_ref().ok()?;
-        let [redirect_left, _, _, excess] = maps.spans.get(&body.upstream, 0).ok()?;
-        Some(BodyProgress { redirect_left, excess })
+        let [redirect_left, _, _, excess, passed] = maps.spans.get(&body.upstream, 0).ok()?;
+        Some(BodyProgress {
+            redirect_left,
+            excess,
+            passed,
+        })
     }
 
-    /// The ring buffer the parser posts finished bodies to: readable when
+    /// Once the body's last byte has been redirected (or the body failed):
+    /// take the upstream socket out of the body map. No skb is redirected
+    /// after this returns (a TCP_INFO call on `up` takes its lock, which
+    /// waits out a verdict still running). Not while body bytes still
+    /// arrive: one whose data_ready began before the psock left is dropped.
+    /// The body's progress as it leaves.
+    pub fn release_upstream(&mut self, body: &Body, up: BorrowedFd<'_>) -> std::io::Result<BodyProgress> {
+        if let Ok(maps) = self.bodies.as_mut() {
+            let _ = maps.socks.clear_index(&(2 * body.slot + 1));
+        }
+        sys::bpf::fin_received(up)?;
+        self.body_progress(body)
+            .ok_or_else(|| std::io::Error::other("the body's span is gone"))
+    }
+
+    /// The ring buffer the verdict posts finished bodies to: readable when
     /// [`Forwarder::take_done`] has something (the worker polls it).
     pub fn ring_fd(&self) -> Option<RawFd> {
         Some(self.bodies.as_ref().ok()?.done.as_raw_fd())
@@ -430,39 +458,33 @@ impl Forwarder {
         }
     }
 
-    /// The body's last byte has been redirected (reported by
-    /// [`Forwarder::take_done`], or [`Forwarder::body_progress`] at zero):
-    /// queue the marker behind it on the client's psock. Its EPIPE on the
-    /// client ([`Forwarder::is_marker`]) says every body byte was sent.
-    /// Call after a system call on the upstream that takes its lock
-    /// (TCP_INFO does): the last message is queued by then.
+    /// After [`Forwarder::release_upstream`]: queue the marker behind the
+    /// last redirected skb on the client's psock. Its EPIPE on the client
+    /// ([`Forwarder::is_marker`]) says every redirected byte was sent.
     pub fn mark_body(&mut self, body: &Body) -> std::io::Result<()> {
         self.send_marker(body.upstream)
     }
 
-    /// Take both sockets out of the maps (the upstream first: no more
-    /// redirects); the bytes the upstream sent past the body, if any.
-    /// Bytes still queued on the client's psock are dropped: call after the
-    /// marker's EPIPE, or when the body failed.
-    pub fn leave_body(&mut self, body: Body) -> u64 {
-        let mut excess = 0;
+    /// Take both sockets out of the maps (the upstream first, if
+    /// [`Forwarder::release_upstream`] has not). Bytes still queued on the
+    /// client's psock are dropped: call after the marker's EPIPE, or when
+    /// the body failed.
+    pub fn leave_body(&mut self, body: Body) {
         if let Ok(maps) = self.bodies.as_mut() {
             let _ = maps.socks.clear_index(&(2 * body.slot + 1));
-            excess = maps.spans.get(&body.upstream, 0).map(|s| s[3]).unwrap_or(0);
             let _ = maps.spans.remove(&body.upstream);
         }
         let _ = self.targets.clear_index(&(2 * body.slot));
         let _ = self.peers.remove(&body.upstream);
         self.free.push(body.slot);
-        excess
     }
 
     /// Check once that this kernel carries a body as the module says: the
-    /// head and a little body read by "weft" first, the rest (several
-    /// segments) redirected, the ring's report, the marker's EPIPE on the
-    /// client; then both connections go on outside the maps (the
-    /// upstream's next bytes read as usual, the client's reach it), byte
-    /// for byte.
+    /// head and the first body bytes read by "weft" (to EAGAIN), the rest
+    /// (several segments) redirected, the ring's report, the marker's EPIPE
+    /// on the client; then both connections go on outside the maps (the
+    /// upstream's next bytes read as usual, the client's reach it), byte for
+    /// byte.
     fn body_self_test(&mut self) -> Result<(), Unavailable> {
         let e = |what: &'static str| move |x: std::io::Error| err(what, x);
         let (mut a, b) = loopback_pair().map_err(e("body self-test sockets"))?;
@@ -474,12 +496,13 @@ impl Forwarder {
         let early = 1000;
         d.write_all(b"HEAD").map_err(e("body self-test write"))?;
         d.write_all(&body[..early]).map_err(e("body self-test write"))?;
-        // "weft" reads the head and part of what came with it.
-        let mut got = [0u8; 4 + 300];
+        // "weft" reads the head and what came with it, to EAGAIN.
+        let mut got = vec![0u8; 4 + early];
         (&c).read_exact(&mut got).map_err(e("body self-test read"))?;
         (&b).write_all(&got[4..]).map_err(e("body self-test write"))?;
         const TOKEN: u64 = 0x5eed;
-        let joined = self.join_body(b.as_fd(), c.as_fd(), (body.len() - 300) as u64, TOKEN)?;
+        let len = (body.len() - early) as u64;
+        let joined = self.join_body(b.as_fd(), c.as_fd(), len, TOKEN)?;
         let r = (|| {
             d.write_all(&body[early..]).map_err(e("body self-test write"))?;
             let mut done = Vec::new();
@@ -494,7 +517,10 @@ impl Forwarder {
             if done != [(TOKEN, joined.upstream)] {
                 return Err(Unavailable(format!("body self-test: the ring reported {done:?}")));
             }
-            sys::bpf::fin_received(c.as_fd()).map_err(e("TCP_INFO"))?;
+            let progress = self.release_upstream(&joined, c.as_fd()).map_err(e("TCP_INFO"))?;
+            if progress.redirect_left != 0 || progress.excess != 0 {
+                return Err(Unavailable(format!("body self-test: the verdict left {progress:?}")));
+            }
             self.mark_body(&joined).map_err(e("body self-test marker"))?;
             sys::wait_ready(b.as_fd(), false, SELF_TEST_WAIT).map_err(e("body self-test"))?;
             match sys::take_socket_error(b.as_fd()) {
@@ -504,26 +530,27 @@ impl Forwarder {
                 ))),
             }
         })();
-        let progress = self.body_progress(&joined);
-        let excess = self.leave_body(joined);
+        self.leave_body(joined);
         r?;
-        if progress != Some(BodyProgress::default()) || excess != 0 {
-            return Err(Unavailable(format!("body self-test: parser left {progress:?}")));
-        }
-        // The upstream's next response is read as usual after the leave.
+        // Both connections go on outside the maps: the upstream's next
+        // response reads as usual (tcp copied_seq kept up), the client's
+        // next bytes follow the body.
         d.write_all(b"NEXT").map_err(e("body self-test write"))?;
         let mut next = [0u8; 4];
         (&c).read_exact(&mut next)
             .map_err(e("body self-test: after the body"))?;
+        if &next != b"NEXT" {
+            return Err(Unavailable(format!("body self-test: the upstream then read {next:?}")));
+        }
         (&b).write_all(b"MORE").map_err(e("body self-test write"))?;
         drop(b);
         let mut all = Vec::new();
         a.read_to_end(&mut all)
             .map_err(e("body self-test: the client's bytes"))?;
         let n = body.len();
-        if &next != b"NEXT" || all.len() != n + 4 || all[..n] != body[..] || &all[n..] != b"MORE" {
+        if all.len() != n + 4 || all[..n] != body[..] || &all[n..] != b"MORE" {
             return Err(Unavailable(format!(
-                "body self-test: bytes differ (client got {} of {}, upstream then read {next:?})",
+                "body self-test: bytes differ (client got {} of {})",
                 all.len(),
                 n + 4
             )));
@@ -538,22 +565,23 @@ fn word(item: &[u8], i: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(b.try_into().ok()?))
 }
 
-/// Load the parser and the body verdict and attach both to `bodies`; the
-/// reason when this kernel cannot.
+/// Load the body verdict and attach it to `bodies`; the reason when this
+/// kernel cannot.
 fn load_bodies(ebpf: &mut Ebpf) -> Result<BodyMaps, String> {
     let socks: SockMap<MapData> = map(ebpf, "bodies").map_err(|e| e.0)?;
     let spans = map(ebpf, "spans").map_err(|e| e.0)?;
     let done = map(ebpf, "done").map_err(|e| e.0)?;
-    for name in ["weft_body_parser", "weft_body_verdict"] {
-        let prog: &mut SkSkb = ebpf
-            .program_mut(name)
-            .ok_or_else(|| format!("no program {name}"))?
-            .try_into()
-            .map_err(|e| format!("program type: {e}"))?;
-        prog.load().map_err(|e| format!("loading {name}: {e} ({e:?})"))?;
-        prog.attach(socks.fd())
-            .map_err(|e| format!("attaching {name} (needs a kernel with CONFIG_BPF_STREAM_PARSER): {e}"))?;
-    }
+    let verdict: &mut SkSkb = ebpf
+        .program_mut("weft_body_verdict")
+        .ok_or("no program weft_body_verdict")?
+        .try_into()
+        .map_err(|e| format!("program type: {e}"))?;
+    verdict
+        .load()
+        .map_err(|e| format!("loading the body verdict: {e} ({e:?})"))?;
+    verdict
+        .attach(socks.fd())
+        .map_err(|e| format!("attaching the body verdict: {e}"))?;
     Ok(BodyMaps { socks, spans, done })
 }
 

@@ -1,31 +1,36 @@
 //! Response bodies forwarded in the kernel (`--splice sockmap`): a
 //! non-cacheable response of known length at or above the splice threshold.
 //!
-//! The head and the body bytes that came with it are written first; then
-//! the upstream socket joins weft-sockmap's body map with the body's
-//! remaining length as its budget, and the client its redirect targets. The
-//! BPF stream parser cuts the upstream's byte stream at the body's end and
-//! every message is redirected to the client's send side; weft is not woken
-//! per chunk. It wakes:
+//! The head, the body bytes that came with it, and whatever else already
+//! waits in the upstream socket (drained to EAGAIN through the session's
+//! pipe: the verdict is handed whole skbs, also one weft has half read) are
+//! written first; then the upstream socket joins weft-sockmap's body map
+//! with the body's remaining length as its budget, and the client its
+//! redirect targets. The BPF verdict redirects every skb to the client's
+//! send side, cutting the last at the body's end; weft is not woken per
+//! chunk. It wakes:
 //!
-//! - when the parser has cut the body's last byte (the ring buffer the
-//!   worker polls names the client; the worker calls
-//!   [`Relay::kernel_redirected`]): weft makes one TCP_INFO call on the
-//!   upstream (its lock waits out the parser still queueing that byte) and
-//!   queues the end-of-stream marker behind the body;
+//! - when the verdict has redirected the body's last byte (the ring buffer
+//!   the worker polls names the client; the worker calls
+//!   [`Relay::kernel_redirected`]): weft takes the upstream out of the map
+//!   (a TCP_INFO call then waits out a verdict still running) and queues
+//!   the end-of-stream marker behind the last byte;
 //! - at the marker's EPIPE on the client (EPOLLERR, whatever the interest):
-//!   every body byte has been sent, both sockets leave the maps, and the
+//!   every body byte has been sent and the client leaves the maps: the
 //!   client goes on with its next request, the upstream back to the pool;
 //! - at an error on either socket, or the upstream's end of stream before
 //!   the body's end: the client gets a cut response (closed), as on the
 //!   other paths.
 //!
 //! Before the join nothing is lost by declining: the session splices (the
-//! pipe is held for that), said once where BPF or the stream parser is not
-//! available. An upstream whose FIN is already in (the whole response is
-//! there) is spliced too: it could not say whether the parser has seen every
-//! byte before its FIN. Nothing is copied: a client that goes away ends the
-//! transfer (these bodies are never stored).
+//! pipe is held for that), said once where BPF is not available. A body
+//! that has all arrived before the join is spliced to its end. Nothing is
+//! copied: a client that goes away ends the transfer (these bodies are
+//! never stored). Only bodies up to [`KERNEL_BODY_MAX`] go to the kernel:
+//! a redirected skb is charged to no socket while it waits for the client,
+//! so a client that stops reading lets the upstream send its whole body
+//! into kernel memory (and a socket cannot leave the map while its bytes
+//! still flow, so the body cannot be taken back part way).
 
 use super::*;
 use crate::sockmap::{orphan, KernelFwd};
@@ -44,14 +49,18 @@ pub(super) struct KernelBody {
     /// Body bytes handed to the program at the join.
     len: u64,
     /// The body's last byte has been redirected (the ring said so, or the
-    /// idle timer found the budget spent).
+    /// idle timer found it).
     redirected: bool,
-    /// The marker is queued behind the body.
+    /// The upstream is out of the map and the marker queued behind the
+    /// body's last byte.
     marked: bool,
     /// The upstream's end of stream has been read.
     up_ended: bool,
     /// The client's acknowledged bytes when the idle timer last looked.
     acked: u64,
+    /// The body's last bytes when the verdict passed them up (see
+    /// `read_passed`); written after the marker.
+    tail: Vec<u8>,
 }
 
 impl KernelBody {
@@ -66,6 +75,7 @@ impl KernelBody {
             marked: false,
             up_ended: false,
             acked: 0,
+            tail: Vec::new(),
         }
     }
 
@@ -119,7 +129,13 @@ impl Relay {
         let Path::Kernel(k) = &mut self.path else { return None };
         let body = k.body.as_ref()?;
         let mut moved = false;
-        if !k.redirected && fwd.ready()?.body_progress(body).is_some_and(|p| p.redirect_left == 0) {
+        // (Passed-up bytes are waited for by the upstream's readiness.)
+        if !k.redirected
+            && fwd
+                .ready()?
+                .body_progress(body)
+                .is_some_and(|p| p.redirect_left == 0 && p.passed == 0)
+        {
             k.redirected = true;
             moved = true;
         }
@@ -144,7 +160,7 @@ impl Relay {
         if std::mem::take(e.client_may_write) {
             match sys::take_socket_error(client) {
                 Ok(None) => {}
-                Ok(Some(x)) if k.marked && Forwarder::is_marker(&x) => return Some(self.kernel_done(e.kernel, st)),
+                Ok(Some(x)) if k.marked && Forwarder::is_marker(&x) => return self.kernel_drained(e, st),
                 _ => {
                     self.client_gone = true;
                     return Some(self.kernel_failed(e.kernel, Pump::ClientAborted));
@@ -153,47 +169,70 @@ impl Relay {
         }
         // The upstream: its end of stream, or an error (nothing is passed
         // up to its own receive queue).
-        if *e.up_may_read && !k.marked && !k.up_ended {
-            let mut b = [0u8; 1];
-            match sys::read(e.up, &mut b) {
-                Ok(0) => {
-                    // Read only once the parser has cut every byte before the FIN.
-                    k.up_ended = true;
-                    self.tainted = true;
-                    let left = e.kernel.ready().and_then(|f| f.body_progress(k.body.as_ref()?));
-                    if left.is_none_or(|p| p.redirect_left != 0) {
-                        return Some(self.kernel_failed(e.kernel, UPSTREAM_CLOSED));
-                    }
-                    k.redirected = true;
+        if *e.up_may_read && !k.redirected && !k.up_ended {
+            // The body's last bytes, passed up in an skb that also held
+            // bytes past the body (an upstream that overran its length).
+            let passed = match (e.kernel.ready(), k.body.as_ref()) {
+                (Some(f), Some(body)) => f.body_progress(body).map_or(0, |p| p.passed),
+                _ => 0,
+            };
+            if passed > 0 {
+                self.tainted = true;
+                match read_passed(e, &mut k.tail, passed as usize) {
+                    Ok(true) => k.redirected = true,
+                    Ok(false) => {}
+                    Err(()) => return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED)),
                 }
-                Ok(_) => return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED)),
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                    // A FIN with bytes before it still to parse (the parser
-                    // runs from a work queue while weft holds the socket):
-                    // look again after this batch.
-                    match sys::bpf::fin_received(e.up) {
-                        Ok(true) => return Some(Pump::Yield),
-                        Ok(false) => *e.up_may_read = false,
-                        Err(_) => return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED)),
+            } else {
+                let mut b = [0u8; 1];
+                match sys::read(e.up, &mut b) {
+                    Ok(0) => {
+                        // Read only once the verdict has seen every byte
+                        // before the FIN: the body is complete, or cut
+                        // (seen below).
+                        k.up_ended = true;
+                        self.tainted = true;
+                        k.redirected = true;
                     }
+                    Ok(_) => return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED)),
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                        // A FIN with bytes before it not yet judged (the
+                        // receive queue was not empty): look again after
+                        // this batch.
+                        match sys::bpf::fin_received(e.up) {
+                            Ok(true) => return Some(Pump::Yield),
+                            Ok(false) => *e.up_may_read = false,
+                            Err(_) => return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED)),
+                        }
+                    }
+                    Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED)),
                 }
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED)),
             }
         }
         let Path::Kernel(k) = &mut self.path else { return None };
         if k.redirected && !k.marked {
-            // TCP_INFO takes the upstream's lock: the parser that cut the
-            // last byte has queued it on the client by the time it returns,
-            // so the marker goes behind it.
-            let queued = sys::bpf::fin_received(e.up).is_ok();
-            let marked = match (e.kernel.ready(), k.body.as_ref()) {
-                (Some(f), Some(body)) if queued => f.mark_body(body).is_ok(),
-                _ => false,
+            // The upstream out of the map first (no redirect after it: its
+            // next bytes, if the body has more, wait in its receive queue),
+            // then the marker behind the last byte redirected.
+            let released = match (e.kernel.ready(), k.body.as_ref()) {
+                (Some(f), Some(body)) => f
+                    .release_upstream(body, e.up)
+                    .and_then(|p| f.mark_body(body).map(|()| p))
+                    .ok(),
+                _ => None,
             };
-            if !marked {
+            let Some(progress) = released else {
                 return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED));
+            };
+            if progress.excess > 0 {
+                self.tainted = true;
             }
+            if progress.redirect_left > 0 {
+                // Only an upstream that ended before the body's end gets here.
+                return Some(self.kernel_failed(e.kernel, UPSTREAM_CLOSED));
+            }
+            st.sockmap_body_bytes += k.len - k.tail.len() as u64;
             k.marked = true;
         }
         Some(Pump::Wait {
@@ -204,11 +243,9 @@ impl Relay {
 
     /// Before the join: write out the head (and the body bytes that came
     /// with it), drain the upstream socket to EAGAIN through the pipe, then
-    /// join, or decline. Draining matters: the parser's `skb->len` counts
-    /// the part of an skb weft has already read, so a first message inside
-    /// a half-read skb would come out longer than what is there, and every
-    /// message after it would wait for the next skb (with bytes left in the
-    /// receive queue, which a level-triggered poller reports as readable).
+    /// join, or decline. Draining matters: the verdict is handed whole skbs
+    /// (tcp_read_skb), so the part of one weft had already read would be
+    /// sent again.
     fn join_kernel(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Option<Pump> {
         let client = e.client?;
         let Path::Kernel(k) = &mut self.path else { return None };
@@ -304,20 +341,27 @@ impl Relay {
         None
     }
 
-    /// The marker's EPIPE: every body byte has been sent. Both sockets
-    /// leave the maps; the body is complete.
-    fn kernel_done(&mut self, fwd: &mut KernelFwd, st: &mut ProxyStats) -> Pump {
-        if let Path::Kernel(k) = &mut self.path {
-            if let (Some(body), Some(f)) = (k.body.take(), fwd.ready()) {
-                if f.leave_body(body) > 0 {
-                    self.tainted = true;
-                }
-            }
-            st.sockmap_body_bytes += k.len;
+    /// The marker's EPIPE: every body byte redirected has been sent. The
+    /// client leaves the maps; the body is complete (its passed-up tail, if
+    /// any, queued last).
+    fn kernel_drained(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Option<Pump> {
+        let Path::Kernel(k) = &mut self.path else { return None };
+        if let (Some(body), Some(f)) = (k.body.take(), e.kernel.ready()) {
+            f.leave_body(body);
+        }
+        // Both sockets are plain again, their readiness unknown (the join
+        // cleared it, and an edge-triggered backend will not report it
+        // anew): a call will tell.
+        *e.client_may_write = true;
+        *e.up_may_read = true;
+        if !k.tail.is_empty() {
+            e.out.push_copy(&k.tail);
+            st.bytes_copied += k.tail.len() as u64;
+            k.tail = Vec::new();
         }
         self.framing = Framing::Length(0);
         self.body_done = true;
-        Pump::Done
+        Some(Pump::Done)
     }
 
     /// Leave the maps and end with `how` (the client is closed: the body is
@@ -331,6 +375,27 @@ impl Relay {
         self.tainted = true;
         how
     }
+}
+
+/// Read the `passed` body bytes the verdict passed up to the upstream
+/// socket's own queue into `tail`: Ok(true) once all are there, Ok(false)
+/// to wait for the rest, Err on an end of stream or error.
+fn read_passed(e: &mut Ends<'_>, tail: &mut Vec<u8>, passed: usize) -> Result<bool, ()> {
+    let mut buf = [0u8; 16 * 1024];
+    while tail.len() < passed {
+        let want = (passed - tail.len()).min(buf.len());
+        match sys::read(e.up, &mut buf[..want]) {
+            Ok(0) => return Err(()),
+            Ok(n) => tail.extend_from_slice(&buf[..n]),
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                *e.up_may_read = false;
+                return Ok(false);
+            }
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(()),
+        }
+    }
+    Ok(true)
 }
 
 /// Before the join: the output queue, then the pipe, to the client.
@@ -365,6 +430,14 @@ fn flush_before_join(
     }
     Ok(())
 }
+
+/// The largest body given to the kernel. A redirected skb is charged to no
+/// socket while it waits for the client, so a client that stops reading
+/// pins the whole body in kernel memory; this bounds it near what the
+/// splice path's socket buffers and pipe hold for such a client (up to
+/// 4 MiB sent and 6 MiB received by default, and a 1 MiB pipe). Larger
+/// bodies splice.
+pub(crate) const KERNEL_BODY_MAX: u64 = 8 << 20;
 
 const UPSTREAM_CLOSED: Pump = Pump::UpstreamFailed("upstream closed the connection mid-body");
 const UPSTREAM_FAILED: Pump = Pump::UpstreamFailed("upstream connection failed mid-body");
