@@ -417,8 +417,7 @@ fn body_stats(p: Weft) -> Option<String> {
 /// this one, whose client has every byte by then, and take a second
 /// upstream connection.)
 fn warm_up(r: &mut Reader) {
-    r.send(&get("/body/100000"));
-    assert!(r.response(false).body == pattern(100_000), "warm-up body");
+    body_exact(r, 100_000, "warm-up body");
 }
 
 fn reader(p: &Weft) -> Reader {
@@ -429,6 +428,17 @@ fn reader(p: &Weft) -> Reader {
 
 fn get(path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: bodies\r\n\r\n").into_bytes()
+}
+
+/// `GET /body/N` on `r`: the N pattern bytes, exactly (`what` names it in a failure).
+fn body_exact(r: &mut Reader, n: usize, what: &str) {
+    r.send(&get(&format!("/body/{n}")));
+    let body = r.response(false).body;
+    assert!(
+        body.len() == n && body == pattern(n),
+        "{what}: {n} bytes asked, {} differ",
+        body.len()
+    );
 }
 
 /// Bodies of several sizes, byte-exact, pipelined on one client connection
@@ -453,9 +463,7 @@ fn bodies_byte_exact_pipelined_upstream_reused() {
         assert!(resp.body == pattern(n), "{n}: bytes differ");
     }
     for n in [300_000usize, 40_000, 2 << 20] {
-        r.send(&get(&format!("/body/{n}")));
-        let resp = r.response(false);
-        assert!(resp.body == pattern(n), "{n}: bytes differ");
+        body_exact(&mut r, n, "one by one");
     }
     drop(r);
     let Some(stats) = body_stats(p) else { return };
@@ -505,8 +513,7 @@ fn body_client_aborts_mid_body() {
     drop(r);
     std::thread::sleep(Duration::from_millis(100));
     let mut r = reader(&p);
-    r.send(&get("/body/100000"));
-    assert!(r.response(false).body == pattern(100_000), "served after the abort");
+    body_exact(&mut r, 100_000, "served after the abort");
     drop(r);
     let Some(stats) = body_stats(p) else { return };
     assert_eq!(counter(&stats, "sessions_client_abort"), 1, "{stats}");
@@ -531,8 +538,7 @@ fn body_upstream_closes_mid_body() {
         }
     }
     let mut r = reader(&p);
-    r.send(&get("/body/100000"));
-    assert!(r.response(false).body == pattern(100_000), "served after the cut");
+    body_exact(&mut r, 100_000, "served after the cut");
     drop(r);
     let Some(stats) = body_stats(p) else { return };
     assert_eq!(counter(&stats, "sessions_upstream_abort"), 2, "{stats}");
@@ -605,8 +611,7 @@ fn body_slow_client_and_stalled_client() {
     assert!(rest.len() + stalled.buf.len() < big, "closed before the whole body");
     // Still serving (and the timed-out body's entries were taken back).
     let mut r = reader(&p);
-    r.send(&get("/body/100000"));
-    assert!(r.response(false).body == pattern(100_000));
+    body_exact(&mut r, 100_000, "served after the stall");
     drop((r, stalled));
     let Some(stats) = body_stats(p) else { return };
     assert!(counter(&stats, "sockmap_bodies") >= 1, "{stats}");
@@ -632,8 +637,7 @@ fn bodies_every_backend() {
         warm_up(&mut r);
         for n in [(1 << 20) + 11, 64 * 1024] {
             eprintln!("{event}: a body of {n} bytes");
-            r.send(&get(&format!("/body/{n}")));
-            assert!(r.response(false).body == pattern(n), "{event} {n}: bytes differ");
+            body_exact(&mut r, n, event);
         }
         drop(r);
         let Some(stats) = body_stats(p) else { continue };
@@ -655,8 +659,7 @@ fn without_bpf_privilege_bodies_splice() {
     let p = body_proxy(&up, &["--user", "nobody"]);
     let mut r = reader(&p);
     for n in [100_000usize, (1 << 20) + 1] {
-        r.send(&get(&format!("/body/{n}")));
-        assert!(r.response(false).body == pattern(n), "{n}: bytes differ");
+        body_exact(&mut r, n, "sequential");
     }
     drop(r);
     let said = p.stderr().matches("--splice sockmap unavailable").count();
@@ -677,8 +680,7 @@ fn body_above_the_kernel_limit_splices() {
     let mut r = reader(&p);
     warm_up(&mut r);
     for n in [16 << 20, 6 << 20] {
-        r.send(&get(&format!("/body/{n}")));
-        assert!(r.response(false).body == pattern(n), "{n}: bytes differ");
+        body_exact(&mut r, n, "sequential");
     }
     drop(r);
     let Some(stats) = body_stats(p) else { return };

@@ -184,6 +184,36 @@ pub struct Relay {
     tainted: bool,
 }
 
+/// Splice what `pipe` holds (`bytes`) to the client while it takes it;
+/// bytes moved. EAGAIN clears `may_write`.
+fn splice_to_client(
+    pipe: &Pipe,
+    bytes: &mut usize,
+    cfd: BorrowedFd<'_>,
+    may_write: &mut bool,
+    st: &mut ProxyStats,
+) -> io::Result<usize> {
+    let mut total = 0;
+    while *bytes > 0 && *may_write {
+        // No SPLICE_F_MORE: it would hold the last partial segment back
+        // until the next splice, which waits on the upstream; measured,
+        // it also cost more pacing timer interrupts than it saved.
+        st.calls_splice_out += 1;
+        match sys::splice(pipe.read_fd(), cfd, *bytes, false) {
+            Ok(0) => return Err(sys::Errno::BrokenPipe.into()),
+            Ok(n) => {
+                *bytes -= n;
+                st.bytes_spliced += n as u64;
+                total += n;
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => *may_write = false,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(total)
+}
+
 fn is_peer_error(e: &io::Error) -> bool {
     sys::is_peer_gone(e)
 }
@@ -538,24 +568,7 @@ impl Relay {
             Path::Splice { pipe, bytes } => (pipe, bytes),
             Path::Tee { out, in_out, .. } => (out, in_out),
         };
-        while *bytes > 0 && *e.client_may_write {
-            // No SPLICE_F_MORE: it would hold the last partial segment back
-            // until the next splice, which waits on the upstream; measured,
-            // it also cost more pacing timer interrupts than it saved.
-            st.calls_splice_out += 1;
-            match sys::splice(pipe.read_fd(), cfd, *bytes, false) {
-                Ok(0) => return Err(sys::Errno::BrokenPipe.into()),
-                Ok(n) => {
-                    *bytes -= n;
-                    st.bytes_spliced += n as u64;
-                    total += n;
-                }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => *e.client_may_write = false,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => return Err(err),
-            }
-        }
-        Ok(total)
+        Ok(total + splice_to_client(pipe, bytes, cfd, e.client_may_write, st)?)
     }
 
     /// KeepCopy: duplicate intake bytes into the output pipe and read them

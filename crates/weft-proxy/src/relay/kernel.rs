@@ -415,19 +415,7 @@ fn flush_before_join(
             return Ok(());
         }
     }
-    while *piped > 0 && *e.client_may_write {
-        st.calls_splice_out += 1;
-        match sys::splice(pipe.read_fd(), client, *piped, false) {
-            Ok(0) => return Err(sys::Errno::BrokenPipe.into()),
-            Ok(n) => {
-                *piped -= n;
-                st.bytes_spliced += n as u64;
-            }
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => *e.client_may_write = false,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-            Err(err) => return Err(err),
-        }
-    }
+    splice_to_client(pipe, piped, client, e.client_may_write, st)?;
     Ok(())
 }
 
