@@ -24,6 +24,7 @@ it is machine-wide, so it also counts whatever else runs meanwhile.
     scripts/proxy_bench.py --sizes 1MiB --variant 'sockmap=--splice sockmap' --only weft-splice,sockmap,haproxy-splice
     scripts/proxy_bench.py --baseline /path/to/old/weft  # also base-splice, base-copy
     scripts/proxy_bench.py --netns --congestion reno     # own loopback, no pacing (root)
+    scripts/proxy_bench.py --netns --tcp-rmem '4096 131072 262144'  # receive windows of a network path
 
 With `--netns` (root) everything runs in a new network namespace: its own
 loopback, so other traffic on the machine neither collides on ports nor shows
@@ -87,20 +88,24 @@ def main():
                          "and base-splice,base-copy with --baseline; also known: nginx-proxy, varnish, squid)")
     ap.add_argument("--netns", action="store_true", help="run in a new network namespace (root)")
     ap.add_argument("--congestion", default=None, help="with --netns: the namespace's TCP congestion control")
+    ap.add_argument("--tcp-rmem", default=None, metavar="'MIN DEFAULT MAX'",
+                    help="with --netns: the namespace's net.ipv4.tcp_rmem; a small MAX bounds how much of a body the "
+                         "origin can send ahead of the proxy's reads, as a window-limited network path does")
     ap.add_argument("--weft-arg", action="append", default=[], help="extra argument for every weft proxy (repeatable)")
     ap.add_argument("--json", default=None, help="write every sample and the medians to this file")
     a = ap.parse_args()
 
-    if a.congestion and not a.netns:
-        raise SystemExit("proxy_bench: --congestion needs --netns (it changes the namespace's default)")
+    if (a.congestion or a.tcp_rmem) and not a.netns:
+        raise SystemExit("proxy_bench: --congestion and --tcp-rmem need --netns (they change the namespace's defaults)")
     if a.netns and os.environ.get("PROXY_BENCH_IN_NETNS") != "1":
         enter_netns()
-    if a.congestion:
-        try:
-            with open("/proc/sys/net/ipv4/tcp_congestion_control", "w") as f:
-                f.write(a.congestion)
-        except OSError as e:
-            raise SystemExit(f"proxy_bench: --congestion {a.congestion}: {e}")
+    for value, name, key in ((a.congestion, "--congestion", "tcp_congestion_control"), (a.tcp_rmem, "--tcp-rmem", "tcp_rmem")):
+        if value:
+            try:
+                with open(f"/proc/sys/net/ipv4/{key}", "w") as f:
+                    f.write(value)
+            except OSError as e:
+                raise SystemExit(f"proxy_bench: {name} {value}: {e}")
     sizes = pl.bench_sizes("proxy_bench", a)
     variants = {}
     for v in a.variant:
@@ -165,8 +170,9 @@ def report(a, names, sizes, result):
     med = pl.median_rows(samples, ["size", "proxy"], ["proxy_us", "origin_us", "client_us", "kthreads_us", "rps", "proxy_ms_per_mib"])
     cc = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
     what = "/nc/ (no-store) misses" if a.mode == "miss" else "/c/ cache hits"
+    rmem = f", tcp_rmem {a.tcp_rmem}" if a.tcp_rmem else ""
     print(f"\nmedian of {a.rounds} x wrk -t1 -c{a.conns} -d{a.duration:g}s, {what}, one worker each,"
-          f" congestion control {cc}{' (own netns)' if a.netns else ''}; CPU µs per request")  # fmt: skip
+          f" congestion control {cc}{rmem}{' (own netns)' if a.netns else ''}; CPU µs per request")  # fmt: skip
     pl.print_median_table(med, sizes, names,
                           f"{'size':>7} {'proxy':<15} {'proxy µs/req':>12} {'ms/MiB':>7} {'origin':>8} {'client':>8} {'kthr':>7} {'sum':>8} {'req/s':>8}",
                           lambda name, m: f"{name:<15} {m['proxy_us']:12.1f} {m['proxy_ms_per_mib']:7.3f} {m['origin_us']:8.1f}"
