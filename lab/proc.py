@@ -139,6 +139,26 @@ def tree_cpu_sample(root: int, proc: str = "/proc") -> CpuSample:
     return CpuSample(ns=ns, ticks=ticks, tids=frozenset(tids))
 
 
+def kernel_threads_ns(proc: str = "/proc") -> int:
+    """Runtime in ns of every kworker and ksoftirqd thread: kernel work no
+    process is charged for (a sockmap psock sends from a kworker; softirqs
+    that overflow run in ksoftirqd). Machine-wide, so it counts whatever
+    else the machine does meanwhile."""
+    total = 0
+    for pid in os.listdir(proc):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{pid}/comm") as f:
+                if not f.read().startswith(("kworker", "ksoftirqd")):
+                    continue
+            with open(f"{proc}/{pid}/schedstat") as f:
+                total += parse_schedstat(f.read())
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def cpu_seconds_between(before: CpuSample, after: CpuSample) -> float:
     """CPU seconds spent between two samples: the ns delta when every thread
     of `before` is still there, else the tick delta."""

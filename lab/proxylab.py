@@ -40,9 +40,11 @@ KiB = 1024
 MiB = 1024 * 1024
 
 # weft counters a proxy run reports (deltas over the run), by what they say.
-WEFT_BYTES = ("bytes_spliced", "bytes_teed", "bytes_copied", "bytes_filled", "bytes_cache", "tunnel_bytes_spliced", "tunnel_bytes_copied", "bytes_linked")
+WEFT_BYTES = ("bytes_spliced", "bytes_teed", "bytes_copied", "bytes_filled", "bytes_cache", "tunnel_bytes_spliced", "tunnel_bytes_copied", "bytes_linked",
+              "bytes_spliced_up", "sockmap_bytes", "sockmap_body_bytes")  # fmt: skip
 WEFT_SESSIONS = ("sessions_splice", "sessions_keep_copy", "sessions_copy", "sessions_fallback", "sessions_no_pipe",
-                 "sessions_client_abort", "sessions_orphan_fill", "sessions_upstream_abort")  # fmt: skip
+                 "sessions_client_abort", "sessions_orphan_fill", "sessions_upstream_abort",
+                 "sockmap_sessions", "sockmap_bodies", "sockmap_declined")  # fmt: skip
 WEFT_REQUESTS = ("requests", "hits", "misses", "revalidations", "revalidated", "uncacheable", "stored", "tunnels", "upstream_connects", "upstream_reused", "errors_502", "errors_504")
 WEFT_SYSCALLS = ("read", "write", "writev", "send", "splice", "tee", "pipe", "accept", "connect", "close", "epoll_wait", "epoll_ctl", "setsockopt", "socket")
 
@@ -199,7 +201,8 @@ def body_paths(counters: dict) -> str:
         return "–"
     spliced, copied, cache = counters.get("bytes_spliced", 0), counters.get("bytes_copied", 0), counters.get("bytes_cache", 0)
     tunnel_s, tunnel_c = counters.get("tunnel_bytes_spliced", 0), counters.get("tunnel_bytes_copied", 0)
-    parts = [("splice", spliced + tunnel_s), ("copy", copied + tunnel_c), ("cache", cache)]
+    kernel = counters.get("sockmap_body_bytes", 0) + counters.get("sockmap_bytes", 0)
+    parts = [("splice", spliced + tunnel_s), ("copy", copied + tunnel_c), ("cache", cache), ("sockmap", kernel)]
     total = sum(v for _, v in parts)
     if not total:
         return "–"
@@ -409,6 +412,9 @@ class Sample:
     proxy_cpu_s: float
     origin_cpu_s: float
     weft: dict  # /stats delta (weft only)
+    # Every kworker and ksoftirqd thread of the machine: where the kernel
+    # runs work no process is charged for (a sockmap psock's sends).
+    kthreads_cpu_s: float = 0.0
 
     @property
     def requests(self) -> int:
@@ -431,6 +437,7 @@ class Sample:
             "proxy_us": self.us_per_request(self.proxy_cpu_s),
             "origin_us": self.us_per_request(self.origin_cpu_s),
             "client_us": self.us_per_request(self.client.cpu_s),
+            "kthreads_us": self.us_per_request(self.kthreads_cpu_s),
             "proxy_cpu_s": self.proxy_cpu_s,
             "origin_cpu_s": self.origin_cpu_s,
             "client_cpu_s": self.client.cpu_s,
@@ -461,7 +468,9 @@ def measure(proxy: servers.RunningServer, origin: servers.RunningServer | None, 
     stats0 = proxy.admin_stats()
     p0 = proxy.cpu_sample()
     o0 = origin.cpu_sample() if origin else None
+    k0 = proc.kernel_threads_ns()
     run = client()
+    k1 = proc.kernel_threads_ns()
     p1 = proxy.cpu_sample()
     o1 = origin.cpu_sample() if origin else None
     stats1 = proxy.admin_stats()
@@ -471,6 +480,7 @@ def measure(proxy: servers.RunningServer, origin: servers.RunningServer | None, 
         proxy_cpu_s=proc.cpu_seconds_between(p0, p1),
         origin_cpu_s=proc.cpu_seconds_between(o0, o1) if o0 and o1 else 0.0,
         weft=delta,
+        kthreads_cpu_s=max(k1 - k0, 0) / 1e9,
     )
 
 

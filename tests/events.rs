@@ -129,25 +129,14 @@ mod scenarios {
             assert!(stats["total"]["hits"].as_u64().unwrap_or(0) >= 64, "{event}: {stats}");
         }
     }
-}
 
-per_backend!(every_role);
-
-/// uring linked chains (`--uring-linked`, crates/weft-proxy/src/relay/linked.rs):
-/// the proxy's spliced misses, KeepCopy fills, hits from what the chains
-/// filled, and pipelined requests behind linked bodies, byte for byte, with
-/// the head in the chain and without. The chain has a ring of its own, so it
-/// runs under any event loop.
-mod linked {
-    use super::*;
-
-    fn proxy(event: &str, head: &str, extra: &[&str]) -> Weft {
-        let mut args = vec!["--splice", "on", "--uring-linked", "--uring-linked-head", head];
-        args.extend_from_slice(extra);
-        start_proxy(event, &args)
-    }
-
-    fn bodies(event: &str) {
+    /// uring linked chains (`--uring-linked`,
+    /// crates/weft-proxy/src/relay/linked.rs): the proxy's spliced misses,
+    /// KeepCopy fills, hits from what the chains filled, and pipelined
+    /// requests behind linked bodies, byte for byte, with the head in the
+    /// chain and without. The chain has a ring of its own, so it runs under
+    /// every event loop.
+    pub fn linked_bodies(event: &str) {
         if weft_io_refused() {
             return;
         }
@@ -167,7 +156,7 @@ mod linked {
         .collect();
         let list = dir.write("urls", urls.join("\n").as_bytes());
         for head in ["false", "true"] {
-            let p = proxy(event, head, &[]);
+            let p = linked_proxy(event, head, &[]);
             let proxy = p.addr.to_string();
             for pipeline in ["1", "3"] {
                 let what = format!("{event}, head {head}, pipeline {pipeline}");
@@ -192,12 +181,12 @@ mod linked {
 
     /// A client that hangs up in the middle of a linked KeepCopy: the object
     /// is completed from the intake, and the hit that follows is exact.
-    fn keep_copy_client_abort(event: &str) {
+    pub fn linked_keep_copy_client_abort(event: &str) {
         if weft_io_refused() {
             return;
         }
         let o = Weft::start(&["origin", "--listen", "127.0.0.1:0", "--event", event]);
-        let p = proxy(event, "true", &["--keep-copy"]);
+        let p = linked_proxy(event, "true", &["--keep-copy"]);
         let len = 8_000_000;
         let url = format!("http://{}/size/{len}/c600/abort", o.addr);
         {
@@ -230,41 +219,29 @@ mod linked {
         assert_eq!(n(t, "sessions_orphan_fill"), 1, "{stats}");
         assert!(n(t, "calls_linked") > 0, "{stats}");
     }
+}
 
-    /// io_uring refused here (seccomp, sysctl): the chains cannot run.
-    fn weft_io_refused() -> bool {
-        let out = Command::new(weft_bin())
-            .arg("backends")
-            .output()
-            .expect("weft backends");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let refused = !text
-            .lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["uring", "works"]);
-        if refused {
-            eprintln!("skipped: io_uring is not available here ({text})");
-        }
-        refused
-    }
+per_backend!(every_role, linked_bodies, linked_keep_copy_client_abort);
 
-    #[test]
-    fn uring_bodies() {
-        bodies("uring");
+/// The proxy with linked chains (`--splice on --uring-linked`), the head in the chain or not.
+fn linked_proxy(event: &str, head: &str, extra: &[&str]) -> Weft {
+    let mut args = vec!["--splice", "on", "--uring-linked", "--uring-linked-head", head];
+    args.extend_from_slice(extra);
+    start_proxy(event, &args)
+}
+
+/// io_uring refused here (seccomp, sysctl): the chains cannot run.
+fn weft_io_refused() -> bool {
+    let out = Command::new(weft_bin())
+        .arg("backends")
+        .output()
+        .expect("weft backends");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let refused = !text
+        .lines()
+        .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["uring", "works"]);
+    if refused {
+        eprintln!("skipped: io_uring is not available here ({text})");
     }
-    #[test]
-    fn tracked_bodies() {
-        bodies("tracked");
-    }
-    #[test]
-    fn epoll_bodies() {
-        bodies("epoll");
-    }
-    #[test]
-    fn uring_keep_copy_client_abort() {
-        keep_copy_client_abort("uring");
-    }
-    #[test]
-    fn tracked_keep_copy_client_abort() {
-        keep_copy_client_abort("tracked");
-    }
+    refused
 }

@@ -1,15 +1,17 @@
-//! `weft proxy --splice sockmap`: CONNECT tunnels forwarded in the kernel by
-//! the BPF sk_skb verdict program (crate weft-sockmap). Needs root (or
-//! CAP_BPF + CAP_NET_ADMIN) and a build with clang; elsewhere each test says
-//! why it skips.
+//! `weft proxy --splice sockmap`: CONNECT tunnels and non-cacheable response
+//! bodies of known length forwarded in the kernel by the BPF sk_skb programs
+//! (crate weft-sockmap). Needs root (or CAP_BPF + CAP_NET_ADMIN) and a build
+//! with clang; elsewhere each test says why it skips its sockmap assertions.
 
 mod common;
 
-use common::{counter, pattern, stop_stats, Weft};
-use std::io::{Read, Write};
+use common::{counter, is_root, pattern, stop_stats, ReadErr, Reader, Weft};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
 
@@ -250,7 +252,7 @@ fn tunnel_idle_timeout_counts_kernel_bytes() {
 /// binding), weft says so once and splices; the tunnels stay byte-exact.
 #[test]
 fn without_bpf_privilege_tunnels_splice() {
-    if !nix_is_root() {
+    if !is_root() {
         eprintln!("SKIP: needs root to start and drop to nobody");
         return;
     }
@@ -266,15 +268,6 @@ fn without_bpf_privilege_tunnels_splice() {
     assert_eq!(said, 1, "said once per process");
     assert_eq!(counter(&stats, "sockmap_sessions"), 0, "{stats}");
     assert_eq!(counter(&stats, "sockmap_declined"), 3, "{stats}");
-}
-
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 /// Every event backend: those that report an error on a socket without
@@ -303,4 +296,397 @@ fn tunnel_half_close_every_backend() {
         let sessions = counter(&stats, "sockmap_sessions") + counter(&stats, "sockmap_declined");
         assert_eq!(sessions, u64::from(kernel), "{event}: {stats}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Response bodies (a non-cacheable response of known length) in the kernel.
+
+/// A keep-alive HTTP/1.1 upstream for the body tests. Every answer is
+/// `Cache-Control: no-store` with a Content-Length: `/body/N` sends N pattern
+/// bytes; `/cut/N/M` announces N, sends M and closes; `/extra/N` announces
+/// N and sends N + 7 (bytes past its length). Counts its connections.
+struct BodyUpstream {
+    addr: SocketAddr,
+    conns: Arc<AtomicUsize>,
+}
+
+impl BodyUpstream {
+    fn start() -> BodyUpstream {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let conns = Arc::new(AtomicUsize::new(0));
+        let counted = conns.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { continue };
+                counted.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || serve_bodies(s));
+            }
+        });
+        BodyUpstream { addr, conns }
+    }
+
+    fn conns(&self) -> usize {
+        self.conns.load(Ordering::SeqCst)
+    }
+}
+
+fn serve_bodies(s: TcpStream) {
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            if h == "\r\n" {
+                break;
+            }
+        }
+        let n: Vec<usize> = path.split('/').filter_map(|x| x.parse().ok()).collect();
+        let (announced, sent, close) = match (path.split('/').nth(1), n.as_slice()) {
+            (Some("body"), [len]) => (*len, *len, false),
+            (Some("cut"), [len, sent]) => (*len, *sent, true),
+            (Some("extra"), [len]) => (*len, *len + 7, false),
+            _ => (0, 0, true),
+        };
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {announced}\r\nCache-Control: no-store\r\n\r\n");
+        let mut body = pattern(announced);
+        body.resize(sent, b'!');
+        // The head and a little body first, the rest a moment later (as
+        // over a network): the proxy joins the sockmap while most of the
+        // body is still to come (what is waiting at the join is spliced).
+        let first = body.len().min(8192);
+        let sent_all = w
+            .write_all(head.as_bytes())
+            .and_then(|_| w.write_all(&body[..first]))
+            .and_then(|_| {
+                std::thread::sleep(Duration::from_millis(if first < body.len() { 40 } else { 0 }));
+                w.write_all(&body[first..])
+            });
+        if sent_all.is_err() || close {
+            return;
+        }
+    }
+}
+
+/// A reverse proxy in front of `up` with `--splice sockmap`, and `more`.
+fn body_proxy(up: &BodyUpstream, more: &[&str]) -> Weft {
+    let upstream = up.addr.to_string();
+    let mut args = vec![
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--splice",
+        "sockmap",
+        "--upstream",
+        &upstream,
+        "--stats-on-exit",
+    ];
+    args.extend_from_slice(more);
+    Weft::start(&args)
+}
+
+/// The counters at exit, or None (said) where sockmap bodies cannot run.
+fn body_stats(p: Weft) -> Option<String> {
+    let err = p.stderr();
+    let why = err
+        .lines()
+        .find(|l| l.contains("--splice sockmap unavailable") || l.contains("cannot carry response bodies"));
+    if let Some(why) = why {
+        eprintln!("SKIP sockmap body assertions: {why}");
+        let _ = stop_stats(p);
+        return None;
+    }
+    Some(stop_stats(p))
+}
+
+/// One 100 KB body first, on the connection the test goes on with: the
+/// worker loads the BPF programs at its first sockmap body, meanwhile the
+/// upstream sends all of it, and that body is spliced (what waits at the
+/// join is); the bodies a test counts come after. (On another client
+/// connection the next request could reach the proxy before the marker of
+/// this one, whose client has every byte by then, and take a second
+/// upstream connection.)
+fn warm_up(r: &mut Reader) {
+    body_exact(r, 100_000, "warm-up body");
+}
+
+fn reader(p: &Weft) -> Reader {
+    let s = p.connect();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    Reader::new(s)
+}
+
+fn get(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: bodies\r\n\r\n").into_bytes()
+}
+
+/// `GET /body/N` on `r`: the N pattern bytes, exactly (`what` names it in a failure).
+fn body_exact(r: &mut Reader, n: usize, what: &str) {
+    r.send(&get(&format!("/body/{n}")));
+    let body = r.response(false).body;
+    assert!(
+        body.len() == n && body == pattern(n),
+        "{what}: {n} bytes asked, {} differ",
+        body.len()
+    );
+}
+
+/// Bodies of several sizes, byte-exact, pipelined on one client connection
+/// (a small one copied between them), then again one by one: the large ones
+/// carried by the sockmap program (one whose bytes have all arrived before
+/// the join, on a loaded machine, is spliced to its end), the client going
+/// on with its next request after each, the one upstream connection back in
+/// the pool.
+#[test]
+fn bodies_byte_exact_pipelined_upstream_reused() {
+    let up = BodyUpstream::start();
+    let p = body_proxy(&up, &[]);
+    let mut r = reader(&p);
+    warm_up(&mut r);
+    let sizes = [30_000usize, 100, 100_000, (1 << 20) + 3, 4 << 20, 5000];
+    let batch: Vec<u8> = sizes.iter().flat_map(|n| get(&format!("/body/{n}"))).collect();
+    r.send(&batch);
+    for n in sizes {
+        let resp = r.response(false);
+        assert_eq!(resp.status, 200, "{n}");
+        assert_eq!(resp.body.len(), n, "{n}: length");
+        assert!(resp.body == pattern(n), "{n}: bytes differ");
+    }
+    for n in [300_000usize, 40_000, 2 << 20] {
+        body_exact(&mut r, n, "one by one");
+    }
+    drop(r);
+    let Some(stats) = body_stats(p) else { return };
+    // The warm-up and seven large ones; the 100 and 5000 bytes copied.
+    let kernel_bodies = counter(&stats, "sockmap_bodies");
+    assert_eq!(kernel_bodies + counter(&stats, "sessions_splice"), 8, "{stats}");
+    assert!(kernel_bodies >= 4, "{stats}");
+    assert_eq!(counter(&stats, "sockmap_declined"), 0, "{stats}");
+    assert_eq!(counter(&stats, "upstream_connects"), 1, "{stats}");
+    assert_eq!(up.conns(), 1, "one upstream connection for every request");
+    let big: u64 = [
+        100_000u64,
+        30_000,
+        100_000,
+        (1 << 20) + 3,
+        4 << 20,
+        300_000,
+        40_000,
+        2 << 20,
+    ]
+    .iter()
+    .sum();
+    let kernel = counter(&stats, "sockmap_body_bytes");
+    // The bytes that came with each head were copied, those already waiting
+    // at the join spliced; most went through the kernel.
+    let before = counter(&stats, "bytes_spliced") + counter(&stats, "bytes_copied") - 100 - 5000;
+    assert_eq!(kernel + before, big, "{stats}");
+    assert!(kernel > big / 2, "{kernel} of {big}: {stats}");
+    // Event-driven: a handful of wake-ups per body, not one per chunk.
+    assert!(counter(&stats, "epoll_wait") < 200, "{stats}");
+}
+
+/// A client that resets its connection in the middle of a body: the
+/// transfer ends, that upstream connection is closed (its body was not
+/// drained), and the proxy goes on serving, byte-exact.
+#[test]
+fn body_client_aborts_mid_body() {
+    let up = BodyUpstream::start();
+    let p = body_proxy(&up, &[]);
+    let mut r = reader(&p);
+    warm_up(&mut r);
+    r.send(&get("/body/6000000"));
+    while r.buf.len() < 200_000 {
+        assert!(r.fill() > 0, "the body stopped early");
+    }
+    weft_io::sys::set_linger_zero(r.stream.as_raw_fd()).unwrap();
+    drop(r);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut r = reader(&p);
+    body_exact(&mut r, 100_000, "served after the abort");
+    drop(r);
+    let Some(stats) = body_stats(p) else { return };
+    assert_eq!(counter(&stats, "sessions_client_abort"), 1, "{stats}");
+    assert!(counter(&stats, "sockmap_bodies") <= 2, "not the aborted one: {stats}");
+    assert_eq!(counter(&stats, "open_connections"), 0, "{stats}");
+    assert_eq!(up.conns(), 2, "the aborted body's upstream connection is not reused");
+}
+
+/// An upstream that closes in the middle of a body: the client's response
+/// is cut (the connection closes before the announced length), never
+/// relayed as complete; the proxy goes on serving.
+#[test]
+fn body_upstream_closes_mid_body() {
+    let up = BodyUpstream::start();
+    let p = body_proxy(&up, &[]);
+    for (len, sent) in [(1_000_000, 300_000), (200_000, 100_000)] {
+        let mut r = reader(&p);
+        r.send(&get(&format!("/cut/{len}/{sent}")));
+        match r.response_any(false) {
+            Err(ReadErr::Truncated) => {}
+            Ok(resp) => panic!("a cut body was relayed as complete ({} bytes)", resp.body.len()),
+        }
+    }
+    let mut r = reader(&p);
+    body_exact(&mut r, 100_000, "served after the cut");
+    drop(r);
+    let Some(stats) = body_stats(p) else { return };
+    assert_eq!(counter(&stats, "sessions_upstream_abort"), 2, "{stats}");
+    assert_eq!(counter(&stats, "open_connections"), 0, "{stats}");
+}
+
+/// An upstream that sends bytes past its Content-Length: the body the
+/// client gets is exact, and that connection is not pooled (the next
+/// request gets a fresh one and its own bytes).
+#[test]
+fn body_upstream_sends_past_its_length() {
+    let up = BodyUpstream::start();
+    let p = body_proxy(&up, &[]);
+    let mut r = reader(&p);
+    r.send(&get("/extra/100000"));
+    assert!(r.response(false).body == pattern(100_000), "the announced body");
+    std::thread::sleep(Duration::from_millis(50));
+    r.send(&get("/body/50000"));
+    assert!(
+        r.response(false).body == pattern(50_000),
+        "the next response is its own"
+    );
+    drop(r);
+    let Some(_) = body_stats(p) else { return };
+    assert_eq!(up.conns(), 2, "the connection that overran its length was closed");
+}
+
+/// A body in the kernel never wakes weft, so the send timeout looks at the
+/// bytes the client acknowledged: a client that reads slowly for longer
+/// than the timeout gets its whole body; one that stops reading is closed.
+#[test]
+fn body_slow_client_and_stalled_client() {
+    let up = BodyUpstream::start();
+    let p = body_proxy(&up, &["--send-timeout", "1s"]);
+    let mut r = reader(&p);
+    warm_up(&mut r);
+    let n = 3 << 20;
+    r.send(&get(&format!("/body/{n}")));
+    let t0 = Instant::now();
+    let mut s = r.stream.try_clone().unwrap();
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 48 * 1024];
+    loop {
+        let k = s.read(&mut chunk).unwrap();
+        assert!(k > 0, "closed after {} bytes ({:?})", got.len(), t0.elapsed());
+        got.extend_from_slice(&chunk[..k]);
+        let head = got.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+        if head.is_some_and(|h| got.len() - h >= n) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let h = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(got[h..] == pattern(n), "slow client: bytes differ");
+    assert!(
+        t0.elapsed() > Duration::from_millis(1200),
+        "the read outlasted the send timeout"
+    );
+    // Stalled: the head, then nothing read for three seconds. The proxy
+    // closes it (its FIN waits behind the bytes in flight): reading again,
+    // the client gets those and the end of the connection, not the body.
+    let mut stalled = reader(&p);
+    let big = 50_000_000;
+    stalled.send(&get(&format!("/body/{big}")));
+    stalled.fill();
+    std::thread::sleep(Duration::from_secs(3));
+    let mut rest = Vec::new();
+    let end = stalled.stream.read_to_end(&mut rest);
+    assert!(end.is_ok(), "a stalled client is closed by the send timeout: {end:?}");
+    assert!(rest.len() + stalled.buf.len() < big, "closed before the whole body");
+    // Still serving (and the timed-out body's entries were taken back).
+    let mut r = reader(&p);
+    body_exact(&mut r, 100_000, "served after the stall");
+    drop((r, stalled));
+    let Some(stats) = body_stats(p) else { return };
+    assert!(counter(&stats, "sockmap_bodies") >= 1, "{stats}");
+    assert_eq!(counter(&stats, "timeouts"), 1, "{stats}");
+}
+
+/// Every event backend: those that report an error on a socket without
+/// interest carry bodies in the kernel; select and the user-level trackers
+/// say why not and splice. Byte-exact either way.
+#[test]
+fn bodies_every_backend() {
+    let up = BodyUpstream::start();
+    for (event, kernel) in [
+        ("epoll", true),
+        ("epoll-et", true),
+        ("poll", true),
+        ("uring", true),
+        ("select", false),
+        ("tracked", false),
+    ] {
+        let p = body_proxy(&up, &["--event", event]);
+        let mut r = reader(&p);
+        warm_up(&mut r);
+        for n in [(1 << 20) + 11, 64 * 1024] {
+            eprintln!("{event}: a body of {n} bytes");
+            body_exact(&mut r, n, event);
+        }
+        drop(r);
+        let Some(stats) = body_stats(p) else { continue };
+        let bodies = counter(&stats, "sockmap_bodies");
+        assert!(if kernel { bodies >= 1 } else { bodies == 0 }, "{event}: {stats}");
+        assert_eq!(counter(&stats, "upstream_connects"), 1, "{event}: {stats}");
+    }
+}
+
+/// Without the privilege to load BPF, bodies splice as tunnels do: said
+/// once, byte-exact, counted as declined.
+#[test]
+fn without_bpf_privilege_bodies_splice() {
+    if !is_root() {
+        eprintln!("SKIP: needs root to start and drop to nobody");
+        return;
+    }
+    let up = BodyUpstream::start();
+    let p = body_proxy(&up, &["--user", "nobody"]);
+    let mut r = reader(&p);
+    for n in [100_000usize, (1 << 20) + 1] {
+        body_exact(&mut r, n, "sequential");
+    }
+    drop(r);
+    let said = p.stderr().matches("--splice sockmap unavailable").count();
+    let stats = stop_stats(p);
+    assert_eq!(said, 1, "said once per process");
+    assert_eq!(counter(&stats, "sockmap_bodies"), 0, "{stats}");
+    assert_eq!(counter(&stats, "sockmap_declined"), 2, "{stats}");
+    assert_eq!(counter(&stats, "sessions_splice"), 2, "{stats}");
+}
+
+/// Only bodies up to 8 MiB go to the kernel (a client that stops reading
+/// pins its whole body there): a larger one splices, one below the limit
+/// does not, both byte-exact on one connection.
+#[test]
+fn body_above_the_kernel_limit_splices() {
+    let up = BodyUpstream::start();
+    let p = body_proxy(&up, &[]);
+    let mut r = reader(&p);
+    warm_up(&mut r);
+    for n in [16 << 20, 6 << 20] {
+        body_exact(&mut r, n, "sequential");
+    }
+    drop(r);
+    let Some(stats) = body_stats(p) else { return };
+    // The large one spliced (and the warm-up, or a body all there at the join).
+    let (spliced, kernel) = (counter(&stats, "sessions_splice"), counter(&stats, "sockmap_bodies"));
+    assert!(spliced >= 1 && spliced + kernel == 3, "{stats}");
+    assert!(counter(&stats, "sockmap_body_bytes") < 7 << 20, "{stats}");
+    assert!(counter(&stats, "bytes_spliced") > 15 << 20, "{stats}");
 }

@@ -43,7 +43,8 @@ DESCRIPTION = "issue 27: proxy under select/epoll/uring/tracked x copy/splice: F
 PARTS = ("fig8", "polymix")
 CALLS, THINK = 10, "10ms"
 HS, SF = "HAProxy splice", "Squid"
-PATH_CALLS = ("calls_copy_read", "calls_client_send", "calls_splice_in", "calls_splice_out", "calls_tee", "calls_tee_read", "calls_linked")
+PATH_CALLS = ("calls_copy_read", "calls_client_send", "calls_splice_in", "calls_splice_out", "calls_tee", "calls_tee_read", "calls_linked",
+              "calls_splice_up", "sockmap_sessions", "sockmap_bodies", "sockmap_declined")  # fmt: skip
 
 
 @dataclass(frozen=True)

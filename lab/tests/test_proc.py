@@ -75,3 +75,13 @@ def test_tree_cpu_sample_of_this_process_grows():
     sum(i * i for i in range(300_000))
     b = proc.tree_cpu_sample(os.getpid())
     assert b.ns > a.ns and os.getpid() in b.tids
+
+
+def test_kernel_threads_of_a_fake_proc(tmp_path):
+    for pid, comm, ns in ((3, "kworker/0:1", 500), (4, "ksoftirqd/1", 70), (9, "weft", 1000)):
+        d = tmp_path / str(pid)
+        d.mkdir()
+        (d / "comm").write_text(comm + "\n")
+        (d / "schedstat").write_text(f"{ns} 0 0\n")
+    (tmp_path / "self").mkdir()
+    assert proc.kernel_threads_ns(str(tmp_path)) == 570

@@ -62,6 +62,10 @@ def test_weft_counters_and_body_paths():
     assert pl.body_paths({}) == "–"
     assert pl.weft_counters({}, 5) == {}
     assert pl.body_paths({"tunnel_bytes_spliced": 5}) == "splice 100%"
+    # Bodies and tunnels the sockmap program moved (issue 27).
+    c = pl.weft_counters({"bytes_spliced": 100, "sockmap_body_bytes": 300, "sockmap_bodies": 1, "bytes_spliced_up": 7}, 1)
+    assert c["sockmap_bodies"] == 1 and c["bytes_spliced_up"] == 7
+    assert pl.body_paths(c) == "splice 25% + sockmap 75%"
 
 
 def test_run_problems():

@@ -42,6 +42,7 @@ mod relay;
 mod request;
 pub mod resolve;
 mod response;
+mod sockmap;
 pub mod stats;
 pub mod store;
 mod tunnel;

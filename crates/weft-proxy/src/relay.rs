@@ -83,6 +83,8 @@ enum Path {
         out: Pipe,
         in_out: usize,
     },
+    /// Forwarded by the sockmap program (`relay/kernel.rs`).
+    Kernel(Box<kernel::KernelBody>),
 }
 
 /// Which path a session asks for.
@@ -94,6 +96,9 @@ pub enum Want {
     Splice,
     /// Splice with tee into the cache (needs a fill).
     Tee,
+    /// In the kernel by the sockmap program (a body of known length, not
+    /// stored); splices where that is declined.
+    Kernel,
 }
 
 /// The two sockets, as a session sees them.
@@ -112,6 +117,8 @@ pub struct Ends<'a> {
     pub up_buf: &'a mut InputBuf,
     /// The worker's input buffers (`up_buf` borrows from them).
     pub bufs: &'a mut BufPool,
+    /// The worker's sockmap forwarder (`Want::Kernel`).
+    pub kernel: &'a mut crate::sockmap::KernelFwd,
 }
 
 /// What a pump call ended with.
@@ -173,6 +180,38 @@ pub struct Relay {
     linked_head: bool,
     /// Head bytes written into the client's pipe by a chain, not spliced out yet.
     head_piped: usize,
+    /// The upstream connection must not be pooled (`relay/kernel.rs`).
+    tainted: bool,
+}
+
+/// Splice what `pipe` holds (`bytes`) to the client while it takes it;
+/// bytes moved. EAGAIN clears `may_write`.
+fn splice_to_client(
+    pipe: &Pipe,
+    bytes: &mut usize,
+    cfd: BorrowedFd<'_>,
+    may_write: &mut bool,
+    st: &mut ProxyStats,
+) -> io::Result<usize> {
+    let mut total = 0;
+    while *bytes > 0 && *may_write {
+        // No SPLICE_F_MORE: it would hold the last partial segment back
+        // until the next splice, which waits on the upstream; measured,
+        // it also cost more pacing timer interrupts than it saved.
+        st.calls_splice_out += 1;
+        match sys::splice(pipe.read_fd(), cfd, *bytes, false) {
+            Ok(0) => return Err(sys::Errno::BrokenPipe.into()),
+            Ok(n) => {
+                *bytes -= n;
+                st.bytes_spliced += n as u64;
+                total += n;
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => *may_write = false,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(total)
 }
 
 fn is_peer_error(e: &io::Error) -> bool {
@@ -196,6 +235,8 @@ pub struct Plan {
     pub linked: bool,
     /// Chains carry the head too (`--uring-linked-head`).
     pub linked_head: bool,
+    /// The client's token, which the sockmap ring names a body by (`Want::Kernel`).
+    pub token: u64,
 }
 
 impl Relay {
@@ -216,6 +257,7 @@ impl Relay {
             rcv_lowat,
             linked,
             linked_head,
+            token,
         } = plan;
         let want = match (want, fill_max) {
             (Want::Tee, None) => Want::Splice,
@@ -241,6 +283,13 @@ impl Relay {
                     for p in [a, b].into_iter().flatten() {
                         pool.put(p, 0);
                     }
+                    st.sessions_no_pipe += 1;
+                    Path::Copy
+                }
+            },
+            Want::Kernel => match pool.get() {
+                Ok(pipe) => Path::Kernel(Box::new(kernel::KernelBody::new(pipe, token))),
+                Err(_) => {
                     st.sessions_no_pipe += 1;
                     Path::Copy
                 }
@@ -279,6 +328,7 @@ impl Relay {
             linked,
             linked_head,
             head_piped: 0,
+            tainted: false,
         }
     }
 
@@ -294,7 +344,7 @@ impl Relay {
     /// Bytes waiting in pipes on their way to the client.
     fn piped(&self) -> usize {
         match &self.path {
-            Path::Copy => 0,
+            Path::Copy | Path::Kernel(_) => 0,
             Path::Splice { bytes, .. } => *bytes,
             Path::Tee { in_intake, in_out, .. } => in_intake + in_out,
         }
@@ -364,6 +414,9 @@ impl Relay {
 
     /// Move the body along as far as readiness allows.
     pub fn pump(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Pump {
+        if let Some(r) = self.pump_kernel(e, st) {
+            return r;
+        }
         let mut moved: u64 = 0;
         let mut chain_idle = false;
         loop {
@@ -451,7 +504,7 @@ impl Relay {
 
     fn client_piped(&self) -> usize {
         match &self.path {
-            Path::Copy => 0,
+            Path::Copy | Path::Kernel(_) => 0,
             Path::Splice { bytes, .. } => *bytes,
             Path::Tee { in_out, .. } => *in_out,
         }
@@ -511,28 +564,11 @@ impl Relay {
             }
         }
         let (pipe, bytes) = match &mut self.path {
-            Path::Copy => return Ok(total),
+            Path::Copy | Path::Kernel(_) => return Ok(total),
             Path::Splice { pipe, bytes } => (pipe, bytes),
             Path::Tee { out, in_out, .. } => (out, in_out),
         };
-        while *bytes > 0 && *e.client_may_write {
-            // No SPLICE_F_MORE: it would hold the last partial segment back
-            // until the next splice, which waits on the upstream; measured,
-            // it also cost more pacing timer interrupts than it saved.
-            st.calls_splice_out += 1;
-            match sys::splice(pipe.read_fd(), cfd, *bytes, false) {
-                Ok(0) => return Err(sys::Errno::BrokenPipe.into()),
-                Ok(n) => {
-                    *bytes -= n;
-                    st.bytes_spliced += n as u64;
-                    total += n;
-                }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => *e.client_may_write = false,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => return Err(err),
-            }
-        }
-        Ok(total)
+        Ok(total + splice_to_client(pipe, bytes, cfd, e.client_may_write, st)?)
     }
 
     /// KeepCopy: duplicate intake bytes into the output pipe and read them
@@ -626,6 +662,8 @@ impl Relay {
         };
         let room = self.read_room();
         let got = match &mut self.path {
+            // Never pulled: the kernel moves its body (`relay/kernel.rs`).
+            Path::Kernel(_) => return Ok(0),
             Path::Copy => {
                 if self.client_gone && self.fill.is_none() {
                     return Ok(0);
@@ -815,6 +853,7 @@ impl Relay {
             Path::Copy => RELAY_BUF.saturating_sub(self.acc.len() - self.sent),
             Path::Splice { pipe, bytes } => pipe.capacity().saturating_sub(*bytes),
             Path::Tee { intake, in_intake, .. } => intake.capacity().saturating_sub(*in_intake),
+            Path::Kernel(_) => 0,
         }
     }
 
@@ -846,7 +885,7 @@ impl Relay {
         let mut client_bytes: Vec<u8> = Vec::new();
         let mut uncached: Vec<u8> = Vec::new();
         let ok = match &path {
-            Path::Copy => true,
+            Path::Copy | Path::Kernel(_) => true,
             Path::Splice { pipe, bytes } => drain(pipe.read_fd(), *bytes, &mut client_bytes),
             Path::Tee {
                 intake,
@@ -904,6 +943,12 @@ impl Relay {
                 // it is then closed, not pooled.
                 pool.put(out, if self.client_gone { in_out.max(1) } else { in_out });
             }
+            Path::Kernel(mut k) => {
+                st.sockmap_bodies += 1;
+                if let Some(pipe) = k.take_pipe() {
+                    pool.put(pipe, 0);
+                }
+            }
         }
         if self.client_gone {
             st.sessions_client_abort += 1;
@@ -939,7 +984,9 @@ impl Relay {
 }
 
 mod chunked;
+mod kernel;
 mod linked;
+pub(crate) use kernel::KERNEL_BODY_MAX;
 mod request_body;
 pub(crate) use request_body::{splice_request_body, BodyEnd, BodyPipe};
 #[cfg(test)]

@@ -88,8 +88,11 @@ pub(crate) fn relay_framing(framing: BodyFraming, keep_framing: bool) -> Option<
 /// all with `--splice off`, are copied; larger ones are spliced, and tee'd
 /// into the cache when the response is `stored` and `--keep-copy` is on
 /// (copied when it is off). `remaining`: body bytes not yet read (u64::MAX
-/// when unknown).
-pub(crate) fn choose_path(cfg: &ProxyConfig, stored: bool, remaining: u64) -> Want {
+/// when unknown). `kernel`: with `--splice sockmap`, the sockmap can carry
+/// this body now (its length is known, the event backend reports the
+/// marker, the forwarder carries bodies); a large one not stored then goes
+/// there.
+pub(crate) fn choose_path(cfg: &ProxyConfig, stored: bool, remaining: u64, kernel: bool) -> Want {
     let big = match cfg.splice {
         SpliceMode::Off => false,
         SpliceMode::On => remaining > 0,
@@ -99,6 +102,7 @@ pub(crate) fn choose_path(cfg: &ProxyConfig, stored: bool, remaining: u64) -> Wa
         (_, false) => Want::Copy,
         (true, true) if cfg.keep_copy => Want::Tee,
         (true, true) => Want::Copy,
+        (false, true) if kernel && cfg.splice == SpliceMode::Sockmap => Want::Kernel,
         (false, true) => Want::Splice,
     }
 }
@@ -261,6 +265,7 @@ pub(crate) fn relay_ends<'a>(
     out: &'a mut OutChain,
     u: &'a mut Upstream,
     bufs: &'a mut weft_io::BufPool,
+    kernel: &'a mut crate::sockmap::KernelFwd,
 ) -> Ends<'a> {
     Ends {
         client: client.map(|f| f.as_fd()),
@@ -270,16 +275,34 @@ pub(crate) fn relay_ends<'a>(
         up_may_read: &mut u.may_read,
         up_buf: &mut u.buf,
         bufs,
+        kernel,
     }
 }
 
-fn start_relay(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstream, framing: Framing, plan: Option<StorePlan>) {
+/// `kernel`: with `--splice sockmap` under a backend that can carry a body,
+/// whether the forwarder carries bodies (and its ring is polled); `token`:
+/// the client's, which names the body to the worker when it is done.
+fn start_relay(
+    sh: &mut Shared<'_>,
+    (c, token): (&mut Client, Token),
+    u: &mut Upstream,
+    (framing, kernel): (Framing, Option<bool>),
+    plan: Option<StorePlan>,
+) {
     let cfg = sh.cfg;
     let remaining = match framing {
         Framing::Length(len) => len.saturating_sub(u.buf.pending().len() as u64),
         _ => u64::MAX,
     };
-    let want = choose_path(cfg, plan.is_some(), remaining);
+    let wanted = kernel.is_some()
+        && plan.is_none()
+        && remaining >= cfg.splice_threshold
+        && remaining <= crate::relay::KERNEL_BODY_MAX;
+    let kernel = wanted && kernel == Some(true);
+    if wanted && !kernel {
+        sh.stats.sockmap_declined += 1;
+    }
+    let want = choose_path(cfg, plan.is_some(), remaining, kernel);
     let fill_max = plan.as_ref().map(|_| cfg.max_object_size);
     let spare = if fill_max.is_none() { sh.relay_bufs.pop() } else { None };
     let how = Plan {
@@ -290,10 +313,18 @@ fn start_relay(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstream, framing: F
         rcv_lowat: cfg.rcv_lowat,
         linked: cfg.uring_linked,
         linked_head: cfg.uring_linked_head,
+        token: token.0,
     };
     let mut relay = Relay::new(framing, how, spare, &mut sh.pipes, &mut sh.stats);
     {
-        let mut ends = relay_ends(c.fd.as_ref(), &mut c.may_write, &mut c.out, u, &mut sh.bufs);
+        let mut ends = relay_ends(
+            c.fd.as_ref(),
+            &mut c.may_write,
+            &mut c.out,
+            u,
+            &mut sh.bufs,
+            &mut sh.sockmap,
+        );
         relay.start(&mut ends, &mut sh.stats);
     }
     let txn = c.txn.as_mut().expect("a relay has a txn");
@@ -369,7 +400,12 @@ impl Worker<'_> {
             }
             return self.finish_txn(cx, ct);
         };
-        start_relay(sh, c, u, relay_framing, plan);
+        // The sockmap's end-of-body marker is an error on the client, which
+        // select and the user-level trackers do not report.
+        let kernel = cfg.splice == crate::config::SpliceMode::Sockmap
+            && crate::sockmap::KernelFwd::backend_fits(P::CAPS.name, P::CAPS.tracks_readiness);
+        let kernel = kernel.then(|| sh.sockmap_ring(cx));
+        start_relay(sh, (c, ct), u, (relay_framing, kernel), plan);
         Flow::Again
     }
 }
@@ -454,19 +490,42 @@ mod tests {
         };
         let auto = cfg(SpliceMode::Auto, true);
         let t = auto.splice_threshold;
-        assert_eq!(choose_path(&auto, false, t - 1), Want::Copy, "small: copied");
-        assert_eq!(choose_path(&auto, false, t), Want::Splice);
-        assert_eq!(choose_path(&auto, true, t), Want::Tee, "stored: tee'd into the cache");
-        assert_eq!(choose_path(&auto, false, u64::MAX), Want::Splice, "unknown length");
+        let path = |c, stored, remaining| choose_path(c, stored, remaining, false);
+        assert_eq!(path(&auto, false, t - 1), Want::Copy, "small: copied");
+        assert_eq!(path(&auto, false, t), Want::Splice);
+        assert_eq!(path(&auto, true, t), Want::Tee, "stored: tee'd into the cache");
+        assert_eq!(path(&auto, false, u64::MAX), Want::Splice, "unknown length");
+        assert_eq!(
+            choose_path(&auto, false, t, true),
+            Want::Splice,
+            "sockmap not asked for"
+        );
         let no_keep = cfg(SpliceMode::Auto, false);
-        assert_eq!(choose_path(&no_keep, true, t), Want::Copy);
-        assert_eq!(choose_path(&no_keep, false, t), Want::Splice);
+        assert_eq!(path(&no_keep, true, t), Want::Copy);
+        assert_eq!(path(&no_keep, false, t), Want::Splice);
         let on = cfg(SpliceMode::On, true);
-        assert_eq!(choose_path(&on, false, 1), Want::Splice);
-        assert_eq!(choose_path(&on, false, 0), Want::Copy, "nothing left");
+        assert_eq!(path(&on, false, 1), Want::Splice);
+        assert_eq!(path(&on, false, 0), Want::Copy, "nothing left");
         let off = cfg(SpliceMode::Off, true);
-        assert_eq!(choose_path(&off, false, u64::MAX), Want::Copy);
-        assert_eq!(choose_path(&off, true, u64::MAX), Want::Copy);
+        assert_eq!(path(&off, false, u64::MAX), Want::Copy);
+        assert_eq!(path(&off, true, u64::MAX), Want::Copy);
+        let sockmap = cfg(SpliceMode::Sockmap, true);
+        assert_eq!(
+            choose_path(&sockmap, false, t, true),
+            Want::Kernel,
+            "large, not stored: in the kernel"
+        );
+        assert_eq!(
+            choose_path(&sockmap, false, t, false),
+            Want::Splice,
+            "sockmap cannot carry it"
+        );
+        assert_eq!(choose_path(&sockmap, false, t - 1, true), Want::Copy, "small: copied");
+        assert_eq!(
+            choose_path(&sockmap, true, t, true),
+            Want::Tee,
+            "stored: tee'd into the cache"
+        );
         assert_eq!(pipe_min(&off), u64::MAX);
         assert_eq!(pipe_min(&on), 1);
         assert_eq!(pipe_min(&auto), t);

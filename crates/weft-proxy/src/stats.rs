@@ -137,9 +137,18 @@ weft_core::metrics! {
         /// stream (TCP_INFO bytes_acked + SIOCOUTQ of the receiving peer since
         /// the join).
         counter sockmap_bytes,
-        /// Tunnels that asked for sockmap and spliced instead (BPF unavailable,
-        /// map full, or bytes already waiting when the sockets were joined).
+        /// Tunnels and response bodies that asked for sockmap and spliced
+        /// instead (BPF or its stream parser unavailable, map full, a tunnel
+        /// whose client ended before the join, a body whose upstream had
+        /// already ended).
         counter sockmap_declined,
+        /// Response bodies forwarded in the kernel by the sockmap program
+        /// (`--splice sockmap`: not cacheable, of known length, at or above
+        /// the splice threshold).
+        counter sockmap_bodies,
+        /// Body bytes those redirected (the bytes read with the head are
+        /// counted in `bytes_copied`).
+        counter sockmap_body_bytes,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -225,7 +234,8 @@ mod tests {
         const ADDED: &str = "refused_max_connections open_connections upstream_connections upstream_pooled \
             request_state_pooled \
             calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
-            bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined";
+            bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
+            sockmap_bodies sockmap_body_bytes";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

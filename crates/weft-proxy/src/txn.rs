@@ -290,6 +290,7 @@ impl Worker<'_> {
                 up_may_read: &mut u.may_read,
                 up_buf: &mut u.buf,
                 bufs: &mut sh.bufs,
+                kernel: &mut sh.sockmap,
             };
             relay.pump(&mut ends, &mut sh.stats)
         };
@@ -303,6 +304,7 @@ impl Worker<'_> {
             }
         }
         let gone = relay.client_gone();
+        let in_kernel = relay.in_kernel();
         if gone {
             if let Some(fd) = c.fd.take() {
                 // The client left; the object is still being filled.
@@ -312,6 +314,9 @@ impl Worker<'_> {
         match result {
             Pump::Done => {
                 let mut relay = txn.relay.take().expect("present");
+                if relay.upstream_tainted() {
+                    txn.up_keep_alive = false;
+                }
                 if let Some(b) = relay.take_buffer() {
                     if sh.relay_bufs.len() < 16 {
                         sh.relay_bufs.push(b);
@@ -329,7 +334,9 @@ impl Worker<'_> {
                 // Notice a client that hangs up (the cache fill goes on
                 // without it), and keep pipelined requests flowing in.
                 let max = sh.cfg.limits.max_head + 1024;
-                if c.fd.is_none() {
+                // A body in the kernel: the client's pending error is its
+                // marker, which a read would take; pipelined requests wait.
+                if c.fd.is_none() || in_kernel {
                     return Flow::Wait;
                 }
                 if c.eof || client_write || !c.has_room(max) {

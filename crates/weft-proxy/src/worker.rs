@@ -55,6 +55,9 @@ const RESOLVER: Token = Token::new(u32::MAX - 2, 0);
 const DISK: Token = Token::new(u32::MAX - 4, 0);
 /// `weft front`: queued requests admitted (`Worker::on_front_admitted`).
 const FRONT: Token = Token::new(u32::MAX - 5, 0);
+/// The sockmap body verdict's ring buffer: bodies whose last byte has been
+/// redirected (`relay/kernel.rs`).
+const SOCKMAP_RING: Token = Token::new(u32::MAX - 6, 0);
 /// The worker's one timer for read batches (`cut_stalled_batches`).
 pub(crate) const BATCH_TIMER: Token = Token::new(u32::MAX - 3, 0);
 
@@ -181,10 +184,29 @@ pub(crate) struct Shared<'a> {
     pub(crate) relay_bufs: Vec<bytes::BytesMut>,
     /// Recycled tunnel copy buffers.
     pub(crate) tunnel_bufs: crate::tunnel::TunnelBufs,
-    /// The sockmap forwarder (`--splice sockmap`), loaded at the first tunnel.
-    pub(crate) sockmap: crate::tunnel::KernelFwd,
+    /// The sockmap forwarder (`--splice sockmap`), loaded at the first
+    /// tunnel or body.
+    pub(crate) sockmap: crate::sockmap::KernelFwd,
+    /// Its body ring is registered with the event loop (or cannot be).
+    pub(crate) sockmap_ring: Option<bool>,
+    /// Bodies the ring reported, (client token, upstream cookie).
+    pub(crate) sockmap_done: Vec<(u64, u64)>,
     pub(crate) rules: CacheRules,
     pub(crate) draining: bool,
+}
+
+impl Shared<'_> {
+    /// Whether response bodies may go into the sockmap: the forwarder
+    /// (loaded at the first call) carries them and its ring is registered
+    /// with the event loop (at the first call).
+    pub(crate) fn sockmap_ring<P: Poller>(&mut self, cx: &mut Ctx<P>) -> bool {
+        if self.sockmap_ring.is_none() {
+            let fd = self.sockmap.ring_fd();
+            let ok = fd.is_some_and(|fd| cx.register(fd, SOCKMAP_RING, Interest::READ).is_ok());
+            self.sockmap_ring = Some(ok);
+        }
+        self.sockmap_ring == Some(true)
+    }
 }
 
 /// One worker's handler.
@@ -259,6 +281,8 @@ impl<'a> Worker<'a> {
                 relay_bufs: Vec::new(),
                 tunnel_bufs: Default::default(),
                 sockmap: Default::default(),
+                sockmap_ring: None,
+                sockmap_done: Vec::new(),
                 rules: crate::store::cache_rules(s.cfg).unwrap_or_default(),
                 draining: false,
             },
@@ -475,13 +499,20 @@ impl<'a> Worker<'a> {
         }
         let ut = c.txn.as_ref().and_then(|t| t.up).or(c.tunnel.as_ref().map(|t| t.1));
         let in_txn = c.txn.is_some();
+        // A body in the kernel moves without waking weft: the client's
+        // timer watches it (`on_timer` looks at the bytes it acknowledged).
+        let in_kernel = c
+            .txn
+            .as_ref()
+            .and_then(|t| t.relay.as_ref())
+            .is_some_and(|r| r.in_kernel());
         c.deadline = if c.fd.is_none() {
             None
         } else if c.lingering {
             c.deadline
         } else if c.tunnel.is_some() {
             Some(c.last_activity + cfg.idle_timeout)
-        } else if c.want.write {
+        } else if c.want.write || in_kernel {
             Some(c.last_activity + cfg.send_timeout)
         } else if in_txn {
             None
@@ -503,7 +534,7 @@ impl<'a> Worker<'a> {
             }
             u.interest = u.want;
         }
-        u.deadline = if tunnel {
+        u.deadline = if tunnel || in_kernel {
             None
         } else if u.connecting {
             Some(u.last_activity + cfg.connect_timeout)
@@ -557,6 +588,30 @@ impl<'a> Worker<'a> {
         }
         self.loaded = loaded;
         self.loaded.clear();
+    }
+
+    /// The body verdict's ring: bodies whose last byte has been redirected;
+    /// drive their clients (which queue the end-of-stream marker).
+    fn on_sockmap_ring<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        let mut done = std::mem::take(&mut self.sh.sockmap_done);
+        if let Some(f) = self.sh.sockmap.ready() {
+            f.take_done(&mut done);
+        }
+        self.sh.sockmap.reap();
+        for &(token, cookie) in &done {
+            let ct = Token(token);
+            let Some(c) = client_of(&mut self.slab, ct) else {
+                continue;
+            };
+            let Some(relay) = c.txn.as_mut().and_then(|t| t.relay.as_mut()) else {
+                continue;
+            };
+            if relay.kernel_redirected(cookie) {
+                self.drive(cx, ct);
+            }
+        }
+        done.clear();
+        self.sh.sockmap_done = done;
     }
 
     fn on_answers<P: Poller>(&mut self, cx: &mut Ctx<P>) {
@@ -643,6 +698,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 }
                 self.on_loaded(cx);
             }
+            SOCKMAP_RING => self.on_sockmap_ring(cx),
             FRONT => {
                 if let Some(front) = self.sh.cfg.front.as_deref() {
                     cx.learned(front.waker(self.sh.index), Readiness::default());
@@ -732,6 +788,20 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                         self.sh.stats.timeouts -= 1;
                         let later = cx.now + self.sh.cfg.idle_timeout;
                         (c.last_activity, c.deadline, c.timer_at) = (cx.now, Some(later), Some(later));
+                        return Some(later);
+                    }
+                }
+                // Likewise a body: the bytes its client acknowledged.
+                let relay = c.txn.as_mut().and_then(|t| t.relay.as_mut());
+                if let (Some(r), Some(fd)) = (relay, c.fd.as_ref()) {
+                    if r.kernel_progress(&mut self.sh.sockmap, fd.as_fd()) == Some(true) {
+                        self.sh.stats.timeouts -= 1;
+                        let later = cx.now + self.sh.cfg.send_timeout;
+                        (c.last_activity, c.deadline, c.timer_at) = (cx.now, Some(later), Some(later));
+                        // It may have found the body's end (a report the full ring lost).
+                        if !self.ready.contains(&token) {
+                            self.ready.push(token);
+                        }
                         return Some(later);
                     }
                 }

@@ -24,6 +24,33 @@
 // further redirects to that socket; none can come, its source has ended.)
 // weft checks at load time that the kernel behaves so (Forwarder::load).
 //
+// Response bodies (a non-cacheable response of known length). The upstream
+// socket joins `bodies`, whose verdict (`weft_body_verdict`) redirects each
+// skb to the client while `spans[upstream]` says body bytes remain. When
+// the last byte has been redirected it posts the span's token to the `done`
+// ring buffer, which wakes weft (it polls the ring). weft takes the upstream
+// out of `bodies`, queues the marker (above) behind the last skb, and takes
+// the client back at its EPIPE. Bytes past the body (an upstream that broke
+// its framing) are dropped and counted in `excess`; weft then closes that
+// connection. An skb that holds the body's end and bytes past it cannot be
+// cut here (bpf_skb_change_tail fails on such skbs), so it is passed up
+// whole (`passed`: its body bytes), which wakes weft (EPOLLIN): weft reads
+// the body's tail from it and writes it after the marker. A bare FIN is
+// dropped as for tunnels: weft sees it on the socket.
+//
+// Like a tunnel's, a body socket has a verdict and no stream parser: the
+// kernel hands the verdict whole skbs (tcp_read_skb), so weft drains the
+// socket to EAGAIN before the join (a half-read skb would be redirected
+// whole). A redirected skb is charged to no socket while it waits on the
+// client's psock (tcp_read_skb orphans it and tcp copied_seq moves on), so
+// nothing closes the upstream's receive window for a slow client: weft
+// bounds what that can pin by giving the kernel only bodies up to a size.
+// It cannot take a socket back while its bytes still flow: an skb whose
+// data_ready began before the psock left is dropped (sk_psock_verdict_recv
+// finds no psock), so each body stays in the map to its end. (A stream
+// parser would cut messages anywhere, but its skb clones are uncharged too,
+// and bytes it passes up break tcp copied_seq on this kernel.)
+//
 // Built by crates/weft-sockmap/build.rs:
 //   clang -O2 -g -target bpf -mcpu=v3 -c bpf/sockmap.bpf.c
 #include <linux/bpf.h>
@@ -40,6 +67,8 @@ static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FU
 static long (*bpf_sk_redirect_map)(struct __sk_buff *skb, void *map, u32 key, u64 flags) =
 	(void *)BPF_FUNC_sk_redirect_map;
 static long (*bpf_skb_change_tail)(void *skb, u32 len, u64 flags) = (void *)BPF_FUNC_skb_change_tail;
+static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) =
+	(void *)BPF_FUNC_ringbuf_output;
 static long (*bpf_skb_load_bytes)(const void *skb, u32 offset, void *to, u32 len) =
 	(void *)BPF_FUNC_skb_load_bytes;
 
@@ -85,6 +114,38 @@ struct {
 	__type(value, u64);
 } counts SEC(".maps");
 
+/* The upstream socket of each response body forwarded in the kernel. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKMAP);
+	__uint(max_entries, 65536);
+	__type(key, u32);
+	__type(value, u32);
+} bodies SEC(".maps");
+
+/* One body's progress, keyed by its upstream socket's cookie. Written by
+ * weft before the socket joins `bodies`, then only by the verdict (one
+ * socket's skbs are judged one at a time, under its lock). */
+struct span {
+	u64 redirect; /* body bytes still to redirect to the client */
+	u64 token;    /* weft's name for the body, posted to `done` */
+	u64 index;    /* the client's index in `targets` */
+	u64 excess;   /* bytes past the body, dropped */
+	u64 passed;   /* body bytes at the head of the skb passed up to weft */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, u64);
+	__type(value, struct span);
+} spans SEC(".maps");
+
+/* Bodies whose last byte was redirected: {token, upstream cookie}. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} done SEC(".maps");
+
 /* A marker from one of weft's UDP sockets (`injectors`): its last 8 bytes
  * are the source's cookie; cut it to nothing and queue it for the
  * destination, behind the source's bytes. */
@@ -128,6 +189,43 @@ int weft_verdict(struct __sk_buff *skb)
 		count = bpf_map_lookup_elem(&counts, &cookie);
 		if (count)
 			__sync_fetch_and_add(count, skb->len);
+	}
+	return SK_PASS;
+}
+
+SEC("sk_skb/stream_verdict")
+int weft_body_verdict(struct __sk_buff *skb)
+{
+	u64 cookie = bpf_get_socket_cookie(skb);
+	struct span *span = bpf_map_lookup_elem(&spans, &cookie);
+	u64 len = skb->len;
+	u64 note[2];
+
+	if (!span)
+		return SK_PASS;
+	if (!len)
+		return SK_DROP;
+	if (!span->redirect) {
+		span->excess += len;
+		return SK_DROP;
+	}
+	if (len > span->redirect) {
+		span->excess += len - span->redirect;
+		span->passed = span->redirect;
+		span->redirect = 0;
+		return SK_PASS;
+	}
+	/* On failure no target is set: the body is short, and weft's idle
+	 * timer closes the client. */
+	if (bpf_sk_redirect_map(skb, &targets, span->index, 0) != SK_PASS)
+		return SK_DROP;
+	span->redirect -= len;
+	if (!span->redirect) {
+		note[0] = span->token;
+		note[1] = cookie;
+		/* A full ring loses the wake-up: weft's idle timer then finds
+		 * the span done. */
+		bpf_ringbuf_output(&done, note, sizeof(note), 0);
 	}
 	return SK_PASS;
 }

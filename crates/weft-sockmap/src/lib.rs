@@ -13,17 +13,35 @@
 //!   been sent, so the destination may be half-closed;
 //! - errors (EPOLLERR/EPOLLHUP on either socket).
 //!
+//! A response body of known length ([`Forwarder::join_body`]) moves one way,
+//! upstream → client: the upstream socket joins a second sockmap whose
+//! verdict redirects each skb to the client while the body's budget (the
+//! `spans` map) lasts. When the last byte has been redirected it posts the
+//! body's token to a BPF ring buffer ([`Forwarder::ring_fd`], which the
+//! worker polls; [`Forwarder::take_done`] reads it). weft then takes the
+//! upstream back ([`Forwarder::release_upstream`]: no redirect after it),
+//! queues the marker behind the body ([`Forwarder::mark_body`]), and at its
+//! EPIPE on the client, every body byte sent, takes the client back
+//! ([`Forwarder::leave_body`]) for its next request. The verdict sees whole
+//! skbs: weft drains the upstream socket to EAGAIN before the join. A
+//! redirected skb is charged to no socket until sent, so a slow client can
+//! pin a whole body in kernel memory: weft gives the kernel bodies up to a
+//! size only (bpf/sockmap.bpf.c says why, and why a socket cannot leave the
+//! map while its bytes still flow).
+//!
 //! Loading needs CAP_BPF + CAP_NET_ADMIN (root). [`Forwarder::load`] says
-//! why it cannot, and the proxy splices instead.
+//! why it cannot, and the proxy splices instead; a kernel whose stream
+//! verdict does not behave as the body path needs (checked once at load)
+//! splices bodies and still forwards tunnels.
 
 #![forbid(unsafe_code)]
 
-use aya::maps::{HashMap, MapData, SockMap};
+use aya::maps::{HashMap, MapData, RingBuf, SockMap};
 use aya::programs::SkSkb;
 use aya::Ebpf;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 use weft_io::sys;
 
@@ -38,6 +56,16 @@ const SELF_TEST_WAIT: Duration = Duration::from_secs(1);
 /// `socks` index of the marker socket (past every pair's).
 const INJECTOR: u32 = 2 * MAX_PAIRS + 1;
 
+/// The body path's maps (see the module documentation).
+struct BodyMaps {
+    /// Upstream sockets of bodies in flight (the body verdict).
+    socks: SockMap<MapData>,
+    /// Each body's budget, by upstream cookie: [redirect, token, index, excess, passed].
+    spans: HashMap<MapData, u64, [u64; 5]>,
+    /// Bodies whose last byte was redirected: [token, upstream cookie].
+    done: RingBuf<MapData>,
+}
+
 /// A loaded verdict program with its maps and marker socket.
 pub struct Forwarder {
     socks: SockMap<MapData>,
@@ -47,6 +75,8 @@ pub struct Forwarder {
     /// A UDP socket connected to itself, in `socks`: what it sends itself
     /// is a marker (see [`Forwarder::mark`]).
     injector: UdpSocket,
+    /// The body path, or why this kernel cannot carry it.
+    bodies: Result<BodyMaps, String>,
     free: Vec<u32>,
     next: u32,
     // Keeps the programs (and their attachments) alive.
@@ -59,6 +89,35 @@ pub struct Forwarder {
 pub struct Pair {
     slot: u32,
     cookies: [u64; 2],
+}
+
+/// A response body in the maps: its upstream socket in `bodies`, its
+/// client in `targets`.
+#[derive(Debug)]
+pub struct Body {
+    slot: u32,
+    upstream: u64,
+    client: u64,
+}
+
+impl Body {
+    /// The upstream socket's cookie (what [`Forwarder::take_done`] reports).
+    pub fn upstream_cookie(&self) -> u64 {
+        self.upstream
+    }
+}
+
+/// Where a body is, as the verdict has redirected it so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BodyProgress {
+    /// Body bytes not yet redirected to the client.
+    pub redirect_left: u64,
+    /// Bytes the upstream sent past the body (dropped).
+    pub excess: u64,
+    /// The body's last bytes, passed up to weft at the head of an skb that
+    /// also held bytes past the body: weft reads them from the upstream
+    /// socket before [`Forwarder::release_upstream`] (which drops them).
+    pub passed: u64,
 }
 
 /// Why sockmap forwarding is unavailable.
@@ -98,7 +157,13 @@ impl Forwarder {
                 "weft was built without clang, so without the sockmap program".into(),
             ));
         }
-        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| err("creating the sockmap maps (needs root or CAP_BPF)", e))?;
+        // The programs need no relocation against the kernel's types: not
+        // reading its BTF (5 MiB, 0.4 s here) keeps the first tunnel or body
+        // from waiting for it.
+        let mut ebpf = aya::EbpfLoader::new()
+            .btf(None)
+            .load(OBJECT)
+            .map_err(|e| err("creating the sockmap maps (needs root or CAP_BPF)", e))?;
         let socks: SockMap<MapData> = map(&mut ebpf, "socks")?;
         let targets: SockMap<MapData> = map(&mut ebpf, "targets")?;
         let peers = map(&mut ebpf, "peers")?;
@@ -115,6 +180,7 @@ impl Forwarder {
         verdict
             .attach(socks.fd())
             .map_err(|e| err("attaching the verdict program", e))?;
+        let bodies = load_bodies(&mut ebpf);
         let injector = injector().map_err(|e| err("the marker socket", e))?;
         let cookie = sys::bpf::socket_cookie(injector.as_fd()).map_err(|e| err("SO_COOKIE", e))?;
         injectors.insert(cookie, 1, 0).map_err(|e| err("injectors", e))?;
@@ -124,6 +190,7 @@ impl Forwarder {
             peers,
             counts,
             injector,
+            bodies,
             free: Vec::new(),
             next: 0,
             _ebpf: ebpf,
@@ -132,21 +199,35 @@ impl Forwarder {
             .set(INJECTOR, &f.injector.as_raw_fd(), 0)
             .map_err(|e| err("sockmap insert (marker socket)", e))?;
         f.self_test()?;
+        if f.bodies.is_ok() {
+            if let Err(e) = f.body_self_test() {
+                f.bodies = Err(e.0);
+            }
+        }
         Ok(f)
+    }
+
+    /// Whether response bodies may be forwarded; the reason when not.
+    pub fn bodies(&self) -> Result<(), &str> {
+        self.bodies.as_ref().map(drop).map_err(String::as_str)
+    }
+
+    fn slot(&mut self) -> Result<u32, Unavailable> {
+        match self.free.pop() {
+            Some(s) => Ok(s),
+            None if self.next < MAX_PAIRS => {
+                self.next += 1;
+                Ok(self.next - 1)
+            }
+            None => Err(Unavailable("sockmap full".into())),
+        }
     }
 
     /// Put `a` and `b` in the maps, each redirecting to the other. Bytes
     /// either received before it joined (still in its receive queue: the
     /// caller read until EAGAIN first) are redirected too, in order.
     pub fn join(&mut self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<Pair, Unavailable> {
-        let slot = match self.free.pop() {
-            Some(s) => s,
-            None if self.next < MAX_PAIRS => {
-                self.next += 1;
-                self.next - 1
-            }
-            None => return Err(Unavailable("sockmap full".into())),
-        };
+        let slot = self.slot()?;
         let ca = sys::bpf::socket_cookie(a).map_err(|e| err("SO_COOKIE", e))?;
         let cb = sys::bpf::socket_cookie(b).map_err(|e| err("SO_COOKIE", e))?;
         let pair = Pair {
@@ -202,7 +283,11 @@ impl Forwarder {
     /// source that takes its lock (TCP_INFO does): by then every skb before
     /// its FIN has been redirected, so the marker comes after them.
     pub fn mark(&mut self, pair: &Pair, to: usize) -> std::io::Result<()> {
-        let source = pair.cookies[(to & 1) ^ 1];
+        self.send_marker(pair.cookies[(to & 1) ^ 1])
+    }
+
+    /// Queue the marker of `source`'s bytes on its destination's psock.
+    fn send_marker(&mut self, source: u64) -> std::io::Result<()> {
         let sent = self.injector.send(&source.to_ne_bytes())?;
         if sent != 8 {
             return Err(std::io::Error::other("short marker"));
@@ -268,6 +353,238 @@ impl Forwarder {
         }
         self.free.push(pair.slot);
     }
+}
+
+impl Forwarder {
+    /// Forward the next `len` bytes `up` receives to `client` in the kernel.
+    /// weft must have read `up` to EAGAIN (the verdict redirects whole skbs,
+    /// also one weft has half read) and written everything it owes `client`
+    /// (the body goes out behind what is queued there). `token` is what
+    /// [`Forwarder::take_done`] reports when the last byte has been
+    /// redirected.
+    pub fn join_body(
+        &mut self,
+        client: BorrowedFd<'_>,
+        up: BorrowedFd<'_>,
+        len: u64,
+        token: u64,
+    ) -> Result<Body, Unavailable> {
+        if let Err(e) = &self.bodies {
+            return Err(Unavailable(e.clone()));
+        }
+        let slot = self.slot()?;
+        let body = Body {
+            slot,
+            upstream: sys::bpf::socket_cookie(up).map_err(|e| err("SO_COOKIE", e))?,
+            client: sys::bpf::socket_cookie(client).map_err(|e| err("SO_COOKIE", e))?,
+        };
+        match self.link_body(&body, client, up, len, token) {
+            Ok(()) => Ok(body),
+            Err(e) => {
+                self.leave_body(body);
+                Err(e)
+            }
+        }
+    }
+
+    /// The join's map updates, the client first (a redirect target before
+    /// the upstream's program may redirect to it), the upstream last.
+    fn link_body(
+        &mut self,
+        body: &Body,
+        client: BorrowedFd<'_>,
+        up: BorrowedFd<'_>,
+        len: u64,
+        token: u64,
+    ) -> Result<(), Unavailable> {
+        let (ci, ui) = (2 * body.slot, 2 * body.slot + 1);
+        self.targets
+            .set(ci, &client.as_raw_fd(), 0)
+            .map_err(|e| err("sockmap insert", e))?;
+        // The marker's route: from the upstream's cookie to the client.
+        self.peers
+            .insert(body.upstream, [u64::from(ci), body.client], 0)
+            .map_err(|e| err("peers", e))?;
+        let maps = self.bodies.as_mut().map_err(|e| Unavailable(e.clone()))?;
+        maps.spans
+            .insert(body.upstream, [len, token, u64::from(ci), 0, 0], 0)
+            .map_err(|e| err("spans", e))?;
+        maps.socks
+            .set(ui, &up.as_raw_fd(), 0)
+            .map_err(|e| err("sockmap insert", e))?;
+        // Bytes that arrived since weft's EAGAIN wait for the next arrival;
+        // this calls sk_data_ready now (as for tunnels).
+        sys::set_rcvlowat(up, 1).map_err(|e| err("SO_RCVLOWAT", e))
+    }
+
+    /// How far the verdict has redirected the body (None once it left the maps).
+    pub fn body_progress(&self, body: &Body) -> Option<BodyProgress> {
+        let maps = self.bodies.as_ref().ok()?;
+        let [redirect_left, _, _, excess, passed] = maps.spans.get(&body.upstream, 0).ok()?;
+        Some(BodyProgress {
+            redirect_left,
+            excess,
+            passed,
+        })
+    }
+
+    /// Once the body's last byte has been redirected (or the body failed):
+    /// take the upstream socket out of the body map. No skb is redirected
+    /// after this returns (a TCP_INFO call on `up` takes its lock, which
+    /// waits out a verdict still running). Not while body bytes still
+    /// arrive: one whose data_ready began before the psock left is dropped.
+    /// The body's progress as it leaves.
+    pub fn release_upstream(&mut self, body: &Body, up: BorrowedFd<'_>) -> std::io::Result<BodyProgress> {
+        if let Ok(maps) = self.bodies.as_mut() {
+            let _ = maps.socks.clear_index(&(2 * body.slot + 1));
+        }
+        sys::bpf::fin_received(up)?;
+        self.body_progress(body)
+            .ok_or_else(|| std::io::Error::other("the body's span is gone"))
+    }
+
+    /// The ring buffer the verdict posts finished bodies to: readable when
+    /// [`Forwarder::take_done`] has something (the worker polls it).
+    pub fn ring_fd(&self) -> Option<RawFd> {
+        Some(self.bodies.as_ref().ok()?.done.as_raw_fd())
+    }
+
+    /// Append the (token, upstream cookie) of every body whose last byte
+    /// has been redirected since the last call.
+    pub fn take_done(&mut self, out: &mut Vec<(u64, u64)>) {
+        let Ok(maps) = self.bodies.as_mut() else { return };
+        while let Some(item) = maps.done.next() {
+            if let (Some(t), Some(c)) = (word(&item, 0), word(&item, 1)) {
+                out.push((t, c));
+            }
+        }
+    }
+
+    /// After [`Forwarder::release_upstream`]: queue the marker behind the
+    /// last redirected skb on the client's psock. Its EPIPE on the client
+    /// ([`Forwarder::is_marker`]) says every redirected byte was sent.
+    pub fn mark_body(&mut self, body: &Body) -> std::io::Result<()> {
+        self.send_marker(body.upstream)
+    }
+
+    /// Take both sockets out of the maps (the upstream first, if
+    /// [`Forwarder::release_upstream`] has not). Bytes still queued on the
+    /// client's psock are dropped: call after the marker's EPIPE, or when
+    /// the body failed.
+    pub fn leave_body(&mut self, body: Body) {
+        if let Ok(maps) = self.bodies.as_mut() {
+            let _ = maps.socks.clear_index(&(2 * body.slot + 1));
+            let _ = maps.spans.remove(&body.upstream);
+        }
+        let _ = self.targets.clear_index(&(2 * body.slot));
+        let _ = self.peers.remove(&body.upstream);
+        self.free.push(body.slot);
+    }
+
+    /// Check once that this kernel carries a body as the module says: the
+    /// head and the first body bytes read by "weft" (to EAGAIN), the rest
+    /// (several segments) redirected, the ring's report, the marker's EPIPE
+    /// on the client; then both connections go on outside the maps (the
+    /// upstream's next bytes read as usual, the client's reach it), byte for
+    /// byte.
+    fn body_self_test(&mut self) -> Result<(), Unavailable> {
+        let e = |what: &'static str| move |x: std::io::Error| err(what, x);
+        let (mut a, b) = loopback_pair().map_err(e("body self-test sockets"))?;
+        let (c, mut d) = loopback_pair().map_err(e("body self-test sockets"))?;
+        for s in [&a, &c] {
+            s.set_read_timeout(Some(SELF_TEST_WAIT)).map_err(e("body self-test"))?;
+        }
+        let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let early = 1000;
+        d.write_all(b"HEAD").map_err(e("body self-test write"))?;
+        d.write_all(&body[..early]).map_err(e("body self-test write"))?;
+        // "weft" reads the head and what came with it, to EAGAIN.
+        let mut got = vec![0u8; 4 + early];
+        (&c).read_exact(&mut got).map_err(e("body self-test read"))?;
+        (&b).write_all(&got[4..]).map_err(e("body self-test write"))?;
+        const TOKEN: u64 = 0x5eed;
+        let len = (body.len() - early) as u64;
+        let joined = self.join_body(b.as_fd(), c.as_fd(), len, TOKEN)?;
+        let r = (|| {
+            d.write_all(&body[early..]).map_err(e("body self-test write"))?;
+            let mut done = Vec::new();
+            let ring = self.ring_fd();
+            while done.is_empty() {
+                let Some(ring) = ring else { break };
+                if !sys::wait_ready(ring, false, SELF_TEST_WAIT).map_err(e("body self-test"))? {
+                    break;
+                }
+                self.take_done(&mut done);
+            }
+            if done != [(TOKEN, joined.upstream)] {
+                return Err(Unavailable(format!("body self-test: the ring reported {done:?}")));
+            }
+            let progress = self.release_upstream(&joined, c.as_fd()).map_err(e("TCP_INFO"))?;
+            if progress.redirect_left != 0 || progress.excess != 0 {
+                return Err(Unavailable(format!("body self-test: the verdict left {progress:?}")));
+            }
+            self.mark_body(&joined).map_err(e("body self-test marker"))?;
+            sys::wait_ready(b.as_fd(), false, SELF_TEST_WAIT).map_err(e("body self-test"))?;
+            match sys::take_socket_error(b.as_fd()) {
+                Ok(Some(x)) if Self::is_marker(&x) => Ok(()),
+                other => Err(Unavailable(format!(
+                    "body self-test: no marker EPIPE on the client ({other:?})"
+                ))),
+            }
+        })();
+        self.leave_body(joined);
+        r?;
+        // Both connections go on outside the maps: the upstream's next
+        // response reads as usual (tcp copied_seq kept up), the client's
+        // next bytes follow the body.
+        d.write_all(b"NEXT").map_err(e("body self-test write"))?;
+        let mut next = [0u8; 4];
+        (&c).read_exact(&mut next)
+            .map_err(e("body self-test: after the body"))?;
+        if &next != b"NEXT" {
+            return Err(Unavailable(format!("body self-test: the upstream then read {next:?}")));
+        }
+        (&b).write_all(b"MORE").map_err(e("body self-test write"))?;
+        drop(b);
+        let mut all = Vec::new();
+        a.read_to_end(&mut all)
+            .map_err(e("body self-test: the client's bytes"))?;
+        let n = body.len();
+        if all.len() != n + 4 || all[..n] != body[..] || &all[n..] != b"MORE" {
+            return Err(Unavailable(format!(
+                "body self-test: bytes differ (client got {} of {})",
+                all.len(),
+                n + 4
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The `i`th little-endian u64 of a ring record.
+fn word(item: &[u8], i: usize) -> Option<u64> {
+    let b = item.get(8 * i..8 * i + 8)?;
+    Some(u64::from_ne_bytes(b.try_into().ok()?))
+}
+
+/// Load the body verdict and attach it to `bodies`; the reason when this
+/// kernel cannot.
+fn load_bodies(ebpf: &mut Ebpf) -> Result<BodyMaps, String> {
+    let socks: SockMap<MapData> = map(ebpf, "bodies").map_err(|e| e.0)?;
+    let spans = map(ebpf, "spans").map_err(|e| e.0)?;
+    let done = map(ebpf, "done").map_err(|e| e.0)?;
+    let verdict: &mut SkSkb = ebpf
+        .program_mut("weft_body_verdict")
+        .ok_or("no program weft_body_verdict")?
+        .try_into()
+        .map_err(|e| format!("program type: {e}"))?;
+    verdict
+        .load()
+        .map_err(|e| format!("loading the body verdict: {e} ({e:?})"))?;
+    verdict
+        .attach(socks.fd())
+        .map_err(|e| format!("attaching the body verdict: {e}"))?;
+    Ok(BodyMaps { socks, spans, done })
 }
 
 impl Pair {

@@ -21,7 +21,7 @@ impl Relay {
         // Data phase through the pipe.
         if data_left >= self.pipe_min && !buffered {
             let target = match &mut self.path {
-                Path::Copy => None,
+                Path::Copy | Path::Kernel(_) => None,
                 Path::Splice { pipe, bytes } => Some((pipe.write_fd(), pipe.capacity(), bytes)),
                 Path::Tee { intake, in_intake, .. } => Some((intake.write_fd(), intake.capacity(), in_intake)),
             };
@@ -56,7 +56,7 @@ impl Relay {
         // Framing (and short data) in user space: only once the pipe is empty,
         // so the output queue never overtakes piped bytes.
         let piped = match &self.path {
-            Path::Copy => 0,
+            Path::Copy | Path::Kernel(_) => 0,
             Path::Splice { bytes, .. } => *bytes,
             Path::Tee { in_intake, in_out, .. } => in_intake + in_out,
         };

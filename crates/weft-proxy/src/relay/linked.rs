@@ -103,7 +103,7 @@ impl Relay {
                 out.read_fd(),
                 out.capacity(),
             ),
-            Path::Copy => return None,
+            Path::Copy | Path::Kernel(_) => return None,
         };
         // What is queued ahead of the body goes into the client's pipe, or
         // the chain waits until the queue is flushed.
@@ -209,7 +209,7 @@ impl Relay {
         match &mut self.path {
             Path::Splice { bytes, .. } => *bytes = n,
             Path::Tee { in_out, .. } => *in_out = n,
-            Path::Copy => {}
+            Path::Copy | Path::Kernel(_) => {}
         }
     }
 
@@ -223,7 +223,7 @@ impl Relay {
                     t.client_pipe += n;
                 }
                 Path::Tee { in_intake, .. } => *in_intake += n,
-                Path::Copy => {}
+                Path::Copy | Path::Kernel(_) => {}
             }
             t.moved += n;
             if let Framing::Length(l) = &mut self.framing {

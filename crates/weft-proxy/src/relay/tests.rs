@@ -20,6 +20,7 @@ struct Rig {
     bufs: BufPool,
     pool: PipePool,
     st: ProxyStats,
+    kernel: crate::sockmap::KernelFwd,
 }
 
 impl Rig {
@@ -40,6 +41,7 @@ impl Rig {
             up_may_read: may_read,
             up_buf: &mut self.up_buf,
             bufs: &mut self.bufs,
+            kernel: &mut self.kernel,
         };
         relay.pump(&mut e, &mut self.st)
     }
@@ -63,6 +65,7 @@ fn plan(want: Want, fill_max: Option<u64>) -> Plan {
         rcv_lowat: 64 * 1024,
         linked: false,
         linked_head: false,
+        token: 0,
     }
 }
 
@@ -81,6 +84,8 @@ fn rig() -> Rig {
         bufs: BufPool::new(4096, 4),
         pool: PipePool::new(PipeBudget::new(8, 1 << 20), 8),
         st: ProxyStats::default(),
+        // Never loaded here: a Kernel session declines and splices.
+        kernel: crate::sockmap::KernelFwd::Unavailable,
     }
 }
 
@@ -158,6 +163,7 @@ fn length_bodies_by_every_path() {
         (Want::Copy, true),
         (Want::Splice, false),
         (Want::Tee, true),
+        (Want::Kernel, false),
     ] {
         let (got, cached, st) = run(Framing::Length(b.len() as u64), want, fill, b.clone(), None);
         assert!(got == b, "{want:?} fill={fill}");
@@ -173,6 +179,12 @@ fn length_bodies_by_every_path() {
                 assert_eq!(st.bytes_teed, b.len() as u64);
             }
             Want::Copy => assert_eq!(st.bytes_copied, b.len() as u64),
+            // Without the sockmap (here: never loaded) it splices, said in a counter.
+            Want::Kernel => {
+                assert_eq!(st.bytes_spliced, b.len() as u64);
+                assert_eq!(st.sockmap_declined, 1);
+                assert_eq!(st.sessions_splice, 1);
+            }
         }
     }
 }

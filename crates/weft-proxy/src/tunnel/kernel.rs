@@ -19,66 +19,14 @@
 //! writes side `1 - d`.
 
 use super::{Side, Tunnel, TunnelState};
+pub use crate::sockmap::KernelFwd;
 use crate::stats::ProxyStats;
-use std::sync::atomic::{AtomicBool, Ordering};
 use weft_io::sys;
 use weft_io::OutChain;
 use weft_sockmap::{Forwarder, Pair};
 
 /// Bytes of client input read before the join in one pump.
 const PRE_JOIN_READ: usize = 256 * 1024;
-
-/// A worker's sockmap forwarder: not tried yet, loaded, or unavailable.
-#[derive(Default)]
-pub enum KernelFwd {
-    /// Not needed yet (loaded at the first `--splice sockmap` tunnel).
-    #[default]
-    Untried,
-    /// Loaded and attached.
-    Ready(Box<Forwarder>),
-    /// BPF is not permitted (or not built): tunnels splice.
-    Unavailable,
-}
-
-/// Said once per process when sockmap forwarding is unavailable.
-static SAID: AtomicBool = AtomicBool::new(false);
-
-/// Said once per process when the event backend cannot carry sockmap.
-static SAID_BACKEND: AtomicBool = AtomicBool::new(false);
-
-impl KernelFwd {
-    /// Whether tunnels may use sockmap under event backend `name`: the
-    /// marker is an error on a socket registered with no interest, which
-    /// epoll, poll and uring report and select and the user-level trackers
-    /// do not. Says so once when not.
-    pub fn backend_fits(name: &str, tracks_readiness: bool) -> bool {
-        let fits = name != "select" && !tracks_readiness;
-        if !fits && !SAID_BACKEND.swap(true, Ordering::Relaxed) {
-            eprintln!(
-                "weft proxy: --splice sockmap needs --event epoll, poll or uring (not {name}); tunnels splice instead"
-            );
-        }
-        fits
-    }
-
-    fn get(&mut self) -> Option<&mut Forwarder> {
-        if matches!(self, KernelFwd::Untried) {
-            *self = match Forwarder::load() {
-                Ok(f) => KernelFwd::Ready(Box::new(f)),
-                Err(e) => {
-                    if !SAID.swap(true, Ordering::Relaxed) {
-                        eprintln!("weft proxy: --splice sockmap unavailable ({e}); tunnels splice instead");
-                    }
-                    KernelFwd::Unavailable
-                }
-            };
-        }
-        match self {
-            KernelFwd::Ready(f) => Some(f),
-            _ => None,
-        }
-    }
-}
 
 /// One tunnel's in-kernel state.
 #[derive(Default)]

@@ -1,0 +1,122 @@
+//! A worker's sockmap forwarder (`--splice sockmap`, crate weft-sockmap),
+//! shared by the two things it forwards in the kernel: CONNECT tunnels
+//! (`tunnel/kernel.rs`) and non-cacheable response bodies of known length
+//! (`relay/kernel.rs`).
+//!
+//! Loaded at a worker's first sockmap tunnel or body (not at start: a
+//! `--user` switch may not have happened yet); where BPF is not permitted
+//! weft says so once and both splice instead. Bodies also need the kernel to
+//! carry a body as the body path assumes (checked at load by weft-sockmap's
+//! self-test); where it does not, weft says so once and bodies splice while
+//! tunnels still use the sockmap.
+
+use std::cell::RefCell;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use weft_sockmap::{Body, Forwarder};
+
+/// A worker's sockmap forwarder: not tried yet, loaded, or unavailable.
+#[derive(Default)]
+pub enum KernelFwd {
+    /// Not needed yet (loaded at the worker's start, or at the first
+    /// `--splice sockmap` tunnel).
+    #[default]
+    Untried,
+    /// Loaded and attached.
+    Ready(Box<Forwarder>),
+    /// BPF is not permitted (or not built): tunnels and bodies splice.
+    Unavailable,
+}
+
+/// Said once per process when sockmap forwarding is unavailable.
+static SAID: AtomicBool = AtomicBool::new(false);
+
+/// Said once per process when the event backend cannot carry sockmap.
+static SAID_BACKEND: AtomicBool = AtomicBool::new(false);
+
+/// Said once per process when bodies cannot be carried (tunnels can).
+static SAID_BODIES: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Bodies dropped while still in the maps (a transaction closed by a
+    /// timeout or an error path that had no forwarder at hand): their
+    /// entries are taken out at the worker's next body join or ring event.
+    static ORPHANS: RefCell<Vec<Body>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Hand a body still in the maps to the worker's next [`KernelFwd::reap`].
+pub(crate) fn orphan(body: Body) {
+    ORPHANS.with(|o| o.borrow_mut().push(body));
+}
+
+impl KernelFwd {
+    /// Whether sockmap may be used under event backend `name`: the marker
+    /// is an error on a socket registered with no interest, which epoll,
+    /// poll and uring report and select and the user-level trackers do not.
+    /// Says so once when not.
+    pub fn backend_fits(name: &str, tracks_readiness: bool) -> bool {
+        let fits = name != "select" && !tracks_readiness;
+        if !fits && !SAID_BACKEND.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "weft proxy: --splice sockmap needs --event epoll, poll or uring (not {name}); tunnels and bodies splice instead"
+            );
+        }
+        fits
+    }
+
+    /// The forwarder, loaded at the first call; None (said once) where BPF
+    /// is unavailable.
+    pub fn get(&mut self) -> Option<&mut Forwarder> {
+        if matches!(self, KernelFwd::Untried) {
+            *self = match Forwarder::load() {
+                Ok(f) => KernelFwd::Ready(Box::new(f)),
+                Err(e) => {
+                    if !SAID.swap(true, Ordering::Relaxed) {
+                        eprintln!("weft proxy: --splice sockmap unavailable ({e}); tunnels and bodies splice instead");
+                    }
+                    KernelFwd::Unavailable
+                }
+            };
+        }
+        match self {
+            KernelFwd::Ready(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The forwarder if it carries response bodies (said once when it
+    /// cannot, with the self-test's reason).
+    pub fn bodies(&mut self) -> Option<&mut Forwarder> {
+        let f = self.get()?;
+        if let Err(why) = f.bodies() {
+            if !SAID_BODIES.swap(true, Ordering::Relaxed) {
+                eprintln!("weft proxy: --splice sockmap cannot carry response bodies here ({why}); they splice, tunnels use the sockmap");
+            }
+            return None;
+        }
+        Some(f)
+    }
+
+    /// The loaded forwarder, without loading it.
+    pub fn ready(&mut self) -> Option<&mut Forwarder> {
+        match self {
+            KernelFwd::Ready(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The ring the body verdict posts finished bodies to (the worker polls it).
+    pub fn ring_fd(&mut self) -> Option<RawFd> {
+        self.bodies()?.ring_fd()
+    }
+
+    /// Take orphaned bodies out of the maps.
+    pub fn reap(&mut self) {
+        let Some(f) = self.ready() else { return };
+        ORPHANS.with(|o| {
+            for body in o.borrow_mut().drain(..) {
+                f.leave_body(body);
+            }
+        });
+    }
+}
