@@ -261,6 +261,11 @@ impl Worker<'_> {
             u.owner = Some(ct);
             u.last_activity = now;
             u.want = Interest::NONE;
+            // Nothing waits on a pooled connection (bytes or a FIN there
+            // would have closed it): the response comes after the request,
+            // and its arrival is an event. A read right after the send
+            // found nothing about half the time (docs/results.md).
+            u.may_read = false;
             self.sh.stats.upstream_reused += 1;
             return Some(ut);
         }
