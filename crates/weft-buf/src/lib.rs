@@ -73,26 +73,28 @@ impl Aggregate {
 
     /// The bytes `[start, end)` as a new aggregate sharing the same buffers.
     pub fn slice(&self, start: usize, end: usize) -> Aggregate {
-        let end = end.min(self.len);
         let mut out = Aggregate::new();
-        if start >= end {
-            return out;
-        }
-        let mut pos = 0;
-        for s in &self.segs {
-            let (a, b) = (pos, pos + s.len());
-            pos = b;
-            if b <= start {
-                continue;
-            }
-            if a >= end {
-                break;
-            }
-            let lo = start.max(a) - a;
-            let hi = end.min(b) - a;
-            out.push(s.slice(lo..hi));
+        for b in self.range(start, end) {
+            out.push(b);
         }
         out
+    }
+
+    /// The bytes `[start, end)` as slices of the segments, in order: shared,
+    /// never copied, and without the allocation of a new aggregate (a
+    /// response queues them one by one).
+    pub fn range(&self, start: usize, end: usize) -> impl Iterator<Item = Bytes> + '_ {
+        let end = end.min(self.len);
+        let mut pos = 0;
+        self.segs
+            .iter()
+            .map_while(move |s| {
+                let (a, b) = (pos, pos + s.len());
+                pos = b;
+                (a < end).then_some((s, a, b))
+            })
+            .filter(move |&(_, _, b)| b > start)
+            .map(move |(s, a, b)| s.slice(start.max(a) - a..end.min(b) - a))
     }
 
     /// Drop the first `n` bytes (after a partial write), without copying.
@@ -158,6 +160,11 @@ mod tests {
         assert_eq!(a.slice(4, 12).to_vec(), b"o big wo");
         assert_eq!(a.slice(0, 100).to_vec(), a.to_vec());
         assert!(a.slice(9, 9).is_empty());
+        assert!(a.slice(12, 4).is_empty());
+        let parts: Vec<Bytes> = a.range(4, 12).collect();
+        assert_eq!(parts, [&b"o "[..], b"big ", b"wo"]);
+        assert_eq!(a.range(6, 10).collect::<Vec<_>>(), [&b"big "[..]]);
+        assert_eq!(a.range(15, 20).count(), 0);
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //!
 //! A policy only orders keys; the cache that owns the objects asks it which key
 //! to evict next. Both policies are O(log n) per operation, with no allocation
-//! after the tables have grown.
+//! after the tables have grown. A hit ([`Replacement::touch`]) is on every
+//! cached response's path, so it looks its key up once: the order is a map
+//! from a unique position (a sequence number, and GDS's priority) to the key,
+//! and the position is all the key's entry needs to find it there.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
 /// What a cache asks of a replacement policy.
@@ -28,8 +31,10 @@ pub trait Replacement<K> {
 /// Least recently used.
 pub struct Lru<K> {
     clock: u64,
+    /// Each key's last use on `clock` (unique).
     stamp: HashMap<K, u64>,
-    order: BTreeSet<(u64, K)>,
+    /// Keys by last use, oldest first.
+    order: BTreeMap<u64, K>,
 }
 
 impl<K: Hash + Eq + Ord + Clone> Default for Lru<K> {
@@ -44,7 +49,7 @@ impl<K: Hash + Eq + Ord + Clone> Lru<K> {
         Lru {
             clock: 0,
             stamp: HashMap::new(),
-            order: BTreeSet::new(),
+            order: BTreeMap::new(),
         }
     }
 }
@@ -54,19 +59,20 @@ impl<K: Hash + Eq + Ord + Clone> Replacement<K> for Lru<K> {
         self.remove(&key);
         self.clock += 1;
         self.stamp.insert(key.clone(), self.clock);
-        self.order.insert((self.clock, key));
+        self.order.insert(self.clock, key);
     }
     fn touch(&mut self, key: &K) {
         if let Some(s) = self.stamp.get_mut(key) {
-            self.order.remove(&(*s, key.clone()));
-            self.clock += 1;
-            *s = self.clock;
-            self.order.insert((self.clock, key.clone()));
+            if let Some(k) = self.order.remove(s) {
+                self.clock += 1;
+                *s = self.clock;
+                self.order.insert(self.clock, k);
+            }
         }
     }
     fn remove(&mut self, key: &K) {
         if let Some(s) = self.stamp.remove(key) {
-            self.order.remove(&(s, key.clone()));
+            self.order.remove(&s);
         }
     }
     fn evict(&mut self) -> Option<K> {
@@ -86,8 +92,20 @@ impl<K: Hash + Eq + Ord + Clone> Replacement<K> for Lru<K> {
 pub struct Gds<K> {
     inflation: f64,
     seq: u64,
-    entries: HashMap<K, (Priority, u64, u64, f64)>,
-    order: BTreeSet<(Priority, u64, K)>,
+    entries: HashMap<K, GdsEntry>,
+    /// Keys by (H, insertion or last use), the next to evict first; the
+    /// sequence number makes every position unique (ties of H go oldest first).
+    order: BTreeMap<(Priority, u64), K>,
+}
+
+/// A key's place in [`Gds`]: its position in the order, and what its H is
+/// computed from again at each use.
+#[derive(Clone, Copy, Debug)]
+struct GdsEntry {
+    h: Priority,
+    seq: u64,
+    size: u64,
+    cost: f64,
 }
 
 /// An f64 priority with a total order (priorities are finite and non-negative).
@@ -110,6 +128,12 @@ impl Ord for Priority {
     }
 }
 
+/// H = L + cost / size (a cost that is not a positive number counts as 1).
+fn priority(inflation: f64, size: u64, cost: f64) -> Priority {
+    let cost = if cost.is_finite() && cost > 0.0 { cost } else { 1.0 };
+    Priority(inflation + cost / size.max(1) as f64)
+}
+
 impl<K: Hash + Eq + Ord + Clone> Default for Gds<K> {
     fn default() -> Self {
         Self::new()
@@ -123,13 +147,8 @@ impl<K: Hash + Eq + Ord + Clone> Gds<K> {
             inflation: 0.0,
             seq: 0,
             entries: HashMap::new(),
-            order: BTreeSet::new(),
+            order: BTreeMap::new(),
         }
-    }
-
-    fn h(&self, size: u64, cost: f64) -> Priority {
-        let cost = if cost.is_finite() && cost > 0.0 { cost } else { 1.0 };
-        Priority(self.inflation + cost / size.max(1) as f64)
     }
 
     /// The current inflation value L (for tests and stats).
@@ -141,23 +160,29 @@ impl<K: Hash + Eq + Ord + Clone> Gds<K> {
 impl<K: Hash + Eq + Ord + Clone> Replacement<K> for Gds<K> {
     fn insert(&mut self, key: K, size: u64, cost: f64) {
         self.remove(&key);
-        let h = self.h(size, cost);
+        let h = priority(self.inflation, size, cost);
         self.seq += 1;
-        self.entries.insert(key.clone(), (h, self.seq, size, cost));
-        self.order.insert((h, self.seq, key));
+        let seq = self.seq;
+        self.entries.insert(key.clone(), GdsEntry { h, seq, size, cost });
+        self.order.insert((h, seq), key);
     }
     fn touch(&mut self, key: &K) {
-        if let Some(&(_, _, size, cost)) = self.entries.get(key) {
-            self.insert(key.clone(), size, cost);
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        if let Some(k) = self.order.remove(&(e.h, e.seq)) {
+            self.seq += 1;
+            (e.h, e.seq) = (priority(self.inflation, e.size, e.cost), self.seq);
+            self.order.insert((e.h, e.seq), k);
         }
     }
     fn remove(&mut self, key: &K) {
-        if let Some((h, seq, _, _)) = self.entries.remove(key) {
-            self.order.remove(&(h, seq, key.clone()));
+        if let Some(e) = self.entries.remove(key) {
+            self.order.remove(&(e.h, e.seq));
         }
     }
     fn evict(&mut self) -> Option<K> {
-        let (h, _, k) = self.order.pop_first()?;
+        let ((h, _), k) = self.order.pop_first()?;
         self.inflation = h.0;
         self.entries.remove(&k);
         Some(k)
@@ -312,6 +337,114 @@ mod tests {
             p.insert(k, s, PolicyKind::Gds(GdsCost::Bytes).cost(s));
         }
         assert_eq!(p.evict(), Some("a"));
+    }
+
+    /// The policies against a model that keeps every key with its H and
+    /// last use in a list and searches it for the smallest: the same keys
+    /// evicted in the same order, and the same inflation, over random
+    /// inserts, hits, removals and evictions.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u8, u64),
+        Touch(u8),
+        Remove(u8),
+        Evict,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u8..12, 1u64..5000).prop_map(|(k, s)| Op::Insert(k, s)),
+            (0u8..12).prop_map(Op::Touch),
+            (0u8..12).prop_map(Op::Remove),
+            Just(Op::Evict),
+        ]
+    }
+
+    /// (key, H, last use, size, cost); GDS when `gds`, else LRU (H = 0).
+    struct Model {
+        gds: bool,
+        inflation: f64,
+        clock: u64,
+        keys: Vec<(u8, f64, u64, u64, f64)>,
+    }
+
+    impl Model {
+        fn h(&self, size: u64, cost: f64) -> f64 {
+            if self.gds {
+                self.inflation + cost / size.max(1) as f64
+            } else {
+                0.0
+            }
+        }
+        fn apply(&mut self, op: &Op) -> Option<u8> {
+            self.clock += 1;
+            match *op {
+                Op::Insert(k, size) => {
+                    self.keys.retain(|e| e.0 != k);
+                    let cost = (k % 3 + 1) as f64;
+                    self.keys.push((k, self.h(size, cost), self.clock, size, cost));
+                }
+                Op::Touch(k) => {
+                    let at = self.keys.iter().position(|e| e.0 == k)?;
+                    let (_, _, _, size, cost) = self.keys[at];
+                    self.keys[at] = (k, self.h(size, cost), self.clock, size, cost);
+                }
+                Op::Remove(k) => self.keys.retain(|e| e.0 != k),
+                Op::Evict => {
+                    let at = (0..self.keys.len()).min_by(|&a, &b| {
+                        let (x, y) = (self.keys[a], self.keys[b]);
+                        x.1.total_cmp(&y.1).then(x.2.cmp(&y.2))
+                    })?;
+                    let e = self.keys.remove(at);
+                    if self.gds {
+                        self.inflation = e.1;
+                    }
+                    return Some(e.0);
+                }
+            }
+            None
+        }
+    }
+
+    fn run(policy: &mut dyn Replacement<u8>, gds: bool, ops: &[Op]) -> Result<(), String> {
+        let mut model = Model {
+            gds,
+            inflation: 0.0,
+            clock: 0,
+            keys: Vec::new(),
+        };
+        for op in ops {
+            let want = model.apply(op);
+            let got = match *op {
+                Op::Insert(k, size) => {
+                    policy.insert(k, size, (k % 3 + 1) as f64);
+                    None
+                }
+                Op::Touch(k) => {
+                    policy.touch(&k);
+                    None
+                }
+                Op::Remove(k) => {
+                    policy.remove(&k);
+                    None
+                }
+                Op::Evict => policy.evict(),
+            };
+            if got != want || policy.len() != model.keys.len() {
+                return Err(format!("{op:?}: got {got:?}, model {want:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn policies_evict_as_the_model(ops in proptest::collection::vec(op(), 1..200)) {
+            run(&mut Lru::new(), false, &ops).map_err(proptest::test_runner::TestCaseError::fail)?;
+            let mut g = Gds::new();
+            run(&mut g, true, &ops).map_err(proptest::test_runner::TestCaseError::fail)?;
+        }
     }
 
     #[test]
