@@ -122,6 +122,10 @@ def run(lab: core.Lab) -> dict:
                 except OSError:
                     break
                 samples.append((time.monotonic() - t0, rss, fds))
+                # Progress for a half-hour run: a line a minute.
+                if len(samples) % max(1, round(60 / every)) == 0:
+                    t = samples[-1][0]
+                    lab.log(f"  soak {t:4.0f}/{soak_s:g} s: RSS {rss / 1024:,.0f} MiB, {fds:,} descriptors")
 
         th = threading.Thread(target=sampler, daemon=True)
         th.start()
