@@ -6,18 +6,13 @@
 //!
 //!   cargo run -p weft-sockmap --example body_excess
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::Duration;
 use weft_io::sys;
 use weft_sockmap::Forwarder;
 
-fn pair() -> (TcpStream, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (b, _) = l.accept().unwrap();
-    (a, b)
-}
+mod common;
+use common::pair;
 
 fn main() {
     let mut f = Forwarder::load().expect("load");

@@ -5,18 +5,14 @@
 //!
 //!   cargo run -p weft-sockmap --example probe -- [RUNS] [SIZE] [banner]
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::Shutdown;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 use weft_io::sys;
 use weft_sockmap::Forwarder;
 
-fn pair() -> (TcpStream, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (b, _) = l.accept().unwrap();
-    (a, b)
-}
+mod common;
+use common::pair;
 
 fn main() {
     let mut f = Forwarder::load().expect("load");
