@@ -254,7 +254,8 @@ impl Worker<'_> {
         }
         let max = self.sh.cfg.limits.max_head + 1024;
         match c.read_input(max, &mut self.sh.bufs) {
-            ClientRead::Data { filled, .. } => {
+            // (`read_input` has already taken a short read as drained.)
+            ClientRead::Data { .. } => {
                 c.last_activity = cx.now;
                 if c.head_started.is_none() {
                     c.head_started = Some(cx.now);
@@ -262,10 +263,6 @@ impl Worker<'_> {
                 if c.began.is_none() {
                     c.began = Some(cx.now);
                 }
-                // A short read drained the socket, unless the FIN came with
-                // the data: then the next read returns EOF and no new event
-                // would announce it on an edge-triggered backend.
-                c.may_read = filled || c.read_closed;
                 Flow::Again
             }
             ClientRead::Eof => Flow::Again,
