@@ -178,6 +178,26 @@ fn origin_closes_lingering_after_a_body_it_did_not_read() {
     }
 }
 
+/// A request and the client's FIN in one segment: the origin answers and
+/// closes at once, under every edge-triggered backend (a short read with the
+/// FIN in is not "drained": the next read is the EOF, which no new edge would
+/// announce; before, the connection stayed open until --idle-timeout).
+#[test]
+fn origin_closes_after_a_request_that_came_with_the_fin() {
+    for event in ["epoll-et", "tracked:epoll-et", "epoll", "uring"] {
+        let o = origin(&["--event", event, "--idle-timeout", "30s"]);
+        let mut s = o.connect();
+        // Well under the idle timeout: a close found only by it fails here.
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        send_with_fin(&mut s, b"GET /size/1000 HTTP/1.1\r\nHost: o\r\n\r\n");
+        let mut c = Reader::new(s);
+        let r = c.response(false);
+        assert_eq!(r.status, 200, "{event}");
+        assert_eq!(r.body.len(), 1000, "{event}");
+        assert!(c.closed(), "{event}: the origin closes after the FIN it read");
+    }
+}
+
 #[test]
 fn closed_loop_keepalive_and_pipelining_against_serve() {
     let site = site();

@@ -182,6 +182,10 @@ struct Conn {
     deadline: Instant,
     timer_at: Option<Instant>,
     may_read: bool,
+    /// The peer's FIN is in (RDHUP): a short read no longer means drained,
+    /// the next read returns EOF, and an edge-triggered backend would not
+    /// report it again.
+    read_closed: bool,
     eof: bool,
     mode: Mode,
     /// Start of the connection or of a CONNECT tunnel: a handshake may begin.
@@ -317,6 +321,7 @@ impl<'a> Worker<'a> {
             deadline: now + idle,
             timer_at: None,
             may_read: true,
+            read_closed: false,
             eof: false,
             mode: Mode::Http,
             at_stream_start: true,
@@ -455,7 +460,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Next {
                 }
             }
             Fill::Data(_) => {
-                c.may_read = c.input.spare_len() == 0;
+                c.may_read = c.input.spare_len() == 0 || c.read_closed;
                 c.deadline = now + s.cfg.idle_timeout;
             }
             Fill::WouldBlock => {
@@ -486,6 +491,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 if ev.readable || ev.error {
                     c.may_read = true;
                 }
+                c.read_closed |= ev.read_closed;
                 self.drive(cx, token);
             }
         }
