@@ -254,6 +254,23 @@ impl InputBuf {
         self.storage.len() - self.end
     }
 
+    /// After a [`Fill::Data`]: may the socket still hold unread input? This
+    /// is the one rule of user-level readiness tracking for stream sockets,
+    /// used by every role that reads a request or a response head. A read
+    /// that filled every byte offered may have left more behind. A short read
+    /// took all the socket held (its receive queue and backlog), so any later
+    /// arrival raises a new event, level- or edge-triggered, and reading again
+    /// now would only find EAGAIN (one wasted call per keep-alive request).
+    /// The one arrival that raises no new event is a FIN that came with the
+    /// last data: once the backend has reported it (`fin_in`, from
+    /// [`Event::read_closed`](crate::Event::read_closed)), a short read is not
+    /// taken as drained, since the next read returns the end of file that an
+    /// edge-triggered backend will not report again.
+    #[inline]
+    pub fn may_hold_more(&self, fin_in: bool) -> bool {
+        self.spare_len() == 0 || fin_in
+    }
+
     /// Mark the first `n` unconsumed bytes as used.
     #[inline]
     pub fn consume(&mut self, n: usize) {
@@ -529,6 +546,28 @@ mod tests {
         assert!(matches!(b.fill(&w2, 64, &mut pool), Fill::Reset(_)));
         assert!(!b.has_storage());
         assert_eq!(pool.lent(), 0);
+    }
+
+    #[test]
+    fn a_short_read_means_drained_unless_the_fin_is_in() {
+        let (r, w) = pipe();
+        let mut pool = BufPool::new(8, 4);
+        let mut b = InputBuf::new();
+        sys::write(w.raw(), b"abcdefghij").unwrap();
+        // 8 of 10 bytes: the read filled every byte offered, more may wait.
+        assert!(matches!(b.fill(&r, 8, &mut pool), Fill::Data(8)));
+        assert!(b.may_hold_more(false));
+        b.consume(8);
+        // 2 bytes into 8 of room: the socket is drained, a new arrival is a
+        // new event...
+        assert!(matches!(b.fill(&r, 8, &mut pool), Fill::Data(2)));
+        assert!(!b.may_hold_more(false));
+        // ...unless the peer's FIN was reported: then one more read is owed,
+        // and it returns the end of file.
+        assert!(b.may_hold_more(true));
+        drop(w);
+        b.consume(2);
+        assert!(matches!(b.fill(&r, 8, &mut pool), Fill::Eof));
     }
 
     #[test]

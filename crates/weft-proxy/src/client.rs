@@ -44,13 +44,7 @@ impl Client {
         match self.input.fill(fd, max, pool) {
             Fill::Data(n) => {
                 let filled = self.input.spare_len() == 0;
-                // A short read of a TCP socket took all it held (its receive
-                // queue and backlog): more is a new event, level or edge, and
-                // reading again now would find EAGAIN (about one read per
-                // keep-alive request). Not once its FIN is in: one more read
-                // returns EOF, which an edge-triggered backend will not
-                // report again.
-                if !filled && !self.read_closed {
+                if !self.input.may_hold_more(self.read_closed) {
                     self.may_read = false;
                     self.want.read = true;
                 }

@@ -714,22 +714,13 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 let owner = match self.slab.get_mut(token) {
                     None => return,
                     Some(Entry::Client(c)) => {
-                        if ev.readable || ev.error {
-                            c.may_read = true;
-                        }
-                        c.read_closed |= ev.read_closed;
-                        if ev.writable || ev.error {
-                            c.may_write = true;
-                        }
+                        ev.merge_read(&mut c.may_read, &mut c.read_closed);
+                        c.may_write |= ev.may_write();
                         Some(token)
                     }
                     Some(Entry::Upstream(u)) => {
-                        if ev.readable || ev.error {
-                            u.may_read = true;
-                        }
-                        if ev.writable || ev.error {
-                            u.may_write = true;
-                        }
+                        u.may_read |= ev.may_read();
+                        u.may_write |= ev.may_write();
                         u.owner
                     }
                 };

@@ -9,7 +9,8 @@
 //! (`read_closed`, from RDHUP), and from then on a short read is not taken as
 //! "drained" — the next read returns the end-of-file. That is user-level
 //! readiness tracking in its simplest form, and it is correct for both level-
-//! and edge-triggered backends.
+//! and edge-triggered backends. The rule is written once, in weft-io
+//! (`Event::merge_read`, `InputBuf::may_hold_more`), for every role.
 
 use std::net::SocketAddr;
 use std::time::Instant;

@@ -536,10 +536,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                     // Stale: the connection was closed earlier in this batch.
                     return;
                 };
-                if ev.readable || ev.error {
-                    c.may_read = true;
-                }
-                c.read_closed |= ev.read_closed;
+                ev.merge_read(&mut c.may_read, &mut c.read_closed);
                 self.drive(cx, token);
             }
         }
@@ -785,9 +782,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
                 if c.head_started.is_none() && c.discard == 0 {
                     c.head_started = Some(now);
                 }
-                // A short read drained the socket, unless the FIN is known
-                // to follow (see conn.rs).
-                c.may_read = c.input.spare_len() == 0 || c.read_closed;
+                c.may_read = c.input.may_hold_more(c.read_closed);
             }
             Fill::WouldBlock => {
                 c.may_read = false;

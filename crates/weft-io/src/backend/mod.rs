@@ -105,6 +105,32 @@ pub struct Event {
     pub read_closed: bool,
 }
 
+impl Event {
+    /// A read may bring something now: data, the end of file or an error.
+    #[inline]
+    pub fn may_read(&self) -> bool {
+        self.readable || self.error
+    }
+
+    /// A write may make progress now (or report the error).
+    #[inline]
+    pub fn may_write(&self) -> bool {
+        self.writable || self.error
+    }
+
+    /// Fold this event into a connection's own view of its socket's input
+    /// (user-level readiness tracking, see [`InputBuf::may_hold_more`]): a
+    /// readable or error event sets `may_read`, only the connection's own
+    /// reads clear it; a FIN once reported stays known in `read_closed`.
+    ///
+    /// [`InputBuf::may_hold_more`]: crate::InputBuf::may_hold_more
+    #[inline]
+    pub fn merge_read(&self, may_read: &mut bool, read_closed: &mut bool) {
+        *may_read |= self.may_read();
+        *read_closed |= self.read_closed;
+    }
+}
+
 /// What a handler's own I/O taught it about a descriptor's readiness: a read
 /// that returned EAGAIN or fewer bytes than asked means not readable, a short
 /// write means not writable. Only backends with

@@ -431,9 +431,7 @@ impl<P: Poller> Handler<P> for Engine<'_> {
         let Some(c) = self.conns.get_mut(ev.token) else {
             return;
         };
-        if ev.readable || ev.error {
-            c.may_read = true;
-        }
+        c.may_read |= ev.may_read();
         if ev.writable && !c.connected && c.phase == Phase::Idle && !ev.error {
             // An idle connection is established: from now on only a close matters.
             c.connected = true;

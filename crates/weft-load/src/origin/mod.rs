@@ -460,7 +460,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Next {
                 }
             }
             Fill::Data(_) => {
-                c.may_read = c.input.spare_len() == 0 || c.read_closed;
+                c.may_read = c.input.may_hold_more(c.read_closed);
                 c.deadline = now + s.cfg.idle_timeout;
             }
             Fill::WouldBlock => {
@@ -488,10 +488,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 let Some(c) = self.conns.get_mut(token) else {
                     return;
                 };
-                if ev.readable || ev.error {
-                    c.may_read = true;
-                }
-                c.read_closed |= ev.read_closed;
+                ev.merge_read(&mut c.may_read, &mut c.read_closed);
                 self.drive(cx, token);
             }
         }
