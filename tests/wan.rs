@@ -133,8 +133,20 @@ struct Wan {
 }
 
 impl Wan {
-    /// `weft wan ARGS -- python3 -c FAR_END`, waiting until it is ready.
+    /// `weft wan ARGS -- python3 -c FAR_END`, waiting until it is ready; the
+    /// far end real-time (see `far_end_prefix`).
     fn start(args: &[&str]) -> Wan {
+        Wan::start_far_end(args, far_end_prefix())
+    }
+
+    /// The same with the far end at normal priority: where it moves many
+    /// packets, real time would share the kernel's RT limit (95 % of each
+    /// second per CPU) with the router and stall both.
+    fn start_normal(args: &[&str]) -> Wan {
+        Wan::start_far_end(args, Vec::new())
+    }
+
+    fn start_far_end(args: &[&str], prefix: Vec<&str>) -> Wan {
         let dir = TempDir::new("wan");
         let ready = dir.path.join("ready.json");
         let stats = dir.path.join("stats.json");
@@ -151,7 +163,7 @@ impl Wan {
                 path_str(&stats),
             ])
             .arg("--")
-            .args(far_end_prefix())
+            .args(prefix)
             .args(["python3", "-c", FAR_END])
             .stdin(Stdio::null())
             .spawn()
@@ -766,6 +778,57 @@ fn rate_rows(shaper: &str, rates: &[(&str, f64)]) {
     }
 }
 
+/// The limiter alone, without TCP: datagrams of 1,472 bytes (1,500 on the
+/// wire) offered towards the client at 1.2× the rate for 3 s through
+/// `--down-rate R`; the far end counts what arrives, and the rate is that
+/// count's wire bytes over the time from the first datagram sent to the
+/// last one's departure. Bulk TCP (the table above) measures what TCP makes
+/// of the link on this machine as well as the limiter:
+/// `cargo test --test wan udp_rate_table -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn udp_rate_table() {
+    need_netns!();
+    let rates: [(&str, f64, u64); 6] = [
+        ("10mbit", 10e6, 150_000),
+        ("100mbit", 100e6, 150_000),
+        ("500mbit", 500e6, 150_000),
+        ("1gbit", 1e9, 150_000),
+        ("500mbit", 500e6, 2_000_000),
+        ("1gbit", 1e9, 2_000_000),
+    ];
+    for (rate, bits, queue) in rates {
+        let w = Wan::start_normal(&["--down-rate", rate, "--queue", &queue.to_string()]);
+        let s = w.udp();
+        let pps = (bits * 1.2 / 8.0 / 1500.0) as u64;
+        let n = pps * 3;
+        let payload = [7u8; 1472];
+        let start = Instant::now();
+        let offered = blast_payload(&s, n, pps, &payload);
+        // The queue drains at the rate after the last send.
+        let drain = (queue as f64 * 8.0 / bits).min(1.0);
+        let elapsed = start.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_millis(300));
+        let (got, st) = w.finish();
+        let dir = st["dirs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["to"] == "client")
+            .unwrap()
+            .clone();
+        let measured = got as f64 * 1500.0 * 8.0 / (elapsed + drain);
+        println!(
+            "| udp rate {rate}, queue {queue} B | offered {:.1} Mbit/s, delivered {:.2} Mbit/s | {:+.2} % | router: {} packets, {} queue drops |",
+            offered * 1500.0 * 8.0 / 1e6,
+            measured / 1e6,
+            (measured / bits - 1.0) * 100.0,
+            dir["packets"],
+            dir["queue_drops"]
+        );
+    }
+}
+
 /// The rate rows with the kernel's HTB instead of the router's limiter:
 /// `cargo test --test wan kernel_shaper_table -- --ignored --nocapture`.
 /// (56 kbit/s stalled past the 5 s read timeout until the shaped devices
@@ -917,12 +980,12 @@ fn blast_even_now(s: &UdpSocket, n: u64, pps: u64) -> f64 {
     n as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Send `n` one-byte datagrams at about `pps` per second (paced every 50);
-/// returns the rate reached.
-fn blast(s: &UdpSocket, n: u64, pps: u64) -> f64 {
+/// Send `n` datagrams of `payload` at about `pps` per second (paced every
+/// 50); returns the rate reached.
+fn blast_payload(s: &UdpSocket, n: u64, pps: u64, payload: &[u8]) -> f64 {
     let start = Instant::now();
     for i in 0..n {
-        let _ = s.send(b"c");
+        let _ = s.send(payload);
         if i % 50 == 49 {
             let due = Duration::from_secs_f64((i + 1) as f64 / pps as f64);
             if let Some(d) = due.checked_sub(start.elapsed()) {
@@ -931,6 +994,12 @@ fn blast(s: &UdpSocket, n: u64, pps: u64) -> f64 {
         }
     }
     n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Send `n` one-byte datagrams at about `pps` per second (paced every 50);
+/// returns the rate reached.
+fn blast(s: &UdpSocket, n: u64, pps: u64) -> f64 {
+    blast_payload(s, n, pps, b"c")
 }
 
 /// `weft serve --send-buffer 64KiB`: the accepted connection's send buffer
