@@ -166,7 +166,7 @@ impl WanArgs {
             if !(1500..=1 << 30).contains(&q) {
                 return Err(format!("--queue: {q} out of range (1500 bytes to 1 GiB)"));
             }
-            spec.queue_bytes = q;
+            spec.queue_bytes = Some(q);
         }
         let (mut up, mut down) = (spec.clone(), spec);
         up.rate = self.up_rate.or(self.rate);

@@ -120,10 +120,34 @@ pub struct DirSpec {
     pub rate: Option<u64>,
     /// What the rate limits.
     pub rate_per: RatePer,
-    /// Bytes that may wait for the rate limit before drop-tail.
-    pub queue_bytes: u64,
+    /// Bytes that may wait for the rate limit before drop-tail; None: the
+    /// default, see [`DirSpec::queue_limit`].
+    pub queue_bytes: Option<u64>,
     /// Let jitter reorder packets (off: a packet never leaves before an earlier one).
     pub reorder: bool,
+}
+
+/// The rate-limit queue when none is set: 100 full-size packets...
+pub const DEFAULT_QUEUE_BYTES: u64 = 100 * 1500;
+/// ...or this much time at the rate, whichever is more.
+pub const DEFAULT_QUEUE_TIME: Duration = Duration::from_millis(10);
+
+impl DirSpec {
+    /// Bytes that may wait for the rate limit before drop-tail: the set
+    /// `queue`, else 100 full-size packets or 10 ms at the rate, whichever is
+    /// more. 100 packets is 1.2 ms at 1 Gbit/s, shorter than the gaps a
+    /// sender and the router get from the scheduler on a shared machine, so
+    /// a fast link would run dry between them and deliver short of its rate
+    /// (docs/results.md, "The rate limiter at 1 Gbit/s, without TCP"); the
+    /// time floor changes nothing below 120 Mbit/s.
+    pub fn queue_limit(&self) -> u64 {
+        self.queue_bytes.unwrap_or_else(|| {
+            let floor = self.rate.map_or(0, |r| {
+                (r as u128 * DEFAULT_QUEUE_TIME.as_nanos() / 8_000_000_000) as u64
+            });
+            DEFAULT_QUEUE_BYTES.max(floor)
+        })
+    }
 }
 
 impl Default for DirSpec {
@@ -135,7 +159,7 @@ impl Default for DirSpec {
             loss: Loss::None,
             rate: None,
             rate_per: RatePer::Host,
-            queue_bytes: 100 * 1500,
+            queue_bytes: None,
             reorder: false,
         }
     }
@@ -373,7 +397,7 @@ fn set_dir_key(spec: &mut DirSpec, key: &str, v: &Value, at: &str) -> Result<(),
             if !(1500..=1 << 30).contains(&n) {
                 return err(format!("{here}: {n} out of range (1500 bytes to 1 GiB)"));
             }
-            spec.queue_bytes = n;
+            spec.queue_bytes = Some(n);
         }
         "reorder" => spec.reorder = s.parse().map_err(|_| bad(format!("`{s}` (expected true or false)")))?,
         _ => unreachable!("caller checks DIR_KEYS"),
@@ -610,6 +634,23 @@ pub fn parse_toml(text: &str, file: &str) -> Result<Topology, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queue_defaults_to_100_packets_or_10_ms_at_the_rate() {
+        let at = |rate: Option<u64>, queue: Option<u64>| {
+            DirSpec {
+                rate,
+                queue_bytes: queue,
+                ..DirSpec::default()
+            }
+            .queue_limit()
+        };
+        assert_eq!(at(None, None), 150_000);
+        assert_eq!(at(Some(56_000), None), 150_000);
+        assert_eq!(at(Some(100_000_000), None), 150_000, "10 ms is 125,000 bytes");
+        assert_eq!(at(Some(1_000_000_000), None), 1_250_000);
+        assert_eq!(at(Some(1_000_000_000), Some(3000)), 3000, "a set queue is kept");
+    }
 
     #[test]
     fn units() {

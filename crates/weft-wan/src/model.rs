@@ -55,6 +55,8 @@ pub struct Direction {
     normal: Option<Normal<f64>>,
     lost_prev: bool,
     busy: u64,
+    /// The queue's bound in bytes (`DirSpec::queue_limit`, worked out once).
+    queue_limit: u64,
     /// Per flow (rate per flow): its serialisation clock and its last departure.
     flows: HashMap<u64, FlowLine>,
     last: u64,
@@ -69,6 +71,7 @@ impl Direction {
             .then(|| Normal::new(spec.delay.as_nanos() as f64, spec.jitter.as_nanos() as f64).ok())
             .flatten();
         Direction {
+            queue_limit: spec.queue_limit(),
             spec,
             rng: SmallRng::seed_from_u64(seed),
             normal,
@@ -136,7 +139,7 @@ impl Direction {
         };
         let start = busy.max(now);
         let backlog = ((start - now) as u128 * rate as u128 / 8_000_000_000) as u64;
-        if backlog + len as u64 > self.spec.queue_bytes {
+        if backlog + len as u64 > self.queue_limit {
             self.stats.queue_drops += 1;
             return Verdict::QueueFull;
         }
@@ -207,7 +210,7 @@ mod tests {
         let spec = DirSpec {
             rate: Some(8_000_000), // 1 byte per µs
             delay: Duration::from_millis(10),
-            queue_bytes: 3000,
+            queue_bytes: Some(3000),
             ..DirSpec::default()
         };
         let mut d = Direction::new(spec, 1);
@@ -223,7 +226,7 @@ mod tests {
         let spec = DirSpec {
             rate: Some(8_000_000), // 1 byte per µs
             rate_per: RatePer::Flow,
-            queue_bytes: 2000,
+            queue_bytes: Some(2000),
             ..DirSpec::default()
         };
         let mut d = Direction::new(spec, 1);

@@ -81,7 +81,7 @@ pub fn build(topo: &Topology, net: &Net, pid: u32) -> Result<(), String> {
                 "class", "add", "dev", &dev, "parent", "1:", "classid", &id, "htb", "rate", &r, "ceil", &r, "burst",
                 &burst, "cburst", &burst,
             ])?;
-            let lim = spec.queue_bytes.to_string();
+            let lim = spec.queue_limit().to_string();
             tc(&["qdisc", "add", "dev", &dev, "parent", &id, "bfifo", "limit", &lim])?;
             let to = format!("{}/32", net.addrs[dst]);
             tc(&[

@@ -56,7 +56,7 @@ pub fn build(topo: &Topology, net: &mut Net, pid: u32) -> Result<(), String> {
                 crate::shaper::real_packets(ns, dev, rate)?;
                 let r = format!("{rate}bit");
                 let burst = (rate / 8 / 100).max(3000).to_string();
-                let lim = spec.queue_bytes.to_string();
+                let lim = spec.queue_limit().to_string();
                 let mut args = vec!["netns", "exec", n, "tc", "qdisc", "add", "dev", dev.as_str()];
                 args.extend(["root", "tbf", "rate", &r, "burst", &burst, "limit", &lim]);
                 run("ip", &args)?;
