@@ -274,15 +274,20 @@ fn measure_loss(args: &[&str], n: u64, pps: u64) -> (f64, f64) {
     blast(&s, n, pps);
     std::thread::sleep(Duration::from_millis(300));
     let (got, stats) = w.finish();
-    let dir = stats["dirs"]
+    let dir = towards_client(&stats);
+    let router = dir["lost"].as_f64().unwrap() / dir["packets"].as_f64().unwrap();
+    (1.0 - got as f64 / n as f64, router)
+}
+
+/// The router's counters of the direction towards the client.
+fn towards_client(stats: &serde_json::Value) -> serde_json::Value {
+    stats["dirs"]
         .as_array()
         .unwrap()
         .iter()
         .find(|d| d["to"] == "client")
         .unwrap()
-        .clone();
-    let router = dir["lost"].as_f64().unwrap() / dir["packets"].as_f64().unwrap();
-    (1.0 - got as f64 / n as f64, router)
+        .clone()
 }
 
 /// Bulk TCP from the client namespace through `--up-rate RATE`: the wire
@@ -810,13 +815,7 @@ fn udp_rate_table() {
         let elapsed = start.elapsed().as_secs_f64();
         std::thread::sleep(Duration::from_millis(300));
         let (got, st) = w.finish();
-        let dir = st["dirs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["to"] == "client")
-            .unwrap()
-            .clone();
+        let dir = towards_client(&st);
         let measured = got as f64 * 1500.0 * 8.0 / (elapsed + drain);
         println!(
             "| udp rate {rate}, queue {queue} B | offered {:.1} Mbit/s, delivered {:.2} Mbit/s | {:+.2} % | router: {} packets, {} queue drops |",
@@ -827,6 +826,18 @@ fn udp_rate_table() {
             dir["queue_drops"]
         );
     }
+}
+
+/// The accuracy table's rate rows alone (bulk TCP through the router's
+/// limiter): `cargo test --test wan router_rate_table -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn router_rate_table() {
+    need_netns!();
+    rate_rows(
+        "router",
+        &[("56kbit", 56e3), ("1mbit", 1e6), ("100mbit", 100e6), ("1gbit", 1e9)],
+    );
 }
 
 /// The rate rows with the kernel's HTB instead of the router's limiter:

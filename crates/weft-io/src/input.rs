@@ -256,7 +256,9 @@ impl InputBuf {
 
     /// After a [`Fill::Data`]: may the socket still hold unread input? This
     /// is the one rule of user-level readiness tracking for stream sockets,
-    /// used by every role that reads a request or a response head. A read
+    /// used by every role that reads requests (serve, the proxy's client
+    /// side, `weft origin`; the proxy reads a response head to EAGAIN, since
+    /// a close-delimited body ends on the FIN that may come with it). A read
     /// that filled every byte offered may have left more behind. A short read
     /// took all the socket held (its receive queue and backlog), so any later
     /// arrival raises a new event, level- or edge-triggered, and reading again
@@ -558,8 +560,7 @@ mod tests {
         assert!(matches!(b.fill(&r, 8, &mut pool), Fill::Data(8)));
         assert!(b.may_hold_more(false));
         b.consume(8);
-        // 2 bytes into 8 of room: the socket is drained, a new arrival is a
-        // new event...
+        // 2 bytes into 8 of room: drained, a new arrival is a new event...
         assert!(matches!(b.fill(&r, 8, &mut pool), Fill::Data(2)));
         assert!(!b.may_hold_more(false));
         // ...unless the peer's FIN was reported: then one more read is owed,
