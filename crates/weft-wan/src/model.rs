@@ -221,6 +221,21 @@ mod tests {
     }
 
     #[test]
+    fn default_queue_holds_10_ms_at_a_fast_rate() {
+        // 1 Gbit/s with no queue set: 1,250,000 bytes may wait (10 ms), not
+        // the 150,000 of 100 packets; a burst at one instant fills exactly that.
+        let spec = DirSpec {
+            rate: Some(1_000_000_000),
+            ..DirSpec::default()
+        };
+        let mut d = Direction::new(spec, 1);
+        let accepted = (0..1000)
+            .take_while(|_| d.offer(0, 1500, 0) != Verdict::QueueFull)
+            .count();
+        assert_eq!(accepted, 1_250_000 / 1500, "833 packets of 1,500 bytes, not 100");
+    }
+
+    #[test]
     fn rate_per_flow_gives_each_flow_its_own_clock() {
         // 001's modems: 56 kbit/s per connection, not shared.
         let spec = DirSpec {
