@@ -90,7 +90,8 @@ struct PidFile(Option<PathBuf>);
 impl PidFile {
     fn write(path: Option<&Path>) -> io::Result<PidFile> {
         if let Some(p) = path {
-            std::fs::write(p, format!("{}\n", std::process::id()))?;
+            // Whole or not at all: `weft reload` may read it the moment it appears.
+            weft_io::statefile::write_whole(p, format!("{}\n", std::process::id()).as_bytes())?;
         }
         Ok(PidFile(path.map(Path::to_path_buf)))
     }

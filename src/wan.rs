@@ -64,7 +64,8 @@ pub struct WanArgs {
     /// Run no command: keep the network until SIGINT/SIGTERM (for scripts).
     #[arg(long)]
     pub hold: bool,
-    /// Write the hosts' namespaces and addresses (JSON) here when ready.
+    /// Write the hosts' namespaces and addresses (JSON) here when ready (the
+    /// file appears whole: read it as soon as it exists).
     #[arg(long, value_name = "FILE")]
     pub ready: Option<PathBuf>,
     /// Write the router's counters (JSON) here at the end.

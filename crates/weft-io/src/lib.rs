@@ -34,6 +34,8 @@
 //! - [`pools`]: a worker's two buffer pools seen together: what they hold
 //!   ([`PoolGauges`], one gauge group every role embeds in its stats) and a
 //!   connection's buffers given back to them;
+//! - [`statefile`]: files other programs poll for (ready, pid), written
+//!   whole or not at all;
 //! - [`timer`]: a connection's deadline against the loop's timer heap
 //!   (arm only when it moves earlier; stale, later or expired when it fires).
 
@@ -55,6 +57,7 @@ pub mod output;
 pub mod pipes;
 pub mod pools;
 pub mod slab;
+pub mod statefile;
 pub mod sys;
 pub mod timer;
 pub mod workers;

@@ -173,8 +173,9 @@ pub fn run(topo: &Topology, opts: &RunOptions) -> i32 {
         }
     };
     if let Some(p) = &opts.ready {
-        // Written only now that the router runs: a script may use the network at once.
-        if let Err(e) = std::fs::write(p, format!("{ready}\n")) {
+        // Written only now that the router runs: a script may use the network
+        // at once. Whole or not at all: a script waits for the path to exist.
+        if let Err(e) = weft_io::statefile::write_whole(p, format!("{ready}\n").as_bytes()) {
             eprintln!("weft wan: cannot write {}: {e}", p.display());
         }
     }
