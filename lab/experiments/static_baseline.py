@@ -5,8 +5,9 @@ one worker, same files, same run: 1 B, 8 KiB, 100 KiB and 1 MiB. For each,
 requests/s and server CPU µs per request (utime+stime of the server's process
 tree from /proc before and after). weft runs with `--send auto`, `sendfile`
 and `copy`, nginx with and without sendfile. Median of 3 repetitions (1 with
---quick, 1 s runs: the smoke form CI runs, where only errors fail). The servers' order rotates between repetitions so no one
-server always runs first or last.
+--quick, 1 s runs: the smoke form CI runs, where only errors fail). The
+servers' order rotates between repetitions so no one server always runs first
+or last.
 """
 
 from __future__ import annotations
