@@ -347,6 +347,40 @@ fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
     !close && framing != "close" && !q.contains_key("drop")
 }
 
+/// An upstream that answers `413` as soon as it has a request head, before
+/// the body, and then reads (and drops) whatever else comes until the proxy
+/// closes: it never closes with unread bytes, which would reset the
+/// connection and could destroy the answer before the proxy reads it.
+struct EarlyOrigin {
+    addr: SocketAddr,
+}
+
+impl EarlyOrigin {
+    fn start() -> EarlyOrigin {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { continue };
+                std::thread::spawn(move || {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 16384];
+                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let _ = s.write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\n\r\nbig!");
+                    while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+                });
+            }
+        });
+        EarlyOrigin { addr }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // The client side
 
@@ -395,6 +429,54 @@ fn disk_counter(json: &str, name: &str) -> u64 {
 
 mod scenarios {
     use super::*;
+
+    /// A response that overtakes its request's body: an upstream that
+    /// answers 413 on the head. The client keeps its connection when the
+    /// rest of the body is at most 1 MiB (the proxy reads and drops it, as
+    /// `weft serve` does) and the next request on it is answered; a larger
+    /// rest, or a chunked body, closes it after the response. Under splice
+    /// on and off (the rest of the body would otherwise be spliced).
+    pub fn early_answer_keeps_the_client(event: &str) {
+        let early = EarlyOrigin::start();
+        let o = Origin::start();
+        for splice in ["on", "off"] {
+            let p = start_proxy(&["--event", event, "--splice", splice, "--stats-on-exit"]);
+            let url = format!("http://{}/upload", early.addr);
+            let what = format!("{event} splice {splice}");
+            // 300,000 bytes: 1,000 with the head, the rest after the answer,
+            // with a GET right behind it in the same write.
+            let mut c = Conn::to(p.addr);
+            let mut first = format!("POST {url} HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\n\r\n").into_bytes();
+            first.extend_from_slice(&pattern(1000));
+            c.send(&first);
+            let r = c.read(false).unwrap();
+            assert_eq!((r.status, r.body.as_slice()), (413, &b"big!"[..]), "{what}");
+            assert_eq!(r.header("connection"), None, "{what}: the client keeps its connection");
+            let mut rest = pattern(299_000);
+            rest.extend_from_slice(
+                format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", o.url("/cl/700?cc=no-store")).as_bytes(),
+            );
+            c.send(&rest);
+            let r = c.read(false).unwrap();
+            assert!(
+                r.status == 200 && r.body == pattern(700),
+                "{what}: the GET behind the dropped body"
+            );
+            // Over the 1 MiB cap, and chunked: answered, then closed.
+            for head in ["Content-Length: 3000000", "Transfer-Encoding: chunked"] {
+                let mut c = Conn::to(p.addr);
+                let chunk = if head.starts_with("Transfer") { "3e8\r\n" } else { "" };
+                let mut first = format!("POST {url} HTTP/1.1\r\nHost: x\r\n{head}\r\n\r\n{chunk}").into_bytes();
+                first.extend_from_slice(&pattern(1000));
+                c.send(&first);
+                let r = c.read(false).unwrap();
+                assert_eq!(r.status, 413, "{what} {head}");
+                assert_eq!(r.header("connection"), Some("close"), "{what} {head}");
+            }
+            let stats = stop_stats(p);
+            assert_eq!(counter(&stats, "bodies_discarded"), 1, "{what}: {stats}");
+        }
+    }
 
     /// Issue 27: request bodies of known length at or above the splice
     /// threshold go client → pipe → upstream. Byte-exact under splice on
@@ -1023,6 +1105,7 @@ mod scenarios {
 }
 
 per_backend!(
+    early_answer_keeps_the_client,
     request_bodies_spliced,
     chunked_request_body_aborted,
     stalled_request_body_times_out,

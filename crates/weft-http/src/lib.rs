@@ -66,6 +66,13 @@ pub use request::RequestHead;
 pub const TARGET_HEADER: &str = "X-Weft-Target";
 pub use response::ResponseHead;
 
+/// Largest rest of a request body a server (or a proxy, towards its client)
+/// reads and drops to keep the connection after answering without it; a
+/// larger one is not worth reading, and the connection closes instead.
+/// Shared by `weft serve` and the proxy so both roles keep the same
+/// connections.
+pub const MAX_BODY_DISCARD: u64 = 1 << 20;
+
 use std::fmt;
 
 /// Limits on what a peer may send before weft refuses it.

@@ -8,7 +8,7 @@ use crate::config::ProxyConfig;
 use crate::conn::{Client, Entry, ReqBody};
 use crate::worker::{client_of, Flow, Worker};
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use weft_http::respond::{self, Persist};
 use weft_io::sys::{self, Fd};
 use weft_io::{pools, BufPool, Ctx, Fill, Interest, Poller, Token};
@@ -223,6 +223,9 @@ impl Worker<'_> {
             // The request at the front waits for the disk store (`on_loaded`).
             return Flow::Wait;
         }
+        if c.discard > 0 {
+            drop_overtaken_body(c, cx.now);
+        }
         if !c.input.is_empty() {
             // A request is arriving: lend the state it needs (given back by
             // `Worker::drive` once the client is idle again).
@@ -251,11 +254,15 @@ impl Worker<'_> {
             // (`read_input` has already taken a short read as drained.)
             ClientRead::Data { .. } => {
                 c.last_activity = cx.now;
-                if c.head_started.is_none() {
-                    c.head_started = Some(cx.now);
-                }
-                if c.began.is_none() {
-                    c.began = Some(cx.now);
+                // Body bytes to drop start no request head: the idle timeout,
+                // not the head's, bounds a client that stalls in them.
+                if c.discard == 0 {
+                    if c.head_started.is_none() {
+                        c.head_started = Some(cx.now);
+                    }
+                    if c.began.is_none() {
+                        c.began = Some(cx.now);
+                    }
                 }
                 Flow::Again
             }
@@ -332,6 +339,19 @@ impl Worker<'_> {
     }
 }
 
+/// Drop what has arrived of a request body that its response overtook
+/// (`Client::discard`); the bytes after it are the next request, whose head
+/// starts now.
+fn drop_overtaken_body(c: &mut Client, now: Instant) {
+    let n = c.discard.min(c.input.len() as u64);
+    c.input.consume(n as usize);
+    c.discard -= n;
+    if c.discard == 0 && !c.input.is_empty() {
+        c.head_started.get_or_insert(now);
+        c.began.get_or_insert(now);
+    }
+}
+
 /// Read and discard what the client still sends (see `step_linger`).
 fn linger_read(c: &mut Client, pool: &mut BufPool) -> Flow {
     let Some(fd) = c.fd.as_ref() else {
@@ -391,7 +411,6 @@ pub(crate) fn set_notsent_lowat(fd: &Option<Fd>, state: &mut bool, on: bool, cfg
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     #[test]
     fn notsent_lowat_follows_what_the_connection_sends() {

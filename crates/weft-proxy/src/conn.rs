@@ -58,6 +58,12 @@ pub struct Client {
     pub want: Interest,
     pub requests: u64,
     pub close_after: bool,
+    /// Request body bytes still to read and drop before the next request
+    /// head: the rest of a body that the upstream's response overtook (the
+    /// upstream got part of it and is not reused; the client keeps its
+    /// connection, as with `weft serve`). At most
+    /// [`weft_http::MAX_BODY_DISCARD`]; a larger rest closes the client.
+    pub discard: u64,
     pub linger_on_close: bool,
     pub lingering: bool,
     /// TCP_NOTSENT_LOWAT is set on the socket: it is while upstream bodies
@@ -157,6 +163,7 @@ impl Client {
             want: Interest::NONE,
             requests: 0,
             close_after: false,
+            discard: 0,
             linger_on_close: false,
             lingering: false,
             notsent_lowat: false,

@@ -379,8 +379,26 @@ impl Worker<'_> {
         }
         // The client's head.
         let f = client_framing(framing, method, status, resp.content_length(), txn.http10);
-        let client_close = f.close || !txn.client_keep_alive || sh.draining || !matches!(txn.body, ReqBody::None);
+        // A response that overtakes its request's body (an early 413, or an
+        // upstream that answers on the head): no more of the body goes
+        // upstream (that connection is not reused, above), and the client
+        // keeps its connection if the rest is small enough to read and drop
+        // (`Client::discard`, as `weft serve` does); a larger rest, or a
+        // chunked one of unknown size, closes it after the response.
+        let rest = match txn.body {
+            ReqBody::None => Some(0),
+            ReqBody::Length(left) if left <= weft_http::MAX_BODY_DISCARD => Some(left),
+            ReqBody::Length(_) | ReqBody::Chunked(_) => None,
+        };
+        let client_close = f.close || !txn.client_keep_alive || sh.draining || rest.is_none();
         txn.client_close = client_close;
+        if let (false, Some(left @ 1..)) = (client_close, rest) {
+            c.discard = left;
+            sh.stats.bodies_discarded += 1;
+            txn.body = ReqBody::None;
+            // What a spliced body's pipe holds came from the client: it goes too.
+            txn.req_pipe = None;
+        }
         let persist = encode::Persist::new(client_close, txn.http10);
         let announced = if method == Method::Head {
             0

@@ -149,6 +149,9 @@ weft_core::metrics! {
         /// Body bytes those redirected (the bytes read with the head are
         /// counted in `bytes_copied`).
         counter sockmap_body_bytes,
+        /// Request bodies a response overtook whose rest was read and
+        /// dropped, so the client kept its connection.
+        counter bodies_discarded,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -229,13 +232,13 @@ mod tests {
             bytes_spliced bytes_teed bytes_copied bytes_filled bytes_cache tunnel_bytes_spliced \
             tunnel_bytes_copied sessions_splice sessions_keep_copy sessions_copy sessions_fallback \
             sessions_no_pipe sessions_client_abort sessions_orphan_fill sessions_upstream_abort read_batches_cut";
-        // Added by issues 21 and 27, after every earlier key (the pool gauges
+        // Added by issues 21 and 27 (and the proxy's body discard), after every earlier key (the pool gauges
         // nested under "pools" since issue 14).
         const ADDED: &str = "refused_max_connections open_connections upstream_connections upstream_pooled \
             request_state_pooled \
             calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
             bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
-            sockmap_bodies sockmap_body_bytes";
+            sockmap_bodies sockmap_body_bytes bodies_discarded";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

@@ -44,7 +44,7 @@ const NOTICES: Token = Token::new(u32::MAX - 4, 0);
 /// How long a closing connection may linger reading the client's leftovers.
 pub(crate) const LINGER: Duration = weft_io::LINGER_TIME;
 /// Largest request body skipped to keep a connection alive; larger ones close it.
-const MAX_DISCARD: u64 = 1 << 20;
+const MAX_DISCARD: u64 = weft_http::MAX_BODY_DISCARD;
 /// Stop coalescing pipelined responses beyond this much queued output.
 const COALESCE_MAX: usize = 64 * 1024;
 /// Input buffer lent at a connection's first read; grows (up to the head
