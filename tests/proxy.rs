@@ -357,25 +357,18 @@ struct EarlyOrigin {
 
 impl EarlyOrigin {
     fn start() -> EarlyOrigin {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { continue };
-                std::thread::spawn(move || {
-                    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-                    let mut seen = Vec::new();
-                    let mut buf = [0u8; 16384];
-                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut buf) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => seen.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let _ = s.write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\n\r\nbig!");
-                    while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
-                });
+        let addr = common::tcp_server(|mut s| {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 16384];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
             }
+            let _ = s.write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\n\r\nbig!");
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
         });
         EarlyOrigin { addr }
     }
@@ -746,17 +739,10 @@ mod scenarios {
     /// CONNECT to a local echo server: bytes both ways, a large transfer,
     /// half-close forwarding, and refused ports.
     pub fn connect_tunnel(event: &str) {
-        let echo = TcpListener::bind("127.0.0.1:0").unwrap();
-        let eaddr = echo.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for s in echo.incoming() {
-                let Ok(mut s) = s else { continue };
-                std::thread::spawn(move || {
-                    let mut r = s.try_clone().unwrap();
-                    let _ = std::io::copy(&mut r, &mut s);
-                    let _ = s.shutdown(Shutdown::Write);
-                });
-            }
+        let eaddr = common::tcp_server(|mut s| {
+            let mut r = s.try_clone().unwrap();
+            let _ = std::io::copy(&mut r, &mut s);
+            let _ = s.shutdown(Shutdown::Write);
         });
         for splice in ["on", "off"] {
             let port = eaddr.port().to_string();

@@ -7,7 +7,7 @@ mod common;
 
 use common::{counter, is_root, pattern, stop_stats, ReadErr, Reader, Weft};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -30,30 +30,22 @@ fn unavailable(p: &Weft) -> Option<String> {
 /// upstream socket when the tunnel joins the map), then echoes; "close"
 /// sends 1 MiB and closes at once, before the client's end of stream.
 fn upstream(mode: &'static str) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            std::thread::spawn(move || {
-                if mode == "first" {
-                    let _ = s.write_all(b"hello from upstream\n");
-                }
-                if mode == "close" {
-                    let _ = s.write_all(&pattern(MIB));
-                } else if mode == "echo" || mode == "first" {
-                    let mut r = s.try_clone().unwrap();
-                    let _ = std::io::copy(&mut r, &mut s);
-                } else {
-                    let mut all = Vec::new();
-                    let _ = s.read_to_end(&mut all);
-                    let _ = s.write_all(&all);
-                }
-                let _ = s.shutdown(Shutdown::Write);
-            });
+    common::tcp_server(move |mut s| {
+        if mode == "first" {
+            let _ = s.write_all(b"hello from upstream\n");
         }
-    });
-    a
+        if mode == "close" {
+            let _ = s.write_all(&pattern(MIB));
+        } else if mode == "echo" || mode == "first" {
+            let mut r = s.try_clone().unwrap();
+            let _ = std::io::copy(&mut r, &mut s);
+        } else {
+            let mut all = Vec::new();
+            let _ = s.read_to_end(&mut all);
+            let _ = s.write_all(&all);
+        }
+        let _ = s.shutdown(Shutdown::Write);
+    })
 }
 
 fn proxy(up: SocketAddr) -> Weft {
@@ -312,16 +304,11 @@ struct BodyUpstream {
 
 impl BodyUpstream {
     fn start() -> BodyUpstream {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
         let conns = Arc::new(AtomicUsize::new(0));
         let counted = conns.clone();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(s) = s else { continue };
-                counted.fetch_add(1, Ordering::SeqCst);
-                std::thread::spawn(move || serve_bodies(s));
-            }
+        let addr = common::tcp_server(move |s| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            serve_bodies(s);
         });
         BodyUpstream { addr, conns }
     }

@@ -516,6 +516,26 @@ pub fn free_addr() -> String {
     l.local_addr().unwrap().to_string()
 }
 
+/// A test server on a free loopback port: every accepted connection is
+/// handed to `serve` on a thread of its own. The accept loop lives as long
+/// as the test process.
+pub fn tcp_server<F>(serve: F) -> SocketAddr
+where
+    F: Fn(TcpStream) + Send + Sync + 'static,
+{
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let serve = std::sync::Arc::new(serve);
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(s) = s else { continue };
+            let serve = serve.clone();
+            std::thread::spawn(move || serve(s));
+        }
+    });
+    addr
+}
+
 /// Does this test run as root (for mounts and privilege drops)?
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
