@@ -348,9 +348,10 @@ fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
 }
 
 /// An upstream that answers `413` as soon as it has a request head, before
-/// the body, and then reads (and drops) whatever else comes until the proxy
-/// closes: it never closes with unread bytes, which would reset the
-/// connection and could destroy the answer before the proxy reads it.
+/// the body (with 1 MiB of body for `/big`, else 4 bytes), and then reads
+/// (and drops) whatever else comes until the proxy closes: it never closes
+/// with unread bytes, which would reset the connection and could destroy
+/// the answer before the proxy reads it.
 struct EarlyOrigin {
     addr: SocketAddr,
 }
@@ -367,7 +368,17 @@ impl EarlyOrigin {
                     Ok(n) => seen.extend_from_slice(&buf[..n]),
                 }
             }
-            let _ = s.write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\n\r\nbig!");
+            if seen.starts_with(b"POST /big ") {
+                let body = pattern(1 << 20);
+                let head = format!(
+                    "HTTP/1.1 413 Payload Too Large\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(head.as_bytes());
+                let _ = s.write_all(&body);
+            } else {
+                let _ = s.write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\n\r\nbig!");
+            }
             while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
         });
         EarlyOrigin { addr }
@@ -455,6 +466,25 @@ mod scenarios {
                 r.status == 200 && r.body == pattern(700),
                 "{what}: the GET behind the dropped body"
             );
+            // A large answer (1 MiB), and a client that writes all of its
+            // body (1,000,000 bytes) before it reads: the proxy drops the
+            // body while the answer waits for the client, or both would stall.
+            // Small socket buffers (no autotuning) so that neither the
+            // body nor the answer fits in the kernel's buffers.
+            weft_io::sys::sockopt::set_sndbuf(c.stream.as_raw_fd(), 16 * 1024).unwrap();
+            weft_io::sys::set_rcvbuf(c.stream.as_raw_fd(), 16 * 1024).unwrap();
+            let big = format!("http://{}/big", early.addr);
+            let mut first = format!("POST {big} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n").into_bytes();
+            first.extend_from_slice(&pattern(1000));
+            c.send(&first);
+            std::thread::sleep(Duration::from_millis(100));
+            c.send(&pattern(999_000));
+            let r = c.read(false).unwrap();
+            assert!(
+                r.status == 413 && r.body == pattern(1 << 20),
+                "{what}: the large early answer"
+            );
+            assert_eq!(c.get(&o.url("/cl/70?cc=no-store"), "").body, pattern(70), "{what}");
             // Over the 1 MiB cap, and chunked: answered, then closed.
             for head in ["Content-Length: 3000000", "Transfer-Encoding: chunked"] {
                 let mut c = Conn::to(p.addr);
@@ -467,7 +497,7 @@ mod scenarios {
                 assert_eq!(r.header("connection"), Some("close"), "{what} {head}");
             }
             let stats = stop_stats(p);
-            assert_eq!(counter(&stats, "bodies_discarded"), 1, "{what}: {stats}");
+            assert_eq!(counter(&stats, "bodies_discarded"), 2, "{what}: {stats}");
         }
     }
 

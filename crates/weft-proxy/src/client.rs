@@ -342,7 +342,7 @@ impl Worker<'_> {
 /// Drop what has arrived of a request body that its response overtook
 /// (`Client::discard`); the bytes after it are the next request, whose head
 /// starts now.
-fn drop_overtaken_body(c: &mut Client, now: Instant) {
+pub(crate) fn drop_overtaken_body(c: &mut Client, now: Instant) {
     let n = c.discard.min(c.input.len() as u64);
     c.input.consume(n as usize);
     c.discard -= n;

@@ -7,7 +7,7 @@
 //! step. Failures end it through [`Worker::fail`]: an error answer when
 //! nothing of the response has gone out yet, a closed client otherwise.
 
-use crate::client::{set_notsent_lowat, ClientRead};
+use crate::client::{drop_overtaken_body, set_notsent_lowat, ClientRead};
 use crate::config::SpliceMode;
 use crate::conn::{Client, Phase, ReqBody, Txn, Upstream};
 use crate::relay::{splice_request_body, BodyEnd, Ends, Pump};
@@ -339,7 +339,15 @@ impl Worker<'_> {
                 if c.fd.is_none() || in_kernel {
                     return Flow::Wait;
                 }
-                if c.eof || client_write || !c.has_room(max) {
+                // The rest of a request body this response overtook is read
+                // and dropped meanwhile, also while the response waits for
+                // the client: a client that writes its whole body before it
+                // reads would otherwise stall both directions.
+                if c.discard > 0 {
+                    drop_overtaken_body(c, cx.now);
+                }
+                let dropping = c.discard > 0;
+                if c.eof || (client_write && !dropping) || !c.has_room(max) {
                     return Flow::Wait;
                 }
                 if !c.may_read {
@@ -347,6 +355,10 @@ impl Worker<'_> {
                     return Flow::Wait;
                 }
                 match c.read_input(max, &mut sh.bufs) {
+                    ClientRead::WouldBlock if dropping => {
+                        c.want.read = true;
+                        Flow::Wait
+                    }
                     // A FIN: no more requests, but a half-closed client
                     // still reads this response (a gone one makes the
                     // next write fail).
