@@ -443,30 +443,39 @@ fn idle_connections_are_held_and_reopened() {
 }
 
 /// TIME_WAIT entries on this machine whose remote port is `port` (client
-/// sockets of connections to a server on that port), from /proc/net/tcp.
-fn time_wait_to(port: u16) -> usize {
+/// sockets of connections to a server on that port), from /proc/net/tcp, by
+/// their local address and port. Entries can predate the server: a listener
+/// of an earlier test may have had the same port less than a minute ago and
+/// left its clients' TIME_WAIT entries behind, so a test compares with the
+/// set taken when its server started.
+fn time_wait_to(port: u16) -> std::collections::HashSet<String> {
     let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
     text.lines()
         .skip(1)
-        .filter(|l| {
+        .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3
-                && f[3] == "06"
-                && f[2].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
+            let to_port = f
+                .get(2)?
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            (f.len() > 3 && f[3] == "06" && to_port == Some(port)).then(|| f[1].to_string())
         })
-        .count()
+        .collect()
 }
 
 #[test]
 fn client_closed_connections_reset_after_complete_replies() {
     let o = origin(&["--stats-on-exit"]);
+    let before = time_wait_to(o.addr.port());
     // Default: the client ends each HTTP/1.1 connection itself and resets it
     // once its reply is in, so its port keeps no TIME_WAIT entry.
     let v = load_flags(&url(&o, "/size/10/x"), "--rate 1000 --num-conns 100 --verify");
     no_errors(&v);
     assert_eq!(n(&v, "replies.2xx"), 100);
     assert_eq!(v["config"]["client_close"], "reset");
-    assert_eq!(time_wait_to(o.addr.port()), 0, "reset connections leave no TIME_WAIT");
+    let new: Vec<String> = time_wait_to(o.addr.port()).difference(&before).cloned().collect();
+    assert!(new.is_empty(), "reset connections leave no TIME_WAIT: {new:?}");
     // Explicit source ports (httperf's --hog), still reset.
     let v = load_flags(
         &url(&o, "/size/10/x"),
