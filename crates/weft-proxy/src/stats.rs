@@ -232,8 +232,8 @@ mod tests {
             bytes_spliced bytes_teed bytes_copied bytes_filled bytes_cache tunnel_bytes_spliced \
             tunnel_bytes_copied sessions_splice sessions_keep_copy sessions_copy sessions_fallback \
             sessions_no_pipe sessions_client_abort sessions_orphan_fill sessions_upstream_abort read_batches_cut";
-        // Added by issues 21 and 27 (and the proxy's body discard), after every earlier key (the pool gauges
-        // nested under "pools" since issue 14).
+        // Added by issues 21 and 27 and the proxy's body discard, after every
+        // earlier key (the pool gauges nested under "pools" since issue 14).
         const ADDED: &str = "refused_max_connections open_connections upstream_connections upstream_pooled \
             request_state_pooled \
             calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
