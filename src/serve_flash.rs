@@ -5,12 +5,21 @@
 use crate::args::{duration as parse_duration, set_given, size as parse_size};
 use clap::Args;
 use std::time::Duration;
+use weft_io::sys::residency::LoadMethod;
 use weft_policy::{GdsCost, PolicyKind};
 
 fn parse_helpers(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=1024).contains(&n) => Ok(n),
         _ => Err(format!("invalid count `{s}` (expected 1..1024)")),
+    }
+}
+
+fn parse_helper_load(s: &str) -> Result<LoadMethod, String> {
+    match s {
+        "readahead" => Ok(LoadMethod::Readahead),
+        "read" => Ok(LoadMethod::Read),
+        _ => Err(format!("invalid helper load `{s}` (readahead or read)")),
     }
 }
 
@@ -40,6 +49,13 @@ pub struct FlashArgs {
     /// AMPED: helper threads at most, started on demand and kept in reserve [default: 8].
     #[arg(long, value_name = "N", value_parser = parse_helpers)]
     pub helpers: Option<usize>,
+
+    /// AMPED: how a helper brings a file range into the page cache: readahead (start read-ahead
+    /// and wait until the pages are in without reading them, so the send is their only use) or
+    /// read (read them through a buffer: the kernel then counts two uses and protects those
+    /// pages) [default: readahead].
+    #[arg(long, value_name = "readahead|read", value_parser = parse_helper_load)]
+    pub helper_load: Option<LoadMethod>,
 
     /// Pathname translations cached per worker; 0 translates (opens and stats) every request
     /// [default: 1000].
@@ -138,6 +154,7 @@ impl FlashArgs {
             arch,
             residency,
             helpers,
+            helper_load,
             path_cache,
             head_cache,
             file_cache,
@@ -176,6 +193,8 @@ mod tests {
         assert_eq!(parse_on_off("off"), Ok(false));
         assert!(parse_on_off("maybe").is_err());
         assert!(parse_helpers("0").is_err());
+        assert_eq!(parse_helper_load("read"), Ok(LoadMethod::Read));
+        assert!(parse_helper_load("mmap").is_err());
         assert_eq!(parse_helpers("4"), Ok(4));
         let mut c = weft_server::ServeConfig::default();
         let a = FlashArgs {

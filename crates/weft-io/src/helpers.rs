@@ -22,7 +22,8 @@
 //!   blocking call delays it until that call returns.
 
 use crate::mailbox::Mailboxes;
-use crate::sys::{self, residency, Fd, FileStat, Resolve};
+use crate::sys::residency::{self, LoadMethod};
+use crate::sys::{self, Fd, FileStat, Resolve};
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io;
@@ -214,6 +215,8 @@ pub enum DiskJob {
         /// A regular file up to this size is also loaded into the page cache
         /// (the worker reads small files whole once the answer arrives).
         preload: u64,
+        /// How the preload brings the file in.
+        method: LoadMethod,
     },
     /// Bring `[offset, offset + len)` of `file` into the page cache.
     Load {
@@ -225,6 +228,8 @@ pub enum DiskJob {
         offset: u64,
         /// Length of the range.
         len: u64,
+        /// How the range is brought in.
+        method: LoadMethod,
     },
 }
 
@@ -260,18 +265,25 @@ pub fn run_disk_job(job: DiskJob) -> DiskDone {
             path,
             resolve,
             preload,
+            method,
         } => {
             let result = sys::retry(|| sys::open_beneath(&*root, &path, resolve))
                 .and_then(|fd| sys::fstat(&fd).map(|st| (fd, st)));
             if let Ok((fd, st)) = &result {
                 if st.is_file && st.size > 0 && st.size <= preload {
-                    let _ = with_scratch(|s| residency::load(fd, 0, st.size, s));
+                    let _ = with_scratch(|s| residency::load(fd, 0, st.size, s, method));
                 }
             }
             DiskDone::Opened { tag, result }
         }
-        DiskJob::Load { tag, file, offset, len } => {
-            let result = with_scratch(|s| residency::load(&*file, offset, len, s));
+        DiskJob::Load {
+            tag,
+            file,
+            offset,
+            len,
+            method,
+        } => {
+            let result = with_scratch(|s| residency::load(&*file, offset, len, s, method));
             DiskDone::Loaded { tag, result }
         }
     }

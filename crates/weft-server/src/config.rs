@@ -144,6 +144,8 @@ pub struct ServeConfig {
     pub residency: ResidencyTest,
     /// Helper threads at most (AMPED), started on demand.
     pub helpers: usize,
+    /// How helpers bring a range into the page cache (`--helper-load`).
+    pub helper_load: weft_io::sys::residency::LoadMethod,
     /// Pathname translations cached per worker (0: translate every request).
     pub path_cache: usize,
     /// Keep response header fields ready to send (off: built per request).
@@ -221,6 +223,7 @@ impl Default for ServeConfig {
             arch: Arch::Amped,
             residency: ResidencyTest::Cachestat,
             helpers: 8,
+            helper_load: weft_io::sys::residency::LoadMethod::Readahead,
             path_cache: 1000,
             head_cache: true,
             file_cache: 64 << 20,

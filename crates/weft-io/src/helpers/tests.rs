@@ -134,6 +134,7 @@ fn disk_jobs_open_stat_and_load() {
         path: CString::new(name).unwrap(),
         resolve: Resolve::Beneath,
         preload: 1 << 20,
+        method: LoadMethod::Readahead,
     };
     pool.submit(1, job(1, "f.txt")).unwrap();
     pool.submit(1, job(2, "missing")).unwrap();
@@ -155,28 +156,34 @@ fn disk_jobs_open_stat_and_load() {
             other => panic!("unexpected {other:?}"),
         }
     }
-    pool.submit(
-        1,
-        DiskJob::Load {
-            tag: 4,
-            file: file.clone().unwrap(),
-            offset: 0,
-            len: 1 << 20,
-        },
-    )
-    .unwrap();
-    let mut out = Vec::new();
-    while out.is_empty() {
-        assert!(readable(pool.waker(1), 5000));
-        pool.take(1, &mut out);
-    }
-    assert!(matches!(
-        out[0],
-        DiskDone::Loaded {
-            tag: 4,
-            result: Ok(100_000)
+    // Both ways of loading end with the range resident and its length known
+    // (short at end of file).
+    for (tag, method) in [(4, LoadMethod::Readahead), (5, LoadMethod::Read)] {
+        let file = file.clone().unwrap();
+        let _ = residency::advise_dontneed(&*file, 0, 0);
+        let (offset, len) = (0, 1 << 20);
+        pool.submit(
+            1,
+            DiskJob::Load {
+                tag,
+                file,
+                offset,
+                len,
+                method,
+            },
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        while out.is_empty() {
+            assert!(readable(pool.waker(1), 5000));
+            pool.take(1, &mut out);
         }
-    ));
+        assert!(
+            matches!(out[0], DiskDone::Loaded { tag: t, result: Ok(100_000) } if t == tag),
+            "{method:?}: {:?}",
+            out[0]
+        );
+    }
     drop(pool);
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -116,6 +116,13 @@ impl MappedChunk {
         mincore_mapped(self.base.as_ptr(), self.map_len)
     }
 
+    /// Bytes of the mapping, from its page-aligned start, that mincore
+    /// reports resident before the first page it does not; `known` bytes
+    /// (page-aligned) are already known to be resident and are not tested.
+    pub fn resident_prefix(&self, known: usize) -> io::Result<usize> {
+        super::residency::mincore_prefix(self.base.as_ptr(), known, self.map_len)
+    }
+
     /// madvise(WILLNEED): start reading the chunk's pages in the background.
     pub fn advise_willneed(&self) -> io::Result<()> {
         bump(SysKind::Other);

@@ -594,6 +594,8 @@ pub struct FileStat {
     pub is_dir: bool,
     /// Readable by others (world-readable bit).
     pub mode: u32,
+    /// Owner's uid.
+    pub uid: u32,
 }
 
 fn to_filestat(st: &libc::stat) -> FileStat {
@@ -613,6 +615,7 @@ fn to_filestat(st: &libc::stat) -> FileStat {
         is_file: fmt == libc::S_IFREG,
         is_dir: fmt == libc::S_IFDIR,
         mode: st.st_mode,
+        uid: st.st_uid,
     }
 }
 

@@ -16,14 +16,16 @@
 //!   issues disk reads itself).
 //! - [`resident`]: `mincore(2)` over a temporary read-only mapping of the range
 //!   (mincore needs a mapping; [`super::mmap::MappedChunk::residency`] tests an
-//!   existing one). Caveats measured on this machine
-//!   (`/work/shared/research/linux-mechanisms.md`): pages still under I/O count
-//!   as resident, and a file the process may not write may be reported resident
-//!   regardless, so it is a hint, not a guarantee.
+//!   existing one). It counts a page once its read has completed (the kernel
+//!   tests the page's up-to-date flag; cachestat counts pages still under
+//!   I/O), but reports every page of a file the process neither owns nor may
+//!   write as resident: a hint, not a guarantee, unless the caller checks that.
 //! - [`advise_willneed`] (`posix_fadvise(WILLNEED)`, asynchronous) and
 //!   [`readahead`] (`readahead(2)`, may block on metadata): ask the kernel to
 //!   start reading; a helper thread calls [`load`] to wait until the range is
-//!   resident, after which the loop's [`pread_nowait`] succeeds.
+//!   resident, after which the loop's [`pread_nowait`] succeeds. [`load`]
+//!   waits without reading ([`LoadMethod::Readahead`]) so the helper does not
+//!   count as a use of the pages.
 
 use super::{bump, cvt, cvt_size, FdArg, SysKind};
 use std::io;
@@ -220,12 +222,34 @@ pub fn readahead(fd: impl FdArg, offset: u64, len: usize) -> io::Result<()> {
     cvt(unsafe { libc::readahead(fd, offset as libc::off64_t, len) } as libc::c_int).map(drop)
 }
 
+/// How a helper brings a range into the page cache ([`load`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LoadMethod {
+    /// Start read-ahead and wait, polling mincore, until every page is in,
+    /// reading none of them: the send that follows is the page's only use.
+    /// Falls back to [`LoadMethod::Read`] where read-ahead makes no progress
+    /// (a file system without it, or pages evicted as fast as they arrive).
+    #[default]
+    Readahead,
+    /// Read the range through a scratch buffer. Each page is then used twice
+    /// (this read, then the loop's send), which the kernel's LRU takes for
+    /// reuse: the page is activated and protected over pages that are read
+    /// again, so the page cache holds fewer bytes that are asked for again
+    /// (docs/results.md, "the helpers' double touch").
+    Read,
+}
+
 /// Bring `[offset, offset + len)` into the page cache and return when it is
-/// there (a helper's job: this blocks on the disk). Reads through `scratch`
-/// (any size; 64 KiB is plenty), so it also works where readahead(2) does not
-/// (pipes, some file systems). Returns the bytes loaded (short at end of file).
-pub fn load(fd: impl FdArg, offset: u64, len: u64, scratch: &mut [u8]) -> io::Result<u64> {
+/// there (a helper's job: this blocks on the disk). `scratch` (any size; 64
+/// KiB is plenty) is used by [`LoadMethod::Read`] and by its fallback.
+/// Returns the bytes loaded (short at end of file).
+pub fn load(fd: impl FdArg, offset: u64, len: u64, scratch: &mut [u8], method: LoadMethod) -> io::Result<u64> {
     let raw = fd.raw_for_call();
+    if method == LoadMethod::Readahead {
+        if let Some(n) = load_untouched(raw, offset, len)? {
+            return Ok(n);
+        }
+    }
     let _ = readahead(raw, offset, len.min(usize::MAX as u64) as usize);
     let mut done = 0u64;
     while done < len && !scratch.is_empty() {
@@ -237,6 +261,125 @@ pub fn load(fd: impl FdArg, offset: u64, len: u64, scratch: &mut [u8]) -> io::Re
         }
     }
     Ok(done)
+}
+
+/// Bytes one readahead(2) call is asked for: the kernel reads at most one
+/// read-ahead window per call (`force_page_cache_ra`: 128 KiB by default,
+/// also on FUSE), so a long range is asked for window by window.
+const RA_WINDOW: u64 = 128 * 1024;
+/// Windows kept in flight past the first missing page, as a sequential
+/// reader's own read-ahead keeps several.
+const RA_AHEAD: u64 = 4 * RA_WINDOW;
+/// Poll interval bounds: short first (a page-cache miss on a fast device
+/// takes about 100 µs), doubling while nothing arrives.
+const POLL_MIN: std::time::Duration = std::time::Duration::from_micros(100);
+const POLL_MAX: std::time::Duration = std::time::Duration::from_millis(2);
+/// No page arrived for this long: ask for the missing window again (its
+/// pages may have been evicted before they were counted).
+const REASK: std::time::Duration = std::time::Duration::from_millis(20);
+/// No page arrived for this long: read-ahead is not working here; read.
+const STALL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// [`LoadMethod::Readahead`]: readahead(2) window by window from the first
+/// missing page, polling mincore over one mapping of the range until every
+/// page is up to date. mincore counts a page only once its read completed
+/// (unlike cachestat, which counts pages still under I/O), and neither call
+/// marks a page accessed. None: no progress for [`STALL`], or no read-ahead
+/// on this descriptor; the caller reads instead.
+fn load_untouched(raw: std::os::fd::RawFd, offset: u64, len: u64) -> io::Result<Option<u64>> {
+    use std::time::Instant;
+    let st = super::fstat(raw)?;
+    if !st.is_file || !mincore_tells(raw, &st) {
+        return Ok(None); // only reading brings it in, or tells when it is in
+    }
+    let end = offset.saturating_add(len).min(st.size);
+    if end <= offset {
+        return Ok(Some(0));
+    }
+    let page = page_size() as u64;
+    let start = offset / page * page;
+    let Ok(map) = super::mmap::MappedChunk::map(raw, start, (end - start) as usize) else {
+        return Ok(None); // not mappable (not a regular file): read
+    };
+    let (mut at, mut asked) = (start, start);
+    let mut pause = POLL_MIN;
+    let mut progress_at = Instant::now();
+    let mut asked_at = progress_at;
+    loop {
+        let prefix = map.resident_prefix((at - start) as usize)?;
+        let now = Instant::now();
+        if start + prefix as u64 > at {
+            at = start + prefix as u64;
+            progress_at = now;
+            pause = POLL_MIN;
+        }
+        if at >= end {
+            return Ok(Some(end - offset));
+        }
+        if now.duration_since(progress_at) > STALL {
+            return Ok(None);
+        }
+        if now.duration_since(progress_at) > REASK && now.duration_since(asked_at) > REASK {
+            asked = at;
+        }
+        asked = asked.max(at);
+        while asked < end && asked < at + RA_AHEAD {
+            if readahead(raw, asked, (end - asked).min(RA_WINDOW) as usize).is_err() {
+                return Ok(None); // EINVAL: no read-ahead for this descriptor
+            }
+            asked += RA_WINDOW;
+            asked_at = now;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(POLL_MAX);
+    }
+}
+
+/// Does mincore report this file's page cache? Since Linux 5.0 it reports
+/// every page of a file the caller neither owns nor may write as resident
+/// (`can_do_mincore`, against page-cache side channels), which would end a
+/// wait before any read completed. Root, the owner and a writer get the truth.
+fn mincore_tells(raw: std::os::fd::RawFd, st: &super::FileStat) -> bool {
+    let (_, euid) = super::privilege::current_uid();
+    if euid == 0 || euid == st.uid {
+        return true;
+    }
+    bump(SysKind::Other);
+    // SAFETY: an empty C string with AT_EMPTY_PATH asks about `raw` itself;
+    // faccessat2 only reads the path and writes nothing.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            raw,
+            c"".as_ptr(),
+            libc::W_OK,
+            libc::AT_EMPTY_PATH | libc::AT_EACCESS,
+        )
+    };
+    rc == 0
+}
+
+/// The resident prefix in bytes of the mapping at `addr` of `len` bytes
+/// (page-aligned start), given that `[0, from)` is resident: the offset of
+/// the first page from `from` on that mincore does not report, or `len`.
+pub(super) fn mincore_prefix(addr: *const u8, from: usize, len: usize) -> io::Result<usize> {
+    let page = page_size();
+    let mut vec = [0u8; MINCORE_BATCH];
+    let mut at = from;
+    while at < len {
+        let bytes = (len - at).min(MINCORE_BATCH * page);
+        let n = bytes.div_ceil(page);
+        bump(SysKind::Other);
+        // SAFETY: the caller's mapping covers [addr, addr+len) and `at` is a
+        // page-aligned offset below len, so [addr+at, addr+at+bytes) is mapped;
+        // vec holds at least n entries, one per page of that sub-range.
+        cvt(unsafe { libc::mincore(addr.add(at) as *mut libc::c_void, bytes, vec.as_mut_ptr()) })?;
+        match vec[..n].iter().position(|&b| b & 1 == 0) {
+            Some(i) => return Ok(at + i * page),
+            None => at += bytes,
+        }
+    }
+    Ok(len)
 }
 
 /// True when RWF_NOWAIT reads work on `fd` (probes one byte at offset 0).
@@ -299,8 +442,17 @@ mod tests {
         advise_dontneed(&f, 0, 0).unwrap();
         advise_willneed(&f, 0, 0).unwrap();
         let mut scratch = vec![0u8; 8192];
-        assert_eq!(load(&f, 0, 1 << 20, &mut scratch).unwrap(), (3 * page + 10) as u64);
-        assert!(resident(&f, 0, 3 * page + 10).unwrap().all());
+        for method in [LoadMethod::Readahead, LoadMethod::Read] {
+            advise_dontneed(&f, 0, 0).unwrap();
+            assert_eq!(
+                load(&f, 0, 1 << 20, &mut scratch, method).unwrap(),
+                (3 * page + 10) as u64
+            );
+            assert!(resident(&f, 0, 3 * page + 10).unwrap().all(), "{method:?}");
+            // From an unaligned offset inside the file, and past its end.
+            assert_eq!(load(&f, page as u64 + 7, 100, &mut scratch, method).unwrap(), 100);
+            assert_eq!(load(&f, 1 << 20, 100, &mut scratch, method).unwrap(), 0);
+        }
         assert_eq!(resident(&f, 5, 0).unwrap(), Residency::default());
         // An unaligned offset tests the pages the range touches.
         assert_eq!(resident(&f, page as u64 + 1, page).unwrap().pages, 2);

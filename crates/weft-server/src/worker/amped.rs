@@ -137,9 +137,16 @@ impl Amped {
                     path,
                     resolve,
                     preload,
+                    method: s.cfg.helper_load,
                 }
             }
-            Wait::Load { file, offset, len } => DiskJob::Load { tag, file, offset, len },
+            Wait::Load { file, offset, len } => DiskJob::Load {
+                tag,
+                file,
+                offset,
+                len,
+                method: s.cfg.helper_load,
+            },
         };
         if self.pool.submit(self.index, job).is_err() {
             return false;
