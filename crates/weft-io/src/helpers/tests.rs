@@ -161,14 +161,13 @@ fn disk_jobs_open_stat_and_load() {
     for (tag, method) in [(4, LoadMethod::Readahead), (5, LoadMethod::Read)] {
         let file = file.clone().unwrap();
         let _ = residency::advise_dontneed(&*file, 0, 0);
-        let (offset, len) = (0, 1 << 20);
         pool.submit(
             1,
             DiskJob::Load {
                 tag,
                 file,
-                offset,
-                len,
+                offset: 0,
+                len: 1 << 20,
                 method,
             },
         )
