@@ -28,6 +28,7 @@ use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -289,13 +290,22 @@ pub fn run_disk_job(job: DiskJob) -> DiskDone {
     }
 }
 
-fn with_scratch<T>(f: impl FnOnce(&mut [u8]) -> T) -> T {
+/// Bytes of read buffers the helpers of this process have allocated (each
+/// helper's first read; a helper that only loads with read-ahead has none).
+static SCRATCH_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes of read buffers the helpers hold (they keep theirs for reuse).
+pub fn scratch_bytes() -> u64 {
+    SCRATCH_BYTES.load(Ordering::Relaxed)
+}
+
+fn with_scratch<T>(f: impl FnOnce(&mut Vec<u8>) -> T) -> T {
     SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
-        if s.is_empty() {
-            s.resize(64 * 1024, 0);
-        }
-        f(&mut s)
+        let before = s.capacity();
+        let out = f(&mut s);
+        SCRATCH_BYTES.fetch_add(s.capacity().saturating_sub(before) as u64, Ordering::Relaxed);
+        out
     })
 }
 

@@ -10,8 +10,9 @@
 //! a few milliseconds a second). These are payload bytes; the kernel's
 //! sk_buffs around them are larger.
 //!
-//! **Helpers** hold their read-ahead buffer (64 KiB each, kept while the
-//! helper lives) and the queued jobs: `helper_bytes`.
+//! **Helpers** hold a read buffer (64 KiB, kept while the helper lives) once
+//! they had to read (`--helper-load read`, or read-ahead's fallback), and the
+//! queued jobs: `helper_bytes` (the pool's, reported by worker 0).
 //!
 //! **Memory pressure** (`--memory-pressure`): one watcher thread per process
 //! blocks on the kernel's notification ([`weft_io::sys::pressure`]: the v1
@@ -106,10 +107,7 @@ pub fn watch(how: MemoryPressure) -> Result<(), String> {
         .clone()
 }
 
-/// Bytes a helper keeps for reading ahead (`weft_io::helpers`).
-const HELPER_SCRATCH: u64 = 64 * 1024;
-
-/// Once a second: sample the socket queues, count the helpers' bytes, and
+/// Once a second: sample the socket queues, and
 /// shrink the caches if memory pressure was reported since the last check.
 pub(crate) fn each_second(s: &mut Shared<'_>, conns: &Slab<Conn>) {
     let (mut send, mut recv) = (0, 0);
@@ -120,8 +118,6 @@ pub(crate) fn each_second(s: &mut Shared<'_>, conns: &Slab<Conn>) {
         }
     }
     (s.stats.socket_send_bytes, s.stats.socket_recv_bytes) = (send, recv);
-    s.stats.helper_bytes = s.stats.helper_threads * HELPER_SCRATCH
-        + s.stats.helper_queue * std::mem::size_of::<weft_io::helpers::DiskJob>() as u64;
     let g = GENERATION.load(Ordering::Relaxed);
     if g != s.pressure_seen {
         s.pressure_seen = g;

@@ -86,7 +86,8 @@ weft_core::metrics! {
         gauge helper_threads,
         /// AMPED: jobs waiting for a helper.
         gauge helper_queue,
-        /// AMPED: bytes the helpers hold (read-ahead buffers, queued jobs).
+        /// AMPED: bytes the helpers hold (read buffers of helpers that had
+        /// to read, queued jobs).
         gauge helper_bytes,
         /// Bytes in the connections' kernel send queues (SIOCOUTQ; sampled
         /// once a second).

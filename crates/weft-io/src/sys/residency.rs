@@ -239,16 +239,23 @@ pub enum LoadMethod {
     Read,
 }
 
+/// The read buffer [`load`] gives an empty scratch vector when it must read.
+pub const LOAD_SCRATCH: usize = 64 * 1024;
+
 /// Bring `[offset, offset + len)` into the page cache and return when it is
-/// there (a helper's job: this blocks on the disk). `scratch` (any size; 64
-/// KiB is plenty) is used by [`LoadMethod::Read`] and by its fallback.
-/// Returns the bytes loaded (short at end of file).
-pub fn load(fd: impl FdArg, offset: u64, len: u64, scratch: &mut [u8], method: LoadMethod) -> io::Result<u64> {
+/// there (a helper's job: this blocks on the disk). `scratch` is the buffer
+/// [`LoadMethod::Read`] (and its fallback) reads through; an empty one is
+/// sized [`LOAD_SCRATCH`] only when a read is needed, so a helper that never
+/// reads holds no buffer. Returns the bytes loaded (short at end of file).
+pub fn load(fd: impl FdArg, offset: u64, len: u64, scratch: &mut Vec<u8>, method: LoadMethod) -> io::Result<u64> {
     let raw = fd.raw_for_call();
     if method == LoadMethod::Readahead {
         if let Some(n) = load_untouched(raw, offset, len)? {
             return Ok(n);
         }
+    }
+    if scratch.is_empty() {
+        scratch.resize(LOAD_SCRATCH, 0);
     }
     let _ = readahead(raw, offset, len.min(usize::MAX as u64) as usize);
     let mut done = 0u64;
@@ -456,6 +463,18 @@ mod tests {
         assert_eq!(resident(&f, 5, 0).unwrap(), Residency::default());
         // An unaligned offset tests the pages the range touches.
         assert_eq!(resident(&f, page as u64 + 1, page).unwrap().pages, 2);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn load_allocates_its_read_buffer_only_to_read() {
+        let (path, f) = temp_file(20_000);
+        let mut scratch = Vec::new();
+        advise_dontneed(&f, 0, 0).unwrap();
+        assert_eq!(load(&f, 0, 20_000, &mut scratch, LoadMethod::Readahead).unwrap(), 20_000);
+        assert_eq!(scratch.capacity(), 0, "read-ahead needs no buffer");
+        assert_eq!(load(&f, 0, 20_000, &mut scratch, LoadMethod::Read).unwrap(), 20_000);
+        assert_eq!(scratch.len(), LOAD_SCRATCH);
         std::fs::remove_file(path).unwrap();
     }
 

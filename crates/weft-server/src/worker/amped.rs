@@ -185,10 +185,16 @@ impl Amped {
                 out.push((job.waiting, rel, d));
             }
         }
-        let st = self.pool.stats();
-        s.stats.helper_jobs = st.completed;
-        s.stats.helper_threads = st.started as u64;
-        s.stats.helper_queue = st.queued as u64;
+        // The pool serves every worker: its numbers are reported once, by
+        // worker 0, so the workers' sum (`total`) counts them once.
+        if self.index == 0 {
+            let st = self.pool.stats();
+            s.stats.helper_jobs = st.completed;
+            s.stats.helper_threads = st.started as u64;
+            s.stats.helper_queue = st.queued as u64;
+            s.stats.helper_bytes = weft_io::helpers::scratch_bytes()
+                + st.queued as u64 * std::mem::size_of::<weft_io::helpers::DiskJob>() as u64;
+        }
     }
 }
 
