@@ -30,6 +30,9 @@ def main(argv=None) -> int:
     r.add_argument("--only", metavar="PART[,PART]",
                    help="run only these parts of the experiment (see `list`); their rows replace the same parts' rows in "
                         "the results' runs.json, the rest is kept, and the summary and plots cover everything")  # fmt: skip
+    r.add_argument("--resume", action="store_true",
+                   help="experiments that save each point as it is measured (wan-proxy): keep the points the results' "
+                        "runs.json already holds for the parts run and measure only the others")  # fmt: skip
     s = sub.add_parser("summarize", help="rewrite an experiment's summary and plots from its runs.json (no measurement)")
     s.add_argument("name", help="experiment name")
     s.add_argument("--quick", action="store_true", help="the quick run's results (lab/results/NAME-quick/)")
@@ -70,10 +73,14 @@ def main(argv=None) -> int:
         if bad or not only:
             print(f"lab: --only: unknown part {', '.join(bad) or repr(args.only)} of {args.name} (parts: {', '.join(parts)})", file=sys.stderr)
             return 2
+    if args.resume and not getattr(mod, "RESUMABLE", False):
+        print(f"lab: --resume: {args.name} does not save its points as it goes (it runs whole)", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
     lab = core.Lab(args.name, args.quick, driver=args.driver)
     lab.only = only
+    lab.resume = args.resume
     what = f"parts {', '.join(only)} of the " if only else ""
     lab.log(f"{args.name}: {what}{'quick' if args.quick else 'full'} run, results in {lab.results_dir}")
     try:

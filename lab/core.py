@@ -45,6 +45,7 @@ class Lab:
         self.versions: dict = {}
         self.load_command: list[str] = []
         self.only: list[str] | None = None  # `--only`: the parts to run (experiments with PARTS), None = all
+        self.resume = False  # `--resume`: keep the points runs.json holds (experiments with RESUMABLE)
 
     def parts(self, all_parts) -> list[str]:
         """The parts this run measures, in the experiment's order."""

@@ -59,6 +59,8 @@ least 10 s: still 100+ replies per point); about 10 hours, in six parts
 (`--only`, one Table II row and SACK setting each, 1–2.5 h).
 `--quick`: corporate and modem at 1 %, SACK off, one size each (16 KiB,
 4 KiB), one run, 2 s + 6 s per path (about 70 s).
+Each size's rows are written to runs.json when measured; `--resume`
+continues a stopped part from the sizes it lacks.
 """
 
 from __future__ import annotations
@@ -122,6 +124,9 @@ def part_name(setting: str, ps_loss: float, sack: bool) -> str:
 
 
 PARTS = tuple(part_name(s, loss, sack) for s, loss in TABLE_II for sack in (False, True))
+# Each size's rows are in runs.json as soon as they are measured; `--resume`
+# measures only what is missing (a part takes up to 2.5 hours).
+RESUMABLE = True
 
 
 def window_s(setting: str, size_kib: int, quick: bool) -> float:
@@ -139,10 +144,11 @@ def plan(quick: bool, parts: list[str] | None = None) -> list[tuple[str, float, 
     return [n for n in nets if parts is None or part_name(*n[:3]) in parts]
 
 
-def estimate_s(quick: bool, parts: list[str] | None = None) -> float:
-    """Load time of a plan, drains left out (pure)."""
+def estimate_s(quick: bool, parts: list[str] | None = None, nets=None) -> float:
+    """Load time of a plan (`nets`, or the parts' whole plan), drains left out (pure)."""
     runs, warm = (1, 2.0) if quick else (FULL_RUNS, FULL_WARM_S)
-    return sum(runs * len(PATHS) * (warm + window_s(s, k, quick)) for s, _, _, sizes in plan(quick, parts) for k in sizes)
+    nets = plan(quick, parts) if nets is None else nets
+    return sum(runs * len(PATHS) * (warm + window_s(s, k, quick)) for s, _, _, sizes in nets for k in sizes)
 
 
 def server_figures(srv: dict) -> dict:
@@ -174,9 +180,10 @@ def load(lab, net, path: str, url: str, proxy: str | None, seconds: float, out: 
         return json.load(f)
 
 
-def one_network(lab, setting: str, ps_loss: float, sack: bool, sizes, runs: int, warm: float) -> list[dict]:
+def one_network(lab, setting: str, ps_loss: float, sack: bool, sizes, runs: int, warm: float, on_size) -> None:
+    """Measure `sizes` on one Table II network; `on_size(rows)` gets each
+    size's rows as soon as they are measured."""
     part = part_name(setting, ps_loss, sack)
-    rows = []
     with netlab.WanNet(lab.weft, hosts(sack), links(setting, ps_loss), log=lab.log) as net:
         devnull = open(os.devnull, "w")
         procs = [net.popen("server", [lab.weft, "origin", "--listen", "0.0.0.0:8080", "--cache-control", "no-store"], stdout=devnull, stderr=devnull)]
@@ -190,6 +197,7 @@ def one_network(lab, setting: str, ps_loss: float, sack: bool, sizes, runs: int,
             proxies = {"no proxy": None, "proxy splice": f"{net.addr('proxy')}:3128", "proxy copy": f"{net.addr('proxy')}:3129"}
             tmp = os.path.join(lab.scratch, "load.json")
             for size in sizes:
+                rows = []
                 url = f"http://{net.addr('server')}:8080/size/{size << 10}/nc/obj"
                 window = window_s(setting, size, lab.quick)
                 for rep in range(runs):
@@ -213,22 +221,65 @@ def one_network(lab, setting: str, ps_loss: float, sack: bool, sizes, runs: int,
                         rows.append(row)
                         lab.log(f"  {part} {size:>3} KiB {path:<13} run {rep + 1}: mean {rt['mean']:.0f} ms cv {report.fmt_num(row['rt_cv'], 2)} "
                                 f"data/ACK {report.fmt_num(row['server_data_per_ack'], 2)} RTOs/1000 {report.fmt_num(row['server_rtos_per_1000'], 2)} ({j['replies']['2xx']} replies)")  # fmt: skip
+                on_size(rows)
         finally:
             for p in procs:
                 netlab.stop(p)
-    return rows
+
+
+def complete_points(rows: list[dict], runs: int) -> set[tuple[str, int]]:
+    """(part, size) points whose rows cover every path and run (pure)."""
+    seen: dict[tuple[str, int], set] = {}
+    for r in rows:
+        seen.setdefault((r["part"], r["size_kib"]), set()).add((r["path"], r["rep"]))
+    want = {(p, rep) for p in PATHS for rep in range(1, runs + 1)}
+    return {k for k, v in seen.items() if want <= v}
+
+
+def checkpoint(lab, parts: list[str], rows: list[dict]) -> list[dict]:
+    """Put this run's rows so far into runs.json and return everything it
+    then holds. Parts run side by side (`--only`, one process each) write the
+    same file: under a lock, the other parts' rows are taken from the file as
+    it is now, and this run's parts' rows are replaced."""
+    import fcntl
+
+    path = os.path.join(lab.results_dir, "runs.json")
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        prev = pl.read_runs(lab.results_dir)
+        same_form = prev is not None and bool(prev.get("quick")) == lab.quick and lab.only is not None
+        kept = [r for r in prev.get("runs", []) if r.get("part") not in parts] if same_form else []
+        doc = {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "runs": kept + rows}
+        report.write_json(path, doc)
+    return doc["runs"]
 
 
 def run(lab: core.Lab) -> dict:
     lab.prepare()
     runs, warm = (1, 2.0) if lab.quick else (FULL_RUNS, FULL_WARM_S)
     nets = plan(lab.quick, lab.only)
-    lab.log(f"{NAME}: {len(nets)} network(s), {runs} run(s) per point, {CLIENTS} clients, about {estimate_s(lab.quick, lab.only) / 60:.0f} min of load")
-    rows = []
+    parts = [part_name(*n[:3]) for n in nets]
+    # --resume: the points runs.json already holds for these parts (each
+    # size is written as soon as it is measured) are kept, not measured again.
+    rows: list[dict] = []
+    if lab.resume:
+        prev = pl.read_runs(lab.results_dir)
+        if prev is not None and bool(prev.get("quick")) == lab.quick:
+            rows = [r for r in prev.get("runs", []) if r.get("part") in parts]
+            done = complete_points(rows, runs)
+            rows = [r for r in rows if (r["part"], r["size_kib"]) in done]
+            nets = [(s, loss, sack, tuple(k for k in sizes if (part_name(s, loss, sack), k) not in done)) for s, loss, sack, sizes in nets]
+            lab.log(f"--resume: {len(done)} point(s) already measured are kept")
+    lab.log(f"{NAME}: {len(nets)} network(s), {runs} run(s) per point, {CLIENTS} clients, about {estimate_s(lab.quick, lab.only, nets) / 60:.0f} min of load")
+
+    def on_size(new: list[dict]) -> None:
+        rows.extend(new)
+        checkpoint(lab, parts, rows)
+
     for setting, ps_loss, sack, sizes in nets:
-        rows += one_network(lab, setting, ps_loss, sack, sizes, runs, warm)
-    rows, _ = pl.merge_parts(pl.read_runs(lab.results_dir), lab.quick, lab.only, rows, {})
-    return summarize(lab, rows, runs)
+        if sizes:
+            one_network(lab, setting, ps_loss, sack, sizes, runs, warm, on_size)
+    return summarize(lab, checkpoint(lab, parts, rows), runs)
 
 
 def resummarize(lab: core.Lab) -> dict:
@@ -265,7 +316,6 @@ def comparisons(med: list[dict]) -> list[dict]:
 def summarize(lab, rows: list[dict], runs: int) -> dict:
     med = report.group_medians(rows, KEYS, FIELDS)
     comp = comparisons(med)
-    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "runs": rows})
     report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
     report.write_csv(os.path.join(lab.results_dir, "medians.csv"), med)
     report.write_csv(os.path.join(lab.results_dir, "comparisons.csv"), comp)

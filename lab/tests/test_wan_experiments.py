@@ -1,8 +1,10 @@
 """The pure parts of the WAN experiments (wan-proxy, wan-polymix, wan-events, wan-server)."""
 
+import os
+
 import pytest
 
-from lab import netlab
+from lab import netlab, report
 from lab.experiments import wan_events, wan_polymix, wan_proxy, wan_server
 
 
@@ -65,6 +67,32 @@ def test_wan_proxy_server_figures_and_improvement():
     (c,) = wan_proxy.comparisons(med)
     assert c["noproxy_less_splice_ms"] == 200.0 and c["latency_decrease_pct"] == pytest.approx(20.0) and c["cv_improvement_pct"] == pytest.approx(50.0)
     assert c["splice_vs_copy_latency_pct"] == pytest.approx(20.0)
+
+
+def test_wan_proxy_points_are_complete_with_every_path_and_run():
+    row = lambda part, size, path, rep: {"part": part, "size_kib": size, "path": path, "rep": rep}  # noqa: E731
+    rows = [row("modem-1-sack-off", 1, p, rep) for p in wan_proxy.PATHS for rep in (1, 2)]
+    rows += [row("modem-1-sack-off", 5, p, 1) for p in wan_proxy.PATHS]  # one run of two
+    rows += [row("modem-1-sack-on", 1, p, rep) for p in wan_proxy.PATHS[:2] for rep in (1, 2)]  # a path short
+    assert wan_proxy.complete_points(rows, 2) == {("modem-1-sack-off", 1)}
+    assert wan_proxy.complete_points(rows, 1) == {("modem-1-sack-off", 1), ("modem-1-sack-off", 5)}
+
+
+def test_wan_proxy_checkpoint_keeps_other_parts_written_meanwhile(tmp_path):
+    from lab import core
+
+    lab = core.Lab("wan-proxy", False, results_root=str(tmp_path))
+    os.makedirs(lab.results_dir)
+    lab.only = ["modem-1-sack-off"]
+    other = {"part": "modem-1-sack-on", "size_kib": 1}
+    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"quick": False, "runs": [other, {"part": "modem-1-sack-off", "size_kib": 9}]})
+    mine = [{"part": "modem-1-sack-off", "size_kib": 1}]
+    # The part's earlier rows are replaced; another part's are kept as the file has them now.
+    assert wan_proxy.checkpoint(lab, ["modem-1-sack-off"], mine) == [other] + mine
+    # A whole run (no --only) replaces everything.
+    lab.only = None
+    assert wan_proxy.checkpoint(lab, list(wan_proxy.PARTS), mine) == mine
+    lab.cleanup()
 
 
 def test_polymix4_wan_is_server_side_only():
