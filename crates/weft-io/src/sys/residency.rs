@@ -471,7 +471,10 @@ mod tests {
         let (path, f) = temp_file(20_000);
         let mut scratch = Vec::new();
         advise_dontneed(&f, 0, 0).unwrap();
-        assert_eq!(load(&f, 0, 20_000, &mut scratch, LoadMethod::Readahead).unwrap(), 20_000);
+        assert_eq!(
+            load(&f, 0, 20_000, &mut scratch, LoadMethod::Readahead).unwrap(),
+            20_000
+        );
         assert_eq!(scratch.capacity(), 0, "read-ahead needs no buffer");
         assert_eq!(load(&f, 0, 20_000, &mut scratch, LoadMethod::Read).unwrap(), 20_000);
         assert_eq!(scratch.len(), LOAD_SCRATCH);
