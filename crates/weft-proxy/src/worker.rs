@@ -743,6 +743,14 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         }
     }
 
+    fn timer_armed(&self, token: Token, due: Instant) -> bool {
+        match self.slab.get(token) {
+            Some(Entry::Client(c)) => c.timer_at == Some(due),
+            Some(Entry::Upstream(u)) => u.timer_at == Some(due),
+            None => token == BATCH_TIMER,
+        }
+    }
+
     fn on_timer(&mut self, cx: &mut Ctx<P>, token: Token, due: Instant) -> Option<Instant> {
         if token == BATCH_TIMER {
             return self.cut_stalled_batches(cx);

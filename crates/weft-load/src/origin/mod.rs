@@ -494,6 +494,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         }
     }
 
+    fn timer_armed(&self, token: Token, due: Instant) -> bool {
+        self.conns.get(token).is_some_and(|c| c.timer_at == Some(due))
+    }
+
     fn on_timer(&mut self, cx: &mut Ctx<P>, token: Token, due: Instant) -> Option<Instant> {
         let c = self.conns.get_mut(token)?;
         if !weft_io::timer::take_fired(&mut c.timer_at, due) {
