@@ -116,7 +116,8 @@ class Plan:
 
     def __init__(self, quick: bool):
         self.quick = quick
-        self.point_s = 2.0 if quick else 3.0
+        # Quick: a smoke test of every step (CI), not a figure: short points.
+        self.point_s = 1.0 if quick else 3.0
         self.idle = 2000 if quick else IDLE
         self.fractions = [0.5, 0.95] if quick else FRACTIONS
         self.workloads = ["one-byte"] if quick else ["one-byte", "specweb99"]
@@ -125,7 +126,7 @@ class Plan:
         self.sweep_anchor_labels = ["nginx select"] if quick else None  # None: every anchor
         self.accept = [("epoll", "10")] if quick else [(b, a) for b in ACCEPT_BACKENDS for a in ACCEPT_LIMITS]
         self.reps = 1 if quick else 3
-        self.target_s = 2.0 if quick else 4.0
+        self.target_s = 1.5 if quick else 4.0
         self.target_backends = ["epoll", "uring", "tracked"] if quick else BACKENDS
         self.target_anchor_labels = ["nginx", "h2o"] if quick else None
         self.sat_backends = ["epoll"] if quick else SAT_BACKENDS

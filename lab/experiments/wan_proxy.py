@@ -58,7 +58,7 @@ runs, 5 s warm-up, windows of 30 s (corporate) or size/1024 s (modem, at
 least 10 s: still 100+ replies per point); about 10 hours, in six parts
 (`--only`, one Table II row and SACK setting each, 1–2.5 h).
 `--quick`: corporate and modem at 1 %, SACK off, one size each (16 KiB,
-4 KiB), one run, 2 s + 6 s per path (about 70 s).
+4 KiB), one run, 2 s + 4 s per path (about 60 s).
 Each size's rows are written to runs.json when measured; `--resume`
 continues a stopped part from the sizes it lacks.
 """
@@ -132,7 +132,7 @@ RESUMABLE = True
 def window_s(setting: str, size_kib: int, quick: bool) -> float:
     """Sampling window of one run (the paper: 120 s, or 20·size/1024 s)."""
     if quick:
-        return 6.0
+        return 4.0
     return 30.0 if setting == "corporate" else max(10.0, float(size_kib))
 
 
