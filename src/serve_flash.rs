@@ -57,6 +57,13 @@ pub struct FlashArgs {
     #[arg(long, value_name = "readahead|read", value_parser = parse_helper_load)]
     pub helper_load: Option<LoadMethod>,
 
+    /// AMPED: which files' pages stay in the page cache after their response: all (the kernel
+    /// decides) or reuse (a file of 64 KiB or more whose previous request was more than the
+    /// --file-cache budget of disk inflow ago has its pages dropped once sent; requested again
+    /// sooner, it stays) [default: all].
+    #[arg(long, value_name = "all|reuse")]
+    pub page_cache_admit: Option<weft_server::admit::PageCacheAdmit>,
+
     /// Pathname translations cached per worker; 0 translates (opens and stats) every request
     /// [default: 1000].
     #[arg(long, value_name = "N", value_parser = parse_entries)]
@@ -155,6 +162,7 @@ impl FlashArgs {
             residency,
             helpers,
             helper_load,
+            page_cache_admit,
             path_cache,
             head_cache,
             file_cache,

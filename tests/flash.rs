@@ -364,6 +364,8 @@ fn bad_flags_name_the_key() {
         ("--gds-cost", "2"),
         ("--head-cache", "sometimes"),
         ("--snapshot-check", "later"),
+        ("--page-cache-admit", "lru"),
+        ("--helper-load", "mmap"),
     ] {
         let out = std::process::Command::new(weft_bin())
             .args(["serve", flag, value])
@@ -391,6 +393,57 @@ fn object_cache_counts_hits_and_holds_no_heap_body() {
     assert_eq!(num("bytes_object"), 2 * (3 * 1024 * 1024 + 17));
     assert_eq!(num("object_mapped_bytes"), 3 * 1024 * 1024 + 17);
     assert!(num("object_heap_bytes") < 400, "only the header fields are on the heap");
+}
+
+/// `--page-cache-admit reuse`: a large file seen for the first time has its
+/// pages dropped once its response is out; requested again within the
+/// horizon (the `--file-cache` budget of disk inflow) it is kept; small files
+/// are never dropped; every body byte-exact. With `--send auto` big.bin is
+/// streamed from mapped chunks (unmapped before the drop), with `sendfile`
+/// it goes whole.
+fn page_cache_admission(send: &str) {
+    let site = site();
+    site.write("mid.bin", &pattern(100 * 1024));
+    let admin = free_addr();
+    let flags = ["--send", send, "--page-cache-admit", "reuse"];
+    let w = serve(&site, &flags, &["--stats-on-exit", "--admin", &admin]);
+    let big = pattern(3 * 1024 * 1024 + 17);
+    assert!(get(&w, "/big.bin").body == big);
+    assert_eq!(get(&w, "/hello.txt").body, b"hello, weft\n");
+    // The drop waits until the response has left and the kernel has had
+    // time to send it (two looks, 20 ms apart).
+    let stats = || fetch(&admin, "/stats");
+    assert!(
+        wait_until(Duration::from_secs(10), || stat(&stats(), "admit_dropped_files") == 1),
+        "big.bin dropped: {}",
+        stats()
+    );
+    // Its chunks were unmapped first (the kernel keeps mapped pages).
+    assert_eq!(stat(&stats(), "file_mapped_bytes"), 0, "{}", stats());
+    // Again, within the horizon: kept, and no drop this time.
+    assert!(get(&w, "/big.bin").body == big);
+    // mid.bin, first sight: condemned; its second request before the drop
+    // calls the drop off.
+    assert!(get(&w, "/mid.bin").body == pattern(100 * 1024));
+    assert!(get(&w, "/mid.bin").body == pattern(100 * 1024));
+    std::thread::sleep(Duration::from_millis(500));
+    let err = exit_stats(w);
+    assert_eq!(
+        stat(&err, "admit_dropped_files"),
+        1,
+        "only big.bin's first response: {err}"
+    );
+    assert_eq!(stat(&err, "admit_dropped_bytes"), 3 * 1024 * 1024 + 17);
+}
+
+#[test]
+fn page_cache_admission_with_sendfile() {
+    page_cache_admission("sendfile");
+}
+
+#[test]
+fn page_cache_admission_with_streamed_chunks() {
+    page_cache_admission("auto");
 }
 
 /// A number from `--stats-on-exit` output.

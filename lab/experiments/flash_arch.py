@@ -27,8 +27,10 @@ then records the bytes the disk served, the cgroup's page cache, RSS and
 major faults (memory.stat) and the bytes served to clients, so that
 "disk-bound" is shown, not assumed; the byte hit ratio seen from outside is
 1 - bytes read / bytes served, for weft and nginx alike. amped, sped, nginx, nginx `aio
-threads`, and amped with the object cache under GDS (cost 1, packets) and
-LRU (object and byte hit ratios from weft's counters too).
+threads`, amped with `--send sendfile` (helpers loading without reading, or
+reading; and with `--page-cache-admit reuse`, one-timers' pages dropped after
+their response), and amped with the object cache under GDS (cost 1, packets)
+and LRU (object and byte hit ratios from weft's counters too).
 
 The thesis's settings scaled (docs/serve.md): MT 64 threads, MP 32
 processes; in the `trace` and `disk` parts, whose cgroup of M bytes plays
@@ -397,11 +399,13 @@ def disk_targets(rows: list[dict]) -> list[list[str]]:
         cmp(f"amped / {n} req/s (>= 1x)", "amped", n, "rps", 1.0)
     for g in ("amped gds 1", "amped gds packets"):
         cmp(f"{g} / amped lru req/s (>= 1x)", g, "amped lru", "rps", 1.0)
-    for g in ("amped gds 1", "amped gds packets", "amped sendfile"):
+    for g in ("amped gds 1", "amped gds packets", "amped sendfile", "amped sendfile reuse"):
         for n in (NGINX.label, NGINX_AIO.label):
             cmp(f"{g} byte hit ratio - {n}'s (> 0)", g, n, "byte_hit_ratio_outside", 1e-9)
     # Not a target: what loading without reading gives (--helper-load).
     cmp("amped sendfile byte hit ratio - helpers reading (> 0)", "amped sendfile", "amped sendfile read", "byte_hit_ratio_outside", 1e-9)
+    # Not a target: what admission by reuse distance gives (--page-cache-admit).
+    cmp("amped sendfile reuse byte hit ratio - all admitted (> 0)", "amped sendfile reuse", "amped sendfile", "byte_hit_ratio_outside", 1e-9)
     return out
 
 
@@ -448,7 +452,9 @@ def run(lab: core.Lab) -> dict:
                     "--file-cache-entries", str(THESIS_ENTRIES)]  # fmt: skip
             # helpers read: each page used twice (helper, send) before
             # --helper-load readahead (the default) loaded without reading.
-            sendfile = [weft("amped sendfile", *base), weft("amped sendfile read", *base, "--helper-load", "read")]
+            # reuse: a one-timer's pages dropped after its response (--page-cache-admit).
+            sendfile = [weft("amped sendfile", *base), weft("amped sendfile read", *base, "--helper-load", "read"),
+                        weft("amped sendfile reuse", *base, "--page-cache-admit", "reuse")]  # fmt: skip
             specs = thesis_archs(memory, ("amped", "sped")) + sendfile + [NGINX, NGINX_AIO] + object_cache_specs(memory)
             rows += run_disk(lab, specs, memory, DISK_FACTOR, 2, 20.0, slow)
     rows = core.merge_parts(lab.previous_runs(), parts, rows, lambda r: r.get("part"))

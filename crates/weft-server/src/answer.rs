@@ -369,6 +369,10 @@ fn serve_file(
         s.stats.bytes_memory += end - start;
         return (status, end - start);
     }
+    if let Some(a) = s.admit.as_mut() {
+        // The clock read is once per body from a file, beside its send.
+        a.sent(&f, &s.rel, std::time::Instant::now());
+    }
     if streamed {
         crate::stream::start(c, s, f, start, end);
         return (status, end - start);

@@ -146,6 +146,9 @@ pub struct ServeConfig {
     pub helpers: usize,
     /// How helpers bring a range into the page cache (`--helper-load`).
     pub helper_load: weft_io::sys::residency::LoadMethod,
+    /// Which files' pages stay in the page cache after their response
+    /// (`--page-cache-admit`, AMPED only; `crate::admit`).
+    pub page_cache_admit: crate::admit::PageCacheAdmit,
     /// Pathname translations cached per worker (0: translate every request).
     pub path_cache: usize,
     /// Keep response header fields ready to send (off: built per request).
@@ -224,6 +227,7 @@ impl Default for ServeConfig {
             residency: ResidencyTest::Cachestat,
             helpers: 8,
             helper_load: weft_io::sys::residency::LoadMethod::Readahead,
+            page_cache_admit: crate::admit::PageCacheAdmit::All,
             path_cache: 1000,
             head_cache: true,
             file_cache: 64 << 20,

@@ -67,6 +67,12 @@ pub struct CachedFile {
     pub resident_at: Cell<Option<Instant>>,
     /// Last use on the cache's clock (LRU).
     used: Cell<u64>,
+    /// `--page-cache-admit reuse`: the admission clock at the last request
+    /// for the body (`crate::admit`).
+    pub reuse_at: Cell<Option<u64>>,
+    /// Its pages are to be dropped once its response is out (queued in
+    /// `crate::admit`); a request within the horizon clears it.
+    pub condemned: Cell<bool>,
     /// Change notices (`--snapshot-check notify`, `crate::notice`).
     pub watch: crate::notice::WatchCell,
 }
@@ -252,6 +258,11 @@ impl FileCache {
         }
     }
 
+    /// The entry of `rel` if cached, without counting a use or checking it.
+    pub fn peek(&self, rel: &[u8]) -> Option<&Rc<CachedFile>> {
+        self.entries.get(rel)
+    }
+
     /// Look up `rel` (a normalized relative path, no NUL, "" for the root).
     /// `inline`: open and read here when needed (SPED); otherwise a path that
     /// needs the disk is a [`Lookup::Miss`].
@@ -341,6 +352,8 @@ impl FileCache {
             checked: Cell::new(now),
             resident_at: Cell::new(None),
             used: Cell::new(self.maps.tick()),
+            reuse_at: Cell::new(None),
+            condemned: Cell::new(false),
             watch: Default::default(),
         });
         if let Some(n) = &mut self.notice {
@@ -443,6 +456,18 @@ impl FileCache {
         };
         self.trim();
         Ok((key, c))
+    }
+
+    /// Unmap every chunk of `f` (admission dropping its pages: the kernel
+    /// keeps mapped pages). A chunk a response still holds stays mapped
+    /// until that response lets it go.
+    pub fn unmap_chunks(&mut self, f: &CachedFile) {
+        for index in 0..f.stat.size.div_ceil(self.chunk_size()) {
+            self.maps.unmap(ChunkKey {
+                generation: f.generation(),
+                index,
+            });
+        }
     }
 
     /// Is the chunk `key` in the page cache (see [`MapCache::resident`])?

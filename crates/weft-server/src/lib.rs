@@ -21,6 +21,7 @@
 
 pub mod accesslog;
 pub mod admin;
+pub mod admit;
 mod answer;
 pub mod autoindex;
 pub mod blocking;

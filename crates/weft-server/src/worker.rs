@@ -122,6 +122,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) probe: Vec<u8>,
     /// The IO-Lite object cache (`--object-cache`).
     pub(crate) objects: Option<crate::objects::Objects>,
+    /// `--page-cache-admit reuse` (AMPED): drops one-timers' pages.
+    pub(crate) admit: Option<crate::admit::Admission>,
     /// Files whose bodies are in flight on connections whose send blocked.
     pub(crate) tails: std::collections::HashMap<Token, amped::InFlight>,
     /// The file the response just answered is sent from (until the flush).
@@ -205,6 +207,7 @@ impl<'a> Worker<'a> {
                 cache_status: None,
                 objects: (cfg.object_cache > 0)
                     .then(|| crate::objects::Objects::new(cfg.object_cache, cfg.cache_policy)),
+                admit: None,
             },
             conns: Slab::new(),
             door: Door::new(listener, waker, shutdown, cfg.accept_limit),
@@ -222,6 +225,8 @@ impl<'a> Worker<'a> {
     pub fn with_helpers(mut self, pool: std::sync::Arc<amped::Helpers>, index: usize) -> Self {
         self.helpers = Some(amped::Amped::new(pool, index));
         self.shared.amped = true;
+        let reuse = self.shared.cfg.page_cache_admit == crate::admit::PageCacheAdmit::Reuse;
+        self.shared.admit = reuse.then(|| crate::admit::Admission::new(self.shared.cfg.file_cache));
         self
     }
 
@@ -266,6 +271,9 @@ impl<'a> Worker<'a> {
         s.pools = PoolGauges::of(&self.shared.pool, &self.shared.own_pool);
         s.cgi = self.shared.cgi.as_ref().map(crate::cgi::Cgi::stats);
         crate::objects::report_caches(self.shared.files.as_ref(), self.shared.objects.as_ref(), &mut s);
+        if let Some(a) = &self.shared.admit {
+            (s.admit_dropped_files, s.admit_dropped_bytes) = (a.dropped_files, a.dropped_bytes);
+        }
         s
     }
 
@@ -596,6 +604,9 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             self.drive(cx, t);
         }
         self.decay_pools(cx.now);
+        if let (Some(a), Some(files)) = (self.shared.admit.as_mut(), self.shared.files.as_mut()) {
+            a.run(cx.now, files);
+        }
         self.slot.counters.publish(&self.stats());
         self.slot.latency.publish(&mut self.shared.latency, cx.now);
         if self.door.due(cx) {
@@ -630,6 +641,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             self.door.max_wait(),
             crate::cgi::max_wait(&self.shared),
             self.shared.log.as_ref().and_then(|l| l.max_wait()),
+            (self.shared.admit.as_ref().and_then(|a| a.due())).map(|t| t.saturating_duration_since(Instant::now())),
         ])
     }
 

@@ -324,6 +324,11 @@ impl super::Worker<'_> {
     /// AMPED: `token`'s first request waits for the disk: submit `wait` to a
     /// helper and park the connection (no interest); a full queue answers 503.
     pub(super) fn park<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token, wait: Wait) {
+        // Admission's clock: the page cache's inflow, whole ranges and
+        // streamed chunks alike.
+        if let (Some(a), Wait::Load { len, .. }) = (self.shared.admit.as_mut(), &wait) {
+            a.loaded(*len);
+        }
         let submitted = match self.helpers.as_mut() {
             Some(h) => h.submit(&self.shared, token, wait),
             None => false,
