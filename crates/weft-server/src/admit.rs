@@ -21,8 +21,11 @@
 //! second hit admits it, as in 2Q.
 //!
 //! The drop waits until no response and no helper holds the file (the
-//! cache's entry is the only reference), so a send in progress never finds
-//! its pages gone and the loop never reads from the disk; the file's
+//! cache's entry is the only reference), then [`DROP_AFTER`] more so the
+//! kernel has sent the last bytes (pages still in a socket's queue, or still
+//! mapped by a chunk a response holds, are not dropped: the advice is best
+//! effort and the counters count advice given). A send in progress never
+//! finds its pages gone and the loop never reads from the disk; the file's
 //! residency is forgotten, so its next request asks a helper again.
 
 use crate::files::{CachedFile, FileCache};
