@@ -83,13 +83,7 @@ class Attack:
                     except OSError:
                         self.drop(sel, s)
                 elif st["reader"] and tick:
-                    try:
-                        if not s.recv(1024):
-                            self.drop(sel, s)
-                    except BlockingIOError:
-                        pass
-                    except OSError:
-                        self.drop(sel, s)
+                    self.read(sel, s, 1024)
                 elif not st["reader"] and tick:
                     try:
                         if st["sent"] < len(head):
@@ -99,15 +93,20 @@ class Attack:
                     except OSError:
                         self.drop(sel, s)
                 elif not st["reader"] and key.events & selectors.EVENT_READ:
-                    try:
-                        if not s.recv(4096):
-                            self.drop(sel, s)
-                    except BlockingIOError:
-                        pass
-                    except OSError:
-                        self.drop(sel, s)
+                    self.read(sel, s, 4096)
         for key in list(sel.get_map().values()):
             key.fileobj.close()
+
+    def read(self, sel, s, n: int) -> None:
+        """Read up to `n` bytes of what the server sent; a connection the
+        server closed (or broke) is dropped and counted."""
+        try:
+            if not s.recv(n):
+                self.drop(sel, s)
+        except BlockingIOError:
+            pass
+        except OSError:
+            self.drop(sel, s)
 
     def drop(self, sel, s) -> None:
         self.closed_by_server += 1
