@@ -123,8 +123,43 @@ class Plan:
         return len(self.points) * self.rounds * (self.duration_s + self.overhead_s)
 
 
+class Threshold:
+    """What an issue's target is, whatever it compares: a measured `value`
+    (None when it was not measured) that must reach its `limit`
+    (`at_least`) or stay at or under it. Subclasses say how the value is
+    made and put in words (`measured`)."""
+
+    name: str
+    limit: float
+
+    @property
+    def value(self) -> float | None:
+        raise NotImplementedError
+
+    @property
+    def at_least(self) -> bool:
+        raise NotImplementedError
+
+    def measured(self, v: float) -> str:
+        """The value `v` and the limit, in words."""
+        raise NotImplementedError
+
+    @property
+    def met(self) -> bool | None:
+        v = self.value
+        if v is None:
+            return None
+        return v >= self.limit if self.at_least else v <= self.limit
+
+    def describe(self) -> str:
+        v = self.value
+        if v is None:
+            return f"{self.name}: not measured"
+        return f"{self.name}: {self.measured(v)} — {'met' if self.met else 'MISSED'}"
+
+
 @dataclass
-class Target:
+class Target(Threshold):
     """One of the issue's targets, checked against a same-run anchor."""
 
     name: str
@@ -142,20 +177,13 @@ class Target:
         return ratio(self.weft, self.anchor)
 
     @property
-    def met(self) -> bool | None:
-        v = self.value
-        if v is None:
-            return None
-        return v >= self.limit if self.kind == "saving" else v <= self.limit
+    def at_least(self) -> bool:
+        return self.kind == "saving"
 
-    def describe(self) -> str:
-        v = self.value
-        if v is None:
-            return f"{self.name}: not measured"
-        verdict = {True: "met", False: "MISSED", None: "?"}[self.met]
+    def measured(self, v: float) -> str:
         if self.kind == "saving":
-            return f"{self.name}: saving {100 * v:.0f} % (target ≥ {100 * self.limit:.0f} %) — {verdict}"
-        return f"{self.name}: {v:.2f}× {self.anchor_name} (target ≤ {self.limit:g}×) — {verdict}"
+            return f"saving {100 * v:.0f} % (target ≥ {100 * self.limit:.0f} %)"
+        return f"{v:.2f}× {self.anchor_name} (target ≤ {self.limit:g}×)"
 
     def to_dict(self) -> dict:
         return {"name": self.name, "weft": self.weft, "anchor": self.anchor, "anchor_name": self.anchor_name, "limit": self.limit,

@@ -236,7 +236,7 @@ def backends_at_rate(front_us: float | None, backend_rps: float) -> float | None
 
 
 @dataclass
-class Target:
+class Target(pl.Threshold):
     """One of the issue's targets: value = a / b, met when value `op` limit."""
 
     name: str
@@ -253,17 +253,11 @@ class Target:
         return pl.ratio(self.a, self.b)
 
     @property
-    def met(self) -> bool | None:
-        v = self.value
-        if v is None:
-            return None
-        return v >= self.limit if self.op == ">=" else v <= self.limit
+    def at_least(self) -> bool:
+        return self.op == ">="
 
-    def describe(self) -> str:
-        v = self.value
-        if v is None:
-            return f"{self.name}: not measured"
-        return f"{self.name}: {v:.2f}× (target {self.op} {self.limit:g}×) — {'met' if self.met else 'MISSED'}"
+    def measured(self, v: float) -> str:
+        return f"{v:.2f}× (target {self.op} {self.limit:g}×)"
 
     def to_dict(self) -> dict:
         return {"name": self.name, "a": self.a, "b": self.b, "a_name": self.a_name, "b_name": self.b_name, "limit": self.limit,
@@ -302,17 +296,6 @@ def target_rows(tg: list[Target]) -> list[list[str]]:
         v = t.value
         out.append([t.name, f"{t.a_name} {report.fmt_num(t.a, 1)}", f"{t.b_name} {report.fmt_num(t.b, 1)}", "–" if v is None else f"{v:.2f}×",
                     f"{t.op} {t.limit:g}×", {True: "met", False: "**missed**", None: "not measured"}[t.met]])  # fmt: skip
-    return out
-
-
-def row_problems(row: dict) -> list[str]:
-    out = []
-    if row.get("non_2xx"):
-        out.append(f"{row['non_2xx']} non-2xx")
-    if row.get("errors"):
-        out.append(f"{row['errors']} errors")
-    if not row.get("requests"):
-        out.append("no replies")
     return out
 
 
@@ -745,7 +728,7 @@ def summarize(lab: core.Lab, pn: Plan, rows: list[dict], commands: dict, skipped
     med_cap = pl.median_rows(cap, ["config", "backends"], FIELDS)
     med_ho = pl.median_rows([r for r in rows if r.get("part") == "handoff"], ["config", "policy"], FIELDS)
     tg = targets(med, 4, med_ho)
-    problems = [(r, p) for r in rows for p in [row_problems(r)] if p]
+    problems = [(r, p) for r in rows for p in [pl.run_problems(r)] if p]
     d = lab.results_dir
     os.makedirs(d, exist_ok=True)
     report.write_json(os.path.join(d, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": commands,

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from lab import core, servers
+from lab import core, proxylab as pl, servers
 from lab.experiments import lard_cluster as lc
 
 
@@ -136,8 +136,9 @@ def test_summarize_writes_targets_tables_and_checks(tmp_path):
 
 
 def test_row_problems():
-    assert lc.row_problems({"requests": 10, "non_2xx": 0, "errors": 0}) == []
-    assert lc.row_problems({"requests": 0, "non_2xx": 2, "errors": 1}) == ["2 non-2xx", "1 errors", "no replies"]
+    # The cluster's rows carry no body sizes: only answers, errors and replies count.
+    assert pl.run_problems({"requests": 10, "non_2xx": 0, "errors": 0}) == []
+    assert pl.run_problems({"requests": 0, "non_2xx": 2, "errors": 1}) == ["2 non-2xx", "1 errors", "no replies"]
 
 
 def test_summary_says_what_was_skipped(tmp_path):
