@@ -55,7 +55,8 @@ import os
 import random
 import time
 from collections import OrderedDict
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from .. import core, env, proc, proxylab as pl, report, servers
@@ -503,6 +504,15 @@ class Bed:
             self.commands.setdefault(f"back-end ({label})", rs.command)
         return out
 
+    @contextmanager
+    def backends(self, kind: str, roots: list[str], n: int, label: str, cgroups: bool = True) -> Iterator[list[servers.RunningServer]]:
+        """`start_backends` for a `with` block, whose end stops them (after an
+        error the pool's own exit stops them)."""
+        backends = self.start_backends(kind, roots, n, label, cgroups)
+        yield backends
+        for b in backends:
+            self.pool.stop(b)
+
     def start_front(self, config: str, addrs: list[str], policy: str | None = None, mode: list[str] | None = None) -> servers.RunningServer:
         if is_weft(config):
             if mode is None and config == W_HANDOFF:
@@ -575,42 +585,38 @@ def run_cluster(bed: Bed, pn: Plan, roots: list[str], urls: str, rnd: int, rows:
         for kind, group in (("weft", [c for c in configs if c != W_LARD_NGX]), ("nginx", [c for c in configs if c == W_LARD_NGX])):
             if not group:
                 continue
-            backends = bed.start_backends(kind, roots, n, "weft serve" if kind == "weft" else "nginx")
-            addrs = [b.addr for b in backends]
-            for config in pl.rotate(group, rnd):
-                front = bed.start_front(config, addrs)
-                pl.check_fetch(config, f"http://{front.addr}{file_path(0)}", pn.file_kib * pl.KiB)
-                evict(roots[:n], pn.files)
-                bed.load(front, urls, pn.warmup_s)
-                row = measure(bed, front, backends, urls, pn.measure_s, part="cluster", config=config, backends=n, round=rnd + 1)
-                row["cgroup_usage_mib"] = [round(c.usage() / pl.MiB, 1) for c in bed.cgroups[:n]]
-                rows.append(row)
-                lab.log(f"  cluster {n} back-end(s) {config:<30}: {row['rps']:>8,.0f} req/s  front {report.fmt_num(row['front_us']):>6} µs/req"
-                        f"  disk {report.fmt_num(row['disk_kib_per_req'], 2):>6} KiB/req")  # fmt: skip
-                bed.pool.stop(front)
-            for b in backends:
-                bed.pool.stop(b)
+            with bed.backends(kind, roots, n, "weft serve" if kind == "weft" else "nginx") as backends:
+                addrs = [b.addr for b in backends]
+                for config in pl.rotate(group, rnd):
+                    front = bed.start_front(config, addrs)
+                    pl.check_fetch(config, f"http://{front.addr}{file_path(0)}", pn.file_kib * pl.KiB)
+                    evict(roots[:n], pn.files)
+                    bed.load(front, urls, pn.warmup_s)
+                    row = measure(bed, front, backends, urls, pn.measure_s, part="cluster", config=config, backends=n, round=rnd + 1)
+                    row["cgroup_usage_mib"] = [round(c.usage() / pl.MiB, 1) for c in bed.cgroups[:n]]
+                    rows.append(row)
+                    lab.log(f"  cluster {n} back-end(s) {config:<30}: {row['rps']:>8,.0f} req/s  front {report.fmt_num(row['front_us']):>6} µs/req"
+                            f"  disk {report.fmt_num(row['disk_kib_per_req'], 2):>6} KiB/req")  # fmt: skip
+                    bed.pool.stop(front)
 
 
 def run_capacity(bed: Bed, pn: Plan, root: str, urls: str, rnd: int, rows: list[dict]) -> None:
     lab = bed.lab
     counts = sorted({p.backends for p in pn.points if p.part == "capacity"})
     for n in counts:
-        backends = bed.start_backends("weft", [root] * n, n, "weft serve (capacity)", cgroups=False)
-        addrs = [b.addr for b in backends]
-        for p in [p for p in pn.points if p.part == "capacity" and p.backends == n]:
-            if p.policy == CAP_HANDOFF:  # LARD/R handing every request off (§3.5.2's front-end)
-                front = bed.start_front(p.config, addrs, "lard-r", HANDOFF_MODES["handoff return"])
-            else:
-                front = bed.start_front(p.config, addrs, p.policy)
-            bed.load(front, urls, min(1.0, pn.cap_s))
-            row = measure(bed, front, backends, urls, pn.cap_s, part="capacity", config=p.config, policy=p.policy, backends=n, round=rnd + 1)
-            rows.append(row)
-            lab.log(f"  capacity {n} back-end(s) {p.config:<14}: {row['rps']:>8,.0f} req/s  front {report.fmt_num(row['front_us']):>6} µs/req"
-                    f"  decision {report.fmt_num(row.get('decision_ns'), 0)} ns")  # fmt: skip
-            bed.pool.stop(front)
-        for b in backends:
-            bed.pool.stop(b)
+        with bed.backends("weft", [root] * n, n, "weft serve (capacity)", cgroups=False) as backends:
+            addrs = [b.addr for b in backends]
+            for p in [p for p in pn.points if p.part == "capacity" and p.backends == n]:
+                if p.policy == CAP_HANDOFF:  # LARD/R handing every request off (§3.5.2's front-end)
+                    front = bed.start_front(p.config, addrs, "lard-r", HANDOFF_MODES["handoff return"])
+                else:
+                    front = bed.start_front(p.config, addrs, p.policy)
+                bed.load(front, urls, min(1.0, pn.cap_s))
+                row = measure(bed, front, backends, urls, pn.cap_s, part="capacity", config=p.config, policy=p.policy, backends=n, round=rnd + 1)
+                rows.append(row)
+                lab.log(f"  capacity {n} back-end(s) {p.config:<14}: {row['rps']:>8,.0f} req/s  front {report.fmt_num(row['front_us']):>6} µs/req"
+                        f"  decision {report.fmt_num(row.get('decision_ns'), 0)} ns")  # fmt: skip
+                bed.pool.stop(front)
 
 
 def run_handoff(bed: Bed, pn: Plan, root: str, urls: str, rnd: int, rows: list[dict]) -> None:
@@ -619,20 +625,18 @@ def run_handoff(bed: Bed, pn: Plan, root: str, urls: str, rnd: int, rows: list[d
     against relay")."""
     lab = bed.lab
     pts = [p for p in pn.points if p.part == "handoff"]
-    backends = bed.start_backends("weft", [root] * 2, 2, "weft serve (handoff)", cgroups=False)
-    addrs = [b.addr for b in backends]
-    for mode in pl.rotate(list(OrderedDict.fromkeys(p.config for p in pts)), rnd):
-        front = bed.start_front(f"weft front {mode}", addrs, "lard-r", HANDOFF_MODES[mode])
-        pl.check_fetch(mode, f"http://{front.addr}{file_path(0)}", HANDOFF_FILE_KIB * pl.KiB)
-        for p in [p for p in pts if p.config == mode]:
-            bed.load(front, urls, min(1.0, pn.cap_s), HANDOFF_CONNS[p.policy])
-            row = measure(bed, front, backends, urls, pn.cap_s, HANDOFF_CONNS[p.policy], part="handoff", config=mode, policy=p.policy,
-                          backends=2, round=rnd + 1)  # fmt: skip
-            rows.append(row)
-            lab.log(f"  handoff {mode:<15} {p.policy:<18}: {row['rps']:>8,.0f} req/s  front {report.fmt_num(row['front_us']):>6} µs/req")
-        bed.pool.stop(front)
-    for b in backends:
-        bed.pool.stop(b)
+    with bed.backends("weft", [root] * 2, 2, "weft serve (handoff)", cgroups=False) as backends:
+        addrs = [b.addr for b in backends]
+        for mode in pl.rotate(list(OrderedDict.fromkeys(p.config for p in pts)), rnd):
+            front = bed.start_front(f"weft front {mode}", addrs, "lard-r", HANDOFF_MODES[mode])
+            pl.check_fetch(mode, f"http://{front.addr}{file_path(0)}", HANDOFF_FILE_KIB * pl.KiB)
+            for p in [p for p in pts if p.config == mode]:
+                bed.load(front, urls, min(1.0, pn.cap_s), HANDOFF_CONNS[p.policy])
+                row = measure(bed, front, backends, urls, pn.cap_s, HANDOFF_CONNS[p.policy], part="handoff", config=mode, policy=p.policy,
+                              backends=2, round=rnd + 1)  # fmt: skip
+                rows.append(row)
+                lab.log(f"  handoff {mode:<15} {p.policy:<18}: {row['rps']:>8,.0f} req/s  front {report.fmt_num(row['front_us']):>6} µs/req")
+            bed.pool.stop(front)
 
 
 def run(lab: core.Lab) -> dict:
