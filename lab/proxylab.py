@@ -323,6 +323,36 @@ def read_runs(results_dir: str) -> dict | None:
         return None
 
 
+class RunBook:
+    """What a proxy experiment's run keeps as it goes, for its runs.json and
+    summary: a row per measured run, the command line of every server it
+    started (by label), and how many of its `total` runs are done, for the
+    progress lines."""
+
+    def __init__(self, total: int = 0):
+        self.rows: list[dict] = []
+        self.commands: dict[str, list[str]] = {}
+        self.total, self.done = total, 0
+
+    def start(self, pool: servers.ServerPool, spec: servers.ServerSpec) -> servers.RunningServer:
+        """Start `spec` in `pool`, keeping its command line under its label."""
+        rs = pool.start(spec)
+        self.commands[spec.label] = rs.command
+        return rs
+
+    def add(self, row: dict) -> str:
+        """Keep one measured run's row; its `[done/total]` progress tag."""
+        self.rows.append(row)
+        self.done += 1
+        return f"[{self.done}/{self.total}]"
+
+    def merged(self, lab) -> tuple[list[dict], dict]:
+        """The rows and commands the summary covers: this run's, and after a
+        run of some parts (`--only`) the other parts' from runs.json
+        (`merge_parts`)."""
+        return merge_parts(read_runs(lab.results_dir), lab.quick, lab.only, self.rows, self.commands)
+
+
 # ---------------------------------------------------------------------------
 # Load clients with their own CPU time
 

@@ -92,19 +92,14 @@ def run(lab: core.Lab) -> dict:
     pn = plan(lab.quick, lab.only)
     lab.prepare(commands=["squid"])
     scratch = os.path.join(lab.scratch, "client")
-    total = len(pn.points) * pn.rounds
     lab.log(f"{NAME}: {len(pn.points)} configurations x {pn.rounds} round(s), about {pn.estimate_s() / 60:.0f} min")
-    rows: list[dict] = []
-    commands: dict[str, list[str]] = {}
+    book = pl.RunBook(len(pn.points) * pn.rounds)
     load_shown = ""
     with lab.pool(lab.scratch) as pool:
-        origin = pool.start(servers.ServerSpec("weft origin", "weft-origin", {"extra": ORIGIN_ARGS}))
-        commands["weft origin"] = origin.command
-        done = 0
+        origin = book.start(pool, servers.ServerSpec("weft origin", "weft-origin", {"extra": ORIGIN_ARGS}))
         for rnd in range(pn.rounds):
             for i, p in enumerate(pl.rotate(pn.points, rnd)):
-                rs = pool.start(spec(p.proxy))  # a fresh, empty cache
-                commands[p.proxy] = rs.command
+                rs = book.start(pool, spec(p.proxy))  # a fresh, empty cache
                 seed = 1 + rnd * 100 + p.rate
                 args = load_args(p, pn.duration_s, rs.addr, seed)
                 load_shown = load_shown or " ".join(pl.weft_load_command("weft", "http://ORIGIN/", load_args(p, pn.duration_s, "PROXY", 1), "FILE"))
@@ -120,12 +115,11 @@ def run(lab: core.Lab) -> dict:
                     row["proxy_hit_ratio"] = s.weft.get("hits", 0) / n if n else None
                     moved = sum(s.weft.get(k, 0) for k in ("bytes_spliced", "bytes_copied", "bytes_cache"))
                     row["byte_hit_ratio"] = s.weft.get("bytes_cache", 0) / moved if moved else None
-                rows.append(row)
-                done += 1
-                lab.log(f"  [{done}/{total}] r{rnd + 1} {p.proxy:<12} {p.rate:>5}/s: {row['rps']:>7,.0f} replies/s  hits {report.fmt_num(100 * (row['hit_ratio'] or 0))} %"
+                tag = book.add(row)
+                lab.log(f"  {tag} r{rnd + 1} {p.proxy:<12} {p.rate:>5}/s: {row['rps']:>7,.0f} replies/s  hits {report.fmt_num(100 * (row['hit_ratio'] or 0))} %"
                         f"  proxy {report.fmt_num(100 * (row['proxy_util'] or 0))} % CPU, {report.fmt_num(row['proxy_us'])} µs/req"
                         f"  hit {report.fmt_num(row['hit_ms'], 2)} ms  miss {report.fmt_num(row['miss_ms'])} ms")  # fmt: skip
-    rows, commands = pl.merge_parts(pl.read_runs(lab.results_dir), lab.quick, lab.only, rows, commands)
+    rows, commands = book.merged(lab)
     return summarize(lab, plan(lab.quick), rows, commands, load_shown)
 
 

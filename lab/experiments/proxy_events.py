@@ -143,8 +143,7 @@ def run(lab: core.Lab) -> dict:
     www = pl.size_files(lab.scratch, sorted({p.size for p in pn.points if p.size}))
     scratch = os.path.join(lab.scratch, "client")
     lab.log(f"{NAME}: {len(pn.points)} configurations, about {pn.estimate_s() / 60:.1f} min of load")
-    rows: list[dict] = []
-    commands: dict[str, list[str]] = {}
+    book = pl.RunBook()
     shown: dict[str, str] = {}
     with lab.pool(www) as pool:
         for section in ("fig8", *POLYMIX_SECTIONS):
@@ -152,13 +151,11 @@ def run(lab: core.Lab) -> dict:
             if not pts:
                 continue
             if section == "fig8":
-                origin = pool.start(servers.ServerSpec("nginx origin", "nginx-origin"))
+                origin = book.start(pool, servers.ServerSpec("nginx origin", "nginx-origin"))
             else:
-                origin = pool.start(servers.ServerSpec("weft origin", "weft-origin", {"extra": polymix.ORIGIN_ARGS}))
-            commands[origin.spec.label] = origin.command
+                origin = book.start(pool, servers.ServerSpec("weft origin", "weft-origin", {"extra": polymix.ORIGIN_ARGS}))
             for i, p in enumerate(pts):
-                rs = pool.start(spec(p, origin.port))
-                commands[p.proxy] = rs.command
+                rs = book.start(pool, spec(p, origin.port))
                 if section == "fig8":
                     name = pl.size_name(p.size)
                     pl.check_fetch(p.proxy, f"http://{rs.addr}/nc/{name}", p.size)
@@ -174,12 +171,12 @@ def run(lab: core.Lab) -> dict:
                 if section in POLYMIX_SECTIONS:
                     row.update(polymix.hit_figures(s.client.doc))
                 row["per_req"] = per_request(s.weft, s.weft.get("requests", 0) if s.weft else 0)
-                rows.append(row)
+                book.rows.append(row)
                 ev = row["per_req"].get("event_calls")
                 lab.log(f"  [{section} {i + 1}/{len(pts)}] {p.proxy:<20} {pl.size_label(p.size) if p.size else '':>8} {p.rate:>5}/s: {row['rps']:>7,.0f} replies/s"
                         f"  proxy {report.fmt_num(row['proxy_us'])} µs/req  event calls/req {report.fmt_num(ev, 3)}")  # fmt: skip
             pool.stop(origin)
-    rows, commands = pl.merge_parts(pl.read_runs(lab.results_dir), lab.quick, lab.only, rows, commands)
+    rows, commands = book.merged(lab)
     return summarize(lab, plan(lab.quick), rows, commands, shown)
 
 

@@ -164,27 +164,20 @@ def run(lab: core.Lab) -> dict:
     www = core.size_site(lab.scratch, sizes, pl.size_name)
     scratch = os.path.join(lab.scratch, "client")
     lab.log(f"{NAME}: {len(pn.points)} configurations x {pn.rounds} round(s), about {pn.estimate_s() / 60:.0f} min of load")
-    rows: list[dict] = []
-    commands: dict[str, list[str]] = {}
+    book = pl.RunBook(len(pn.points) * pn.rounds)
     load_commands: dict[str, str] = {}
     with lab.pool(www) as pool:
-        origin = pool.start(servers.ServerSpec("nginx origin", "nginx-origin"))
-        commands["nginx origin"] = origin.command
+        origin = book.start(pool, servers.ServerSpec("nginx origin", "nginx-origin"))
         oport = origin.port
         okey = {"ORIGIN_HOST": "127.0.0.1", "ORIGIN_PORT": str(oport)}
         all_specs = specs(oport)
-        running: dict[str, servers.RunningServer] = {}
-        for label in needed:
-            rs = pool.start(all_specs[label])
-            running[label] = rs
-            commands[label] = rs.command
+        running = {label: book.start(pool, all_specs[label]) for label in needed}
         # Every proxy answers with the right bytes before anything is measured.
         for label, rs in running.items():
             if label in (WF, SF):
                 pl.check_fetch(label, f"http://127.0.0.1:{oport}/nc/{pl.size_name(sizes[0])}", sizes[0], proxy=rs.addr)
             else:
                 pl.check_fetch(label, f"http://{rs.addr}/nc/{pl.size_name(sizes[0])}", sizes[0])
-        done, total = 0, len(pn.points) * pn.rounds
         for rnd in range(pn.rounds):
             for section in ("targets", "sizes", "rates"):
                 pts = pl.rotate([p for p in pn.points if p.section == section], rnd * 3)
@@ -197,15 +190,14 @@ def run(lab: core.Lab) -> dict:
                                 size_bytes=p.size, rate=p.rate, round=rnd + 1)  # fmt: skip
                     if p.mode in ("c", "nc") and row.get("weft"):
                         row["hit_share"] = row["weft"]["hits"] / row["requests"] if row["requests"] else None
-                    rows.append(row)
-                    done += 1
-                    lab.log(f"  [{done}/{total}] r{rnd + 1} {p.section:<7} {p.config:<26} {pl.size_label(p.size):>8}"
+                    tag = book.add(row)
+                    lab.log(f"  {tag} r{rnd + 1} {p.section:<7} {p.config:<26} {pl.size_label(p.size):>8}"
                             f"{(' @' + str(p.rate) + '/s') if p.rate else '':>9}: {row['rps']:>9,.0f} req/s  proxy {report.fmt_num(row['proxy_us']):>7}"
                             f"  origin {report.fmt_num(row['origin_us']):>7}  client {report.fmt_num(row['client_us']):>7} µs/req")  # fmt: skip
         for label, rs in list(running.items()):
             pool.stop(rs)
     previous = pl.read_runs(lab.results_dir)
-    rows, commands = pl.merge_parts(previous, lab.quick, lab.only, rows, commands)
+    rows, commands = pl.merge_parts(previous, lab.quick, lab.only, book.rows, book.commands)
     if lab.only and previous and bool(previous.get("quick")) == lab.quick:
         load_commands = dict(previous.get("load_commands", {}), **load_commands)
     return summarize(lab, plan(lab.quick), rows, commands, load_commands)

@@ -83,19 +83,12 @@ def run(lab: core.Lab) -> dict:
     pn = plan(lab.quick, lab.only)
     lab.prepare(commands=["haproxy", "squid"])
     scratch = os.path.join(lab.scratch, "client")
-    total = len(pn.points) * pn.rounds
     lab.log(f"{NAME}: {len(pn.points)} configurations x {pn.rounds} round(s), about {pn.estimate_s() / 60:.0f} min of load")
-    rows: list[dict] = []
-    commands: dict[str, list[str]] = {}
+    book = pl.RunBook(len(pn.points) * pn.rounds)
     load_shown = ""
     with lab.pool(lab.scratch) as pool:
-        origin = pool.start(servers.ServerSpec("weft origin", "weft-origin"))
-        commands["weft origin"] = origin.command
-        running = {}
-        for label, spec in specs(origin.port).items():
-            running[label] = pool.start(spec)
-            commands[label] = running[label].command
-        done = 0
+        origin = book.start(pool, servers.ServerSpec("weft origin", "weft-origin"))
+        running = {label: book.start(pool, spec) for label, spec in specs(origin.port).items()}
         for rnd in range(pn.rounds):
             for p in pl.rotate(pn.points, rnd * 2):
                 rs = running[p.proxy]
@@ -108,14 +101,13 @@ def run(lab: core.Lab) -> dict:
                 row = s.row(part=pl.size_name(p.size), proxy=p.proxy, size=pl.size_label(p.size), size_bytes=p.size, clients=p.clients, round=rnd + 1)
                 ssl = s.client.doc.get("ssl", {})
                 row["handshakes"] = ssl.get("full", 0) + ssl.get("abbreviated", 0)
-                rows.append(row)
-                done += 1
-                lab.log(f"  [{done}/{total}] r{rnd + 1} {p.proxy:<19} {pl.size_label(p.size):>7} {p.clients:>4} clients: {row['rps']:>8,.0f} tunnels/s"
+                tag = book.add(row)
+                lab.log(f"  {tag} r{rnd + 1} {p.proxy:<19} {pl.size_label(p.size):>7} {p.clients:>4} clients: {row['rps']:>8,.0f} tunnels/s"
                         f"  proxy {report.fmt_num(row['proxy_us']):>6}  origin {report.fmt_num(row['origin_us']):>6}  client {report.fmt_num(row['client_us']):>6} µs/tunnel"
                         f"  {report.fmt_num(row['latency_ms_mean'], 2)} ms")  # fmt: skip
         for rs in list(running.values()):
             pool.stop(rs)
-    rows, commands = pl.merge_parts(pl.read_runs(lab.results_dir), lab.quick, lab.only, rows, commands)
+    rows, commands = book.merged(lab)
     return summarize(lab, plan(lab.quick), rows, commands, load_shown)
 
 

@@ -173,6 +173,23 @@ def test_merge_parts_replaces_only_the_part_run():
     assert pl.merge_parts(None, False, ["sizes"], [], {}) == ([], {})
 
 
+def test_run_book_keeps_rows_commands_and_progress(tmp_path):
+    class Pool:
+        def start(self, spec):
+            return type("Running", (), {"command": ["start", spec.label]})()
+
+    from lab import servers
+
+    book = pl.RunBook(total=2)
+    book.start(Pool(), servers.ServerSpec("weft origin", "weft-origin"))
+    assert book.commands == {"weft origin": ["start", "weft origin"]}
+    assert [book.add({"part": "sizes", "v": 1}), book.add({"part": "rates", "v": 2})] == ["[1/2]", "[2/2]"]
+    lab = _fake_lab(tmp_path, "run-book")
+    lab.only = ["rates"]
+    # No earlier runs.json: this run's rows and commands alone.
+    assert book.merged(lab) == (book.rows, book.commands)
+
+
 def _fake_lab(tmp_path, name):
     from lab import core
 
