@@ -6,6 +6,7 @@ endpoint, the driver's totals).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from . import drivers, env, proc, servers
@@ -126,6 +128,15 @@ class ServerRounds:
         """One more run measured: its `[done/total]` progress tag."""
         self.done += 1
         return f"[{self.done}/{self.total}]"
+
+
+@contextlib.contextmanager
+def size_site_rounds(lab: Lab, name: str, sizes, specs, reps: int, items: int, what: str, duration_s: float) -> Iterator[ServerRounds]:
+    """The `ServerRounds` of a comparison over a document root of one file
+    per size (`size_site`), in a pool of its own that stops every server
+    when the block ends."""
+    with lab.pool(size_site(lab.scratch, sizes)) as pool:
+        yield ServerRounds(lab, name, pool, specs, reps, items, what, duration_s)
 
 
 def utc_now() -> str:

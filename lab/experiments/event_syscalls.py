@@ -56,11 +56,9 @@ def run(lab: core.Lab) -> dict:
     reps = 1 if lab.quick else 3
     duration = 2.0 if lab.quick else 5.0
     lab.prepare(commands=["nginx", "h2o", "lighttpd"])
-    www = core.size_site(lab.scratch, [size for _, size in FILES])
     all_specs = specs(lab.quick)
     rows: list[dict] = []
-    with lab.pool(www) as pool:
-        runs = core.ServerRounds(lab, NAME, pool, all_specs, reps, len(WORKLOADS), "workloads", duration)
+    with core.size_site_rounds(lab, NAME, [size for _, size in FILES], all_specs, reps, len(WORKLOADS), "workloads", duration) as runs:
         for rep, spec, rs, base in runs:
             for _, size in FILES:
                 core.fetch(base + core.file_name(size))

@@ -37,17 +37,12 @@ def run(lab: core.Lab) -> dict:
     duration = 2.0 if lab.quick else 5.0
     sizes = [("1 KiB", 1 << 10)] if lab.quick else [("1 KiB", 1 << 10), ("8 KiB", 8 << 10), ("100 KiB", 100 << 10)]
     lab.prepare(commands=["nginx"])
-    www = os.path.join(lab.scratch, "www")
-    os.makedirs(www)
-    for _, size in sizes:
-        core.make_file(os.path.join(www, f"file-{size}.bin"), size)
     specs = combos() + [servers.ServerSpec("nginx", "nginx")]
     rows = []
-    with lab.pool(www) as pool:
-        runs = core.ServerRounds(lab, NAME, pool, specs, reps, len(sizes), "sizes", duration)
+    with core.size_site_rounds(lab, NAME, [size for _, size in sizes], specs, reps, len(sizes), "sizes", duration) as runs:
         for rep, spec, rs, base in runs:
             for label, size in sizes:
-                url = base + f"file-{size}.bin"
+                url = base + core.file_name(size)
                 core.fetch(url)
                 m = core.measure(lab, rs, url, connections=50, duration_s=duration)
                 rows.append({"rep": rep + 1, "caches": spec.label, "size": label, "rps": m.load.rps, "cpu_us_per_req": m.cpu_us_per_request,

@@ -32,10 +32,8 @@ def run(lab: core.Lab) -> dict:
     reps = 1 if lab.quick else 3
     duration = 2.0 if lab.quick else 5.0
     lab.prepare(commands=["nginx"])
-    www = core.size_site(lab.scratch, [size for _, size in SIZES])
     rows: list[dict] = []
-    with lab.pool(www) as pool:
-        runs = core.ServerRounds(lab, NAME, pool, SERVERS, reps, len(SIZES), "sizes", duration)
+    with core.size_site_rounds(lab, NAME, [size for _, size in SIZES], SERVERS, reps, len(SIZES), "sizes", duration) as runs:
         for rep, spec, rs, base in runs:
             for label, size in SIZES:
                 core.fetch(base + core.file_name(size))

@@ -42,10 +42,8 @@ def run(lab: core.Lab) -> dict:
     # exercises every path, and CI's 40-minute budget needs the seconds.
     duration = 1.0 if lab.quick else 10.0
     lab.prepare(commands=["nginx", "h2o", "lighttpd"])
-    www = core.size_site(lab.scratch, [size for _, size in SIZES])
     rows: list[dict] = []
-    with lab.pool(www) as pool:
-        runs = core.ServerRounds(lab, NAME, pool, SERVERS, reps, len(SIZES), "sizes", duration)
+    with core.size_site_rounds(lab, NAME, [size for _, size in SIZES], SERVERS, reps, len(SIZES), "sizes", duration) as runs:
         for rep, spec, rs, base in runs:
             for _, size in SIZES:  # warm caches; check the bytes
                 status, n = core.fetch(base + core.file_name(size))
