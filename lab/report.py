@@ -74,6 +74,11 @@ def summary_end(commands: dict[str, list[str]], versions: dict, *, more_commands
     return md + [""]
 
 
+def versions_section(versions: dict) -> list[str]:
+    """A summary's `## Versions` section: a line per program, then a blank line."""
+    return ["## Versions", ""] + [f"- {k}: {v}" for k, v in versions.items()] + [""]
+
+
 def write_summary(d: str, md: Sequence[str]) -> None:
     """Write an experiment's summary.md into its results folder `d`."""
     with open(os.path.join(d, "summary.md"), "w") as f:

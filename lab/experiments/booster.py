@@ -515,7 +515,7 @@ def summarize(lab: core.Lab, doc: dict) -> None:
         rt = [[r["relief"], f(r["cap_cores"], 3), f(r["origin_load_before"], 3), f(r["origin_load_after"], 3), f(r["relief_half_s"], 1), f(r["relief_90_s"], 1), f(r["errors"], 0), f(r["replies"], 0)] for r in doc["relief"]]
         md += ["## Time to relief (100 ms samples)", "", f"SURGE (2,000 files, Zipf popularity), {doc['relief'][0].get('ues')} user equivalents with OFF times x {doc['relief'][0].get('think_scale')} (think times far above response times: the offered rate hardly depends on the path), one connection per request; the origin capped (cgroup CPU quota) so that this load sent straight to it is about 85 % of its capacity. `booster in path`: the clients go through the booster from the start, passed straight through (one request at a time per origin connection, over the proxy's pooled connections) and switched in by hand at t0 (`POST /boost/*/on`), out again 6 s later; the others: at t0 the load moves from the origin to the booster (boosted) or to a cold cache. Relief time: until the origin's CPU (100 ms samples, 1 s mean) has fallen by half (90 %) of the drop it reaches 5-6 s later.", "",
                report.markdown_table(["path at t0", "origin cap (cores)", "origin cores before", "after", "half relief (s)", "90 % (s)", "failed", "replies"], rt), ""]  # fmt: skip
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in doc.get("versions", {}).items()] + [""]
+    md += report.versions_section(doc.get("versions", {}))
     report.write_summary(lab.results_dir, md)
     # The quick form (CI) draws nothing: one load level has no lines to
     # draw, and matplotlib would add seconds to a form that must not grow.

@@ -157,7 +157,6 @@ def run(lab: core.Lab) -> dict:
     md += ["## Throughput and CPU", "", report.markdown_table(["server", "req/s", "server µs/req", "app µs/req", "total µs/req", "weft syscalls/req", "of static"], table), ""]
     md += ["`of static`: requests/s as a share of the same server's static file at the same size (target for weft fastcgi splice: ≥ 80 %).", ""]
     md += ["## Checks", "", f"- {len(problems)} run(s) with errors" if problems else "- every response was 2xx, no socket errors", ""]
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    md += report.versions_section(lab.versions)
+    report.write_summary(lab.results_dir, md)
     return {"medians": med, "share_of_static": share, "problems": len(problems)}

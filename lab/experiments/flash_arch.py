@@ -163,9 +163,8 @@ def finish(lab: core.Lab, md: list[str], rows: list[dict]) -> int:
     """Close a summary (checks, versions), write it; the number of runs with errors."""
     problems = [r for r in rows if r["errors"]]
     md += ["## Checks", "", f"- {len(problems)} run(s) with errors" if problems else "- no errors", ""]
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    md += report.versions_section(lab.versions)
+    report.write_summary(lab.results_dir, md)
     return len(problems)
 
 

@@ -377,6 +377,5 @@ def write_summary(lab: core.Lab, doc: dict) -> None:
     except Exception as e:  # matplotlib missing: the table is the result
         md += [f"(no plot: {e})", ""]
     md += budget_table(doc.get("budget", []))
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in doc["versions"].items()] + [""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    md += report.versions_section(doc["versions"])
+    report.write_summary(lab.results_dir, md)

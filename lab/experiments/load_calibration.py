@@ -315,7 +315,7 @@ def run(lab: core.Lab) -> dict:
 
     md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run: median of {reps} repetition(s), tools interleaved within each; "
           f"nginx anchor (1 worker) serving a 1-byte file on 127.0.0.1. Client CPU: the tool's rusage; nginx CPU: its process tree.", ""]  # fmt: skip
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
+    md += report.versions_section(lab.versions)
     verdict_at = len(md)
     md += [f"## Agreement at equal offered load, {secs} s", "",
            "Closed loop: the same connections and think time for all three (wrk: a Lua `delay()`; httperf: `--wsess`; "

@@ -63,7 +63,6 @@ def run(lab: core.Lab) -> dict:
     md += ["## Server CPU µs per request", "", report.markdown_table(["server"] + cols, cpu), ""]
     md += ["## Ratio", "", report.markdown_table([""] + cols, ratio), ""]
     md += ["## Checks", "", f"- {len(problems)} run(s) with errors" if problems else "- every response was 2xx, no socket errors", ""]
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    md += report.versions_section(lab.versions)
+    report.write_summary(lab.results_dir, md)
     return {"medians": med, "problems": len(problems)}

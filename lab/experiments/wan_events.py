@@ -116,7 +116,6 @@ def summarize(lab, rows: list[dict], secs: float) -> dict:
           "Anchor: weft's epoll backend in the same run (002's baseline).", ""]  # fmt: skip
     md += [report.markdown_table(["condition", "req/s", "backend", "replies/s", "server µs/reply", "vs epoll", "event calls/reply", "open conns", "mean ms", "p99 ms", "retrans"], table), ""]
     md += ["## Checks", "", f"- {len(problems)} run(s) with under 95 % 2xx" if problems else "- every run had at least 95 % 2xx replies", ""]
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
-    with open(os.path.join(d, "summary.md"), "w") as fh:
-        fh.write("\n".join(md))
+    md += report.versions_section(lab.versions)
+    report.write_summary(d, md)
     return {"runs": rows, "problems": len(problems)}

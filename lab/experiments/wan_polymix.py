@@ -132,7 +132,6 @@ def summarize(lab, rows: list[dict], secs: float) -> dict:
           "Server side: 40 ms each way and 0.05 % loss each way; client side clean. Anchor: Squid on the same network and request stream.", ""]  # fmt: skip
     md += [report.markdown_table(["condition", "req/s", "proxy", "hit %", "hit ms", "miss ms", "CV", "proxy µs/req", "proxy CPU %", "retrans", "RTOs", "5xx"], table), ""]
     md += ["## Checks", "", f"- {len(problems)} run(s) without replies or with over 1 % 5xx" if problems else "- every run had replies and at most 1 % 5xx", ""]
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
-    with open(os.path.join(d, "summary.md"), "w") as fh:
-        fh.write("\n".join(md))
+    md += report.versions_section(lab.versions)
+    report.write_summary(d, md)
     return {"runs": rows, "problems": len(problems)}

@@ -337,7 +337,6 @@ def summarize(lab, rows: list[dict], runs: int) -> dict:
     md += [report.markdown_table(["network", "SACK", "KiB", "no proxy − splice ms (Fig. 18)", "latency decrease % (Fig. 19)", "CV improvement % (Fig. 20)",
                                   "splice vs copy latency % (Fig. 9)", "splice vs copy CV % (Fig. 10)"], ctable), ""]  # fmt: skip
     md += ["## Checks", "", f"- {len(problems)} run(s) with fewer than 90 % 2xx replies" if problems else "- every run had at least 90 % 2xx replies", ""]
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as fh:
-        fh.write("\n".join(md))
+    md += report.versions_section(lab.versions)
+    report.write_summary(lab.results_dir, md)
     return {"medians": med, "comparisons": comp, "problems": len(problems)}

@@ -228,7 +228,6 @@ def summarize(lab, rows: list[dict], points, reps: int, limit: int | None) -> di
           f"send buffer {SEND_BUFFER >> 10} KiB; weft object cache: `--object-cache` of half the limit. Anchor: nginx, same network and run.", ""]  # fmt: skip
     md += [report.markdown_table(["data set", "RTT", "clients"] + SERVERS, table), ""]
     md += ["## Checks", "", f"- {len(problems)} run(s) with under 99 % 2xx" if problems else "- every run had at least 99 % 2xx replies", ""]
-    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+    md += report.versions_section(lab.versions)
+    report.write_summary(lab.results_dir, md)
     return {"medians": med, "problems": len(problems)}

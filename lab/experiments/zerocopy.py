@@ -110,8 +110,6 @@ def run(lab: core.Lab) -> dict:
     md = [f"# {NAME}{' (quick)' if lab.quick else ''}", "",
           "One server worker, `weft load` (--clients 4 for the 1 MiB file, 16 for the 8 KiB one) across a veth pair (offloads off); same run.", "",
           report.markdown_table(["setting", "file", "round", "req/s", "µs server CPU/req", "zero-copy bytes",
-                                 "copied completions"], table), "",
-          "## Versions", ""] + [f"- {k}: {v}" for k, v in lab.versions.items()] + [""]  # fmt: skip
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+                                 "copied completions"], table), ""] + report.versions_section(lab.versions)  # fmt: skip
+    report.write_summary(lab.results_dir, md)
     return {"runs": rows}
