@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from . import drivers, env, proc, servers
+from . import drivers, env, proc, report, servers
 
 LAB_DIR = os.path.dirname(os.path.abspath(__file__))
 RESULTS_DIR = os.path.join(LAB_DIR, "results")
@@ -137,6 +137,17 @@ def size_site_rounds(lab: Lab, name: str, sizes, specs, reps: int, items: int, w
     when the block ends."""
     with lab.pool(size_site(lab.scratch, sizes)) as pool:
         yield ServerRounds(lab, name, pool, specs, reps, items, what, duration_s)
+
+
+def write_runs(lab: Lab, name: str, rows: list[dict], commands: dict[str, list[str]], medians: list[dict], **more) -> None:
+    """A server comparison's raw results in its results folder: runs.json
+    (with each server's command line, the load command and `more`),
+    runs.csv and medians.csv."""
+    d = lab.results_dir
+    report.write_json(os.path.join(d, "runs.json"), {"experiment": name, "quick": lab.quick, "versions": lab.versions, "commands": commands,
+                                                    "load_command": lab.load_command, "runs": rows, **more})  # fmt: skip
+    report.write_csv(os.path.join(d, "runs.csv"), rows)
+    report.write_csv(os.path.join(d, "medians.csv"), medians)
 
 
 def utc_now() -> str:

@@ -146,9 +146,7 @@ def run(lab: core.Lab) -> dict:
     for lbl, ref in [("weft fastcgi splice", "weft static"), ("weft fastcgi copy", "weft static"), ("weft fastcgi unix", "weft static"), ("weft cgi pool", "weft static"), ("weft cgi1 fork", "weft static"), ("nginx fastcgi", "nginx static")]:
         if by.get(lbl) and by.get(ref) and by[ref]["rps"]:
             share[lbl] = by[lbl]["rps"] / by[ref]["rps"]
-    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": runs.commands, "load_command": lab.load_command, "runs": rows, "share_of_static": share})
-    report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
-    report.write_csv(os.path.join(lab.results_dir, "medians.csv"), med)
+    core.write_runs(lab, NAME, rows, runs.commands, med, share_of_static=share)
     table = [[r["server"], f"{r['rps']:,.0f}", report.fmt_num(r["cpu_us_per_req"]), f"{r['app_cpu_us_per_req']:.1f}", report.fmt_num(r["total_cpu_us_per_req"]), report.fmt_num(r.get("syscalls_per_req")), f"{share[r['server']]:.0%}" if r["server"] in share else "–"] for r in med]
     series = OrderedDict((r["server"], [r["rps"]]) for r in med)
     report.plot_grouped_bars(os.path.join(lab.results_dir, "rps.png"), ["64 KiB"], series, ylabel="requests/s", title=f"{NAME}: median of {reps}")

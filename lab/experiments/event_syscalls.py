@@ -93,9 +93,7 @@ def run(lab: core.Lab) -> dict:
 def summarize(lab, rows, commands, reps, duration, all_specs) -> dict:
     fields = ["rps", "cpu_us_per_req", "event_syscalls_per_req", *core.EVENT_SYSCALLS]
     med = report.group_medians(rows, ["server", "workload"], fields)
-    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": commands, "load_command": lab.load_command, "runs": rows})
-    report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
-    report.write_csv(os.path.join(lab.results_dir, "medians.csv"), med)
+    core.write_runs(lab, NAME, rows, commands, med)
     md = [f"# {NAME}", ""]
     md.append(f"{'Quick' if lab.quick else 'Full'} run: {reps} repetition(s), median shown; each run `{' '.join(lab.load_command)}` "
               f"(or -t2 -c100, see each table; {duration:g}s) against one server with one worker; weft with `--send copy`. Event system calls = "

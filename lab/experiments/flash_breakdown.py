@@ -51,9 +51,7 @@ def run(lab: core.Lab) -> dict:
                 lab.log(f"  {runs.tick()} {spec.label:<15} {label:>8}: {m.load.rps:>9,.0f} req/s {report.fmt_num(m.cpu_us_per_request):>7} µs/req")
     lab.load_command = lab.driver.command("http://127.0.0.1:PORT/file-SIZE.bin", connections=50, duration_s=duration)
     med = report.group_medians(rows, ["caches", "size"], ["rps", "cpu_us_per_req"])
-    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": runs.commands, "load_command": lab.load_command, "runs": rows})
-    report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
-    report.write_csv(os.path.join(lab.results_dir, "medians.csv"), med)
+    core.write_runs(lab, NAME, rows, runs.commands, med)
     md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run, median of {reps}; `{' '.join(lab.load_command)}`.", ""]
     cols, t = report.pivot(med, "caches", "size", "rps")
     md += ["## Requests/s", "", report.markdown_table(["caches on"] + cols, t), ""]

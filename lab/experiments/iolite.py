@@ -134,9 +134,7 @@ def run(lab: core.Lab) -> dict:
             lab.load_command = doc["command"]
     med = report.group_medians(rows, ["config"], ["rps", "cpu_us_per_req", "hit_ratio", "byte_hit_ratio", "bytes_per_cached_byte",
                                                   "smaps_mapped", "smaps_anon_growth", "outside_smaps", "cgroup_cache", "cgroup_rss_growth", "outside_cgroup"])  # fmt: skip
-    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": runs.commands, "load_command": lab.load_command, "runs": rows})
-    report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
-    report.write_csv(os.path.join(lab.results_dir, "medians.csv"), med)
+    core.write_runs(lab, NAME, rows, runs.commands, med)
     head = ["config", "req/s", "CPU µs/req", "object hit ratio", "byte hit ratio", "heap + page cache per cached byte (weft's counters)"]
     table = [[r["config"], report.fmt_num(r.get("rps")), report.fmt_num(r.get("cpu_us_per_req")), report.fmt_num(r.get("hit_ratio"), 3),
               report.fmt_num(r.get("byte_hit_ratio"), 3), report.fmt_num(r.get("bytes_per_cached_byte"), 3)] for r in med]  # fmt: skip

@@ -49,9 +49,7 @@ def run(lab: core.Lab) -> dict:
                 lab.log(f"  {runs.tick()} rep {rep + 1} {spec.label:<18} {label:>8}: {m.load.rps:>9,.0f} req/s {report.fmt_num(m.cpu_us_per_request):>7} µs/req")
     lab.load_command = lab.driver.command("http://127.0.0.1:PORT/file-SIZE.bin", connections=CONNECTIONS, duration_s=duration)
     med = report.group_medians(rows, ["server", "size"], ["rps", "cpu_us_per_req", "cpu_ns_per_kib"])
-    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": runs.commands, "load_command": lab.load_command, "runs": rows})
-    report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
-    report.write_csv(os.path.join(lab.results_dir, "medians.csv"), med)
+    core.write_runs(lab, NAME, rows, runs.commands, med)
     cols, cpu = report.pivot(med, "server", "size", "cpu_us_per_req")
     by = {(r["server"], r["size"]): r["cpu_us_per_req"] for r in med}
     ratio = [["sendfile / copy (weft)"] + [f"{by[('weft sendfile', s)] / by[('weft copy', s)]:.2f}" if by.get(("weft sendfile", s)) and by.get(("weft copy", s)) else "–" for s, _ in SIZES]]

@@ -95,9 +95,7 @@ def body_path(row: dict) -> str:
 def summarize(lab: core.Lab, rows: list[dict], commands: dict, reps: int, duration: float) -> dict:
     med = report.group_medians(rows, ["server", "size"], ["rps", "cpu_us_per_req"])
     sizes = [s for s, _ in SIZES]
-    report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "commands": commands, "load_command": lab.load_command, "runs": rows})
-    report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
-    report.write_csv(os.path.join(lab.results_dir, "medians.csv"), med)
+    core.write_runs(lab, NAME, rows, commands, med)
 
     cols, cpu_table = report.pivot(med, "server", "size", "cpu_us_per_req")
     _, rps_table = report.pivot(med, "server", "size", "rps")
