@@ -242,13 +242,6 @@ mod tests {
         }
     }
 
-    fn write(text: &str) -> (tempdir::Dir, PathBuf) {
-        let d = tempdir::Dir::new();
-        let p = d.path.join("weft.toml");
-        std::fs::write(&p, text).unwrap();
-        (d, p)
-    }
-
     mod tempdir {
         pub struct Dir {
             pub path: std::path::PathBuf,
@@ -277,15 +270,37 @@ mod tests {
         v.iter().map(OsString::from).collect()
     }
 
+    /// `merge_config` of `weft serve CONFIG_FLAG FILE FLAGS...`, where FILE
+    /// (removed after) holds `toml`.
+    fn merge_serve(toml: &str, config_flag: &str, flags: &[&str]) -> Result<Vec<OsString>, UsageError> {
+        let d = tempdir::Dir::new();
+        let p = d.path.join("weft.toml");
+        std::fs::write(&p, toml).unwrap();
+        let mut args = argv(&["weft", "serve", config_flag, p.to_str().unwrap()]);
+        args.extend(argv(flags));
+        merge_config(args)
+    }
+
+    /// The `weft serve` arguments of a config file holding `toml`, then `flags`.
+    fn serve_args(toml: &str, flags: &[&str]) -> crate::serve::ServeArgs {
+        let args = merge_serve(toml, "-c", flags).ok().unwrap();
+        let Command::Serve(s) = Cli::try_parse_from(args).unwrap().command else {
+            panic!()
+        };
+        *s
+    }
+
+    /// The error of a config file holding `toml` for `weft serve`, checked to be one line.
+    fn serve_file_error(toml: &str, config_flag: &str) -> String {
+        let e = merge_serve(toml, config_flag, &[]).err().unwrap().0;
+        assert!(!e.contains('\n'), "{e}");
+        e
+    }
+
     #[test]
     fn file_settings_apply_and_flags_win() {
-        let (_d, p) = write("[serve]\nevent = \"poll\"\nworkers = 3\nautoindex = true\nroot = \"/tmp\"\n");
-        let args = merge_config(argv(&["weft", "serve", "-c", p.to_str().unwrap(), "--workers", "1"]))
-            .ok()
-            .unwrap();
-        let cli = Cli::try_parse_from(args).unwrap();
-        let Command::Serve(s) = cli.command else { panic!() };
-        let c = s.to_config();
+        let toml = "[serve]\nevent = \"poll\"\nworkers = 3\nautoindex = true\nroot = \"/tmp\"\n";
+        let c = serve_args(toml, &["--workers", "1"]).to_config();
         assert_eq!(c.event, weft_io::BackendKind::Poll);
         assert_eq!(c.workers, 1, "the command line overrides the file");
         assert!(c.autoindex);
@@ -294,35 +309,23 @@ mod tests {
 
     #[test]
     fn booster_addresses_come_from_the_file_too() {
-        let (_d, p) = write("[serve]\nbooster-from = \"127.0.0.1,10.0.0.2\"\n");
-        let args = merge_config(argv(&["weft", "serve", "-c", p.to_str().unwrap()]))
-            .ok()
-            .unwrap();
-        let Command::Serve(s) = Cli::try_parse_from(args).unwrap().command else {
-            panic!()
-        };
+        let s = serve_args("[serve]\nbooster-from = \"127.0.0.1,10.0.0.2\"\n", &[]);
         assert_eq!(s.to_config().booster_from.len(), 2);
-        let (_d, p) = write("[serve]\nbooster-from = \"nowhere\"\n");
-        let e = merge_config(argv(&["weft", "serve", "-c", p.to_str().unwrap()]))
-            .err()
-            .unwrap();
-        assert!(e.0.contains("key `serve.booster-from`"), "{}", e.0);
+        let e = serve_file_error("[serve]\nbooster-from = \"nowhere\"\n", "-c");
+        assert!(e.contains("key `serve.booster-from`"), "{e}");
     }
 
     #[test]
     fn unknown_key_and_bad_value_name_the_key() {
-        let (_d, p) = write("[serve]\nwrokers = 3\n");
-        let e = merge_config(argv(&["weft", "serve", "--config", p.to_str().unwrap()]))
-            .err()
-            .unwrap();
-        assert!(e.0.contains("key `serve.wrokers`: unknown key"), "{}", e.0);
-        assert!(!e.0.contains('\n'));
-        let (_d, p) = write("[serve]\nevent = \"kqueue\"\n");
-        let e = merge_config(argv(&["weft", "serve", "--config", p.to_str().unwrap()]))
-            .err()
-            .unwrap();
-        assert!(e.0.contains("key `serve.event`"), "{}", e.0);
-        assert!(e.0.contains("kqueue"), "{}", e.0);
-        assert!(!e.0.contains('\n'));
+        let cases: [(&str, &[&str]); 2] = [
+            ("[serve]\nwrokers = 3\n", &["key `serve.wrokers`: unknown key"]),
+            ("[serve]\nevent = \"kqueue\"\n", &["key `serve.event`", "kqueue"]),
+        ];
+        for (toml, wants) in cases {
+            let e = serve_file_error(toml, "--config");
+            for want in wants {
+                assert!(e.contains(want), "{e}");
+            }
+        }
     }
 }
