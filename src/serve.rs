@@ -8,21 +8,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-pub(crate) fn parse_max_pass(s: &str) -> Result<u32, String> {
-    match s.parse::<u32>() {
-        Ok(n) if n <= 1_000_000 => Ok(n),
-        _ => Err(format!("invalid pass count `{s}` (expected 0..1000000)")),
-    }
-}
-
-pub(crate) fn parse_wake_interval(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d > Duration::from_millis(10) {
-        return Err(format!("wake interval `{s}` is too long (at most 10ms)"));
-    }
-    Ok(d)
-}
-
 /// A path or `off`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OffPath(pub Option<PathBuf>);
@@ -35,8 +20,22 @@ pub(crate) fn parse_off_path(s: &str) -> Result<OffPath, String> {
     }
 }
 
-/// `weft serve`.
+/// `weft serve`. The event backend's tuning is explained more fully here
+/// than in the other roles' help.
 #[derive(Args, Debug, Default)]
+#[command(
+    mut_arg("max_pass", |a| a.help(
+        "tracked backends: consecutive passes served from the user-level readiness table before the kernel is \
+         asked anyway, so descriptors not known to be ready are not starved; 0 asks the kernel at every pass \
+         [default: 8]"
+    )),
+    mut_arg("wake_interval", |a| a.help(
+        "uring and tracked: batch wake-ups under load. A wait that finds no completion asks the kernel for those \
+         expected within this interval at the recent rate and holds the first back at most ten intervals \
+         (io_uring min-wait, Linux 6.12); under two expected, it wakes at the first. Fewer io_uring_enter calls \
+         for about one interval of added latency under load; 0 turns it off [default: 0]"
+    )),
+)]
 pub struct ServeArgs {
     /// Document root. Without it, weft serves its built-in demo site.
     #[arg(value_name = "DIR")]
@@ -46,19 +45,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub service: ServiceArgs,
 
-    /// tracked backends: consecutive passes served from the user-level readiness table before the
-    /// kernel is asked anyway, so descriptors not known to be ready are not starved; 0 asks the
-    /// kernel at every pass [default: 8].
-    #[arg(long, value_name = "N", value_parser = parse_max_pass)]
-    pub max_pass: Option<u32>,
-
-    /// uring and tracked: batch wake-ups under load. A wait that finds no completion asks the kernel
-    /// for those expected within this interval at the recent rate and holds the first back at most
-    /// ten intervals (io_uring min-wait, Linux 6.12); under two expected, it wakes at the first.
-    /// Fewer io_uring_enter calls for about one interval of added latency under load; 0 turns it off
-    /// [default: 0].
-    #[arg(long, value_name = "DURATION", value_parser = parse_wake_interval)]
-    pub wake_interval: Option<Duration>,
+    // --max-pass, --wake-interval (src/event_tuning.rs).
+    #[command(flatten)]
+    pub tuning: crate::event_tuning::EventTuningArgs,
 
     /// Requests per connection before it is closed; 0 = unlimited [default: 0].
     #[arg(long, value_name = "N")]
@@ -132,11 +121,10 @@ impl ServeArgs {
             ..Default::default()
         };
         apply_service_args!(self.service, c);
+        set_given!(self.tuning, c; max_pass, wake_interval);
         set_given!(
             self,
             c;
-            max_pass,
-            wake_interval,
             max_requests,
             send,
             small_file_max,
@@ -209,5 +197,18 @@ mod tests {
         assert_eq!(parse_off_path("off").unwrap(), OffPath(None));
         assert_eq!(parse_off_path("x").unwrap(), OffPath(Some(PathBuf::from("x"))));
         assert!(parse_off_path("").is_err());
+    }
+
+    /// `--max-pass` and `--wake-interval` come from the group serve shares
+    /// with proxy and front; they must still reach serve's configuration.
+    #[test]
+    fn event_tuning_flags_reach_the_config() {
+        use clap::Parser;
+        let argv = ["weft", "serve", "--max-pass", "3", "--wake-interval", "1ms"];
+        let crate::cli::Command::Serve(a) = crate::cli::Cli::try_parse_from(argv).unwrap().command else {
+            panic!()
+        };
+        let c = a.to_config();
+        assert_eq!((c.max_pass, c.wake_interval), (3, Duration::from_millis(1)));
     }
 }
