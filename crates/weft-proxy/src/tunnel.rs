@@ -69,6 +69,22 @@ pub struct Side<'a> {
     pub may_write: &'a mut bool,
 }
 
+/// What one pump call of a tunnel works on: both sides, the client's queued
+/// output and the worker's shared means.
+pub struct TunnelEnds<'a> {
+    /// The client side.
+    pub client: Side<'a>,
+    /// The upstream side.
+    pub up: Side<'a>,
+    /// Queued client output (the `200 Connection established`), delivered
+    /// before upstream bytes.
+    pub client_out: &'a mut OutChain,
+    /// The worker's spare copy buffers.
+    pub bufs: &'a mut TunnelBufs,
+    /// The worker's sockmap forwarder (`--splice sockmap`).
+    pub fwd: &'a mut KernelFwd,
+}
+
 /// What a pump call ended with.
 #[derive(Debug, PartialEq, Eq)]
 pub enum TunnelState {
@@ -318,20 +334,18 @@ impl Tunnel {
         }
     }
 
-    /// Move bytes both ways. `client_out`: queued client output (the
-    /// `200 Connection established`), delivered before upstream bytes.
-    pub fn pump(
-        &mut self,
-        client: &mut Side<'_>,
-        up: &mut Side<'_>,
-        client_out: &mut OutChain,
-        bufs: &mut TunnelBufs,
-        st: &mut ProxyStats,
-        fwd: &mut KernelFwd,
-    ) -> TunnelState {
-        if let Some(state) = self.pump_kernel(client, up, client_out, st, fwd) {
+    /// Move bytes both ways (the client's queued output first).
+    pub fn pump(&mut self, e: &mut TunnelEnds<'_>, st: &mut ProxyStats) -> TunnelState {
+        if let Some(state) = self.pump_kernel(e, st) {
             return state;
         }
+        let TunnelEnds {
+            client,
+            up,
+            client_out,
+            bufs,
+            ..
+        } = e;
         let a = self.u2c.pump(up, client, client_out, bufs, st);
         let b = self.c2u.pump(client, up, &mut self.to_upstream, bufs, st);
         let (Ok(a), Ok(b)) = (a, b) else {

@@ -12,7 +12,7 @@ use crate::config::SpliceMode;
 use crate::conn::{Client, Phase, ReqBody, Txn, Upstream};
 use crate::relay::{splice_request_body, BodyEnd, Ends, Pump};
 use crate::response::store_object;
-use crate::tunnel::{Side, Tunnel, TunnelState};
+use crate::tunnel::{Side, Tunnel, TunnelEnds, TunnelState};
 use crate::upstream::{read_response_head, HeadRead};
 use crate::worker::{client_of, interest, pair, Flow, Shared, Worker, BATCH_TIMER, BATCH_WAIT};
 use std::os::fd::AsFd;
@@ -482,24 +482,22 @@ impl Worker<'_> {
             return Flow::Closed;
         };
         let (tunnel, _) = c.tunnel.as_mut().expect("checked");
-        let mut cside = Side {
-            fd: cfd,
-            may_read: &mut c.may_read,
-            may_write: &mut c.may_write,
+        let mut ends = TunnelEnds {
+            client: Side {
+                fd: cfd,
+                may_read: &mut c.may_read,
+                may_write: &mut c.may_write,
+            },
+            up: Side {
+                fd: u.fd.as_fd(),
+                may_read: &mut u.may_read,
+                may_write: &mut u.may_write,
+            },
+            client_out: &mut c.out,
+            bufs: &mut sh.tunnel_bufs,
+            fwd: &mut sh.sockmap,
         };
-        let mut uside = Side {
-            fd: u.fd.as_fd(),
-            may_read: &mut u.may_read,
-            may_write: &mut u.may_write,
-        };
-        let state = tunnel.pump(
-            &mut cside,
-            &mut uside,
-            &mut c.out,
-            &mut sh.tunnel_bufs,
-            &mut sh.stats,
-            &mut sh.sockmap,
-        );
+        let state = tunnel.pump(&mut ends, &mut sh.stats);
         match state {
             TunnelState::Done | TunnelState::Failed => {
                 self.close_client(cx, ct);

@@ -18,7 +18,7 @@
 //! is the client, side 1 the upstream, so direction `d` reads side `d` and
 //! writes side `1 - d`.
 
-use super::{Side, Tunnel, TunnelState};
+use super::{Side, Tunnel, TunnelEnds, TunnelState};
 pub use crate::sockmap::KernelFwd;
 use crate::stats::ProxyStats;
 use weft_io::sys;
@@ -109,23 +109,16 @@ impl Tunnel {
 
     /// The sockmap path of [`Tunnel::pump`]; `None` when the tunnel splices
     /// (no sockmap wanted, or it was declined before the join).
-    pub(super) fn pump_kernel(
-        &mut self,
-        client: &mut Side<'_>,
-        up: &mut Side<'_>,
-        client_out: &mut OutChain,
-        st: &mut ProxyStats,
-        fwd: &mut KernelFwd,
-    ) -> Option<TunnelState> {
+    pub(super) fn pump_kernel(&mut self, e: &mut TunnelEnds<'_>, st: &mut ProxyStats) -> Option<TunnelState> {
         let joined = self.kernel.as_ref()?.pair.is_some();
         if !joined {
-            return self.join(client, up, client_out, st, fwd);
+            return self.join(e, st);
         }
-        let KernelFwd::Ready(f) = fwd else {
+        let KernelFwd::Ready(f) = &mut *e.fwd else {
             return Some(TunnelState::Failed);
         };
         let k = self.kernel.as_mut()?;
-        if let (Step::Ok, Step::Ok) = (k.on_event(f, 0, client, st), k.on_event(f, 1, up, st)) {
+        if let (Step::Ok, Step::Ok) = (k.on_event(f, 0, &mut e.client, st), k.on_event(f, 1, &mut e.up, st)) {
             return Some(k.state());
         }
         Some(TunnelState::Failed)
@@ -133,14 +126,14 @@ impl Tunnel {
 
     /// Before the join: read the client to EAGAIN, write out the queued
     /// output, then join. `Some(Wait)` while that is under way.
-    fn join(
-        &mut self,
-        client: &mut Side<'_>,
-        up: &mut Side<'_>,
-        client_out: &mut OutChain,
-        st: &mut ProxyStats,
-        fwd: &mut KernelFwd,
-    ) -> Option<TunnelState> {
+    fn join(&mut self, e: &mut TunnelEnds<'_>, st: &mut ProxyStats) -> Option<TunnelState> {
+        let TunnelEnds {
+            client,
+            up,
+            client_out,
+            fwd,
+            ..
+        } = e;
         let mut read = 0;
         let mut buf = [0u8; 16 * 1024];
         while *client.may_read && read < PRE_JOIN_READ && self.to_upstream.len() < PRE_JOIN_READ as u64 {
@@ -182,7 +175,7 @@ impl Tunnel {
         // Both may already have ended (their FIN came before the join).
         *client.may_read = true;
         *up.may_read = true;
-        self.pump_kernel(client, up, client_out, st, fwd)
+        self.pump_kernel(e, st)
     }
 }
 
