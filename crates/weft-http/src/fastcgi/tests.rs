@@ -157,18 +157,15 @@ fn cgi_heads() {
     assert_eq!(&out[h.len..], b"body!");
     assert_eq!(h.fields().collect::<Vec<_>>(), vec![("X-A", &b"1"[..])]);
     assert_eq!(h.content_length(), Some(5));
-    let mut f = [httparse::EMPTY_HEADER; 16];
-    let h = parse_head(b"Location: http://x/\r\n\r\n", &mut f, 1024)
-        .unwrap()
-        .unwrap();
-    assert_eq!((h.status, h.kind), (302, CgiKind::ClientRedirect));
-    let mut f = [httparse::EMPTY_HEADER; 16];
-    let h = parse_head(b"Location: /other\r\n\r\n", &mut f, 1024).unwrap().unwrap();
-    assert_eq!((h.status, h.kind), (200, CgiKind::LocalRedirect));
-    let mut f = [httparse::EMPTY_HEADER; 16];
-    assert!(parse_head(b"Content-Type: text/plain\r\n", &mut f, 1024)
-        .unwrap()
-        .is_none());
+    assert_eq!(
+        status_and_kind(b"Location: http://x/\r\n\r\n"),
+        Ok(Some((302, CgiKind::ClientRedirect)))
+    );
+    assert_eq!(
+        status_and_kind(b"Location: /other\r\n\r\n"),
+        Ok(Some((200, CgiKind::LocalRedirect)))
+    );
+    assert_eq!(status_and_kind(b"Content-Type: text/plain\r\n"), Ok(None));
     for bad in [
         &b"no colon here\n\n"[..],
         b"X-Only: 1\n\n",
@@ -178,23 +175,21 @@ fn cgi_heads() {
         b"Content-Type: a\nContent-Type: b\n\n",
         b"Content-Type: a\x00b\n\n",
     ] {
-        let mut f = [httparse::EMPTY_HEADER; 16];
-        assert!(
-            parse_head(bad, &mut f, 1024).is_err(),
-            "{:?}",
-            String::from_utf8_lossy(bad)
-        );
+        assert!(status_and_kind(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
     }
     let mut f = [httparse::EMPTY_HEADER; 2];
     assert!(
         parse_head(b"A: 1\nB: 2\nC: 3\n\n", &mut f, 1024).is_err(),
         "field limit"
     );
+    assert_eq!(status_and_kind(&[b'X'; 2000]), Err(FcgiError::HeadTooLarge));
+}
+
+/// [`parse_head`] with room for 16 fields under a 1 KiB limit: the status
+/// and kind of a complete head.
+fn status_and_kind(out: &[u8]) -> Result<Option<(u16, CgiKind)>, FcgiError> {
     let mut f = [httparse::EMPTY_HEADER; 16];
-    assert_eq!(
-        parse_head(&[b'X'; 2000], &mut f, 1024).unwrap_err(),
-        FcgiError::HeadTooLarge
-    );
+    Ok(parse_head(out, &mut f, 1024)?.map(|h| (h.status, h.kind)))
 }
 
 #[test]
