@@ -571,6 +571,18 @@ mod tests {
         Front::new(&cfg, 2).unwrap()
     }
 
+    /// [`two_backends`] with its one admission slot held by token 1 (placed
+    /// by worker 0) and token 2 waiting (placed by worker `waiter`): the
+    /// front and the holder's back-end.
+    fn one_held_one_waiting(queue_limit: usize, waiter: usize) -> (Front, ServerId) {
+        let f = two_backends(queue_limit);
+        let Placement::Assigned(s) = f.place(0, Token::new(1, 0), 7) else {
+            panic!("the first request is assigned")
+        };
+        assert_eq!(f.place(waiter, Token::new(2, 0), 8), Placement::Queued);
+        (f, s)
+    }
+
     #[test]
     fn backends_parse_with_weights() {
         let b: BackendSpec = "10.0.0.1:80=3".parse().unwrap();
@@ -594,12 +606,8 @@ mod tests {
     #[test]
     fn waiting_requests_are_admitted_through_their_workers_mailbox() {
         // S = (2-1)*1 + 1 - 1 = 1; one may wait.
-        let f = two_backends(1);
+        let (f, s) = one_held_one_waiting(1, 1);
         let t = |i| Token::new(i, 0);
-        let Placement::Assigned(s) = f.place(0, t(1), 7) else {
-            panic!()
-        };
-        assert_eq!(f.place(1, t(2), 8), Placement::Queued);
         assert!(matches!(f.place(0, t(3), 9), Placement::Rejected(_)));
         f.finished(s);
         let mut got = Vec::new();
@@ -661,12 +669,8 @@ mod tests {
     #[test]
     fn handed_connections_finish_in_batches_and_admit_waiting_ones() {
         // S = 1: one handed connection holds it; the next waits.
-        let f = two_backends(4);
+        let (f, s) = one_held_one_waiting(4, 0);
         let t = |i| Token::new(i, 0);
-        let Placement::Assigned(s) = f.place(0, t(1), 7) else {
-            panic!()
-        };
-        assert_eq!(f.place(0, t(2), 8), Placement::Queued);
         f.finished_n(s, 0);
         let mut got = Vec::new();
         f.take_admitted(0, &mut got);

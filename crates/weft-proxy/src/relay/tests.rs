@@ -45,6 +45,28 @@ impl Rig {
         };
         relay.pump(&mut e, &mut self.st)
     }
+
+    /// Pump `relay` until it is done, with both sockets taken as ready again
+    /// after each wait (`on_wait` runs first); fails the test on any other
+    /// outcome or after 20 s.
+    fn pump_to_done(&mut self, relay: &mut Relay, up: Option<BorrowedFd<'_>>, mut on_wait: impl FnMut()) {
+        let (mut may_read, mut may_write) = (true, true);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            match self.pump(relay, up, &mut may_read, &mut may_write) {
+                Pump::Done => break,
+                Pump::Yield => {}
+                Pump::Wait { .. } => {
+                    on_wait();
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    may_read = true;
+                    may_write = true;
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(std::time::Instant::now() < deadline, "relay stuck");
+        }
+    }
 }
 
 impl Rig {
@@ -99,6 +121,17 @@ fn feed(r: &Rig, wire: Vec<u8>) -> std::thread::JoinHandle<()> {
     })
 }
 
+/// Read everything the rig's client socket receives, from a thread, until
+/// its peer is dropped.
+fn drain(r: &Rig) -> std::thread::JoinHandle<Vec<u8>> {
+    let mut cl_r = r.cl_r.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut got = Vec::new();
+        cl_r.read_to_end(&mut got).unwrap();
+        got
+    })
+}
+
 /// Feed `wire` from a thread, pump until done, return what the client got
 /// and the filled object.
 fn run(
@@ -123,27 +156,8 @@ fn run_plan(
     let mut relay = r.relay(framing, plan);
     r.out.push_copy(head);
     let feeder = feed(&r, wire);
-    let mut cl_r = r.cl_r.try_clone().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut got = Vec::new();
-        cl_r.read_to_end(&mut got).unwrap();
-        got
-    });
-    let (mut may_read, mut may_write) = (true, true);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        match r.pump(&mut relay, up_fd, &mut may_read, &mut may_write) {
-            Pump::Done => break,
-            Pump::Yield => {}
-            Pump::Wait { .. } => {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                may_read = true;
-                may_write = true;
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(std::time::Instant::now() < deadline, "relay stuck");
-    }
+    let reader = drain(&r);
+    r.pump_to_done(&mut relay, up_fd, || {});
     // Whatever the output queue still holds.
     while !r.out.is_empty() {
         r.out.flush(r.cl_w.as_fd(), &[], &mut []).unwrap();
@@ -256,12 +270,7 @@ fn read_batches_follow_the_body() {
         },
     );
     let b = body(300_000);
-    let mut reader = r.cl_r.try_clone().unwrap();
-    let drain = std::thread::spawn(move || {
-        let mut got = Vec::new();
-        reader.read_to_end(&mut got).unwrap();
-        got
-    });
+    let reader = drain(&r);
     // Wait until the socket holds exactly `n` unread bytes from `w`.
     let settle = |n: usize| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -316,7 +325,7 @@ fn read_batches_follow_the_body() {
     assert_eq!(lowat(), 1, "a complete body leaves the socket as it was");
     relay.finish(&mut r.pool, &mut r.st);
     drop(r.cl_w);
-    assert!(drain.join().unwrap() == b);
+    assert!(reader.join().unwrap() == b);
 }
 
 #[test]
@@ -326,23 +335,8 @@ fn close_delimited_ends_at_eof_and_short_length_fails() {
     let mut relay = r.relay(Framing::Close, plan(Want::Splice, None));
     r.up_w.write_all(&b).unwrap();
     r.up_w.shutdown(std::net::Shutdown::Write).unwrap();
-    let mut cl_r = r.cl_r.try_clone().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut got = Vec::new();
-        cl_r.read_to_end(&mut got).unwrap();
-        got
-    });
-    let (mut mr, mut mw) = (true, true);
-    loop {
-        match r.pump(&mut relay, None, &mut mr, &mut mw) {
-            Pump::Done => break,
-            Pump::Wait { .. } | Pump::Yield => {
-                mr = true;
-                mw = true;
-            }
-            other => panic!("{other:?}"),
-        }
-    }
+    let reader = drain(&r);
+    r.pump_to_done(&mut relay, None, || {});
     drop(r.cl_w);
     assert!(reader.join().unwrap() == b);
     // A Content-Length body cut short is a failure, not a completion.
@@ -420,37 +414,25 @@ fn linked_keep_copy_survives_a_client_abort() {
     let feeder = feed(&r, b.clone());
     // Read a little, then hang up.
     let mut first = vec![0u8; 10_000];
-    let (mut may_read, mut may_write) = (true, true);
     let (mut aborted, mut got) = (false, 0);
     let mut cl = r.cl_r.try_clone().unwrap();
     // Non-blocking: the first Wait may come before any byte reached the
     // client (a blocking read here would wait for a relay nobody pumps).
     cl.set_nonblocking(true).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        match r.pump(&mut relay, None, &mut may_read, &mut may_write) {
-            Pump::Done => break,
-            Pump::Yield => {}
-            Pump::Wait { .. } => {
-                if !aborted {
-                    match cl.read(&mut first[got..]) {
-                        Ok(n) => got += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                        Err(e) => panic!("client read: {e}"),
-                    }
-                    if got == first.len() {
-                        cl.shutdown(std::net::Shutdown::Both).unwrap();
-                        aborted = true;
-                    }
-                }
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                may_read = true;
-                may_write = true;
-            }
-            other => panic!("{other:?}"),
+    r.pump_to_done(&mut relay, None, || {
+        if aborted {
+            return;
         }
-        assert!(std::time::Instant::now() < deadline, "relay stuck");
-    }
+        match cl.read(&mut first[got..]) {
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("client read: {e}"),
+        }
+        if got == first.len() {
+            cl.shutdown(std::net::Shutdown::Both).unwrap();
+            aborted = true;
+        }
+    });
     feeder.join().unwrap();
     assert!(first[..] == b[..first.len()]);
     assert!(relay.client_gone(), "the abort was seen");
