@@ -648,14 +648,6 @@ mod tests {
         assert!(!invalidates(Method::Head, 200));
     }
 
-    fn req(s: &[u8]) -> RequestHead {
-        RequestHead::parsed(s).expect("a complete head")
-    }
-
-    fn resp(s: &[u8]) -> ResponseHead {
-        ResponseHead::parsed(s).expect("a complete head")
-    }
-
     #[test]
     fn vary_keys() {
         let a = b"GET / HTTP/1.1\r\nHost: h\r\nAccept-Encoding: gzip\r\nAccept-Language: en\r\n\r\n";
@@ -664,7 +656,7 @@ mod tests {
         let d = b"GET / HTTP/1.1\r\nHost: h\r\n\r\n";
         let key = |data: &[u8], vary: &[u8]| {
             let mut out = Vec::new();
-            vary_key([vary], &req(data), data, &mut out);
+            vary_key([vary], &RequestHead::parsed(data), data, &mut out);
             out
         };
         assert_eq!(key(a, b"Accept-Encoding"), b"accept-encoding:gzip\n");
@@ -694,14 +686,20 @@ mod tests {
         let stored = b"HTTP/1.1 200 OK\r\nDate: old\r\nETag: \"v1\"\r\nAge: 70\r\nCache-Control: max-age=10\r\nContent-Length: 5\r\nX-Keep: yes\r\n\r\n";
         let fresh = b"HTTP/1.1 304 Not Modified\r\nDate: new\r\nCache-Control: max-age=99\r\nContent-Length: 0\r\nConnection: close, X-Hop\r\nX-Hop: no\r\nKeep-Alive: timeout=5\r\n\r\n";
         let mut out = Vec::new();
-        merge_304(stored, &resp(stored), fresh, &resp(fresh), &mut out);
+        merge_304(
+            stored,
+            &ResponseHead::parsed(stored),
+            fresh,
+            &ResponseHead::parsed(fresh),
+            &mut out,
+        );
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
             "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nContent-Length: 5\r\nX-Keep: yes\r\nDate: new\r\nCache-Control: max-age=99\r\n\r\n"
         );
         // The result is a valid head again.
-        let h = resp(text.as_bytes());
+        let h = ResponseHead::parsed(text.as_bytes());
         assert_eq!(h.status(), 200);
         assert_eq!(h.content_length(), Some(5));
     }

@@ -210,30 +210,26 @@ crate::request::head_common!(ResponseHead);
 mod tests {
     use super::*;
 
-    fn parsed(s: &[u8]) -> ResponseHead {
-        ResponseHead::parsed(s).expect("a complete head")
-    }
-
     #[test]
     fn framing_rules() {
-        let h = parsed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n");
+        let h = ResponseHead::parsed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n");
         assert_eq!(h.framing(Method::Get), BodyFraming::Length(10));
         assert_eq!(h.framing(Method::Head), BodyFraming::None);
         assert!(h.keep_alive(Method::Get));
-        let h = parsed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let h = ResponseHead::parsed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
         assert_eq!(h.framing(Method::Get), BodyFraming::Chunked);
-        let h = parsed(b"HTTP/1.1 200 OK\r\n\r\n");
+        let h = ResponseHead::parsed(b"HTTP/1.1 200 OK\r\n\r\n");
         assert_eq!(h.framing(Method::Get), BodyFraming::UntilClose);
         assert!(!h.keep_alive(Method::Get));
-        let h = parsed(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n");
+        let h = ResponseHead::parsed(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n");
         assert_eq!(h.framing(Method::Get), BodyFraming::None);
-        let h = parsed(b"HTTP/1.1 200 Connection established\r\n\r\n");
+        let h = ResponseHead::parsed(b"HTTP/1.1 200 Connection established\r\n\r\n");
         assert_eq!(h.framing(Method::Connect), BodyFraming::None);
-        let h = parsed(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n");
+        let h = ResponseHead::parsed(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n");
         assert!(!h.keep_alive(Method::Get));
-        let h = parsed(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\nConnection: keep-alive\r\n\r\n");
+        let h = ResponseHead::parsed(b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\nConnection: keep-alive\r\n\r\n");
         assert!(h.keep_alive(Method::Get));
-        let h = parsed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n");
+        let h = ResponseHead::parsed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n");
         assert_eq!(h.framing(Method::Get), BodyFraming::UntilClose);
     }
 
@@ -265,7 +261,7 @@ mod tests {
     #[test]
     fn header_access() {
         let data = b"HTTP/1.1 404 Not Found\r\nX-A: 1\r\nx-a: 2\r\nConnection: close\r\n\r\n";
-        let h = parsed(data);
+        let h = ResponseHead::parsed(data);
         assert_eq!(h.status(), 404);
         assert_eq!(h.reason(data), b"Not Found");
         assert_eq!(h.header(data, "X-A"), Some(&b"1"[..]));

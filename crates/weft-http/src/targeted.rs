@@ -129,14 +129,10 @@ pub fn withheld(resp: &ResponseHead, data: &[u8], field: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn resp(s: &[u8]) -> ResponseHead {
-        ResponseHead::parsed(s).expect("a complete head")
-    }
-
     #[test]
     fn targeted_fields_go_first_in_a_surrogate_only() {
         let d = b"HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nExpires: 0\r\nCDN-Cache-Control: max-age=60\r\nWeft-Cache-Control: max-age=5\r\n\r\n";
-        let r = resp(d);
+        let r = ResponseHead::parsed(d);
         let forward = CacheRules::default();
         let (cc, expires) = forward.directives(&r, d);
         assert!(cc.no_store && expires);
@@ -153,7 +149,7 @@ mod tests {
         assert_eq!(weft.directives(&r, d).0.max_age, Some(5));
         // Without the targeted fields: Cache-Control, as a forward proxy.
         let d = b"HTTP/1.1 200 OK\r\nCache-Control: max-age=7\r\nCDN-Cache-Control:\r\n\r\n";
-        assert_eq!(weft.directives(&resp(d), d).0.max_age, Some(7));
+        assert_eq!(weft.directives(&ResponseHead::parsed(d), d).0.max_age, Some(7));
     }
 
     #[test]
@@ -173,7 +169,7 @@ mod tests {
     #[test]
     fn no_cache_with_field_names_withholds_them() {
         let d = b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60, no-cache=\"Set-Cookie, X-A\"\r\nCDN-Cache-Control: no-cache=X-B\r\nSet-Cookie: s=1\r\n\r\n";
-        let r = resp(d);
+        let r = ResponseHead::parsed(d);
         for f in ["set-cookie", "X-A", "x-b"] {
             assert!(withheld(&r, d, f.as_bytes()), "{f}");
         }

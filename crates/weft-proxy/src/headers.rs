@@ -277,14 +277,10 @@ mod tests {
         assert_eq!(k, b"http://[::1]:81/");
     }
 
-    fn req(s: &[u8]) -> RequestHead {
-        RequestHead::parsed(s).expect("a complete head")
-    }
-
     #[test]
     fn via_loops() {
         let d = b"GET / HTTP/1.1\r\nHost: h\r\nVia: 1.0 fred, 1.1 me:3128 (weft)\r\n\r\n";
-        let r = req(d);
+        let r = RequestHead::parsed(d);
         assert!(via_lists(&r, d, b"me:3128"));
         assert!(via_lists(&r, d, b"FRED"));
         assert!(!via_lists(&r, d, b"other"));
@@ -294,7 +290,7 @@ mod tests {
     #[test]
     fn forwarded_request_drops_hop_by_hop_fields() {
         let d = b"GET http://o.example/x?y HTTP/1.1\r\nHost: wrong\r\nConnection: close, X-Secret\r\nX-Secret: s\r\nKeep-Alive: 5\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nTrailer: X\r\nUpgrade: h2c\r\nProxy-Authorization: Basic x\r\nAccept: */*\r\nVia: 1.0 a\r\nX-Forwarded-For: 10.0.0.1\r\nIf-None-Match: \"c\"\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n";
-        let r = req(d);
+        let r = RequestHead::parsed(d);
         let forward = Forward {
             method: Method::Get,
             path: b"/x?y",
@@ -324,14 +320,10 @@ mod tests {
         assert!(s.contains("If-Modified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n"));
     }
 
-    fn resp(s: &[u8]) -> ResponseHead {
-        ResponseHead::parsed(s).expect("a complete head")
-    }
-
     #[test]
     fn relayed_and_stored_response_heads() {
         let d = b"HTTP/1.1 200 Fine\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nAge: 3\r\nETag: \"e\"\r\n\r\n";
-        let r = resp(d);
+        let r = ResponseHead::parsed(d);
         let mut out = Vec::new();
         write_response_fields(&mut out, &r, d, b"1.1 me", b"DATE", HeadFor::Client);
         assert_eq!(
@@ -349,7 +341,7 @@ mod tests {
     #[test]
     fn empty_values_and_withheld_fields() {
         let d = b"HTTP/1.1 200 OK\r\nX-Empty:\r\nVary:\r\nVary: *\r\nCache-Control: max-age=9, no-cache=\"Set-Cookie\"\r\nSet-Cookie: a=1\r\nAge: 1\r\nAge: 2\r\n\r\n";
-        let r = resp(d);
+        let r = ResponseHead::parsed(d);
         let mut out = Vec::new();
         write_response_fields(&mut out, &r, d, b"1.1 me", b"D", HeadFor::Client);
         let s = String::from_utf8(out).unwrap();
