@@ -320,38 +320,34 @@ mod tests {
         assert!(s.contains("If-Modified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n"));
     }
 
+    /// The head `write_response_fields` writes for the response head `d`
+    /// (date `DATE`, via `1.1 me`), as text.
+    fn written_response(d: &[u8], to: HeadFor) -> String {
+        let mut out = Vec::new();
+        write_response_fields(&mut out, &ResponseHead::parsed(d), d, b"1.1 me", b"DATE", to);
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn relayed_and_stored_response_heads() {
         let d = b"HTTP/1.1 200 Fine\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nAge: 3\r\nETag: \"e\"\r\n\r\n";
-        let r = ResponseHead::parsed(d);
-        let mut out = Vec::new();
-        write_response_fields(&mut out, &r, d, b"1.1 me", b"DATE", HeadFor::Client);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "HTTP/1.1 200 Fine\r\nAge: 3\r\nETag: \"e\"\r\nDate: DATE\r\nVia: 1.1 me\r\n"
-        );
-        let mut out = Vec::new();
-        write_response_fields(&mut out, &r, d, b"1.1 me", b"DATE", HeadFor::Store);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "HTTP/1.1 200 Fine\r\nAge: 3\r\nETag: \"e\"\r\nDate: DATE\r\nVia: 1.1 me\r\n"
-        );
+        for to in [HeadFor::Client, HeadFor::Store] {
+            assert_eq!(
+                written_response(d, to),
+                "HTTP/1.1 200 Fine\r\nAge: 3\r\nETag: \"e\"\r\nDate: DATE\r\nVia: 1.1 me\r\n"
+            );
+        }
     }
 
     #[test]
     fn empty_values_and_withheld_fields() {
         let d = b"HTTP/1.1 200 OK\r\nX-Empty:\r\nVary:\r\nVary: *\r\nCache-Control: max-age=9, no-cache=\"Set-Cookie\"\r\nSet-Cookie: a=1\r\nAge: 1\r\nAge: 2\r\n\r\n";
-        let r = ResponseHead::parsed(d);
-        let mut out = Vec::new();
-        write_response_fields(&mut out, &r, d, b"1.1 me", b"D", HeadFor::Client);
-        let s = String::from_utf8(out).unwrap();
+        let s = written_response(d, HeadFor::Client);
         assert!(
             s.contains("\r\nX-Empty:\r\nVary:\r\nVary: *\r\n") && s.contains("Set-Cookie: a=1"),
             "{s}"
         );
-        let mut out = Vec::new();
-        write_response_fields(&mut out, &r, d, b"1.1 me", b"D", HeadFor::Store);
-        let s = String::from_utf8(out).unwrap();
+        let s = written_response(d, HeadFor::Store);
         assert!(!s.contains("Set-Cookie:") && s.contains("X-Empty:\r\n"), "{s}");
         assert!(s.contains("Age: 1\r\n") && !s.contains("Age: 2"), "{s}");
     }
