@@ -6,11 +6,12 @@
 mod common;
 
 use common::{
-    fetch, free_addr, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader, TempDir, Weft,
+    fetch, free_addr, get_on, get_target, pattern, per_backend, target_body, tcp_server, wait_until, who, Reader,
+    TempDir, Weft,
 };
 use std::collections::HashSet;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -34,17 +35,13 @@ fn backend(i: usize) -> (Weft, TempDir) {
 }
 
 fn front(event: &str, backends: &[SocketAddr], extra: &[&str]) -> Weft {
-    let mut args: Vec<String> = ["front", "--listen", "127.0.0.1:0", "--event", event, "--workers", "2"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    for b in backends {
-        args.push("--backend".into());
-        args.push(b.to_string());
+    let backends: Vec<String> = backends.iter().map(SocketAddr::to_string).collect();
+    let mut args = vec!["front", "--listen", "127.0.0.1:0", "--event", event, "--workers", "2"];
+    for b in &backends {
+        args.extend(["--backend", b]);
     }
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    Weft::start(&refs)
+    args.extend_from_slice(extra);
+    Weft::start(&args)
 }
 
 // ---------------------------------------------------------------------------
@@ -58,41 +55,33 @@ struct Holding {
 }
 
 fn holding_backend() -> Holding {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
     let seen = Arc::new(AtomicUsize::new(0));
     let (tx, rx) = mpsc::channel::<()>();
-    let gate = Arc::new(Mutex::new(rx));
+    let gate = Mutex::new(rx);
     let counter = seen.clone();
-    std::thread::spawn(move || {
-        for conn in l.incoming() {
-            let Ok(mut s) = conn else { return };
-            let (gate, counter) = (gate.clone(), counter.clone());
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut tmp = [0u8; 4096];
-                loop {
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut tmp) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&tmp[..n]),
-                        }
-                    }
-                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-                    let health = buf.starts_with(b"GET /health ");
-                    buf.drain(..end);
-                    if !health {
-                        counter.fetch_add(1, Ordering::SeqCst);
-                        // Wait for one release per request.
-                        let _ = gate.lock().unwrap().recv();
-                    }
-                    if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
-                        .is_err()
-                    {
-                        return;
-                    }
+    let addr = tcp_server(move |mut s| {
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 4096];
+        loop {
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut tmp) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&tmp[..n]),
                 }
-            });
+            }
+            let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let health = buf.starts_with(b"GET /health ");
+            buf.drain(..end);
+            if !health {
+                counter.fetch_add(1, Ordering::SeqCst);
+                // Wait for one release per request.
+                let _ = gate.lock().unwrap().recv();
+            }
+            if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+                .is_err()
+            {
+                return;
+            }
         }
     });
     Holding {
@@ -104,16 +93,10 @@ fn holding_backend() -> Holding {
 
 /// A back-end that reads a request head and closes without answering.
 fn dropping_backend() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for conn in l.incoming() {
-            let Ok(mut s) = conn else { return };
-            let mut tmp = [0u8; 4096];
-            let _ = s.read(&mut tmp);
-        }
-    });
-    addr
+    tcp_server(|mut s| {
+        let mut tmp = [0u8; 4096];
+        let _ = s.read(&mut tmp);
+    })
 }
 
 mod scenarios {

@@ -41,7 +41,8 @@ fn backend(i: usize) -> Backend {
 }
 
 fn front(event: &str, backends: &[&Backend], extra: &[&str]) -> Weft {
-    let mut args: Vec<String> = [
+    let addrs: Vec<String> = backends.iter().map(|b| b.weft.addr.to_string()).collect();
+    let mut args = vec![
         "front",
         "--listen",
         "127.0.0.1:0",
@@ -53,17 +54,12 @@ fn front(event: &str, backends: &[&Backend], extra: &[&str]) -> Weft {
         "handoff",
         "--health-path",
         "/health",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    for b in backends {
-        args.extend(["--backend".to_string(), b.weft.addr.to_string()]);
-        args.extend(["--handoff".to_string(), b.socket.clone()]);
+    ];
+    for (b, addr) in backends.iter().zip(&addrs) {
+        args.extend(["--backend", addr, "--handoff", &b.socket]);
     }
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    Weft::start(&refs)
+    args.extend_from_slice(extra);
+    Weft::start(&args)
 }
 
 /// The admin document's `"in_flight":N`.

@@ -7,9 +7,9 @@
 
 mod common;
 
-use common::{per_backend, raw, Reader, Weft};
+use common::{per_backend, raw, tcp_server, Reader, Weft};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -64,43 +64,35 @@ fn answer(head: &str, s: &mut TcpStream, release: &AtomicBool) {
 
 impl Origin {
     fn start() -> Origin {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         let release = Arc::new(AtomicBool::new(false));
         let (log2, release2) = (log.clone(), release.clone());
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { return };
-                let (log, release) = (log2.clone(), release2.clone());
-                std::thread::spawn(move || {
-                    let mut buf = Vec::new();
-                    let mut tmp = [0u8; 8192];
-                    loop {
-                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                            match s.read(&mut tmp) {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => buf.extend_from_slice(&tmp[..n]),
-                            }
-                            continue;
-                        };
-                        let head = String::from_utf8_lossy(&buf[..end + 4]).into_owned();
-                        let len: usize = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("Content-Length: "))
-                            .and_then(|v| v.trim().parse().ok())
-                            .unwrap_or(0);
-                        while buf.len() < end + 4 + len {
-                            match s.read(&mut tmp) {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => buf.extend_from_slice(&tmp[..n]),
-                            }
-                        }
-                        buf.drain(..end + 4 + len);
-                        log.lock().unwrap().push(head.clone());
-                        answer(&head, &mut s, &release);
+        let addr = tcp_server(move |mut s| {
+            let mut buf = Vec::new();
+            let mut tmp = [0u8; 8192];
+            loop {
+                let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    match s.read(&mut tmp) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&tmp[..n]),
                     }
-                });
+                    continue;
+                };
+                let head = String::from_utf8_lossy(&buf[..end + 4]).into_owned();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Content-Length: "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                while buf.len() < end + 4 + len {
+                    match s.read(&mut tmp) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&tmp[..n]),
+                    }
+                }
+                buf.drain(..end + 4 + len);
+                log2.lock().unwrap().push(head.clone());
+                answer(&head, &mut s, &release2);
             }
         });
         Origin { addr, log, release }
