@@ -50,6 +50,17 @@ fn serve_pool(extra: &[&str]) -> Weft {
     Weft::serve(&args)
 }
 
+/// One worker serving a site whose `f.txt` holds "static file\n", with the
+/// test application at `/app`; the site is removed when its TempDir drops.
+fn serve_site_with_cgi(tag: &str) -> (TempDir, Weft) {
+    let site = TempDir::new(tag);
+    site.write("f.txt", b"static file\n");
+    let route = format!("/app={}", app_bin());
+    let root = site.path.to_str().unwrap();
+    let w = Weft::serve(&[root, "--workers", "1", "--cgi", &route]);
+    (site, w)
+}
+
 #[test]
 fn pool_bodies_are_byte_exact() {
     for send in ["splice", "auto"] {
@@ -99,11 +110,7 @@ fn copy_mode_and_head_requests() {
 
 #[test]
 fn keep_alive_and_pipelining_after_cgi() {
-    let site = TempDir::new("cgi-site");
-    site.write("f.txt", b"static file\n");
-    let route = format!("/app={}", app_bin());
-    let root = site.path.to_str().unwrap();
-    let w = Weft::serve(&[root, "--workers", "1", "--cgi", &route]);
+    let (_site, w) = serve_site_with_cgi("cgi-site");
     let mut c = Conn::new(&w);
     c.send(
         b"GET /app/a?size=70000 HTTP/1.1\r\nHost: t\r\n\r\nGET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n\
@@ -307,11 +314,7 @@ fn fastcgi_over_tcp_and_a_slow_client() {
 
 #[test]
 fn local_redirect_is_served_by_the_server() {
-    let site = TempDir::new("cgi-redirect");
-    site.write("f.txt", b"static file\n");
-    let route = format!("/app={}", app_bin());
-    let root = site.path.to_str().unwrap();
-    let w = Weft::serve(&[root, "--workers", "1", "--cgi", &route]);
+    let (_site, w) = serve_site_with_cgi("cgi-redirect");
     let mut c = Conn::new(&w);
     // RFC 3875 §6.2.2: `Location: /path` without Status is answered with
     // that path, not sent to the client.
