@@ -27,6 +27,14 @@ fn run(config: SimConfig, trace: &[(u64, u64)]) -> SimReport {
     simulate(config, &mut ListTrace::new(trace)).unwrap()
 }
 
+/// One node, every other setting at its default.
+fn one_node() -> SimConfig {
+    SimConfig {
+        nodes: 1,
+        ..SimConfig::default()
+    }
+}
+
 fn one_client(nodes: usize, policy: Policy) -> SimConfig {
     SimConfig {
         nodes,
@@ -41,13 +49,7 @@ const US: f64 = 1e-6;
 #[test]
 fn self_check_one_node_one_cached_8k_file_serves_1075_per_second() {
     let trace = vec![(0, 8192); 200_000];
-    let r = run(
-        SimConfig {
-            nodes: 1,
-            ..SimConfig::default()
-        },
-        &trace,
-    );
+    let r = run(one_node(), &trace);
     assert_eq!(r.requests, 200_000);
     assert_eq!(r.disk_reads, 1);
     assert!((r.throughput - 1075.0).abs() < 2.0, "throughput {}", r.throughput);
@@ -86,9 +88,8 @@ fn a_large_file_is_read_and_sent_block_by_block() {
 #[test]
 fn concurrent_misses_on_one_file_share_one_disk_read() {
     let config = SimConfig {
-        nodes: 1,
         clients: Some(2),
-        ..SimConfig::default()
+        ..one_node()
     };
     let r = run(config, &[(0, 8192), (0, 8192)]);
     assert_eq!(r.disk_reads, 1);
@@ -135,22 +136,15 @@ fn wrr_gms_serves_a_miss_from_another_nodes_memory_at_network_cost() {
 fn the_admission_limit_bounds_clients_in_flight_and_idle_time_is_measured() {
     // One node: S = T_low − 1 = 24 clients; 4 cached requests each.
     let trace = vec![(0, 8192); 96];
-    let r = run(
-        SimConfig {
-            nodes: 1,
-            ..SimConfig::default()
-        },
-        &trace,
-    );
+    let r = run(one_node(), &trace);
     assert_eq!(r.admission_limit, 24);
     assert_eq!(r.clients, 24);
     // Load stays at 24 (≥ 10 = 40 % of T_low) until the last requests drain.
     assert!(r.idle_fraction < 0.2, "idle {}", r.idle_fraction);
     let more = run(
         SimConfig {
-            nodes: 1,
             clients: Some(30),
-            ..SimConfig::default()
+            ..one_node()
         },
         &trace,
     );
