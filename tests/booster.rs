@@ -6,17 +6,12 @@ mod common;
 
 use common::*;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// An address free a moment ago (for an origin restarted on the same one).
-fn free_addr() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
 
 /// An origin: `weft serve` over a small site, with its admin (load report).
 fn origin(listen: &str, root: &TempDir) -> (Weft, String) {
@@ -43,7 +38,7 @@ fn files() -> TempDir {
 }
 
 fn booster(sites: &[String], extra: &[&str]) -> (Weft, String) {
-    let mut args: Vec<String> = [
+    let mut args = vec![
         "front",
         "--mode",
         "booster",
@@ -51,19 +46,19 @@ fn booster(sites: &[String], extra: &[&str]) -> (Weft, String) {
         "127.0.0.1:0",
         "--admin",
         "127.0.0.1:0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ];
     for s in sites {
-        args.push("--site".into());
-        args.push(s.clone());
+        args.extend(["--site", s]);
     }
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let w = Weft::start(&a);
+    args.extend_from_slice(extra);
+    let w = Weft::start(&args);
     let admin = w.admin.expect("admin").to_string();
     (w, admin)
+}
+
+/// A booster that sends every host (`*`) to the origin at `origin`.
+fn booster_for_all(origin: impl std::fmt::Display, extra: &[&str]) -> (Weft, String) {
+    booster(&[format!("*={origin}")], extra)
 }
 
 /// The number at `"key":` in the `/stats` document at `admin`, after the
@@ -86,27 +81,38 @@ fn counter(admin: &str, key: &str) -> u64 {
     stat(admin, "", key)
 }
 
+/// `n` clients at once, each on a keep-alive connection of its own to
+/// `addr`, running `each(client, reader)`; their threads, to join.
+fn clients<F>(addr: SocketAddr, n: usize, each: F) -> Vec<JoinHandle<()>>
+where
+    F: Fn(usize, &mut Reader) + Send + Sync + 'static,
+{
+    let each = Arc::new(each);
+    (0..n)
+        .map(|c| {
+            let each = each.clone();
+            std::thread::spawn(move || {
+                let s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                each(c, &mut Reader::new(s));
+            })
+        })
+        .collect()
+}
+
 #[test]
 fn many_clients_multiplexed_over_two_connections_byte_exact() {
     let d = files();
     let (o, _) = origin("127.0.0.1:0", &d);
-    let (b, admin) = booster(&[format!("*={}", o.addr)], &["--upstream-conns", "2"]);
-    let addr = b.addr;
-    let threads: Vec<_> = (0..24)
-        .map(|c| {
-            std::thread::spawn(move || {
-                let s = TcpStream::connect(addr).unwrap();
-                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-                let mut r = Reader::new(s);
-                for i in 0..12 {
-                    let k = (c + i) % 8;
-                    let resp = get_on(&mut r, &format!("/f{k}.bin"));
-                    assert_eq!(resp.status, 200);
-                    assert_eq!(resp.body, pattern(1000 + k * 3001), "client {c} request {i}");
-                }
-            })
-        })
-        .collect();
+    let (b, admin) = booster_for_all(o.addr, &["--upstream-conns", "2"]);
+    let threads = clients(b.addr, 24, |c, r| {
+        for i in 0..12 {
+            let k = (c + i) % 8;
+            let resp = get_on(r, &format!("/f{k}.bin"));
+            assert_eq!(resp.status, 200);
+            assert_eq!(resp.body, pattern(1000 + k * 3001), "client {c} request {i}");
+        }
+    });
     for t in threads {
         t.join().unwrap();
     }
@@ -128,22 +134,16 @@ fn many_clients_multiplexed_over_two_connections_byte_exact() {
 fn a_post_among_pipelined_gets_gets_a_connection_to_itself() {
     let d = files();
     let (o, _) = origin("127.0.0.1:0", &d);
-    let (b, admin) = booster(&[format!("*={}", o.addr)], &["--upstream-conns", "1"]);
-    let addr = b.addr;
-    let (clients, each) = (6, 300);
+    let (b, admin) = booster_for_all(o.addr, &["--upstream-conns", "1"]);
+    let (n, each) = (6, 300);
     let done = Arc::new(AtomicUsize::new(0));
-    let gets: Vec<_> = (0..clients)
-        .map(|c| {
-            let done = done.clone();
-            std::thread::spawn(move || {
-                let mut r = Reader::new(TcpStream::connect(addr).unwrap());
-                for i in 0..each {
-                    assert_eq!(get_on(&mut r, &format!("/f{}.bin", (c + i) % 8)).status, 200);
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
+    let counted = done.clone();
+    let gets = clients(b.addr, n, move |c, r| {
+        for i in 0..each {
+            assert_eq!(get_on(r, &format!("/f{}.bin", (c + i) % 8)).status, 200);
+            counted.fetch_add(1, Ordering::Relaxed);
+        }
+    });
     assert!(wait_until(Duration::from_secs(10), || counter(&admin, "pipelined") > 0));
     // The origin's own answer (a static server refuses POST), not the
     // booster's 502/503, and while the GETs still stream (not starved).
@@ -152,7 +152,7 @@ fn a_post_among_pipelined_gets_gets_a_connection_to_itself() {
     let status = r.response(false).status;
     let at = done.load(Ordering::Relaxed);
     assert!(status != 502 && status != 503, "{status}");
-    assert!(at < clients * each, "answered only after the GETs ({at})");
+    assert!(at < n * each, "answered only after the GETs ({at})");
     for t in gets {
         t.join().unwrap();
     }
@@ -162,10 +162,7 @@ fn a_post_among_pipelined_gets_gets_a_connection_to_itself() {
 fn pipelined_requests_answered_in_order() {
     let d = files();
     let (o, _) = origin("127.0.0.1:0", &d);
-    let (b, _) = booster(
-        &[format!("*={}", o.addr)],
-        &["--upstream-conns", "2", "--pipeline-depth", "4"],
-    );
+    let (b, _) = booster_for_all(o.addr, &["--upstream-conns", "2", "--pipeline-depth", "4"]);
     let mut r = Reader::new(b.connect());
     let order: Vec<usize> = (0..30).map(|i| (i * 5) % 8).collect();
     let mut batch = Vec::new();
@@ -185,27 +182,19 @@ fn origin_killed_and_restarted_mid_run_loses_no_get() {
     let d = files();
     let listen = free_addr();
     let (o, _) = origin(&listen, &d);
-    let (b, admin) = booster(&[format!("*={listen}")], &["--upstream-conns", "2"]);
-    let addr = b.addr;
+    let (b, admin) = booster_for_all(&listen, &["--upstream-conns", "2"]);
     let done = Arc::new(AtomicUsize::new(0));
-    let threads: Vec<_> = (0..6)
-        .map(|c| {
-            let done = done.clone();
-            std::thread::spawn(move || {
-                let s = TcpStream::connect(addr).unwrap();
-                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-                let mut r = Reader::new(s);
-                for i in 0..150 {
-                    let k = (c + i) % 8;
-                    let resp = get_on(&mut r, &format!("/f{k}.bin"));
-                    assert_eq!(resp.status, 200, "client {c} request {i}");
-                    assert_eq!(resp.body, pattern(1000 + k * 3001));
-                    done.fetch_add(1, Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            })
-        })
-        .collect();
+    let counted = done.clone();
+    let threads = clients(b.addr, 6, move |c, r| {
+        for i in 0..150 {
+            let k = (c + i) % 8;
+            let resp = get_on(r, &format!("/f{k}.bin"));
+            assert_eq!(resp.status, 200, "client {c} request {i}");
+            assert_eq!(resp.body, pattern(1000 + k * 3001));
+            counted.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
     assert!(wait_until(Duration::from_secs(10), || done.load(Ordering::Relaxed) > 100));
     drop(o);
     std::thread::sleep(Duration::from_millis(300));
@@ -270,7 +259,7 @@ fn raw_origin(answer: bool, stall: bool, per_conn: usize) -> RawOrigin {
 #[test]
 fn garbage_is_answered_and_closed_without_reaching_the_origin() {
     let o = raw_origin(true, false, usize::MAX);
-    let (b, admin) = booster(&[format!("*={}", o.addr)], &[]);
+    let (b, admin) = booster_for_all(&o.addr, &[]);
     for junk in [
         &b"BLAH\x01 / HTTP/1.1\r\n\r\n"[..],
         b"GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
@@ -299,10 +288,7 @@ fn garbage_is_answered_and_closed_without_reaching_the_origin() {
 #[test]
 fn past_max_queue_is_503() {
     let o = raw_origin(false, true, 0);
-    let (b, admin) = booster(
-        &[format!("*={}", o.addr)],
-        &["--upstream-conns", "1", "--max-queue", "2"],
-    );
+    let (b, admin) = booster_for_all(&o.addr, &["--upstream-conns", "1", "--max-queue", "2"]);
     // Two requests are held (the origin never answers) ...
     let mut held = Vec::new();
     for i in 0..2 {
@@ -321,7 +307,7 @@ fn past_max_queue_is_503() {
 #[test]
 fn dead_origin_connection_post_is_502_not_resent() {
     let o = raw_origin(false, false, 0);
-    let (b, admin) = booster(&[format!("*={}", o.addr)], &[]);
+    let (b, admin) = booster_for_all(&o.addr, &[]);
     let (resp, _) = raw(&b, b"POST /form HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc");
     assert_eq!(resp.status, 502);
     let seen = String::from_utf8_lossy(&o.seen.lock().unwrap()).to_string();
@@ -339,28 +325,17 @@ fn connection_dying_mid_pipeline_resends_the_unanswered_gets() {
     // Each origin connection answers three requests and closes with the
     // rest of its pipeline unanswered.
     let o = raw_origin(true, false, 3);
-    let (b, admin) = booster(
-        &[format!("*={}", o.addr)],
-        &["--upstream-conns", "2", "--pipeline-depth", "6"],
-    );
-    let addr = b.addr;
-    let threads: Vec<_> = (0..12)
-        .map(|c| {
-            std::thread::spawn(move || {
-                let s = TcpStream::connect(addr).unwrap();
-                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-                let mut r = Reader::new(s);
-                for i in 0..10 {
-                    let resp = get_on(&mut r, &format!("/c{c}/r{i}"));
-                    assert_eq!(
-                        (resp.status, &resp.body[..]),
-                        (200, &b"ok"[..]),
-                        "client {c} request {i}"
-                    );
-                }
-            })
-        })
-        .collect();
+    let (b, admin) = booster_for_all(&o.addr, &["--upstream-conns", "2", "--pipeline-depth", "6"]);
+    let threads = clients(b.addr, 12, |c, r| {
+        for i in 0..10 {
+            let resp = get_on(r, &format!("/c{c}/r{i}"));
+            assert_eq!(
+                (resp.status, &resp.body[..]),
+                (200, &b"ok"[..]),
+                "client {c} request {i}"
+            );
+        }
+    });
     for t in threads {
         t.join().unwrap();
     }
@@ -431,12 +406,10 @@ fn site_stat(admin: &str, host: &str, key: &str) -> u64 {
 
 /// `POST path` to an admin endpoint: the status line's code.
 fn post(admin: &str, path: &str) -> u16 {
-    let mut s = TcpStream::connect(admin).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(format!("POST {path} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
+    let out = exchange_until_close(
+        admin,
+        &format!("POST {path} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\n\r\n"),
+    );
     out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
 
@@ -510,7 +483,7 @@ fn origin_takes_the_boosters_target_only_from_booster_addresses() {
     let plain = Weft::serve(&[&root, "--workers", "1"]);
     assert_eq!(raw(&plain, req).0.body, pattern(1000 + 3001));
     // Behind the booster, the target it sends is the request's.
-    let (b, _) = booster(&[format!("*={}", o.addr)], &[]);
+    let (b, _) = booster_for_all(o.addr, &[]);
     let mut r = Reader::new(b.connect());
     assert_eq!(get_on(&mut r, "/f3.bin").body, pattern(1000 + 3 * 3001));
 }
@@ -561,7 +534,7 @@ fn accelerator_behind_the_booster_serves_ready_responses_and_sees_file_changes()
     let root = d.path.to_str().unwrap().to_string();
     let o = Weft::serve(&[&root, "--admin", "127.0.0.1:0", "--workers", "1", "--accelerator"]);
     let admin = o.admin.expect("admin").to_string();
-    let (b, _) = booster(&[format!("*={}", o.addr)], &["--upstream-conns", "1"]);
+    let (b, _) = booster_for_all(o.addr, &["--upstream-conns", "1"]);
     let mut r = Reader::new(b.connect());
     for _ in 0..5 {
         assert_eq!(get_on(&mut r, "/f2.bin").body, pattern(1000 + 2 * 3001));

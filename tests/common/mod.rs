@@ -546,10 +546,18 @@ pub fn is_root() -> bool {
 
 /// `GET path` with Connection: close on a fresh connection; the whole reply.
 pub fn fetch(addr: &str, path: &str) -> String {
+    exchange_until_close(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// Send `request` on a fresh connection to `addr`; all the server sends
+/// until it closes (or 10 s pass without a byte).
+pub fn exchange_until_close(addr: &str, request: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes())
-        .unwrap();
+    s.write_all(request.as_bytes()).unwrap();
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
