@@ -54,6 +54,12 @@ fn proxy(up: SocketAddr) -> Weft {
 
 fn proxy_with(up: SocketAddr, more: &[&str]) -> Weft {
     let port = up.port().to_string();
+    sockmap_proxy(&[&["--connect-ports", &port][..], more].concat())
+}
+
+/// `weft proxy --splice sockmap` with one worker that prints its counters
+/// at exit, and `more`.
+fn sockmap_proxy(more: &[&str]) -> Weft {
     let mut args = vec![
         "proxy",
         "--listen",
@@ -62,8 +68,6 @@ fn proxy_with(up: SocketAddr, more: &[&str]) -> Weft {
         "1",
         "--splice",
         "sockmap",
-        "--connect-ports",
-        &port,
         "--stats-on-exit",
     ];
     args.extend_from_slice(more);
@@ -366,20 +370,7 @@ fn serve_bodies(s: TcpStream) {
 /// A reverse proxy in front of `up` with `--splice sockmap`, and `more`.
 fn body_proxy(up: &BodyUpstream, more: &[&str]) -> Weft {
     let upstream = up.addr.to_string();
-    let mut args = vec![
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "--splice",
-        "sockmap",
-        "--upstream",
-        &upstream,
-        "--stats-on-exit",
-    ];
-    args.extend_from_slice(more);
-    Weft::start(&args)
+    sockmap_proxy(&[&["--upstream", &upstream][..], more].concat())
 }
 
 /// The counters at exit, or None (said) where sockmap bodies cannot run.
@@ -405,6 +396,15 @@ fn body_stats(p: Weft) -> Option<String> {
 /// upstream connection.)
 fn warm_up(r: &mut Reader) {
     body_exact(r, 100_000, "warm-up body");
+}
+
+/// The body upstream, a sockmap proxy in front of it (with `more`), and a
+/// client connection to the proxy.
+fn body_setup(more: &[&str]) -> (BodyUpstream, Weft, Reader) {
+    let up = BodyUpstream::start();
+    let p = body_proxy(&up, more);
+    let r = reader(&p);
+    (up, p, r)
 }
 
 fn reader(p: &Weft) -> Reader {
@@ -436,9 +436,7 @@ fn body_exact(r: &mut Reader, n: usize, what: &str) {
 /// the pool.
 #[test]
 fn bodies_byte_exact_pipelined_upstream_reused() {
-    let up = BodyUpstream::start();
-    let p = body_proxy(&up, &[]);
-    let mut r = reader(&p);
+    let (up, p, mut r) = body_setup(&[]);
     warm_up(&mut r);
     let sizes = [30_000usize, 100, 100_000, (1 << 20) + 3, 4 << 20, 5000];
     let batch: Vec<u8> = sizes.iter().flat_map(|n| get(&format!("/body/{n}"))).collect();
@@ -488,9 +486,7 @@ fn bodies_byte_exact_pipelined_upstream_reused() {
 /// drained), and the proxy goes on serving, byte-exact.
 #[test]
 fn body_client_aborts_mid_body() {
-    let up = BodyUpstream::start();
-    let p = body_proxy(&up, &[]);
-    let mut r = reader(&p);
+    let (up, p, mut r) = body_setup(&[]);
     warm_up(&mut r);
     r.send(&get("/body/6000000"));
     while r.buf.len() < 200_000 {
@@ -537,9 +533,7 @@ fn body_upstream_closes_mid_body() {
 /// request gets a fresh one and its own bytes).
 #[test]
 fn body_upstream_sends_past_its_length() {
-    let up = BodyUpstream::start();
-    let p = body_proxy(&up, &[]);
-    let mut r = reader(&p);
+    let (up, p, mut r) = body_setup(&[]);
     r.send(&get("/extra/100000"));
     assert!(r.response(false).body == pattern(100_000), "the announced body");
     std::thread::sleep(Duration::from_millis(50));
@@ -558,9 +552,7 @@ fn body_upstream_sends_past_its_length() {
 /// than the timeout gets its whole body; one that stops reading is closed.
 #[test]
 fn body_slow_client_and_stalled_client() {
-    let up = BodyUpstream::start();
-    let p = body_proxy(&up, &["--send-timeout", "1s"]);
-    let mut r = reader(&p);
+    let (_up, p, mut r) = body_setup(&["--send-timeout", "1s"]);
     warm_up(&mut r);
     let n = 3 << 20;
     r.send(&get(&format!("/body/{n}")));
@@ -642,9 +634,7 @@ fn without_bpf_privilege_bodies_splice() {
         eprintln!("SKIP: needs root to start and drop to nobody");
         return;
     }
-    let up = BodyUpstream::start();
-    let p = body_proxy(&up, &["--user", "nobody"]);
-    let mut r = reader(&p);
+    let (_up, p, mut r) = body_setup(&["--user", "nobody"]);
     for n in [100_000usize, (1 << 20) + 1] {
         body_exact(&mut r, n, "sequential");
     }
@@ -662,9 +652,7 @@ fn without_bpf_privilege_bodies_splice() {
 /// does not, both byte-exact on one connection.
 #[test]
 fn body_above_the_kernel_limit_splices() {
-    let up = BodyUpstream::start();
-    let p = body_proxy(&up, &[]);
-    let mut r = reader(&p);
+    let (_up, p, mut r) = body_setup(&[]);
     warm_up(&mut r);
     for n in [16 << 20, 6 << 20] {
         body_exact(&mut r, n, "sequential");
