@@ -127,6 +127,12 @@ fn get(w: &Weft, path: &str) -> common::Response {
     exchange(w, &format!("GET {path} HTTP/1.1\r\nHost: o.example\r\n\r\n"))
 }
 
+/// `GET path` twice through `w` (the first may store it): the second response.
+fn get_twice(w: &Weft, path: &str) -> common::Response {
+    get(w, path);
+    get(w, path)
+}
+
 /// Every byte the server sends for `req` until it closes.
 fn raw_bytes(w: &Weft, req: &[u8]) -> Vec<u8> {
     let mut s = w.connect();
@@ -160,8 +166,7 @@ fn the_upstream_age_counts() {
     let o = Origin::start();
     let p = reverse(&o, &[]);
     // max-age=3600 arriving with Age: 7200 is stale: never a hit.
-    get(&p, "/old");
-    let r = get(&p, "/old");
+    let r = get_twice(&p, "/old");
     assert_eq!(o.count("GET /old"), 2, "served stale from the cache");
     assert!(r.header("age").unwrap().parse::<u64>().unwrap() >= 7200);
     // A younger one is a hit whose Age is at least the one received.
@@ -179,11 +184,9 @@ fn the_upstream_age_counts() {
     assert!(ages[0].parse::<u64>().unwrap() >= 101, "{ages:?}");
     // Expires with the origin's Date an hour ahead: the lifetime is
     // Expires − Date (600 s), and the Age received (700 s) exceeds it.
-    get(&p, "/skew-stale");
-    get(&p, "/skew-stale");
+    get_twice(&p, "/skew-stale");
     assert_eq!(o.count("GET /skew-stale"), 2);
-    get(&p, "/skew-fresh");
-    get(&p, "/skew-fresh");
+    get_twice(&p, "/skew-fresh");
     assert_eq!(
         o.count("GET /skew-fresh"),
         1,
@@ -205,8 +208,7 @@ fn targeted_cache_control_in_a_surrogate_only() {
     let o = Origin::start();
     // Reverse mode: CDN-Cache-Control: max-age=60 beats Cache-Control: no-store.
     let p = reverse(&o, &[]);
-    get(&p, "/cdn");
-    let r = get(&p, "/cdn");
+    let r = get_twice(&p, "/cdn");
     assert_eq!(o.count("GET /cdn"), 1);
     assert_eq!(
         r.header("cdn-cache-control"),
@@ -214,8 +216,7 @@ fn targeted_cache_control_in_a_surrogate_only() {
         "passed on downstream"
     );
     // A configured field beats CDN-Cache-Control.
-    get(&p, "/weft");
-    get(&p, "/weft");
+    get_twice(&p, "/weft");
     assert_eq!(
         o.count("GET /weft"),
         1,
@@ -223,8 +224,7 @@ fn targeted_cache_control_in_a_surrogate_only() {
     );
     drop(p);
     let p = reverse(&o, &["--targeted-cache-control", "Weft-Cache-Control"]);
-    get(&p, "/weft");
-    get(&p, "/weft");
+    get_twice(&p, "/weft");
     assert_eq!(o.count("GET /weft"), 3, "Weft-Cache-Control: no-store rules");
     // Forward mode ignores them: Cache-Control: no-store.
     let f = Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1"]);
@@ -373,8 +373,7 @@ fn forwarding_hygiene() {
 fn unknown_methods_are_forwarded_and_invalidate() {
     let o = Origin::start();
     let p = reverse(&o, &[]);
-    get(&p, "/x");
-    get(&p, "/x");
+    get_twice(&p, "/x");
     assert_eq!(o.count("GET /x"), 1);
     let r = exchange(&p, "PURGE /x HTTP/1.1\r\nHost: o.example\r\nX-Empty:\r\n\r\n");
     assert_eq!(r.status, 200);
