@@ -51,6 +51,14 @@ fn pair() -> (TcpStream, TcpStream) {
     (a, b)
 }
 
+/// `p` reports nothing within 30 ms (into `ev`, cleared first).
+#[track_caller]
+fn assert_nothing_reported<P: Poller>(p: &mut P, ev: &mut Vec<Event>) {
+    ev.clear();
+    p.wait(ev, Some(Duration::from_millis(30))).unwrap();
+    assert!(ev.is_empty(), "{ev:?}");
+}
+
 fn readiness<P: Poller>() {
     readiness_with::<P>(&weft_io::BackendOptions::default());
 }
@@ -339,9 +347,7 @@ fn tracked_serves_known_ready_descriptors_from_user_space() {
         let mut buf = [0u8; 16];
         assert_eq!(sys::read(b.as_raw_fd(), &mut buf).unwrap(), 4);
         p.learned(b.as_raw_fd(), weft_io::Readiness::default());
-        ev.clear();
-        p.wait(&mut ev, Some(Duration::from_millis(30))).unwrap();
-        assert!(ev.is_empty(), "{ev:?}");
+        assert_nothing_reported(&mut p, &mut ev);
         assert!(event_syscalls() > before);
         // Readiness the handler itself reports (it stopped before EAGAIN) is
         // served without the kernel too.
@@ -410,8 +416,7 @@ fn tracked_changes_interest_without_system_calls() {
     p.add(b.as_raw_fd(), t, Interest::READ).unwrap();
     let mut ev = Vec::new();
     // The registration's writable edge is remembered, not reported (interest is READ).
-    p.wait(&mut ev, Some(Duration::from_millis(30))).unwrap();
-    assert!(ev.is_empty(), "{ev:?}");
+    assert_nothing_reported(&mut p, &mut ev);
     let before = event_syscalls();
     p.modify(b.as_raw_fd(), t, Interest::WRITE).unwrap();
     p.wait(&mut ev, Some(Duration::from_secs(2))).unwrap();
@@ -420,9 +425,7 @@ fn tracked_changes_interest_without_system_calls() {
     assert!(ev[0].writable && !ev[0].readable);
     // A short write clears it; the table then waits for the kernel.
     p.learned(b.as_raw_fd(), weft_io::Readiness::default());
-    ev.clear();
-    p.wait(&mut ev, Some(Duration::from_millis(30))).unwrap();
-    assert!(ev.is_empty(), "{ev:?}");
+    assert_nothing_reported(&mut p, &mut ev);
 }
 
 /// `used_up` (the roles' report through `Ctx::settled`) clears only the
@@ -446,9 +449,7 @@ fn tracked_used_up_clears_only_what_it_names() {
         writable: true,
     };
     p.used_up(b.as_raw_fd(), gone);
-    ev.clear();
-    p.wait(&mut ev, Some(Duration::from_millis(30))).unwrap();
-    assert!(ev.is_empty(), "{ev:?}");
+    assert_nothing_reported(&mut p, &mut ev);
     // Now it wants to read: the remembered edge answers, no new arrival needed.
     let before = event_syscalls();
     p.modify(b.as_raw_fd(), t, Interest::READ).unwrap();
@@ -460,9 +461,7 @@ fn tracked_used_up_clears_only_what_it_names() {
         writable: false,
     };
     p.used_up(b.as_raw_fd(), gone);
-    ev.clear();
-    p.wait(&mut ev, Some(Duration::from_millis(30))).unwrap();
-    assert!(ev.is_empty(), "{ev:?}");
+    assert_nothing_reported(&mut p, &mut ev);
 }
 
 /// An event for an earlier registration of the same descriptor is dropped.
