@@ -116,6 +116,13 @@ fn reverse(o: &Origin, extra: &[&str]) -> Weft {
     Weft::start(&args)
 }
 
+/// A scripted origin and a reverse proxy in front of it (with `extra`).
+fn origin_and_reverse(extra: &[&str]) -> (Origin, Weft) {
+    let o = Origin::start();
+    let p = reverse(&o, extra);
+    (o, p)
+}
+
 /// One request on a fresh connection, its response.
 fn exchange(w: &Weft, req: &str) -> common::Response {
     let mut r = Reader::new(w.connect());
@@ -144,8 +151,7 @@ fn raw_bytes(w: &Weft, req: &[u8]) -> Vec<u8> {
 
 #[test]
 fn empty_field_values_keep_their_colon_both_ways() {
-    let o = Origin::start();
-    let p = reverse(&o, &[]);
+    let (o, p) = origin_and_reverse(&[]);
     let out = raw_bytes(
         &p,
         b"GET /empty HTTP/1.1\r\nHost: o.example\r\nX-Req-Empty:\r\nX-B: b\r\nConnection: close\r\n\r\n",
@@ -163,8 +169,7 @@ fn empty_field_values_keep_their_colon_both_ways() {
 
 #[test]
 fn the_upstream_age_counts() {
-    let o = Origin::start();
-    let p = reverse(&o, &[]);
+    let (o, p) = origin_and_reverse(&[]);
     // max-age=3600 arriving with Age: 7200 is stale: never a hit.
     let r = get_twice(&p, "/old");
     assert_eq!(o.count("GET /old"), 2, "served stale from the cache");
@@ -205,9 +210,8 @@ fn weft_out(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn targeted_cache_control_in_a_surrogate_only() {
-    let o = Origin::start();
     // Reverse mode: CDN-Cache-Control: max-age=60 beats Cache-Control: no-store.
-    let p = reverse(&o, &[]);
+    let (o, p) = origin_and_reverse(&[]);
     let r = get_twice(&p, "/cdn");
     assert_eq!(o.count("GET /cdn"), 1);
     assert_eq!(
@@ -268,8 +272,7 @@ mod scenarios {
     /// 103 and 102 reach the client while the origin still holds the final
     /// response; the stored answer has none.
     pub fn interim_responses_are_relayed_first_and_never_cached(event: &str) {
-        let o = Origin::start();
-        let p = reverse(&o, &["--event", event]);
+        let (o, p) = origin_and_reverse(&["--event", event]);
         let mut r = Reader::new(p.connect());
         r.send(b"GET /hints HTTP/1.1\r\nHost: o.example\r\n\r\n");
         // Both interim heads arrive while the origin still holds the final one.
@@ -293,8 +296,7 @@ per_backend!(untracked: interim_responses_are_relayed_first_and_never_cached);
 
 #[test]
 fn no_cache_with_field_names_reuses_without_them() {
-    let o = Origin::start();
-    let p = reverse(&o, &[]);
+    let (o, p) = origin_and_reverse(&[]);
     let first = get(&p, "/cookie");
     assert_eq!(first.header("set-cookie"), Some("a=1"));
     let hit = get(&p, "/cookie");
@@ -305,8 +307,7 @@ fn no_cache_with_field_names_reuses_without_them() {
 
 #[test]
 fn invalid_hosts_get_400_and_close_in_serve_and_proxy() {
-    let o = Origin::start();
-    let p = reverse(&o, &[]);
+    let (o, p) = origin_and_reverse(&[]);
     let s = Weft::serve(&[]);
     for req in [
         &b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n"[..],
@@ -326,8 +327,7 @@ fn invalid_hosts_get_400_and_close_in_serve_and_proxy() {
 
 #[test]
 fn forwarding_hygiene() {
-    let o = Origin::start();
-    let p = reverse(&o, &[]);
+    let (o, p) = origin_and_reverse(&[]);
     // Identical Content-Length fields go out as one.
     let r = exchange(
         &p,
@@ -371,8 +371,7 @@ fn forwarding_hygiene() {
 
 #[test]
 fn unknown_methods_are_forwarded_and_invalidate() {
-    let o = Origin::start();
-    let p = reverse(&o, &[]);
+    let (o, p) = origin_and_reverse(&[]);
     get_twice(&p, "/x");
     assert_eq!(o.count("GET /x"), 1);
     let r = exchange(&p, "PURGE /x HTTP/1.1\r\nHost: o.example\r\nX-Empty:\r\n\r\n");
