@@ -112,6 +112,16 @@ macro_rules! need_netns {
     };
 }
 
+/// Skip the test, saying `why`, where `prog arg` does not run and succeed.
+macro_rules! need_tool {
+    ($prog:literal, $arg:literal, $why:literal) => {
+        if missing($prog, $arg) {
+            eprintln!(concat!("skipping: ", $why));
+            return;
+        }
+    };
+}
+
 /// The far end runs real-time (below the router) where `chrt` exists: on a
 /// loaded machine a normal process wakes milliseconds late, and the RTT
 /// probe would measure the far end's scheduling instead of the emulator.
@@ -434,10 +444,7 @@ fn rate_per_flow_gives_each_connection_the_rate() {
 #[test]
 fn tcp_block_counts_data_segments_and_acks() {
     need_netns!();
-    if missing("nstat", "-V") {
-        eprintln!("skipping: the tcp block needs `nstat` (iproute2)");
-        return;
-    }
+    need_tool!("nstat", "-V", "the tcp block needs `nstat` (iproute2)");
     let w = Wan::start(&["--delay", "1ms"]);
     // 4 MiB to the end (a reader that closed early would be answered by a
     // reset for every segment still in flight: segments in, but no ACKs).
@@ -585,10 +592,7 @@ delay = "1ms"
 #[test]
 fn kernel_shaper_rate_matches_the_limit() {
     need_netns!();
-    if missing("tc", "-V") {
-        eprintln!("skipping: --shaper kernel needs `tc` (iproute2)");
-        return;
-    }
+    need_tool!("tc", "-V", "--shaper kernel needs `tc` (iproute2)");
     let w = Wan::start(&["--up-rate", "10mbit", "--delay", "1ms", "--shaper", "kernel"]);
     let link = Command::new("ip")
         .args(["-n", &w.ns, "-d", "link", "show"])
@@ -1017,10 +1021,7 @@ fn blast(s: &UdpSocket, n: u64, pps: u64) -> f64 {
 /// is the kernel's doubled 128 KiB (`ss -m`'s `tb`), not the autotuned one.
 #[test]
 fn serve_send_buffer_reaches_accepted_connections() {
-    if missing("ss", "-V") {
-        eprintln!("skipping: `ss` (iproute2) is not installed");
-        return;
-    }
+    need_tool!("ss", "-V", "`ss` (iproute2) is not installed");
     let site = site();
     let w = Weft::serve(&[path_str(&site.path), "--workers", "1", "--send-buffer", "64KiB"]);
     let c = w.connect();
