@@ -14,20 +14,10 @@ use std::time::Duration;
 /// `per_arch!(a, b)` defines `mod amped { #[test] fn a() ... }` and so on.
 macro_rules! per_arch {
     ($($scenario:ident),* $(,)?) => {
-        per_arch!(@arch amped, &["--arch", "amped"], $($scenario),*);
-        per_arch!(@arch sped, &["--arch", "sped"], $($scenario),*);
-        per_arch!(@arch mt, &["--arch", "mt", "--pool", "4"], $($scenario),*);
-        per_arch!(@arch mp, &["--arch", "mp", "--pool", "2"], $($scenario),*);
-    };
-    (@arch $module:ident, $flags:expr, $($scenario:ident),*) => {
-        mod $module {
-            $(
-                #[test]
-                fn $scenario() {
-                    super::scenarios::$scenario($flags);
-                }
-            )*
-        }
+        scenario_tests!(amped, &["--arch", "amped"], $($scenario),*);
+        scenario_tests!(sped, &["--arch", "sped"], $($scenario),*);
+        scenario_tests!(mt, &["--arch", "mt", "--pool", "4"], $($scenario),*);
+        scenario_tests!(mp, &["--arch", "mp", "--pool", "2"], $($scenario),*);
     };
 }
 

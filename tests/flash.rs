@@ -14,28 +14,18 @@ use std::time::{Duration, Instant};
 /// `amped_miss` forces every file read through a helper (`--test-miss`).
 macro_rules! per_arch {
     ($($scenario:ident),* $(,)?) => {
-        per_arch!(@arch amped, &["--arch", "amped"], $($scenario),*);
-        per_arch!(@arch amped_miss, &["--arch", "amped", "--test-miss", "--helpers", "2"], $($scenario),*);
-        per_arch!(@arch amped_nowait, &["--arch", "amped", "--residency", "nowait"], $($scenario),*);
-        per_arch!(@arch amped_mincore, &["--arch", "amped", "--residency", "mincore"], $($scenario),*);
-        per_arch!(@arch amped_no_residency, &["--arch", "amped", "--residency", "none"], $($scenario),*);
-        per_arch!(@arch sped, &["--arch", "sped"], $($scenario),*);
-        per_arch!(@arch mt, &["--arch", "mt", "--pool", "8"], $($scenario),*);
-        per_arch!(@arch mp, &["--arch", "mp", "--pool", "4"], $($scenario),*);
-        per_arch!(@arch no_caches, &["--path-cache", "0", "--head-cache", "off", "--file-cache", "0"], $($scenario),*);
-        per_arch!(@arch object_cache, &["--object-cache", "64MiB"], $($scenario),*);
-        per_arch!(@arch object_cache_miss, &["--object-cache", "64MiB", "--test-miss"], $($scenario),*);
-        per_arch!(@arch object_cache_notify, &["--object-cache", "64MiB", "--snapshot-check", "notify"], $($scenario),*);
-    };
-    (@arch $module:ident, $flags:expr, $($scenario:ident),*) => {
-        mod $module {
-            $(
-                #[test]
-                fn $scenario() {
-                    super::scenarios::$scenario($flags);
-                }
-            )*
-        }
+        scenario_tests!(amped, &["--arch", "amped"], $($scenario),*);
+        scenario_tests!(amped_miss, &["--arch", "amped", "--test-miss", "--helpers", "2"], $($scenario),*);
+        scenario_tests!(amped_nowait, &["--arch", "amped", "--residency", "nowait"], $($scenario),*);
+        scenario_tests!(amped_mincore, &["--arch", "amped", "--residency", "mincore"], $($scenario),*);
+        scenario_tests!(amped_no_residency, &["--arch", "amped", "--residency", "none"], $($scenario),*);
+        scenario_tests!(sped, &["--arch", "sped"], $($scenario),*);
+        scenario_tests!(mt, &["--arch", "mt", "--pool", "8"], $($scenario),*);
+        scenario_tests!(mp, &["--arch", "mp", "--pool", "4"], $($scenario),*);
+        scenario_tests!(no_caches, &["--path-cache", "0", "--head-cache", "off", "--file-cache", "0"], $($scenario),*);
+        scenario_tests!(object_cache, &["--object-cache", "64MiB"], $($scenario),*);
+        scenario_tests!(object_cache_miss, &["--object-cache", "64MiB", "--test-miss"], $($scenario),*);
+        scenario_tests!(object_cache_notify, &["--object-cache", "64MiB", "--snapshot-check", "notify"], $($scenario),*);
     };
 }
 

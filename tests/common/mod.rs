@@ -429,6 +429,26 @@ pub fn send_with_fin(stream: &mut TcpStream, data: &[u8]) {
     stream.shutdown(std::net::Shutdown::Write).unwrap();
 }
 
+/// `scenario_tests!(module, arg, a, b)` defines `mod module { #[test] fn a() }`
+/// and so on, each calling `super::scenarios::a(arg)`: one row of the
+/// matrices `per_backend!` (event backends) and the test files' `per_arch!`
+/// (architectures) spell out.
+#[allow(unused_macros)]
+macro_rules! scenario_tests {
+    ($module:ident, $arg:expr, $($scenario:ident),*) => {
+        mod $module {
+            $(
+                #[test]
+                fn $scenario() {
+                    super::scenarios::$scenario($arg);
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use scenario_tests;
+
 /// Run each listed scenario under every event backend (`weft backends` lists
 /// them): `per_backend!(a, b)` defines `mod epoll { #[test] fn a() }` and so on,
 /// each calling `scenarios::a("epoll")`. `per_backend!(untracked: a, b)`
@@ -437,29 +457,19 @@ pub fn send_with_fin(stream: &mut TcpStream, data: &[u8]) {
 #[allow(unused_macros)]
 macro_rules! per_backend {
     (untracked: $($scenario:ident),* $(,)?) => {
-        per_backend!(@backend select, "select", $($scenario),*);
-        per_backend!(@backend poll, "poll", $($scenario),*);
-        per_backend!(@backend epoll, "epoll", $($scenario),*);
-        per_backend!(@backend epoll_et, "epoll-et", $($scenario),*);
-        per_backend!(@backend epoll_once, "epoll-once", $($scenario),*);
-        per_backend!(@backend epoll_batched, "epoll-batched", $($scenario),*);
-        per_backend!(@backend uring, "uring", $($scenario),*);
-    };
-    (@backend $module:ident, $name:literal, $($scenario:ident),*) => {
-        mod $module {
-            $(
-                #[test]
-                fn $scenario() {
-                    super::scenarios::$scenario($name);
-                }
-            )*
-        }
+        $crate::common::scenario_tests!(select, "select", $($scenario),*);
+        $crate::common::scenario_tests!(poll, "poll", $($scenario),*);
+        $crate::common::scenario_tests!(epoll, "epoll", $($scenario),*);
+        $crate::common::scenario_tests!(epoll_et, "epoll-et", $($scenario),*);
+        $crate::common::scenario_tests!(epoll_once, "epoll-once", $($scenario),*);
+        $crate::common::scenario_tests!(epoll_batched, "epoll-batched", $($scenario),*);
+        $crate::common::scenario_tests!(uring, "uring", $($scenario),*);
     };
     ($($scenario:ident),* $(,)?) => {
         per_backend!(untracked: $($scenario),*);
-        per_backend!(@backend tracked, "tracked", $($scenario),*);
-        per_backend!(@backend tracked_epoll_et, "tracked:epoll-et", $($scenario),*);
-        per_backend!(@backend tracked_select, "tracked:select", $($scenario),*);
+        $crate::common::scenario_tests!(tracked, "tracked", $($scenario),*);
+        $crate::common::scenario_tests!(tracked_epoll_et, "tracked:epoll-et", $($scenario),*);
+        $crate::common::scenario_tests!(tracked_select, "tracked:select", $($scenario),*);
     };
 }
 #[allow(unused_imports)]
