@@ -165,35 +165,55 @@ fn lines(path: &Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn access_log_json_lines_and_reopen_on_sigusr1() {
+/// `weft serve` over [`site`] (with `more`) logging in `format` to
+/// `access.log` in a scratch directory of its own.
+struct LoggingServe {
+    weft: Weft,
+    log: PathBuf,
+    dir: TempDir,
+    _root: TempDir,
+}
+
+fn serve_logging(tag: &str, format: &str, more: &[&str]) -> LoggingServe {
     let root = site();
-    let dir = TempDir::new("status-log");
+    let dir = TempDir::new(tag);
     let log = dir.path.join("access.log");
-    let w = Weft::serve(&[
-        "--workers",
-        "1",
+    let mut args = vec![
         path_str(&root.path),
         "--access-log",
         path_str(&log),
         "--access-log-format",
-        "json",
-    ]);
+        format,
+    ];
+    args.extend_from_slice(more);
+    let weft = Weft::serve(&args);
+    LoggingServe {
+        weft,
+        log,
+        dir,
+        _root: root,
+    }
+}
+
+#[test]
+fn access_log_json_lines_and_reopen_on_sigusr1() {
+    let s = serve_logging("status-log", "json", &["--workers", "1"]);
+    let (w, log) = (&s.weft, &s.log);
     let addr = w.addr.to_string();
     fetch(&addr, "/hello.txt");
     assert!(
-        wait_until(Duration::from_secs(10), || lines(&log).len() == 1),
+        wait_until(Duration::from_secs(10), || lines(log).len() == 1),
         "{:?}",
-        lines(&log)
+        lines(log)
     );
-    let first: serde_json::Value = serde_json::from_str(&lines(&log)[0]).unwrap();
+    let first: serde_json::Value = serde_json::from_str(&lines(log)[0]).unwrap();
     assert_eq!(first["request"], "GET /hello.txt HTTP/1.1");
     assert_eq!(first["status"], 200);
     assert!(first["request_time"].as_f64().is_some_and(|t| t >= 0.0), "{first}");
     assert_eq!(first["cache"], "HIT", "a small file is sent from memory");
     // logrotate: rename, then SIGUSR1; the next request lands in a new file.
-    let rotated = dir.path.join("access.log.1");
-    std::fs::rename(&log, &rotated).unwrap();
+    let rotated = s.dir.path.join("access.log.1");
+    std::fs::rename(log, &rotated).unwrap();
     w.signal("USR1");
     assert!(
         wait_until(Duration::from_secs(10), || log.exists()),
@@ -202,14 +222,14 @@ fn access_log_json_lines_and_reopen_on_sigusr1() {
     );
     fetch(&addr, "/missing");
     assert!(
-        wait_until(Duration::from_secs(10), || lines(&log).len() == 1),
+        wait_until(Duration::from_secs(10), || lines(log).len() == 1),
         "{}",
         w.stderr()
     );
     assert!(
-        lines(&log)[0].contains("\"request\":\"GET /missing HTTP/1.1\",\"status\":404"),
+        lines(log)[0].contains("\"request\":\"GET /missing HTTP/1.1\",\"status\":404"),
         "{:?}",
-        lines(&log)
+        lines(log)
     );
     assert_eq!(lines(&rotated).len(), 1);
     // Still serving: SIGUSR1 did not end the process.
@@ -218,22 +238,14 @@ fn access_log_json_lines_and_reopen_on_sigusr1() {
 
 #[test]
 fn access_log_common_format_and_a_bad_format_name() {
-    let root = site();
-    let dir = TempDir::new("status-clf");
-    let log = dir.path.join("access.log");
-    let w = Weft::serve(&[
-        path_str(&root.path),
-        "--access-log",
-        path_str(&log),
-        "--access-log-format",
-        "clf",
-    ]);
-    fetch(&w.addr.to_string(), "/hello.txt");
-    assert!(wait_until(Duration::from_secs(10), || lines(&log).len() == 1));
+    let s = serve_logging("status-clf", "clf", &[]);
+    let log = &s.log;
+    fetch(&s.weft.addr.to_string(), "/hello.txt");
+    assert!(wait_until(Duration::from_secs(10), || lines(log).len() == 1));
     assert!(
-        lines(&log)[0].ends_with("\"GET /hello.txt HTTP/1.1\" 200 12"),
+        lines(log)[0].ends_with("\"GET /hello.txt HTTP/1.1\" 200 12"),
         "{:?}",
-        lines(&log)
+        lines(log)
     );
     let out = Command::new(common::weft_bin())
         .args(["serve", "--listen", "127.0.0.1:0", "--access-log-format", "xml"])
