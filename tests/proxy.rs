@@ -1301,19 +1301,23 @@ fn large_bodies_64mib() {
 fn heuristic_freshness_and_no_store() {
     let o = Origin::start();
     let p = start_proxy(&[]);
+    // Each fetched twice: how many reached the origin. /cl/10 has
     // Last-Modified a day ago, no explicit freshness: fresh for ~2.4 h.
-    let url = o.url("/cl/10?lm=86400");
-    fetch(&p, &url, "");
-    fetch(&p, &url, "");
-    assert_eq!(o.count("/cl/10"), 1, "heuristically fresh");
-    let url = o.url("/cl/11?cc=no-store");
-    fetch(&p, &url, "");
-    fetch(&p, &url, "");
-    assert_eq!(o.count("/cl/11"), 2, "no-store is never cached");
-    let url = o.url("/cl/12?cc=private%2C%20max-age%3D60");
-    fetch(&p, &url, "");
-    fetch(&p, &url, "");
-    assert_eq!(o.count("/cl/12"), 2, "private is not stored by a shared cache");
+    for (path, query, fetched, why) in [
+        ("/cl/10", "lm=86400", 1, "heuristically fresh"),
+        ("/cl/11", "cc=no-store", 2, "no-store is never cached"),
+        (
+            "/cl/12",
+            "cc=private%2C%20max-age%3D60",
+            2,
+            "private is not stored by a shared cache",
+        ),
+    ] {
+        let url = o.url(&format!("{path}?{query}"));
+        fetch(&p, &url, "");
+        fetch(&p, &url, "");
+        assert_eq!(o.count(path), fetched, "{why}");
+    }
     // A request's no-cache forces validation; no validator means a refetch.
     let url = o.url("/cl/13?cc=max-age%3D60");
     fetch(&p, &url, "");
