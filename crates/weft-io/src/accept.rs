@@ -25,6 +25,19 @@ use std::time::{Duration, Instant};
 /// How long accepting pauses when the process is out of descriptors.
 const PAUSE: Duration = Duration::from_millis(100);
 
+/// `--max-connections` (per worker; 0: no limit): true when the `open`
+/// connections already fill it, so a newly accepted one is to be refused.
+pub fn at_max(max: usize, open: usize) -> bool {
+    max > 0 && open >= max
+}
+
+/// Close a connection that will not be served (past `--max-connections`, or
+/// never registered) with a reset (linger 0), so its client learns now
+/// rather than at a timeout.
+pub fn refuse(fd: Fd) {
+    let _ = sys::set_linger_zero(&fd);
+}
+
 /// One listener's accept state.
 #[derive(Debug)]
 pub struct Acceptor {

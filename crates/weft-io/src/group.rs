@@ -20,12 +20,43 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// Draining (shutdown, or a reload's old workers): an idle keep-alive
 /// connection active this recently is kept this long, not closed at once, so
 /// a request its client is sending right now is answered (with `Connection:
 /// close`) instead of meeting a reset; quieter ones are closed at once.
 pub const DRAIN_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What draining does with one client connection: the rule every role's
+/// drain applies, so they keep and close the same connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drain {
+    /// Idle, but active within [`DRAIN_QUIET`]: kept until this instant, as
+    /// its client may be sending its next request right now.
+    KeepUntil(Instant),
+    /// Idle and quiet: closed now.
+    Close,
+    /// A request or response in flight: it finishes, then the connection
+    /// closes.
+    Finish,
+}
+
+impl Drain {
+    /// The rule for a connection that is `idle` (no request in flight, not
+    /// lingering) and was last active at `last_activity`.
+    pub fn of(idle: bool, last_activity: Instant, now: Instant) -> Drain {
+        if !idle {
+            return Drain::Finish;
+        }
+        let until = last_activity + DRAIN_QUIET;
+        if until > now {
+            Drain::KeepUntil(until)
+        } else {
+            Drain::Close
+        }
+    }
+}
 
 /// Counters a worker returns when it stops, summed over the group.
 pub trait GroupStats: Default + Send + 'static {
@@ -209,6 +240,15 @@ mod tests {
         .unwrap();
         assert_eq!(g.len(), 3);
         assert!(g.wait().unwrap().0 > 0);
+    }
+
+    #[test]
+    fn draining_keeps_recent_idle_connections_and_finishes_busy_ones() {
+        let t0 = Instant::now();
+        let later = t0 + DRAIN_QUIET;
+        assert_eq!(Drain::of(true, t0, t0), Drain::KeepUntil(later));
+        assert_eq!(Drain::of(true, t0, later), Drain::Close);
+        assert_eq!(Drain::of(false, t0, later), Drain::Finish);
     }
 
     #[test]

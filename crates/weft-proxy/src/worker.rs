@@ -43,6 +43,7 @@ use weft_http::caching::CacheRules;
 use weft_http::respond::{self, Persist};
 use weft_http::ResponseHead;
 use weft_io::door::{LISTENER, WAKER};
+use weft_io::group::Drain;
 use weft_io::sys::{self, Fd};
 use weft_io::{pools, timer};
 use weft_io::{
@@ -665,15 +666,13 @@ impl<'a> Worker<'a> {
             let Some(c) = client_of(&mut self.slab, t) else {
                 continue;
             };
-            let until = c.last_activity + weft_io::group::DRAIN_QUIET;
-            if c.is_idle() && !c.lingering && until > cx.now {
-                // A client may be sending its next request right now.
-                c.deadline = Some(until);
-                arm(cx, t, until, &mut c.timer_at);
-            } else if c.is_idle() && !c.lingering {
-                self.close_client(cx, t);
-            } else {
-                c.close_after = true;
+            match Drain::of(c.is_idle() && !c.lingering, c.last_activity, cx.now) {
+                Drain::KeepUntil(until) => {
+                    c.deadline = Some(until);
+                    arm(cx, t, until, &mut c.timer_at);
+                }
+                Drain::Close => self.close_client(cx, t),
+                Drain::Finish => c.close_after = true,
             }
         }
     }

@@ -29,8 +29,9 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant, SystemTime};
 use weft_http::{BodyFraming, Method, RequestHead, Version};
 use weft_io::door::{LISTENER, WAKER};
+use weft_io::group::Drain;
 use weft_io::sys::{self, Fd};
-use weft_io::{pools, timer};
+use weft_io::{accept, pools, timer};
 use weft_io::{
     BufPool, Ctx, Door, Event, Fill, Handler, Interest, OwnPool, Poller, PoolGauges, Readiness, RegisterError,
     Shutdown, Slab, Token, TrackerStats,
@@ -314,22 +315,15 @@ impl<'a> Worker<'a> {
         peer: Option<std::net::SocketAddr>,
         handed: Option<Handed<'_>>,
     ) {
-        let max = self.shared.cfg.max_connections;
-        if max > 0 && self.conns.len() >= max {
-            // The documented ceiling (N × per-connection + caches): closed
-            // at once with a reset, so the client learns now.
+        if accept::at_max(self.shared.cfg.max_connections, self.conns.len()) {
+            // The documented ceiling (N × per-connection + caches).
             self.shared.stats.refused_max_connections += 1;
-            let _ = sys::set_linger_zero(&fd);
+            accept::refuse(fd);
             self.handed_closed(handed.as_ref());
             return;
         }
         let token = self.conns.next_token();
-        // Fixed-interest backends: register once for both directions, never modify.
-        let interest = if P::CAPS.fixed_interest {
-            Interest::BOTH
-        } else {
-            Interest::READ
-        };
+        let interest = P::CAPS.first_interest();
         if let Err(e) = cx.register(fd.raw(), token, interest) {
             self.shared.stats.refused_fd_limit += 1;
             if self.refused_logged.is_multiple_of(1000) {
@@ -340,9 +334,7 @@ impl<'a> Worker<'a> {
                 );
             }
             self.refused_logged += 1;
-            // Never registered: close at once (RST, so the client learns now).
-            let _ = sys::set_linger_zero(&fd);
-            drop(fd);
+            accept::refuse(fd);
             self.handed_closed(handed.as_ref());
             return;
         }
@@ -492,24 +484,22 @@ impl<'a> Worker<'a> {
             h.stop_listening(cx);
         }
         for t in self.conns.tokens() {
-            let idle = self.conns.get(t).map(|c| c.is_idle() && !c.lingering).unwrap_or(false);
-            let quiet = self.conns.get(t).map(|c| c.last_activity + weft_io::group::DRAIN_QUIET);
-            if let (true, Some(until), Some(c)) = (idle, quiet, self.conns.get_mut(t)) {
-                if until > cx.now {
-                    // A client may be sending its next request right now.
+            let Some(c) = self.conns.get_mut(t) else {
+                continue;
+            };
+            match Drain::of(c.is_idle() && !c.lingering, c.last_activity, cx.now) {
+                Drain::KeepUntil(until) => {
                     c.deadline = until;
                     timer::arm(cx, t, until, &mut c.timer_at);
-                    continue;
                 }
-            }
-            if idle {
-                self.close(cx, t);
-            } else if let Some(c) = self.conns.get_mut(t) {
-                // Finish what is in flight: a response being sent is the
-                // connection's last; a request still arriving is answered with
-                // `Connection: close` (answer() sees `draining`).
-                if c.has_output() {
-                    c.close_after = true;
+                Drain::Close => self.close(cx, t),
+                // A response being sent is the connection's last; a request
+                // still arriving is answered with `Connection: close`
+                // (answer() sees `draining`).
+                Drain::Finish => {
+                    if c.has_output() {
+                        c.close_after = true;
+                    }
                 }
             }
         }

@@ -217,6 +217,19 @@ pub struct Caps {
     pub tracks_readiness: bool,
 }
 
+impl Caps {
+    /// The interest a new connection is registered with: both directions on
+    /// fixed-interest backends (registered once, never modified), otherwise
+    /// read, as a request comes first.
+    pub const fn first_interest(&self) -> Interest {
+        if self.fixed_interest {
+            Interest::BOTH
+        } else {
+            Interest::READ
+        }
+    }
+}
+
 /// An event notification mechanism.
 pub trait Poller: Sized {
     /// What this backend can do.

@@ -38,6 +38,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_http::{Limits, RequestHead};
+use weft_io::accept;
 use weft_io::door::{LISTENER, WAKER};
 use weft_io::sys::{self, Fd};
 use weft_io::{
@@ -284,20 +285,15 @@ impl<'a> Worker<'a> {
     }
 
     fn add_conn<P: Poller>(&mut self, cx: &mut Ctx<P>, fd: Fd) {
-        let max = self.shared.cfg.max_connections;
-        if max > 0 && self.conns.len() >= max {
+        if accept::at_max(self.shared.cfg.max_connections, self.conns.len()) {
             self.shared.stats.refused_max_connections += 1;
-            let _ = sys::set_linger_zero(&fd);
+            accept::refuse(fd);
             return;
         }
         let token = self.conns.next_token();
-        let interest = if P::CAPS.fixed_interest {
-            Interest::BOTH
-        } else {
-            Interest::READ
-        };
+        let interest = P::CAPS.first_interest();
         if cx.register(fd.raw(), token, interest).is_err() {
-            let _ = sys::set_linger_zero(&fd);
+            accept::refuse(fd);
             return;
         }
         self.shared.stats.accepted += 1;
