@@ -8,7 +8,10 @@
 
 /// Implement `name()` (the variant's first word) and `FromStr` (any of its
 /// words) for a fieldless enum. An unknown word is refused with
-/// ``unknown WHAT `word` (expected a|b|c)``, listing the first words.
+/// ``unknown WHAT `word` (expected a|b|c)``, listing the first words; or,
+/// given `error = "..."` in place of WHAT, with that message, where `{s}`
+/// stands for the word (for settings whose message was worded before this
+/// table and stays as users know it).
 ///
 /// ```
 /// #[derive(Clone, Copy, Debug, PartialEq)]
@@ -17,10 +20,25 @@
 /// assert_eq!("yes".parse::<Mode>(), Ok(Mode::On));
 /// assert_eq!(Mode::Off.name(), "off");
 /// assert_eq!("x".parse::<Mode>(), Err("unknown mode `x` (expected on|off)".to_string()));
+///
+/// #[derive(Clone, Copy, Debug, PartialEq)]
+/// enum Side { Left, Right }
+/// weft_core::enum_names!(Side, error = "no side `{s}` (left or right)", { Left => "left", Right => "right" });
+/// assert_eq!("up".parse::<Side>(), Err("no side `up` (left or right)".to_string()));
 /// ```
 #[macro_export]
 macro_rules! enum_names {
+    ($ty:ident, error = $msg:literal, { $($var:ident => $name:literal $(| $alias:literal)*),+ $(,)? }) => {
+        $crate::enum_names!(@impl $ty, |s| format!($msg, s = s), { $($var => $name $(| $alias)*),+ });
+    };
     ($ty:ident, $what:literal, { $($var:ident => $name:literal $(| $alias:literal)*),+ $(,)? }) => {
+        $crate::enum_names!(@impl $ty, |s| format!(
+            "unknown {} `{s}` (expected {})",
+            $what,
+            [$($name),+].join("|")
+        ), { $($var => $name $(| $alias)*),+ });
+    };
+    (@impl $ty:ident, |$s:ident| $err:expr, { $($var:ident => $name:literal $(| $alias:literal)*),+ }) => {
         impl $ty {
             /// The word the command line and config files use for this value.
             pub fn name(self) -> &'static str {
@@ -32,14 +50,10 @@ macro_rules! enum_names {
 
         impl ::std::str::FromStr for $ty {
             type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s {
+            fn from_str($s: &str) -> Result<Self, String> {
+                match $s {
                     $($name $(| $alias)* => Ok($ty::$var),)+
-                    _ => Err(format!(
-                        "unknown {} `{s}` (expected {})",
-                        $what,
-                        [$($name),+].join("|")
-                    )),
+                    _ => Err($err),
                 }
             }
         }

@@ -33,19 +33,11 @@ pub enum Format {
     Json,
 }
 
-impl std::str::FromStr for Format {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Format, String> {
-        match s {
-            "clf" | "common" => Ok(Format::Common),
-            "combined" => Ok(Format::Combined),
-            "json" => Ok(Format::Json),
-            _ => Err(format!(
-                "unknown access log format `{s}` (expected clf, combined or json)"
-            )),
-        }
-    }
-}
+weft_core::enum_names!(Format, error = "unknown access log format `{s}` (expected clf, combined or json)", {
+    Common => "clf" | "common",
+    Combined => "combined",
+    Json => "json",
+});
 
 /// What one log line says beyond the request itself.
 #[derive(Clone, Copy, Debug)]
@@ -243,24 +235,29 @@ fn write_json(
     out.extend_from_slice(b"\"}\n");
 }
 
-fn json_escaped(out: &mut Vec<u8>, s: &[u8]) {
+/// Append `s` with printable ASCII as it is and every other byte, `"` and
+/// `\` written by `escape`: one rule for both formats, so a client's bytes
+/// can neither end a field nor start a line in either log.
+fn escape_with(out: &mut Vec<u8>, s: &[u8], escape: fn(&mut Vec<u8>, u8)) {
     for &b in s {
         if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
             out.push(b);
         } else {
-            let _ = write!(out, "\\u{b:04x}");
+            escape(out, b);
         }
     }
 }
 
+fn json_escaped(out: &mut Vec<u8>, s: &[u8]) {
+    escape_with(out, s, |out, b| {
+        let _ = write!(out, "\\u{b:04x}");
+    });
+}
+
 fn escaped(out: &mut Vec<u8>, s: &[u8]) {
-    for &b in s {
-        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
-            out.push(b);
-        } else {
-            let _ = write!(out, "\\x{b:02X}");
-        }
-    }
+    escape_with(out, s, |out, b| {
+        let _ = write!(out, "\\x{b:02X}");
+    });
 }
 
 /// Append one log line.

@@ -71,16 +71,10 @@ pub enum PageCacheAdmit {
     Reuse,
 }
 
-impl std::str::FromStr for PageCacheAdmit {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "all" => Ok(PageCacheAdmit::All),
-            "reuse" => Ok(PageCacheAdmit::Reuse),
-            _ => Err(format!("invalid page cache admission `{s}` (all or reuse)")),
-        }
-    }
-}
+weft_core::enum_names!(PageCacheAdmit, error = "invalid page cache admission `{s}` (all or reuse)", {
+    All => "all",
+    Reuse => "reuse",
+});
 
 /// One worker's admission state.
 pub(crate) struct Admission {
