@@ -434,11 +434,16 @@ mod tests {
         sys::pipe().unwrap()
     }
 
+    /// A pipe's read and write ends, a pool of `buf`-byte buffers (four
+    /// kept) and an empty input buffer: where each test starts.
+    fn reader(buf: usize) -> (sys::Fd, sys::Fd, BufPool, InputBuf) {
+        let (r, w) = pipe();
+        (r, w, BufPool::new(buf, 4), InputBuf::new())
+    }
+
     #[test]
     fn linger_throws_bytes_away_until_the_end_of_stream() {
-        let (r, w) = pipe();
-        let mut pool = BufPool::new(16, 4);
-        let mut b = InputBuf::new();
+        let (r, w, mut pool, mut b) = reader(16);
         sys::write(w.raw(), b"a pipelined request the answer will never see").unwrap();
         b.fill(&r, 8, &mut pool);
         assert_eq!(b.linger(&r, &mut pool), Linger::Wait, "dry: wait for more");
@@ -451,9 +456,7 @@ mod tests {
 
     #[test]
     fn linger_gives_up_past_its_cap() {
-        let (r, w) = pipe();
-        let mut pool = BufPool::new(4096, 4);
-        let mut b = InputBuf::new();
+        let (r, w, mut pool, mut b) = reader(4096);
         let chunk = vec![1u8; 64 * 1024];
         let writer = std::thread::spawn(move || {
             // Until the reader is gone (EPIPE); bounded in case it never goes.
@@ -483,9 +486,7 @@ mod tests {
 
     #[test]
     fn empty_buffer_holds_no_storage_until_bytes_arrive() {
-        let (r, w) = pipe();
-        let mut pool = BufPool::new(16, 4);
-        let mut b = InputBuf::new();
+        let (r, w, mut pool, mut b) = reader(16);
         assert!(!b.has_storage());
         assert!(matches!(b.fill(&r, 64, &mut pool), Fill::WouldBlock));
         assert!(!b.has_storage(), "an empty read gives the storage back");
@@ -505,9 +506,7 @@ mod tests {
 
     #[test]
     fn compacts_then_doubles_up_to_the_bound_then_full() {
-        let (r, w) = pipe();
-        let mut pool = BufPool::new(8, 4);
-        let mut b = InputBuf::new();
+        let (r, w, mut pool, mut b) = reader(8);
         sys::write(w.raw(), b"abcdefgh").unwrap();
         assert!(matches!(b.fill(&r, 20, &mut pool), Fill::Data(8)));
         b.consume(6);
@@ -531,9 +530,7 @@ mod tests {
 
     #[test]
     fn end_of_file_and_errors_give_the_storage_back() {
-        let (r, w) = pipe();
-        let mut pool = BufPool::new(8, 4);
-        let mut b = InputBuf::new();
+        let (r, w, mut pool, mut b) = reader(8);
         sys::write(w.raw(), b"ab").unwrap();
         drop(w);
         assert!(matches!(b.fill(&r, 64, &mut pool), Fill::Data(2)));
@@ -552,9 +549,7 @@ mod tests {
 
     #[test]
     fn a_short_read_means_drained_unless_the_fin_is_in() {
-        let (r, w) = pipe();
-        let mut pool = BufPool::new(8, 4);
-        let mut b = InputBuf::new();
+        let (r, w, mut pool, mut b) = reader(8);
         sys::write(w.raw(), b"abcdefghij").unwrap();
         // 8 of 10 bytes: the read filled every byte offered, more may wait.
         assert!(matches!(b.fill(&r, 8, &mut pool), Fill::Data(8)));

@@ -62,6 +62,9 @@ pub mod sys;
 pub mod timer;
 pub mod workers;
 
+#[cfg(test)]
+mod testutil;
+
 pub use accept::Acceptor;
 pub use backend::{BackendKind, BackendOptions, Caps, Event, Interest, Poller, Readiness, Token, TrackerStats};
 pub use bound::Bound;

@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn chunks_are_shared_and_inactive_ones_unmapped_lru_first() {
-        let path = std::env::temp_dir().join(format!("weft-mapcache-{}", std::process::id()));
+        let path = crate::testutil::temp_path("mapcache");
         let data: Vec<u8> = (0..40_000u32).map(|i| (i % 253) as u8).collect();
         std::fs::File::create(&path).unwrap().write_all(&data).unwrap();
         let f = std::fs::File::open(&path).unwrap();
@@ -260,7 +260,7 @@ mod tests {
     #[test]
     fn a_cached_response_holds_page_cache_pages_not_a_copy() {
         use weft_buf::{CachedResponse, FileId, ObjectCache, Segment};
-        let path = std::env::temp_dir().join(format!("weft-mapcache-obj-{}", std::process::id()));
+        let path = crate::testutil::temp_path("mapcache-obj");
         std::fs::write(&path, b"the file's bytes").unwrap();
         let f = std::fs::File::open(&path).unwrap();
         let st = crate::sys::fstat(&f).unwrap();

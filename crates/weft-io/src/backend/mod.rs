@@ -341,38 +341,12 @@ impl BackendKind {
 
     /// The `--event` name.
     pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Select => Select::CAPS.name,
-            BackendKind::Poll => Poll::CAPS.name,
-            BackendKind::Epoll => Epoll::CAPS.name,
-            BackendKind::EpollEt => EpollEt::CAPS.name,
-            BackendKind::EpollOnce => EpollOnce::CAPS.name,
-            BackendKind::EpollBatched => EpollBatched::CAPS.name,
-            BackendKind::Uring => Uring::CAPS.name,
-            BackendKind::Tracked => Tracked::<Uring>::CAPS.name,
-            BackendKind::TrackedEpollEt => Tracked::<EpollEt>::CAPS.name,
-            BackendKind::TrackedEpoll => Tracked::<Epoll>::CAPS.name,
-            BackendKind::TrackedPoll => Tracked::<Poll>::CAPS.name,
-            BackendKind::TrackedSelect => Tracked::<Select>::CAPS.name,
-        }
+        crate::with_backend!(self, P => P::CAPS.name)
     }
 
     /// Can this backend be created here?
     pub fn probe(self) -> io::Result<()> {
-        match self {
-            BackendKind::Select => Select::new().map(drop),
-            BackendKind::Poll => Poll::new().map(drop),
-            BackendKind::Epoll => Epoll::new().map(drop),
-            BackendKind::EpollEt => EpollEt::new().map(drop),
-            BackendKind::EpollOnce => EpollOnce::new().map(drop),
-            BackendKind::EpollBatched => EpollBatched::new().map(drop),
-            BackendKind::Uring => Uring::new().map(drop),
-            BackendKind::Tracked => Tracked::<Uring>::new().map(drop),
-            BackendKind::TrackedEpollEt => Tracked::<EpollEt>::new().map(drop),
-            BackendKind::TrackedEpoll => Tracked::<Epoll>::new().map(drop),
-            BackendKind::TrackedPoll => Tracked::<Poll>::new().map(drop),
-            BackendKind::TrackedSelect => Tracked::<Select>::new().map(drop),
-        }
+        crate::with_backend!(self, P => P::new().map(drop))
     }
 
     /// The accepted names, for error messages.
@@ -407,55 +381,27 @@ impl FromStr for BackendKind {
 #[macro_export]
 macro_rules! with_backend {
     ($kind:expr, $P:ident => $body:expr) => {
+        $crate::with_backend!(@each $kind, $P => $body;
+            Select => $crate::backend::Select,
+            Poll => $crate::backend::Poll,
+            Epoll => $crate::backend::Epoll,
+            EpollEt => $crate::backend::EpollEt,
+            EpollOnce => $crate::backend::EpollOnce,
+            EpollBatched => $crate::backend::EpollBatched,
+            Uring => $crate::backend::Uring,
+            Tracked => $crate::backend::Tracked<$crate::backend::Uring>,
+            TrackedEpollEt => $crate::backend::Tracked<$crate::backend::EpollEt>,
+            TrackedEpoll => $crate::backend::Tracked<$crate::backend::Epoll>,
+            TrackedPoll => $crate::backend::Tracked<$crate::backend::Poll>,
+            TrackedSelect => $crate::backend::Tracked<$crate::backend::Select>,
+        )
+    };
+    (@each $kind:expr, $P:ident => $body:expr; $($variant:ident => $ty:ty,)+) => {
         match $kind {
-            $crate::BackendKind::Select => {
-                type $P = $crate::backend::Select;
+            $($crate::BackendKind::$variant => {
+                type $P = $ty;
                 $body
-            }
-            $crate::BackendKind::Poll => {
-                type $P = $crate::backend::Poll;
-                $body
-            }
-            $crate::BackendKind::Epoll => {
-                type $P = $crate::backend::Epoll;
-                $body
-            }
-            $crate::BackendKind::EpollEt => {
-                type $P = $crate::backend::EpollEt;
-                $body
-            }
-            $crate::BackendKind::EpollOnce => {
-                type $P = $crate::backend::EpollOnce;
-                $body
-            }
-            $crate::BackendKind::EpollBatched => {
-                type $P = $crate::backend::EpollBatched;
-                $body
-            }
-            $crate::BackendKind::Uring => {
-                type $P = $crate::backend::Uring;
-                $body
-            }
-            $crate::BackendKind::Tracked => {
-                type $P = $crate::backend::Tracked<$crate::backend::Uring>;
-                $body
-            }
-            $crate::BackendKind::TrackedEpollEt => {
-                type $P = $crate::backend::Tracked<$crate::backend::EpollEt>;
-                $body
-            }
-            $crate::BackendKind::TrackedEpoll => {
-                type $P = $crate::backend::Tracked<$crate::backend::Epoll>;
-                $body
-            }
-            $crate::BackendKind::TrackedPoll => {
-                type $P = $crate::backend::Tracked<$crate::backend::Poll>;
-                $body
-            }
-            $crate::BackendKind::TrackedSelect => {
-                type $P = $crate::backend::Tracked<$crate::backend::Select>;
-                $body
-            }
+            })+
         }
     };
 }

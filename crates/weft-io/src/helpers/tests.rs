@@ -3,14 +3,7 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 fn temp_path(tag: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!(
-        "weft-helpers-{tag}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ))
+    crate::testutil::temp_path(&format!("helpers-{tag}"))
 }
 
 /// Wait (poll) for `fd` to become readable; true if it did within `ms`.

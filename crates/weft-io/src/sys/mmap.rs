@@ -192,14 +192,7 @@ mod tests {
     use std::io::Write;
 
     fn temp_file(data: &[u8]) -> (std::path::PathBuf, std::fs::File) {
-        let path = std::env::temp_dir().join(format!(
-            "weft-mmap-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
+        let path = crate::testutil::temp_path("mmap");
         std::fs::File::create(&path).unwrap().write_all(data).unwrap();
         (path.clone(), std::fs::File::open(&path).unwrap())
     }

@@ -765,53 +765,17 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
 /// logs) only by [`wait_reopen_signal`] (never the default action, which
 /// would end the process).
 pub fn block_shutdown_signals() -> io::Result<()> {
-    // SAFETY: sigset_t is filled by sigemptyset/sigaddset before use.
-    unsafe {
-        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigemptyset(set.as_mut_ptr());
-        libc::sigaddset(set.as_mut_ptr(), libc::SIGTERM);
-        libc::sigaddset(set.as_mut_ptr(), libc::SIGINT);
-        libc::sigaddset(set.as_mut_ptr(), libc::SIGPIPE);
-        libc::sigaddset(set.as_mut_ptr(), libc::SIGUSR1);
-        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
-        }
-    }
-    Ok(())
+    signal::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGPIPE, libc::SIGUSR1])
 }
 
 /// Wait for SIGTERM or SIGINT (which must be blocked); returns the signal number.
 pub fn wait_shutdown_signal() -> io::Result<i32> {
-    // SAFETY: set is initialised by sigemptyset/sigaddset; sig is a valid out-param.
-    unsafe {
-        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigemptyset(set.as_mut_ptr());
-        libc::sigaddset(set.as_mut_ptr(), libc::SIGTERM);
-        libc::sigaddset(set.as_mut_ptr(), libc::SIGINT);
-        let mut sig: libc::c_int = 0;
-        let rc = libc::sigwait(set.as_ptr(), &mut sig);
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
-        }
-        Ok(sig)
-    }
+    signal::wait_for(&[libc::SIGTERM, libc::SIGINT])
 }
 
 /// Wait for SIGUSR1 (which must be blocked: [`block_shutdown_signals`]).
 pub fn wait_reopen_signal() -> io::Result<()> {
-    // SAFETY: set is initialised by sigemptyset/sigaddset; sig is a valid out-param.
-    unsafe {
-        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigemptyset(set.as_mut_ptr());
-        libc::sigaddset(set.as_mut_ptr(), libc::SIGUSR1);
-        let mut sig: libc::c_int = 0;
-        let rc = libc::sigwait(set.as_ptr(), &mut sig);
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
-        }
-    }
-    Ok(())
+    signal::wait_for(&[libc::SIGUSR1]).map(drop)
 }
 
 /// CPU time (user, system) used by the calling process so far.

@@ -189,24 +189,22 @@ pub fn resident(fd: impl FdArg, offset: u64, len: usize) -> io::Result<Residency
 
 /// posix_fadvise(WILLNEED): start reading the range in the background.
 pub fn advise_willneed(fd: impl FdArg, offset: u64, len: u64) -> io::Result<()> {
-    let fd = fd.raw_for_call();
-    bump(SysKind::Other);
-    // SAFETY: posix_fadvise takes plain integers.
-    let rc = unsafe { libc::posix_fadvise(fd, offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_WILLNEED) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(rc))
-    }
+    fadvise(fd, offset, len, libc::POSIX_FADV_WILLNEED)
 }
 
 /// posix_fadvise(DONTNEED): drop the range's clean pages from the page cache
 /// (tests use it to make a file cold; it is a request, not a guarantee).
 pub fn advise_dontneed(fd: impl FdArg, offset: u64, len: u64) -> io::Result<()> {
+    fadvise(fd, offset, len, libc::POSIX_FADV_DONTNEED)
+}
+
+/// One posix_fadvise(2) call; it returns the error number rather than
+/// setting errno.
+fn fadvise(fd: impl FdArg, offset: u64, len: u64, advice: libc::c_int) -> io::Result<()> {
     let fd = fd.raw_for_call();
     bump(SysKind::Other);
     // SAFETY: posix_fadvise takes plain integers.
-    let rc = unsafe { libc::posix_fadvise(fd, offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_DONTNEED) };
+    let rc = unsafe { libc::posix_fadvise(fd, offset as libc::off_t, len as libc::off_t, advice) };
     if rc == 0 {
         Ok(())
     } else {
@@ -401,15 +399,7 @@ mod tests {
     use std::io::Write;
 
     fn temp_file(len: usize) -> (std::path::PathBuf, std::fs::File) {
-        let dir = std::env::temp_dir();
-        let path = dir.join(format!(
-            "weft-residency-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
+        let path = crate::testutil::temp_path("residency");
         let mut f = std::fs::File::create(&path).unwrap();
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         f.write_all(&data).unwrap();

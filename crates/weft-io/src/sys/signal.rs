@@ -14,23 +14,27 @@ pub enum Control {
     Reload,
 }
 
-fn control_set() -> libc::sigset_t {
+/// The signals [`wait_control`] takes.
+const CONTROL: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// A signal set holding `signals`.
+fn set_of(signals: &[libc::c_int]) -> libc::sigset_t {
     // SAFETY: the set is initialised by sigemptyset before sigaddset.
     unsafe {
         let mut set = MaybeUninit::<libc::sigset_t>::uninit();
         libc::sigemptyset(set.as_mut_ptr());
-        libc::sigaddset(set.as_mut_ptr(), libc::SIGTERM);
-        libc::sigaddset(set.as_mut_ptr(), libc::SIGINT);
-        libc::sigaddset(set.as_mut_ptr(), libc::SIGHUP);
+        for &s in signals {
+            libc::sigaddset(set.as_mut_ptr(), s);
+        }
         set.assume_init()
     }
 }
 
-/// Block SIGHUP in the calling thread and those it spawns afterwards (with
-/// [`super::block_shutdown_signals`] for the others), so only
-/// [`wait_control`] takes it.
-pub fn block_reload_signal() -> io::Result<()> {
-    let set = control_set();
+/// Block `signals` in the calling thread and the threads it spawns
+/// afterwards, so that only a thread waiting for them ([`wait_for`]) takes
+/// them.
+pub(crate) fn block(signals: &[libc::c_int]) -> io::Result<()> {
+    let set = set_of(signals);
     // SAFETY: set is a valid, initialised sigset_t.
     let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     if rc != 0 {
@@ -39,15 +43,28 @@ pub fn block_reload_signal() -> io::Result<()> {
     Ok(())
 }
 
-/// Wait for SIGTERM, SIGINT or SIGHUP (which must be blocked).
-pub fn wait_control() -> io::Result<Control> {
-    let set = control_set();
+/// Wait for one of `signals` (which must be blocked); the one taken.
+pub(crate) fn wait_for(signals: &[libc::c_int]) -> io::Result<libc::c_int> {
+    let set = set_of(signals);
     let mut sig: libc::c_int = 0;
     // SAFETY: set is initialised; sig is a valid out-parameter.
     let rc = unsafe { libc::sigwait(&set, &mut sig) };
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(rc));
     }
+    Ok(sig)
+}
+
+/// Block SIGHUP in the calling thread and those it spawns afterwards (with
+/// [`super::block_shutdown_signals`] for the others), so only
+/// [`wait_control`] takes it.
+pub fn block_reload_signal() -> io::Result<()> {
+    block(&CONTROL)
+}
+
+/// Wait for SIGTERM, SIGINT or SIGHUP (which must be blocked).
+pub fn wait_control() -> io::Result<Control> {
+    let sig = wait_for(&CONTROL)?;
     Ok(if sig == libc::SIGHUP {
         Control::Reload
     } else {
