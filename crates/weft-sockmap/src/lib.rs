@@ -134,6 +134,18 @@ fn err(what: &str, e: impl std::fmt::Display + std::fmt::Debug) -> Unavailable {
     Unavailable(format!("{what}: {e} ({e:?})"))
 }
 
+/// A self-test's last look: within [`SELF_TEST_WAIT`], `fd`'s pending error
+/// is the end-of-stream marker ([`Forwarder::is_marker`]). A wait that fails
+/// is refused as `test` failing; any other outcome as `missing`, with what
+/// was seen instead.
+fn marker_arrives(fd: BorrowedFd<'_>, test: &str, missing: &str) -> Result<(), Unavailable> {
+    sys::wait_ready(fd, false, SELF_TEST_WAIT).map_err(|x| err(test, x))?;
+    match sys::take_socket_error(fd) {
+        Ok(Some(x)) if Forwarder::is_marker(&x) => Ok(()),
+        other => Err(Unavailable(format!("{missing} ({other:?})"))),
+    }
+}
+
 fn map<T: TryFrom<aya::maps::Map>>(ebpf: &mut Ebpf, name: &str) -> Result<T, Unavailable>
 where
     T::Error: std::fmt::Display + std::fmt::Debug,
@@ -327,13 +339,11 @@ impl Forwarder {
                 sys::wait_ready(b.as_fd(), false, SELF_TEST_WAIT).map_err(e("self-test"))?;
             }
             self.mark(&pair, 1).map_err(e("self-test marker"))?;
-            sys::wait_ready(c.as_fd(), false, SELF_TEST_WAIT).map_err(e("self-test"))?;
-            match sys::take_socket_error(c.as_fd()) {
-                Ok(Some(x)) if Self::is_marker(&x) => Ok(()),
-                other => Err(Unavailable(format!(
-                    "this kernel does not report the end-of-stream marker as EPIPE ({other:?})"
-                ))),
-            }
+            marker_arrives(
+                c.as_fd(),
+                "self-test",
+                "this kernel does not report the end-of-stream marker as EPIPE",
+            )
         })();
         self.leave(pair);
         r
@@ -524,13 +534,11 @@ impl Forwarder {
                 return Err(Unavailable(format!("body self-test: the verdict left {progress:?}")));
             }
             self.mark_body(&joined).map_err(e("body self-test marker"))?;
-            sys::wait_ready(b.as_fd(), false, SELF_TEST_WAIT).map_err(e("body self-test"))?;
-            match sys::take_socket_error(b.as_fd()) {
-                Ok(Some(x)) if Self::is_marker(&x) => Ok(()),
-                other => Err(Unavailable(format!(
-                    "body self-test: no marker EPIPE on the client ({other:?})"
-                ))),
-            }
+            marker_arrives(
+                b.as_fd(),
+                "body self-test",
+                "body self-test: no marker EPIPE on the client",
+            )
         })();
         self.leave_body(joined);
         r?;
