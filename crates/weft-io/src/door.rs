@@ -125,6 +125,17 @@ impl Door {
         self.grace_until.is_some_and(|d| now >= d)
     }
 
+    /// The grace period is over with `open` connections left (none:
+    /// false): logs that they are closed with `in_flight` (what they were
+    /// still carrying) unfinished; the caller then closes them.
+    pub fn grace_ended(&self, now: Instant, open: usize, in_flight: &str) -> bool {
+        if open == 0 || !self.grace_over(now) {
+            return false;
+        }
+        weft_core::warn!("grace period over: closing {open} connection(s) with {in_flight} in flight");
+        true
+    }
+
     /// The listener, for a loop that accepts by blocking instead (it is no
     /// longer this door's).
     pub fn take_listener(&mut self) -> Option<Fd> {

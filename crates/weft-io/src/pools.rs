@@ -6,6 +6,12 @@
 
 use crate::input::{BufPool, InputBuf};
 use crate::output::{OutChain, OwnPool};
+use std::time::{Duration, Instant};
+
+/// How often a worker shrinks its pools after a burst, so that a burst's
+/// idle buffers do not stay (a role's `max_wait` wakes the loop this often
+/// while the pools hold more than their floor).
+pub const DECAY_EVERY: Duration = Duration::from_secs(1);
 
 weft_core::metrics! {
     /// Input and output buffers lent to connections and waiting in the pools.
@@ -60,6 +66,19 @@ pub fn release_all(input: &mut InputBuf, out: &mut OutChain, pool: &mut BufPool,
     input.discard(pool);
     out.clear();
     out.release_own(own);
+}
+
+/// At most once every [`DECAY_EVERY`] (`next`: when the next shrink may
+/// run): shrink both pools. True when it ran, for a role that shrinks more
+/// of its own at the same pace.
+pub fn decay(next: &mut Instant, now: Instant, pool: &mut BufPool, own: &mut OwnPool) -> bool {
+    if now < *next {
+        return false;
+    }
+    *next = now + DECAY_EVERY;
+    pool.decay();
+    own.decay();
+    true
 }
 
 #[cfg(test)]

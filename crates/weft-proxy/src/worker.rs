@@ -71,8 +71,6 @@ const OUTPUT_BUF: usize = 2048;
 /// Output buffers that grew past this (pipelined answers coalesced) are
 /// freed when given back.
 const OUTPUT_BUF_MAX: usize = 128 * 1024;
-/// How often idle pool buffers beyond the floor are halved.
-const POOL_DECAY_EVERY: Duration = Duration::from_secs(1);
 /// How long an upstream may stay quiet while a read batch (`--rcv-lowat`)
 /// is pending before the batch is cut and the relay reads what has come.
 /// Batches are asked only of an upstream delivering in bulk, which fills them
@@ -335,12 +333,9 @@ impl<'a> Worker<'a> {
 
     /// Shrink the pools after a burst (at most once a second).
     fn decay_pools(&mut self, now: Instant) {
-        if now < self.next_decay {
+        if !pools::decay(&mut self.next_decay, now, &mut self.sh.bufs, &mut self.sh.own_pool) {
             return;
         }
-        self.next_decay = now + POOL_DECAY_EVERY;
-        self.sh.bufs.decay();
-        self.sh.own_pool.decay();
         let states = &mut self.sh.request_states;
         states.truncate((states.len() / 2).max(weft_io::input::DECAY_FLOOR));
     }
@@ -876,11 +871,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if self.door.due(cx) {
             self.accept(cx);
         }
-        if self.door.grace_over(cx.now) && !self.slab.is_empty() {
-            weft_core::warn!(
-                "grace period over: closing {} connection(s) with transfers in flight",
-                self.slab.len()
-            );
+        if self.door.grace_ended(cx.now, self.slab.len(), "transfers") {
             for t in self.slab.tokens() {
                 match self.slab.get(t) {
                     Some(Entry::Client(_)) => self.close_client(cx, t),
@@ -896,7 +887,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         timer::soonest([
             (!self.ready.is_empty()).then_some(Duration::ZERO),
             // Wake to shrink the pools and publish the latencies.
-            decay.then_some(POOL_DECAY_EVERY),
+            decay.then_some(pools::DECAY_EVERY),
             self.door.max_wait(),
             self.sh.log.as_ref().and_then(|l| l.max_wait()),
             self.lanes

@@ -66,9 +66,6 @@ const OUTPUT_POOL_KEEP: usize = 1024;
 /// `--pipeline 16`) finishes in one pass.
 const REQUESTS_PER_PASS: u32 = 64;
 
-/// How often idle pool buffers beyond the floor are halved.
-const POOL_DECAY_EVERY: Duration = Duration::from_secs(1);
-
 /// A connection handed over by a front-end (`--handoff-socket`): the
 /// channel it came on, its id there, and the bytes the front-end read.
 pub(crate) struct Handed<'b> {
@@ -280,12 +277,14 @@ impl<'a> Worker<'a> {
 
     /// Shrink the pools after a burst (at most once a second).
     fn decay_pools(&mut self, now: Instant) {
-        if now < self.next_decay {
+        if !pools::decay(
+            &mut self.next_decay,
+            now,
+            &mut self.shared.pool,
+            &mut self.shared.own_pool,
+        ) {
             return;
         }
-        self.next_decay = now + POOL_DECAY_EVERY;
-        self.shared.pool.decay();
-        self.shared.own_pool.decay();
         if let Some(n) = self.shared.files.as_mut().and_then(|f| f.notice()) {
             n.sweep();
         }
@@ -608,11 +607,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if let Some(h) = self.handoff.as_mut() {
             h.send_reports(cx);
         }
-        if self.door.grace_over(cx.now) && !self.conns.is_empty() {
-            weft_core::warn!(
-                "grace period over: closing {} connection(s) with responses in flight",
-                self.conns.len()
-            );
+        if self.door.grace_ended(cx.now, self.conns.len(), "responses") {
             for t in self.conns.tokens() {
                 self.close(cx, t);
             }
@@ -627,7 +622,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             // A front-end's channel was full: try its reports again soon.
             reports.then_some(Duration::from_millis(1)),
             // Wake to shrink the pools and publish the latencies.
-            decay.then_some(POOL_DECAY_EVERY),
+            decay.then_some(pools::DECAY_EVERY),
             self.door.max_wait(),
             crate::cgi::max_wait(&self.shared),
             self.shared.log.as_ref().and_then(|l| l.max_wait()),

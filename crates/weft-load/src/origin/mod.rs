@@ -38,9 +38,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_http::{Limits, RequestHead};
-use weft_io::accept;
 use weft_io::door::{LISTENER, WAKER};
 use weft_io::sys::{self, Fd};
+use weft_io::{accept, pools};
 use weft_io::{
     BackendKind, BufPool, Ctx, Door, Event, Fill, GroupStats, Handler, InputBuf, Interest, OutChain, OwnPool, Poller,
     Slab, Token, WorkerGroup, WorkerSeat,
@@ -519,13 +519,12 @@ impl<P: Poller> Handler<P> for Worker<'_> {
 
     fn after_batch(&mut self, cx: &mut Ctx<P>) {
         self.shared.date.update(cx.wall);
-        if cx.now >= self.next_decay {
-            // At most once a second (max_wait wakes the loop that often):
-            // a burst's idle buffers do not stay.
-            self.next_decay = cx.now + Duration::from_secs(1);
-            self.shared.pool.decay();
-            self.shared.own_pool.decay();
-        }
+        pools::decay(
+            &mut self.next_decay,
+            cx.now,
+            &mut self.shared.pool,
+            &mut self.shared.own_pool,
+        );
         if self.door.due(cx) {
             self.accept(cx);
         }
