@@ -128,7 +128,8 @@ mod tests {
 
     #[test]
     fn reopen_follows_a_rename() {
-        let dir = crate::testutil::temp_dir("logfile");
+        let dir = std::env::temp_dir().join(format!("weft-logfile-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
         let p = dir.join("a.log");
         let f = LogFile::open(&p).unwrap();
         let (g0, fd) = f.current();

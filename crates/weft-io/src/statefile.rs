@@ -36,7 +36,8 @@ mod tests {
 
     #[test]
     fn replaces_whole_and_leaves_no_temporary() {
-        let dir = crate::testutil::temp_dir("statefile");
+        let dir = std::env::temp_dir().join(format!("weft-statefile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("ready.json");
         write_whole(&p, b"{\"a\":1}\n").unwrap();
         write_whole(&p, b"{\"b\":2}\n").unwrap();

@@ -12,10 +12,3 @@ pub(crate) fn temp_path(tag: &str) -> std::path::PathBuf {
             .as_nanos()
     ))
 }
-
-/// A fresh directory at [`temp_path`]`(tag)`, created; the test removes it.
-pub(crate) fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let dir = temp_path(tag);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}

@@ -84,7 +84,8 @@ mod tests {
 
     #[test]
     fn a_write_to_a_watched_open_file_is_noticed() {
-        let dir = crate::testutil::temp_dir("notify");
+        let dir = std::env::temp_dir().join(format!("weft-notify-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("f");
         std::fs::write(&path, b"one").unwrap();
         let file = std::fs::File::open(&path).unwrap();

@@ -67,7 +67,8 @@ mod tests {
 
     #[test]
     fn stream_connect_and_peek() {
-        let dir = crate::testutil::temp_dir("stream");
+        let dir = std::env::temp_dir().join(format!("weft-stream-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
         let path = dir.join("s.sock");
         let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
         let c = unix_stream_connect(path.to_str().unwrap()).unwrap();

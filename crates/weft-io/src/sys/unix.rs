@@ -292,7 +292,8 @@ mod tests {
         assert!(peer.is_none(), "a Unix peer has no IP address");
         sys::send(&c, b"hi", false).unwrap();
         assert_eq!(recv(&s).1, b"hi");
-        let dir = crate::testutil::temp_dir("unix");
+        let dir = std::env::temp_dir().join(format!("weft-unix-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("h.sock");
         let p = path.to_str().unwrap();
         let l = seqpacket_listener(p, 4).unwrap();
