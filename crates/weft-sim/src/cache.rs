@@ -21,16 +21,10 @@ pub enum CachePolicy {
 /// The largest file the LRU variant caches (§3.2.1).
 pub const LRU_MAX_FILE: u64 = 500 * 1000;
 
-impl std::str::FromStr for CachePolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "gds" => Ok(CachePolicy::Gds),
-            "lru" => Ok(CachePolicy::Lru),
-            _ => Err(format!("unknown cache policy `{s}` (expected gds or lru)")),
-        }
-    }
-}
+weft_core::enum_names!(CachePolicy, error = "unknown cache policy `{s}` (expected gds or lru)", {
+    Gds => "gds",
+    Lru => "lru",
+});
 
 /// A whole-file cache of a byte budget.
 pub struct FileCache {

@@ -89,17 +89,11 @@ pub enum Boost {
     Auto,
 }
 
-impl std::str::FromStr for Boost {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Boost, String> {
-        match s {
-            "always" | "on" => Ok(Boost::Always),
-            "never" | "off" => Ok(Boost::Never),
-            "auto" => Ok(Boost::Auto),
-            _ => Err(format!("unknown boost `{s}` (expected always, never or auto)")),
-        }
-    }
-}
+weft_core::enum_names!(Boost, error = "unknown boost `{s}` (expected always, never or auto)", {
+    Always => "always" | "on",
+    Never => "never" | "off",
+    Auto => "auto",
+});
 
 /// Everything the booster adds to `weft front`'s settings.
 #[derive(Clone, Debug)]

@@ -55,28 +55,11 @@ pub enum Mode {
     Booster,
 }
 
-impl Mode {
-    /// The `--mode` name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Relay => "relay",
-            Mode::Handoff => "handoff",
-            Mode::Booster => "booster",
-        }
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Mode, String> {
-        match s {
-            "relay" => Ok(Mode::Relay),
-            "handoff" => Ok(Mode::Handoff),
-            "booster" => Ok(Mode::Booster),
-            _ => Err(format!("unknown mode `{s}` (expected relay, handoff or booster)")),
-        }
-    }
-}
+weft_core::enum_names!(Mode, error = "unknown mode `{s}` (expected relay, handoff or booster)", {
+    Relay => "relay",
+    Handoff => "handoff",
+    Booster => "booster",
+});
 
 /// One back-end: where it listens and its weight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
