@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use weft_http::respond::{self, Persist};
 use weft_io::sys::{self, Fd};
-use weft_io::{pools, BufPool, Ctx, Fill, Interest, Poller, Token};
+use weft_io::{accept, pools, BufPool, Ctx, Fill, Interest, Poller, Token};
 
 /// How long a closing connection may linger reading the client's leftovers.
 const LINGER: Duration = weft_io::LINGER_TIME;
@@ -83,12 +83,10 @@ impl Worker<'_> {
     /// back-end with the bytes it had read (`read`: they start the input,
     /// as if read here).
     pub(crate) fn add_client<P: Poller>(&mut self, cx: &mut Ctx<P>, fd: Fd, peer: Option<SocketAddr>, read: &[u8]) {
-        let max = self.sh.cfg.max_connections;
-        if max > 0 && self.sh.open_clients >= max {
-            // The documented ceiling (N × per-connection + caches): closed
-            // at once with a reset, so the client learns now.
+        if accept::at_max(self.sh.cfg.max_connections, self.sh.open_clients) {
+            // The documented ceiling (N × per-connection + caches).
             self.sh.stats.refused_max_connections += 1;
-            let _ = sys::set_linger_zero(&fd);
+            accept::refuse(fd);
             return;
         }
         let token = self.slab.next_token();
@@ -99,7 +97,7 @@ impl Worker<'_> {
                 weft_core::warn!("closing a client connection: {e}");
             }
             self.refused_logged += 1;
-            let _ = sys::set_linger_zero(&fd);
+            accept::refuse(fd);
             return;
         }
         self.sh.stats.accepted += 1;
