@@ -13,7 +13,6 @@ on, so nginx too keeps descriptors and their metadata). --quick: one size,
 from __future__ import annotations
 
 import itertools
-import os
 
 from .. import core, report, servers
 from .flash_arch import finish
