@@ -864,9 +864,12 @@ fn origin_think_time_and_connection_limits() {
     let v = load(&[&url(&slow, "/size/1/x"), "--rate", "100", "--num-conns", "5"]);
     no_errors(&v);
     assert!(v["response_time_ms"]["p50"].as_f64().unwrap() >= 45.0);
-    // A constant think time: next to no spread.
+    // A constant think time: little spread. A distribution of that mean
+    // has a cv of 0.5 (norm(50ms,25ms)) to 1 (exp); a busy machine adds a
+    // few ms to some replies (0.18 seen with the whole suite and a CPU hog
+    // beside it), so the bound leaves room for that and no more.
     assert!(
-        v["response_time_ms"]["cv"].as_f64().unwrap() < 0.1,
+        v["response_time_ms"]["cv"].as_f64().unwrap() < 0.35,
         "{}",
         v["response_time_ms"]
     );
