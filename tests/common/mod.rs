@@ -227,6 +227,10 @@ pub fn parse_head(head: &[u8]) -> (u16, Vec<(String, String)>) {
 pub struct Reader {
     pub stream: TcpStream,
     pub buf: Vec<u8>,
+    /// A read ended in ECONNRESET ([`Reader::fill`] reports it as the end of
+    /// stream): the peer's kernel reset the connection, which may have
+    /// discarded bytes it had not sent yet.
+    pub reset: bool,
 }
 
 /// Why [`Reader::response_any`] has no response.
@@ -241,6 +245,7 @@ impl Reader {
         Reader {
             stream,
             buf: Vec::new(),
+            reset: false,
         }
     }
 
@@ -248,7 +253,7 @@ impl Reader {
         self.stream.write_all(data).unwrap();
     }
 
-    /// Read what is there into the buffer; 0 at EOF or reset.
+    /// Read what is there into the buffer; 0 at EOF or reset (`reset` tells).
     pub fn fill(&mut self) -> usize {
         let mut tmp = [0u8; 65536];
         match self.stream.read(&mut tmp) {
@@ -256,7 +261,10 @@ impl Reader {
                 self.buf.extend_from_slice(&tmp[..n]);
                 n
             }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                self.reset = true;
+                0
+            }
             Err(e) => panic!("read: {e}"),
         }
     }

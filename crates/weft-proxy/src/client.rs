@@ -199,7 +199,20 @@ impl Worker<'_> {
             // reads unwatched while a long response waited for the socket): closing with
             // unread bytes would reset the connection and cut the response
             // it is reading (nginx's lingering close).
-            let sending = !c.eof && (!c.input.is_empty() || c.may_read || c.interest == Interest::WRITE);
+            //
+            // The flags are weft's view and lag the socket: a relay that used
+            // its budget yields with no interest registered, and a readiness
+            // report can wait in the next poll while another socket's event
+            // ends the response; either way a pipelined request may sit
+            // unseen in the kernel, and closing would reset the connection,
+            // discarding the response's unsent tail. So when the flags see
+            // nothing, ask the kernel (FIONREAD, one call, only on a close
+            // that would not linger).
+            let sending = !c.eof
+                && (!c.input.is_empty()
+                    || c.may_read
+                    || c.interest == Interest::WRITE
+                    || !matches!(sys::bytes_readable(fd), Ok(0)));
             if c.linger_on_close || sending {
                 if sys::shutdown_write(fd).is_err() {
                     self.close_client(cx, ct);
