@@ -32,6 +32,25 @@ pub enum Linger {
     Close,
 }
 
+/// Whether a connection that closes after its last response must close
+/// lingering (shut down its side, then read and drop what the peer still
+/// sends, [`InputBuf::linger`]) rather than at once: `close()` with unread
+/// bytes in the kernel makes it send a reset, which discards whatever the
+/// socket has not transmitted yet, the tail of the response the peer is
+/// reading. `eof`: the peer has finished sending (nothing can be unread);
+/// `seen_more`: the role's own flags say more may come (bytes buffered, a
+/// socket that may hold more, reads unwatched while a response waited).
+///
+/// Those flags lag the socket (a relay that yielded its budget with no
+/// interest registered, a readiness report still waiting in the next poll
+/// while another event ends the response), so when they see nothing one
+/// `FIONREAD` asks the kernel; a failed call lingers too. A clean
+/// request-response-close exchange finds 0 and closes at once (nginx's
+/// heuristic), at the price of that one call per such close.
+pub fn must_linger(fd: impl FdArg, eof: bool, seen_more: bool) -> bool {
+    !eof && (seen_more || !matches!(sys::bytes_readable(fd), Ok(0)))
+}
+
 /// What one [`InputBuf::fill`] brought.
 #[derive(Debug)]
 pub enum Fill {

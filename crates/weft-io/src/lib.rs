@@ -71,7 +71,7 @@ pub use bound::Bound;
 pub use door::Door;
 pub use event_loop::{run, Ctx, Handler, RegisterError};
 pub use group::{GroupStats, WorkerGroup, WorkerSeat};
-pub use input::{BufPool, Fill, InputBuf, Linger, LINGER_MAX, LINGER_TIME};
+pub use input::{must_linger, BufPool, Fill, InputBuf, Linger, LINGER_MAX, LINGER_TIME};
 pub use mailbox::Mailboxes;
 pub use output::{FileSend, Flushed, OutChain, OwnPool};
 pub use pipes::{Pipe, PipeBudget, PipeError, PipePool};

@@ -196,23 +196,13 @@ impl Worker<'_> {
         if c.close_after {
             // Linger after an error answer, and whenever the client may still
             // be sending (bytes unanswered, a socket that may hold more, or
-            // reads unwatched while a long response waited for the socket): closing with
-            // unread bytes would reset the connection and cut the response
-            // it is reading (nginx's lingering close).
-            //
-            // The flags are weft's view and lag the socket: a relay that used
-            // its budget yields with no interest registered, and a readiness
-            // report can wait in the next poll while another socket's event
-            // ends the response; either way a pipelined request may sit
-            // unseen in the kernel, and closing would reset the connection,
-            // discarding the response's unsent tail. So when the flags see
-            // nothing, ask the kernel (FIONREAD, one call, only on a close
-            // that would not linger).
-            let sending = !c.eof
-                && (!c.input.is_empty()
-                    || c.may_read
-                    || c.interest == Interest::WRITE
-                    || !matches!(sys::bytes_readable(fd), Ok(0)));
+            // reads unwatched while a long response waited for the socket),
+            // or the kernel holds bytes these flags have not seen yet (a
+            // relay that yielded its budget leaves no interest registered):
+            // closing with unread bytes would reset the connection and cut
+            // the response it is reading (nginx's lingering close).
+            let seen_more = !c.input.is_empty() || c.may_read || c.interest == Interest::WRITE;
+            let sending = weft_io::must_linger(fd, c.eof, seen_more);
             if c.linger_on_close || sending {
                 if sys::shutdown_write(fd).is_err() {
                     self.close_client(cx, ct);

@@ -124,8 +124,8 @@ impl Conn {
     /// being skipped, a socket that may hold more, or one whose reads went
     /// unwatched while a long response waited for the socket (a
     /// level-triggered registration asks for WRITE alone then) — nginx's heuristic for a lingering
-    /// close. A clean request-response-close exchange is none of these and
-    /// closes at once.
+    /// close, the flags' part of [`weft_io::must_linger`], which asks the
+    /// kernel when these see nothing.
     pub fn may_send_more(&self) -> bool {
         !self.eof && (!self.input.is_empty() || self.discard > 0 || self.may_read || self.interest == Interest::WRITE)
     }

@@ -722,7 +722,7 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
             }
         }
         if c.close_after {
-            if c.linger_on_close || c.may_send_more() {
+            if c.linger_on_close || weft_io::must_linger(&c.fd, c.eof, c.may_send_more()) {
                 // Let the client read the last response: half-close, then
                 // drain what it still sends (nginx's lingering close). A
                 // close with unread bytes would reset the connection and cut

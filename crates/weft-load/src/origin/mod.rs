@@ -385,8 +385,8 @@ impl<'a> Worker<'a> {
 fn close_lingering(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Next {
     // A clean request-response-close exchange has nothing more coming:
     // close at once (nginx's heuristic), as a connection-per-request load wants.
-    let sending = !c.input.is_empty() || c.discard > 0 || c.may_read;
-    if c.abort_after || c.eof || !sending || sys::shutdown_write(&c.fd).is_err() {
+    let seen_more = !c.input.is_empty() || c.discard > 0 || c.may_read;
+    if c.abort_after || !weft_io::must_linger(&c.fd, c.eof, seen_more) || sys::shutdown_write(&c.fd).is_err() {
         return Next::Close;
     }
     c.lingering = true;
