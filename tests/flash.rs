@@ -135,8 +135,8 @@ mod scenarios {
         let len = 48 * 1024 * 1024;
         let old = pattern(len);
         site.write("large.bin", &old);
-        let admin = free_addr();
-        let w = serve(&site, arch, &["--admin", &admin]);
+        let w = serve(&site, arch, &["--admin", "127.0.0.1:0"]);
+        let admin = w.admin.expect("admin address").to_string();
         let mut s = w.connect();
         s.write_all(b"GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
         let mut got = vec![0u8; 1 << 20];
@@ -394,9 +394,9 @@ fn object_cache_counts_hits_and_holds_no_heap_body() {
 fn page_cache_admission(send: &str) {
     let site = site();
     site.write("mid.bin", &pattern(100 * 1024));
-    let admin = free_addr();
     let flags = ["--send", send, "--page-cache-admit", "reuse"];
-    let w = serve(&site, &flags, &["--stats-on-exit", "--admin", &admin]);
+    let w = serve(&site, &flags, &["--stats-on-exit", "--admin", "127.0.0.1:0"]);
+    let admin = w.admin.expect("admin address").to_string();
     let big = pattern(3 * 1024 * 1024 + 17);
     assert!(get(&w, "/big.bin").body == big);
     assert_eq!(get(&w, "/hello.txt").body, b"hello, weft\n");

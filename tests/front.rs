@@ -6,8 +6,7 @@
 mod common;
 
 use common::{
-    fetch, free_addr, get_on, get_target, pattern, per_backend, target_body, tcp_server, wait_until, who, Reader,
-    TempDir, Weft,
+    fetch, get_on, get_target, pattern, per_backend, target_body, tcp_server, wait_until, who, Reader, TempDir, Weft,
 };
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -108,12 +107,12 @@ mod scenarios {
     pub fn places_by_target_and_relays_exactly(event: &str) {
         let bs: Vec<(Weft, TempDir)> = (0..3).map(backend).collect();
         let addrs: Vec<SocketAddr> = bs.iter().map(|b| b.0.addr).collect();
-        let admin = free_addr();
         let f = front(
             event,
             &addrs,
-            &["--policy", "lard", "--admin", &admin, "--health-path", "/health"],
+            &["--policy", "lard", "--admin", "127.0.0.1:0", "--health-path", "/health"],
         );
+        let admin = f.admin.expect("admin address").to_string();
         let mut owner: [Option<usize>; TARGETS] = [None; TARGETS];
         let mut used = HashSet::new();
         for round in 0..3 {
@@ -139,7 +138,6 @@ mod scenarios {
     pub fn backend_killed_mid_run(event: &str) {
         let mut bs: Vec<(Weft, TempDir)> = (0..3).map(backend).collect();
         let addrs: Vec<SocketAddr> = bs.iter().map(|b| b.0.addr).collect();
-        let admin = free_addr();
         let f = front(
             event,
             &addrs,
@@ -147,13 +145,14 @@ mod scenarios {
                 "--policy",
                 "lard",
                 "--admin",
-                &admin,
+                "127.0.0.1:0",
                 "--health-interval",
                 "100ms",
                 "--health-path",
                 "/health",
             ],
         );
+        let admin = f.admin.expect("admin address").to_string();
         // Find a target owned by back-end 0.
         let mut r = Reader::new(f.connect());
         let victim_target = (0..TARGETS)
@@ -269,7 +268,6 @@ mod scenarios {
     pub fn dropped_requests_go_elsewhere_or_502(event: &str) {
         let good = backend(0);
         let dropper = dropping_backend();
-        let admin = free_addr();
         let f = front(
             event,
             &[dropper, good.0.addr],
@@ -277,13 +275,14 @@ mod scenarios {
                 "--policy",
                 "wrr",
                 "--admin",
-                &admin,
+                "127.0.0.1:0",
                 "--health-path",
                 "/health",
                 "--health-interval",
                 "1h",
             ],
         );
+        let admin = f.admin.expect("admin address").to_string();
         let mut r = Reader::new(f.connect());
         for k in 0..6 {
             let resp = get_on(&mut r, &format!("/t{k}.txt"));

@@ -8,8 +8,7 @@
 mod common;
 
 use common::{
-    fetch, free_addr, get_from, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader,
-    TempDir, Weft,
+    fetch, get_from, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader, TempDir, Weft,
 };
 use std::io::Read;
 use std::time::Duration;
@@ -78,12 +77,12 @@ mod scenarios {
     /// whose later requests are answered by the back-end it was handed to.
     pub fn places_by_target_and_never_carries_responses(event: &str) {
         let bs: Vec<Backend> = (0..3).map(backend).collect();
-        let admin = free_addr();
         let f = front(
             event,
             &bs.iter().collect::<Vec<_>>(),
-            &["--policy", "lard", "--admin", &admin],
+            &["--policy", "lard", "--admin", "127.0.0.1:0"],
         );
+        let admin = f.admin.expect("admin address").to_string();
         let mut owner: [Option<usize>; TARGETS] = [None; TARGETS];
         let mut handed = 0;
         for round in 0..2 {
@@ -139,12 +138,19 @@ mod scenarios {
     /// is marked down, and its targets are answered by the others.
     pub fn backend_killed_releases_its_connections(event: &str) {
         let mut bs: Vec<Backend> = (0..3).map(backend).collect();
-        let admin = free_addr();
         let f = front(
             event,
             &bs.iter().collect::<Vec<_>>(),
-            &["--policy", "lard", "--admin", &admin, "--health-interval", "100ms"],
+            &[
+                "--policy",
+                "lard",
+                "--admin",
+                "127.0.0.1:0",
+                "--health-interval",
+                "100ms",
+            ],
         );
+        let admin = f.admin.expect("admin address").to_string();
         let victim = (0..TARGETS)
             .find(|k| who(&get_on(&mut Reader::new(f.connect()), &format!("/t{k}.txt")).body) == 0)
             .expect("back-end 0 owns a target");
@@ -252,12 +258,12 @@ fn counter(admin: &str, name: &str) -> u64 {
 /// admin address and the front-end.
 fn lard_front(event: &str, n: usize, rule: &str) -> (Vec<Backend>, String, Weft) {
     let bs: Vec<Backend> = (0..n).map(backend).collect();
-    let admin = free_addr();
     let f = front(
         event,
         &bs.iter().collect::<Vec<_>>(),
-        &["--policy", "lard", "--admin", &admin, "--handoff-next", rule],
+        &["--policy", "lard", "--admin", "127.0.0.1:0", "--handoff-next", rule],
     );
+    let admin = f.admin.expect("admin address").to_string();
     (bs, admin, f)
 }
 
