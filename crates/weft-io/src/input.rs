@@ -461,6 +461,19 @@ mod tests {
     }
 
     #[test]
+    fn must_linger_asks_the_kernel_when_the_flags_see_nothing() {
+        let (r, w) = pipe();
+        assert!(!must_linger(&r, false, false), "nothing waiting: close at once");
+        assert!(must_linger(&r, false, true), "the flags say more may come");
+        sys::write(w.raw(), b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        assert!(
+            must_linger(&r, false, false),
+            "bytes in the kernel the flags have not seen"
+        );
+        assert!(!must_linger(&r, true, true), "the peer has finished sending");
+    }
+
+    #[test]
     fn linger_throws_bytes_away_until_the_end_of_stream() {
         let (r, w, mut pool, mut b) = reader(16);
         sys::write(w.raw(), b"a pipelined request the answer will never see").unwrap();
