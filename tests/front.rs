@@ -33,9 +33,21 @@ fn backend(i: usize) -> (Weft, TempDir) {
     (w, d)
 }
 
+/// A front-end over `backends`, with its admin endpoint on a port of its own
+/// choosing (read back as `Weft::admin`).
 fn front(event: &str, backends: &[SocketAddr], extra: &[&str]) -> Weft {
     let backends: Vec<String> = backends.iter().map(SocketAddr::to_string).collect();
-    let mut args = vec!["front", "--listen", "127.0.0.1:0", "--event", event, "--workers", "2"];
+    let mut args = vec![
+        "front",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--event",
+        event,
+        "--workers",
+        "2",
+    ];
     for b in &backends {
         args.extend(["--backend", b]);
     }
@@ -107,11 +119,7 @@ mod scenarios {
     pub fn places_by_target_and_relays_exactly(event: &str) {
         let bs: Vec<(Weft, TempDir)> = (0..3).map(backend).collect();
         let addrs: Vec<SocketAddr> = bs.iter().map(|b| b.0.addr).collect();
-        let f = front(
-            event,
-            &addrs,
-            &["--policy", "lard", "--admin", "127.0.0.1:0", "--health-path", "/health"],
-        );
+        let f = front(event, &addrs, &["--policy", "lard", "--health-path", "/health"]);
         let admin = f.admin.expect("admin address").to_string();
         let mut owner: [Option<usize>; TARGETS] = [None; TARGETS];
         let mut used = HashSet::new();
@@ -144,8 +152,6 @@ mod scenarios {
             &[
                 "--policy",
                 "lard",
-                "--admin",
-                "127.0.0.1:0",
                 "--health-interval",
                 "100ms",
                 "--health-path",
@@ -271,16 +277,7 @@ mod scenarios {
         let f = front(
             event,
             &[dropper, good.0.addr],
-            &[
-                "--policy",
-                "wrr",
-                "--admin",
-                "127.0.0.1:0",
-                "--health-path",
-                "/health",
-                "--health-interval",
-                "1h",
-            ],
+            &["--policy", "wrr", "--health-path", "/health", "--health-interval", "1h"],
         );
         let admin = f.admin.expect("admin address").to_string();
         let mut r = Reader::new(f.connect());
