@@ -214,7 +214,7 @@ class WeftLoadDriver:
         with tempfile.TemporaryDirectory(prefix="weft-lab-load-") as d:
             out = os.path.join(d, "load.json")
             cmd = self.command(url, connections=connections, duration_s=duration_s, threads=threads, json_path=out)
-            p = run_client("weft load", cmd, duration_s)
+            run_client("weft load", cmd, duration_s)
             with open(out) as f:
                 doc = json.load(f)
             return parse_weft_load(doc, self.command(url, connections=connections, duration_s=duration_s, threads=threads))

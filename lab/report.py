@@ -80,9 +80,11 @@ def versions_section(versions: dict) -> list[str]:
 
 
 def write_summary(d: str, md: Sequence[str]) -> None:
-    """Write an experiment's summary.md into its results folder `d`."""
+    """Write an experiment's summary.md into its results folder `d`: the
+    lines joined, ending in one newline (a text file's last line ends too)."""
+    text = "\n".join(md)
     with open(os.path.join(d, "summary.md"), "w") as f:
-        f.write("\n".join(md))
+        f.write(text if text.endswith("\n") else text + "\n")
 
 
 def write_csv(path: str, rows: Sequence[dict]) -> None:

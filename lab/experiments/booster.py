@@ -54,7 +54,6 @@ import json
 import os
 import subprocess
 import time
-import urllib.request
 
 from .. import boostlab, core, netlab, report, servers
 

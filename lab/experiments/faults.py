@@ -270,7 +270,6 @@ def run(lab: core.Lab) -> dict:
     report.write_json(os.path.join(d, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "runs": [out], "problems": problems})
     md = [f"# {NAME}", "", "| fault | outcome |", "| --- | --- |"] + [f"| {k} | `{v}` |" for k, v in out.items()]
     md += ["", "Problems: " + ("none" if not problems else "; ".join(problems))]
-    with open(os.path.join(d, "summary.md"), "w") as f:
-        f.write("\n".join(md) + "\n")
+    report.write_summary(d, md)
     lab.log(f"{NAME}: {len(out)} faults, {len(problems)} problem(s)")
     return {"problems": len(problems), "weft_problems": len(problems)}

@@ -405,8 +405,7 @@ def run(lab: core.Lab) -> dict:
     md += [report.markdown_table(["server", "connections", "replies/s", "server CPU µs/reply", "errors"], table, "llrrr"), ""]
     report.write_json(os.path.join(lab.results_dir, "runs.json"), {"experiment": NAME, "quick": lab.quick, "versions": lab.versions, "runs": rows, "complete": True})
     report.write_csv(os.path.join(lab.results_dir, "runs.csv"), rows)
-    with open(os.path.join(lab.results_dir, "summary.md"), "w") as f:
-        f.write("\n".join(md) + "\n")
+    report.write_summary(lab.results_dir, md)
     print("\n".join(md))
     # Errors of weft load where nothing should fail (the sweep's overload rows may).
     problems = sum(1 for r in rows if r["tool"] == "weft" and r["section"] in ("closed", "open", "saturation", "close") and r["errors"])

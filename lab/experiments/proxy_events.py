@@ -39,7 +39,6 @@ without wake-up batching) and on the `busy` ones apart.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from .. import core, proxylab as pl, report, servers

@@ -169,6 +169,5 @@ def run(lab: core.Lab) -> dict:
           f"for {dur:g} s on a 4 KiB file.", "",
           report.markdown_table(["server", "attack connections held", "closed by the server", "p99 ms alone", "p99 ms attacked", "ratio", "lost"], tab, "lrrrrrr")]  # fmt: skip
     md += ["", "Problems: " + ("none" if not problems else "; ".join(problems))]
-    with open(os.path.join(d, "summary.md"), "w") as f:
-        f.write("\n".join(md) + "\n")
+    report.write_summary(d, md)
     return {"problems": len(problems), "weft_problems": len(problems)}

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 from .. import core, netlab, report
 

@@ -26,7 +26,6 @@ Full form: WAN and no-WAN, 200 and 500 requests/s, 3 proxies, 40 s each
 
 from __future__ import annotations
 
-import json
 import os
 import time
 

@@ -38,7 +38,7 @@ def test_wan_proxy_sack_off_on_clients_toggled_on_server_and_proxy(sack):
     assert hosts["proxy"]["sack"] is sack and hosts["server"]["sack"] is sack
     assert all(h["congestion"] == "reno" for h in hosts.values())
     toml = netlab.topology(wan_proxy.hosts(sack), wan_proxy.links("modem", 0.02))
-    assert f'name = "client"\nsack = false' in toml and f'name = "server"\nsack = {"true" if sack else "false"}' in toml
+    assert 'name = "client"\nsack = false' in toml and f'name = "server"\nsack = {"true" if sack else "false"}' in toml
     assert 'up = { rate = "28kbit" }' in toml
 
 
