@@ -202,8 +202,9 @@ pub struct Caps {
     /// again, and must remember readiness it has not used up.
     pub edge_triggered: bool,
     /// Connections are registered once for both directions and their interest
-    /// is never modified (epoll-et, epoll-once, uring); events a connection does
-    /// not need are ignored.
+    /// is never modified (epoll-et, epoll-once); events a connection does not
+    /// need are ignored. uring is edge-triggered but not fixed: a
+    /// multishot poll per direction is armed and disarmed as the interest changes.
     pub fixed_interest: bool,
     /// Descriptors at or above this cannot be registered (select's FD_SETSIZE).
     pub max_fd: Option<RawFd>,
