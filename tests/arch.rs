@@ -2,7 +2,8 @@
 //! on the cases `tests/flash.rs` does not cover: CGI and FastCGI requests
 //! (with a local redirect, an error and keep-alive after them) on every
 //! architecture (`per_arch!`), and MP's supervision: a serving process that
-//! dies is started again, and `/stats` lists the processes and sums them.
+//! dies is started again, `/stats` lists the processes and sums them, and a
+//! connection queued on the processes' shared listener outlives them.
 
 mod common;
 mod fcgi_app;
@@ -147,4 +148,40 @@ fn mp_restarts_a_dead_process_and_sums_their_stats() {
         total_requests(&fetch(&admin, "/stats")) >= 20
     });
     assert!(ok, "{}", fetch(&admin, "/stats"));
+}
+
+/// A connection waiting in the accept queue is answered even if every
+/// serving process dies before accepting it: the processes share the
+/// parent's listener, so the queue outlives them and their replacements
+/// accept from it.
+#[test]
+fn mp_connection_queued_while_its_processes_die_is_answered() {
+    let site = TempDir::new("arch-mp-queue");
+    site.write("f.txt", b"static file\n");
+    let w = Weft::serve(&[path_str(&site.path), "--arch", "mp", "--pool", "2"]);
+    let pid = w.child.id();
+    let before = children(pid);
+    assert_eq!(before.len(), 2, "{before:?}");
+    // Both processes busy: each serves one kept-alive connection at a time
+    // (idle timeout 60 s), and each of these has had its answer.
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let mut r = Reader::new(w.connect());
+        r.send(b"GET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(r.response(false).body, b"static file\n");
+        busy.push(r);
+    }
+    // So this one waits in the queue, request and all.
+    let mut queued = Reader::new(w.connect());
+    queued.send(b"GET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    for p in &before {
+        std::process::Command::new("kill")
+            .args(["-9", &p.to_string()])
+            .status()
+            .unwrap();
+    }
+    // The busy connections die with their processes; the queued one is
+    // answered by a replacement.
+    assert_eq!(queued.response(false).body, b"static file\n");
+    drop(busy);
 }

@@ -8,17 +8,28 @@
 //! threads split the configured budgets among them ([`mt_share`]), so MT
 //! holds what one AMPED worker holds, as the thesis's MT with one cache did.
 //!
-//! MP: this process binds the port with SO_REUSEPORT, starts the serving
-//! processes (this executable again, told by `WEFT_MP_CHILD` which address
-//! to bind beside it, each as a one-thread MT server), waits until each
-//! listens, then closes its own listener before announcing the address: so
-//! no connection is ever queued on it. The processes are killed when the
-//! server stops.
+//! MP: this process binds the port once and keeps the listening socket; the
+//! serving processes (this executable again, told by `WEFT_MP_CHILD` that it
+//! is one and which address the socket has, each a one-thread MT server)
+//! inherit it as their descriptor 0, as FastCGI passes its listener
+//! (FCGI_LISTENSOCK_FILENO), and all accept from its one queue, as the
+//! thesis's pre-forked MP shared one listening socket. A process that dies
+//! loses only the connection it was serving: what waits in the queue is
+//! accepted by the others or by its replacement, which needs no start-up
+//! handshake (the queue holds connections until someone accepts). The
+//! processes are killed when the server stops.
+//!
+//! (One SO_REUSEPORT listener per process, as before, gave each process its
+//! own queue: the kernel resets the connections queued on a listener that
+//! closes, so a killed process took its queue with it, and so did a
+//! replacement the parent gave up on because a counter line came before its
+//! `listening on` line.)
 
 use crate::admin::WorkerSlot;
 use crate::{ServeConfig, ServeStats, Server};
 use std::io::{self, BufRead, BufReader};
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -55,6 +66,9 @@ impl Drop for Children {
 
 /// What MP's supervisor needs to start a serving process again.
 struct Mp {
+    /// The one listening socket every serving process accepts from (kept
+    /// here while the server runs, so its queue outlives any process).
+    listener: Fd,
     exe: std::path::PathBuf,
     args: Vec<std::ffi::OsString>,
     addr: String,
@@ -68,13 +82,16 @@ struct Mp {
 pub const MP_STATS_LINE: &str = "weft-mp-stats";
 
 impl Mp {
-    /// Start process `i`, wait until it listens, and read its reports into
-    /// slot `i` from then on.
+    /// Start process `i` with the listener as its descriptor 0, and read
+    /// its reports into slot `i`. Nothing is awaited: connections wait in
+    /// the listener's queue until a process accepts them, and a process
+    /// that fails to start exits and is started again ([`supervise`]).
     fn spawn(&self, i: usize) -> io::Result<Child> {
+        let listener = self.listener.as_fd().try_clone_to_owned()?;
         let mut child = Command::new(&self.exe)
             .args(&self.args)
             .env(MP_CHILD_ENV, &self.addr)
-            .stdin(Stdio::null())
+            .stdin(Stdio::from(listener))
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| io::Error::new(e.kind(), format!("cannot start MP process {i}: {e}")))?;
@@ -82,21 +99,15 @@ impl Mp {
             let _ = child.kill();
             return Err(io::Error::other("MP process without stdout"));
         };
-        let mut r = BufReader::new(out);
-        let mut line = String::new();
-        if r.read_line(&mut line)? == 0 || !line.starts_with("listening on") {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(io::Error::other(format!("MP process {i} did not start")));
-        }
         let base = self.totals.lock().unwrap_or_else(|e| e.into_inner())[i].clone();
         let (slots, totals) = (self.slots.clone(), self.totals.clone());
-        std::thread::spawn(move || read_reports(r, i, &base, &slots, &totals));
+        std::thread::spawn(move || read_reports(BufReader::new(out), i, &base, &slots, &totals));
         Ok(child)
     }
 }
 
-/// Read a serving process's counter lines until it exits.
+/// Read a serving process's counter lines until it exits (other lines, such
+/// as its `listening on`, are skipped).
 fn read_reports(mut r: impl BufRead, i: usize, base: &[u64], slots: &[WorkerSlot], totals: &Mutex<Vec<Vec<u64>>>) {
     let mut line = String::new();
     loop {
@@ -121,8 +132,9 @@ fn read_reports(mut r: impl BufRead, i: usize, base: &[u64], slots: &[WorkerSlot
     }
 }
 
-/// Start an MP server: the processes, then a supervising thread that holds
-/// the shutdown switch and starts again a process that died. Each process
+/// Start an MP server on `listeners` (one listener, bound by the caller):
+/// the processes, then a supervising thread that holds the shutdown switch
+/// and the listener, and starts again a process that died. Each process
 /// reports its counters on its stdout ([`MP_STATS_LINE`]) into its own slot
 /// of `slots`: the admin endpoint's `/stats` lists the processes as its
 /// workers and sums them.
@@ -134,7 +146,11 @@ pub(crate) fn start_mp(
     slots: Arc<Vec<WorkerSlot>>,
 ) -> io::Result<Server> {
     let n = cfg.pool.unwrap_or(MP_PROCESSES).max(1);
+    let Some(listener) = listeners.into_iter().next() else {
+        return Err(io::Error::other("MP: no listener"));
+    };
     let mp = Mp {
+        listener,
         exe: std::env::current_exe()?,
         args: std::env::args_os().skip(1).collect(),
         addr: addr.to_string(),
@@ -146,16 +162,13 @@ pub(crate) fn start_mp(
         let child = mp.spawn(i)?;
         children.0.lock().unwrap_or_else(|e| e.into_inner()).push(child);
     }
-    // Every process listens now: this listener closes unused, before the
-    // address is announced. The supervisor's seat gets a placeholder.
-    drop(listeners);
+    // The supervisor's seat gets a placeholder: this process never accepts.
     let kids = children.0.clone();
     let workers = WorkerGroup::start("weft-mp", vec![weft_io::sys::eventfd()?], move |seat: WorkerSeat| {
-        let mut next_start = vec![Instant::now(); n];
-        let mut backoff = vec![Duration::from_millis(10); n];
+        let mut restarts = vec![Restart::new(Instant::now()); n];
         while !seat.shutdown.requested() {
             std::thread::sleep(Duration::from_millis(100));
-            supervise(&mp, &kids, &mut next_start, &mut backoff);
+            supervise(&mp, &kids, &mut restarts);
         }
         let mut total = ServeStats::default();
         for s in mp.slots.iter() {
@@ -172,9 +185,51 @@ pub(crate) fn start_mp(
     })
 }
 
+/// A process that exits within this time of its start is taken to have
+/// failed to start: its next start waits ([`Restart`]).
+const MP_SHORT_LIFE: Duration = Duration::from_secs(1);
+/// The first wait before starting again a process that failed to start.
+const MP_FIRST_BACKOFF: Duration = Duration::from_millis(10);
+/// The longest wait between starts of a process that keeps failing.
+const MP_MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// One slot's restart state. There is no start-up handshake to tell that a
+/// process failed to start, so one that exits within [`MP_SHORT_LIFE`] of
+/// its start counts as failed: its next start waits, twice as long each
+/// time, up to [`MP_MAX_BACKOFF`].
+#[derive(Clone)]
+struct Restart {
+    started: Instant,
+    /// When the exit of the running process was seen, the earliest start of
+    /// its replacement.
+    next_start: Option<Instant>,
+    backoff: Duration,
+}
+
+impl Restart {
+    fn new(started: Instant) -> Restart {
+        Restart {
+            started,
+            next_start: None,
+            backoff: MP_FIRST_BACKOFF,
+        }
+    }
+
+    /// The process exited (seen at `now`): when its replacement may start.
+    fn exited(&mut self, now: Instant) -> Instant {
+        if now.duration_since(self.started) >= MP_SHORT_LIFE {
+            self.backoff = MP_FIRST_BACKOFF;
+            return now;
+        }
+        let at = now + self.backoff;
+        self.backoff = (self.backoff * 2).min(MP_MAX_BACKOFF);
+        at
+    }
+}
+
 /// One look at the processes: start again those that exited (a process
 /// that keeps dying waits longer each time, up to a second).
-fn supervise(mp: &Mp, kids: &Mutex<Vec<Child>>, next_start: &mut [Instant], backoff: &mut [Duration]) {
+fn supervise(mp: &Mp, kids: &Mutex<Vec<Child>>, restarts: &mut [Restart]) {
     let mut kids = kids.lock().unwrap_or_else(|e| e.into_inner());
     let now = Instant::now();
     for (i, child) in kids.iter_mut().enumerate() {
@@ -182,22 +237,32 @@ fn supervise(mp: &Mp, kids: &Mutex<Vec<Child>>, next_start: &mut [Instant], back
             Ok(Some(st)) => st,
             _ => continue,
         };
-        if now < next_start[i] {
+        let r = &mut restarts[i];
+        let at = match r.next_start {
+            Some(at) => at,
+            None => {
+                weft_core::warn!(
+                    "MP process {i} (pid {}) exited ({status}): starting it again",
+                    child.id()
+                );
+                let at = r.exited(now);
+                r.next_start = Some(at);
+                at
+            }
+        };
+        if now < at {
             continue;
         }
-        weft_core::warn!(
-            "MP process {i} (pid {}) exited ({status}): starting it again",
-            child.id()
-        );
         match mp.spawn(i) {
             Ok(c) => {
                 *child = c;
-                backoff[i] = Duration::from_millis(10);
+                r.started = now;
+                r.next_start = None;
             }
             Err(e) => {
                 weft_core::warn!("{e}");
-                next_start[i] = now + backoff[i];
-                backoff[i] = (backoff[i] * 2).min(Duration::from_secs(1));
+                r.next_start = Some(now + r.backoff);
+                r.backoff = (r.backoff * 2).min(MP_MAX_BACKOFF);
             }
         }
     }
@@ -220,18 +285,35 @@ pub fn mt_share(c: &mut ServeConfig, threads: usize) {
     }
 }
 
-/// For a process started by [`start_mp`]: bind beside the parent, one
-/// connection at a time, with the thesis's small private caches.
+/// For a process started by [`start_mp`]: accept from the parent's listener
+/// ([`inherited_listener`]), one connection at a time, with the thesis's
+/// small private caches.
 pub fn as_mp_child(c: &mut ServeConfig, addr: SocketAddr) {
     c.mp_child = true;
     c.listen = addr;
-    c.reuse_port = true;
     c.arch = crate::Arch::Mt;
     c.pool = Some(1);
     c.admin = None;
     c.stats_on_exit = false;
     c.path_cache = c.path_cache.min(MP_PATH_CACHE);
     c.file_cache = c.file_cache.min(MP_FILE_CACHE);
+}
+
+/// An MP process's listener: the parent's, inherited as descriptor 0.
+/// `addr` is the address the parent bound ([`MP_CHILD_ENV`]): a descriptor
+/// 0 with another address (or none: not a socket) is refused, not served.
+pub(crate) fn inherited_listener(addr: SocketAddr) -> io::Result<(Vec<Fd>, SocketAddr)> {
+    let fd = Fd::from(io::stdin().as_fd().try_clone_to_owned()?);
+    match weft_io::sys::local_addr(&fd) {
+        Ok(a) if a == addr => Ok((vec![fd], a)),
+        Ok(a) => Err(io::Error::other(format!(
+            "MP process: descriptor 0 is bound to {a}, not the server's {addr}"
+        ))),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("MP process: descriptor 0 is not the server's listener on {addr}: {e}"),
+        )),
+    }
 }
 
 #[cfg(test)]

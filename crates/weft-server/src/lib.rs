@@ -102,17 +102,21 @@ impl Server {
             ),
             None => None,
         };
-        // MT: one listener shared by the threads; MP: the processes bind
-        // the port with SO_REUSEPORT beside this one, which then closes.
+        // MT: one listener shared by the threads; MP: one listener shared by
+        // the processes, which inherit it (an MP process binds nothing).
         let blocking = matches!(cfg.arch, Arch::Mt | Arch::Mp);
-        let (workers, reuse) = match cfg.arch {
-            Arch::Mt => (cfg.pool.unwrap_or(blocking::MT_THREADS), cfg.reuse_port),
-            Arch::Mp => (1, true),
-            _ => (workers, cfg.reuse_port),
+        let workers = match cfg.arch {
+            Arch::Mt => cfg.pool.unwrap_or(blocking::MT_THREADS),
+            Arch::Mp => 1,
+            _ => workers,
         };
-        let share = weft_io::workers::PortShare::from_reuse_port(reuse);
+        let share = weft_io::workers::PortShare::from_reuse_port(cfg.reuse_port);
         let bound = if blocking { 1 } else { workers };
-        let (mut listeners, addr) = weft_io::workers::bind_listeners(cfg.listen, bound, cfg.backlog, share)?;
+        let (mut listeners, addr) = if cfg.mp_child {
+            blocking::inherited_listener(cfg.listen)?
+        } else {
+            weft_io::workers::bind_listeners(cfg.listen, bound, cfg.backlog, share)?
+        };
         if blocking {
             let first = std::os::fd::OwnedFd::from(listeners.remove(0));
             for _ in 1..workers {
@@ -151,9 +155,6 @@ impl Server {
             None => None,
         };
         if cfg.arch == Arch::Mp {
-            // The parent's listener closes once the processes listen: no
-            // copy may outlive it (MP does not reload in place).
-            weft_io::group::handover::forget(cfg.listen);
             return blocking::start_mp(cfg, listeners, addr, admin_addr, slots);
         }
         if cfg.arch == Arch::Mt {

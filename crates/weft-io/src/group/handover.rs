@@ -102,16 +102,6 @@ fn dups(fds: &[Fd]) -> io::Result<Vec<Fd>> {
         .collect::<io::Result<Vec<Fd>>>()
 }
 
-/// Keep no copy of the listeners bound for `asked`: their owner closes them
-/// on purpose (an MP server's parent, once its processes listen beside it;
-/// a kept copy would go on taking a share of the connections nobody accepts).
-pub fn forget(asked: SocketAddr) {
-    if let Some(s) = state().as_mut() {
-        s.kept.retain(|k| k.asked != asked);
-        s.fresh.retain(|k| k.asked != asked);
-    }
-}
-
 /// `bind_listeners` through the records: during a reload, the kept group
 /// for `asked` (duplicated); otherwise `bind` (recorded when enabled).
 pub(crate) fn listeners(
