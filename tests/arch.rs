@@ -131,16 +131,8 @@ fn mp_restarts_a_dead_process_and_sums_their_stats() {
         now.len() == 2 && !now.contains(&before[0])
     });
     assert!(ok, "not replaced: {:?}", children(pid));
-    // Wait until the new process answers. Under heavy load (the whole suite
-    // beside a soak run) one connection right after the restart was seen
-    // closed unanswered, one run in about twelve; the cause is not found yet
-    // (docs/serve.md, MP), so the test does not count that window.
-    let answered = wait_until(Duration::from_secs(10), || {
-        let mut r = Reader::new(w.connect());
-        r.send(b"GET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n");
-        r.response_any(false).is_ok_and(|r| r.body == b"static file\n")
-    });
-    assert!(answered, "no answer after the restart");
+    // Every connection is answered, from the first one after the restart
+    // (the replacement may not accept yet: the survivor does).
     for _ in 0..10 {
         assert_eq!(get(&w, "/f.txt").body, b"static file\n");
     }
