@@ -321,6 +321,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_process_that_dies_young_waits_longer_each_time() {
+        let t0 = Instant::now();
+        let mut r = Restart::new(t0);
+        // It lived its short life out: started again at once.
+        let t1 = t0 + MP_SHORT_LIFE;
+        assert_eq!(r.exited(t1), t1);
+        // Dying young: 10 ms, then twice as long each time, up to 1 s.
+        r.started = t1;
+        assert_eq!(r.exited(t1), t1 + MP_FIRST_BACKOFF);
+        assert_eq!(r.exited(t1), t1 + 2 * MP_FIRST_BACKOFF);
+        for _ in 0..10 {
+            r.exited(t1);
+        }
+        assert_eq!(r.exited(t1), t1 + MP_MAX_BACKOFF);
+        // A long life again: the wait starts over (a young death next waits
+        // the first 10 ms).
+        let t2 = t1 + MP_SHORT_LIFE;
+        assert_eq!(r.exited(t2), t2);
+        assert_eq!(
+            r.exited(t2 - MP_SHORT_LIFE / 2),
+            t2 - MP_SHORT_LIFE / 2 + MP_FIRST_BACKOFF
+        );
+    }
+
+    #[test]
     fn mt_threads_split_the_budgets() {
         let mut c = ServeConfig {
             file_cache: 64 << 20,
