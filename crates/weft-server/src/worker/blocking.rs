@@ -1,9 +1,10 @@
 //! MT and MP (thesis 004 §4.2): one connection at a time per thread (or per
 //! process), blocking I/O, answered by the same request code as the event
 //! loop ([`drive_conn`]). Only the dispatch differs: the thread blocks in
-//! `accept`, then waits for its one socket (poll with the header, idle or
-//! send timeout) between non-blocking reads and sends, and reads the disk
-//! inline.
+//! `accept` (MT's threads on one listener; MP's processes on the one their
+//! parent passed them, `crate::blocking`), then waits for its one socket
+//! (poll with the header, idle or send timeout) between non-blocking reads
+//! and sends, and reads the disk inline.
 
 use super::{drive_conn, linger_read, Next, Worker, LINGER};
 use crate::conn::Conn;
@@ -28,6 +29,9 @@ impl Worker<'_> {
             return Ok(());
         };
         // SO_RCVTIMEO bounds accept(2) too: set it through a stream view.
+        // Under MP the listener is the parent's, shared by every process
+        // (one socket, one open file description): each sets the same mode
+        // and timeout, so none undoes another's.
         let l = TcpStream::from(OwnedFd::from(l));
         l.set_nonblocking(false)?;
         l.set_read_timeout(Some(ACCEPT_POLL))?;
