@@ -178,11 +178,8 @@ impl FlashArgs {
         c.test_miss |= self.test_miss;
         c.pool = self.pool.or(c.pool);
         // One of an MP server's processes (started by it, told where to bind).
-        if let Some(addr) = std::env::var(weft_server::blocking::MP_CHILD_ENV)
-            .ok()
-            .and_then(|a| a.parse().ok())
-        {
-            weft_server::blocking::as_mp_child(c, addr);
+        if let Some((addr, parent)) = weft_server::blocking::mp_child_env() {
+            weft_server::blocking::as_mp_child(c, addr, parent);
         }
         match (self.cache_policy, self.gds_cost) {
             (Some(PolicyKind::Gds(_)) | None, Some(cost)) => c.cache_policy = PolicyKind::Gds(cost),

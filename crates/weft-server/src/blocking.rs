@@ -10,7 +10,8 @@
 //!
 //! MP: this process binds the port once and keeps the listening socket; the
 //! serving processes (this executable again, told by `WEFT_MP_CHILD` that it
-//! is one and which address the socket has, each a one-thread MT server)
+//! is one and which address the socket has, and by `WEFT_MP_PARENT` whose,
+//! each a one-thread MT server)
 //! inherit it as their descriptor 0, as FastCGI passes its listener
 //! (FCGI_LISTENSOCK_FILENO), and all accept from its one queue, as the
 //! thesis's pre-forked MP shared one listening socket. A process that dies
@@ -44,8 +45,12 @@ pub const MP_PROCESSES: usize = 32;
 pub const MP_PATH_CACHE: usize = 200;
 /// File cache bytes of each MP process (the thesis: 4 MB).
 pub const MP_FILE_CACHE: u64 = 4 << 20;
-/// The environment variable that makes `weft serve` one of an MP server's processes.
+/// The environment variable that makes `weft serve` one of an MP server's
+/// processes: the address of the listener it inherits.
 pub const MP_CHILD_ENV: &str = "WEFT_MP_CHILD";
+/// The environment variable with the pid of the MP server that started the
+/// process (beside [`MP_CHILD_ENV`]).
+pub const MP_PARENT_ENV: &str = "WEFT_MP_PARENT";
 
 /// MP's serving processes, killed and reaped when dropped.
 #[derive(Default)]
@@ -91,6 +96,7 @@ impl Mp {
         let mut child = Command::new(&self.exe)
             .args(&self.args)
             .env(MP_CHILD_ENV, &self.addr)
+            .env(MP_PARENT_ENV, std::process::id().to_string())
             .stdin(Stdio::from(listener))
             .stdout(Stdio::piped())
             .spawn()
@@ -285,11 +291,19 @@ pub fn mt_share(c: &mut ServeConfig, threads: usize) {
     }
 }
 
-/// For a process started by [`start_mp`]: accept from the parent's listener
-/// ([`inherited_listener`]), one connection at a time, with the thesis's
-/// small private caches.
-pub fn as_mp_child(c: &mut ServeConfig, addr: SocketAddr) {
-    c.mp_child = true;
+/// The listener's address and the parent's pid, when this process is one
+/// of an MP server's ([`MP_CHILD_ENV`], [`MP_PARENT_ENV`]).
+pub fn mp_child_env() -> Option<(SocketAddr, u32)> {
+    let addr = std::env::var(MP_CHILD_ENV).ok()?.parse().ok()?;
+    let parent = std::env::var(MP_PARENT_ENV).ok()?.parse().ok()?;
+    Some((addr, parent))
+}
+
+/// For a process started by [`start_mp`] (pid `parent`): accept from the
+/// parent's listener ([`inherited_listener`]), one connection at a time,
+/// with the thesis's small private caches.
+pub fn as_mp_child(c: &mut ServeConfig, addr: SocketAddr, parent: u32) {
+    c.mp_parent = Some(parent);
     c.listen = addr;
     c.arch = crate::Arch::Mt;
     c.pool = Some(1);

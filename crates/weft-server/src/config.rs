@@ -173,8 +173,9 @@ pub struct ServeConfig {
     /// MT: threads; MP: processes (each serving one connection at a time).
     /// `None`: the thesis's settings scaled (MT 64, MP 32; `docs/serve.md`).
     pub pool: Option<usize>,
-    /// This process is one of an MP server's processes (set by the parent).
-    pub mp_child: bool,
+    /// This process is one of an MP server's processes: the pid of the
+    /// server that started it (it exits when that is no longer its parent).
+    pub mp_parent: Option<u32>,
     /// SO_SNDBUF of every accepted connection (set on the listeners, which
     /// accepted sockets inherit); `None`: the kernel's autotuning (`--send-buffer`).
     pub send_buffer: Option<usize>,
@@ -237,7 +238,7 @@ impl Default for ServeConfig {
             snapshot_check: true,
             snapshot_notify: false,
             pool: None,
-            mp_child: false,
+            mp_parent: None,
             send_buffer: None,
             memory_pressure: Default::default(),
             zero_copy_send: false,

@@ -112,7 +112,7 @@ impl Server {
         };
         let share = weft_io::workers::PortShare::from_reuse_port(cfg.reuse_port);
         let bound = if blocking { 1 } else { workers };
-        let (mut listeners, addr) = if cfg.mp_child {
+        let (mut listeners, addr) = if cfg.mp_parent.is_some() {
             blocking::inherited_listener(cfg.listen)?
         } else {
             weft_io::workers::bind_listeners(cfg.listen, bound, cfg.backlog, share)?

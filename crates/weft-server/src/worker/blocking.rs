@@ -37,9 +37,11 @@ impl Worker<'_> {
         l.set_read_timeout(Some(ACCEPT_POLL))?;
         let l = TcpListener::from(OwnedFd::from(l));
         // An MP process ends with the server that started it, even one
-        // killed without a chance to stop it.
-        let parent = std::os::unix::process::parent_id();
-        let orphaned = || self.shared.cfg.mp_child && std::os::unix::process::parent_id() != parent;
+        // killed without a chance to stop it: the pid comes from the server,
+        // since one killed while this process was starting is no longer the
+        // parent by the time this thread could ask.
+        let mp_parent = self.shared.cfg.mp_parent;
+        let orphaned = || mp_parent.is_some_and(|p| std::os::unix::process::parent_id() != p);
         let mut next_report = Instant::now();
         while !self.door.stop_requested() && !orphaned() {
             match l.accept() {
@@ -67,7 +69,7 @@ impl Worker<'_> {
     /// every [`REPORT_EVERY`] (`crate::blocking::MP_STATS_LINE`).
     fn report_to_parent(&mut self, next: &mut Instant) {
         let now = Instant::now();
-        if !self.shared.cfg.mp_child || now < *next {
+        if self.shared.cfg.mp_parent.is_none() || now < *next {
             return;
         }
         *next = now + REPORT_EVERY;
