@@ -175,5 +175,30 @@ fn mp_connection_queued_while_its_processes_die_is_answered() {
     // The busy connections die with their processes; the queued one is
     // answered by a replacement.
     assert_eq!(queued.response(false).body, b"static file\n");
-    drop(busy);
+    // (A process finishes the connection it serves before it looks at its
+    // parent: none is left open.)
+    drop((busy, queued));
+    // The replacements end with the server, killed (as the harness does)
+    // whether or not they have started serving yet.
+    let replaced = wait_until(Duration::from_secs(10), || {
+        let now = children(pid);
+        now.len() == 2 && !now.iter().any(|p| before.contains(p))
+    });
+    let serving = children(pid);
+    assert!(replaced, "{before:?} {serving:?}");
+    drop(w);
+    let ended = wait_until(Duration::from_secs(10), || serving.iter().all(|&p| ended(p)));
+    assert!(ended, "still running after the server was killed: {serving:?}");
+}
+
+/// Whether process `pid` has exited (gone, or a zombie not yet reaped).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
 }
