@@ -20,7 +20,7 @@ use std::time::Instant;
 use weft_http::respond::{self, Persist};
 use weft_http::Method;
 use weft_io::sys;
-use weft_io::{Ctx, Poller, Token};
+use weft_io::{Ctx, Interest, Poller, Token};
 
 /// Request bytes queued towards the upstream above which no more of the
 /// request body is taken from the client.
@@ -513,18 +513,29 @@ impl Worker<'_> {
                 up_read,
                 up_write,
             } => {
-                c.want = interest(client_read, client_write);
-                u.want = interest(up_read, up_write);
+                if tunnel.in_kernel() {
+                    // Joined: the source's end of stream, not its bytes (a
+                    // read interest would wake the loop for every batch the
+                    // psock redirects away, to find nothing: about 16 of a
+                    // 1 MiB echo tunnel's 20 wake-ups). Errors, and so the
+                    // markers, come whatever the interest.
+                    let hangup = |wait: bool| if wait { Interest::HANGUP } else { Interest::NONE };
+                    c.want = hangup(client_read);
+                    u.want = hangup(up_read);
+                } else {
+                    c.want = interest(client_read, client_write);
+                    u.want = interest(up_read, up_write);
+                }
                 c.last_activity = cx.now;
                 // sockmap: a finished socket, hung up both ways, is not polled.
                 let [cq, uq] = tunnel.take_quiet();
                 if let (true, Some(fd)) = (cq, c.fd.as_ref()) {
                     cx.deregister(fd.raw());
-                    c.interest = weft_io::Interest::NONE;
+                    c.interest = Interest::NONE;
                 }
                 if uq {
                     cx.deregister(u.fd.raw());
-                    u.interest = weft_io::Interest::NONE;
+                    u.interest = Interest::NONE;
                 }
                 Flow::Wait
             }

@@ -138,7 +138,11 @@ pub(crate) fn pair(slab: &mut Slab<Entry>, ct: Token, ut: Token) -> Option<(&mut
 
 #[inline]
 pub(crate) fn interest(read: bool, write: bool) -> Interest {
-    Interest { read, write }
+    Interest {
+        read,
+        write,
+        hangup: false,
+    }
 }
 
 /// State a worker's connections share (split from the slab so both can be

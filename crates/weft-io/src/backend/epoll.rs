@@ -121,6 +121,11 @@ impl<M: Mode> EpollOf<M> {
         // that sent its FIN) would wake the loop without end.
         if interest.read {
             b |= (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+        } else if interest.hangup {
+            // No EPOLLIN: a data-ready wake-up (key EPOLLIN) is then not
+            // delivered to this epoll at all (ep_poll_callback checks the
+            // key), while a FIN's state change (no key) and errors still are.
+            b |= libc::EPOLLRDHUP as u32;
         }
         if interest.write {
             b |= libc::EPOLLOUT as u32;
@@ -264,6 +269,27 @@ mod tests {
         );
         assert_eq!(Epoll::bits(Interest::BOTH) & libc::EPOLLET as u32, 0);
         assert_eq!(Epoll::bits(Interest::WRITE) & libc::EPOLLRDHUP as u32, 0);
+    }
+
+    #[test]
+    fn hangup_interest_reports_the_end_of_stream_not_bytes() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
+        let mut ep = Epoll::new().unwrap();
+        ep.add(fd, Token(7), Interest::HANGUP).unwrap();
+        peer.write_all(b"bytes").unwrap();
+        let mut events = Vec::new();
+        // Readable, but not asked for: nothing to report.
+        assert!(sys::wait_ready(&s, false, Duration::from_secs(5)).unwrap());
+        ep.wait(&mut events, Some(Duration::ZERO)).unwrap();
+        assert!(events.is_empty(), "{events:?}");
+        peer.shutdown(std::net::Shutdown::Write).unwrap();
+        ep.wait(&mut events, Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(events[0].read_closed && events[0].readable, "{events:?}");
     }
 
     #[test]

@@ -59,6 +59,14 @@ pub struct Interest {
     pub read: bool,
     /// Wake when writable.
     pub write: bool,
+    /// Without `read`: wake when the peer ends its sending side (RDHUP), not
+    /// for bytes. For a socket whose bytes the kernel moves without weft (a
+    /// tunnel joined to the sockmap): the psock calls the socket's own
+    /// data-ready for every batch it redirects away, and a read interest
+    /// would wake the loop for each to find nothing. Backends that cannot
+    /// ask for RDHUP alone (select, the user-level trackers) treat it as
+    /// `read`. Errors are reported whatever the interest.
+    pub hangup: bool,
 }
 
 impl Interest {
@@ -66,22 +74,32 @@ impl Interest {
     pub const READ: Interest = Interest {
         read: true,
         write: false,
+        hangup: false,
     };
     /// Writable only.
     pub const WRITE: Interest = Interest {
         read: false,
         write: true,
+        hangup: false,
     };
     /// Both.
     pub const BOTH: Interest = Interest {
         read: true,
         write: true,
+        hangup: false,
     };
     /// Neither (registered but silent; level-triggered backends use it while a
     /// connection waits on something else, such as a helper).
     pub const NONE: Interest = Interest {
         read: false,
         write: false,
+        hangup: false,
+    };
+    /// The peer's end of stream only (see [`Interest::hangup`]).
+    pub const HANGUP: Interest = Interest {
+        read: false,
+        write: false,
+        hangup: true,
     };
 }
 

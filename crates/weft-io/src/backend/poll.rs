@@ -23,6 +23,9 @@ fn bits(interest: Interest) -> i16 {
     // it would wake the loop at every wait while the socket is half-closed).
     if interest.read {
         b |= libc::POLLIN | libc::POLLRDHUP;
+    } else if interest.hangup {
+        // As in the epoll backend: pollwake skips wake-ups whose key is not asked for.
+        b |= libc::POLLRDHUP;
     }
     if interest.write {
         b |= libc::POLLOUT;

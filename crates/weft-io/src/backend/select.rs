@@ -64,7 +64,8 @@ impl Poller for Select {
             return Err(out_of_range(fd));
         }
         self.tokens[fd as usize] = Some(token);
-        if interest.read {
+        // No RDHUP in select: a FIN reads as readable, so hangup is read.
+        if interest.read || interest.hangup {
             self.read.insert(fd);
         } else {
             self.read.remove(fd);

@@ -110,7 +110,17 @@ const EMPTY: Slot = Slot {
     queued: false,
 };
 
+/// What the table tracks (and mirrors to the kernel): hangup as read.
+fn tracked(i: Interest) -> Interest {
+    Interest {
+        read: i.read || i.hangup,
+        write: i.write,
+        hangup: false,
+    }
+}
+
 fn interest_bits(i: Interest) -> u8 {
+    let i = tracked(i);
     (if i.read { READ } else { 0 }) | (if i.write { WRITE } else { 0 })
 }
 
@@ -232,7 +242,11 @@ impl<P: TrackedInner> Poller for Tracked<P> {
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
         }
         let generation = prev.generation.wrapping_add(1);
-        let inner_interest = if P::MIRROR_INTEREST { interest } else { Interest::BOTH };
+        let inner_interest = if P::MIRROR_INTEREST {
+            tracked(interest)
+        } else {
+            Interest::BOTH
+        };
         self.inner.add(fd, Token::new(fd as u32, generation), inner_interest)?;
         // `queued` is kept: the descriptor may still sit in the candidate list
         // from its previous registration, and must not be listed twice.
@@ -257,7 +271,8 @@ impl<P: TrackedInner> Poller for Tracked<P> {
         s.token = token;
         s.interest = bits;
         if changed && P::MIRROR_INTEREST {
-            self.inner.modify(fd, Token::new(fd as u32, generation), interest)?;
+            self.inner
+                .modify(fd, Token::new(fd as u32, generation), tracked(interest))?;
         }
         let s = &mut self.slots[fd as usize];
         Self::enqueue(&mut self.candidates, fd, s);

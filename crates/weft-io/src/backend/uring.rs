@@ -200,7 +200,7 @@ impl Uring {
     /// it exactly; the read poll stays armed while anything is wanted.
     fn apply(&mut self, fd: RawFd, interest: Interest) -> io::Result<()> {
         let r = self.regs[fd as usize];
-        let any = interest.read || interest.write;
+        let any = interest.read || interest.write || interest.hangup;
         if any && r.read_arm == 0 {
             self.arm(fd, false)?;
         } else if !any && r.read_arm != 0 {

@@ -71,6 +71,12 @@ impl Tunnel {
         self.kernel = Some(Kernel::default());
     }
 
+    /// Whether the sockets have joined the maps: the kernel moves the
+    /// bytes, and weft waits only for ends of stream and errors.
+    pub fn in_kernel(&self) -> bool {
+        self.kernel.as_ref().is_some_and(|k| k.pair.is_some())
+    }
+
     /// Sides that have just finished (their source ended and their own
     /// half-close is done) while the other still waits for its marker:
     /// hung up both ways, a level-triggered poller would report them at
