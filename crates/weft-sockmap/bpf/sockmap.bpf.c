@@ -76,6 +76,10 @@ struct peer {
 	u32 index;
 	u32 pad;
 	u64 cookie;
+	/* Bytes redirected from this source, for weft's counters (here, not
+	 * in a map of their own, so a join and a leave update one map, each
+	 * in one batched call, and the verdict looks up one entry per skb). */
+	u64 bytes;
 };
 
 struct {
@@ -105,14 +109,6 @@ struct {
 	__type(key, u64);
 	__type(value, u32);
 } injectors SEC(".maps");
-
-/* Bytes redirected from each source (its cookie), for weft's counters. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, u64);
-	__type(value, u64);
-} counts SEC(".maps");
 
 /* The upstream socket of each response body forwarded in the kernel. */
 struct {
@@ -172,7 +168,6 @@ int weft_verdict(struct __sk_buff *skb)
 {
 	u64 cookie = bpf_get_socket_cookie(skb);
 	struct peer *peer = bpf_map_lookup_elem(&peers, &cookie);
-	u64 *count;
 
 	if (!peer) {
 		if (bpf_map_lookup_elem(&injectors, &cookie))
@@ -185,11 +180,8 @@ int weft_verdict(struct __sk_buff *skb)
 	if (skb->len == 0)
 		return SK_DROP;
 	/* On failure no target is set: SK_PASS keeps the bytes here. */
-	if (bpf_sk_redirect_map(skb, &targets, peer->index, 0) == SK_PASS) {
-		count = bpf_map_lookup_elem(&counts, &cookie);
-		if (count)
-			__sync_fetch_and_add(count, skb->len);
-	}
+	if (bpf_sk_redirect_map(skb, &targets, peer->index, 0) == SK_PASS)
+		__sync_fetch_and_add(&peer->bytes, skb->len);
 	return SK_PASS;
 }
 
