@@ -29,6 +29,11 @@ loopback TCP cost anyway. The forwarding cost of a mode is its `involved`
 minus direct's; the target (issue 27) is sockmap's <= 0.5x splice's.
 
   python3 scripts/sockmap_bench.py [--quick] [--weft target/release/weft]
+                                   [--weft-before /tmp/weft-old]
+
+--weft-before adds a fourth mode, `sockmap` with another build (a copy kept
+from before a change), alternating with the others in the same run, so a
+change's before and after are measured against the same anchors.
 """
 import argparse, os, socket, statistics, subprocess, sys, threading, time
 
@@ -128,6 +133,7 @@ def tunnel(proxy, port, data):
 def run(weft, mode, tunnels, conc, port):
     if mode == "direct":
         return measure(None, None, mode, tunnels, conc, port)
+    weft, mode = (weft[1], "sockmap") if mode == "sockmap-before" else (weft[0], mode)
     p = subprocess.Popen([weft, "proxy", "--listen", "127.0.0.1:0", "--workers", "1", "--splice", mode,
                           "--connect-ports", str(port), "--stats-on-exit"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -177,18 +183,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--weft", default="target/release/weft")
+    ap.add_argument("--weft-before", help="another build, run in sockmap mode as a fourth mode")
     a = ap.parse_args()
     tunnels, conc, rounds = (100, 4, 3) if a.quick else (400, 8, 5)
     port = echo_server()
     runs = {"direct": [], "on": [], "sockmap": []}
+    if a.weft_before:
+        runs["sockmap-before"] = []
     for _ in range(rounds):
         for m in runs:
-            runs[m].append(run(a.weft, m, tunnels, conc, port))
+            runs[m].append(run((a.weft, a.weft_before), m, tunnels, conc, port))
     med = {}
     for m, rs in runs.items():
         med[m] = {k: statistics.median(r[k] for r in rs) for k in ("weft", "involved", "machine", "secs")}
-        used = all(r["sockmap_used"] for r in rs) if m == "sockmap" else None
-        print(f"{m:8} {rs[0]['mib']:5d} MiB x {rounds}  median ms/MiB: weft {med[m]['weft']:.3f}  "
+        used = all(r["sockmap_used"] for r in rs) if m.startswith("sockmap") else None
+        print(f"{m:14} {rs[0]['mib']:5d} MiB x {rounds}  median ms/MiB: weft {med[m]['weft']:.3f}  "
               f"involved {med[m]['involved']:.3f}  machine {med[m]['machine']:.3f}  "
               f"({med[m]['secs']:.2f} s/round)" + ("" if used is None else f"  sockmap used: {used}"))
         for r in rs:
@@ -202,6 +211,10 @@ def main():
         print(f"sockmap/splice forwarding cost: {fsm / fon:.2f}x  (target <= 0.5x)")
     if on["weft"] > 0:
         print(f"sockmap/splice weft alone: {sm['weft'] / on['weft']:.2f}x")
+    if "sockmap-before" in med and fon > 0 and on["weft"] > 0:
+        bf = med["sockmap-before"]
+        print(f"sockmap-before/splice forwarding cost: {(bf['involved'] - base) / fon:.2f}x  "
+              f"weft alone: {bf['weft'] / on['weft']:.2f}x  ({a.weft_before})")
 
 
 if __name__ == "__main__":
