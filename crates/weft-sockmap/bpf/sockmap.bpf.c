@@ -7,7 +7,8 @@
 // Keys are socket cookies (SO_COOKIE). `peers[source]` names the
 // destination: its index in `targets` (a sockmap without programs, which
 // every tunnel socket joins before it joins `socks`, so a redirect never
-// finds its target missing) and its cookie.
+// finds its target missing), its cookie, and the bytes redirected so far
+// from the source (weft's counters and idle timer read them).
 //
 // End of stream. The psock replaces sk_data_ready (and sk_write_space), not
 // sk_state_change, so weft sees a source's FIN as EPOLLRDHUP on the source.
