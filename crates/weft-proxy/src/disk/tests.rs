@@ -33,6 +33,22 @@ fn object(body: &[u8], vary_key: &[u8]) -> Arc<Object> {
     Arc::new(Object::build(head, agg, vary_key, 1000, 1001, &CacheRules::default()).unwrap())
 }
 
+/// Poll `done` every 2 ms until it holds or 10 s pass (whether it held):
+/// the store's threads are slow to be scheduled on a loaded machine, and a
+/// quiet one returns at once.
+fn poll_until(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// A 1 MiB memory store and the settings of a disk store over `dir`.
 fn setup(dir: &Path, cap: u64) -> (DiskConfig, Arc<Mutex<Store>>) {
     let store = Arc::new(Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru)));
@@ -49,13 +65,8 @@ fn setup(dir: &Path, cap: u64) -> (DiskConfig, Arc<Mutex<Store>>) {
 fn open(dir: &Path, cap: u64) -> (DiskStore, Arc<Mutex<Store>>) {
     let (cfg, store) = setup(dir, cap);
     let d = DiskStore::open(cfg, 1, store.clone()).unwrap();
-    for _ in 0..1000 {
-        if !d.stats().scanning {
-            return (d, store);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    panic!("scan never finished");
+    assert!(poll_until(|| !d.stats().scanning), "scan never finished");
+    (d, store)
 }
 
 /// Write `objects` (key, body, secondary key) into a disk store over
@@ -73,15 +84,16 @@ fn stored(dir: &Path, objects: &[(&[u8], &[u8], &[u8])]) {
 fn load(d: &DiskStore, key: &[u8]) -> Loaded {
     d.load(key, 0, Token::new(7, 0), 9);
     let mut out = Vec::new();
-    for _ in 0..500 {
-        d.take_loaded(0, &mut out);
-        if let Some(l) = out.pop() {
-            assert_eq!(l.wait, 9);
-            return l;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    panic!("load never reported");
+    assert!(
+        poll_until(|| {
+            d.take_loaded(0, &mut out);
+            !out.is_empty()
+        }),
+        "load never reported"
+    );
+    let l = out.pop().unwrap();
+    assert_eq!(l.wait, 9);
+    l
 }
 
 #[test]
@@ -142,13 +154,10 @@ fn requests_for_a_key_being_loaded_join_the_load() {
         d.load(b"k", 0, Token::new(10 + wait as u32, 0), wait);
     }
     let mut got = Vec::new();
-    for _ in 0..500 {
+    poll_until(|| {
         d.take_loaded(0, &mut got);
-        if got.len() == 3 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+        got.len() == 3
+    });
     let mut waits: Vec<u64> = got.iter().map(|l| l.wait).collect();
     waits.sort();
     assert_eq!(waits, [1, 2, 3]);
@@ -304,12 +313,7 @@ fn the_cap_evicts_the_least_recently_used() {
         d.write(k, &object(&[1u8; 1000], b""));
     }
     // Wait for the writer, then use `a` so that `b` is the oldest.
-    for _ in 0..500 {
-        if d.stats().written == 3 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+    poll_until(|| d.stats().written == 3);
     load(&d, b"a");
     d.write(b"d", &object(&[1u8; 1000], b""));
     d.stop();
