@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    fetch, get_on, get_target, pattern, per_backend, target_body, tcp_server, wait_until, who, Reader, TempDir, Weft,
+    fetch, front_args, get_on, get_target, pattern, per_backend, target_body, tcp_server, wait_until, who, Reader,
+    TempDir, Weft,
 };
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -33,21 +34,10 @@ fn backend(i: usize) -> (Weft, TempDir) {
     (w, d)
 }
 
-/// A front-end over `backends`, with its admin endpoint on a port of its own
-/// choosing (read back as `Weft::admin`).
+/// A front-end over `backends` ([`front_args`]).
 fn front(event: &str, backends: &[SocketAddr], extra: &[&str]) -> Weft {
     let backends: Vec<String> = backends.iter().map(SocketAddr::to_string).collect();
-    let mut args = vec![
-        "front",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin",
-        "127.0.0.1:0",
-        "--event",
-        event,
-        "--workers",
-        "2",
-    ];
+    let mut args = front_args(event);
     for b in &backends {
         args.extend(["--backend", b]);
     }

@@ -8,7 +8,8 @@
 mod common;
 
 use common::{
-    fetch, get_from, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader, TempDir, Weft,
+    fetch, front_args, get_from, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader,
+    TempDir, Weft,
 };
 use std::io::Read;
 use std::time::Duration;
@@ -39,25 +40,11 @@ fn backend(i: usize) -> Backend {
     Backend { weft, socket, _root: d }
 }
 
-/// A handoff front-end over `backends`, with its admin endpoint on a port of
-/// its own choosing (read back as `Weft::admin`).
+/// A handoff front-end over `backends` ([`front_args`]).
 fn front(event: &str, backends: &[&Backend], extra: &[&str]) -> Weft {
     let addrs: Vec<String> = backends.iter().map(|b| b.weft.addr.to_string()).collect();
-    let mut args = vec![
-        "front",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin",
-        "127.0.0.1:0",
-        "--event",
-        event,
-        "--workers",
-        "2",
-        "--mode",
-        "handoff",
-        "--health-path",
-        "/health",
-    ];
+    let mut args = front_args(event);
+    args.extend(["--mode", "handoff", "--health-path", "/health"]);
     for (b, addr) in backends.iter().zip(&addrs) {
         args.extend(["--backend", addr, "--handoff", &b.socket]);
     }

@@ -487,6 +487,23 @@ pub(crate) use per_backend;
 // Cluster front-end tests (tests/front.rs, tests/handoff.rs): back-ends that
 // write their index into every body.
 
+/// The flags every test front-end starts with: two workers under `event`,
+/// on a port of its own choosing, and its admin endpoint on another (read
+/// back as `Weft::admin`). The caller adds its back-ends and the rest.
+pub fn front_args(event: &str) -> Vec<&str> {
+    vec![
+        "front",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--event",
+        event,
+        "--workers",
+        "2",
+    ]
+}
+
 /// `GET path` on a persistent connection, as a client of the cluster.
 pub fn get_on(r: &mut Reader, path: &str) -> Response {
     r.send(format!("GET {path} HTTP/1.1\r\nHost: cluster\r\n\r\n").as_bytes());
