@@ -205,8 +205,10 @@ mod tests {
         // is lent only while bytes are pending): issue 21 tracks it.
         let size = std::mem::size_of::<Conn>();
         println!("size_of::<Conn>() = {size}");
-        // 320 before handoff added `handed` (16 bytes, no tag).
-        assert!(size <= 336, "Conn grew to {size} bytes");
+        // 320 before handoff added `handed` (16 bytes, no tag); 336 before
+        // `Interest` gained `hangup` (sockmap tunnels wait for RDHUP alone):
+        // one byte more of small fields, past the padding they shared.
+        assert!(size <= 344, "Conn grew to {size} bytes");
         assert_eq!(std::mem::size_of::<Option<HandedAt>>(), 16);
         let t = Token::new(7, 3);
         use weft_io::handoff::NextRule;
