@@ -29,9 +29,10 @@ loopback TCP cost anyway. The forwarding cost of a mode is its `involved`
 minus direct's; the target (issue 27) is sockmap's <= 0.5x splice's.
 
   python3 scripts/sockmap_bench.py [--quick] [--weft target/release/weft]
-                                   [--weft-before /tmp/weft-old]
+                                   [--baseline /tmp/weft-old]
 
---weft-before adds a fourth mode, `sockmap` with another build (a copy kept
+--baseline (as in proxy_bench.py and serve_bench.py; also spelled
+--weft-before) adds a fourth mode, `sockmap` with another build (a copy kept
 from before a change), alternating with the others in the same run, so a
 change's before and after are measured against the same anchors.
 """
@@ -183,16 +184,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--weft", default="target/release/weft")
-    ap.add_argument("--weft-before", help="another build, run in sockmap mode as a fourth mode")
+    ap.add_argument("--baseline", "--weft-before", dest="baseline",
+                    help="another weft binary, run in sockmap mode as a fourth mode (sockmap-before)")
     a = ap.parse_args()
     tunnels, conc, rounds = (100, 4, 3) if a.quick else (400, 8, 5)
     port = echo_server()
     runs = {"direct": [], "on": [], "sockmap": []}
-    if a.weft_before:
+    if a.baseline:
         runs["sockmap-before"] = []
     for _ in range(rounds):
         for m in runs:
-            runs[m].append(run((a.weft, a.weft_before), m, tunnels, conc, port))
+            runs[m].append(run((a.weft, a.baseline), m, tunnels, conc, port))
     med = {}
     for m, rs in runs.items():
         med[m] = {k: statistics.median(r[k] for r in rs) for k in ("weft", "involved", "machine", "secs")}
@@ -214,7 +216,7 @@ def main():
     if "sockmap-before" in med and fon > 0 and on["weft"] > 0:
         bf = med["sockmap-before"]
         print(f"sockmap-before/splice forwarding cost: {(bf['involved'] - base) / fon:.2f}x  "
-              f"weft alone: {bf['weft'] / on['weft']:.2f}x  ({a.weft_before})")
+              f"weft alone: {bf['weft'] / on['weft']:.2f}x  ({a.baseline})")
 
 
 if __name__ == "__main__":
