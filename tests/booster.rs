@@ -278,7 +278,7 @@ fn garbage_is_answered_and_closed_without_reaching_the_origin() {
     assert!(wait_until(Duration::from_secs(5), || bad() == 2), "{}", bad());
     // A good request carries the parsed target in the booster's header, and a
     // client's own copy of that header is dropped.
-    let (resp, _) = raw(&b, b"GET /x?y=1 HTTP/1.1\r\nHost: t\r\nX-Weft-Target: /spoof\r\n\r\n");
+    let resp = raw_response(&b, b"GET /x?y=1 HTTP/1.1\r\nHost: t\r\nX-Weft-Target: /spoof\r\n\r\n");
     assert_eq!(resp.body, b"ok");
     let seen = String::from_utf8_lossy(&o.seen.lock().unwrap()).to_string();
     assert!(seen.contains("X-Weft-Target: /x?y=1\r\n"), "{seen}");
@@ -299,7 +299,7 @@ fn past_max_queue_is_503() {
     }
     assert!(wait_until(Duration::from_secs(5), || o.seen.lock().unwrap().len() > 40));
     // ... the third is refused at once.
-    let (resp, _) = raw(&b, b"GET /third HTTP/1.1\r\nHost: t\r\n\r\n");
+    let resp = raw_response(&b, b"GET /third HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(resp.status, 503);
     assert_eq!(counter(&admin, "refused_queue"), 1);
 }
@@ -308,12 +308,12 @@ fn past_max_queue_is_503() {
 fn dead_origin_connection_post_is_502_not_resent() {
     let o = raw_origin(false, false, 0);
     let (b, admin) = booster_for_all(&o.addr, &[]);
-    let (resp, _) = raw(&b, b"POST /form HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc");
+    let resp = raw_response(&b, b"POST /form HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc");
     assert_eq!(resp.status, 502);
     let seen = String::from_utf8_lossy(&o.seen.lock().unwrap()).to_string();
     assert_eq!(seen.matches("POST /form").count(), 1, "{seen}");
     // A GET is re-sent on a new connection (and fails only after a few tries).
-    let (resp, _) = raw(&b, b"GET /again HTTP/1.1\r\nHost: t\r\n\r\n");
+    let resp = raw_response(&b, b"GET /again HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(resp.status, 502);
     let seen = String::from_utf8_lossy(&o.seen.lock().unwrap()).to_string();
     assert!(seen.matches("GET /again").count() > 1, "{seen}");
@@ -473,15 +473,15 @@ fn origin_takes_the_boosters_target_only_from_booster_addresses() {
     let o = Weft::serve(&[&root, "--workers", "1", "--booster-from", "127.0.0.1"]);
     let req = b"GET /f1.bin HTTP/1.1\r\nHost: t\r\nX-Weft-Target: /f2.bin\r\n\r\n";
     // From the booster's address: the header's target.
-    let (resp, _) = raw(&o, req);
+    let resp = raw_response(&o, req);
     assert_eq!(resp.body, pattern(1000 + 2 * 3001));
     // From anyone else (here 127.0.0.1 to an origin that trusts only
     // 127.0.0.2 and 10.9.9.9): the header is ignored.
     let other = Weft::serve(&[&root, "--workers", "1", "--booster-from", "127.0.0.2,10.9.9.9"]);
-    assert_eq!(raw(&other, req).0.body, pattern(1000 + 3001));
+    assert_eq!(raw_response(&other, req).body, pattern(1000 + 3001));
     // Without --booster-from nobody is trusted.
     let plain = Weft::serve(&[&root, "--workers", "1"]);
-    assert_eq!(raw(&plain, req).0.body, pattern(1000 + 3001));
+    assert_eq!(raw_response(&plain, req).body, pattern(1000 + 3001));
     // Behind the booster, the target it sends is the request's.
     let (b, _) = booster_for_all(o.addr, &[]);
     let mut r = Reader::new(b.connect());

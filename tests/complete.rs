@@ -164,16 +164,26 @@ fn check_generated(r: &Response, status: u16, head: bool, what: &str) {
 }
 
 /// `request` on a fresh connection; the response, read as the answer to a
-/// HEAD when `head`, and whether the connection then closed with nothing
-/// more (a HEAD answer whose body had been sent would show here).
-fn exchange(addr: std::net::SocketAddr, request: &str, head: bool) -> (Response, bool) {
+/// HEAD when `head`.
+fn exchange(addr: std::net::SocketAddr, request: &str, head: bool) -> Response {
+    exchange_reader(addr, request, head).1
+}
+
+/// [`exchange`], and whether the connection then closed with nothing more
+/// (a HEAD answer whose body had been sent would show here). Waits up to
+/// 5 s for the close: only for answers that must close.
+fn exchange_closed(addr: std::net::SocketAddr, request: &str, head: bool) -> (Response, bool) {
+    let (mut r, resp) = exchange_reader(addr, request, head);
+    (resp, r.closed())
+}
+
+fn exchange_reader(addr: std::net::SocketAddr, request: &str, head: bool) -> (Reader, Response) {
     let s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut r = Reader::new(s);
     r.send(request.as_bytes());
     let resp = r.response(head);
-    let closed = r.closed();
-    (resp, closed)
+    (r, resp)
 }
 
 /// A HEAD on a kept-alive connection, then a GET on the same connection: the
@@ -229,7 +239,7 @@ fn serve_generated_responses_are_complete() {
         (format!("GET / HTTP/1.1\r\nHost: t\r\n{many}\r\n"), 431, "431"),
         ("FROB / HTTP/1.1\r\nHost: t\r\n\r\n".to_string(), 501, "501"),
     ] {
-        let (r, _) = exchange(w_addr, &request, false);
+        let r = exchange(w_addr, &request, false);
         check_generated(&r, status, false, &format!("serve {what}"));
     }
     // To HEAD: the same heads, no body (the next answer on the connection parses).
@@ -369,16 +379,16 @@ fn proxy_errors_are_complete() {
             "only-if-cached",
         ),
     ] {
-        let (r, _) = exchange(p.addr, &request, false);
+        let r = exchange(p.addr, &request, false);
         check_generated(&r, status, false, &format!("proxy {what}"));
         assert_eq!(r.header("server"), Some("weft"), "proxy {what}");
     }
     // To HEAD: no body. A refusal closes the connection right after its head;
     // the others keep it, and the next answer parses.
-    let (h, closed) = exchange(p.addr, "HEAD /x HTTP/1.1\r\nHost: x\r\n\r\n", true);
+    let (h, closed) = exchange_closed(p.addr, "HEAD /x HTTP/1.1\r\nHost: x\r\n\r\n", true);
     check_generated(&h, 400, true, "proxy HEAD 400");
     assert!(closed, "nothing follows the head");
-    let (h, closed) = exchange(
+    let (h, closed) = exchange_closed(
         p.addr,
         &format!(
             "HEAD http://{}/size/11/x HTTP/1.1\r\nHost: x\r\nCache-Control: only-if-cached\r\n\r\n",
@@ -401,10 +411,10 @@ fn proxy_errors_are_complete() {
     let reverse_to =
         |up: String| Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1", "--upstream", &up]);
     let rev = reverse_to(o.addr.to_string());
-    let (r, _) = exchange(rev.addr, "CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n", false);
+    let r = exchange(rev.addr, "CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n", false);
     check_generated(&r, 405, false, "proxy 405");
     // The origin down in reverse mode: 502 with Date, Server and a body.
     let dead = reverse_to(down.to_string());
-    let (r, _) = exchange(dead.addr, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n", false);
+    let r = exchange(dead.addr, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n", false);
     check_generated(&r, 502, false, "reverse proxy, origin down");
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{per_backend, raw, tcp_server, Reader, Weft};
+use common::{per_backend, raw, raw_response, tcp_server, Reader, Weft};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -163,7 +163,7 @@ fn empty_field_values_keep_their_colon_both_ways() {
     assert!(heads[0].contains("\r\nX-Req-Empty:\r\nX-B: b\r\n"), "{}", heads[0]);
     // weft serve takes an empty value as it is.
     let s = Weft::serve(&[]);
-    let (r, _) = raw(&s, b"GET / HTTP/1.1\r\nHost: t\r\nX-Empty:\r\nX-Tab:\t\r\n\r\n");
+    let r = raw_response(&s, b"GET / HTTP/1.1\r\nHost: t\r\nX-Empty:\r\nX-Tab:\t\r\n\r\n");
     assert_eq!(r.status, 200);
 }
 
@@ -381,7 +381,7 @@ fn unknown_methods_are_forwarded_and_invalidate() {
     assert_eq!(o.count("GET /x"), 2, "the unknown method invalidated the stored entry");
     drop(p);
     let p = reverse(&o, &["--forward-unknown-methods", "false"]);
-    let (r, _) = raw(&p, b"PURGE /x HTTP/1.1\r\nHost: o.example\r\n\r\n");
+    let r = raw_response(&p, b"PURGE /x HTTP/1.1\r\nHost: o.example\r\n\r\n");
     assert_eq!(r.status, 501);
     assert_eq!(o.count("PURGE /x"), 1);
 }

@@ -496,6 +496,7 @@ mod scenarios {
                 assert_eq!(r.status, 413, "{what} {head}");
                 assert_eq!(r.header("connection"), Some("close"), "{what} {head}");
             }
+            drop(c); // closed first: a live keep-alive connection holds the drain for a second
             let stats = stop_stats(p);
             assert_eq!(counter(&stats, "bodies_discarded"), 2, "{what}: {stats}");
         }
@@ -580,6 +581,7 @@ mod scenarios {
             drop(gone);
             std::thread::sleep(Duration::from_millis(50));
             assert_eq!(fetch(&p, &o.url("/cl/700?cc=no-store"), "").body, pattern(700));
+            drop(c); // closed first: a live keep-alive connection holds the drain for a second
             let stats = stop_stats(p);
             let up = counter(&stats, "bytes_spliced_up");
             if splice == "on" {
@@ -695,6 +697,7 @@ mod scenarios {
                 }
             }
         }
+        drop(c); // closed first: a live keep-alive connection holds the drain for a second
         let stats = stop_stats(p);
         if splice == "off" {
             assert_eq!(counter(&stats, "bytes_spliced"), 0, "{stats}");
@@ -809,6 +812,7 @@ mod scenarios {
             let mut c = Conn::to(p.addr);
             c.send(b"CONNECT 127.0.0.1:25 HTTP/1.1\r\nHost: 127.0.0.1:25\r\n\r\n");
             assert_eq!(c.read(false).unwrap().status, 403);
+            drop(c); // closed first: a live keep-alive connection holds the drain for a second
             let stats = stop_stats(p);
             assert_eq!(counter(&stats, "tunnels"), 1, "{stats}");
             let key = if splice == "on" {
@@ -1040,6 +1044,7 @@ mod scenarios {
             assert!(r.body == pattern(n), "{n}-byte response out of order or corrupt");
         }
         assert_eq!((o.count("/cl/200000"), o.count("/cl/200001")), (1, 1));
+        drop(c); // closed first: a live keep-alive connection holds the drain for a second
         let stats = stop_stats(p);
         assert_eq!(counter(&stats, "disk_loads"), 2, "{stats}");
         assert_eq!(counter(&stats, "hits"), 2, "{stats}");
@@ -1224,6 +1229,7 @@ fn disk_store_survives_a_restart() {
     assert_eq!(c.read(false).unwrap().status, 200);
     // Shutting down finishes the queued writes (the invalidated object's
     // write is dropped, or its file removed, depending on timing).
+    drop(c); // closed first: a live keep-alive connection holds the drain for a second
     let stats = stop_stats(p);
     assert_eq!(disk_counter(&stats, "objects"), 1, "{stats}");
 
@@ -1259,6 +1265,7 @@ fn disk_store_survives_a_restart() {
     assert_eq!(c.read(false).unwrap().status, 200);
     assert_eq!(fetch(&p, &kept, "").body.len(), 300_000);
     assert_eq!(o.count("/cl/300000"), 2, "refetched after the Location invalidation");
+    drop(c); // closed first: a live keep-alive connection holds the drain for a second
     let stats = stop_stats(p);
     assert_eq!(disk_counter(&stats, "scanned"), 1, "{stats}");
     assert_eq!(counter(&stats, "disk_loads"), 1, "{stats}");
@@ -1726,6 +1733,7 @@ fn nginx_origin() {
     assert_eq!(c.read(false).unwrap().body, b"small file\n");
     c.send(b"GET /missing HTTP/1.1\r\nHost: static.example\r\n\r\n");
     assert_eq!(c.read(false).unwrap().status, 404);
+    drop(c); // closed first: a live keep-alive connection holds the drain for a second
     let stats = stop_stats(p);
     assert_eq!(counter(&stats, "stored"), 3, "two files and the 404: {stats}");
     assert_eq!(counter(&stats, "hits"), 4, "{stats}");
