@@ -202,3 +202,66 @@ fn ended(pid: u32) -> bool {
         Err(_) => true,
     }
 }
+
+/// A stop drains MT's threads and MP's processes as it drains an event
+/// loop: an idle keep-alive connection does not hold the server until its
+/// idle timeout (60 s here), a response in flight finishes whole, and
+/// `--stats-on-exit` counts every request answered (MP's processes write
+/// their last counters as they exit; the parent reads them before summing).
+#[test]
+fn mt_and_mp_stop_gracefully_and_count_every_request() {
+    use std::io::Read;
+    let site = TempDir::new("arch-stop");
+    site.write("f.txt", b"static file\n");
+    let big = 4 << 20;
+    site.write("big.bin", &pattern(big));
+    for arch in ["mt", "mp"] {
+        let mut w = Weft::serve(&[
+            path_str(&site.path),
+            "--arch",
+            arch,
+            "--pool",
+            "2",
+            "--idle-timeout",
+            "60s",
+            "--stats-on-exit",
+        ]);
+        for _ in 0..7 {
+            assert_eq!(get(&w, "/f.txt").body, b"static file\n", "{arch}");
+        }
+        // One thread (process) holds an idle keep-alive connection...
+        let mut idle = Reader::new(w.connect());
+        idle.send(b"GET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(idle.response(false).body, b"static file\n", "{arch}");
+        // ...the other sends a body larger than the socket buffers hold.
+        let mut s = w.connect();
+        weft_io::sys::set_rcvbuf(std::os::fd::AsRawFd::as_raw_fd(&s), 16 * 1024).unwrap();
+        std::io::Write::write_all(&mut s, b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let mut first = [0u8; 1000];
+        s.read_exact(&mut first).unwrap();
+        let t0 = std::time::Instant::now();
+        w.terminate();
+        std::thread::sleep(Duration::from_millis(300));
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+        let mut all = first.to_vec();
+        all.extend_from_slice(&rest);
+        let head_end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(all.len() - head_end, big, "{arch}: the response in flight finished");
+        assert!(all[head_end..] == pattern(big)[..], "{arch}");
+        assert_eq!(w.wait_exit(Duration::from_secs(15)), Some(0), "{arch}: {}", w.stderr());
+        let took = t0.elapsed();
+        assert!(
+            took < Duration::from_secs(10),
+            "{arch}: stopped after {took:?}: the idle connection held it"
+        );
+        let err = w.stderr();
+        let stats = err
+            .lines()
+            .find(|l| l.starts_with("{\"accepted\""))
+            .unwrap_or_else(|| panic!("{arch}: no stats in {err}"));
+        assert_eq!(counter(stats, "requests"), 9, "{arch}: {stats}");
+        drop(idle);
+    }
+}

@@ -17,8 +17,10 @@
 //! thesis's pre-forked MP shared one listening socket. A process that dies
 //! loses only the connection it was serving: what waits in the queue is
 //! accepted by the others or by its replacement, which needs no start-up
-//! handshake (the queue holds connections until someone accepts). The
-//! processes are killed when the server stops.
+//! handshake (the queue holds connections until someone accepts). When the
+//! server stops, each process is sent SIGTERM and drains as a worker does
+//! (its connection finishes within `--grace`; it is killed after that) and
+//! writes its last counters, which the parent reads before it sums them.
 //!
 //! (One SO_REUSEPORT listener per process, as before, gave each process its
 //! own queue: the kernel resets the connections queued on a listener that
@@ -33,6 +35,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use weft_io::sys::Fd;
 use weft_io::{WorkerGroup, WorkerSeat};
@@ -81,6 +84,12 @@ struct Mp {
     /// Each slot's totals so far: the processes that died in it, plus the
     /// running one's last report (counters stay monotonic across restarts).
     totals: Arc<Mutex<Vec<Vec<u64>>>>,
+    /// Each slot's report reader: joined before its totals are read again
+    /// (a replacement's base, the sum at stop), so a process's last report,
+    /// written as it exits, is never lost.
+    readers: Mutex<Vec<Option<JoinHandle<()>>>>,
+    /// How long a stopping process may take to finish its connection.
+    grace: Duration,
 }
 
 /// The line prefix of a serving process's counters on its stdout.
@@ -105,10 +114,48 @@ impl Mp {
             let _ = child.kill();
             return Err(io::Error::other("MP process without stdout"));
         };
+        // The slot's previous process has exited (or there was none): its
+        // reader ends at the pipe's end, after the last report.
+        self.join_reader(i);
         let base = self.totals.lock().unwrap_or_else(|e| e.into_inner())[i].clone();
         let (slots, totals) = (self.slots.clone(), self.totals.clone());
-        std::thread::spawn(move || read_reports(BufReader::new(out), i, &base, &slots, &totals));
+        let reader = std::thread::spawn(move || read_reports(BufReader::new(out), i, &base, &slots, &totals));
+        self.readers.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(reader);
         Ok(child)
+    }
+
+    fn join_reader(&self, i: usize) {
+        let h = self.readers.lock().unwrap_or_else(|e| e.into_inner())[i].take();
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+
+    /// Stop every process as a server stops: SIGTERM, so each finishes the
+    /// connection it serves (within the grace period; killed after it) and
+    /// writes its last report; then wait for them and read those reports.
+    fn stop(&self, kids: &Mutex<Vec<Child>>) {
+        let mut kids = kids.lock().unwrap_or_else(|e| e.into_inner());
+        for c in kids.iter_mut() {
+            // Only a process not yet reaped: a reaped one's pid may be reused.
+            if matches!(c.try_wait(), Ok(None)) {
+                weft_io::sys::signal::terminate(c.id());
+            }
+        }
+        let deadline = Instant::now() + self.grace + Duration::from_secs(1);
+        for c in kids.iter_mut() {
+            while matches!(c.try_wait(), Ok(None)) {
+                if Instant::now() >= deadline {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        for i in 0..kids.len() {
+            self.join_reader(i);
+        }
     }
 }
 
@@ -161,6 +208,8 @@ pub(crate) fn start_mp(
         args: std::env::args_os().skip(1).collect(),
         addr: addr.to_string(),
         totals: Arc::new(Mutex::new(vec![Vec::new(); n])),
+        readers: Mutex::new((0..n).map(|_| None).collect()),
+        grace: cfg.grace,
         slots,
     };
     let children = Children::default();
@@ -176,6 +225,7 @@ pub(crate) fn start_mp(
             std::thread::sleep(Duration::from_millis(100));
             supervise(&mp, &kids, &mut restarts);
         }
+        mp.stop(&kids);
         let mut total = ServeStats::default();
         for s in mp.slots.iter() {
             total.add(&s.counters.read());

@@ -74,7 +74,7 @@ pub fn remove_stale() -> Vec<String> {
             .split_whitespace()
             .filter_map(|p| p.parse::<u32>().ok())
         {
-            weft_io::sys::tun::terminate(pid);
+            weft_io::sys::signal::terminate(pid);
         }
         match ip(&["netns", "del", &n]) {
             Ok(()) => said.push(format!("removed stale namespace {n} (weft pid {pid} is gone)")),

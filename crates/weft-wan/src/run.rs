@@ -217,7 +217,7 @@ fn wait(child: Option<&mut Child>) -> i32 {
         }
         if let Ok(sig) = rx.recv_timeout(Duration::from_millis(50)) {
             if sig != 2 {
-                sys::tun::terminate(child.id());
+                sys::signal::terminate(child.id());
             }
         }
     }

@@ -72,6 +72,15 @@ pub fn wait_control() -> io::Result<Control> {
     })
 }
 
+/// Send SIGTERM to `pid` (ignored if it is gone).
+pub fn terminate(pid: u32) {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return;
+    }
+    // SAFETY: kill with a positive pid and a valid signal number.
+    let _ = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+}
+
 /// Send SIGHUP to process `pid` (`weft reload`).
 pub fn send_hangup(pid: u32) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;

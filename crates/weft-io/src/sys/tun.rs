@@ -107,15 +107,6 @@ pub fn process_alive(pid: u32) -> bool {
     rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
-/// Send SIGTERM to `pid` (ignored if it is gone).
-pub fn terminate(pid: u32) {
-    if pid == 0 || pid > i32::MAX as u32 {
-        return;
-    }
-    // SAFETY: kill with a positive pid and a valid signal number.
-    let _ = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-}
-
 /// `fd` as a pollfd waiting for input.
 pub fn poll_in(fd: impl FdArg) -> libc::pollfd {
     libc::pollfd {

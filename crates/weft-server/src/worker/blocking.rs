@@ -12,6 +12,7 @@ use std::io;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant, SystemTime};
+use weft_io::group::Drain;
 use weft_io::sys::{self, Fd};
 use weft_io::{Interest, Token};
 
@@ -62,6 +63,10 @@ impl Worker<'_> {
                 }
             }
         }
+        // The last counters, whatever the interval: the parent sums the
+        // processes' reports once they have exited.
+        let mut due = Instant::now();
+        self.report_to_parent(&mut due);
         Ok(())
     }
 
@@ -83,6 +88,35 @@ impl Worker<'_> {
         use std::io::Write;
         let _ = std::io::stdout().lock().write_all(line.as_bytes());
         let _ = std::io::stdout().lock().flush();
+    }
+
+    /// Wait until `c`'s socket is ready (`write`: for sending) or `until`,
+    /// in slices of [`ACCEPT_POLL`] so that a stop request is seen: the
+    /// connection is then drained by the event loop's rule ([`Drain`]): an
+    /// idle one closes at once, or after [`DRAIN_QUIET`](weft_io::group::DRAIN_QUIET) if it was just
+    /// active; a request in flight is answered with `Connection: close` and
+    /// its response finishes. False: close it.
+    fn wait_conn(&mut self, c: &mut Conn, write: bool, mut until: Instant) -> bool {
+        loop {
+            let now = Instant::now();
+            if self.door.stop_requested() {
+                // answer() closes after a response once this is set.
+                self.shared.draining = true;
+                match Drain::of(c.is_idle() && !c.lingering, c.last_activity, now) {
+                    Drain::Close => return false,
+                    Drain::KeepUntil(t) => until = until.min(t),
+                    Drain::Finish => c.close_after |= c.has_output(),
+                }
+            }
+            if now >= until {
+                return false;
+            }
+            match sys::wait_ready(&c.fd, write, (until - now).min(ACCEPT_POLL)) {
+                Ok(true) => return true,
+                Ok(false) => {}
+                Err(_) => return false,
+            }
+        }
     }
 
     /// Serve one connection to its end, blocking.
@@ -124,10 +158,10 @@ impl Worker<'_> {
                 c.may_read |= !write;
                 continue;
             }
-            match sys::wait_ready(&c.fd, write, limit) {
-                Ok(true) => c.may_read |= !write,
-                _ => break, // timed out (or the wait failed): close
+            if !self.wait_conn(&mut c, write, Instant::now() + limit) {
+                break; // timed out, drained, or the wait failed: close
             }
+            c.may_read |= !write;
         }
         // cgi: drop a request still in flight.
         crate::cgi::client_closed(&mut self.shared, c.token);
