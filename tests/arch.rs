@@ -210,7 +210,6 @@ fn ended(pid: u32) -> bool {
 /// their last counters as they exit; the parent reads them before summing).
 #[test]
 fn mt_and_mp_stop_gracefully_and_count_every_request() {
-    use std::io::Read;
     let site = TempDir::new("arch-stop");
     site.write("f.txt", b"static file\n");
     let big = 4 << 20;
@@ -237,19 +236,10 @@ fn mt_and_mp_stop_gracefully_and_count_every_request() {
         let mut s = w.connect();
         weft_io::sys::set_rcvbuf(std::os::fd::AsRawFd::as_raw_fd(&s), 16 * 1024).unwrap();
         std::io::Write::write_all(&mut s, b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
-        let mut first = [0u8; 1000];
-        s.read_exact(&mut first).unwrap();
         let t0 = std::time::Instant::now();
-        w.terminate();
-        std::thread::sleep(Duration::from_millis(300));
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut rest = Vec::new();
-        s.read_to_end(&mut rest).unwrap();
-        let mut all = first.to_vec();
-        all.extend_from_slice(&rest);
-        let head_end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-        assert_eq!(all.len() - head_end, big, "{arch}: the response in flight finished");
-        assert!(all[head_end..] == pattern(big)[..], "{arch}");
+        let body = body_across_stop(&mut s, || w.terminate());
+        assert_eq!(body.len(), big, "{arch}: the response in flight finished");
+        assert!(body == pattern(big), "{arch}");
         assert_eq!(w.wait_exit(Duration::from_secs(15)), Some(0), "{arch}: {}", w.stderr());
         let took = t0.elapsed();
         assert!(

@@ -415,6 +415,21 @@ pub fn raw(w: &Weft, request: &[u8]) -> (Response, bool) {
     (resp, closed)
 }
 
+/// The body of a response that a stop overtakes: reads the first 1,000
+/// bytes of the answer to the request already sent on `s` (so the response
+/// is surely in flight), calls `stop`, then reads to the end of the stream
+/// (20 s at most); returns what follows the head.
+pub fn body_across_stop(s: &mut TcpStream, stop: impl FnOnce()) -> Vec<u8> {
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut all = vec![0u8; 1000];
+    s.read_exact(&mut all).unwrap();
+    stop();
+    std::thread::sleep(Duration::from_millis(200));
+    s.read_to_end(&mut all).unwrap();
+    let head_end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4;
+    all.split_off(head_end)
+}
+
 /// One request (raw bytes) on a fresh connection; its response, without
 /// waiting to see whether the server closes ([`raw`] does).
 pub fn raw_response(w: &Weft, request: &[u8]) -> Response {
