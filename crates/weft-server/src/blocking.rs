@@ -124,10 +124,24 @@ impl Mp {
         Ok(child)
     }
 
+    /// Wait for slot `i`'s reader to reach the end of its process's output
+    /// (at once, normally: the process has exited). Bounded, so that a
+    /// descendant still holding the pipe open cannot stall the supervisor:
+    /// after [`MP_READER_END`] the reader is left to finish on its own.
     fn join_reader(&self, i: usize) {
-        let h = self.readers.lock().unwrap_or_else(|e| e.into_inner())[i].take();
-        if let Some(h) = h {
+        let Some(h) = self.readers.lock().unwrap_or_else(|e| e.into_inner())[i].take() else {
+            return;
+        };
+        let deadline = Instant::now() + MP_READER_END;
+        while !h.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if h.is_finished() {
             let _ = h.join();
+        } else {
+            weft_core::warn!(
+                "MP process {i}: its output is still open after it exited; its last counters may be missing"
+            );
         }
     }
 
@@ -246,6 +260,9 @@ pub(crate) fn start_mp(
 const MP_SHORT_LIFE: Duration = Duration::from_secs(1);
 /// The first wait before starting again a process that failed to start.
 const MP_FIRST_BACKOFF: Duration = Duration::from_millis(10);
+/// How long an exited process's report reader may take to reach the end of
+/// its output ([`Mp::join_reader`]).
+const MP_READER_END: Duration = Duration::from_secs(1);
 /// The longest wait between starts of a process that keeps failing.
 const MP_MAX_BACKOFF: Duration = Duration::from_secs(1);
 
