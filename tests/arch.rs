@@ -2,8 +2,10 @@
 //! on the cases `tests/flash.rs` does not cover: CGI and FastCGI requests
 //! (with a local redirect, an error and keep-alive after them) on every
 //! architecture (`per_arch!`), and MP's supervision: a serving process that
-//! dies is started again, `/stats` lists the processes and sums them, and a
-//! connection queued on the processes' shared listener outlives them.
+//! dies is started again, `/stats` lists the processes and sums them, a
+//! connection queued on the processes' shared listener outlives them, and a
+//! process whose server was killed ends even while it holds a connection.
+//! A stop drains MT's threads and MP's processes and counts every request.
 
 mod common;
 mod fcgi_app;
@@ -254,4 +256,32 @@ fn mt_and_mp_stop_gracefully_and_count_every_request() {
         assert_eq!(counter(stats, "requests"), 9, "{arch}: {stats}");
         drop(idle);
     }
+}
+
+/// An MP process serving a kept-alive connection when its server is killed
+/// (SIGKILL: no stop request reaches it) closes that connection and ends,
+/// rather than waiting out `--idle-timeout`.
+#[test]
+fn mp_process_with_a_kept_alive_connection_ends_with_its_server() {
+    let site = TempDir::new("arch-mp-orphan");
+    site.write("f.txt", b"static file\n");
+    let w = Weft::serve(&[
+        path_str(&site.path),
+        "--arch",
+        "mp",
+        "--pool",
+        "1",
+        "--idle-timeout",
+        "60s",
+    ]);
+    let serving = children(w.child.id());
+    assert_eq!(serving.len(), 1, "{serving:?}");
+    let mut kept = Reader::new(w.connect());
+    kept.send(b"GET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(kept.response(false).body, b"static file\n");
+    drop(w); // SIGKILL
+    kept.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(kept.closed(), "the orphan closed the kept-alive connection");
+    let ended = wait_until(Duration::from_secs(10), || ended(serving[0]));
+    assert!(ended, "{serving:?} still running after its server was killed");
 }

@@ -37,14 +37,8 @@ impl Worker<'_> {
         l.set_nonblocking(false)?;
         l.set_read_timeout(Some(ACCEPT_POLL))?;
         let l = TcpListener::from(OwnedFd::from(l));
-        // An MP process ends with the server that started it, even one
-        // killed without a chance to stop it: the pid comes from the server,
-        // since one killed while this process was starting is no longer the
-        // parent by the time this thread could ask.
-        let mp_parent = self.shared.cfg.mp_parent;
-        let orphaned = || mp_parent.is_some_and(|p| std::os::unix::process::parent_id() != p);
         let mut next_report = Instant::now();
-        while !self.door.stop_requested() && !orphaned() {
+        while !self.door.stop_requested() && !self.orphaned() {
             match l.accept() {
                 Ok((s, peer)) => {
                     self.shared.stats.accepted += 1;
@@ -90,16 +84,28 @@ impl Worker<'_> {
         let _ = std::io::stdout().lock().flush();
     }
 
+    /// An MP process whose server is gone, even one killed without a
+    /// chance to stop it: it ends too. The pid comes from the server, since
+    /// one killed while this process was starting is no longer the parent
+    /// by the time this thread could ask. (A system call: asked between
+    /// connections and when a wait has timed out, not per request.)
+    fn orphaned(&self) -> bool {
+        let parent = self.shared.cfg.mp_parent;
+        parent.is_some_and(|p| std::os::unix::process::parent_id() != p)
+    }
+
     /// Wait until `c`'s socket is ready (`write`: for sending) or `until`,
-    /// in slices of [`ACCEPT_POLL`] so that a stop request is seen: the
-    /// connection is then drained by the event loop's rule ([`Drain`]): an
-    /// idle one closes at once, or after [`DRAIN_QUIET`](weft_io::group::DRAIN_QUIET) if it was just
+    /// in slices of [`ACCEPT_POLL`] so that a stop request (or, for an MP
+    /// process, its server's end) is seen: the connection is then drained
+    /// by the event loop's rule ([`Drain`]): an idle one closes at once, or
+    /// after [`DRAIN_QUIET`](weft_io::group::DRAIN_QUIET) if it was just
     /// active; a request in flight is answered with `Connection: close` and
     /// its response finishes. False: close it.
     fn wait_conn(&mut self, c: &mut Conn, write: bool, mut until: Instant) -> bool {
+        let mut stopping = self.door.stop_requested();
         loop {
             let now = Instant::now();
-            if self.door.stop_requested() {
+            if stopping {
                 // answer() closes after a response once this is set.
                 self.shared.draining = true;
                 match Drain::of(c.is_idle() && !c.lingering, c.last_activity, now) {
@@ -113,7 +119,7 @@ impl Worker<'_> {
             }
             match sys::wait_ready(&c.fd, write, (until - now).min(ACCEPT_POLL)) {
                 Ok(true) => return true,
-                Ok(false) => {}
+                Ok(false) => stopping = self.door.stop_requested() || self.orphaned(),
                 Err(_) => return false,
             }
         }
