@@ -95,19 +95,18 @@ fn total_requests(stats: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A document root with `f.txt`, and a server on it with `--arch ARCH
+/// --pool N` and `extra`.
+fn blocking_server(name: &str, arch: &str, pool: &str, extra: &[&str]) -> (TempDir, Weft) {
+    let site = TempDir::new(name);
+    site.write("f.txt", b"static file\n");
+    let w = Weft::serve(&[&[path_str(&site.path), "--arch", arch, "--pool", pool][..], extra].concat());
+    (site, w)
+}
+
 #[test]
 fn mp_restarts_a_dead_process_and_sums_their_stats() {
-    let site = TempDir::new("arch-mp");
-    site.write("f.txt", b"static file\n");
-    let w = Weft::serve(&[
-        path_str(&site.path),
-        "--arch",
-        "mp",
-        "--pool",
-        "2",
-        "--admin",
-        "127.0.0.1:0",
-    ]);
+    let (_site, w) = blocking_server("arch-mp", "mp", "2", &["--admin", "127.0.0.1:0"]);
     let admin = w.admin.expect("admin address").to_string();
     let pid = w.child.id();
     let before = children(pid);
@@ -150,9 +149,7 @@ fn mp_restarts_a_dead_process_and_sums_their_stats() {
 /// accept from it.
 #[test]
 fn mp_connection_queued_while_its_processes_die_is_answered() {
-    let site = TempDir::new("arch-mp-queue");
-    site.write("f.txt", b"static file\n");
-    let w = Weft::serve(&[path_str(&site.path), "--arch", "mp", "--pool", "2"]);
+    let (_site, w) = blocking_server("arch-mp-queue", "mp", "2", &[]);
     let pid = w.child.id();
     let before = children(pid);
     assert_eq!(before.len(), 2, "{before:?}");
@@ -212,21 +209,11 @@ fn ended(pid: u32) -> bool {
 /// their last counters as they exit; the parent reads them before summing).
 #[test]
 fn mt_and_mp_stop_gracefully_and_count_every_request() {
-    let site = TempDir::new("arch-stop");
-    site.write("f.txt", b"static file\n");
     let big = 4 << 20;
-    site.write("big.bin", &pattern(big));
     for arch in ["mt", "mp"] {
-        let mut w = Weft::serve(&[
-            path_str(&site.path),
-            "--arch",
-            arch,
-            "--pool",
-            "2",
-            "--idle-timeout",
-            "60s",
-            "--stats-on-exit",
-        ]);
+        let extra = ["--idle-timeout", "60s", "--stats-on-exit"];
+        let (site, mut w) = blocking_server("arch-stop", arch, "2", &extra);
+        site.write("big.bin", &pattern(big));
         for _ in 0..7 {
             assert_eq!(get(&w, "/f.txt").body, b"static file\n", "{arch}");
         }
@@ -263,17 +250,7 @@ fn mt_and_mp_stop_gracefully_and_count_every_request() {
 /// rather than waiting out `--idle-timeout`.
 #[test]
 fn mp_process_with_a_kept_alive_connection_ends_with_its_server() {
-    let site = TempDir::new("arch-mp-orphan");
-    site.write("f.txt", b"static file\n");
-    let w = Weft::serve(&[
-        path_str(&site.path),
-        "--arch",
-        "mp",
-        "--pool",
-        "1",
-        "--idle-timeout",
-        "60s",
-    ]);
+    let (_site, w) = blocking_server("arch-mp-orphan", "mp", "1", &["--idle-timeout", "60s"]);
     let serving = children(w.child.id());
     assert_eq!(serving.len(), 1, "{serving:?}");
     let mut kept = Reader::new(w.connect());
