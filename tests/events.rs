@@ -245,3 +245,40 @@ fn weft_io_refused() -> bool {
     }
     refused
 }
+
+/// `--event epoll-once` is the µserver study's epoll2 in the proxy too: each
+/// socket is registered once, for both directions, and never modified, so
+/// the proxy's `epoll_ctl` calls are its registrations (one per accepted
+/// client and opened upstream, plus four of the worker's own: the listener,
+/// the shutdown waker, the helpers' mailbox, and the listener's removal at
+/// stop), however many requests they carry. Plain epoll, on the same exchange,
+/// modifies interest as requests start and end. (Until Nov 29 the proxy
+/// re-registered under `epoll-once` as under plain epoll.)
+#[test]
+fn proxy_epoll_once_registers_each_socket_once() {
+    let o = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
+    let dir = TempDir::new("once-urls");
+    let urls: Vec<String> = ["/size/100/nc/a", "/size/300000/nc/b"]
+        .iter()
+        .map(|p| format!("http://{}{p}", o.addr))
+        .collect();
+    let list = dir.write("urls", urls.join("\n").as_bytes());
+    let mut ctl = Vec::new();
+    for event in ["epoll-once", "epoll"] {
+        let p = start_proxy(event, &["--splice", "on"]);
+        let proxy = p.addr.to_string();
+        load_verified(&urls[0], &proxy, &list, "epoll", (8, 8), "1", event);
+        let stats = exit_stats(p);
+        let t = &stats["total"];
+        let sockets = n(t, "accepted") + n(t, "upstream_connects") + 4;
+        let calls = t["syscalls"]["epoll_ctl"].as_u64().unwrap_or(0);
+        ctl.push((event, calls, sockets));
+    }
+    let (_, once, sockets) = ctl[0];
+    assert!(once <= sockets, "epoll-once: {once} epoll_ctl for {sockets} sockets");
+    let (_, level, sockets) = ctl[1];
+    assert!(
+        level > sockets,
+        "plain epoll modifies interest: {level} epoll_ctl for {sockets} sockets"
+    );
+}

@@ -5,7 +5,7 @@
 
 use crate::acl;
 use crate::config::ProxyConfig;
-use crate::conn::{initial_interest, Client, Entry, ReqBody};
+use crate::conn::{Client, Entry, ReqBody};
 use crate::worker::{client_of, Flow, Worker};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -90,7 +90,7 @@ impl Worker<'_> {
             return;
         }
         let token = self.slab.next_token();
-        let initial = initial_interest::<P>(Interest::READ);
+        let initial = P::CAPS.first_interest_kept(Interest::READ);
         if let Err(e) = cx.register(fd.raw(), token, initial) {
             self.sh.stats.refused_fd_limit += 1;
             if self.refused_logged.is_multiple_of(1000) {

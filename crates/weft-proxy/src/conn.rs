@@ -16,24 +16,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 use weft_http::{CacheControl, ChunkedDecoder, Method, RequestHead};
-use weft_io::{Fd, InputBuf, Interest, OutChain, Poller, Token};
+use weft_io::{Fd, InputBuf, Interest, OutChain, Token};
 
 /// Size of the input buffers a worker lends its connections (a request
 /// head, or a response head's first read, fits in one).
 pub const INPUT_BUF: usize = 4096;
 /// Idle input buffers a worker keeps for reuse.
 pub const INPUT_BUFS_KEPT: usize = 256;
-
-/// The interest a new client or upstream socket is registered with: both
-/// directions on an edge-triggered backend (where it is never changed),
-/// otherwise `first`, what the socket's first step waits for.
-pub fn initial_interest<P: Poller>(first: Interest) -> Interest {
-    if P::CAPS.edge_triggered {
-        Interest::BOTH
-    } else {
-        first
-    }
-}
 
 /// A slab slot.
 pub enum Entry {

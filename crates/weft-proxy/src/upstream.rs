@@ -3,7 +3,7 @@
 //! and back (AutoRelease), retrying once when a reused connection turns out
 //! dead before any response byte, and reading a response head.
 
-use crate::conn::{initial_interest, Client, Entry, Phase, ReqBody, Upstream};
+use crate::conn::{Client, Entry, Phase, ReqBody, Upstream};
 use crate::headers::{self, Forward};
 use crate::worker::{arm, client_of, pair, upstream_of, Flow, Shared, Worker};
 use std::collections::HashMap;
@@ -235,7 +235,7 @@ impl Worker<'_> {
         if !lane {
             self.sh.pool.put(addr, ut);
         }
-        if !P::CAPS.edge_triggered && u.interest != Interest::READ {
+        if !P::CAPS.keeps_both() && u.interest != Interest::READ {
             if cx.reregister(u.fd.raw(), ut, Interest::READ).is_err() {
                 self.close_upstream(cx, ut);
                 return;
@@ -305,7 +305,7 @@ impl Worker<'_> {
             Err(e) => return self.connect_failed(cx, ct, e),
         };
         let ut = self.slab.next_token();
-        let initial = initial_interest::<P>(Interest::WRITE);
+        let initial = P::CAPS.first_interest_kept(Interest::WRITE);
         if cx.register(fd.raw(), ut, initial).is_err() {
             return self.fail(cx, ct, 502, "cannot watch the upstream connection");
         }

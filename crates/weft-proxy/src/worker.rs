@@ -484,7 +484,7 @@ impl<'a> Worker<'a> {
     /// Update interests and timers of the client and its upstream.
     fn settle<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) {
         let cfg = self.sh.cfg;
-        let fixed = P::CAPS.edge_triggered;
+        let fixed = P::CAPS.keeps_both();
         let Some(c) = client_of(&mut self.slab, ct) else {
             return;
         };

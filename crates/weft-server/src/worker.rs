@@ -322,7 +322,7 @@ impl<'a> Worker<'a> {
             return;
         }
         let token = self.conns.next_token();
-        let interest = P::CAPS.first_interest();
+        let interest = P::CAPS.first_interest(Interest::READ);
         if let Err(e) = cx.register(fd.raw(), token, interest) {
             self.shared.stats.refused_fd_limit += 1;
             if self.refused_logged.is_multiple_of(1000) {

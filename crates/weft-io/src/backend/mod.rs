@@ -237,15 +237,38 @@ pub struct Caps {
 }
 
 impl Caps {
-    /// The interest a new connection is registered with: both directions on
+    /// The interest a new socket is registered with: both directions on
     /// fixed-interest backends (registered once, never modified), otherwise
-    /// read, as a request comes first.
-    pub const fn first_interest(&self) -> Interest {
+    /// `first`, what the socket's first step waits for (a request:
+    /// [`Interest::READ`]; a connect: [`Interest::WRITE`]). Every role
+    /// registers by this one rule, and changes interest later only where
+    /// `fixed_interest` is false.
+    pub const fn first_interest(&self, first: Interest) -> Interest {
         if self.fixed_interest {
             Interest::BOTH
         } else {
-            Interest::READ
+            first
         }
+    }
+
+    /// Like [`Caps::first_interest`], for a handler that keeps both
+    /// directions registered on every edge-triggered backend too (`uring`:
+    /// the proxy, whose sockets remember every edge they are told of, and
+    /// whose sockets with a body or tunnel in the kernel need their read
+    /// poll armed to hear the sockmap marker, an error). Its interest then
+    /// changes only where [`Caps::keeps_both`] is false.
+    pub const fn first_interest_kept(&self, first: Interest) -> Interest {
+        if self.keeps_both() {
+            Interest::BOTH
+        } else {
+            first
+        }
+    }
+
+    /// Whether a handler registering by [`Caps::first_interest_kept`] never
+    /// changes a socket's interest: fixed-interest or edge-triggered.
+    pub const fn keeps_both(&self) -> bool {
+        self.fixed_interest || self.edge_triggered
     }
 }
 

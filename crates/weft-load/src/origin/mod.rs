@@ -291,7 +291,7 @@ impl<'a> Worker<'a> {
             return;
         }
         let token = self.conns.next_token();
-        let interest = P::CAPS.first_interest();
+        let interest = P::CAPS.first_interest(Interest::READ);
         if cx.register(fd.raw(), token, interest).is_err() {
             accept::refuse(fd);
             return;
