@@ -262,3 +262,59 @@ fn mp_process_with_a_kept_alive_connection_ends_with_its_server() {
     let ended = wait_until(Duration::from_secs(10), || ended(serving[0]));
     assert!(ended, "{serving:?} still running after its server was killed");
 }
+
+/// Voluntary context switches of every thread of `pids` so far.
+fn sleeps(pids: &[u32]) -> u64 {
+    let mut n = 0;
+    for pid in pids {
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            n += status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    n
+}
+
+/// An idle MT or MP server sleeps: its threads (MT's 64 by default, MP's
+/// processes) wait on their listener, their socket and their stop notice
+/// with no timeout of their own, so a second of idleness costs no wake-up.
+/// (Until Nov 29 each woke every 200 ms to look at the stop switch: about
+/// 320 wake-ups a second for MT's 64 threads.) A kept-alive idle connection
+/// sleeps too, and the stop still ends it at once.
+#[test]
+fn idle_mt_and_mp_servers_do_not_wake() {
+    for (arch, pool) in [("mt", "64"), ("mp", "4")] {
+        let (_site, mut w) = blocking_server("arch-idle", arch, pool, &["--idle-timeout", "60s"]);
+        let mut kept = Reader::new(w.connect());
+        kept.send(b"GET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(kept.response(false).body, b"static file\n", "{arch}");
+        // MT: the server's own threads; MP: its serving processes (the
+        // supervisor looks at them ten times a second, on purpose).
+        let pids = if arch == "mt" {
+            vec![w.child.id()]
+        } else {
+            children(w.child.id())
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let before = sleeps(&pids);
+        std::thread::sleep(Duration::from_secs(1));
+        let woke = sleeps(&pids) - before;
+        assert!(woke <= 10, "{arch}: {woke} wake-ups in a second of idleness");
+        let t0 = std::time::Instant::now();
+        w.terminate();
+        assert_eq!(w.wait_exit(Duration::from_secs(10)), Some(0), "{arch}: {}", w.stderr());
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{arch}: the kept connection held the stop"
+        );
+        drop(kept);
+    }
+}

@@ -141,6 +141,13 @@ impl Door {
     pub fn take_listener(&mut self) -> Option<Fd> {
         self.listener.take()
     }
+
+    /// This worker's shutdown eventfd, for a blocking thread to wait on
+    /// beside its socket (`sys::StopNotice`). Signalled once at shutdown and
+    /// never drained by a blocking thread, it stays readable from then on.
+    pub fn waker(&self) -> RawFd {
+        self.waker
+    }
 }
 
 #[cfg(test)]

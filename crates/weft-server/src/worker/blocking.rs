@@ -5,19 +5,21 @@
 //! parent passed them, `crate::blocking`), then waits for its one socket
 //! (poll with the header, idle or send timeout) between non-blocking reads
 //! and sends, and reads the disk inline.
+//!
+//! An idle thread sleeps without a timeout of its own: its waits end on its
+//! socket or listener, on its worker's stop notice (the shutdown eventfd),
+//! or, in an MP process, on the pipe to its server reporting that the
+//! server is gone ([`StopNotice`]). Nothing wakes it to look at a switch.
 
 use super::{drive_conn, linger_read, Next, Worker, LINGER};
 use crate::conn::Conn;
 use std::io;
-use std::net::{TcpListener, TcpStream};
-use std::os::fd::OwnedFd;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant, SystemTime};
 use weft_io::group::Drain;
-use weft_io::sys::{self, Fd};
+use weft_io::sys::{self, AcceptWait, Fd, StopNotice, Woken};
 use weft_io::{Interest, Token};
 
-/// How often a thread blocked in `accept` looks at the shutdown switch.
-const ACCEPT_POLL: Duration = Duration::from_millis(200);
 /// The longest wait of a thread whose connection has a CGI request in flight.
 const CGI_SLICE: Duration = Duration::from_millis(50);
 /// How often an MP process reports its counters to its parent.
@@ -29,30 +31,42 @@ impl Worker<'_> {
         let Some(l) = self.door.take_listener() else {
             return Ok(());
         };
-        // SO_RCVTIMEO bounds accept(2) too: set it through a stream view.
-        // Under MP the listener is the parent's, shared by every process
-        // (one socket, one open file description): each sets the same mode
-        // and timeout, so none undoes another's.
-        let l = TcpStream::from(OwnedFd::from(l));
-        l.set_nonblocking(false)?;
-        l.set_read_timeout(Some(ACCEPT_POLL))?;
-        let l = TcpListener::from(OwnedFd::from(l));
+        // Non-blocking: a wake-up can find the queue already emptied by
+        // another thread or process. Under MP the listener is the parent's,
+        // shared by every process (one open file description): each sets
+        // the same mode, so none undoes another's.
+        sys::set_nonblocking(&l)?;
+        let wait = AcceptWait::new(l.raw(), self.notice())?;
         let mut next_report = Instant::now();
+        let mut owed = false;
         while !self.door.stop_requested() && !self.orphaned() {
-            match l.accept() {
+            match sys::accept(&l) {
                 Ok((s, peer)) => {
                     self.shared.stats.accepted += 1;
-                    self.serve_blocking(s, Some(peer));
+                    self.serve_blocking(s, peer);
                     self.slot.counters.publish(&self.stats());
                     self.slot.latency.publish(&mut self.shared.latency, Instant::now());
-                    self.report_to_parent(&mut next_report);
+                    owed = self.report_to_parent(&mut next_report);
+                    continue;
                 }
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                    self.report_to_parent(&mut next_report);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
+                    // Out of descriptors, say: the connection stays queued.
                     weft_core::warn!("accept: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            }
+            // Nothing queued: sleep until a connection comes, the stop
+            // notice fires, or a report held back by its interval is due.
+            let timeout = owed.then(|| next_report.saturating_duration_since(Instant::now()));
+            match wait.wait(timeout) {
+                Ok(Woken::Timeout) => owed = self.report_to_parent(&mut next_report),
+                Ok(Woken::ParentGone) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    weft_core::warn!("waiting to accept: {e}");
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
@@ -64,12 +78,26 @@ impl Worker<'_> {
         Ok(())
     }
 
+    /// What ends this thread's waits besides its own descriptor: the
+    /// worker's stop notice and, in an MP process, its stdout, the pipe its
+    /// server reads its reports from.
+    fn notice(&self) -> StopNotice {
+        StopNotice {
+            stop: self.door.waker(),
+            parent: self.shared.cfg.mp_parent.map(|_| std::io::stdout().as_raw_fd()),
+        }
+    }
+
     /// An MP process: its counters to the parent on stdout, a line at most
-    /// every [`REPORT_EVERY`] (`crate::blocking::MP_STATS_LINE`).
-    fn report_to_parent(&mut self, next: &mut Instant) {
+    /// every [`REPORT_EVERY`] (`crate::blocking::MP_STATS_LINE`). True when
+    /// a report is owed: held back by the interval, due at `next`.
+    fn report_to_parent(&mut self, next: &mut Instant) -> bool {
         let now = Instant::now();
-        if self.shared.cfg.mp_parent.is_none() || now < *next {
-            return;
+        if self.shared.cfg.mp_parent.is_none() {
+            return false;
+        }
+        if now < *next {
+            return true;
         }
         *next = now + REPORT_EVERY;
         self.slot.counters.publish(&self.stats());
@@ -82,21 +110,24 @@ impl Worker<'_> {
         use std::io::Write;
         let _ = std::io::stdout().lock().write_all(line.as_bytes());
         let _ = std::io::stdout().lock().flush();
+        false
     }
 
     /// An MP process whose server is gone, even one killed without a
     /// chance to stop it: it ends too. The pid comes from the server, since
     /// one killed while this process was starting is no longer the parent
     /// by the time this thread could ask. (A system call: asked between
-    /// connections and when a wait has timed out, not per request.)
+    /// connections and when a wait was ended by its notice, not per
+    /// request. The pipe's error, [`Woken::ParentGone`], is the prompt
+    /// sign; this is the check that needs no pipe.)
     fn orphaned(&self) -> bool {
         let parent = self.shared.cfg.mp_parent;
         parent.is_some_and(|p| std::os::unix::process::parent_id() != p)
     }
 
-    /// Wait until `c`'s socket is ready (`write`: for sending) or `until`,
-    /// in slices of [`ACCEPT_POLL`] so that a stop request (or, for an MP
-    /// process, its server's end) is seen: the connection is then drained
+    /// Wait until `c`'s socket is ready (`write`: for sending) or `until`;
+    /// the stop notice (or, for an MP process, its server's end) ends the
+    /// wait too ([`StopNotice`]), and the connection is then drained
     /// by the event loop's rule ([`Drain`]): an idle one closes at once, or
     /// after [`DRAIN_QUIET`](weft_io::group::DRAIN_QUIET) if it was just
     /// active; a request in flight is answered with `Connection: close` and
@@ -117,26 +148,28 @@ impl Worker<'_> {
             if now >= until {
                 return false;
             }
-            match sys::wait_ready(&c.fd, write, (until - now).min(ACCEPT_POLL)) {
-                Ok(true) => return true,
-                Ok(false) => stopping = self.door.stop_requested() || self.orphaned(),
+            // Once stopping, the notice would end every wait at once: only
+            // the socket and the drain's deadline count then.
+            let notice = (!stopping).then(|| self.notice());
+            match sys::wait_ready_or(c.fd.raw(), write, notice, Some(until - now)) {
+                Ok(Woken::Ready) => return true,
+                Ok(Woken::ParentGone) => stopping = true,
+                Ok(_) => stopping = self.door.stop_requested() || self.orphaned(),
                 Err(_) => return false,
             }
         }
     }
 
     /// Serve one connection to its end, blocking.
-    fn serve_blocking(&mut self, s: TcpStream, peer: Option<std::net::SocketAddr>) {
+    fn serve_blocking(&mut self, s: Fd, peer: Option<std::net::SocketAddr>) {
         let cfg = self.shared.cfg;
-        // The socket stays non-blocking and the thread blocks in poll: a
-        // send then never runs past what the socket buffer takes, so a
-        // body's file is checked between sends (a response is a snapshot).
-        if s.set_nonblocking(true).is_err() {
-            return;
-        }
-        let _ = s.set_nodelay(true);
+        // The socket is non-blocking (accept4) and the thread blocks in
+        // poll: a send then never runs past what the socket buffer takes,
+        // so a body's file is checked between sends (a response is a
+        // snapshot).
+        let _ = sys::set_nodelay(&s, true);
         let now = Instant::now();
-        let mut c = Conn::new(Fd::from(s), Token::new(0, 0), peer, Interest::READ, now);
+        let mut c = Conn::new(s, Token::new(0, 0), peer, Interest::READ, now);
         c.may_read = true;
         loop {
             self.shared.date.update(SystemTime::now());
