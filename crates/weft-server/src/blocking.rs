@@ -235,8 +235,11 @@ pub(crate) fn start_mp(
     let kids = children.0.clone();
     let workers = WorkerGroup::start("weft-mp", vec![weft_io::sys::eventfd()?], move |seat: WorkerSeat| {
         let mut restarts = vec![Restart::new(Instant::now()); n];
+        // A look at the processes ten times a second; the stop notice (the
+        // seat's eventfd, readable from then on) ends a wait at once.
+        let stop = seat.shutdown.waker(seat.index);
         while !seat.shutdown.requested() {
-            std::thread::sleep(Duration::from_millis(100));
+            let _ = weft_io::sys::wait_ready(stop, false, Duration::from_millis(100));
             supervise(&mp, &kids, &mut restarts);
         }
         mp.stop(&kids);
