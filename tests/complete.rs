@@ -166,24 +166,15 @@ fn check_generated(r: &Response, status: u16, head: bool, what: &str) {
 /// `request` on a fresh connection; the response, read as the answer to a
 /// HEAD when `head`.
 fn exchange(addr: std::net::SocketAddr, request: &str, head: bool) -> Response {
-    exchange_reader(addr, request, head).1
+    ask(addr, request.as_bytes(), head).1
 }
 
 /// [`exchange`], and whether the connection then closed with nothing more
 /// (a HEAD answer whose body had been sent would show here). Waits up to
 /// 5 s for the close: only for answers that must close.
 fn exchange_closed(addr: std::net::SocketAddr, request: &str, head: bool) -> (Response, bool) {
-    let (mut r, resp) = exchange_reader(addr, request, head);
+    let (mut r, resp) = ask(addr, request.as_bytes(), head);
     (resp, r.closed())
-}
-
-fn exchange_reader(addr: std::net::SocketAddr, request: &str, head: bool) -> (Reader, Response) {
-    let s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut r = Reader::new(s);
-    r.send(request.as_bytes());
-    let resp = r.response(head);
-    (r, resp)
 }
 
 /// A HEAD on a kept-alive connection, then a GET on the same connection: the

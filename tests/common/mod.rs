@@ -400,10 +400,7 @@ pub fn get(w: &Weft, path: &str) -> Response {
 /// Send raw bytes on a fresh connection; returns the response and whether the
 /// server closed the connection afterwards.
 pub fn raw(w: &Weft, request: &[u8]) -> (Response, bool) {
-    let mut r = Reader::new(w.connect());
-    r.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    r.send(request);
-    let resp = r.response(false);
+    let (mut r, resp) = ask(w.addr, request, false);
     // A response that announces the close gets 5 s for it; one that does
     // not is expected to stay open, and a server that closes anyway does so
     // right after its write, so a second shows it without every such call
@@ -433,10 +430,20 @@ pub fn body_across_stop(s: &mut TcpStream, stop: impl FnOnce()) -> Vec<u8> {
 /// One request (raw bytes) on a fresh connection; its response, without
 /// waiting to see whether the server closes ([`raw`] does).
 pub fn raw_response(w: &Weft, request: &[u8]) -> Response {
-    let mut r = Reader::new(w.connect());
-    r.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    ask(w.addr, request, false).1
+}
+
+/// `request` on a fresh connection to `addr` (reads time out after 5 s):
+/// the connection and its response, read as the answer to a HEAD when
+/// `head`.
+pub fn ask(addr: std::net::SocketAddr, request: &[u8], head: bool) -> (Reader, Response) {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut r = Reader::new(s);
     r.send(request);
-    r.response(false)
+    let resp = r.response(head);
+    (r, resp)
 }
 
 /// A document root with the files most tests use.
