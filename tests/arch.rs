@@ -285,9 +285,10 @@ fn sleeps(pids: &[u32]) -> u64 {
 
 /// An idle MT or MP server sleeps: its threads (MT's 64 by default, MP's
 /// processes) wait on their listener, their socket and their stop notice
-/// with no timeout of their own, so a second of idleness costs no wake-up.
-/// (Until Nov 29 each woke every 200 ms to look at the stop switch: about
-/// 320 wake-ups a second for MT's 64 threads.) A kept-alive idle connection
+/// with no timeout of their own, and MP's supervisor waits for its
+/// processes' exits, so a second of idleness costs no wake-up. (Until Nov
+/// 29 each thread woke every 200 ms to look at the stop switch: about 320
+/// wake-ups a second for MT's 64 threads; the supervisor ten a second.) A kept-alive idle connection
 /// sleeps too, and the stop still ends it at once.
 #[test]
 fn idle_mt_and_mp_servers_do_not_wake() {
@@ -296,13 +297,13 @@ fn idle_mt_and_mp_servers_do_not_wake() {
         let mut kept = Reader::new(w.connect());
         kept.send(b"GET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n");
         assert_eq!(kept.response(false).body, b"static file\n", "{arch}");
-        // MT: the server's own threads; MP: its serving processes (the
-        // supervisor looks at them ten times a second, on purpose).
-        let pids = if arch == "mt" {
-            vec![w.child.id()]
-        } else {
-            children(w.child.id())
-        };
+        // MT: the server's threads; MP: its serving processes and the
+        // server, whose supervisor waits for their exits on pidfds.
+        let mut pids = children(w.child.id());
+        pids.push(w.child.id());
+        if arch == "mt" {
+            assert_eq!(pids.len(), 1, "MT starts no process: {pids:?}");
+        }
         std::thread::sleep(Duration::from_millis(300));
         let before = sleeps(&pids);
         std::thread::sleep(Duration::from_secs(1));

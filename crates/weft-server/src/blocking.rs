@@ -235,11 +235,17 @@ pub(crate) fn start_mp(
     let kids = children.0.clone();
     let workers = WorkerGroup::start("weft-mp", vec![weft_io::sys::eventfd()?], move |seat: WorkerSeat| {
         let mut restarts = vec![Restart::new(Instant::now()); n];
-        // A look at the processes ten times a second; the stop notice (the
-        // seat's eventfd, readable from then on) ends a wait at once.
+        let mut exits = Exits::new(n);
         let stop = seat.shutdown.waker(seat.index);
         while !seat.shutdown.requested() {
-            let _ = weft_io::sys::wait_ready(stop, false, Duration::from_millis(100));
+            exits.follow(&kids, &restarts);
+            // Sleep until a process exits (its pidfd), a restart held back
+            // is due, or the stop notice (the seat's eventfd, readable from
+            // then on) fires.
+            let mut fds = vec![stop];
+            fds.extend(exits.fds());
+            let timeout = exits.timeout(&restarts, Instant::now());
+            let _ = weft_io::sys::wait_any(&fds, timeout);
             supervise(&mp, &kids, &mut restarts);
         }
         mp.stop(&kids);
@@ -268,6 +274,71 @@ const MP_FIRST_BACKOFF: Duration = Duration::from_millis(10);
 const MP_READER_END: Duration = Duration::from_secs(1);
 /// The longest wait between starts of a process that keeps failing.
 const MP_MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long MP's supervisor sleeps between looks where a process's exit
+/// cannot be waited for (pidfd_open refused: a kernel before 5.3).
+const MP_LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// The supervisor's view of each slot's running process: a pidfd that
+/// becomes readable when it exits, so an idle MP server's supervisor sleeps
+/// until something happens instead of looking ten times a second.
+struct Exits {
+    /// (pid, its pidfd) per slot; None while the slot's process has exited
+    /// and waits to be started again (its pidfd would stay readable).
+    slots: Vec<Option<(u32, Fd)>>,
+    /// pidfd_open failed for a running process: look on a timer.
+    blind: bool,
+}
+
+impl Exits {
+    fn new(n: usize) -> Exits {
+        Exits {
+            slots: (0..n).map(|_| None).collect(),
+            blind: false,
+        }
+    }
+
+    /// Follow the processes as they are now: a new pid gets its pidfd; a
+    /// slot whose exit was seen (a restart pending) is not waited on.
+    fn follow(&mut self, kids: &Mutex<Vec<Child>>, restarts: &[Restart]) {
+        let kids = kids.lock().unwrap_or_else(|e| e.into_inner());
+        self.blind = false;
+        for (i, child) in kids.iter().enumerate() {
+            let slot = &mut self.slots[i];
+            if restarts[i].next_start.is_some() {
+                *slot = None;
+                continue;
+            }
+            let pid = child.id();
+            if slot.as_ref().is_some_and(|(p, _)| *p == pid) {
+                continue;
+            }
+            // Not yet reaped (only `supervise` reaps, on this thread), so
+            // the pid is still this child's.
+            *slot = weft_io::sys::signal::pidfd_open(pid).ok().map(|fd| (pid, fd));
+            self.blind |= slot.is_none();
+        }
+    }
+
+    fn fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
+        self.slots.iter().flatten().map(|(_, fd)| fd.raw())
+    }
+
+    /// The longest sleep: until the first restart held back is due (None:
+    /// no limit), or [`MP_LOOK_EVERY`] where an exit cannot be waited for.
+    fn timeout(&self, restarts: &[Restart], now: Instant) -> Option<Duration> {
+        let due = restarts
+            .iter()
+            .filter_map(|r| r.next_start)
+            .min()
+            .map(|t| t.saturating_duration_since(now));
+        let blind = self.blind.then_some(MP_LOOK_EVERY);
+        match (due, blind) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
 
 /// One slot's restart state. There is no start-up handshake to tell that a
 /// process failed to start, so one that exits within [`MP_SHORT_LIFE`] of

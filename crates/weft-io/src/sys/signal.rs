@@ -81,6 +81,22 @@ pub fn terminate(pid: u32) {
     let _ = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
 }
 
+/// A pidfd of child process `pid` (pidfd_open(2), Linux 5.3): readable
+/// once the process has exited, so a supervisor can wait for its children
+/// in poll instead of looking at them on a timer. The child must not have
+/// been reaped yet (a zombie is fine: its pidfd is readable at once).
+pub fn pidfd_open(pid: u32) -> io::Result<super::Fd> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: pidfd_open takes a pid and flags, no memory arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns
+    // (pidfds are close-on-exec).
+    Ok(unsafe { super::Fd::from_raw(fd as std::os::fd::RawFd) })
+}
+
 /// Send SIGHUP to process `pid` (`weft reload`).
 pub fn send_hangup(pid: u32) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;

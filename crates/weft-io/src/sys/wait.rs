@@ -65,6 +65,24 @@ pub fn wait_ready_or(
     }
 }
 
+/// Block until one of `fds` is readable (or has an error or hang-up
+/// pending), or `timeout` (None: no limit) passes; true when one is.
+pub fn wait_any(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<bool> {
+    let mut set: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    match poll(&mut set, timeout_ms(timeout)) {
+        Ok(n) => Ok(n > 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// A blocking thread's wait for a connection to accept, beside the others
 /// that accept from the same listener (MT's threads, MP's processes): an
 /// epoll instance of its own with the listener registered exclusively
