@@ -240,9 +240,9 @@ impl Caps {
     /// The interest a new socket is registered with: both directions on
     /// fixed-interest backends (registered once, never modified), otherwise
     /// `first`, what the socket's first step waits for (a request:
-    /// [`Interest::READ`]; a connect: [`Interest::WRITE`]). Every role
-    /// registers by this one rule, and changes interest later only where
-    /// `fixed_interest` is false.
+    /// [`Interest::READ`]; a connect: [`Interest::WRITE`]). Serve and
+    /// origin register by this rule and change interest later only where
+    /// `fixed_interest` is false; the proxy by [`Caps::first_interest_kept`].
     pub const fn first_interest(&self, first: Interest) -> Interest {
         if self.fixed_interest {
             Interest::BOTH
