@@ -4,6 +4,7 @@
 //! descriptor and a [`StopNotice`], or on a shared listener ([`AcceptWait`]).
 
 use super::{epoll_create, epoll_ctl, epoll_wait, poll, Fd, FdArg};
+use crate::backend::timeout_ms;
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -33,10 +34,6 @@ pub enum Woken {
     ParentGone,
     /// The timeout passed.
     Timeout,
-}
-
-fn timeout_ms(timeout: Option<Duration>) -> i32 {
-    timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32)
 }
 
 /// Block until `fd` is readable (`write == false`) or writable, `notice`
@@ -137,18 +134,7 @@ impl AcceptWait {
 /// Block until `fd` is readable (`write == false`) or writable, an error or
 /// hang-up is pending, or `timeout` passes. True when ready.
 pub fn wait_ready(fd: impl FdArg, write: bool, timeout: Duration) -> io::Result<bool> {
-    let events = if write { libc::POLLOUT } else { libc::POLLIN };
-    let mut fds = [libc::pollfd {
-        fd: fd.raw_for_call(),
-        events,
-        revents: 0,
-    }];
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    match poll(&mut fds, ms) {
-        Ok(n) => Ok(n > 0),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
-        Err(e) => Err(e),
-    }
+    wait_ready_or(fd.raw_for_call(), write, None, Some(timeout)).map(|w| w == Woken::Ready)
 }
 
 /// [`wait_ready`] on two descriptors at once (`b` absent: `a` alone): a
@@ -168,8 +154,7 @@ pub fn wait_ready2(a: RawFd, a_write: bool, b: Option<(RawFd, bool)>, timeout: D
         }
         None => 1,
     };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    match poll(&mut fds[..n], ms) {
+    match poll(&mut fds[..n], timeout_ms(Some(timeout))) {
         Ok(k) => Ok(k > 0),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
         Err(e) => Err(e),
