@@ -389,7 +389,11 @@ pub(crate) fn reject(c: &mut Client, date: &weft_http::DateCache, status: u16, r
 /// (see `tune_listener`). Unbounded for cache hits larger than the bound:
 /// their bytes are already in memory, and a bound would split one writev of
 /// the object into a write and an epoll_ctl pair per 32 KiB (measured: 1 MiB
-/// hits cost 342 µs of proxy CPU with the bound, 157 without). One
+/// hits cost 342 µs of proxy CPU with the bound, 157 without), and for
+/// bodies and tunnels forwarded in the kernel (`--splice sockmap`): their
+/// bytes are sent by the psock's kernel worker, which takes the bound's
+/// EAGAIN as "retry one jiffy later" (a 1 MiB tunnel on loopback took 3.4×
+/// as long with it, and weft woke for each stall). One
 /// setsockopt per change of kind on a connection, none while it stays the
 /// same.
 /// (Takes the client's fields apart so a caller may hold its input buffer.)

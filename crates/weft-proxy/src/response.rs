@@ -315,6 +315,12 @@ fn start_relay(
         linked_head: cfg.uring_linked_head,
         token: token.0,
     };
+    if kernel {
+        // Unbounded for the psock worker that will send the body (see
+        // `set_notsent_lowat`); the head set the bound before the path was
+        // known.
+        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, cfg);
+    }
     let mut relay = Relay::new(framing, how, spare, &mut sh.pipes, &mut sh.stats);
     {
         let mut ends = relay_ends(

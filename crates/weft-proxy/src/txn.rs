@@ -459,7 +459,7 @@ impl Worker<'_> {
             c.input.discard(&mut sh.bufs);
         }
         c.out.push_copy(b"HTTP/1.1 200 Connection established\r\n\r\n");
-        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, true, self.sh.cfg);
+        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, !tunnel.to_kernel(), self.sh.cfg);
         c.tunnel = Some((tunnel, ut));
         c.last_activity = cx.now;
         Flow::Again

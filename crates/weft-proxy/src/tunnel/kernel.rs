@@ -71,6 +71,13 @@ impl Tunnel {
         self.kernel = Some(Kernel::default());
     }
 
+    /// Whether the tunnel means to join the maps (it may still decline, and
+    /// then splices): its client socket must not bound its unsent bytes
+    /// (`set_notsent_lowat`).
+    pub fn to_kernel(&self) -> bool {
+        self.kernel.is_some()
+    }
+
     /// Whether the sockets have joined the maps: the kernel moves the
     /// bytes, and weft waits only for ends of stream and errors.
     pub fn in_kernel(&self) -> bool {
