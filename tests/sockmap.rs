@@ -133,6 +133,8 @@ fn tunnel_half_close_1mib() {
     let Some(stats) = stats else { return };
     assert_eq!(counter(&stats, "tunnels"), 3, "{stats}");
     assert_eq!(counter(&stats, "sockmap_sessions"), 3, "{stats}");
+    // The checks of each direction against the program's count agreed.
+    assert_eq!(counter(&stats, "sockmap_mismatches"), 0, "{stats}");
     // Bytes that came before the join were copied by weft.
     let bytes = counter(&stats, "sockmap_bytes") + counter(&stats, "tunnel_bytes_copied");
     let want: u64 = (0..3).map(|i| 2 * (MIB + i * 4097) as u64).sum();
@@ -162,6 +164,7 @@ fn tunnel_echo_concurrent() {
     });
     let Some(stats) = stats else { return };
     assert_eq!(counter(&stats, "sockmap_sessions"), 4, "{stats}");
+    assert_eq!(counter(&stats, "sockmap_mismatches"), 0, "{stats}");
     let want: u64 = (0..4).map(|i| 2 * (MIB + 13 * i) as u64).sum();
     let bytes = counter(&stats, "sockmap_bytes") + counter(&stats, "tunnel_bytes_copied");
     assert_eq!(bytes, want, "{stats}");
@@ -457,6 +460,7 @@ fn bodies_byte_exact_pipelined_upstream_reused() {
     assert_eq!(kernel_bodies + counter(&stats, "sessions_splice"), 8, "{stats}");
     assert!(kernel_bodies >= 4, "{stats}");
     assert_eq!(counter(&stats, "sockmap_declined"), 0, "{stats}");
+    assert_eq!(counter(&stats, "sockmap_mismatches"), 0, "{stats}");
     assert_eq!(counter(&stats, "upstream_connects"), 1, "{stats}");
     assert_eq!(up.conns(), 1, "one upstream connection for every request");
     let big: u64 = [
@@ -548,8 +552,10 @@ fn body_upstream_sends_past_its_length() {
         "the next response is its own"
     );
     drop(r);
-    let Some(_) = body_stats(p) else { return };
+    let Some(stats) = body_stats(p) else { return };
     assert_eq!(up.conns(), 2, "the connection that overran its length was closed");
+    // The excess is counted as seen by the program: no false alarm.
+    assert_eq!(counter(&stats, "sockmap_mismatches"), 0, "{stats}");
 }
 
 /// A body in the kernel never wakes weft, so the send timeout looks at the

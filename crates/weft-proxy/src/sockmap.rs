@@ -15,6 +15,16 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use weft_sockmap::{Body, Forwarder};
 
+/// The count [`KernelFwd::check`] compares with the bytes the program
+/// redirected.
+#[derive(Clone, Copy, Debug)]
+pub enum Seen {
+    /// Bytes the source socket received after the join.
+    Received,
+    /// Bytes the destination socket was written after the join.
+    Written,
+}
+
 /// A worker's sockmap forwarder: not tried yet, loaded, or unavailable.
 #[derive(Default)]
 pub enum KernelFwd {
@@ -36,6 +46,12 @@ static SAID_BACKEND: AtomicBool = AtomicBool::new(false);
 
 /// Said once per process when bodies cannot be carried (tunnels can).
 static SAID_BODIES: AtomicBool = AtomicBool::new(false);
+
+/// Set (and said) once the kernel was seen writing a forwarded stream's
+/// receiver other bytes than the program redirected to it: from then on
+/// every worker's new tunnels and bodies splice (those in the kernel finish
+/// there, each checked the same way).
+static DISTRUSTED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// Bodies dropped while still in the maps (a transaction closed by a
@@ -64,9 +80,41 @@ impl KernelFwd {
         fits
     }
 
-    /// The forwarder, loaded at the first call; None (said once) where BPF
-    /// is unavailable.
+    /// Check one direction of a tunnel or body forwarded in the kernel:
+    /// its source received (`Seen::Received`) or its destination was
+    /// written (`Seen::Written`) `seen` bytes since the join, and the
+    /// program redirected `redirected`. Equal is the norm. Otherwise (or
+    /// when the count could not be read) the caller resets the connections,
+    /// since the bytes cannot be taken back, and from now on new tunnels
+    /// and bodies splice. Seen on Linux 6.18: the first bytes of an skb
+    /// handed to the program twice (docs/proxy.md, "A kernel that forwards
+    /// a byte twice").
+    pub fn check(seen: Seen, count: Option<u64>, redirected: u64, st: &mut crate::stats::ProxyStats) -> bool {
+        if count == Some(redirected) {
+            return true;
+        }
+        st.sockmap_mismatches += 1;
+        if !DISTRUSTED.swap(true, Ordering::Relaxed) {
+            let count = count.map_or_else(|| "an unknown number of".to_string(), |n| n.to_string());
+            let what = match seen {
+                Seen::Received => "received",
+                Seen::Written => "was written",
+            };
+            eprintln!(
+                "weft proxy: --splice sockmap: a socket {what} {count} bytes where the program redirected \
+                 {redirected}; that connection was reset, and new tunnels and bodies splice from now on"
+            );
+        }
+        false
+    }
+
+    /// The forwarder for a new tunnel or body, loaded at the first call;
+    /// None where BPF is unavailable (said once) or the kernel was caught
+    /// forwarding other bytes than it was given ([`KernelFwd::check`]).
     pub fn get(&mut self) -> Option<&mut Forwarder> {
+        if DISTRUSTED.load(Ordering::Relaxed) {
+            return None;
+        }
         if matches!(self, KernelFwd::Untried) {
             *self = match Forwarder::load() {
                 Ok(f) => KernelFwd::Ready(Box::new(f)),

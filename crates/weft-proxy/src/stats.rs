@@ -152,6 +152,11 @@ weft_core::metrics! {
         /// Request bodies a response overtook whose rest was read and
         /// dropped, so the client kept its connection.
         counter bodies_discarded,
+        /// Tunnel directions and bodies forwarded in the kernel whose
+        /// receiving socket was written other bytes than the program
+        /// redirected to it (a kernel fault: the connections are reset, and
+        /// new tunnels and bodies splice from then on).
+        counter sockmap_mismatches,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -238,7 +243,7 @@ mod tests {
             request_state_pooled \
             calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
             bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
-            sockmap_bodies sockmap_body_bytes bodies_discarded";
+            sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

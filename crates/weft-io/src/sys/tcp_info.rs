@@ -40,6 +40,54 @@ pub struct TcpInfo {
     /// Bytes acknowledged by the peer; bytes received.
     pub bytes_acked: u64,
     pub bytes_received: u64,
+    /// Data bytes sent, retransmissions included; of those, retransmitted.
+    pub bytes_sent: u64,
+    pub bytes_retrans: u64,
+    /// Bytes written and not yet sent.
+    pub notsent_bytes: u32,
+}
+
+impl TcpInfo {
+    /// Data bytes written into the socket over its life: sent once (not
+    /// counting retransmissions) plus not yet sent. One snapshot, taken
+    /// under the socket's lock, where `bytes_acked` and SIOCOUTQ would be
+    /// two reads with ACKs arriving between them. The in-kernel forwarding
+    /// checks with it that the kernel wrote exactly the bytes it was given
+    /// (weft-proxy's sockmap paths).
+    pub fn written(&self) -> u64 {
+        self.bytes_sent.saturating_sub(self.bytes_retrans) + u64::from(self.notsent_bytes)
+    }
+
+    /// Whether the peer's FIN has arrived (CLOSE_WAIT, LAST_ACK, CLOSING,
+    /// TIME_WAIT or CLOSE), as [`super::bpf::fin_received`] tells.
+    pub fn fin_received(&self) -> bool {
+        matches!(self.state, 6..=9 | 11)
+    }
+
+    /// Data bytes received: `bytes_received` counts sequence space, where
+    /// the FIN takes one.
+    pub fn data_received(&self) -> u64 {
+        self.bytes_received - u64::from(self.fin_received() && self.bytes_received > 0)
+    }
+}
+
+/// Data bytes taken from the socket's receive queue over its life (read by
+/// the application, or handed to a sockmap verdict): `bytes_received` less
+/// what waits unread (SIOCINQ). The two come from two calls; the unread
+/// count is asked before and after, and the answer stands only when it did
+/// not change between (nothing arrived and nothing was taken meanwhile):
+/// up to four tries, then `WouldBlock`. For a socket nobody reads while
+/// this runs (weft asks just before a sockmap join).
+pub fn bytes_taken(fd: impl FdArg + Copy) -> io::Result<u64> {
+    for _ in 0..4 {
+        let (_, before) = super::sockmem::queued(fd)?;
+        let received = tcp_info(fd)?.data_received();
+        let (_, after) = super::sockmem::queued(fd)?;
+        if before == after {
+            return Ok(received.saturating_sub(before));
+        }
+    }
+    Err(io::ErrorKind::WouldBlock.into())
 }
 
 /// getsockopt(TCP_INFO) on a TCP socket.
@@ -79,6 +127,9 @@ pub fn tcp_info(fd: impl FdArg) -> io::Result<TcpInfo> {
         data_segs_in: t.tcpi_data_segs_in,
         bytes_acked: t.tcpi_bytes_acked,
         bytes_received: t.tcpi_bytes_received,
+        bytes_sent: t.tcpi_bytes_sent,
+        bytes_retrans: t.tcpi_bytes_retrans,
+        notsent_bytes: t.tcpi_notsent_bytes,
     })
 }
 
@@ -105,5 +156,59 @@ mod tests {
         assert_eq!(ci.total_retrans, 0);
         let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         assert!(tcp_info(&u).is_err(), "not a TCP socket");
+    }
+
+    #[test]
+    fn written_counts_every_byte_once_sent_or_not() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        assert_eq!(tcp_info(&c).unwrap().written(), 0, "the handshake carries no data");
+        // More than the peer's window takes at once: some stays unsent.
+        c.set_nonblocking(true).unwrap();
+        let chunk = vec![9u8; 1 << 20];
+        let mut wrote = 0u64;
+        for _ in 0..64 {
+            match c.write(&chunk) {
+                Ok(n) => wrote += n as u64,
+                Err(_) => break,
+            }
+        }
+        let i = tcp_info(&c).unwrap();
+        assert_eq!(i.written(), wrote, "{i:?}");
+        // Read it all: the count stays what was written.
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0u64;
+        while got < wrote {
+            got += s.read(&mut buf).unwrap() as u64;
+        }
+        assert_eq!(tcp_info(&c).unwrap().written(), wrote);
+    }
+
+    #[test]
+    fn bytes_taken_leaves_out_what_waits_unread() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.write_all(&[1u8; 5000]).unwrap();
+        let mut buf = [0u8; 1200];
+        s.read_exact(&mut buf).unwrap();
+        // All 5000 arrive; 1200 were read.
+        let mut taken = 0;
+        for _ in 0..100 {
+            if tcp_info(&s).unwrap().bytes_received == 5000 {
+                taken = bytes_taken(&s).unwrap();
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(taken, 1200);
+        assert!(!tcp_info(&s).unwrap().fin_received());
+        drop(c);
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest.len(), 3800);
+        assert!(tcp_info(&s).unwrap().fin_received());
+        assert_eq!(bytes_taken(&s).unwrap(), 5000);
     }
 }

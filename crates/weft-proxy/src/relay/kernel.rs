@@ -33,7 +33,7 @@
 //! still flow, so the body cannot be taken back part way).
 
 use super::*;
-use crate::sockmap::{orphan, KernelFwd};
+use crate::sockmap::{orphan, KernelFwd, Seen};
 use weft_sockmap::{Body, Forwarder};
 
 /// A body forwarded by the sockmap program.
@@ -61,6 +61,14 @@ pub(super) struct KernelBody {
     /// The body's last bytes when the verdict passed them up (see
     /// `read_passed`); written after the marker.
     tail: Vec<u8>,
+    /// What the client socket had been written at the join
+    /// ([`weft_io::sys::TcpInfo::written`]): at the marker it must have
+    /// been written exactly the redirected body bytes on top.
+    written_at_join: u64,
+    /// What had been taken from the upstream's receive queue at the join
+    /// ([`weft_io::sys::bytes_taken`]): when it leaves the map, the program
+    /// must have seen exactly the bytes taken since.
+    taken_at_join: u64,
 }
 
 impl KernelBody {
@@ -76,6 +84,8 @@ impl KernelBody {
             up_ended: false,
             acked: 0,
             tail: Vec::new(),
+            written_at_join: 0,
+            taken_at_join: 0,
         }
     }
 
@@ -160,7 +170,21 @@ impl Relay {
         if std::mem::take(e.client_may_write) {
             match sys::take_socket_error(client) {
                 Ok(None) => {}
-                Ok(Some(x)) if k.marked && Forwarder::is_marker(&x) => return self.kernel_drained(e, st),
+                Ok(Some(x)) if k.marked && Forwarder::is_marker(&x) => {
+                    // Every redirected body byte is written by now, and
+                    // nothing else (the passed-up tail comes after).
+                    let written = sys::tcp_info(client)
+                        .ok()
+                        .and_then(|t| t.written().checked_sub(k.written_at_join));
+                    if !KernelFwd::check(Seen::Written, written, k.len - k.tail.len() as u64, st) {
+                        // The bytes cannot be taken back: a reset, not a
+                        // response that looks complete.
+                        let _ = sys::set_linger_zero(client);
+                        self.client_gone = true;
+                        return Some(self.kernel_failed(e.kernel, Pump::ClientAborted));
+                    }
+                    return self.kernel_drained(e, st);
+                }
                 _ => {
                     self.client_gone = true;
                     return Some(self.kernel_failed(e.kernel, Pump::ClientAborted));
@@ -225,6 +249,31 @@ impl Relay {
             let Some(progress) = released else {
                 return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED));
             };
+            // Out of the map, the upstream's queue moves no more on its own:
+            // the program must have seen each byte taken from it since the
+            // join once (body, passed-up tail and excess alike).
+            let seen = k.len - progress.redirect_left + progress.excess;
+            // Except the bytes past the body in a passed-up skb: they stay
+            // unread in the psock (weft reads only the tail), and `excess`
+            // counts them with the dropped ones, so with a passed-up skb
+            // (an upstream that overran its length, not reused) the check
+            // allows for up to `excess` bytes seen and not taken.
+            let taken = sys::bytes_taken(e.up)
+                .ok()
+                .and_then(|t| t.checked_sub(k.taken_at_join))
+                .map(|t| {
+                    let overran = progress.passed > 0 && t < seen && t + progress.excess >= seen;
+                    if overran {
+                        seen
+                    } else {
+                        t
+                    }
+                });
+            if !KernelFwd::check(Seen::Received, taken, seen, st) {
+                let _ = sys::set_linger_zero(client);
+                self.client_gone = true;
+                return Some(self.kernel_failed(e.kernel, Pump::ClientAborted));
+            }
             if progress.excess > 0 {
                 self.tainted = true;
             }
@@ -308,12 +357,18 @@ impl Relay {
         self.framing = Framing::Length(left);
         e.kernel.reap();
         let Path::Kernel(k) = &mut self.path else { return None };
+        // The counts the kernel's forwarding is checked against.
+        let (Ok(info), Ok(taken)) = (sys::tcp_info(client), sys::bytes_taken(e.up)) else {
+            return self.decline_kernel(st);
+        };
         let joined = e.kernel.bodies().map(|f| f.join_body(client, e.up, left, k.token));
         let Some(Ok(body)) = joined else {
             return self.decline_kernel(st);
         };
         k.body = Some(body);
         k.len = left;
+        k.written_at_join = info.written();
+        k.taken_at_join = taken;
         // From here a client event is its marker or an error, an upstream
         // one its end of stream (or an error); any event after this pump is
         // delivered to a later one.

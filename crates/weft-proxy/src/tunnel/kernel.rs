@@ -20,6 +20,7 @@
 
 use super::{Side, Tunnel, TunnelEnds, TunnelState};
 pub use crate::sockmap::KernelFwd;
+use crate::sockmap::Seen;
 use crate::stats::ProxyStats;
 use weft_io::sys;
 use weft_io::OutChain;
@@ -42,6 +43,14 @@ pub(super) struct Kernel {
     quiet: [bool; 2],
     /// Bytes forwarded both ways when the idle timer last looked.
     seen: u64,
+    /// Bytes each side (0 client, 1 upstream) had been written at the join
+    /// ([`weft_io::sys::TcpInfo::written`]): at its marker it must have
+    /// been written exactly the bytes redirected to it on top.
+    written_at_join: [u64; 2],
+    /// Bytes weft had taken from each side's receive queue at the join
+    /// ([`weft_io::sys::bytes_taken`]): at its FIN the program must have
+    /// redirected exactly the bytes it received after them.
+    taken_at_join: [u64; 2],
 }
 
 impl Kernel {
@@ -57,6 +66,8 @@ impl Kernel {
 enum Step {
     Ok,
     Failed,
+    /// The kernel wrote the socket other bytes than were redirected to it.
+    Mismatch,
 }
 
 impl Tunnel {
@@ -131,10 +142,17 @@ impl Tunnel {
             return Some(TunnelState::Failed);
         };
         let k = self.kernel.as_mut()?;
-        if let (Step::Ok, Step::Ok) = (k.on_event(f, 0, &mut e.client, st), k.on_event(f, 1, &mut e.up, st)) {
-            return Some(k.state());
+        match (k.on_event(f, 0, &mut e.client, st), k.on_event(f, 1, &mut e.up, st)) {
+            (Step::Ok, Step::Ok) => Some(k.state()),
+            (Step::Mismatch, _) | (_, Step::Mismatch) => {
+                // The receiving peer got a corrupt stream; a reset (not a
+                // FIN) tells both peers the tunnel failed.
+                let _ = sys::set_linger_zero(e.client.fd);
+                let _ = sys::set_linger_zero(e.up.fd);
+                Some(TunnelState::Failed)
+            }
+            _ => Some(TunnelState::Failed),
         }
-        Some(TunnelState::Failed)
     }
 
     /// Before the join: read the client to EAGAIN, write out the queued
@@ -179,11 +197,23 @@ impl Tunnel {
         let Some(f) = fwd.get() else {
             return self.decline(st);
         };
+        // The counts the kernel's forwarding is checked against (see
+        // `Kernel::on_event`).
+        let (Ok(ci), Ok(ui), Ok(ct), Ok(ut)) = (
+            sys::tcp_info(client.fd),
+            sys::tcp_info(up.fd),
+            sys::bytes_taken(client.fd),
+            sys::bytes_taken(up.fd),
+        ) else {
+            return self.decline(st);
+        };
         let Ok(pair) = f.join(client.fd, up.fd) else {
             return self.decline(st);
         };
         let k = self.kernel.as_mut()?;
         k.pair = Some(pair);
+        k.written_at_join = [ci.written(), ui.written()];
+        k.taken_at_join = [ct, ut];
         st.sockmap_sessions += 1;
         // Both may already have ended (their FIN came before the join).
         *client.may_read = true;
@@ -216,6 +246,13 @@ impl Kernel {
         match sys::take_socket_error(side.fd) {
             Ok(None) => {}
             Ok(Some(e)) if Forwarder::is_marker(&e) && self.marked[1 - me] && !self.shut[1 - me] => {
+                // Every byte redirected to this side is written by now.
+                let written = sys::tcp_info(side.fd)
+                    .ok()
+                    .and_then(|t| t.written().checked_sub(self.written_at_join[me]));
+                if !KernelFwd::check(Seen::Written, written, f.forwarded(pair, 1 - me), st) {
+                    return Step::Mismatch;
+                }
                 if sys::shutdown_write(side.fd).is_err() {
                     return Step::Failed;
                 }
@@ -225,12 +262,22 @@ impl Kernel {
         }
         // As a source (of direction me): its end of stream.
         if !self.eof[me] {
-            let Ok(fin) = sys::bpf::fin_received(side.fd) else {
+            // TCP_INFO takes the socket's lock: once it shows the FIN, every
+            // byte before it has been through the program.
+            let Ok(info) = sys::tcp_info(side.fd) else {
                 return Step::Failed;
             };
-            if fin {
+            if info.fin_received() {
                 self.eof[me] = true;
-                st.sockmap_bytes += f.forwarded(pair, me);
+                let redirected = f.forwarded(pair, me);
+                // The program must have been handed each byte received
+                // after the join once (a kernel that hands one twice
+                // corrupts the stream: docs/proxy.md).
+                let received = info.data_received().checked_sub(self.taken_at_join[me]);
+                if !KernelFwd::check(Seen::Received, received, redirected, st) {
+                    return Step::Mismatch;
+                }
+                st.sockmap_bytes += redirected;
                 if f.mark(pair, 1 - me).is_err() {
                     return Step::Failed;
                 }
