@@ -168,3 +168,25 @@ impl KernelFwd {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::ProxyStats;
+
+    #[test]
+    fn a_mismatch_is_counted_and_new_sessions_splice() {
+        let mut st = ProxyStats::default();
+        assert!(KernelFwd::check(Seen::Written, Some(7), 7, &mut st));
+        assert_eq!(st.sockmap_mismatches, 0);
+        assert!(!KernelFwd::check(Seen::Received, Some(7), 60, &mut st));
+        assert!(
+            !KernelFwd::check(Seen::Received, None, 60, &mut st),
+            "a count that could not be read fails too"
+        );
+        assert_eq!(st.sockmap_mismatches, 2);
+        let mut fwd = KernelFwd::Untried;
+        assert!(fwd.get().is_none(), "new tunnels and bodies splice");
+        assert!(matches!(fwd, KernelFwd::Untried), "nothing is loaded for them");
+    }
+}

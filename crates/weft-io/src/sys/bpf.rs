@@ -26,26 +26,12 @@ pub fn socket_cookie(fd: impl FdArg) -> io::Result<u64> {
     Ok(value)
 }
 
-/// getsockopt(TCP_INFO): whether the peer's FIN has arrived (tcpi_state
-/// CLOSE_WAIT, LAST_ACK, CLOSING, TIME_WAIT or CLOSE), seen without reading,
-/// which a socket in a sockmap does not do. Taking the socket's lock, it
-/// also waits out a softirq still processing the segments before the FIN.
+/// getsockopt(TCP_INFO): whether the peer's FIN has arrived
+/// ([`super::TcpInfo::fin_received`]), seen without reading, which a socket
+/// in a sockmap does not do. Taking the socket's lock, it also waits out a
+/// softirq still processing the segments before the FIN.
 pub fn fin_received(fd: impl FdArg) -> io::Result<bool> {
-    let fd = fd.raw_for_call();
-    bump(SysKind::Other);
-    let mut info = [0u8; 8];
-    let mut len = info.len() as libc::socklen_t;
-    // SAFETY: info is a writable local buffer of the length passed.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            info.as_mut_ptr().cast(),
-            &mut len,
-        )
-    })?;
-    Ok(matches!(info[0], 6..=9 | 11))
+    Ok(super::tcp_info(fd)?.fin_received())
 }
 
 /// The batch part of `union bpf_attr` (BPF_MAP_*_BATCH).

@@ -10,15 +10,23 @@ use std::io;
 pub fn queued(fd: impl FdArg) -> io::Result<(u64, u64)> {
     let fd = fd.raw_for_call();
     let mut out: libc::c_int = 0;
-    let mut inq: libc::c_int = 0;
     bump(SysKind::Other);
     // SAFETY: TIOCOUTQ (= SIOCOUTQ) writes one int through the pointer, which
     // points to a live local.
     cvt(unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut out) })?;
+    Ok((out.max(0) as u64, unread(fd)?))
+}
+
+/// Bytes waiting unread in the receive queue of the TCP socket `fd`
+/// (SIOCINQ): one ioctl.
+pub fn unread(fd: impl FdArg) -> io::Result<u64> {
+    let fd = fd.raw_for_call();
+    let mut inq: libc::c_int = 0;
     bump(SysKind::Other);
-    // SAFETY: FIONREAD (= SIOCINQ) writes one int, as above.
+    // SAFETY: FIONREAD (= SIOCINQ) writes one int through the pointer, which
+    // points to a live local.
     cvt(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut inq) })?;
-    Ok((out.max(0) as u64, inq.max(0) as u64))
+    Ok(inq.max(0) as u64)
 }
 
 #[cfg(test)]

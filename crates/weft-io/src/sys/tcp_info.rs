@@ -80,9 +80,9 @@ impl TcpInfo {
 /// this runs (weft asks just before a sockmap join).
 pub fn bytes_taken(fd: impl FdArg + Copy) -> io::Result<u64> {
     for _ in 0..4 {
-        let (_, before) = super::sockmem::queued(fd)?;
+        let before = super::sockmem::unread(fd)?;
         let received = tcp_info(fd)?.data_received();
-        let (_, after) = super::sockmem::queued(fd)?;
+        let after = super::sockmem::unread(fd)?;
         if before == after {
             return Ok(received.saturating_sub(before));
         }
@@ -139,11 +139,16 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
 
+    /// A connected loopback pair: (client, server).
+    fn connected() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (c, l.accept().unwrap().0)
+    }
+
     #[test]
     fn counts_a_loopback_exchange() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (mut s, _) = l.accept().unwrap();
+        let (mut c, mut s) = connected();
         c.write_all(&[7u8; 10_000]).unwrap();
         let mut buf = vec![0u8; 10_000];
         s.read_exact(&mut buf).unwrap();
@@ -160,9 +165,7 @@ mod tests {
 
     #[test]
     fn written_counts_every_byte_once_sent_or_not() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (mut s, _) = l.accept().unwrap();
+        let (mut c, mut s) = connected();
         assert_eq!(tcp_info(&c).unwrap().written(), 0, "the handshake carries no data");
         // More than the peer's window takes at once: some stays unsent.
         c.set_nonblocking(true).unwrap();
@@ -187,9 +190,7 @@ mod tests {
 
     #[test]
     fn bytes_taken_leaves_out_what_waits_unread() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (mut s, _) = l.accept().unwrap();
+        let (mut c, mut s) = connected();
         c.write_all(&[1u8; 5000]).unwrap();
         let mut buf = [0u8; 1200];
         s.read_exact(&mut buf).unwrap();
