@@ -47,8 +47,8 @@ static SAID_BACKEND: AtomicBool = AtomicBool::new(false);
 /// Said once per process when bodies cannot be carried (tunnels can).
 static SAID_BODIES: AtomicBool = AtomicBool::new(false);
 
-/// Set (and said) once the kernel was seen writing a forwarded stream's
-/// receiver other bytes than the program redirected to it: from then on
+/// Set (and said) once a forwarded stream's socket counts disagreed with
+/// the bytes the program redirected ([`KernelFwd::check`]): from then on
 /// every worker's new tunnels and bodies splice (those in the kernel finish
 /// there, each checked the same way).
 static DISTRUSTED: AtomicBool = AtomicBool::new(false);

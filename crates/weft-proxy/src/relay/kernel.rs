@@ -177,11 +177,7 @@ impl Relay {
                         .ok()
                         .and_then(|t| t.written().checked_sub(k.written_at_join));
                     if !KernelFwd::check(Seen::Written, written, k.len - k.tail.len() as u64, st) {
-                        // The bytes cannot be taken back: a reset, not a
-                        // response that looks complete.
-                        let _ = sys::set_linger_zero(client);
-                        self.client_gone = true;
-                        return Some(self.kernel_failed(e.kernel, Pump::ClientAborted));
+                        return Some(self.kernel_corrupt(e.kernel, client));
                     }
                     return self.kernel_drained(e, st);
                 }
@@ -270,9 +266,7 @@ impl Relay {
                     }
                 });
             if !KernelFwd::check(Seen::Received, taken, seen, st) {
-                let _ = sys::set_linger_zero(client);
-                self.client_gone = true;
-                return Some(self.kernel_failed(e.kernel, Pump::ClientAborted));
+                return Some(self.kernel_corrupt(e.kernel, client));
             }
             if progress.excess > 0 {
                 self.tainted = true;
@@ -417,6 +411,15 @@ impl Relay {
         self.framing = Framing::Length(0);
         self.body_done = true;
         Some(Pump::Done)
+    }
+
+    /// The kernel forwarded other bytes than it was given
+    /// ([`KernelFwd::check`]): they cannot be taken back, so the client gets
+    /// a reset, not a response that looks complete.
+    fn kernel_corrupt(&mut self, fwd: &mut KernelFwd, client: BorrowedFd<'_>) -> Pump {
+        let _ = sys::set_linger_zero(client);
+        self.client_gone = true;
+        self.kernel_failed(fwd, Pump::ClientAborted)
     }
 
     /// Leave the maps and end with `how` (the client is closed: the body is
