@@ -66,7 +66,8 @@ impl Kernel {
 enum Step {
     Ok,
     Failed,
-    /// The kernel wrote the socket other bytes than were redirected to it.
+    /// The socket's own counts disagree with the bytes the program
+    /// redirected from it (as a source) or to it (as a destination).
     Mismatch,
 }
 
