@@ -156,12 +156,38 @@ where
     for<'a> &'a S: Read + Write,
 {
     // Buffered reads: a request's records usually arrive in one segment.
-    let mut r = io::BufReader::with_capacity(64 * 1024, &s);
+    let mut r = io::BufReader::with_capacity(64 * 1024, ReadyReader(&s));
     while let Ok(Some(req)) = read_request(&mut r) {
         SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if answer(&s, &req).is_err() || !req.keep {
             return;
         }
+    }
+}
+
+/// Reads a connection after waiting in poll(2) for input, not in a blocking
+/// read. A thread blocked in a Unix socket's read sits on the socket's one
+/// wait queue, and the kernel wakes that queue each time the server consumes
+/// a piece of the reply (`unix_write_space`): 1.5 needless context switches
+/// per 64 KiB response, measured. poll(2) waits for POLLIN alone, and the
+/// kernel passes those write-space wake-ups by.
+struct ReadyReader<'a, S>(&'a S);
+
+impl<S: AsFd> Read for ReadyReader<'_, S>
+where
+    for<'a> &'a S: Read,
+{
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut fds = [weft_io::sys::tun::poll_in(self.0.as_fd())];
+        loop {
+            match weft_io::sys::poll(&mut fds, -1) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+                Ok(_) => break,
+            }
+        }
+        let mut s = self.0;
+        s.read(buf)
     }
 }
 
