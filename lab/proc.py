@@ -9,7 +9,7 @@ has a master and a worker; weft has one process with several threads).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -102,6 +102,10 @@ class CpuSample:
     ns: int  # sum of the live threads' runtimes
     ticks: int  # utime + stime of the processes (includes exited threads)
     tids: frozenset  # the threads the ns sum covers
+    # Times each live thread was put on a CPU (schedstat's third field), by
+    # thread id: one per wake-up or preemption, what an exchange between
+    # processes pays.
+    slices: dict = field(default_factory=dict)
 
 
 def parse_schedstat(text: str) -> int:
@@ -109,34 +113,49 @@ def parse_schedstat(text: str) -> int:
     return int(text.split()[0])
 
 
-def _thread_ns(pid: int, proc: str) -> tuple[int, set[int]]:
-    total, tids = 0, set()
+def parse_schedstat_slices(text: str) -> int:
+    """Times the thread was put on a CPU, from one schedstat line."""
+    return int(text.split()[2])
+
+
+def _thread_ns(pid: int, proc: str) -> tuple[int, dict[int, int], set[int]]:
+    total, slices, tids = 0, {}, set()
     try:
         names = os.listdir(f"{proc}/{pid}/task")
     except OSError:
-        return 0, tids
+        return 0, slices, tids
     for t in names:
         try:
             with open(f"{proc}/{pid}/task/{t}/schedstat") as f:
-                total += parse_schedstat(f.read())
+                line = f.read()
+            total += parse_schedstat(line)
+            slices[int(t)] = parse_schedstat_slices(line)
             tids.add(int(t))
         except (OSError, ValueError, IndexError):
             continue
-    return total, tids
+    return total, slices, tids
 
 
 def tree_cpu_sample(root: int, proc: str = "/proc") -> CpuSample:
     """CPU time of `root` and its live descendants, in ns and in ticks."""
     stats = _read_all_stats(proc)
     tree = descendants(root, {pid: s.ppid for pid, s in stats.items()})
-    ns, tids = 0, set()
+    ns, slices, tids = 0, {}, set()
     for p in tree:
         if p in stats:
-            n, t = _thread_ns(p, proc)
+            n, k, t = _thread_ns(p, proc)
             ns += n
+            slices.update(k)
             tids |= t
     ticks = sum(stats[p].utime + stats[p].stime for p in tree if p in stats)
-    return CpuSample(ns=ns, ticks=ticks, tids=frozenset(tids))
+    return CpuSample(ns=ns, ticks=ticks, tids=frozenset(tids), slices=slices)
+
+
+def switches_between(before: CpuSample, after: CpuSample) -> int:
+    """Times the tree's threads were put on a CPU between two samples: the
+    threads in both, and the ones born since in full (a thread that ended
+    in between takes its count with it)."""
+    return sum(max(k - before.slices.get(tid, 0), 0) for tid, k in after.slices.items())
 
 
 def kernel_threads_ns(proc: str = "/proc") -> int:

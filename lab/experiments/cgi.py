@@ -22,8 +22,10 @@ document would (the thesis's CGI program also returned a document).
 
 Reported: requests/s, server CPU µs per request (the server's process tree:
 for `weft cgi pool` and `cgi1` that includes the programs), application CPU
-µs per request for the external application, and CGI throughput as a share
-of static (target: FastCGI via splice ≥ 80 % of static; the thesis reports
+µs per request for the external application, the times per request the
+server's and the application's threads were put on a CPU (schedstat: each
+a wake-up or a preemption, the price of an exchange between processes), and
+CGI throughput as a share of static (target: FastCGI via splice ≥ 80 % of static; the thesis reports
 87 % for Flash-Lite and about 50 % for copying servers). Median of 3 (1 with
 --quick), 5 s runs (2 s with --quick).
 """
@@ -122,11 +124,17 @@ def run(lab: core.Lab) -> dict:
             # The application's threads come and go with connections: its
             # CPU is read in ticks (utime + stime, exited threads included).
             app_pid = ext_unix.pid if spec.label == "weft fastcgi unix" else ext_app.pid
-            app_before = proc.tree_cpu_sample(app_pid).ticks
+            app_before, srv_before = proc.tree_cpu_sample(app_pid), proc.tree_cpu_sample(rs.pid)
             m = core.measure(lab, rs, base + path, connections=CONNECTIONS, duration_s=duration)
-            app_after = proc.tree_cpu_sample(app_pid).ticks
+            app_after, srv_after = proc.tree_cpu_sample(app_pid), proc.tree_cpu_sample(rs.pid)
             n = max(m.load.requests, 1)
-            app_us = (app_after - app_before) * 1e6 / os.sysconf("SC_CLK_TCK") / n if ext else 0.0
+            app_us = (app_after.ticks - app_before.ticks) * 1e6 / os.sysconf("SC_CLK_TCK") / n if ext else 0.0
+            # Times the server's and the application's threads were put on a
+            # CPU, per request: each is a wake-up or a preemption, the price
+            # of an exchange between processes (docs/results.md, "A FastCGI
+            # application that waits in poll"). The pool's processes are in
+            # the server's tree.
+            srv_sw, app_sw = proc.switches_between(srv_before, srv_after), proc.switches_between(app_before, app_after)
             w = m.weft or {}
             c = w.get("cgi") or {}
             rows.append({
@@ -134,26 +142,32 @@ def run(lab: core.Lab) -> dict:
                 "cpu_us_per_req": m.cpu_us_per_request, "app_cpu_us_per_req": app_us,
                 "total_cpu_us_per_req": (m.cpu_us_per_request or 0) + app_us,
                 "syscalls_per_req": sum(m.syscalls_per_request().values()) if m.weft else None,
+                "server_switches_per_req": srv_sw / n,
+                "app_switches_per_req": app_sw / n if ext else None,
                 "non_2xx": m.load.non_2xx, "socket_errors": m.load.error_total,
                 "bytes_spliced": c.get("bytes_spliced"), "bytes_copied": c.get("bytes_copied"),
                 "restarts": c.get("restarts"), "status_502": c.get("status_502"), "status_504": c.get("status_504"),
             })  # fmt: skip
             lab.log(f"  {runs.tick()} rep {rep + 1} {spec.label:<20}: {m.load.rps:>9,.0f} req/s {report.fmt_num(m.cpu_us_per_request):>7} µs/req (+{app_us:.1f} app)")
     lab.load_command = lab.driver.command("http://127.0.0.1:PORT/PATH", connections=CONNECTIONS, duration_s=duration)
-    med = report.group_medians(rows, ["server"], ["rps", "cpu_us_per_req", "app_cpu_us_per_req", "total_cpu_us_per_req", "syscalls_per_req"])
+    med = report.group_medians(rows, ["server"], ["rps", "cpu_us_per_req", "app_cpu_us_per_req", "total_cpu_us_per_req", "syscalls_per_req", "server_switches_per_req", "app_switches_per_req"])
     by = {r["server"]: r for r in med}
     share = OrderedDict()
     for lbl, ref in [("weft fastcgi splice", "weft static"), ("weft fastcgi copy", "weft static"), ("weft fastcgi unix", "weft static"), ("weft cgi pool", "weft static"), ("weft cgi1 fork", "weft static"), ("nginx fastcgi", "nginx static")]:
         if by.get(lbl) and by.get(ref) and by[ref]["rps"]:
             share[lbl] = by[lbl]["rps"] / by[ref]["rps"]
     core.write_runs(lab, NAME, rows, runs.commands, med, share_of_static=share)
-    table = [[r["server"], f"{r['rps']:,.0f}", report.fmt_num(r["cpu_us_per_req"]), f"{r['app_cpu_us_per_req']:.1f}", report.fmt_num(r["total_cpu_us_per_req"]), report.fmt_num(r.get("syscalls_per_req")), f"{share[r['server']]:.0%}" if r["server"] in share else "–"] for r in med]
+    def switches(v) -> str:
+        return f"{v:.2f}" if v is not None else "–"
+
+    table = [[r["server"], f"{r['rps']:,.0f}", report.fmt_num(r["cpu_us_per_req"]), f"{r['app_cpu_us_per_req']:.1f}", report.fmt_num(r["total_cpu_us_per_req"]), report.fmt_num(r.get("syscalls_per_req")), switches(r.get("server_switches_per_req")), switches(r.get("app_switches_per_req")), f"{share[r['server']]:.0%}" if r["server"] in share else "–"] for r in med]
     series = OrderedDict((r["server"], [r["rps"]]) for r in med)
     report.plot_grouped_bars(os.path.join(lab.results_dir, "rps.png"), ["64 KiB"], series, ylabel="requests/s", title=f"{NAME}: median of {reps}")
     problems = [r for r in rows if r["non_2xx"] or r["socket_errors"]]
     md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run, {reps} repetition(s), median; `{' '.join(lab.load_command)}`, 64 KiB responses, one worker.", ""]
-    md += ["## Throughput and CPU", "", report.markdown_table(["server", "req/s", "server µs/req", "app µs/req", "total µs/req", "weft syscalls/req", "of static"], table), ""]
+    md += ["## Throughput and CPU", "", report.markdown_table(["server", "req/s", "server µs/req", "app µs/req", "total µs/req", "weft syscalls/req", "server switches/req", "app switches/req", "of static"], table), ""]
     md += ["`of static`: requests/s as a share of the same server's static file at the same size (target for weft fastcgi splice: ≥ 80 %).", ""]
+    md += ["`switches/req`: times the threads were put on a CPU (schedstat), per request: wake-ups and preemptions; the `--cgi` pool's and nginx's worker processes count as the server's.", ""]
     md += ["## Checks", "", f"- {len(problems)} run(s) with errors" if problems else "- every response was 2xx, no socket errors", ""]
     md += report.versions_section(lab.versions)
     report.write_summary(lab.results_dir, md)

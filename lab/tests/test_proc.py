@@ -57,6 +57,15 @@ def test_schedstat_sample_of_a_fake_proc(tmp_path):
     assert s.ns == 3_500_500
     assert s.ticks == 20
     assert s.tids == frozenset({100, 101, 103})
+    assert s.slices == {100: 7, 101: 7, 103: 7}
+
+
+def test_switches_between_counts_each_thread_from_its_first_sample():
+    a = proc.CpuSample(ns=0, ticks=0, tids=frozenset({1, 2}), slices={1: 10, 2: 5})
+    b = proc.CpuSample(ns=0, ticks=0, tids=frozenset({1, 3}), slices={1: 25, 3: 4})
+    # Thread 1: 15 more; thread 2 ended (its count is gone); thread 3 is new.
+    assert proc.switches_between(a, b) == 19
+    assert proc.parse_schedstat_slices("123 456 7\n") == 7
 
 
 def test_cpu_seconds_between_uses_ns_unless_a_thread_exited():
