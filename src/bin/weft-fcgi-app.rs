@@ -5,7 +5,8 @@
 //! Listening: `--listen ADDR` (TCP) or `--listen unix:PATH`; without it, the
 //! listening socket is descriptor 0 (FCGI_LISTENSOCK_FILENO), as when `weft
 //! serve --cgi PREFIX=weft-fcgi-app` starts it. A thread per connection;
-//! requests on a connection one after the other (FCGI_KEEP_CONN honoured).
+//! requests on a connection one after the other (FCGI_KEEP_CONN honoured),
+//! each awaited in poll(2), not in a blocking read ([`ReadyReader`] says why).
 //!
 //! Query keys (`/any/path?size=65536&nolen=1`):
 //! - `size=N`: a body of N bytes of the tests' deterministic pattern
