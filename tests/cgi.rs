@@ -388,3 +388,49 @@ fn cgi_requests_are_in_the_access_log() {
     // Chunked: the chunk framing is counted too.
     assert!(lines[2].contains("\"status\":200"), "{}", lines[2]);
 }
+
+mod scenarios {
+    use super::*;
+
+    /// Connections to a FastCGI application are kept from request to request
+    /// under `event`: a readable event on an idle one that finds nothing to
+    /// read (uring can post a poll's completion for bytes the exchange has
+    /// since read) is not taken for a close. Four keep-alive clients, 150
+    /// requests of 64 KiB each: never more than four requests at the
+    /// application at once, so never more than four connections to it.
+    pub fn application_connections_are_kept(event: &str) {
+        let (_app, addr) = fcgi_app::on_tcp();
+        let route = format!("/t={addr}");
+        let w = Weft::serve(&[
+            "--workers",
+            "1",
+            "--event",
+            event,
+            "--fastcgi",
+            &route,
+            "--admin",
+            "127.0.0.1:0",
+        ]);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    let mut c = Conn::new(&w);
+                    for _ in 0..150 {
+                        assert!(c.get("/t?size=65536").body == pattern(65_536), "{event}");
+                    }
+                });
+            }
+        });
+        let admin = w.admin.expect("admin address").to_string();
+        let stats = common::fetch(&admin, "/stats");
+        let cgi = &stats[stats.find("\"cgi\":").expect("cgi counters")..];
+        assert_eq!(common::counter(cgi, "requests"), 600, "{event}: {stats}");
+        let connects = common::counter(cgi, "connects");
+        assert!(
+            connects <= 4,
+            "{event}: {connects} connections for 600 requests from 4 clients: {stats}"
+        );
+    }
+}
+
+common::per_backend!(untracked: application_connections_are_kept);
