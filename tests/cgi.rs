@@ -297,6 +297,68 @@ fn counters_reach_the_admin_stats() {
     assert!(spliced > 0 && spliced <= 100_000, "bytes_spliced {spliced}: {stats}");
 }
 
+/// A client that does not read its answer does not hold the application:
+/// with one process in the pool, the next client's request is answered while
+/// the first's 600,000 bytes wait in weft's pipe (1 MiB: the whole reply fits,
+/// so its END_REQUEST is read and the process is free), and the slow client
+/// is not taken for a hung application (no restart). Under every
+/// architecture (`--arch`): each once left the application's readable event
+/// unanswered and spun on it.
+fn slow_client_does_not_hold_the_pool_process(arch: &str) {
+    // A small send buffer keeps the reply in the pipe, not in the socket.
+    let args = [
+        "--arch",
+        arch,
+        "--cgi-workers",
+        "1",
+        "--cgi-timeout",
+        "60s",
+        "--send-buffer",
+        "16384",
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    let w = serve_pool(&args);
+    let admin = w.admin.expect("admin address").to_string();
+    let mut slow = Conn::new(&w);
+    weft_io::sys::set_rcvbuf(&slow.0.stream, 16 * 1024).unwrap();
+    slow.send(b"GET /app/x?size=600000 HTTP/1.1\r\nHost: t\r\n\r\n");
+    // The first bytes of the answer: the application took the request.
+    assert!(slow.0.fill() > 0, "{arch}");
+    // Before the process was released at END_REQUEST, this waited for the
+    // slow client (here past the test connection's 20 s read timeout).
+    assert!(get(&w, "/app/x?size=100").body == pattern(100), "{arch}");
+    // While the slow client does not read, the server sleeps. It spun on
+    // the application's unanswered readable event, a whole CPU (100 ticks
+    // a second) under every architecture.
+    let before = common::cpu_ticks_with_children(w.child.id());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = common::cpu_ticks_with_children(w.child.id()) - before;
+    assert!(used < 20, "{arch}: {used} ticks of CPU in 1 s with nothing to do");
+    let r = slow.response(false);
+    assert!(r.body == pattern(600_000), "{arch}");
+    if arch == "amped" {
+        // (MT and MP report no CGI counters to the admin endpoint.)
+        let stats = common::fetch(&admin, "/stats");
+        assert_eq!(common::counter(&stats, "restarts"), 0, "{stats}");
+    }
+}
+
+#[test]
+fn a_slow_client_does_not_hold_the_pool_process_amped() {
+    slow_client_does_not_hold_the_pool_process("amped");
+}
+
+#[test]
+fn a_slow_client_does_not_hold_the_pool_process_mt() {
+    slow_client_does_not_hold_the_pool_process("mt");
+}
+
+#[test]
+fn a_slow_client_does_not_hold_the_pool_process_mp() {
+    slow_client_does_not_hold_the_pool_process("mp");
+}
+
 #[test]
 fn fastcgi_over_tcp_and_a_slow_client() {
     let (_app, addr) = fcgi_app::on_tcp();

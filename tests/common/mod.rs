@@ -582,6 +582,34 @@ pub fn get_target(r: &mut Reader, k: usize, owner: &mut Option<usize>, round: us
     b
 }
 
+/// CPU time of process `pid` and its children (MP's processes, a CGI
+/// pool's), in /proc's ticks (USER_HZ, 100 a second): utime + stime.
+#[allow(dead_code)]
+pub fn cpu_ticks_with_children(pid: u32) -> u64 {
+    let ticks = |p: u32| -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        // Fields after the command name (in parentheses): utime and stime
+        // are the 12th and 13th.
+        let rest: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+        rest.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+            + rest.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+    };
+    let mut total = ticks(pid);
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let kids = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        total += kids
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+            .map(ticks)
+            .sum::<u64>();
+    }
+    total
+}
+
 /// A free port on loopback, e.g. for an admin endpoint (a process prints
 /// only its first address where the test harness reads it).
 pub fn free_addr() -> String {

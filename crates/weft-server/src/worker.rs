@@ -709,6 +709,18 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
                     c.last_activity = now;
                     amped::after_flush(c, s, f.blocked);
                     if f.blocked {
+                        if crate::cgi::busy(s, c) {
+                            // cgi: the client is behind, but the reply still
+                            // moves from the application into the pipe (up to
+                            // cgi's QUEUED_MAX), so the application is free
+                            // once its reply is whole; where it cannot move,
+                            // the exchange stops hearing from the
+                            // application. Left undriven, the application's
+                            // readable event was never answered, and a
+                            // level-triggered loop spun on it: a core's worth
+                            // of CPU for a client that did not read.
+                            let _ = crate::cgi::drive(c, s, now);
+                        }
                         return Next::Write;
                     }
                     if c.feeding() {

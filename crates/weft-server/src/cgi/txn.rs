@@ -229,9 +229,11 @@ pub(super) fn start(
 }
 
 impl Txn {
-    /// Past the deadline: mark it (answered 504 at the next drive).
+    /// Past the deadline: mark it (answered 504 at the next drive). Not
+    /// while the client takes what is queued (`Drain`): the application is
+    /// done, and a slow client is `--send-timeout`'s to judge.
     pub(super) fn timed_out(&mut self, now: Instant) -> bool {
-        if self.failed.is_none() && now >= self.deadline {
+        if self.failed.is_none() && self.phase != Phase::Drain && now >= self.deadline {
             self.failed = Some(504);
             self.replace = true;
             return true;
@@ -702,6 +704,15 @@ impl Txn {
             if let Some(u) = self.up.and_then(|t| g.ups.get_mut(t)) {
                 u.broken = true;
             }
+        }
+        // The reply is whole (its last bytes are in the pipe or the output
+        // chain): the application's connection can take the next request
+        // while this client takes its bytes. Held until the client drained
+        // the pipe, a connection sat idle at the application for a client's
+        // round trip, so weft spread its requests over one connection per
+        // client and each one found the application's thread asleep.
+        if let Some(up) = self.up.take() {
+            g.release(up, self.replace);
         }
         self.phase = Phase::Drain;
         Done::Queued
