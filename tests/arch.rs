@@ -70,21 +70,6 @@ mod scenarios {
 
 per_arch!(cgi_pool, fastcgi_tcp);
 
-/// The children of `pid` (its serving processes, for MP).
-fn children(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
-    }
-    out.sort_unstable();
-    out
-}
-
 fn total_requests(stats: &str) -> u64 {
     let total = stats.split("\"total\":").nth(1).unwrap_or("");
     total

@@ -582,8 +582,24 @@ pub fn get_target(r: &mut Reader, k: usize, owner: &mut Option<usize>, round: us
     b
 }
 
-/// CPU time of process `pid` and its children (MP's processes, a CGI
-/// pool's), in /proc's ticks (USER_HZ, 100 a second): utime + stime.
+/// The children of `pid` (MP's serving processes, a CGI pool's), sorted.
+#[allow(dead_code)]
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    out.sort_unstable();
+    out
+}
+
+/// CPU time of process `pid` and its children, in /proc's ticks (USER_HZ,
+/// 100 a second): utime + stime.
 #[allow(dead_code)]
 pub fn cpu_ticks_with_children(pid: u32) -> u64 {
     let ticks = |p: u32| -> u64 {
@@ -594,20 +610,7 @@ pub fn cpu_ticks_with_children(pid: u32) -> u64 {
         rest.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
             + rest.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
     };
-    let mut total = ticks(pid);
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let kids = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        total += kids
-            .split_whitespace()
-            .filter_map(|p| p.parse::<u32>().ok())
-            .map(ticks)
-            .sum::<u64>();
-    }
-    total
+    ticks(pid) + children(pid).into_iter().map(ticks).sum::<u64>()
 }
 
 /// A free port on loopback, e.g. for an admin endpoint (a process prints
