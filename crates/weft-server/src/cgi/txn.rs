@@ -708,9 +708,10 @@ impl Txn {
         // The reply is whole (its last bytes are in the pipe or the output
         // chain): the application's connection can take the next request
         // while this client takes its bytes. Held until the client drained
-        // the pipe, a connection sat idle at the application for a client's
-        // round trip, so weft spread its requests over one connection per
-        // client and each one found the application's thread asleep.
+        // the pipe, it made a slow client hold the application: with a
+        // `--cgi` pool of one process every other client waited for it, and
+        // past `--cgi-timeout` the process was replaced (tests/cgi.rs,
+        // a_slow_client_does_not_hold_the_pool_process_*).
         if let Some(up) = self.up.take() {
             g.release(up, self.replace);
         }
