@@ -359,6 +359,26 @@ fn a_slow_client_does_not_hold_the_pool_process_mp() {
     slow_client_does_not_hold_the_pool_process("mp");
 }
 
+/// A client that does not read a reply larger than weft queues (3 MB over
+/// TCP; weft queues 1 MiB) costs no CPU: the pipe fills by its slots (a TCP
+/// segment takes one each) before its bytes, and weft took that full pipe
+/// for an empty socket, kept listening to the application and spun.
+#[test]
+fn a_slow_client_of_a_large_reply_costs_no_cpu() {
+    let (_app, addr) = fcgi_app::on_tcp();
+    let route = format!("/t={addr}");
+    let w = Weft::serve(&["--workers", "1", "--send-buffer", "16384", "--fastcgi", &route]);
+    let mut slow = Conn::new(&w);
+    weft_io::sys::set_rcvbuf(&slow.0.stream, 16 * 1024).unwrap();
+    slow.send(b"GET /t?size=3000000 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(slow.0.fill() > 0);
+    let before = common::cpu_ticks_with_children(w.child.id());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = common::cpu_ticks_with_children(w.child.id()) - before;
+    assert!(used < 20, "{used} ticks of CPU in 1 s with nothing to do");
+    assert!(slow.response(false).body == pattern(3_000_000));
+}
+
 #[test]
 fn fastcgi_over_tcp_and_a_slow_client() {
     let (_app, addr) = fcgi_app::on_tcp();

@@ -460,7 +460,18 @@ impl Txn {
                 self.close_chunk(c);
                 Ok(true)
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // From a full pipe or an empty socket. A pipe can be full
+                // before its bytes are (a TCP socket's segments take a slot
+                // each; 256 slots make a 1 MiB pipe), and then the
+                // application must not be heard from until the client takes
+                // some: a readable event left unanswered spun the loop (a
+                // whole CPU for a client that did not read a 3 MB reply over
+                // TCP). Only a pipe that holds bytes can be full, so only
+                // then is the socket asked (one ioctl) which it was.
+                self.stalled = in_pipe > 0 && sys::bytes_readable(fd).is_ok_and(|n| n > 0);
+                Ok(false)
+            }
             Err(_) => Err(502),
         }
     }
