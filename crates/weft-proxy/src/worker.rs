@@ -114,19 +114,16 @@ pub(crate) fn upstream_of(slab: &mut Slab<Entry>, t: Token) -> Option<&mut Upstr
 /// and the connection stays pooled. False: a FIN, unasked bytes or an error.
 fn still_idle<P: Poller>(cx: &mut Ctx<P>, slab: &mut Slab<Entry>, t: Token) -> bool {
     let Some(u) = upstream_of(slab, t) else { return false };
-    let mut b = [0u8; 1];
-    match sys::peek(&u.fd, &mut b) {
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-            u.may_read = false;
-            let read = Readiness {
-                readable: true,
-                writable: false,
-            };
-            cx.settled(u.fd.raw(), read, Readiness::default());
-            true
-        }
-        _ => false,
+    if !sys::empty_now(&u.fd) {
+        return false;
     }
+    u.may_read = false;
+    let read = Readiness {
+        readable: true,
+        writable: false,
+    };
+    cx.settled(u.fd.raw(), read, Readiness::default());
+    true
 }
 
 pub(crate) fn pair(slab: &mut Slab<Entry>, ct: Token, ut: Token) -> Option<(&mut Client, &mut Upstream)> {

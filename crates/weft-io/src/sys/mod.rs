@@ -51,7 +51,7 @@ pub use sockopt::{
     set_quickack, set_rcvbuf, set_rcvlowat, set_reuseaddr, set_reuseport,
 };
 pub use splice::{bytes_readable, pipe_capacity, read_to_bytes};
-pub use stream::{peek, recv_now, set_nonblocking, unix_stream_connect};
+pub use stream::{empty_now, peek, recv_now, set_nonblocking, unix_stream_connect};
 pub use tcp_info::{bytes_taken, tcp_info, TcpInfo};
 pub use unix::{recv_fd_with, send_fd_with, seqpacket_connect, seqpacket_listener, seqpacket_pair};
 pub use wait::{wait_any, wait_ready, wait_ready2, wait_ready_or, AcceptWait, StopNotice, Woken};

@@ -14,19 +14,8 @@ pub fn queued(fd: impl FdArg) -> io::Result<(u64, u64)> {
     // SAFETY: TIOCOUTQ (= SIOCOUTQ) writes one int through the pointer, which
     // points to a live local.
     cvt(unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut out) })?;
-    Ok((out.max(0) as u64, unread(fd)?))
-}
-
-/// Bytes waiting unread in the receive queue of the TCP socket `fd`
-/// (SIOCINQ): one ioctl.
-pub fn unread(fd: impl FdArg) -> io::Result<u64> {
-    let fd = fd.raw_for_call();
-    let mut inq: libc::c_int = 0;
-    bump(SysKind::Other);
-    // SAFETY: FIONREAD (= SIOCINQ) writes one int through the pointer, which
-    // points to a live local.
-    cvt(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut inq) })?;
-    Ok(inq.max(0) as u64)
+    // FIONREAD is SIOCINQ on a socket.
+    Ok((out.max(0) as u64, super::bytes_readable(fd)? as u64))
 }
 
 #[cfg(test)]

@@ -43,6 +43,14 @@ pub fn peek(fd: impl FdArg, buf: &mut [u8]) -> io::Result<usize> {
     })
 }
 
+/// Nothing waits to be read on the socket and its peer has not closed (a
+/// one-byte peek would block): a readable event for it is stale, posted for
+/// bytes read since. One recv call.
+pub fn empty_now(fd: impl FdArg) -> bool {
+    let mut b = [0u8; 1];
+    matches!(peek(fd, &mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
 /// recv(MSG_DONTWAIT): read from a socket without waiting.
 pub fn recv_now(fd: impl FdArg, buf: &mut [u8]) -> io::Result<usize> {
     let fd = fd.raw_for_call();

@@ -80,9 +80,9 @@ impl TcpInfo {
 /// this runs (weft asks just before a sockmap join).
 pub fn bytes_taken(fd: impl FdArg + Copy) -> io::Result<u64> {
     for _ in 0..4 {
-        let before = super::sockmem::unread(fd)?;
+        let before = super::bytes_readable(fd)? as u64;
         let received = tcp_info(fd)?.data_received();
-        let after = super::sockmem::unread(fd)?;
+        let after = super::bytes_readable(fd)? as u64;
         if before == after {
             return Ok(received.saturating_sub(before));
         }

@@ -703,7 +703,7 @@ pub(crate) fn on_event(s: &mut Shared<'_>, token: Token, ev: &Event) -> Option<T
     if let Some(c) = u.client {
         return Some(c);
     }
-    if ev.readable && !ev.error && !ev.read_closed && idle_and_empty(&u.fd) {
+    if ev.readable && !ev.error && !ev.read_closed && weft_io::sys::empty_now(&u.fd) {
         // A stale wake-up: an event for bytes the exchange has since read
         // (uring posts a multishot poll's completion, epoll-once an armed
         // event) may arrive after the connection went idle. Taken for a
@@ -722,13 +722,6 @@ pub(crate) fn on_event(s: &mut Shared<'_>, token: Token, ev: &Event) -> Option<T
         g.release(t, false);
     }
     None
-}
-
-/// Nothing to read on an idle application connection (a peek finds the
-/// socket empty): its readable event is stale, not a FIN or unasked bytes.
-fn idle_and_empty(fd: &Fd) -> bool {
-    let mut b = [0u8; 1];
-    matches!(weft_io::sys::peek(fd, &mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 /// The client connection `token` closed: drop its request in flight.
