@@ -345,6 +345,49 @@ fn slow_client_does_not_hold_the_pool_process(arch: &str) {
     }
 }
 
+/// A client that never reads a whole, queued reply is cut at
+/// `--send-timeout`, as for a file: under MT and MP the thread waited for
+/// it in slices with no end.
+fn a_client_that_never_reads_is_cut_at_the_send_timeout(arch: &str) {
+    let args = [
+        "--arch",
+        arch,
+        "--cgi-workers",
+        "1",
+        "--send-buffer",
+        "16384",
+        "--send-timeout",
+        "1s",
+    ];
+    let w = serve_pool(&args);
+    let mut stuck = w.connect();
+    weft_io::sys::set_rcvbuf(&stuck, 16 * 1024).unwrap();
+    std::io::Write::write_all(&mut stuck, b"GET /app/x?size=600000 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let mut got = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut stuck, &mut got);
+    assert!(
+        got.len() < 600_000,
+        "{arch}: the whole answer waited {} bytes",
+        got.len()
+    );
+}
+
+#[test]
+fn a_client_that_never_reads_is_cut_mt() {
+    a_client_that_never_reads_is_cut_at_the_send_timeout("mt");
+}
+
+#[test]
+fn a_client_that_never_reads_is_cut_mp() {
+    a_client_that_never_reads_is_cut_at_the_send_timeout("mp");
+}
+
+#[test]
+fn a_client_that_never_reads_is_cut_amped() {
+    a_client_that_never_reads_is_cut_at_the_send_timeout("amped");
+}
+
 #[test]
 fn a_slow_client_does_not_hold_the_pool_process_amped() {
     slow_client_does_not_hold_the_pool_process("amped");

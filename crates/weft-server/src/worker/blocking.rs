@@ -190,12 +190,20 @@ impl Worker<'_> {
             };
             // cgi: a request in flight waits for its application too, in
             // short slices (its own timeout is the CGI's).
-            if let Some(up) = crate::cgi::blocking_step(&mut self.shared, c.token, Instant::now()) {
-                if sys::wait_ready2(c.fd.raw(), write, up, CGI_SLICE).is_err() {
-                    break;
+            // Only the client to wait for, to take a reply that is whole
+            // (queued, the application released): that is a send like any
+            // other, bounded by --send-timeout below. In slices, a client
+            // that never read held the thread for good.
+            match crate::cgi::blocking_step(&mut self.shared, c.token, Instant::now()) {
+                Some(None) if write => {}
+                Some(up) => {
+                    if sys::wait_ready2(c.fd.raw(), write, up, CGI_SLICE).is_err() {
+                        break;
+                    }
+                    c.may_read |= !write;
+                    continue;
                 }
-                c.may_read |= !write;
-                continue;
+                None => {}
             }
             if !self.wait_conn(&mut c, write, Instant::now() + limit) {
                 break; // timed out, drained, or the wait failed: close
