@@ -187,6 +187,27 @@ fn ended(pid: u32) -> bool {
     }
 }
 
+/// MT and MP show the requests of a connection that is still open: a
+/// keep-alive connection lasts as long as its client wants, and `/stats`
+/// (for MP, the server's sum of its processes) used to count them only once
+/// it closed.
+#[test]
+fn mt_and_mp_report_the_requests_of_an_open_connection() {
+    for arch in ["mt", "mp"] {
+        let (_site, w) = blocking_server("arch-open", arch, "2", &["--admin", "127.0.0.1:0"]);
+        let admin = w.admin.expect("admin address").to_string();
+        let mut open = Reader::new(w.connect());
+        for _ in 0..5 {
+            open.send(b"GET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+            assert_eq!(open.response(false).body, b"static file\n", "{arch}");
+        }
+        // The connection stays open, idle, while the counters are read.
+        let ok = wait_until(Duration::from_secs(5), || total_requests(&fetch(&admin, "/stats")) >= 5);
+        assert!(ok, "{arch}: {}", fetch(&admin, "/stats"));
+        drop(open);
+    }
+}
+
 /// A stop drains MT's threads and MP's processes as it drains an event
 /// loop: an idle keep-alive connection does not hold the server until its
 /// idle timeout (60 s here), a response in flight finishes whole, and

@@ -22,8 +22,30 @@ use weft_io::{Interest, Token};
 
 /// The longest wait of a thread whose connection has a CGI request in flight.
 const CGI_SLICE: Duration = Duration::from_millis(50);
-/// How often an MP process reports its counters to its parent.
+/// How often a thread publishes its counters (and an MP process reports
+/// them to its server) at most.
 const REPORT_EVERY: Duration = Duration::from_millis(250);
+
+/// When a thread may report its counters next, and whether a change waits
+/// for that time.
+struct Report {
+    next: Instant,
+    owed: bool,
+}
+
+impl Report {
+    fn new() -> Report {
+        Report {
+            next: Instant::now(),
+            owed: false,
+        }
+    }
+
+    /// How long a wait may last before an owed report is due (None: none is).
+    fn owed_in(&self, now: Instant) -> Option<Duration> {
+        self.owed.then(|| self.next.saturating_duration_since(now))
+    }
+}
 
 impl Worker<'_> {
     /// Accept and serve connections one at a time until shutdown.
@@ -37,16 +59,13 @@ impl Worker<'_> {
         // the same mode, so none undoes another's.
         sys::set_nonblocking(&l)?;
         let wait = AcceptWait::new(l.raw(), self.notice())?;
-        let mut next_report = Instant::now();
-        let mut owed = false;
+        let mut report = Report::new();
         while !self.door.stop_requested() && !self.orphaned() {
             match sys::accept(&l) {
                 Ok((s, peer)) => {
                     self.shared.stats.accepted += 1;
-                    self.serve_blocking(s, peer);
-                    self.slot.counters.publish(&self.stats());
-                    self.slot.latency.publish(&mut self.shared.latency, Instant::now());
-                    owed = self.report_to_parent(&mut next_report);
+                    self.serve_blocking(s, peer, &mut report);
+                    self.report(&mut report, Instant::now());
                     continue;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -60,9 +79,8 @@ impl Worker<'_> {
             }
             // Nothing queued: sleep until a connection comes, the stop
             // notice fires, or a report held back by its interval is due.
-            let timeout = owed.then(|| next_report.saturating_duration_since(Instant::now()));
-            match wait.wait(timeout) {
-                Ok(Woken::Timeout) => owed = self.report_to_parent(&mut next_report),
+            match wait.wait(report.owed_in(Instant::now())) {
+                Ok(Woken::Timeout) => self.report(&mut report, Instant::now()),
                 Ok(Woken::ParentGone) => break,
                 Ok(_) => {}
                 Err(e) => {
@@ -73,8 +91,8 @@ impl Worker<'_> {
         }
         // The last counters, whatever the interval: the parent sums the
         // processes' reports once they have exited.
-        let mut due = Instant::now();
-        self.report_to_parent(&mut due);
+        report.next = Instant::now();
+        self.report(&mut report, Instant::now());
         Ok(())
     }
 
@@ -88,19 +106,25 @@ impl Worker<'_> {
         }
     }
 
-    /// An MP process: its counters to the parent on stdout, a line at most
-    /// every [`REPORT_EVERY`] (`crate::blocking::MP_STATS_LINE`). True when
-    /// a report is owed: held back by the interval, due at `next`.
-    fn report_to_parent(&mut self, next: &mut Instant) -> bool {
-        let now = Instant::now();
-        if self.shared.cfg.mp_parent.is_none() {
-            return false;
+    /// Publish the counters (`/stats`) and, in an MP process, send them to
+    /// the server on stdout (`crate::blocking::MP_STATS_LINE`), unless the
+    /// last report is under [`REPORT_EVERY`] old: then one is owed, made
+    /// when a wait ends at [`Report::owed_in`]. Called after every pass
+    /// over a connection, not only at its end: a keep-alive connection
+    /// lasts as long as its client wants, and until it closed `/stats`
+    /// (and the server's sum) did not show a request it carried.
+    fn report(&mut self, r: &mut Report, now: Instant) {
+        if now < r.next {
+            r.owed = true;
+            return;
         }
-        if now < *next {
-            return true;
-        }
-        *next = now + REPORT_EVERY;
+        r.next = now + REPORT_EVERY;
+        r.owed = false;
         self.slot.counters.publish(&self.stats());
+        self.slot.latency.publish(&mut self.shared.latency, now);
+        if self.shared.cfg.mp_parent.is_none() {
+            return;
+        }
         let mut line = String::from(crate::blocking::MP_STATS_LINE);
         for w in self.slot.counters.words() {
             line.push(' ');
@@ -110,7 +134,6 @@ impl Worker<'_> {
         use std::io::Write;
         let _ = std::io::stdout().lock().write_all(line.as_bytes());
         let _ = std::io::stdout().lock().flush();
-        false
     }
 
     /// An MP process whose server is gone, even one killed without a
@@ -132,10 +155,13 @@ impl Worker<'_> {
     /// after [`DRAIN_QUIET`](weft_io::group::DRAIN_QUIET) if it was just
     /// active; a request in flight is answered with `Connection: close` and
     /// its response finishes. False: close it.
-    fn wait_conn(&mut self, c: &mut Conn, write: bool, mut until: Instant) -> bool {
+    fn wait_conn(&mut self, c: &mut Conn, write: bool, mut until: Instant, report: &mut Report) -> bool {
         let mut stopping = self.door.stop_requested();
         loop {
             let now = Instant::now();
+            if report.owed && now >= report.next {
+                self.report(report, now);
+            }
             if stopping {
                 // answer() closes after a response once this is set.
                 self.shared.draining = true;
@@ -151,7 +177,9 @@ impl Worker<'_> {
             // Once stopping, the notice would end every wait at once: only
             // the socket and the drain's deadline count then.
             let notice = (!stopping).then(|| self.notice());
-            match sys::wait_ready_or(c.fd.raw(), write, notice, Some(until - now)) {
+            // An owed report ends the wait early; the loop makes it.
+            let wait = report.owed_in(now).map_or(until - now, |d| d.min(until - now));
+            match sys::wait_ready_or(c.fd.raw(), write, notice, Some(wait)) {
                 Ok(Woken::Ready) => return true,
                 Ok(Woken::ParentGone) => stopping = true,
                 Ok(_) => stopping = self.door.stop_requested() || self.orphaned(),
@@ -160,8 +188,9 @@ impl Worker<'_> {
         }
     }
 
-    /// Serve one connection to its end, blocking.
-    fn serve_blocking(&mut self, s: Fd, peer: Option<std::net::SocketAddr>) {
+    /// Serve one connection to its end, blocking, reporting its counters
+    /// on the way.
+    fn serve_blocking(&mut self, s: Fd, peer: Option<std::net::SocketAddr>, report: &mut Report) {
         let cfg = self.shared.cfg;
         // The socket is non-blocking (accept4) and the thread blocks in
         // poll: a send then never runs past what the socket buffer takes,
@@ -173,11 +202,13 @@ impl Worker<'_> {
         c.may_read = true;
         loop {
             self.shared.date.update(SystemTime::now());
+            let now = Instant::now();
             let next = if c.lingering {
                 linger_read(&mut c, &mut self.shared.pool)
             } else {
-                drive_conn(&mut c, &mut self.shared, None, Instant::now(), SystemTime::now())
+                drive_conn(&mut c, &mut self.shared, None, now, SystemTime::now())
             };
+            self.report(report, now);
             c.input.release(&mut self.shared.pool);
             c.out.release_own(&mut self.shared.own_pool);
             let (write, limit) = match next {
@@ -205,7 +236,7 @@ impl Worker<'_> {
                 }
                 None => {}
             }
-            if !self.wait_conn(&mut c, write, Instant::now() + limit) {
+            if !self.wait_conn(&mut c, write, Instant::now() + limit, report) {
                 break; // timed out, drained, or the wait failed: close
             }
             c.may_read |= !write;
