@@ -14,8 +14,10 @@ def test_quick_form_fits_and_parts_cover_the_plan():
         union += pn.points
     assert sorted(map(repr, union)) == sorted(map(repr, whole.points))
     busy = {p.proxy for p in whole.points if p.section == "busy"}
-    assert busy == {pe.weft_label("epoll", "on"), pe.weft_label("tracked", "on")}
+    assert busy == {pe.weft_label("epoll", "on"), pe.weft_label("tracked", "on"), pe.weft_label("tracked", "on", pe.BUSY_WAKE)}
     assert pe.spec(pe.Point("busy", pe.weft_label("tracked", "on"), 0, pe.BUSY_RATE), 9).options["extra"] == ["--splice", "on"]
+    batched = pe.spec(pe.Point("busy", pe.weft_label("tracked", "on", pe.BUSY_WAKE), 0, pe.BUSY_RATE), 9)
+    assert batched.options["extra"] == ["--splice", "on", "--wake-interval", pe.BUSY_WAKE]
     labels = {p.proxy for p in whole.points if p.section == "polymix"}
     for e in ("select", "epoll", "tracked"):
         for s in ("on", "off"):
@@ -54,16 +56,19 @@ def test_additivity_and_target():
     assert "tracking saves 10.0" in a and "splicing 20.0" in a and "both together 25.0" in a and "do not add up" in a
     assert pe.additivity(med, 500) is None
     med[("polymix", pe.weft_label("tracked", "on", pe.WAKE), 0, 300)] = m(70.0, 0.05)
-    t, tw, tb = pe.targets(med)
+    t, tw, tb, tbw = pe.targets(med)
     assert abs(t.value - 0.1 / 1.1) < 1e-9 and t.met
     assert abs(tw.value - 0.05 / 1.1) < 1e-9
     assert tb.value is None and not tb.met  # no busy points: not measured, not met
-    # The busy part's points count for its own target only.
+    assert tbw.value is None and not tbw.met
+    # The busy part's points count for its own targets only.
     med[("busy", pe.weft_label("epoll", "on"), 0, pe.BUSY_RATE)] = m(50.0, 2.0)
     med[("busy", pe.weft_label("tracked", "on"), 0, pe.BUSY_RATE)] = m(45.0, 0.3)
-    t2, _, tb = pe.targets(med)
+    med[("busy", pe.weft_label("tracked", "on", pe.BUSY_WAKE), 0, pe.BUSY_RATE)] = m(44.0, 0.5)
+    t2, _, tb, tbw = pe.targets(med)
     assert t2.value == t.value
     assert abs(tb.value - 0.15) < 1e-9 and tb.met
+    assert abs(tbw.value - 0.25) < 1e-9 and not tbw.met
 
 
 def test_labels_round_trip():
