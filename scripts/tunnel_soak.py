@@ -42,6 +42,18 @@ def free_port():
     return port
 
 
+def proxy_cost(pid):
+    """(CPU seconds, context switches) of the proxy's process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    switches = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            switches += sum(int(l.split()[1]) for l in f if "ctxt_switches:" in l)
+    return cpu, switches
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--weft", default=os.path.join(HERE, "..", "target", "release", "weft"))
@@ -73,6 +85,7 @@ def main():
                   f"{totals['corrupt']} corrupt ({time.time() - t0:.0f} s)", end="", file=sys.stderr, flush=True)
             if p.returncode not in (0, 2):
                 sys.exit(f"\ntunnel_soak failed (exit {p.returncode}): {p.stderr[-500:]}")
+        cpu, switches = proxy_cost(proxy.pid)
     finally:
         proxy.terminate()
         _, err = proxy.communicate(timeout=30)
@@ -86,6 +99,11 @@ def main():
     print(f"tunnels {totals['tunnels']}: exact {totals['exact']}, reset {totals['reset']}, corrupt {totals['corrupt']}; "
           f"proxy: sockmap_sessions {stats.get('sockmap_sessions')}, sockmap_mismatches {stats.get('sockmap_mismatches')}, "
           f"sockmap_declined {stats.get('sockmap_declined')}")
+    n = max(totals["tunnels"], 1)
+    calls = stats.get("syscalls", {})
+    waits = sum(calls.get(k, 0) for k in ("epoll_wait", "io_uring_enter", "poll", "select"))
+    print(f"proxy cost per tunnel: {cpu * 1e6 / n:.0f} µs CPU, {switches / n:.1f} context switches, "
+          f"{waits / n:.1f} event waits, {sum(calls.values()) / n:.1f} system calls")
     return 1 if totals["corrupt"] else 0
 
 

@@ -563,6 +563,43 @@ fn level_triggered_backends_do_not_report_a_half_close_nobody_reads() {
     plain_backends!(half_close_without_read_interest_is_quiet);
 }
 
+/// A registration for the end of stream alone (`Interest::HANGUP`: a
+/// tunnel's sockets while the kernel forwards their bytes) is not woken by
+/// bytes, only by the FIN; asked to read again, it reports the bytes that
+/// came meanwhile. (Select cannot tell, and epoll-et's registration is fixed
+/// for both directions: they report bytes too.)
+fn hangup_interest_hears_the_fin_not_bytes<P: Poller>() {
+    let name = P::CAPS.name;
+    let mut p = P::new().unwrap();
+    let (mut a, b) = pair();
+    let fd = b.as_raw_fd();
+    let t = Token::new(5, 1);
+    p.add(fd, t, Interest::READ).unwrap();
+    p.modify(fd, t, Interest::HANGUP).unwrap();
+    let mut ev = Vec::new();
+    assert_nothing_reported(&mut p, &mut ev);
+    a.write_all(b"bytes").unwrap();
+    assert!(sys::wait_ready(&b, false, Duration::from_secs(5)).unwrap());
+    assert_nothing_reported(&mut p, &mut ev);
+    a.shutdown(std::net::Shutdown::Write).unwrap();
+    ev.clear();
+    p.wait(&mut ev, Some(Duration::from_secs(5))).unwrap();
+    assert!(ev.iter().any(|e| e.token == t && e.read_closed), "{name}: {ev:?}");
+    p.modify(fd, t, Interest::READ).unwrap();
+    ev.clear();
+    p.wait(&mut ev, Some(Duration::from_secs(5))).unwrap();
+    assert!(ev.iter().any(|e| e.token == t && e.readable), "{name}: {ev:?}");
+    p.delete(fd).unwrap();
+}
+
+#[test]
+fn hangup_interest_is_not_woken_by_bytes() {
+    hangup_interest_hears_the_fin_not_bytes::<weft_io::backend::Epoll>();
+    hangup_interest_hears_the_fin_not_bytes::<weft_io::backend::Poll>();
+    hangup_interest_hears_the_fin_not_bytes::<weft_io::backend::EpollBatched>();
+    hangup_interest_hears_the_fin_not_bytes::<weft_io::backend::Uring>();
+}
+
 /// A descriptor deleted (and closed) while a wake-up of its poll is still on
 /// its way is really closed: the kernel refuses to remove a poll whose
 /// wake-up it is completing (EALREADY), and a multishot poll left armed would

@@ -45,6 +45,11 @@ const WRITE_POLL: u64 = 1;
 
 const READ_MASK: u32 = (libc::POLLIN | libc::POLLRDHUP) as u32;
 const WRITE_MASK: u32 = libc::POLLOUT as u32;
+/// A read poll for the end of stream alone ([`Interest::hangup`]): without
+/// POLLIN, io_uring's wake-up callback drops a data-ready wake-up (its key is
+/// EPOLLIN) before it posts anything, as epoll does for such a registration;
+/// errors and hang-ups are always in a poll's mask.
+const HANGUP_MASK: u32 = libc::POLLRDHUP as u32;
 
 /// One registered descriptor.
 #[derive(Clone, Copy)]
@@ -55,6 +60,8 @@ struct Reg {
     read_arm: u32,
     /// Arm number of the live write poll (0: none armed).
     write_arm: u32,
+    /// The read poll is (or is to be) armed with [`HANGUP_MASK`].
+    hangup_only: bool,
 }
 
 const EMPTY: Reg = Reg {
@@ -62,6 +69,7 @@ const EMPTY: Reg = Reg {
     registered: false,
     read_arm: 0,
     write_arm: 0,
+    hangup_only: false,
 };
 
 /// A poll's user data: the arm number (so a completion of an earlier poll of
@@ -167,7 +175,11 @@ impl Uring {
             }
             r.read_arm = arm;
         }
-        let mask = if write { WRITE_MASK } else { READ_MASK };
+        let mask = match (write, r.hangup_only) {
+            (true, _) => WRITE_MASK,
+            (false, true) => HANGUP_MASK,
+            (false, false) => READ_MASK,
+        };
         self.ring.poll_add(fd, mask, user_data(arm, fd, write), true)
     }
 
@@ -197,14 +209,21 @@ impl Uring {
     }
 
     /// Arm or remove polls so they match `interest`: the write poll follows
-    /// it exactly; the read poll stays armed while anything is wanted.
+    /// it exactly; the read poll stays armed while anything is wanted, for
+    /// the end of stream alone when that is all that is wanted (a sockmap'd
+    /// tunnel: its sockets' data-ready wake-ups, one per batch the kernel
+    /// forwards, would each post a completion). A read poll whose mask must
+    /// change is removed and armed anew (two queued submissions).
     fn apply(&mut self, fd: RawFd, interest: Interest) -> io::Result<()> {
         let r = self.regs[fd as usize];
         let any = interest.read || interest.write || interest.hangup;
-        if any && r.read_arm == 0 {
-            self.arm(fd, false)?;
-        } else if !any && r.read_arm != 0 {
+        let hangup_only = interest.hangup && !interest.read && !interest.write;
+        if r.read_arm != 0 && (!any || r.hangup_only != hangup_only) {
             self.disarm(fd, false)?;
+        }
+        self.regs[fd as usize].hangup_only = hangup_only;
+        if any && self.regs[fd as usize].read_arm == 0 {
+            self.arm(fd, false)?;
         }
         if interest.write && r.write_arm == 0 {
             self.arm(fd, true)?;
@@ -312,8 +331,7 @@ impl Poller for Uring {
         self.regs[i] = Reg {
             token,
             registered: true,
-            read_arm: 0,
-            write_arm: 0,
+            ..EMPTY
         };
         self.apply(fd, interest)
     }
