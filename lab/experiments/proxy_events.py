@@ -22,8 +22,9 @@ compared in one run:
    response times (Figs. 12, 13), event system calls per request, and
    whether the savings add: (copy − splice) + (epoll − tracked) against
    (epoll copy − tracked splice).
-3. **busy** — the same PolyMix load at BUSY_RATE requests/s, epoll and
-   tracked with splice: thousands of connections open at once (misses wait
+3. **busy** — the same PolyMix load at BUSY_RATE requests/s, epoll,
+   tracked, and tracked with `--wake-interval BUSY_WAKE` (1 ms), all with
+   splice: thousands of connections open at once (misses wait
    out the origin's think times), the regime of the paper's Figures 4-5 and
    of its PolyMix runs, where Squid was CPU-busy. At 200-500/s the proxy
    sleeps between arrivals and every wake-up is one blocking call whatever
