@@ -23,6 +23,8 @@ a minute.
 import argparse, json, os, socket, subprocess, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from lab import proc  # noqa: E402
 
 
 def build(out_dir):
@@ -42,18 +44,6 @@ def free_port():
     return port
 
 
-def proxy_cost(pid):
-    """(CPU seconds, context switches) of the proxy's process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    switches = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/status") as f:
-            switches += sum(int(l.split()[1]) for l in f if "ctxt_switches:" in l)
-    return cpu, switches
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--weft", default=os.path.join(HERE, "..", "target", "release", "weft"))
@@ -70,6 +60,7 @@ def main():
          "--connect-ports", str(upstream), "--stats-on-exit", *a.extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     port = int(proxy.stdout.readline().rsplit(":", 1)[1])
+    before = proc.tree_cpu_sample(proxy.pid)
     totals = {"tunnels": 0, "exact": 0, "reset": 0, "corrupt": 0}
     faults = []
     t0 = time.time()
@@ -85,7 +76,8 @@ def main():
                   f"{totals['corrupt']} corrupt ({time.time() - t0:.0f} s)", end="", file=sys.stderr, flush=True)
             if p.returncode not in (0, 2):
                 sys.exit(f"\ntunnel_soak failed (exit {p.returncode}): {p.stderr[-500:]}")
-        cpu, switches = proxy_cost(proxy.pid)
+        after = proc.tree_cpu_sample(proxy.pid)
+        cpu, switches = proc.cpu_seconds_between(before, after), proc.switches_between(before, after)
     finally:
         proxy.terminate()
         _, err = proxy.communicate(timeout=30)
@@ -102,7 +94,7 @@ def main():
     n = max(totals["tunnels"], 1)
     calls = stats.get("syscalls", {})
     waits = sum(calls.get(k, 0) for k in ("epoll_wait", "io_uring_enter", "poll", "select"))
-    print(f"proxy cost per tunnel: {cpu * 1e6 / n:.0f} µs CPU, {switches / n:.1f} context switches, "
+    print(f"proxy cost per tunnel: {cpu * 1e6 / n:.0f} µs CPU, {switches / n:.1f} times on a CPU, "
           f"{waits / n:.1f} event waits, {sum(calls.values()) / n:.1f} system calls")
     return 1 if totals["corrupt"] else 0
 
