@@ -1351,10 +1351,24 @@ fn heuristic_freshness_and_no_store() {
     fetch(&p, &url, "");
     fetch(&p, &url, "Cache-Control: max-stale=100\r\n");
     assert_eq!(o.count("/cl/15"), 2, "must-revalidate is never served stale");
-    // only-if-cached.
-    let r = fetch(&p, &o.url("/cl/16"), "Cache-Control: only-if-cached\r\n");
+    // only-if-cached: a 504 that keeps the connection (it answers a whole,
+    // well-formed request), so the request pipelined behind it is answered.
+    let mut c = Conn::to(p.addr);
+    let miss = o.url("/cl/16");
+    let next = o.url("/cl/17");
+    c.send(
+        format!(
+            "GET {miss} HTTP/1.1\r\nHost: x\r\nCache-Control: only-if-cached\r\n\r\n\
+             GET {next} HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let r = c.read(false).unwrap();
     assert_eq!(r.status, 504);
+    assert_eq!(r.header("connection"), None, "{:?}", r.headers);
+    assert_eq!(c.read(false).unwrap().status, 200, "the pipelined request");
     assert_eq!(o.count("/cl/16"), 0);
+    assert_eq!(o.count("/cl/17"), 1);
 }
 
 #[test]

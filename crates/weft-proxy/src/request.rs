@@ -13,6 +13,7 @@ use crate::worker::{client_of, Flow, Shared, Worker};
 use weft_http::caching::{self, Usable};
 use weft_http::date::unix_secs;
 use weft_http::represent::Conditions;
+use weft_http::respond::{self, Persist};
 use weft_http::{BodyFraming, CacheControl, ChunkedDecoder, Method, RequestHead, Version};
 use weft_io::{Ctx, Poller, Token};
 
@@ -270,8 +271,7 @@ fn from_cache(
         // 9111 §4.3.2); the origin answers, and its response is stored as
         // usual. Unless the client forbids asking it.
         if txn.req_cc.only_if_cached {
-            sh.stats.only_if_cached_misses += 1;
-            return Some(Err((504, "not in cache (only-if-cached)")));
+            return Some(not_in_cache(sh, c, txn, n));
         }
         return None;
     }
@@ -314,8 +314,7 @@ fn from_cache(
                 }
                 Usable::Revalidate => {
                     if txn.req_cc.only_if_cached {
-                        sh.stats.only_if_cached_misses += 1;
-                        return Some(Err((504, "not in cache (only-if-cached)")));
+                        return Some(not_in_cache(sh, c, txn, n));
                     }
                     if obj.etag.is_some() || obj.last_modified.is_some() {
                         txn.stored = Some((id, obj));
@@ -332,12 +331,28 @@ fn from_cache(
             c.disk_checked = true;
             Some(Ok(Flow::Wait))
         }
-        Lookup::Miss if txn.req_cc.only_if_cached => {
-            sh.stats.only_if_cached_misses += 1;
-            Some(Err((504, "not in cache (only-if-cached)")))
-        }
+        Lookup::Miss if txn.req_cc.only_if_cached => Some(not_in_cache(sh, c, txn, n)),
         Lookup::Miss => None,
     }
+}
+
+/// Answer an `only-if-cached` request the cache cannot: 504 (RFC 9111
+/// §5.2.1.7). It is an answer, not a refusal: the request was whole and
+/// well-formed, so the connection stays open for the next one, as after a
+/// hit, unless a body the request carried is still unread.
+fn not_in_cache(sh: &mut Shared<'_>, c: &mut Client, txn: &Txn, n: usize) -> Result<Flow, Refusal> {
+    sh.stats.only_if_cached_misses += 1;
+    let body_pending = !matches!(txn.body, ReqBody::None);
+    let close = !txn.client_keep_alive || sh.draining || body_pending;
+    let persist = if close { Persist::Close } else { Persist::Default };
+    let reason = "not in cache (only-if-cached)";
+    let head_only = txn.method == Method::Head;
+    respond::simple(c.out.own_mut(), 504, sh.date.get(), b"", reason, head_only, persist);
+    crate::accesslog::answered(sh, c, 504, "MISS", 0);
+    c.input.consume(n);
+    c.close_after |= close;
+    c.linger_on_close |= body_pending;
+    Ok(Flow::Again)
 }
 
 /// Append ASCII `b` lowercased (host names were checked to be ASCII).
