@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""Throw mutated, truncated, oversized and reset requests at every weft role.
+
+Each target is one role in one configuration (serve under each architecture
+and event backend, origin, reverse and forward proxy with splice and
+sockmap, front in relay, handoff and booster mode). CLIENTS threads open
+connections for SECONDS and on each send one to four requests drawn from
+templates (GET with ranges and validators, POST and PUT with lengths and
+chunks, Expect, CONNECT, absolute targets, OPTIONS *), mutated byte-wise in
+four of ten connections, plain garbage, a 1-200 KB header line, or a
+request dribbled a few bytes at a time; then half-close, reset, or read the
+reply (and maybe reset mid-body).
+
+After each target:
+  - every process of it is alive and no log says `panicked`;
+  - every reply that came back began with `HTTP/1.`, and none was a 500;
+  - a clean request is still answered 200;
+  - each process holds at most FD_SLACK descriptors more than before (its
+    pools of upstream connections, pipes and sockmaps; the per-worker file
+    caches), once timeouts had 3 s to close what the clients left;
+  - SIGTERM stops it within 10 s.
+Exit 1 naming the target and the check that failed; the seed makes a run
+repeatable.
+
+  python3 scripts/chaos.py [--weft target/release/weft] [--seconds 3]
+        [--clients 3] [--seed 1] [--only SUBSTRING] [--list]
+
+The whole set at the default 3 s takes about two minutes.
+"""
+import argparse, os, random, re, shutil, signal, socket, struct, subprocess, sys, tempfile, threading, time
+
+# Descriptors a process may hold after a run beyond its count before it:
+# pooled upstream connections, spare pipes, the sockmap programs and maps
+# (loaded on first use), a file cache's open files per worker.
+FD_SLACK = 64
+
+TEMPLATES = [
+    b"GET /{p} HTTP/1.1\r\nHost: {h}\r\n\r\n",
+    b"GET /{p} HTTP/1.1\r\nHost: {h}\r\nRange: bytes=0-10,20-30,-5\r\n\r\n",
+    b"GET /{p} HTTP/1.1\r\nHost: {h}\r\nIf-None-Match: \"x\", W/\"y\"\r\n"
+    b"If-Modified-Since: Tue, 01 Jan 2030 00:00:00 GMT\r\nIf-Range: \"z\"\r\nRange: bytes=5-\r\n\r\n",
+    b"POST /{p} HTTP/1.1\r\nHost: {h}\r\nContent-Length: 5\r\n\r\nhello",
+    b"POST /{p} HTTP/1.1\r\nHost: {h}\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n0\r\nT: 1\r\n\r\n",
+    b"PUT /{p} HTTP/1.1\r\nHost: {h}\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc",
+    b"HEAD /{p} HTTP/1.0\r\n\r\n",
+    b"GET http://{h}/{p} HTTP/1.1\r\nHost: {h}\r\n\r\n",
+    b"CONNECT {h} HTTP/1.1\r\nHost: {h}\r\n\r\n",
+    b"OPTIONS * HTTP/1.1\r\nHost: {h}\r\n\r\n",
+    b"GET /{p} HTTP/1.1\r\nHost: {h}\r\nConnection: close\r\nAccept-Encoding: gzip\r\n\r\n",
+    b"DELETE /{p} HTTP/1.1\r\nHost: {h}\r\nContent-Length: 0\r\n\r\n",
+    b"GET /{p} HTTP/1.1\r\nHost: {h}\r\nCache-Control: no-cache, max-stale, only-if-cached\r\nPragma: no-cache\r\n\r\n",
+]
+
+PATHS = [b"", b"a.txt", b"big.bin", b"dir/", b"dir", b"nope", b"%2e%2e/etc/passwd", b"a.txt?x=1",
+         b"x" * 300, b"dir/b.html", b"size/1000", b"size/100000", b"index.html", b"..", b"a%00b",
+         b"\xff\xfe", b"%61.txt", b"//a.txt", b"stats"]
+
+INSERTS = [b"\r\n", b"\n", b" ", b":", b"\x00", b"\t", b"Content-Length: 99999999999\r\n",
+           b"Transfer-Encoding: chunked\r\n", b"Content-Length: 3\r\n", b"ffffffffffffffff\r\n",
+           b"-1\r\n", b"Host: a\r\n", b"Transfer-Encoding: gzip, chunked\r\n", b"Connection: close\r\n"]
+
+
+def mutate(b, rng):
+    b = bytearray(b)
+    for _ in range(rng.randint(1, 4)):
+        if not b:
+            break
+        i = rng.randrange(len(b))
+        op = rng.randint(0, 5)
+        if op == 0:
+            b[i] = rng.randrange(256)
+        elif op == 1:
+            del b[i:i + rng.randint(1, 8)]
+        elif op == 2:
+            b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        elif op == 3:
+            b[i:i] = rng.choice(INSERTS)
+        elif op == 4:
+            j = rng.randrange(len(b))
+            b[i:i] = b[j:j + rng.randint(1, 40)]
+        else:
+            del b[i:]
+    return bytes(b)
+
+
+class Tally:
+    """What the clients saw, shared by their threads."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.conns = 0
+        self.replies = 0
+        self.statuses = {}
+        self.bad = []  # replies that did not start as HTTP, or 500s
+
+    def add(self, first, reply):
+        with self.lock:
+            self.conns += 1
+            if not reply:
+                return
+            self.replies += 1
+            m = re.match(rb"HTTP/1\.[01] (\d{3})", reply)
+            if not m:
+                if len(self.bad) < 5:
+                    self.bad.append((first[:80], reply[:80]))
+                return
+            code = int(m.group(1))
+            self.statuses[code] = self.statuses.get(code, 0) + 1
+            if code == 500 and len(self.bad) < 5:
+                self.bad.append((first[:80], reply[:80]))
+
+
+def one_connection(port, host, rng, tally):
+    kind = rng.randint(0, 9)
+    reqs = []
+    for _ in range(rng.randint(1, 4)):
+        t = rng.choice(TEMPLATES).replace(b"{p}", rng.choice(PATHS)).replace(b"{h}", host)
+        reqs.append(mutate(t, rng) if kind < 4 else t)
+    data = b"".join(reqs)
+    if kind == 4:
+        data = bytes(rng.randrange(256) for _ in range(rng.randint(1, 3000)))
+    elif kind == 5:
+        data = (b"GET / HTTP/1.1\r\nHost: " + host + b"\r\nX-A: " + b"a" * rng.randint(1, 200_000) + b"\r\n\r\n")
+    reply = b""
+    s = socket.socket()
+    s.settimeout(0.3)
+    try:
+        s.connect(("127.0.0.1", port))
+        if kind == 6:
+            step = rng.randint(1, 7)
+            for i in range(0, len(data), step):
+                s.send(data[i:i + step])
+                if i < 60:
+                    time.sleep(0.001)
+        else:
+            s.sendall(data)
+        if rng.random() < 0.3:
+            s.shutdown(socket.SHUT_WR)
+        act = rng.randint(0, 3)
+        if act == 0:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return
+        end = time.monotonic() + 0.3
+        while time.monotonic() < end and len(reply) < 1 << 20:
+            try:
+                d = s.recv(65536)
+            except socket.timeout:
+                break
+            if not d:
+                break
+            reply += d
+            if act == 1 and rng.random() < 0.2:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                break
+    except OSError:
+        pass
+    finally:
+        s.close()
+        # A reply to garbage sent past its end can be cut by the reset the
+        # unread bytes cause; only whole first lines are judged.
+        tally.add(data, reply if b"\r\n" in reply[:200] else b"")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, secs=10):
+    end = time.monotonic() + secs
+    while time.monotonic() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def fd_count(pid):
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return -1
+
+
+def clean_status(port, target, host):
+    try:
+        with socket.create_connection(("127.0.0.1", port), 3) as s:
+            s.settimeout(3)
+            s.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: " + host + b"\r\nConnection: close\r\n\r\n")
+            out = b""
+            while len(out) < 64:
+                d = s.recv(4096)
+                if not d:
+                    break
+                out += d
+    except OSError as e:
+        return f"no answer ({e})"
+    m = re.match(rb"HTTP/1\.1 (\d{3})", out)
+    return int(m.group(1)) if m else f"not HTTP: {out[:40]!r}"
+
+
+class Run:
+    def __init__(self, args):
+        self.args = args
+        self.weft = os.path.abspath(args.weft)
+        self.dir = tempfile.mkdtemp(prefix="weft-chaos-")
+        self.root = os.path.join(self.dir, "root")
+        os.makedirs(os.path.join(self.root, "dir"))
+        with open(os.path.join(self.root, "a.txt"), "wb") as f:
+            f.write(b"hello world\n" * 10)
+        with open(os.path.join(self.root, "big.bin"), "wb") as f:
+            f.write(random.Random(args.seed).randbytes(300_000))
+        with open(os.path.join(self.root, "dir", "b.html"), "wb") as f:
+            f.write(b"<p>b</p>")
+        with open(os.path.join(self.root, "index.html"), "wb") as f:
+            f.write(b"<p>i</p>")
+        self.logs = []
+        self.failures = []
+
+    def start(self, name, argv):
+        log = os.path.join(self.dir, name + ".log")
+        self.logs.append(log)
+        with open(log, "wb") as f:
+            return subprocess.Popen([self.weft] + argv, stdout=f, stderr=subprocess.STDOUT)
+
+    def target(self, name, procs, port, host, check=(b"/a.txt", b"127.0.0.1"), helpers=()):
+        """Hammer `port`, check `procs`; `helpers` (upstreams) are stopped after."""
+        try:
+            if not wait_port(port):
+                self.failures.append(f"{name}: never listened")
+                return
+            time.sleep(0.2)
+            before = {p.pid: fd_count(p.pid) for p in procs}
+            tally = Tally()
+            deadline = time.monotonic() + self.args.seconds
+
+            def client(i):
+                rng = random.Random(f"{self.args.seed}/{name}/{i}")
+                while time.monotonic() < deadline:
+                    one_connection(port, host, rng, tally)
+
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(self.args.clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            fails = []
+            # Let timeouts close what the clients left half-open.
+            settle = time.monotonic() + 3
+            while True:
+                grown = {p.pid: fd_count(p.pid) - before[p.pid] for p in procs}
+                if all(g <= FD_SLACK for g in grown.values()) or time.monotonic() > settle:
+                    break
+                time.sleep(0.2)
+            for p in procs:
+                if p.poll() is not None:
+                    fails.append(f"pid {p.pid} exited with {p.returncode}")
+                elif grown[p.pid] > FD_SLACK:
+                    fails.append(f"pid {p.pid} holds {grown[p.pid]} more descriptors than before")
+            status = clean_status(port, *check)
+            if status != 200:
+                fails.append(f"a clean GET {check[0].decode()} got {status}")
+            for first, reply in tally.bad:
+                fails.append(f"bad reply {reply!r} to {first!r}")
+            codes = " ".join(f"{c}:{n}" for c, n in sorted(tally.statuses.items()))
+            print(f"  {name}: {tally.conns} connections, {tally.replies} replies ({codes}); "
+                  f"descriptors +{max(grown.values())}", flush=True)
+            for f in fails:
+                self.failures.append(f"{name}: {f}")
+        finally:
+            for p in list(procs) + list(helpers):
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in list(procs) + list(helpers):
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.failures.append(f"{name}: pid {p.pid} did not stop within 10 s of SIGTERM")
+                    p.kill()
+                    p.wait()
+
+    def targets(self):
+        """(name, thunk) for every target, in order."""
+        out = []
+        for ev, archs in [("epoll", ["amped", "sped", "mt", "mp"]), ("tracked", ["amped"]), ("uring", ["amped"])]:
+            for arch in archs:
+                out.append((f"serve-{arch}-{ev}", lambda ev=ev, arch=arch: self.serve(ev, arch)))
+        for ev in ["epoll", "tracked", "uring"]:
+            out.append((f"origin-{ev}", lambda ev=ev: self.origin(ev)))
+            for splice in ["on", "sockmap"]:
+                out.append((f"proxy-reverse-{splice}-{ev}", lambda ev=ev, s=splice: self.proxy(ev, s, True)))
+            out.append((f"proxy-forward-{ev}", lambda ev=ev: self.proxy(ev, "auto", False)))
+        for mode in ["relay", "handoff", "booster"]:
+            out.append((f"front-{mode}", lambda mode=mode: self.front(mode)))
+        return out
+
+    def serve(self, ev, arch):
+        port = free_port()
+        extra = ["--object-cache", "16MiB"] if arch == "amped" else []
+        name = f"serve-{arch}-{ev}"
+        p = self.start(name, ["serve", self.root, "--listen", f"127.0.0.1:{port}", "--event", ev,
+                              "--arch", arch, "--header-timeout", "1s"] + extra)
+        self.target(name, [p], port, b"127.0.0.1")
+
+    def origin(self, ev):
+        port = free_port()
+        name = f"origin-{ev}"
+        p = self.start(name, ["origin", "--listen", f"127.0.0.1:{port}", "--event", ev])
+        self.target(name, [p], port, b"127.0.0.1", check=(b"/size/100", b"127.0.0.1"))
+
+    def proxy(self, ev, splice, reverse):
+        op, pp = free_port(), free_port()
+        name = f"proxy-{'reverse-' + splice if reverse else 'forward'}-{ev}"
+        o = self.start(name + "-origin", ["origin", "--listen", f"127.0.0.1:{op}"])
+        if not wait_port(op):
+            self.failures.append(f"{name}: its origin never listened")
+            o.kill()
+            return
+        argv = ["proxy", "--listen", f"127.0.0.1:{pp}", "--event", ev, "--splice", splice,
+                "--connect-ports", str(op), "--header-timeout", "1s"]
+        if reverse:
+            argv += ["--upstream", f"127.0.0.1:{op}"]
+        p = self.start(name, argv)
+        host = f"127.0.0.1:{op}".encode()
+        check = (b"/size/1000", host) if reverse else (f"http://127.0.0.1:{op}/size/10".encode(), host)
+        self.target(name, [p], pp, host, check=check, helpers=[o])
+
+    def front(self, mode):
+        b1, b2, fp = free_port(), free_port(), free_port()
+        sock = {b: os.path.join(self.dir, f"handoff-{b}.sock") for b in (b1, b2)}
+        backs = []
+        for b in (b1, b2):
+            argv = ["serve", self.root, "--listen", f"127.0.0.1:{b}", "--header-timeout", "1s"]
+            if mode == "handoff":
+                argv += ["--handoff-socket", sock[b]]
+            backs.append(self.start(f"front-{mode}-backend-{b}", argv))
+        for b in (b1, b2):
+            wait_port(b)
+        argv = ["front", "--listen", f"127.0.0.1:{fp}", "--mode", mode, "--header-timeout", "1s"]
+        if mode == "booster":
+            argv += ["--site", f"*=127.0.0.1:{b1}", "--boost", "always"]
+        else:
+            argv += ["--backend", f"127.0.0.1:{b1}", "--backend", f"127.0.0.1:{b2}", "--policy", "lard"]
+            if mode == "handoff":
+                argv += ["--handoff", sock[b1], "--handoff", sock[b2]]
+        f = self.start(f"front-{mode}", argv)
+        self.target(f"front-{mode}", [f] + backs, fp, b"127.0.0.1")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--weft", default="target/release/weft")
+    ap.add_argument("--seconds", type=float, default=3.0, help="load per target")
+    ap.add_argument("--clients", type=int, default=3, help="client threads per target")
+    ap.add_argument("--seed", default="1")
+    ap.add_argument("--only", help="run the targets whose name contains this")
+    ap.add_argument("--list", action="store_true", help="list the targets and exit")
+    args = ap.parse_args()
+    if not (0 < args.seconds <= 600) or not (1 <= args.clients <= 64):
+        ap.error("--seconds must be in (0, 600] and --clients in [1, 64]")
+    if not os.access(args.weft, os.X_OK):
+        ap.error(f"--weft: {args.weft} is not an executable")
+    run = Run(args)
+    todo = [(n, t) for n, t in run.targets() if not args.only or args.only in n]
+    if args.list:
+        print("\n".join(n for n, _ in todo))
+        return 0
+    print(f"chaos: {len(todo)} targets x {args.seconds:g} s, {args.clients} clients, seed {args.seed}", flush=True)
+    t0 = time.monotonic()
+    for _, thunk in todo:
+        thunk()
+    for log in run.logs:
+        with open(log, "rb") as f:
+            for line in f.read().decode("utf-8", "replace").splitlines():
+                if "panicked" in line:
+                    run.failures.append(f"{os.path.basename(log)}: {line[:200]}")
+    print(f"chaos: {time.monotonic() - t0:.0f} s", flush=True)
+    if run.failures:
+        print("chaos: FAILED (logs in " + run.dir + ")")
+        for f in run.failures:
+            print("  " + f)
+        return 1
+    shutil.rmtree(run.dir, ignore_errors=True)
+    print("chaos: every target alive, answering, and within its descriptors")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
