@@ -485,17 +485,6 @@ impl<'a> Worker<'a> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return;
         };
-        if let Some(fd) = &c.fd {
-            if !fixed && c.interest != c.want {
-                if cx.reregister(fd.raw(), ct, c.want).is_err() {
-                    self.close_client(cx, ct);
-                    return;
-                }
-                c.interest = c.want;
-            }
-        }
-        let ut = c.txn.as_ref().and_then(|t| t.up).or(c.tunnel.as_ref().map(|t| t.1));
-        let in_txn = c.txn.is_some();
         // A body in the kernel moves without waking weft: the client's
         // timer watches it (`on_timer` looks at the bytes it acknowledged).
         let in_kernel = c
@@ -503,6 +492,31 @@ impl<'a> Worker<'a> {
             .as_ref()
             .and_then(|t| t.relay.as_ref())
             .is_some_and(|r| r.in_kernel());
+        // What the client's registration should be: `want`, except where the
+        // backend keeps both directions for good. Edge-triggered ones leave
+        // that for the end of stream alone while a body goes to this client
+        // in the kernel (the psock's write-space wake-ups would reach weft
+        // per batch; its marker, an error, comes whatever the interest), and
+        // come back to both when the body is done. (Tunnels move at their
+        // join, `step_tunnel`; epoll-once, level-triggered, stays as it is.)
+        let target = if !fixed {
+            Some(c.want)
+        } else if P::CAPS.edge_triggered && c.tunnel.is_none() {
+            Some(if in_kernel { Interest::HANGUP } else { Interest::BOTH })
+        } else {
+            None
+        };
+        if let (Some(fd), Some(target)) = (&c.fd, target) {
+            if c.interest != target {
+                if cx.reregister(fd.raw(), ct, target).is_err() {
+                    self.close_client(cx, ct);
+                    return;
+                }
+                c.interest = target;
+            }
+        }
+        let ut = c.txn.as_ref().and_then(|t| t.up).or(c.tunnel.as_ref().map(|t| t.1));
+        let in_txn = c.txn.is_some();
         c.deadline = if c.fd.is_none() {
             None
         } else if c.lingering {
