@@ -833,12 +833,15 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             }
             Who::Upstream(None, _, _) => self.close_upstream(cx, token),
             Who::Upstream(Some(ct), connecting, waiting) => {
-                let phase = client_of(&mut self.slab, ct)
-                    .and_then(|c| c.txn.as_ref())
-                    .map(|t| t.phase);
-                if !waiting && !connecting && phase == Some(Phase::Body) {
+                let client = client_of(&mut self.slab, ct);
+                let present = client.as_ref().is_some_and(|c| c.fd.is_some());
+                let phase = client.and_then(|c| c.txn.as_ref()).map(|t| t.phase);
+                if !waiting && !connecting && present && phase == Some(Phase::Body) {
                     // The body waits on the client, not the upstream: the
-                    // client's send timeout governs.
+                    // client's send timeout governs. (Not once the client
+                    // has gone and a cache fill goes on without it: it has
+                    // no send timeout, and a fill that waits on anything
+                    // but its upstream for this long is given up.)
                     self.sh.stats.timeouts -= 1;
                     let later = cx.now + self.sh.cfg.upstream_timeout;
                     let u = upstream_of(&mut self.slab, token)?;

@@ -54,11 +54,14 @@ impl Relay {
             }
         }
         // Framing (and short data) in user space: only once the pipe is empty,
-        // so the output queue never overtakes piped bytes.
+        // so the output queue never overtakes piped bytes. Once the client
+        // is gone, the bytes its pipe holds will never be sent (the pipe is
+        // closed at the end, not pooled) and order nothing: waiting for them
+        // would stall the cache fill for good.
         let piped = match &self.path {
             Path::Copy | Path::Kernel(_) => 0,
             Path::Splice { bytes, .. } => *bytes,
-            Path::Tee { in_intake, in_out, .. } => in_intake + in_out,
+            Path::Tee { in_intake, in_out, .. } => in_intake + if self.client_gone { 0 } else { *in_out },
         };
         if piped > 0 || (!self.client_gone && e.out.len() >= OUTQ_HIGH as u64) {
             return Ok(0);
