@@ -2,8 +2,9 @@
 """Throw mutated, truncated, oversized and reset requests at every weft role.
 
 Each target is one role in one configuration (serve under each architecture
-and event backend, serve with a FastCGI pool (spliced and copied), origin, reverse and forward proxy with splice and
-sockmap, front in relay, handoff and booster mode). CLIENTS threads open
+and event backend, serve with a FastCGI pool (spliced and copied), origin,
+reverse and forward proxy with splice and sockmap, front in relay, handoff
+and booster mode). CLIENTS threads open
 connections for SECONDS and on each send one to four requests drawn from
 templates (GET with ranges and validators, POST and PUT with lengths and
 chunks, Expect, CONNECT, absolute targets, OPTIONS *), mutated byte-wise in
@@ -21,13 +22,20 @@ After each target:
   - no process has more child processes than before (an MP pool, a FastCGI
     pool; a zombie counts);
   - SIGTERM stops it within 10 s.
+
+The proxy-bad-origin targets put a caching reverse proxy in front of
+BadOrigin, an upstream that misbehaves on purpose (cut and overrun bodies,
+endless chunks, mutated heads, 1xx, stray 304s, slow starts), with clients
+that pipeline, ask for ranges and validators, and abort; afterwards every
+object the proxy answers with only-if-cached must be the whole true body.
+
 Exit 1 naming the target and the check that failed; the seed makes a run
 repeatable.
 
   python3 scripts/chaos.py [--weft target/release/weft] [--seconds 3]
         [--clients 3] [--seed 1] [--only SUBSTRING] [--list]
 
-The whole set at the default 3 s takes about 85 s.
+The whole set at the default 3 s takes about two minutes.
 """
 import argparse, os, random, re, shutil, signal, socket, struct, subprocess, sys, tempfile, threading, time
 
@@ -167,6 +175,209 @@ def one_connection(port, host, rng, tally):
         tally.add(data, reply if b"\r\n" in reply[:200] else b"")
 
 
+OBJECTS = 40  # /obj/0 .. /obj/39 at the misbehaving origin
+
+
+def object_body(k):
+    """The one body /obj/K ever has (so anything cached can be checked)."""
+    size = (k * 7919) % 150_001 if k % 5 else k * 3  # some empty and small ones
+    return bytes((i * 31 + k) & 0xFF for i in range(size))
+
+
+class BadOrigin:
+    """An upstream that misbehaves on purpose: cut bodies (reset or FIN),
+    overruns of its Content-Length, chunks that never end, garbage heads,
+    1xx and 304 answers, slow starts. Every body it sends is a prefix (or,
+    overrunning, an extension) of the path's one true body, so a response
+    the proxy stored can be checked byte for byte afterwards. `/clean`
+    always gets a plain 200."""
+
+    def __init__(self, seed):
+        self.rng = random.Random(f"{seed}/origin")
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(256)
+        self.port = self.sock.getsockname()[1]
+        self.stop = False
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    def close(self):
+        self.stop = True
+        self.sock.close()
+
+    def accept_loop(self):
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                seed = self.rng.random()
+            threading.Thread(target=self.serve, args=(conn, random.Random(seed)), daemon=True).start()
+
+    def serve(self, conn, rng):
+        conn.settimeout(2)
+        buf = b""
+        try:
+            while not self.stop:
+                while b"\r\n\r\n" not in buf:
+                    d = conn.recv(65536)
+                    if not d or len(buf) > 1 << 16:
+                        return
+                    buf += d
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+                need = int(m.group(1)) if m else 0
+                while len(buf) < need:
+                    d = conn.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                buf = buf[need:]
+                parts = head.split(b" ")
+                target = parts[1] if len(parts) > 1 else b"/"
+                if not self.answer(conn, rng, target, head.startswith(b"HEAD ")):
+                    return
+        except OSError:
+            return
+        finally:
+            conn.close()
+
+    def answer(self, conn, rng, target, head_only):
+        """Send one response; False: the connection is done."""
+        m = re.match(rb"/obj/(\d+)", target)
+        if target.startswith(b"/clean") or not m:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nCache-Control: no-store\r\n\r\n"
+                         + (b"" if head_only else b"clean"))
+            return True
+        k = int(m.group(1))
+        body = object_body(k)
+        n = len(body)
+        fields = f"Cache-Control: max-age=60\r\nETag: \"{k}\"\r\nLast-Modified: Tue, 01 Jan 2030 00:00:00 GMT\r\n"
+        if rng.random() < 0.15:
+            time.sleep(rng.uniform(0.01, 0.3))
+        roll = rng.random()
+        if head_only:
+            conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n{fields}\r\n".encode())
+            return True
+        if roll < 0.45:  # whole, with a length
+            conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n{fields}\r\n".encode() + body)
+            return True
+        if roll < 0.55:  # whole, chunked, in uneven chunks
+            out = [f"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{fields}\r\n".encode()]
+            i = 0
+            while i < n:
+                step = rng.randint(1, 40_000)
+                out.append(b"%x\r\n" % len(body[i:i + step]) + body[i:i + step] + b"\r\n")
+                i += step
+            out.append(b"0\r\n\r\n")
+            conn.sendall(b"".join(out))
+            return True
+        if roll < 0.60:  # whole, delimited by the close
+            conn.sendall(f"HTTP/1.1 200 OK\r\nConnection: close\r\n{fields}\r\n".encode() + body)
+            return False
+        if roll < 0.70:  # cut short: a FIN or a reset part way
+            conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n + 10}\r\n{fields}\r\n".encode()
+                         + body[:rng.randint(0, n)])
+            if rng.random() < 0.5:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return False
+        if roll < 0.75:  # chunked, never ended
+            conn.sendall(f"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{fields}\r\n".encode()
+                         + b"%x\r\n" % n + body + b"\r\n")
+            return False
+        if roll < 0.80:  # more bytes than its length: the excess is not the body
+            conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n{fields}\r\n".encode() + body
+                         + b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbad" + bytes(rng.randint(0, 5000)))
+            return False
+        if roll < 0.88:  # a head mutated; not storable, since a mutation can
+            # make another valid length (and the stored object a true prefix)
+            h = mutate(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nCache-Control: no-store\r\n\r\n".encode(), rng)
+            conn.sendall(h + body[:rng.randint(0, n)])
+            return False
+        if roll < 0.94:  # 1xx before the answer
+            conn.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+                         + f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n{fields}\r\n".encode() + body)
+            return True
+        conn.sendall(f"HTTP/1.1 304 Not Modified\r\n{fields}\r\n".encode())
+        return True
+
+
+def one_proxied(port, rng, tally):
+    """A client of a proxy in front of BadOrigin: mostly well-formed GETs
+    for its objects (some pipelined, some with ranges or validators), some
+    aborted part way."""
+    reqs = []
+    for _ in range(rng.randint(1, 3)):
+        k = rng.randrange(OBJECTS)
+        extra = rng.choice([b"", b"", b"Range: bytes=10-2000\r\n", b"If-None-Match: \"%d\"\r\n" % k,
+                            b"Cache-Control: no-cache\r\n", b"Cache-Control: only-if-cached\r\n"])
+        method = b"HEAD" if rng.random() < 0.1 else b"GET"
+        reqs.append(method + b" /obj/%d HTTP/1.1\r\nHost: o\r\n" % k + extra)
+    if rng.random() < 0.7:  # the proxy closes after the last answer: no wait for a timeout
+        reqs[-1] += b"Connection: close\r\n"
+    data = b"\r\n".join(reqs) + b"\r\n"
+    reply = b""
+    s = socket.socket()
+    s.settimeout(0.5)
+    try:
+        s.connect(("127.0.0.1", port))
+        s.sendall(data)
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end and len(reply) < 4 << 20:
+            try:
+                d = s.recv(65536)
+            except socket.timeout:
+                break
+            if not d:
+                break
+            reply += d
+            if rng.random() < 0.05:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                break
+    except OSError:
+        pass
+    finally:
+        s.close()
+        tally.add(data, reply if b"\r\n" in reply[:200] else b"")
+
+
+def stored_objects_intact(port):
+    """Ask the proxy for every object it may answer alone (only-if-cached):
+    each body it has must be the object's whole, true body. Failures, as text."""
+    bad = []
+    for k in range(OBJECTS):
+        try:
+            with socket.create_connection(("127.0.0.1", port), 3) as s:
+                s.settimeout(3)
+                s.sendall(b"GET /obj/%d HTTP/1.1\r\nHost: o\r\nCache-Control: only-if-cached\r\n"
+                          b"Connection: close\r\n\r\n" % k)
+                out = b""
+                while True:
+                    d = s.recv(1 << 20)
+                    if not d:
+                        break
+                    out += d
+        except OSError as e:
+            bad.append(f"/obj/{k}: {e}")
+            continue
+        head, _, body = out.partition(b"\r\n\r\n")
+        if head.startswith(b"HTTP/1.1 504"):
+            continue
+        if not head.startswith(b"HTTP/1.1 200"):
+            bad.append(f"/obj/{k}: only-if-cached got {head[:40]!r}")
+            continue
+        m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+        if b"chunked" in head.lower():
+            bad.append(f"/obj/{k}: a stored object sent chunked")
+        elif body != object_body(k) or (m and int(m.group(1)) != len(body)):
+            how = "a prefix of" if object_body(k).startswith(body) else "not"
+            bad.append(f"/obj/{k}: stored body of {len(body)} bytes is {how} the object ({len(object_body(k))} bytes)")
+    return bad
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -247,8 +458,11 @@ class Run:
         with open(log, "wb") as f:
             return subprocess.Popen([self.weft] + argv, stdout=f, stderr=subprocess.STDOUT)
 
-    def target(self, name, procs, port, host, check=(b"/a.txt", b"127.0.0.1"), helpers=()):
-        """Hammer `port`, check `procs`; `helpers` (upstreams) are stopped after."""
+    def target(self, name, procs, port, host, check=(b"/a.txt", b"127.0.0.1"), helpers=(),
+               client_fn=None, after=None):
+        """Hammer `port` with `client_fn` (default: mutated requests), check
+        `procs`, then `after(port)` (more failures, as text); `helpers`
+        (upstreams) are stopped after."""
         try:
             if not wait_port(port):
                 self.failures.append(f"{name}: never listened")
@@ -262,7 +476,10 @@ class Run:
             def client(i):
                 rng = random.Random(f"{self.args.seed}/{name}/{i}")
                 while time.monotonic() < deadline:
-                    one_connection(port, host, rng, tally)
+                    if client_fn:
+                        client_fn(port, rng, tally)
+                    else:
+                        one_connection(port, host, rng, tally)
 
             threads = [threading.Thread(target=client, args=(i,)) for i in range(self.args.clients)]
             for t in threads:
@@ -289,6 +506,8 @@ class Run:
                 fails.append(f"a clean GET {check[0].decode()} got {status}")
             for first, reply in tally.bad:
                 fails.append(f"bad reply {reply!r} to {first!r}")
+            if after:
+                fails += after(port)
             codes = " ".join(f"{c}:{n}" for c, n in sorted(tally.statuses.items()))
             print(f"  {name}: {tally.conns} connections, {tally.replies} replies ({codes}); "
                   f"descriptors +{max(grown.values())}", flush=True)
@@ -319,6 +538,10 @@ class Run:
             for splice in ["on", "sockmap"]:
                 out.append((f"proxy-reverse-{splice}-{ev}", lambda ev=ev, s=splice: self.proxy(ev, s, True)))
             out.append((f"proxy-forward-{ev}", lambda ev=ev: self.proxy(ev, "auto", False)))
+        for ev, splice, disk in [("epoll", "on", False), ("epoll", "sockmap", False), ("uring", "off", False),
+                                 ("tracked", "on", False), ("epoll", "on", True)]:
+            name = f"proxy-bad-origin-{splice}-{ev}" + ("-disk" if disk else "")
+            out.append((name, lambda ev=ev, s=splice, d=disk, n=name: self.proxy_bad_origin(n, ev, s, d)))
         for mode in ["relay", "handoff", "booster"]:
             out.append((f"front-{mode}", lambda mode=mode: self.front(mode)))
         return out
@@ -367,6 +590,22 @@ class Run:
         host = f"127.0.0.1:{op}".encode()
         check = (b"/size/1000", host) if reverse else (f"http://127.0.0.1:{op}/size/10".encode(), host)
         self.target(name, [p], pp, host, check=check, helpers=[o])
+
+    def proxy_bad_origin(self, name, ev, splice, disk):
+        """A caching reverse proxy in front of BadOrigin; afterwards every
+        object it answers from its cache must be whole and true."""
+        origin = BadOrigin(self.args.seed)
+        pp = free_port()
+        argv = ["proxy", "--listen", f"127.0.0.1:{pp}", "--event", ev, "--splice", splice,
+                "--upstream", f"127.0.0.1:{origin.port}", "--upstream-timeout", "2s", "--header-timeout", "1s"]
+        if disk:
+            argv += ["--cache-dir", os.path.join(self.dir, name + "-store")]
+        p = self.start(name, argv)
+        try:
+            self.target(name, [p], pp, b"o", check=(b"/clean", b"o"), client_fn=one_proxied,
+                        after=stored_objects_intact)
+        finally:
+            origin.close()
 
     def front(self, mode):
         b1, b2, fp = free_port(), free_port(), free_port()
