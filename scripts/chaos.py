@@ -106,6 +106,7 @@ class Tally:
         self.replies = 0
         self.statuses = {}
         self.bad = []  # replies that did not start as HTTP, or 500s
+        self.failed = []  # answers that were not their request's
 
     def add(self, first, reply):
         with self.lock:
@@ -122,6 +123,12 @@ class Tally:
             self.statuses[code] = self.statuses.get(code, 0) + 1
             if code == 500 and len(self.bad) < 5:
                 self.bad.append((first[:80], reply[:80]))
+
+    def fail(self, what):
+        """A check the client made of an answer failed."""
+        with self.lock:
+            if len(self.failed) < 5:
+                self.failed.append(what)
 
 
 def one_connection(port, host, rng, tally):
@@ -305,17 +312,82 @@ class BadOrigin:
         return True
 
 
+def answers(reply, asked):
+    """Split a pipelined `reply` into the answers to `asked` ((k, head_only,
+    ranged) per request, in order) and check each complete one: a 200 body
+    must be the start of /obj/K's true body (all of it when it came with a
+    length the proxy stands by), a 206 the bytes from 10 on. A body that is
+    another request's, or the tail of an overrun taken for an answer, is a
+    mix-up. Stops at the first incomplete answer. Failures, as text."""
+    bad = []
+    i = 0
+    for k, head_only, ranged in asked:
+        while True:
+            end = reply.find(b"\r\n\r\n", i)
+            if end < 0:
+                return bad
+            head = reply[i:end]
+            i = end + 4
+            m = re.match(rb"HTTP/1\.[01] (\d{3})", head)
+            if not m:
+                return bad + [f"/obj/{k}: not a response head: {head[:60]!r}"]
+            status = int(m.group(1))
+            if not 100 <= status < 200:
+                break
+        lower = head.lower()
+        cl = re.search(rb"\r\ncontent-length: *(\d+)", lower)
+        if head_only or status in (204, 304):
+            body = b""
+        elif b"transfer-encoding: chunked" in lower:
+            body = b""
+            while True:
+                e = reply.find(b"\r\n", i)
+                if e < 0:
+                    return bad
+                try:
+                    size = int(reply[i:e].split(b";")[0], 16)
+                except ValueError:
+                    return bad + [f"/obj/{k}: bad chunk size {reply[i:e][:20]!r}"]
+                if size == 0:
+                    t = reply.find(b"\r\n\r\n", e)
+                    if t < 0:
+                        return bad
+                    i = t + 4
+                    break
+                if len(reply) < e + 2 + size + 2:
+                    return bad
+                body += reply[e + 2:e + 2 + size]
+                i = e + 2 + size + 2
+        elif cl:
+            n = int(cl.group(1))
+            if len(reply) < i + n:
+                return bad
+            body = reply[i:i + n]
+            i += n
+        else:
+            body = reply[i:]  # to the close: may be cut, so only a prefix is checked
+            i = len(reply)
+        true = object_body(k)
+        if status == 200 and not head_only and not true.startswith(body):
+            bad.append(f"/obj/{k}: a 200 whose {len(body)}-byte body is not this object's")
+        elif status == 206 and ranged and not true[10:].startswith(body):
+            bad.append(f"/obj/{k}: a 206 whose {len(body)}-byte body is not this object's bytes from 10")
+    return bad
+
+
 def one_proxied(port, rng, tally):
     """A client of a proxy in front of BadOrigin: mostly well-formed GETs
     for its objects (some pipelined, some with ranges or validators), some
-    aborted part way."""
+    aborted part way; every complete answer must be its request's."""
     reqs = []
+    asked = []
     for _ in range(rng.randint(1, 3)):
         k = rng.randrange(OBJECTS)
         extra = rng.choice([b"", b"", b"Range: bytes=10-2000\r\n", b"If-None-Match: \"%d\"\r\n" % k,
                             b"Cache-Control: no-cache\r\n", b"Cache-Control: only-if-cached\r\n"])
         method = b"HEAD" if rng.random() < 0.1 else b"GET"
         reqs.append(method + b" /obj/%d HTTP/1.1\r\nHost: o\r\n" % k + extra)
+        asked.append((k, method == b"HEAD", extra.startswith(b"Range")))
     if rng.random() < 0.7:  # the proxy closes after the last answer: no wait for a timeout
         reqs[-1] += b"Connection: close\r\n"
     data = b"\r\n".join(reqs) + b"\r\n"
@@ -342,6 +414,8 @@ def one_proxied(port, rng, tally):
     finally:
         s.close()
         tally.add(data, reply if b"\r\n" in reply[:200] else b"")
+        for b in answers(reply, asked):
+            tally.fail(b)
 
 
 def stored_objects_intact(port):
@@ -506,6 +580,7 @@ class Run:
                 fails.append(f"a clean GET {check[0].decode()} got {status}")
             for first, reply in tally.bad:
                 fails.append(f"bad reply {reply!r} to {first!r}")
+            fails += tally.failed
             if after:
                 fails += after(port)
             codes = " ".join(f"{c}:{n}" for c, n in sorted(tally.statuses.items()))

@@ -157,6 +157,9 @@ weft_core::metrics! {
         /// redirected to it (a kernel fault: the connections are reset, and
         /// new tunnels and bodies splice from then on).
         counter sockmap_mismatches,
+        /// Upstream connections closed instead of pooled because bytes (sent
+        /// past a response's length) or a FIN waited in them.
+        counter upstream_not_empty,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -243,7 +246,7 @@ mod tests {
             request_state_pooled \
             calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
             bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
-            sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches";
+            sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches upstream_not_empty";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

@@ -214,6 +214,19 @@ impl Worker<'_> {
             self.close_upstream(cx, ut);
             return;
         }
+        // Nothing may wait in the socket: a body read to its length leaves
+        // whatever the upstream sent past it there (an overrun), and an
+        // idle connection's next "response" would be those bytes, answered
+        // to another request. Its readable event cannot be relied on: the
+        // next request may take the connection before the loop waits again,
+        // and an edge-triggered backend reported those bytes already, with
+        // the body. One peek per pooled response (a FIN found here also
+        // closes it now, not at a failed reuse).
+        if !sys::empty_now(&u.fd) {
+            self.sh.stats.upstream_not_empty += 1;
+            self.close_upstream(cx, ut);
+            return;
+        }
         // Pooled, it holds no buffer: both go back to the worker's pools
         // (lent again by the next exchange; grown ones are kept there).
         pools::release_idle(&mut u.buf, &mut u.out, &mut self.sh.bufs, &mut self.sh.own_pool);
