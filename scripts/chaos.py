@@ -619,6 +619,8 @@ class Run:
             out.append((name, lambda ev=ev, s=splice, d=disk, n=name: self.proxy_bad_origin(n, ev, s, d)))
         for mode in ["relay", "handoff", "booster"]:
             out.append((f"front-{mode}", lambda mode=mode: self.front(mode)))
+        for mode in ["relay", "booster"]:
+            out.append((f"front-{mode}-bad-origin", lambda mode=mode: self.front_bad_origin(mode)))
         return out
 
     def serve(self, ev, arch):
@@ -679,6 +681,25 @@ class Run:
         try:
             self.target(name, [p], pp, b"o", check=(b"/clean", b"o"), client_fn=one_proxied,
                         after=stored_objects_intact)
+        finally:
+            origin.close()
+
+    def front_bad_origin(self, mode):
+        """The front-end (relay, or the booster pipelining over two
+        connections) before BadOrigin: every complete answer must be its
+        request's (the booster's lanes are where a desync would show)."""
+        origin = BadOrigin(self.args.seed)
+        fp = free_port()
+        name = f"front-{mode}-bad-origin"
+        argv = ["front", "--listen", f"127.0.0.1:{fp}", "--mode", mode, "--header-timeout", "1s",
+                "--upstream-timeout", "2s"]
+        if mode == "booster":
+            argv += ["--site", f"*=127.0.0.1:{origin.port}", "--boost", "always"]
+        else:
+            argv += ["--backend", f"127.0.0.1:{origin.port}"]
+        p = self.start(name, argv)
+        try:
+            self.target(name, [p], fp, b"o", check=(b"/clean", b"o"), client_fn=one_proxied)
         finally:
             origin.close()
 
