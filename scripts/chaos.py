@@ -199,7 +199,8 @@ class BadOrigin:
     the proxy stored can be checked byte for byte afterwards. `/clean`
     always gets a plain 200."""
 
-    def __init__(self, seed):
+    def __init__(self, seed, overrun=True):
+        self.overrun = overrun
         self.rng = random.Random(f"{seed}/origin")
         self.lock = threading.Lock()
         self.sock = socket.socket()
@@ -295,10 +296,13 @@ class BadOrigin:
             conn.sendall(f"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{fields}\r\n".encode()
                          + b"%x\r\n" % n + body + b"\r\n")
             return False
-        if roll < 0.80:  # more bytes than its length: the excess is not the body
+        if roll < 0.80 and self.overrun:  # more bytes than its length: the excess is not the body
             conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n{fields}\r\n".encode() + body
-                         + b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbad" + bytes(rng.randint(0, 5000)))
+                         + b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nETag: \"999\"\r\n\r\nbad" + bytes(rng.randint(0, 5000)))
             return False
+        if roll < 0.80:  # (overruns off) whole, with a length
+            conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n{fields}\r\n".encode() + body)
+            return True
         if roll < 0.88:  # a head mutated; not storable, since a mutation can
             # make another valid length (and the stored object a true prefix)
             h = mutate(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nCache-Control: no-store\r\n\r\n".encode(), rng)
@@ -314,10 +318,10 @@ class BadOrigin:
 
 def answers(reply, asked):
     """Split a pipelined `reply` into the answers to `asked` ((k, head_only,
-    ranged) per request, in order) and check each complete one: a 200 body
-    must be the start of /obj/K's true body (all of it when it came with a
-    length the proxy stands by), a 206 the bytes from 10 on. A body that is
-    another request's, or the tail of an overrun taken for an answer, is a
+    ranged) per request, in order) and check each complete one that carries
+    BadOrigin's ETag: it must name the object asked for, a 200's body must
+    be the start of that object's true body, a 206's the bytes from 10 on.
+    Another request's answer, or the tail of an overrun taken for one, is a
     mix-up. Stops at the first incomplete answer. Failures, as text."""
     bad = []
     i = 0
@@ -367,6 +371,15 @@ def answers(reply, asked):
         else:
             body = reply[i:]  # to the close: may be cut, so only a prefix is checked
             i = len(reply)
+        # BadOrigin names the object in the ETag of every head it does not
+        # mutate (mutated ones carry none: their bodies may begin with what
+        # a stray blank line cut from the head).
+        etag = re.search(rb'\r\netag: *"(\d+)"', lower)
+        if not etag:
+            continue
+        if int(etag.group(1)) != k:
+            bad.append(f"/obj/{k}: answered with /obj/{int(etag.group(1))}'s response ({status})")
+            continue
         true = object_body(k)
         if status == 200 and not head_only and not true.startswith(body):
             bad.append(f"/obj/{k}: a 200 whose {len(body)}-byte body is not this object's")
@@ -687,8 +700,11 @@ class Run:
     def front_bad_origin(self, mode):
         """The front-end (relay, or the booster pipelining over two
         connections) before BadOrigin: every complete answer must be its
-        request's (the booster's lanes are where a desync would show)."""
-        origin = BadOrigin(self.args.seed)
+        request's (the booster's lanes are where a desync would show). The
+        booster's origin does not overrun its lengths: on a pipelined
+        connection, bytes past a response that parse as one are the next
+        response as far as HTTP/1.1 can tell (docs/booster.md)."""
+        origin = BadOrigin(self.args.seed, overrun=mode != "booster")
         fp = free_port()
         name = f"front-{mode}-bad-origin"
         argv = ["front", "--listen", f"127.0.0.1:{fp}", "--mode", mode, "--header-timeout", "1s",
