@@ -131,6 +131,26 @@ class Tally:
                 self.failed.append(what)
 
 
+def read_reply(s, secs, most, rng, reset_share):
+    """Read what `s` sends for up to `secs` (or `most` bytes, or its close);
+    after each piece, reset the connection with probability `reset_share`
+    (a client that gives up mid-body)."""
+    reply = b""
+    end = time.monotonic() + secs
+    while time.monotonic() < end and len(reply) < most:
+        try:
+            d = s.recv(65536)
+        except socket.timeout:
+            break
+        if not d:
+            break
+        reply += d
+        if rng.random() < reset_share:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            break
+    return reply
+
+
 def one_connection(port, host, rng, tally):
     kind = rng.randint(0, 9)
     reqs = []
@@ -161,18 +181,7 @@ def one_connection(port, host, rng, tally):
         if act == 0:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             return
-        end = time.monotonic() + 0.3
-        while time.monotonic() < end and len(reply) < 1 << 20:
-            try:
-                d = s.recv(65536)
-            except socket.timeout:
-                break
-            if not d:
-                break
-            reply += d
-            if act == 1 and rng.random() < 0.2:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                break
+        reply = read_reply(s, 0.3, 1 << 20, rng, 0.2 if act == 1 else 0.0)
     except OSError:
         pass
     finally:
@@ -410,18 +419,7 @@ def one_proxied(port, rng, tally):
     try:
         s.connect(("127.0.0.1", port))
         s.sendall(data)
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end and len(reply) < 4 << 20:
-            try:
-                d = s.recv(65536)
-            except socket.timeout:
-                break
-            if not d:
-                break
-            reply += d
-            if rng.random() < 0.05:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                break
+        reply = read_reply(s, 0.5, 4 << 20, rng, 0.05)
     except OSError:
         pass
     finally:
