@@ -463,12 +463,6 @@ def stored_objects_intact(port):
     return bad
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_port(port, secs=10):
     end = time.monotonic() + secs
     while time.monotonic() < end:
@@ -538,10 +532,22 @@ class Run:
         self.failures = []
 
     def start(self, name, argv):
+        """Start `weft ARGV --listen 127.0.0.1:0`: the process and the port
+        it says it listens on (None if it does not say so within 10 s). Port
+        0 and its answer, not a port picked free beforehand: another socket
+        can take that before weft binds it."""
         log = os.path.join(self.dir, name + ".log")
         self.logs.append(log)
         with open(log, "wb") as f:
-            return subprocess.Popen([self.weft] + argv, stdout=f, stderr=subprocess.STDOUT)
+            p = subprocess.Popen([self.weft] + argv + ["--listen", "127.0.0.1:0"], stdout=f, stderr=subprocess.STDOUT)
+        end = time.monotonic() + 10
+        while time.monotonic() < end and p.poll() is None:
+            with open(log, "rb") as f:
+                m = re.search(rb"listening on 127\.0\.0\.1:(\d+)", f.read())
+            if m:
+                return p, int(m.group(1))
+            time.sleep(0.05)
+        return p, None
 
     def target(self, name, procs, port, host, check=(b"/a.txt", b"127.0.0.1"), helpers=(),
                client_fn=None, after=None):
@@ -549,7 +555,7 @@ class Run:
         `procs`, then `after(port)` (more failures, as text); `helpers`
         (upstreams) are stopped after."""
         try:
-            if not wait_port(port):
+            if port is None or not wait_port(port):
                 self.failures.append(f"{name}: never listened")
                 return
             time.sleep(0.2)
@@ -635,11 +641,9 @@ class Run:
         return out
 
     def serve(self, ev, arch):
-        port = free_port()
         extra = ["--object-cache", "16MiB"] if arch == "amped" else []
         name = f"serve-{arch}-{ev}"
-        p = self.start(name, ["serve", self.root, "--listen", f"127.0.0.1:{port}", "--event", ev,
-                              "--arch", arch, "--header-timeout", "1s"] + extra)
+        p, port = self.start(name, ["serve", self.root, "--event", ev, "--arch", arch, "--header-timeout", "1s"] + extra)
         self.target(name, [p], port, b"127.0.0.1")
 
     def serve_cgi(self, send):
@@ -649,32 +653,30 @@ class Run:
         if not os.access(app, os.X_OK):
             self.failures.append(f"serve-cgi-{send}: no {app} (cargo build --release builds it)")
             return
-        port = free_port()
         name = f"serve-cgi-{send}"
-        p = self.start(name, ["serve", self.root, "--listen", f"127.0.0.1:{port}", "--cgi", f"/app={app}",
+        p, port = self.start(name, ["serve", self.root, "--cgi", f"/app={app}",
                               "--cgi-workers", "2", "--cgi-timeout", "1s", "--cgi-send", send,
                               "--header-timeout", "1s"])
         self.target(name, [p], port, b"127.0.0.1")
 
     def origin(self, ev):
-        port = free_port()
         name = f"origin-{ev}"
-        p = self.start(name, ["origin", "--listen", f"127.0.0.1:{port}", "--event", ev])
+        p, port = self.start(name, ["origin", "--event", ev])
         self.target(name, [p], port, b"127.0.0.1", check=(b"/size/100", b"127.0.0.1"))
 
     def proxy(self, ev, splice, reverse):
-        op, pp = free_port(), free_port()
         name = f"proxy-{'reverse-' + splice if reverse else 'forward'}-{ev}"
-        o = self.start(name + "-origin", ["origin", "--listen", f"127.0.0.1:{op}"])
-        if not wait_port(op):
+        o, op = self.start(name + "-origin", ["origin"])
+        if op is None or not wait_port(op):
             self.failures.append(f"{name}: its origin never listened")
             o.kill()
+            o.wait()
             return
-        argv = ["proxy", "--listen", f"127.0.0.1:{pp}", "--event", ev, "--splice", splice,
+        argv = ["proxy", "--event", ev, "--splice", splice,
                 "--connect-ports", str(op), "--header-timeout", "1s"]
         if reverse:
             argv += ["--upstream", f"127.0.0.1:{op}"]
-        p = self.start(name, argv)
+        p, pp = self.start(name, argv)
         host = f"127.0.0.1:{op}".encode()
         check = (b"/size/1000", host) if reverse else (f"http://127.0.0.1:{op}/size/10".encode(), host)
         self.target(name, [p], pp, host, check=check, helpers=[o])
@@ -683,12 +685,11 @@ class Run:
         """A caching reverse proxy in front of BadOrigin; afterwards every
         object it answers from its cache must be whole and true."""
         origin = BadOrigin(self.args.seed)
-        pp = free_port()
-        argv = ["proxy", "--listen", f"127.0.0.1:{pp}", "--event", ev, "--splice", splice,
+        argv = ["proxy", "--event", ev, "--splice", splice,
                 "--upstream", f"127.0.0.1:{origin.port}", "--upstream-timeout", "2s", "--header-timeout", "1s"]
         if disk:
             argv += ["--cache-dir", os.path.join(self.dir, name + "-store")]
-        p = self.start(name, argv)
+        p, pp = self.start(name, argv)
         try:
             self.target(name, [p], pp, b"o", check=(b"/clean", b"o"), client_fn=one_proxied,
                         after=stored_objects_intact)
@@ -703,39 +704,43 @@ class Run:
         connection, bytes past a response that parse as one are the next
         response as far as HTTP/1.1 can tell (docs/booster.md)."""
         origin = BadOrigin(self.args.seed, overrun=mode != "booster")
-        fp = free_port()
         name = f"front-{mode}-bad-origin"
-        argv = ["front", "--listen", f"127.0.0.1:{fp}", "--mode", mode, "--header-timeout", "1s",
+        argv = ["front", "--mode", mode, "--header-timeout", "1s",
                 "--upstream-timeout", "2s"]
         if mode == "booster":
             argv += ["--site", f"*=127.0.0.1:{origin.port}", "--boost", "always"]
         else:
             argv += ["--backend", f"127.0.0.1:{origin.port}"]
-        p = self.start(name, argv)
+        p, fp = self.start(name, argv)
         try:
             self.target(name, [p], fp, b"o", check=(b"/clean", b"o"), client_fn=one_proxied)
         finally:
             origin.close()
 
     def front(self, mode):
-        b1, b2, fp = free_port(), free_port(), free_port()
-        sock = {b: os.path.join(self.dir, f"handoff-{b}.sock") for b in (b1, b2)}
-        backs = []
-        for b in (b1, b2):
-            argv = ["serve", self.root, "--listen", f"127.0.0.1:{b}", "--header-timeout", "1s"]
+        sock = [os.path.join(self.dir, f"front-{mode}-handoff-{i}.sock") for i in range(2)]
+        backs, ports = [], []
+        for i in range(2):
+            argv = ["serve", self.root, "--header-timeout", "1s"]
             if mode == "handoff":
-                argv += ["--handoff-socket", sock[b]]
-            backs.append(self.start(f"front-{mode}-backend-{b}", argv))
-        for b in (b1, b2):
-            wait_port(b)
-        argv = ["front", "--listen", f"127.0.0.1:{fp}", "--mode", mode, "--header-timeout", "1s"]
+                argv += ["--handoff-socket", sock[i]]
+            b, port = self.start(f"front-{mode}-backend-{i}", argv)
+            backs.append(b)
+            ports.append(port)
+        if None in ports:
+            self.failures.append(f"front-{mode}: a back-end never listened")
+            for b in backs:
+                b.kill()
+                b.wait()
+            return
+        argv = ["front", "--mode", mode, "--header-timeout", "1s"]
         if mode == "booster":
-            argv += ["--site", f"*=127.0.0.1:{b1}", "--boost", "always"]
+            argv += ["--site", f"*=127.0.0.1:{ports[0]}", "--boost", "always"]
         else:
-            argv += ["--backend", f"127.0.0.1:{b1}", "--backend", f"127.0.0.1:{b2}", "--policy", "lard"]
+            argv += ["--backend", f"127.0.0.1:{ports[0]}", "--backend", f"127.0.0.1:{ports[1]}", "--policy", "lard"]
             if mode == "handoff":
-                argv += ["--handoff", sock[b1], "--handoff", sock[b2]]
-        f = self.start(f"front-{mode}", argv)
+                argv += ["--handoff", sock[0], "--handoff", sock[1]]
+        f, fp = self.start(f"front-{mode}", argv)
         self.target(f"front-{mode}", [f] + backs, fp, b"127.0.0.1")
 
 
