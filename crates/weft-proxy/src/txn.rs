@@ -513,35 +513,18 @@ impl Worker<'_> {
                 up_read,
                 up_write,
             } => {
-                let mut lost = false;
                 if tunnel.in_kernel() {
                     // Joined: the source's end of stream, not its bytes (a
                     // read interest would wake the loop for every batch the
                     // psock redirects away, to find nothing: 13 of a 1 MiB
                     // echo tunnel's 20 context switches). Errors, and so the
-                    // markers, come whatever the interest.
+                    // markers, come whatever the interest. (Under
+                    // epoll-et and uring, which register both directions
+                    // and ignore `want`, `settle` registers the end of stream
+                    // alone by `Caps::reregistration`.)
                     let hangup = |wait: bool| if wait { Interest::HANGUP } else { Interest::NONE };
                     c.want = hangup(client_read);
                     u.want = hangup(up_read);
-                    if P::CAPS.edge_triggered {
-                        // epoll-et and uring keep both directions registered
-                        // and `settle` never changes them; the psock's
-                        // write-space and data-ready wake-ups would reach
-                        // weft per batch. Once, at the join: the end of
-                        // stream alone, for both sockets (NONE would leave
-                        // uring no poll to report an error with; edge-
-                        // triggered, a hang-up already seen is not reported
-                        // again).
-                        let cfd = c.fd.as_ref().map(|f| f.raw());
-                        let sides = [(cfd, ct, &mut c.interest), (Some(u.fd.raw()), ut, &mut u.interest)];
-                        for (fd, token, registered) in sides {
-                            let Some(fd) = fd else { continue };
-                            if *registered == Interest::BOTH {
-                                lost |= cx.reregister(fd, token, Interest::HANGUP).is_err();
-                                *registered = Interest::HANGUP;
-                            }
-                        }
-                    }
                 } else {
                     c.want = interest(client_read, client_write);
                     u.want = interest(up_read, up_write);
@@ -556,10 +539,6 @@ impl Worker<'_> {
                 if uq {
                     cx.deregister(u.fd.raw());
                     u.interest = Interest::NONE;
-                }
-                if lost {
-                    self.close_client(cx, ct);
-                    return Flow::Closed;
                 }
                 Flow::Wait
             }

@@ -481,7 +481,6 @@ impl<'a> Worker<'a> {
     /// Update interests and timers of the client and its upstream.
     fn settle<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) {
         let cfg = self.sh.cfg;
-        let fixed = P::CAPS.keeps_both();
         let Some(c) = client_of(&mut self.slab, ct) else {
             return;
         };
@@ -492,28 +491,15 @@ impl<'a> Worker<'a> {
             .as_ref()
             .and_then(|t| t.relay.as_ref())
             .is_some_and(|r| r.in_kernel());
-        // What the client's registration should be: `want`, except where the
-        // backend keeps both directions for good. Edge-triggered ones leave
-        // that for the end of stream alone while a body goes to this client
-        // in the kernel (the psock's write-space wake-ups would reach weft
-        // per batch; its marker, an error, comes whatever the interest), and
-        // come back to both when the body is done. (Tunnels move at their
-        // join, `step_tunnel`; epoll-once, level-triggered, stays as it is.)
-        let target = if !fixed {
-            Some(c.want)
-        } else if P::CAPS.edge_triggered && c.tunnel.is_none() {
-            Some(if in_kernel { Interest::HANGUP } else { Interest::BOTH })
-        } else {
-            None
-        };
-        if let (Some(fd), Some(target)) = (&c.fd, target) {
-            if c.interest != target {
-                if cx.reregister(fd.raw(), ct, target).is_err() {
-                    self.close_client(cx, ct);
-                    return;
-                }
-                c.interest = target;
+        // A tunnel joined in the kernel writes into both its sockets.
+        let tunnel_in_kernel = c.tunnel.as_ref().is_some_and(|(t, _)| t.in_kernel());
+        let change = P::CAPS.reregistration(c.interest, c.want, in_kernel || tunnel_in_kernel);
+        if let (Some(fd), Some(target)) = (&c.fd, change) {
+            if cx.reregister(fd.raw(), ct, target).is_err() {
+                self.close_client(cx, ct);
+                return;
             }
+            c.interest = target;
         }
         let ut = c.txn.as_ref().and_then(|t| t.up).or(c.tunnel.as_ref().map(|t| t.1));
         let in_txn = c.txn.is_some();
@@ -538,12 +524,13 @@ impl<'a> Worker<'a> {
         let Some(u) = upstream_of(&mut self.slab, ut) else {
             return;
         };
-        if !fixed && u.interest != u.want {
-            if cx.reregister(u.fd.raw(), ut, u.want).is_err() {
+        // A relay's upstream is only read from, by weft or by the psock.
+        if let Some(target) = P::CAPS.reregistration(u.interest, u.want, tunnel_in_kernel) {
+            if cx.reregister(u.fd.raw(), ut, target).is_err() {
                 self.close_client(cx, ct);
                 return;
             }
-            u.interest = u.want;
+            u.interest = target;
         }
         u.deadline = if tunnel || in_kernel {
             None

@@ -270,6 +270,32 @@ impl Caps {
     pub const fn keeps_both(&self) -> bool {
         self.fixed_interest || self.edge_triggered
     }
+
+    /// For a handler registering by [`Caps::first_interest_kept`]: the
+    /// interest to re-register a socket with now, or `None` to leave its
+    /// registration (`registered`) as it is.
+    ///
+    /// - Where interest changes (level-triggered, not fixed): `want`.
+    /// - Edge-triggered: both directions, except while the kernel writes into
+    ///   the socket without weft (`kernel_writes`: a sockmap redirect into
+    ///   it): then the end of stream alone, since each batch's write-space
+    ///   wake-up would reach the loop to find nothing to do, and the
+    ///   redirect's end marker, an error, is reported whatever the interest.
+    ///   A socket deregistered (registered as [`Interest::NONE`], which these
+    ///   backends never register) stays so.
+    /// - Fixed and level-triggered (epoll-once): never changed.
+    pub fn reregistration(&self, registered: Interest, want: Interest, kernel_writes: bool) -> Option<Interest> {
+        let target = if !self.keeps_both() {
+            want
+        } else if !self.edge_triggered || registered == Interest::NONE {
+            return None;
+        } else if kernel_writes {
+            Interest::HANGUP
+        } else {
+            Interest::BOTH
+        };
+        (target != registered).then_some(target)
+    }
 }
 
 /// An event notification mechanism.
@@ -446,4 +472,43 @@ macro_rules! with_backend {
             })+
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The re-registration rule of the handlers that keep both directions,
+    /// backend by backend (the proxy's `settle` follows it).
+    #[test]
+    fn reregistration_by_backend() {
+        let (b, h, n, r) = (Interest::BOTH, Interest::HANGUP, Interest::NONE, Interest::READ);
+        fn caps<P: Poller>() -> Caps {
+            P::CAPS
+        }
+        // Level-triggered with changing interest: whatever is wanted, kernel or not.
+        for c in [
+            caps::<Epoll>(),
+            caps::<Poll>(),
+            caps::<Select>(),
+            caps::<Tracked<Uring>>(),
+        ] {
+            assert_eq!(c.reregistration(b, r, false), Some(r), "{}", c.name);
+            assert_eq!(c.reregistration(b, h, true), Some(h), "{}", c.name);
+            assert_eq!(c.reregistration(r, r, true), None, "{}", c.name);
+        }
+        // Edge-triggered: both directions, the end of stream alone while the
+        // kernel writes into the socket, a deregistered socket left alone.
+        for c in [caps::<EpollEt>(), caps::<Uring>()] {
+            assert_eq!(c.reregistration(b, r, false), None, "{}", c.name);
+            assert_eq!(c.reregistration(b, r, true), Some(h), "{}", c.name);
+            assert_eq!(c.reregistration(h, n, true), None, "{}", c.name);
+            assert_eq!(c.reregistration(h, r, false), Some(b), "{}", c.name);
+            assert_eq!(c.reregistration(n, r, true), None, "{}", c.name);
+        }
+        // Fixed and level-triggered: never.
+        let once = caps::<EpollOnce>();
+        assert_eq!(once.reregistration(b, h, true), None);
+        assert_eq!(once.reregistration(b, r, false), None);
+    }
 }
