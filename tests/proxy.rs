@@ -7,7 +7,8 @@
 mod common;
 
 use common::{
-    counter, pattern, per_backend, send_with_fin, stop_stats, weft_bin, ReadErr, Response as Resp, TempDir, Weft,
+    counter, pattern, per_backend, send_with_fin, stop_stats, wait_until, weft_bin, ReadErr, Response as Resp, TempDir,
+    Weft,
 };
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -928,6 +929,108 @@ mod scenarios {
         assert_eq!(counter(&stats, "sessions_orphan_fill"), 1, "{stats}");
     }
 
+    /// A CONNECT tunnel that goes quiet is closed at the idle timeout, under
+    /// every backend. (Under epoll-once, which reports the writable sockets
+    /// at every wait, each such wake-up once counted as tunnel activity, so
+    /// a quiet tunnel was never closed.)
+    pub fn quiet_tunnel_times_out(event: &str) {
+        let eaddr = common::tcp_server(|mut s| {
+            let mut r = s.try_clone().unwrap();
+            let _ = r.set_read_timeout(Some(Duration::from_secs(30)));
+            let _ = std::io::copy(&mut r, &mut s);
+        });
+        for splice in ["on", "off"] {
+            let port = eaddr.port().to_string();
+            let p = start_proxy(&[
+                "--event",
+                event,
+                "--splice",
+                splice,
+                "--connect-ports",
+                &port,
+                "--idle-timeout",
+                "1s",
+            ]);
+            let mut c = Conn::to(p.addr);
+            c.send(format!("CONNECT {eaddr} HTTP/1.1\r\nHost: {eaddr}\r\n\r\nping").as_bytes());
+            assert_eq!(c.read(true).unwrap().status, 200);
+            while c.buf.len() < 4 {
+                assert!(c.fill() > 0, "{event} {splice}: the tunnel closed before the echo");
+            }
+            assert_eq!(&c.buf[..4], b"ping");
+            // Then nothing, either way: the proxy closes within a few idle timeouts.
+            c.stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+            let mut b = [0u8; 16];
+            let r = c.stream.read(&mut b);
+            assert!(
+                matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+                "{event} {splice}: a quiet tunnel was not closed: {r:?}"
+            );
+        }
+    }
+
+    /// A cache fill that goes on after its client left, from an upstream
+    /// that then stalls, is given up at the upstream timeout: its upstream
+    /// connection is closed and nothing partial is stored. (The timer once
+    /// deferred to the client's send timeout, which a fill without a client
+    /// does not have: the fill held its upstream for good.)
+    pub fn orphan_fill_times_out(event: &str) {
+        const N: usize = 1 << 20;
+        let closed = Arc::new(AtomicUsize::new(0));
+        let seen_close = closed.clone();
+        let addr = common::tcp_server(move |mut s| {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {N}\r\nCache-Control: max-age=600\r\n\r\n");
+            let _ = s.write_all(head.as_bytes());
+            let _ = s.write_all(&pattern(N / 2));
+            // Stall, until the proxy closes (EOF) or 30 s pass (error).
+            if matches!(s.read(&mut buf), Ok(0)) {
+                seen_close.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        for splice in ["off", "on"] {
+            let upstream = addr.to_string();
+            let p = start_proxy(&[
+                "--event",
+                event,
+                "--splice",
+                splice,
+                "--keep-copy",
+                "--upstream",
+                &upstream,
+                "--upstream-timeout",
+                "1s",
+                "--stats-on-exit",
+            ]);
+            let before = closed.load(Ordering::SeqCst);
+            {
+                let mut c = Conn::to(p.addr);
+                c.send(b"GET /stall HTTP/1.1\r\nHost: o\r\n\r\n");
+                while !c.buf.windows(4).any(|w| w == b"\r\n\r\n") || c.buf.len() < 100_000 {
+                    assert!(c.fill() > 0, "{event} {splice}: the proxy closed early");
+                }
+                let _ = c.stream.shutdown(Shutdown::Both);
+            }
+            assert!(
+                wait_until(Duration::from_secs(15), || closed.load(Ordering::SeqCst) > before),
+                "{event} {splice}: the orphaned fill still holds its stalled upstream"
+            );
+            let r = fetch(&p, "/stall", "Cache-Control: only-if-cached\r\n");
+            assert_eq!(r.status, 504, "{event} {splice}: a partial object was stored");
+            let stats = stop_stats(p);
+            assert_eq!(counter(&stats, "timeouts"), 1, "{event} {splice}: {stats}");
+            assert_eq!(counter(&stats, "stored"), 0, "{event} {splice}: {stats}");
+        }
+    }
+
     /// A client that half-closes after pipelined requests still gets every
     /// answer, and the proxy closes as soon as it has answered — not at the
     /// idle timeout (edge-triggered backends report a FIN that comes with the
@@ -1211,6 +1314,8 @@ per_backend!(
     pipelining,
     connect_tunnel,
     client_abort_keep_copy_fills_cache,
+    orphan_fill_times_out,
+    quiet_tunnel_times_out,
     upstream_close_mid_body,
     close_delimited_with_a_request_behind,
     origin_reset_mid_body,

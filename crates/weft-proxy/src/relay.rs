@@ -174,6 +174,8 @@ pub struct Relay {
     pulled: usize,
     /// A batch was asked for since `take_batch_start` last looked.
     batch_started: bool,
+    /// The last `pump` moved nothing (see `moved_nothing`).
+    idle_pump: bool,
     /// Move chunks with uring linked chains (`relay/linked.rs`).
     linked: bool,
     /// Chains may write the queued head into the client's pipe.
@@ -325,6 +327,7 @@ impl Relay {
             batching_off: false,
             pulled: 0,
             batch_started: false,
+            idle_pump: false,
             linked,
             linked_head,
             head_piped: 0,
@@ -414,11 +417,13 @@ impl Relay {
 
     /// Move the body along as far as readiness allows.
     pub fn pump(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Pump {
+        self.idle_pump = false;
         if let Some(r) = self.pump_kernel(e, st) {
             return r;
         }
         let mut moved: u64 = 0;
         let mut chain_idle = false;
+        let mut any = false;
         loop {
             let progress;
             // One linked chain moves a chunk in and out (and tees it) when
@@ -429,11 +434,15 @@ impl Relay {
                     // A chain that moved nothing hands over to the steps.
                     progress = true;
                     chain_idle = n == 0;
+                    any |= n > 0;
                     moved += n as u64;
                 }
                 Some(Err(r)) => return r,
                 None => match self.steps(e, st, &mut moved) {
-                    Ok(p) => progress = p,
+                    Ok(p) => {
+                        progress = p;
+                        any |= p;
+                    }
                     Err(r) => return r,
                 },
             }
@@ -451,6 +460,7 @@ impl Relay {
                 return Pump::Yield;
             }
             if !progress {
+                self.idle_pump = !any;
                 let client_pending = !self.client_gone
                     && (!e.out.is_empty()
                         || (self.tail_mode() && self.sent < self.acc.len())
@@ -817,6 +827,14 @@ impl Relay {
         if !ok {
             self.batching_off = true;
         }
+    }
+
+    /// Did the last [`Relay::pump`] move nothing at all (a wake-up that was
+    /// no news: level-triggered backends that keep both directions report a
+    /// writable socket at every wait)? Such a pump is no activity: the
+    /// timeouts keep counting from the last step that moved something.
+    pub fn moved_nothing(&self) -> bool {
+        self.idle_pump
     }
 
     /// Did the session start waiting for read batches since the last call?

@@ -319,6 +319,8 @@ pub struct Tunnel {
     /// Bytes for the upstream before the tunnel's own (what the client sent
     /// right after its CONNECT head).
     pub to_upstream: OutChain,
+    /// The last `pump` moved nothing (see `moved_nothing`).
+    idle_pump: bool,
 }
 
 impl Tunnel {
@@ -331,12 +333,17 @@ impl Tunnel {
             u2c: Direction::new(splice, pool, bufs, st),
             kernel: None,
             to_upstream: OutChain::new(),
+            idle_pump: false,
         }
     }
 
     /// Move bytes both ways (the client's queued output first).
     pub fn pump(&mut self, e: &mut TunnelEnds<'_>, st: &mut ProxyStats) -> TunnelState {
+        let joined = self.in_kernel();
         if let Some(state) = self.pump_kernel(e, st) {
+            // Joined, the kernel moves the bytes: a wake-up is a marker or
+            // no news, and the idle timer asks the kernel what moved.
+            self.idle_pump = joined;
             return state;
         }
         let TunnelEnds {
@@ -357,12 +364,21 @@ impl Tunnel {
         if a + b >= PUMP_BUDGET {
             return TunnelState::Yield;
         }
+        self.idle_pump = a + b == 0;
         TunnelState::Wait {
             client_read: !self.c2u.eof && !*client.may_read,
             client_write: (self.u2c.pending() > 0 || !client_out.is_empty()) && !*client.may_write,
             up_read: !self.u2c.eof && !*up.may_read,
             up_write: (self.c2u.pending() > 0 || !self.to_upstream.is_empty()) && !*up.may_write,
         }
+    }
+
+    /// Did the last [`Tunnel::pump`] move nothing (a wake-up that was no
+    /// news, as level-triggered backends that keep both directions report a
+    /// writable socket at every wait)? Then it is no activity for the idle
+    /// timeout.
+    pub fn moved_nothing(&self) -> bool {
+        self.idle_pump
     }
 
     /// Return the pipes (closed if they still hold bytes) and the copy buffers.

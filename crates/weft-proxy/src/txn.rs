@@ -294,8 +294,10 @@ impl Worker<'_> {
             };
             relay.pump(&mut ends, &mut sh.stats)
         };
-        u.last_activity = cx.now;
-        c.last_activity = cx.now;
+        if !relay.moved_nothing() {
+            u.last_activity = cx.now;
+            c.last_activity = cx.now;
+        }
         if relay.take_batch_start() {
             self.batching.push(ct);
             if !self.batch_timer {
@@ -529,7 +531,9 @@ impl Worker<'_> {
                     c.want = interest(client_read, client_write);
                     u.want = interest(up_read, up_write);
                 }
-                c.last_activity = cx.now;
+                if !tunnel.moved_nothing() {
+                    c.last_activity = cx.now;
+                }
                 // sockmap: a finished socket, hung up both ways, is not polled.
                 let [cq, uq] = tunnel.take_quiet();
                 if let (true, Some(fd)) = (cq, c.fd.as_ref()) {
