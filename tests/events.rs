@@ -130,6 +130,51 @@ mod scenarios {
         }
     }
 
+    /// A client that sends its request, half-closes and never reads the
+    /// answer is closed at the send timeout by serve and origin. (Under
+    /// epoll-once, which reports such a client at every wait, a flush that
+    /// sent nothing once counted as progress: the connection was held for
+    /// good.)
+    pub fn stuck_half_closed_client_is_closed(event: &str) {
+        let site = TempDir::new("events-stuck");
+        site.write("big", &vec![b'x'; 4 << 20]);
+        let root = common::path_str(&site.path).to_string();
+        let servers = [
+            (
+                Weft::serve(&["--event", event, "--workers", "1", "--send-timeout", "1s", &root]),
+                "/big",
+            ),
+            (
+                Weft::start(&[
+                    "origin",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--event",
+                    event,
+                    "--idle-timeout",
+                    "1s",
+                ]),
+                "/size/4000000/x",
+            ),
+        ];
+        for (w, path) in &servers {
+            let pid = w.child.id();
+            let before = common::open_sockets(pid);
+            let mut s = w.connect();
+            weft_io::sys::set_rcvbuf(&s, 4096).unwrap();
+            std::io::Write::write_all(&mut s, format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes()).unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+            assert!(
+                common::wait_until(Duration::from_secs(5), || common::open_sockets(pid) > before),
+                "{event} {path}: never accepted"
+            );
+            assert!(
+                common::wait_until(Duration::from_secs(15), || common::open_sockets(pid) == before),
+                "{event} {path}: a stuck client was never closed"
+            );
+        }
+    }
+
     /// uring linked chains (`--uring-linked`,
     /// crates/weft-proxy/src/relay/linked.rs): the proxy's spliced misses,
     /// KeepCopy fills, hits from what the chains filled, and pipelined
@@ -221,7 +266,12 @@ mod scenarios {
     }
 }
 
-per_backend!(every_role, linked_bodies, linked_keep_copy_client_abort);
+per_backend!(
+    every_role,
+    linked_bodies,
+    linked_keep_copy_client_abort,
+    stuck_half_closed_client_is_closed
+);
 
 /// The proxy with linked chains (`--splice on --uring-linked`), the head in the chain or not.
 fn linked_proxy(event: &str, head: &str, extra: &[&str]) -> Weft {

@@ -598,6 +598,17 @@ pub fn children(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Sockets process `pid` holds open (its descriptors that are sockets).
+#[allow(dead_code)]
+pub fn open_sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:")))
+        .count()
+}
+
 /// CPU time of process `pid` and its children, in /proc's ticks (USER_HZ,
 /// 100 a second): utime + stime.
 #[allow(dead_code)]

@@ -706,7 +706,12 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, ho: Option<&handoff::Handoff>, n
                 Ok(f) => {
                     s.stats.bytes_sendfile += f.sendfile;
                     s.stats.bytes_copy += f.copied;
-                    c.last_activity = now;
+                    // Bytes moved, not a wake-up: epoll-once reports a
+                    // half-closed client at every wait, and a flush that
+                    // sends nothing must not hold off the send timeout.
+                    if f.total() > 0 {
+                        c.last_activity = now;
+                    }
                     amped::after_flush(c, s, f.blocked);
                     if f.blocked {
                         if crate::cgi::busy(s, c) {

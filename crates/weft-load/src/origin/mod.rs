@@ -420,7 +420,11 @@ fn drive_conn(c: &mut Conn, s: &mut Shared<'_>, now: Instant) -> Next {
             match c.out.flush(&c.fd, &[], &mut []) {
                 Ok(f) => {
                     s.stats.body_bytes += f.shared as u64;
-                    c.deadline = now + s.cfg.idle_timeout;
+                    // Only bytes moved are activity (epoll-once reports a
+                    // half-closed peer at every wait).
+                    if f.total() > 0 {
+                        c.deadline = now + s.cfg.idle_timeout;
+                    }
                     if f.blocked {
                         return Next::Wait;
                     }
