@@ -620,7 +620,8 @@ class Run:
     def targets(self):
         """(name, thunk) for every target, in order."""
         out = []
-        for ev, archs in [("epoll", ["amped", "sped", "mt", "mp"]), ("tracked", ["amped"]), ("uring", ["amped"])]:
+        for ev, archs in [("epoll", ["amped", "sped", "mt", "mp"]), ("tracked", ["amped"]), ("uring", ["amped"]),
+                          ("epoll-once", ["amped"])]:
             for arch in archs:
                 out.append((f"serve-{arch}-{ev}", lambda ev=ev, arch=arch: self.serve(ev, arch)))
         for mode in ["splice", "copy"]:
@@ -631,7 +632,7 @@ class Run:
                 out.append((f"proxy-reverse-{splice}-{ev}", lambda ev=ev, s=splice: self.proxy(ev, s, True)))
             out.append((f"proxy-forward-{ev}", lambda ev=ev: self.proxy(ev, "auto", False)))
         for ev, splice, disk in [("epoll", "on", False), ("epoll", "sockmap", False), ("uring", "off", False),
-                                 ("tracked", "on", False), ("epoll", "on", True)]:
+                                 ("tracked", "on", False), ("epoll", "on", True), ("epoll-once", "on", False)]:
             name = f"proxy-bad-origin-{splice}-{ev}" + ("-disk" if disk else "")
             out.append((name, lambda ev=ev, s=splice, d=disk, n=name: self.proxy_bad_origin(n, ev, s, d)))
         for mode in ["relay", "handoff", "booster"]:
