@@ -160,7 +160,7 @@ fn cache_dir_errors_name_the_key() {
     }
     // A directory another proxy owns.
     let owned = d.path.join("owned");
-    let first = Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--cache-dir", path_str(&owned)]);
+    let first = Weft::role("proxy", &["--cache-dir", path_str(&owned)]);
     let out = weft(&["proxy", "--listen", "127.0.0.1:0", "--cache-dir", path_str(&owned)]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

@@ -258,8 +258,8 @@ fn serve_generated_responses_are_complete() {
 
 /// A proxy in front of `weft origin`, and the origin.
 fn proxy_and_origin() -> (Weft, Weft) {
-    let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
-    let proxy = Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1"]);
+    let origin = Weft::role("origin", &[]);
+    let proxy = Weft::role("proxy", &["--workers", "1"]);
     (proxy, origin)
 }
 
@@ -401,8 +401,7 @@ fn proxy_errors_are_complete() {
     assert_eq!(after.status, 200);
     assert_eq!(after.body.len(), 10);
     // Reverse mode: CONNECT is 405.
-    let reverse_to =
-        |up: String| Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1", "--upstream", &up]);
+    let reverse_to = |up: String| Weft::role("proxy", &["--workers", "1", "--upstream", &up]);
     let rev = reverse_to(o.addr.to_string());
     let r = exchange(rev.addr, "CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n", false);
     check_generated(&r, 405, false, "proxy 405");

@@ -110,7 +110,7 @@ mod scenarios {
     /// each fetched as a miss and then as hits,
     /// four requests per connection, pipelined three deep on half the runs.
     pub fn every_role(event: &str) {
-        let o = Weft::start(&["origin", "--listen", "127.0.0.1:0", "--event", event]);
+        let o = Weft::role("origin", &["--event", event]);
         let dir = TempDir::new("events-urls");
         let urls: Vec<String> = ["/size/100/a", "/size/70000/b", "/size/300000/c", "/size/1000000/d"]
             .iter()
@@ -145,15 +145,7 @@ mod scenarios {
                 "/big",
             ),
             (
-                Weft::start(&[
-                    "origin",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--event",
-                    event,
-                    "--idle-timeout",
-                    "1s",
-                ]),
+                Weft::role("origin", &["--event", event, "--idle-timeout", "1s"]),
                 "/size/4000000/x",
             ),
         ];
@@ -185,7 +177,7 @@ mod scenarios {
         if weft_io_refused() {
             return;
         }
-        let o = Weft::start(&["origin", "--listen", "127.0.0.1:0", "--event", event]);
+        let o = Weft::role("origin", &["--event", event]);
         let dir = TempDir::new("linked-urls");
         // Misses (no-store), and cacheable objects: misses filled by the
         // chain's tee, then hits.
@@ -230,7 +222,7 @@ mod scenarios {
         if weft_io_refused() {
             return;
         }
-        let o = Weft::start(&["origin", "--listen", "127.0.0.1:0", "--event", event]);
+        let o = Weft::role("origin", &["--event", event]);
         let p = linked_proxy(event, "true", &["--keep-copy"]);
         let len = 8_000_000;
         let url = format!("http://{}/size/{len}/c600/abort", o.addr);
@@ -306,7 +298,7 @@ fn weft_io_refused() -> bool {
 /// re-registered under `epoll-once` as under plain epoll.)
 #[test]
 fn proxy_epoll_once_registers_each_socket_once() {
-    let o = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
+    let o = Weft::role("origin", &[]);
     let dir = TempDir::new("once-urls");
     let urls: Vec<String> = ["/size/100/nc/a", "/size/300000/nc/b"]
         .iter()

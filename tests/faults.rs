@@ -64,7 +64,7 @@ fn a_full_cache_dir_serves_from_memory_and_keeps_no_damaged_file() {
         }
     }
     let _unmount = Unmount(mnt.clone());
-    let o = Weft::start(&["origin", "--listen", "127.0.0.1:0", "--workers", "1"]);
+    let o = Weft::role("origin", &["--workers", "1"]);
     let args = [
         "proxy",
         "--listen",

@@ -231,7 +231,7 @@ fn targeted_cache_control_in_a_surrogate_only() {
     get_twice(&p, "/weft");
     assert_eq!(o.count("GET /weft"), 3, "Weft-Cache-Control: no-store rules");
     // Forward mode ignores them: Cache-Control: no-store.
-    let f = Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1"]);
+    let f = Weft::role("proxy", &["--workers", "1"]);
     let url = format!("http://{}/cdn", o.addr);
     for _ in 0..2 {
         exchange(&f, &format!("GET {url} HTTP/1.1\r\nHost: {}\r\n\r\n", o.addr));
@@ -394,7 +394,7 @@ fn unknown_methods_are_forwarded_and_invalidate() {
 fn a_lying_host_cannot_poison_another_key() {
     let o = Origin::start();
     let up = o.addr.to_string();
-    let fwd = Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1"]);
+    let fwd = Weft::role("proxy", &["--workers", "1"]);
     let req =
         format!("GET http://{up}/poison HTTP/1.1\r\nHost: evil.example\r\nX-Forwarded-Host: evil.example\r\n\r\n");
     let r = exchange(&fwd, &req);

@@ -141,7 +141,7 @@ fn serve(event: &str) -> Role {
 }
 
 fn proxy(event: &str) -> Role {
-    let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
+    let origin = Weft::role("origin", &[]);
     let up = origin.addr.to_string();
     Role::start(
         &["proxy", "--upstream", &up],
@@ -302,7 +302,7 @@ per_backend!(
 #[test]
 fn max_connections_refuses_beyond_the_bound() {
     for role in ["serve", "proxy"] {
-        let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
+        let origin = Weft::role("origin", &[]);
         let up = origin.addr.to_string();
         let site = common::site();
         let root = common::path_str(&site.path).to_string();

@@ -329,7 +329,7 @@ fn replies_with_age_are_counted_as_cache_hits() {
     // One client, one connection of 20 requests for one cacheable object
     // through weft proxy: the first is a miss, the other 19 carry Age.
     let o = origin(&[]);
-    let p = Weft::start(&["proxy", "--listen", "127.0.0.1:0", "--workers", "1"]);
+    let p = Weft::role("proxy", &["--workers", "1"]);
     let flags = format!("--proxy {} --clients 1 --calls 20 --num-conns 1 --verify", p.addr);
     let v = load_flags(&url(&o, "/size/8192/c/hit"), &flags);
     no_errors(&v);

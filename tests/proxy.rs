@@ -432,6 +432,26 @@ fn disk_counter(json: &str, name: &str) -> u64 {
 // ---------------------------------------------------------------------------
 // Scenarios run per event backend
 
+/// A forward proxy under `event` with `--splice splice` and `extra` that
+/// lets CONNECT reach `echo`'s port, and a client whose CONNECT to it was
+/// answered 200, with `first` sent right behind the CONNECT head.
+fn open_tunnel(echo: SocketAddr, event: &str, splice: &str, extra: &[&str], first: &[u8]) -> (Weft, Conn) {
+    let port = echo.port().to_string();
+    let mut args = vec!["--event", event, "--splice", splice, "--connect-ports", &port];
+    args.extend_from_slice(extra);
+    let p = start_proxy(&args);
+    let mut c = Conn::to(p.addr);
+    let mut head = format!("CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n\r\n").into_bytes();
+    head.extend_from_slice(first);
+    c.send(&head);
+    assert_eq!(
+        c.read(true).unwrap().status,
+        200,
+        "CONNECT {echo} under {event}, splice {splice}"
+    );
+    (p, c)
+}
+
 mod scenarios {
     use super::*;
 
@@ -779,20 +799,7 @@ mod scenarios {
             let _ = s.shutdown(Shutdown::Write);
         });
         for splice in ["on", "off"] {
-            let port = eaddr.port().to_string();
-            let p = start_proxy(&[
-                "--event",
-                event,
-                "--splice",
-                splice,
-                "--connect-ports",
-                &port,
-                "--stats-on-exit",
-            ]);
-            let mut c = Conn::to(p.addr);
-            c.send(format!("CONNECT {eaddr} HTTP/1.1\r\nHost: {eaddr}\r\n\r\nearly").as_bytes());
-            let r = c.read(true).unwrap();
-            assert_eq!(r.status, 200);
+            let (p, mut c) = open_tunnel(eaddr, event, splice, &["--stats-on-exit"], b"early");
             let big = pattern(3 << 20);
             let writer = {
                 let mut s = c.stream.try_clone().unwrap();
@@ -940,20 +947,7 @@ mod scenarios {
             let _ = std::io::copy(&mut r, &mut s);
         });
         for splice in ["on", "off"] {
-            let port = eaddr.port().to_string();
-            let p = start_proxy(&[
-                "--event",
-                event,
-                "--splice",
-                splice,
-                "--connect-ports",
-                &port,
-                "--idle-timeout",
-                "1s",
-            ]);
-            let mut c = Conn::to(p.addr);
-            c.send(format!("CONNECT {eaddr} HTTP/1.1\r\nHost: {eaddr}\r\n\r\nping").as_bytes());
-            assert_eq!(c.read(true).unwrap().status, 200);
+            let (_p, mut c) = open_tunnel(eaddr, event, splice, &["--idle-timeout", "1s"], b"ping");
             while c.buf.len() < 4 {
                 assert!(c.fill() > 0, "{event} {splice}: the tunnel closed before the echo");
             }

@@ -51,25 +51,25 @@ fn rotate(w: &Weft, log: &std::path::Path, path: &str, before: usize) {
 
 #[test]
 fn proxy_logs_cache_status_and_counts_status_classes() {
-    let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
+    let origin = Weft::role("origin", &[]);
     let dir = TempDir::new("proxy-log");
     let log = dir.path.join("access.json");
     let upstream = origin.addr.to_string();
-    let proxy = Weft::start(&[
+    let proxy = Weft::role(
         "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "--upstream",
-        &upstream,
-        "--admin",
-        "127.0.0.1:0",
-        "--access-log",
-        path_str(&log),
-        "--access-log-format",
-        "json",
-    ]);
+        &[
+            "--workers",
+            "1",
+            "--upstream",
+            &upstream,
+            "--admin",
+            "127.0.0.1:0",
+            "--access-log",
+            path_str(&log),
+            "--access-log-format",
+            "json",
+        ],
+    );
     let addr = proxy.addr.to_string();
     assert_eq!(status(&addr, "/size/300/c60/a.bin"), 200);
     assert_eq!(status(&addr, "/size/300/c60/a.bin"), 200);
@@ -137,25 +137,25 @@ fn serve_fills_the_cache_field() {
 
 #[test]
 fn front_logs_its_requests_and_reopens_on_sigusr1() {
-    let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
+    let origin = Weft::role("origin", &[]);
     let dir = TempDir::new("front-log");
     let log = dir.path.join("access.log");
     let json = dir.path.join("access.json");
     let backend = origin.addr.to_string();
     let front = |log: &std::path::Path, format: &str| {
-        Weft::start(&[
+        Weft::role(
             "front",
-            "--listen",
-            "127.0.0.1:0",
-            "--workers",
-            "1",
-            "--backend",
-            &backend,
-            "--access-log",
-            path_str(log),
-            "--access-log-format",
-            format,
-        ])
+            &[
+                "--workers",
+                "1",
+                "--backend",
+                &backend,
+                "--access-log",
+                path_str(log),
+                "--access-log-format",
+                format,
+            ],
+        )
     };
     // Combined Log Format (the default's layout), one line per request.
     let f = front(&log, "combined");

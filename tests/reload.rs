@@ -253,7 +253,7 @@ fn a_bad_config_leaves_the_server_untouched() {
 
 #[test]
 fn a_bad_config_leaves_proxy_and_front_untouched() {
-    let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
+    let origin = Weft::role("origin", &[]);
     let upstream = origin.addr.to_string();
     let proxy = format!("[proxy]\nupstream = \"{upstream}\"\n");
     // The disk store needs the memory cache: refused at start.
@@ -273,23 +273,23 @@ fn a_bad_config_leaves_proxy_and_front_untouched() {
 
 #[test]
 fn proxy_and_front_reload_under_load() {
-    let origin = Weft::start(&["origin", "--listen", "127.0.0.1:0"]);
+    let origin = Weft::role("origin", &[]);
     let dir = TempDir::new("reload-proxy");
     let pid = dir.path.join("proxy.pid");
     let upstream = origin.addr.to_string();
-    let proxy = Weft::start(&[
+    let proxy = Weft::role(
         "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "2",
-        "--upstream",
-        &upstream,
-        "--admin",
-        "127.0.0.1:0",
-        "--pid-file",
-        path_str(&pid),
-    ]);
+        &[
+            "--workers",
+            "2",
+            "--upstream",
+            &upstream,
+            "--admin",
+            "127.0.0.1:0",
+            "--pid-file",
+            path_str(&pid),
+        ],
+    );
     let url = format!("http://{}/size/2000/c60/a.bin", proxy.addr);
     let generation = reload_under_load(&proxy, &url, path_str(&pid), &dir, 0);
     // The admin endpoint stayed at its address and shows the new workers.
@@ -310,17 +310,10 @@ fn proxy_and_front_reload_under_load() {
         origin_body,
     );
     let fpid = dir.path.join("front.pid");
-    let front = Weft::start(&[
+    let front = Weft::role(
         "front",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "--backend",
-        &upstream,
-        "--pid-file",
-        path_str(&fpid),
-    ]);
+        &["--workers", "1", "--backend", &upstream, "--pid-file", path_str(&fpid)],
+    );
     let url = format!("http://{}/size/100/a.bin", front.addr);
     let generation = reload_under_load(&front, &url, path_str(&fpid), &dir, 0);
     in_flight_across_reload(

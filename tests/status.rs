@@ -279,24 +279,8 @@ fn every_role_serves_the_same_page_and_its_history() {
     let root = site();
     let origin = Weft::serve(&["--workers", "1", "--admin", "127.0.0.1:0", path_str(&root.path)]);
     let o = origin.addr.to_string();
-    let front = Weft::start(&[
-        "front",
-        "--listen",
-        "127.0.0.1:0",
-        "--backend",
-        &o,
-        "--admin",
-        "127.0.0.1:0",
-    ]);
-    let proxy = Weft::start(&[
-        "proxy",
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "--admin",
-        "127.0.0.1:0",
-    ]);
+    let front = Weft::role("front", &["--backend", &o, "--admin", "127.0.0.1:0"]);
+    let proxy = Weft::role("proxy", &["--workers", "1", "--admin", "127.0.0.1:0"]);
     let body = |w: &Weft| {
         let page = fetch(&w.admin.unwrap().to_string(), "/status");
         page.split_once("\r\n\r\n")

@@ -75,6 +75,13 @@ impl Weft {
         Weft::start_program(weft_bin(), args)
     }
 
+    /// Start `weft <role> --listen 127.0.0.1:0 <args>` and wait for its address.
+    pub fn role(role: &str, args: &[&str]) -> Weft {
+        let mut full = vec![role, "--listen", "127.0.0.1:0"];
+        full.extend_from_slice(args);
+        Weft::start(&full)
+    }
+
     /// Start `program <args>` (weft under a wrapper: `chroot ROOT
     /// /usr/bin/weft serve ...`); as [`Weft::start`].
     pub fn start_program(program: &str, args: &[&str]) -> Weft {
