@@ -360,8 +360,17 @@ impl<'a> Worker<'a> {
         match next {
             Next::Close => self.close(cx, token),
             Next::Wait => {
-                let want = if P::CAPS.fixed_interest || (c.has_output() && c.hold_until.is_none()) {
+                // Only what `drive_conn` will act on: a think time waits for
+                // its timer and a blocked flush for the socket, neither
+                // reading on; level-triggered backends would otherwise report
+                // a pipelined request or the peer's FIN at every wait (a
+                // half-closed client that stopped reading spun a core).
+                let want = if P::CAPS.fixed_interest {
                     Interest::BOTH
+                } else if c.hold_until.is_some() {
+                    Interest::NONE
+                } else if c.has_output() {
+                    Interest::WRITE
                 } else {
                     Interest::READ
                 };
