@@ -21,7 +21,12 @@ After each target:
     caches), once timeouts had 3 s to close what the clients left;
   - no process has more child processes than before (an MP pool, a FastCGI
     pool; a zombie counts);
-  - SIGTERM stops it within 10 s.
+  - SIGTERM stops it within 10 s;
+  - HELD connections that asked for a HUGE object and stopped reading (two
+    of them half-closed) were cut by the send (or idle) timeout, which the
+    targets set to 1 s: each ends within 5 s of the run, short of the
+    whole object. (A wake-up counted as progress once held such a client
+    for good under epoll-once.)
 
 The proxy-bad-origin targets put a caching reverse proxy in front of
 BadOrigin, an upstream that misbehaves on purpose (cut and overrun bodies,
@@ -43,6 +48,10 @@ import argparse, os, random, re, shutil, signal, socket, struct, subprocess, sys
 # pooled upstream connections, spare pipes, the sockmap programs and maps
 # (loaded on first use), a file cache's open files per worker.
 FD_SLACK = 64
+
+# Connections per target that ask for a HUGE object and stop reading.
+HELD = 3
+HUGE = 24 << 20
 
 TEMPLATES = [
     b"GET /{p} HTTP/1.1\r\nHost: {h}\r\n\r\n",
@@ -474,6 +483,44 @@ def wait_port(port, secs=10):
     return False
 
 
+def hold(port, request, shut):
+    """A client that sends `request`, half-closes if `shut`, and does not
+    read: its receive window stays shut at 4 KiB."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(2)
+    try:
+        s.connect(("127.0.0.1", port))
+        s.sendall(request)
+        if shut:
+            s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    return s
+
+
+def was_cut(s, secs):
+    """Read what `s` still gets: None if it ends (FIN or reset) within
+    `secs`, having got less than the whole object; else what went wrong."""
+    got = 0
+    end = time.monotonic() + secs
+    s.settimeout(0.5)
+    try:
+        while time.monotonic() < end:
+            try:
+                d = s.recv(1 << 20)
+            except socket.timeout:
+                continue
+            except OSError:
+                d = b""
+            if not d:
+                return None if got < HUGE else f"the whole {got}-byte answer went to a client that stopped reading"
+            got += len(d)
+        return f"a client that stopped reading was still held {secs} s after the run ({got} bytes since)"
+    finally:
+        s.close()
+
+
 def fd_count(pid):
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
@@ -524,6 +571,8 @@ class Run:
             f.write(b"hello world\n" * 10)
         with open(os.path.join(self.root, "big.bin"), "wb") as f:
             f.write(random.Random(args.seed).randbytes(300_000))
+        with open(os.path.join(self.root, "huge.bin"), "wb") as f:
+            f.truncate(HUGE)  # sparse: the held clients' object
         with open(os.path.join(self.root, "dir", "b.html"), "wb") as f:
             f.write(b"<p>b</p>")
         with open(os.path.join(self.root, "index.html"), "wb") as f:
@@ -550,10 +599,11 @@ class Run:
         return p, None
 
     def target(self, name, procs, port, host, check=(b"/a.txt", b"127.0.0.1"), helpers=(),
-               client_fn=None, after=None):
+               client_fn=None, after=None, huge=b"/huge.bin"):
         """Hammer `port` with `client_fn` (default: mutated requests), check
         `procs`, then `after(port)` (more failures, as text); `helpers`
-        (upstreams) are stopped after."""
+        (upstreams) are stopped after. `huge`: the target of a HUGE object
+        for the held clients (None: none)."""
         try:
             if port is None or not wait_port(port):
                 self.failures.append(f"{name}: never listened")
@@ -561,6 +611,10 @@ class Run:
             time.sleep(0.2)
             before = {p.pid: fd_count(p.pid) for p in procs}
             kids = {p.pid: children(p.pid) for p in procs}
+            held = []
+            if huge:
+                req = b"GET " + huge + b" HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
+                held = [hold(port, req, i < 2) for i in range(HELD)]
             tally = Tally()
             deadline = time.monotonic() + self.args.seconds
 
@@ -585,6 +639,10 @@ class Run:
                 if all(g <= FD_SLACK for g in grown.values()) or time.monotonic() > settle:
                     break
                 time.sleep(0.2)
+            for s in held:
+                f = was_cut(s, 5)
+                if f:
+                    fails.append(f)
             for p in procs:
                 if p.poll() is not None:
                     fails.append(f"pid {p.pid} exited with {p.returncode}")
@@ -644,7 +702,8 @@ class Run:
     def serve(self, ev, arch):
         extra = ["--object-cache", "16MiB"] if arch == "amped" else []
         name = f"serve-{arch}-{ev}"
-        p, port = self.start(name, ["serve", self.root, "--event", ev, "--arch", arch, "--header-timeout", "1s"] + extra)
+        p, port = self.start(name, ["serve", self.root, "--event", ev, "--arch", arch, "--header-timeout", "1s",
+                                     "--send-timeout", "1s"] + extra)
         self.target(name, [p], port, b"127.0.0.1")
 
     def serve_cgi(self, send):
@@ -657,13 +716,14 @@ class Run:
         name = f"serve-cgi-{send}"
         p, port = self.start(name, ["serve", self.root, "--cgi", f"/app={app}",
                               "--cgi-workers", "2", "--cgi-timeout", "1s", "--cgi-send", send,
-                              "--header-timeout", "1s"])
+                              "--header-timeout", "1s", "--send-timeout", "1s"])
         self.target(name, [p], port, b"127.0.0.1")
 
     def origin(self, ev):
         name = f"origin-{ev}"
-        p, port = self.start(name, ["origin", "--event", ev])
-        self.target(name, [p], port, b"127.0.0.1", check=(b"/size/100", b"127.0.0.1"))
+        p, port = self.start(name, ["origin", "--event", ev, "--idle-timeout", "1s"])
+        self.target(name, [p], port, b"127.0.0.1", check=(b"/size/100", b"127.0.0.1"),
+                    huge=f"/size/{HUGE}".encode())
 
     def proxy(self, ev, splice, reverse):
         name = f"proxy-{'reverse-' + splice if reverse else 'forward'}-{ev}"
@@ -674,13 +734,14 @@ class Run:
             o.wait()
             return
         argv = ["proxy", "--event", ev, "--splice", splice,
-                "--connect-ports", str(op), "--header-timeout", "1s"]
+                "--connect-ports", str(op), "--header-timeout", "1s", "--send-timeout", "1s"]
         if reverse:
             argv += ["--upstream", f"127.0.0.1:{op}"]
         p, pp = self.start(name, argv)
         host = f"127.0.0.1:{op}".encode()
         check = (b"/size/1000", host) if reverse else (f"http://127.0.0.1:{op}/size/10".encode(), host)
-        self.target(name, [p], pp, host, check=check, helpers=[o])
+        huge = f"/size/{HUGE}" if reverse else f"http://127.0.0.1:{op}/size/{HUGE}"
+        self.target(name, [p], pp, host, check=check, helpers=[o], huge=huge.encode())
 
     def proxy_bad_origin(self, name, ev, splice, disk):
         """A caching reverse proxy in front of BadOrigin; afterwards every
@@ -693,7 +754,7 @@ class Run:
         p, pp = self.start(name, argv)
         try:
             self.target(name, [p], pp, b"o", check=(b"/clean", b"o"), client_fn=one_proxied,
-                        after=stored_objects_intact)
+                        after=stored_objects_intact, huge=None)
         finally:
             origin.close()
 
@@ -714,7 +775,7 @@ class Run:
             argv += ["--backend", f"127.0.0.1:{origin.port}"]
         p, fp = self.start(name, argv)
         try:
-            self.target(name, [p], fp, b"o", check=(b"/clean", b"o"), client_fn=one_proxied)
+            self.target(name, [p], fp, b"o", check=(b"/clean", b"o"), client_fn=one_proxied, huge=None)
         finally:
             origin.close()
 
@@ -722,7 +783,7 @@ class Run:
         sock = [os.path.join(self.dir, f"front-{mode}-handoff-{i}.sock") for i in range(2)]
         backs, ports = [], []
         for i in range(2):
-            argv = ["serve", self.root, "--header-timeout", "1s"]
+            argv = ["serve", self.root, "--header-timeout", "1s", "--send-timeout", "1s"]
             if mode == "handoff":
                 argv += ["--handoff-socket", sock[i]]
             b, port = self.start(f"front-{mode}-backend-{i}", argv)
@@ -734,7 +795,7 @@ class Run:
                 b.kill()
                 b.wait()
             return
-        argv = ["front", "--mode", mode, "--header-timeout", "1s"]
+        argv = ["front", "--mode", mode, "--header-timeout", "1s", "--send-timeout", "1s"]
         if mode == "booster":
             argv += ["--site", f"*=127.0.0.1:{ports[0]}", "--boost", "always"]
         else:
