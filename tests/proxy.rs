@@ -348,6 +348,20 @@ fn answer(req: &OriginRequest, w: &mut TcpStream, stop: &AtomicBool) -> bool {
     !close && framing != "close" && !q.contains_key("drop")
 }
 
+/// Read from `s` until a request head has arrived: all that was read, or
+/// None if the peer closed (or the read failed) first.
+fn read_request_head(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 16384];
+    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(seen)
+}
+
 /// An upstream that answers `413` as soon as it has a request head, before
 /// the body (with 1 MiB of body for `/big`, else 4 bytes), and then reads
 /// (and drops) whatever else comes until the proxy closes: it never closes
@@ -361,14 +375,9 @@ impl EarlyOrigin {
     fn start() -> EarlyOrigin {
         let addr = common::tcp_server(|mut s| {
             let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-            let mut seen = Vec::new();
-            let mut buf = [0u8; 16384];
-            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => seen.extend_from_slice(&buf[..n]),
-                }
-            }
+            let Some(seen) = read_request_head(&mut s) else {
+                return;
+            };
             if seen.starts_with(b"POST /big ") {
                 let body = pattern(1 << 20);
                 let head = format!(
@@ -380,6 +389,7 @@ impl EarlyOrigin {
             } else {
                 let _ = s.write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\n\r\nbig!");
             }
+            let mut buf = [0u8; 16384];
             while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
         });
         EarlyOrigin { addr }
@@ -974,14 +984,10 @@ mod scenarios {
         let seen_close = closed.clone();
         let addr = common::tcp_server(move |mut s| {
             let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-            let mut seen = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => seen.extend_from_slice(&buf[..n]),
-                }
+            if read_request_head(&mut s).is_none() {
+                return;
             }
+            let mut buf = [0u8; 16];
             let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {N}\r\nCache-Control: max-age=600\r\n\r\n");
             let _ = s.write_all(head.as_bytes());
             let _ = s.write_all(&pattern(N / 2));
