@@ -65,9 +65,7 @@ pub struct Weft {
 impl Weft {
     /// Start `weft serve <args> --listen 127.0.0.1:0` and wait for its address.
     pub fn serve(args: &[&str]) -> Weft {
-        let mut full = vec!["serve", "--listen", "127.0.0.1:0"];
-        full.extend_from_slice(args);
-        Weft::start(&full)
+        Weft::role("serve", args)
     }
 
     /// Start `weft <args>`; the process must print `listening on ADDR`.
