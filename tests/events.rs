@@ -190,6 +190,35 @@ mod scenarios {
         }
     }
 
+    /// A think time waits for its timer, not the client: one that pipelines
+    /// its next request, or half-closes, during a 3 s think time costs the
+    /// origin no CPU. (Before, it kept read interest with those bytes
+    /// unread, and level-triggered backends reported them at every wait: a
+    /// core spun until the think time ended.)
+    pub fn think_time_waits_quietly(event: &str) {
+        for then in [&b"GET /size/10 HTTP/1.1\r\nHost: t\r\n\r\n"[..], b""] {
+            let o = Weft::role("origin", &["--event", event, "--workers", "1", "--think", "3s"]);
+            let mut s = o.connect();
+            std::io::Write::write_all(&mut s, b"GET /size/10 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            if then.is_empty() {
+                s.shutdown(std::net::Shutdown::Write).unwrap();
+            } else {
+                std::io::Write::write_all(&mut s, then).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            let pid = o.child.id();
+            let t0 = common::cpu_ticks_with_children(pid);
+            std::thread::sleep(Duration::from_millis(1500));
+            let spent = common::cpu_ticks_with_children(pid) - t0;
+            let what = if then.is_empty() { "half-closed" } else { "pipelined" };
+            assert!(
+                event == "epoll-once" || spent < 50,
+                "{event}, {what}: {spent} ticks in 1.5 s of a think time"
+            );
+        }
+    }
+
     /// uring linked chains (`--uring-linked`,
     /// crates/weft-proxy/src/relay/linked.rs): the proxy's spliced misses,
     /// KeepCopy fills, hits from what the chains filled, and pipelined
@@ -285,7 +314,8 @@ per_backend!(
     every_role,
     linked_bodies,
     linked_keep_copy_client_abort,
-    stuck_half_closed_client_is_closed
+    stuck_half_closed_client_is_closed,
+    think_time_waits_quietly
 );
 
 /// The proxy with linked chains (`--splice on --uring-linked`), the head in the chain or not.
