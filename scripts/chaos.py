@@ -694,7 +694,9 @@ class Run:
             name = f"proxy-bad-origin-{splice}-{ev}" + ("-disk" if disk else "")
             out.append((name, lambda ev=ev, s=splice, d=disk, n=name: self.proxy_bad_origin(n, ev, s, d)))
         for mode in ["relay", "handoff", "booster"]:
-            out.append((f"front-{mode}", lambda mode=mode: self.front(mode)))
+            for ev in ["epoll", "epoll-once", "uring"]:
+                sfx = "" if ev == "epoll" else f"-{ev}"
+                out.append((f"front-{mode}{sfx}", lambda mode=mode, ev=ev: self.front(mode, ev)))
         for mode in ["relay", "booster"]:
             out.append((f"front-{mode}-bad-origin", lambda mode=mode: self.front_bad_origin(mode)))
         return out
@@ -779,7 +781,7 @@ class Run:
         finally:
             origin.close()
 
-    def front(self, mode):
+    def front(self, mode, ev="epoll"):
         sock = [os.path.join(self.dir, f"front-{mode}-handoff-{i}.sock") for i in range(2)]
         backs, ports = [], []
         for i in range(2):
@@ -795,15 +797,16 @@ class Run:
                 b.kill()
                 b.wait()
             return
-        argv = ["front", "--mode", mode, "--header-timeout", "1s", "--send-timeout", "1s"]
+        argv = ["front", "--mode", mode, "--event", ev, "--header-timeout", "1s", "--send-timeout", "1s"]
         if mode == "booster":
             argv += ["--site", f"*=127.0.0.1:{ports[0]}", "--boost", "always"]
         else:
             argv += ["--backend", f"127.0.0.1:{ports[0]}", "--backend", f"127.0.0.1:{ports[1]}", "--policy", "lard"]
             if mode == "handoff":
                 argv += ["--handoff", sock[0], "--handoff", sock[1]]
-        f, fp = self.start(f"front-{mode}", argv)
-        self.target(f"front-{mode}", [f] + backs, fp, b"127.0.0.1")
+        sfx = "" if ev == "epoll" else f"-{ev}"
+        f, fp = self.start(f"front-{mode}{sfx}", argv)
+        self.target(f"front-{mode}{sfx}", [f] + backs, fp, b"127.0.0.1")
 
 
 def main():
