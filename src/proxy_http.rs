@@ -1,6 +1,6 @@
 //! `weft proxy` flags for HTTP rules beyond RFC 9111's fixed ones: the
-//! targeted cache-control field a surrogate honours (RFC 9213) and what
-//! happens to methods weft does not know.
+//! targeted cache-control field a surrogate honours (RFC 9213), what
+//! happens to methods weft does not know, and protocol upgrades.
 
 use clap::Args;
 
@@ -25,6 +25,13 @@ pub struct HttpRuleArgs {
     /// cached target as unsafe methods do); false answers them 501 [default: true].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub forward_unknown_methods: Option<bool>,
+
+    /// Forward a client's protocol upgrade (Upgrade named in Connection, as
+    /// WebSocket asks) to the upstream; its 101 turns the connection into a
+    /// tunnel both ways. false drops Upgrade like the other hop-by-hop fields
+    /// [default: true].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub upgrade: Option<bool>,
 }
 
 impl HttpRuleArgs {
@@ -35,6 +42,9 @@ impl HttpRuleArgs {
         }
         if let Some(f) = self.forward_unknown_methods {
             c.extension_methods = f;
+        }
+        if let Some(u) = self.upgrade {
+            c.upgrade = u;
         }
     }
 }

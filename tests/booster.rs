@@ -285,6 +285,30 @@ fn garbage_is_answered_and_closed_without_reaching_the_origin() {
     assert!(!seen.contains("/spoof"), "{seen}");
 }
 
+/// The booster's lanes are shared and pipelined, so none can become one
+/// client's tunnel: an upgrade request reaches the origin without its
+/// Upgrade and gets the origin's HTTP answer, on a connection that goes on.
+#[test]
+fn an_upgrade_through_the_booster_is_answered_in_http() {
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let ws = websocket_upstream(heads.clone());
+    let (b, _) = booster_for_all(ws, &["--boost", "always"]);
+    let s = TcpStream::connect(b.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut r = Reader::new(s);
+    for _ in 0..2 {
+        r.send(upgrade_request("/chat").as_bytes());
+        let resp = r.response_any(false).unwrap();
+        assert_eq!((resp.status, &resp.body[..]), (426, &b"nope"[..]));
+    }
+    let heads = heads.lock().unwrap();
+    assert!(heads.iter().any(|h| h.starts_with("GET /chat ")), "{heads:?}");
+    assert!(
+        heads.iter().all(|h| !h.to_ascii_lowercase().contains("upgrade")),
+        "{heads:?}"
+    );
+}
+
 #[test]
 fn past_max_queue_is_503() {
     let o = raw_origin(false, true, 0);

@@ -291,9 +291,31 @@ mod scenarios {
         r.send(b"POST /form HTTP/1.1\r\nHost: c\r\nContent-Length: 5\r\n\r\nhello");
         assert_eq!(r.response(false).status, 502);
     }
+
+    /// A WebSocket upgrade through the relay: the back-end's 101, then a tunnel
+    /// to it, byte-exact both ways. The back-end's admission slot is given back
+    /// when the tunnel starts (a tunnel is not a request in flight): after it,
+    /// nothing is left in flight.
+    pub fn upgrade_is_relayed_as_a_tunnel(event: &str) {
+        let ws = common::websocket_upstream(Arc::new(Mutex::new(Vec::new())));
+        let f = front(event, &[ws], &[]);
+        for round in 0..2 {
+            let s = TcpStream::connect(f.addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut r = Reader::new(s);
+            common::upgrade_and_echo(&mut r, b"early", &pattern(1 << 20), &format!("{event} round {round}"));
+        }
+        let admin = f.admin.expect("admin").to_string();
+        wait_until(Duration::from_secs(5), || {
+            fetch(&admin, "/stats").contains("\"in_flight\":0,")
+        });
+        let doc = fetch(&admin, "/stats");
+        assert!(doc.contains("\"in_flight\":0,"), "{doc}");
+    }
 }
 
 per_backend!(
+    upgrade_is_relayed_as_a_tunnel,
     places_by_target_and_relays_exactly,
     backend_killed_mid_run,
     queued_at_s_and_503_beyond,

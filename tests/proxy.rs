@@ -842,6 +842,56 @@ mod scenarios {
         }
     }
 
+    /// A WebSocket-style upgrade through the reverse proxy: the upstream sees
+    /// Upgrade and `Connection: upgrade`, its 101 (and the bytes it sent
+    /// behind it) reach the client, and the connection is a tunnel both ways
+    /// (the client's bytes sent behind its request too), byte-exact, with
+    /// half-close; an upstream that declines answers in HTTP on a connection
+    /// that goes on; `--upgrade false` drops the Upgrade.
+    pub fn upgrade_becomes_a_tunnel(event: &str) {
+        let heads = Arc::new(Mutex::new(Vec::<String>::new()));
+        let up = common::websocket_upstream(heads.clone()).to_string();
+        // sockmap joins the tunnel in the kernel where BPF and the backend
+        // allow it, and splices otherwise.
+        for splice in ["on", "off", "sockmap"] {
+            let p = start_proxy(&[
+                "--event",
+                event,
+                "--splice",
+                splice,
+                "--upstream",
+                &up,
+                "--stats-on-exit",
+            ]);
+            // Declined: an HTTP answer, the connection goes on.
+            let mut c = Conn::to(p.addr);
+            c.send(common::upgrade_request("/decline").as_bytes());
+            let r = c.read(false).unwrap();
+            assert_eq!((r.status, &r.body[..]), (200, &b"plain"[..]), "{event} {splice}");
+            // Accepted, with early bytes both ways.
+            common::upgrade_and_echo(&mut c, b"early", &pattern(2 << 20), &format!("{event} {splice}"));
+            let stats = stop_stats(p);
+            assert_eq!(counter(&stats, "upgrades"), 1, "{stats}");
+            assert_eq!(counter(&stats, "tunnels"), 1, "{stats}");
+        }
+        let forwarded: Vec<String> = heads.lock().unwrap().clone();
+        let chat = forwarded
+            .iter()
+            .find(|h| h.starts_with("GET /chat "))
+            .expect("the upgrade reached the upstream");
+        assert!(
+            chat.contains("\r\nUpgrade: websocket\r\n") && chat.contains("\r\nConnection: upgrade\r\n"),
+            "{chat}"
+        );
+        assert!(!chat.contains("keep-alive"), "{chat}");
+        // Switched off: Upgrade is dropped, the upstream answers in HTTP.
+        let p = start_proxy(&["--event", event, "--upstream", &up, "--upgrade", "false"]);
+        let mut c = Conn::to(p.addr);
+        c.send(common::upgrade_request("/chat").as_bytes());
+        let r = c.read(false).unwrap();
+        assert_eq!((r.status, &r.body[..]), (426, &b"nope"[..]), "{event}");
+    }
+
     /// Bytes past a response's length are never the next request's answer:
     /// an origin that answers every request with a 100,000-byte body (read
     /// to its length, so what follows stays in the socket) and then,
@@ -1313,6 +1363,7 @@ per_backend!(
     bodies_splice_off,
     pipelining,
     connect_tunnel,
+    upgrade_becomes_a_tunnel,
     client_abort_keep_copy_fills_cache,
     orphan_fill_times_out,
     quiet_tunnel_times_out,

@@ -717,3 +717,90 @@ pub fn counter(json: &str, name: &str) -> u64 {
         .parse()
         .unwrap()
 }
+
+/// A WebSocket-style upstream for the upgrade tests: a request head with
+/// `Upgrade: websocket` gets `101` (with `hello` behind it), then every byte
+/// after the head is echoed until the client half-closes; `GET /decline`
+/// with it gets a plain `200 plain`; a request without it `426 nope`. Every
+/// request head received is kept in `heads`.
+pub fn websocket_upstream(heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>) -> SocketAddr {
+    tcp_server(move |mut s| {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 16384];
+        loop {
+            let end = loop {
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+                match s.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let rest = buf.split_off(end);
+            buf = rest;
+            heads.lock().unwrap().push(head.clone());
+            if !head.to_ascii_lowercase().contains("\r\nupgrade: websocket\r\n") {
+                let _ = s.write_all(b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 4\r\n\r\nnope");
+                continue;
+            }
+            if head.starts_with("GET /decline ") {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain");
+                continue;
+            }
+            let _ = s.write_all(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                  Sec-WebSocket-Accept: a\r\n\r\nhello",
+            );
+            let _ = s.write_all(&buf);
+            let mut r = s.try_clone().unwrap();
+            let _ = std::io::copy(&mut r, &mut s);
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            return;
+        }
+    })
+}
+
+/// A WebSocket-style upgrade request for `path`.
+pub fn upgrade_request(path: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Key: k\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+}
+
+/// Send an upgrade for `/chat` with `early` behind it on `r`, expect the
+/// 101, then push `big` through the tunnel and half-close: the bytes back
+/// must be `hello`, `early` and `big`, in order and whole.
+pub fn upgrade_and_echo(r: &mut Reader, early: &[u8], big: &[u8], what: &str) {
+    let mut req = upgrade_request("/chat").into_bytes();
+    req.extend_from_slice(early);
+    r.send(&req);
+    let resp = r.response_any(true).unwrap();
+    assert_eq!(resp.status, 101, "{what}");
+    assert_eq!(resp.header("upgrade"), Some("websocket"), "{what}");
+    assert!(
+        resp.header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("upgrade")),
+        "{what}"
+    );
+    assert_eq!(resp.header("sec-websocket-accept"), Some("a"), "{what}");
+    let writer = {
+        let mut s = r.stream.try_clone().unwrap();
+        let big = big.to_vec();
+        std::thread::spawn(move || {
+            s.write_all(&big).unwrap();
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+        })
+    };
+    let mut got = std::mem::take(&mut r.buf);
+    r.stream.read_to_end(&mut got).unwrap();
+    writer.join().unwrap();
+    let mut want = b"hello".to_vec();
+    want.extend_from_slice(early);
+    want.extend_from_slice(big);
+    assert_eq!(got.len(), want.len(), "{what}");
+    assert!(got == want, "tunnel bytes differ ({what})");
+}

@@ -227,6 +227,9 @@ pub struct ProxyConfig {
     /// Forward requests with methods weft does not know (they invalidate the
     /// cached target like unsafe methods); false: 501.
     pub extension_methods: bool,
+    /// Forward protocol upgrades (WebSocket): a 101 makes the connection a
+    /// tunnel. false: Upgrade is dropped as hop-by-hop.
+    pub upgrade: bool,
 }
 
 impl ProxyConfig {
@@ -296,6 +299,7 @@ impl Default for ProxyConfig {
             front: None,
             targeted_cache_control: None,
             extension_methods: true,
+            upgrade: true,
         }
     }
 }

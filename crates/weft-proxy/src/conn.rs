@@ -294,6 +294,10 @@ pub struct Txn {
     pub phase: Phase,
     pub method: Method,
     pub connect: bool,
+    /// The client asked to switch protocols (Upgrade, e.g. WebSocket) and
+    /// the request is forwarded with its Upgrade: a 101 turns the exchange
+    /// into a tunnel (`txn.rs`, `switch_protocols`).
+    pub upgrade: bool,
     pub http10: bool,
     pub client_keep_alive: bool,
     /// Upstream host (lowercased, no brackets) and port.
@@ -340,6 +344,7 @@ impl Txn {
             phase: Phase::Resolve,
             method: Method::Get,
             connect: false,
+            upgrade: false,
             http10: false,
             client_keep_alive: true,
             host: String::new(),

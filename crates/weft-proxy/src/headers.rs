@@ -91,6 +91,9 @@ pub struct Forward<'a> {
     pub client: Option<IpAddr>,
     /// Keep `Transfer-Encoding: chunked` (the body is forwarded as it came).
     pub chunked_body: bool,
+    /// Forward the client's `Upgrade` with `Connection: upgrade` (a
+    /// protocol switch the proxy will tunnel).
+    pub upgrade: bool,
     /// Revalidating a stored response: drop the client's conditionals and
     /// Range (the full response refreshes the store) and send these validators.
     pub validators: Option<Validators<'a>>,
@@ -107,6 +110,9 @@ fn skip_request_field(name: &[u8], req: &RequestHead, data: &[u8], f: &Forward<'
     }
     if name.eq_ignore_ascii_case(b"transfer-encoding") {
         return !f.chunked_body;
+    }
+    if name.eq_ignore_ascii_case(b"upgrade") {
+        return !f.upgrade;
     }
     if is_hop_by_hop(name) || req.connection_has_bytes(data, name) {
         return true;
@@ -163,6 +169,9 @@ pub fn write_request(out: &mut Vec<u8>, req: &RequestHead, data: &[u8], f: &Forw
             out.extend_from_slice(l);
             out.extend_from_slice(b"\r\n");
         }
+    }
+    if f.upgrade {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
     }
     out.extend_from_slice(b"Via: ");
     out.extend_from_slice(f.via);
@@ -298,6 +307,7 @@ mod tests {
             via: b"1.1 me",
             client: Some("127.0.0.1".parse().unwrap()),
             chunked_body: false,
+            upgrade: false,
             validators: None,
         };
         let written = |f: &Forward<'_>| {
@@ -318,6 +328,29 @@ mod tests {
         });
         assert!(s.contains("If-None-Match: \"v1\"\r\n") && !s.contains("\"c\""));
         assert!(s.contains("If-Modified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n"));
+    }
+
+    #[test]
+    fn a_forwarded_upgrade_keeps_upgrade_and_names_it_alone() {
+        let d = b"GET /chat HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, Upgrade, X-Secret\r\nX-Secret: s\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\nSec-WebSocket-Version: 13\r\n\r\n";
+        let r = RequestHead::parsed(d);
+        let mut out = Vec::new();
+        let f = Forward {
+            method: Method::Get,
+            path: b"/chat",
+            host: b"h",
+            via: b"1.1 me",
+            client: None,
+            chunked_body: false,
+            upgrade: true,
+            validators: None,
+        };
+        write_request(&mut out, &r, d, &f);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET /chat HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\nSec-WebSocket-Version: 13\r\n\
+             Connection: upgrade\r\nVia: 1.1 me\r\n\r\n"
+        );
     }
 
     /// The head `write_response_fields` writes for the response head `d`
@@ -366,6 +399,7 @@ mod tests {
             via: b"1.1 me",
             client: None,
             chunked_body: false,
+            upgrade: false,
             validators: None,
         };
         write_request(&mut out, &r, d, &f);

@@ -128,7 +128,9 @@ impl Worker<'_> {
         {
             txn.req_cc.no_cache = true;
         }
-        txn.cacheable = sh.cache.enabled() && matches!(method, Method::Get | Method::Head) && !txn.connect;
+        txn.upgrade = upgrade_forwarded(cfg, &txn, req, data);
+        txn.cacheable =
+            sh.cache.enabled() && matches!(method, Method::Get | Method::Head) && !txn.connect && !txn.upgrade;
         // The cache.
         if txn.cacheable {
             if let Some(done) = from_cache(sh, c, &mut txn, ct, n, unix_secs(cx.wall)) {
@@ -249,6 +251,22 @@ fn route_target(
         headers::cache_key(key, key_host, key_port, &txn.path);
     }
     Ok(())
+}
+
+/// Is the client's protocol upgrade (RFC 9110 §7.8: `Upgrade` named in
+/// `Connection`, as WebSocket's handshake has it) forwarded? Only where the
+/// upstream connection can become the client's alone: an HTTP/1.1 request
+/// without a body (its end is where the new protocol begins), not CONNECT,
+/// and not on the booster's shared, pipelined lanes. Otherwise Upgrade is
+/// dropped as the hop-by-hop field it is, and the upstream answers in HTTP.
+fn upgrade_forwarded(cfg: &ProxyConfig, txn: &Txn, req: &RequestHead, data: &[u8]) -> bool {
+    cfg.upgrade
+        && !txn.connect
+        && !txn.http10
+        && !txn.had_body
+        && req.header(data, "upgrade").is_some()
+        && req.connection_has_bytes(data, b"upgrade")
+        && crate::booster::booster_of(cfg).is_none()
 }
 
 /// Look the request up in the cache (memory, then disk) and answer it when a

@@ -57,7 +57,7 @@ weft_core::metrics! {
         counter errors_504,
         /// Connections closed by a timeout.
         counter timeouts,
-        /// CONNECT tunnels established.
+        /// Tunnels established: CONNECT, and upgrades after a 101.
         counter tunnels,
         /// Body bytes moved pipe → client socket by splice.
         counter bytes_spliced,
@@ -160,6 +160,9 @@ weft_core::metrics! {
         /// Upstream connections closed instead of pooled because bytes (sent
         /// past a response's length) or a FIN waited in them.
         counter upstream_not_empty,
+        /// Protocol upgrades (WebSocket) the upstream accepted with 101:
+        /// tunnels after a forwarded request.
+        counter upgrades,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -246,7 +249,7 @@ mod tests {
             request_state_pooled \
             calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
             bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
-            sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches upstream_not_empty";
+            sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches upstream_not_empty upgrades";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

@@ -204,8 +204,18 @@ impl Worker<'_> {
         }
         // The response head (also while the body is still going out: an
         // early answer such as 413 is read and relayed).
-        match read_response_head(u, &mut self.sh.resp, &mut self.sh.bufs, &limits, first_read, cx.now) {
+        let upgrade = c.txn.as_ref().is_some_and(|t| t.upgrade);
+        match read_response_head(
+            u,
+            upgrade,
+            &mut self.sh.resp,
+            &mut self.sh.bufs,
+            &limits,
+            first_read,
+            cx.now,
+        ) {
             HeadRead::Head(n) => self.on_response_head(cx, ct, ut, n),
+            HeadRead::Switched(n) => self.switch_protocols(cx, ct, ut, n),
             HeadRead::Interim(n) => {
                 // Relayed at once (the next step flushes it) to an HTTP/1.1
                 // client, before the final response; never stored.
@@ -428,7 +438,59 @@ impl Worker<'_> {
     // ------------------------------------------------------------------
     // Tunnels
 
+    /// CONNECT: the upstream is connected, the client is told so, and the
+    /// connection becomes a tunnel.
     fn start_tunnel<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, ut: Token) -> Flow {
+        if let Some(c) = client_of(&mut self.slab, ct) {
+            c.out.push_copy(b"HTTP/1.1 200 Connection established\r\n\r\n");
+        }
+        self.become_tunnel(cx, ct, ut)
+    }
+
+    /// The upstream answered a forwarded Upgrade with 101 (its head is the
+    /// first `n` bytes of its input): the head goes to the client with the
+    /// Upgrade it agreed to, whatever the upstream sent behind it follows,
+    /// and the connection becomes a tunnel, as a CONNECT does. The upstream
+    /// connection is the client's from now on (never pooled again).
+    fn switch_protocols<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, ut: Token, n: usize) -> Flow {
+        let sh = &mut self.sh;
+        let Some((c, u)) = pair(&mut self.slab, ct, ut) else {
+            return Flow::Closed;
+        };
+        {
+            let data = &u.buf.pending()[..n];
+            let v = c.out.own_mut();
+            let client = crate::headers::HeadFor::Client;
+            crate::headers::write_response_fields(v, &sh.resp, data, &sh.via, sh.date.get(), client);
+            // Upgrade is hop-by-hop, so the relay above left it out; the
+            // client must see which protocol the upstream switched to.
+            for value in sh.resp.header_all(data, "upgrade") {
+                v.extend_from_slice(b"Upgrade: ");
+                v.extend_from_slice(value);
+                v.extend_from_slice(b"\r\n");
+            }
+            v.extend_from_slice(b"Connection: upgrade\r\n");
+            weft_http::encode::end(v);
+        }
+        u.buf.consume(n);
+        if !u.buf.is_empty() {
+            // The new protocol's first bytes, read with the head.
+            c.out.push_copy(u.buf.pending());
+        }
+        u.buf.discard(&mut sh.bufs);
+        if let Some(txn) = c.txn.as_mut() {
+            txn.responded = true;
+            txn.status = 101;
+            crate::front::count_bytes(sh.cfg, txn, n as u64);
+        }
+        sh.stats.upgrades += 1;
+        crate::accesslog::answered(sh, c, 101, "-", 0);
+        self.become_tunnel(cx, ct, ut)
+    }
+
+    /// Turn the client's transaction into a tunnel to `ut`: the client's
+    /// bytes after its request head (and a FIN seen meanwhile) belong to it.
+    fn become_tunnel<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, ut: Token) -> Flow {
         let splice = self.sh.cfg.splice != SpliceMode::Off;
         // The end-of-stream marker arrives as an error on a socket weft may
         // have no interest in: select and the user-level trackers would
@@ -443,6 +505,9 @@ impl Worker<'_> {
             return Flow::Again;
         };
         txn.up = None;
+        // weft front: the back-end's slot is given back now (a tunnel is
+        // not a request in progress).
+        crate::front::release(sh.cfg, &mut txn);
         c.spare = Some(txn);
         let mut tunnel = Box::new(Tunnel::new(splice, &mut sh.pipes, &mut sh.tunnel_bufs, &mut sh.stats));
         if kernel {
@@ -460,7 +525,6 @@ impl Worker<'_> {
             tunnel.to_upstream.push_copy(c.input.pending());
             c.input.discard(&mut sh.bufs);
         }
-        c.out.push_copy(b"HTTP/1.1 200 Connection established\r\n\r\n");
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, !tunnel.to_kernel(), self.sh.cfg);
         c.tunnel = Some((tunnel, ut));
         c.last_activity = cx.now;

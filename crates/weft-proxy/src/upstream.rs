@@ -69,6 +69,9 @@ pub(crate) enum HeadRead {
     /// An interim response head (1xx but 100 and 101: 102, 103 Early
     /// Hints...), this many bytes at the front: relayed, never cached.
     Interim(usize),
+    /// 101 Switching Protocols to a forwarded Upgrade, this many bytes at
+    /// the front: what follows is the new protocol's.
+    Switched(usize),
     /// Waiting for the upstream to send more.
     Wait,
     /// A malformed, oversized or cut head: 502.
@@ -80,9 +83,12 @@ pub(crate) enum HeadRead {
 /// Read the upstream's response head into its input buffer (reads of
 /// `first_read` bytes, so a body's first bytes stay small) and parse it into
 /// `resp`. 100 Continue is dropped (the proxy answered Expect: 100-continue
-/// itself); 101 is refused; other 1xx are handed back to be relayed.
+/// itself); 101 ends the head reading where an upgrade was forwarded
+/// (`upgrade`) and is refused otherwise; other 1xx are handed back to be
+/// relayed.
 pub(crate) fn read_response_head(
     u: &mut Upstream,
+    upgrade: bool,
     resp: &mut ResponseHead,
     bufs: &mut BufPool,
     limits: &Limits,
@@ -97,6 +103,9 @@ pub(crate) fn read_response_head(
                     let status = resp.status();
                     if (100..200).contains(&status) {
                         if status == 101 {
+                            if upgrade {
+                                return HeadRead::Switched(n);
+                            }
                             return HeadRead::Bad("upstream switched protocols unasked");
                         }
                         if status != 100 {
@@ -169,6 +178,7 @@ pub(crate) fn queue_request(sh: &mut Shared<'_>, c: &mut Client, u: &mut Upstrea
         via: &sh.via,
         client: client_ip,
         chunked_body: chunked,
+        upgrade: txn.upgrade,
         validators,
     };
     u.out.lend_own(&mut sh.own_pool);
