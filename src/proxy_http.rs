@@ -1,6 +1,7 @@
 //! `weft proxy` flags for HTTP rules beyond RFC 9111's fixed ones: the
 //! targeted cache-control field a surrogate honours (RFC 9213), what
-//! happens to methods weft does not know, and protocol upgrades.
+//! happens to methods weft does not know, protocol upgrades, and stale
+//! answers when the origin fails.
 
 use clap::Args;
 
@@ -32,6 +33,13 @@ pub struct HttpRuleArgs {
     /// [default: true].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub upgrade: Option<bool>,
+
+    /// How stale a stored response may be and still answer when the origin
+    /// fails (no connection, a timeout, 500/502/503/504) where the response
+    /// does not say (`stale-if-error`, RFC 5861, is honoured either way; a
+    /// request's own overrides both); 0s: only where they ask [default: 0s].
+    #[arg(long, value_name = "DURATION", value_parser = crate::args::duration)]
+    pub stale_if_error: Option<std::time::Duration>,
 }
 
 impl HttpRuleArgs {
@@ -45,6 +53,9 @@ impl HttpRuleArgs {
         }
         if let Some(u) = self.upgrade {
             c.upgrade = u;
+        }
+        if let Some(d) = self.stale_if_error {
+            c.stale_if_error = d.as_secs();
         }
     }
 }

@@ -413,3 +413,108 @@ fn a_lying_host_cannot_poison_another_key() {
     }
     assert_eq!(o.count("GET /keyed"), 2, "one fetch per Host value, the third a hit");
 }
+
+/// An origin for `stale-if-error`: `mode` 0 answers `200 v1` with a
+/// Cache-Control chosen by path (all stale at once: `max-age=0`), 1 answers
+/// `503 down`, 2 closes the connection without answering.
+fn failing_origin(mode: Arc<std::sync::atomic::AtomicUsize>) -> SocketAddr {
+    tcp_server(move |mut s| {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let end = loop {
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+                match s.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            buf.drain(..end);
+            let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+            let answer = match mode.load(Ordering::SeqCst) {
+                0 => {
+                    let cc = match path.as_str() {
+                        "/sie" => "max-age=0, stale-if-error=60\r\nETag: \"e\"",
+                        "/sie-no-validators" => "max-age=0, stale-if-error=60",
+                        "/must" => "max-age=0, must-revalidate, stale-if-error=60",
+                        _ => "max-age=0",
+                    };
+                    format!("HTTP/1.1 200 OK\r\nCache-Control: {cc}\r\nContent-Length: 2\r\n\r\nv1")
+                }
+                1 => "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\ndown".to_string(),
+                _ => return,
+            };
+            if s.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// RFC 5861 `stale-if-error`: when the origin answers 5xx, or cannot be
+/// reached, a stale stored response stands in where the response, the
+/// request or the operator (`--stale-if-error`) allows it, and never where
+/// `must-revalidate` forbids; the client's connection goes on.
+#[test]
+fn stale_if_error_stands_in_for_a_failing_origin() {
+    let mode = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let o = failing_origin(mode.clone()).to_string();
+    let proxy = |extra: &[&str]| {
+        let mut args = vec!["proxy", "--listen", "127.0.0.1:0", "--upstream", &o, "--stats-on-exit"];
+        args.extend_from_slice(extra);
+        Weft::start(&args)
+    };
+    let get = |r: &mut Reader, path: &str, extra: &str| {
+        r.send(format!("GET {path} HTTP/1.1\r\nHost: h\r\n{extra}\r\n").as_bytes());
+        r.response_any(false).unwrap()
+    };
+    let connect = |p: &Weft| {
+        let s = TcpStream::connect(p.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Reader::new(s)
+    };
+    let paths = ["/sie", "/sie-no-validators", "/must", "/plain"];
+    let p = proxy(&[]);
+    let mut r = connect(&p);
+    mode.store(0, Ordering::SeqCst);
+    for path in paths {
+        assert_eq!(get(&mut r, path, "").body, b"v1", "{path}");
+    }
+    // 503 from the origin, then no answer at all (502).
+    for (m, error) in [(1, 503), (2, 502)] {
+        mode.store(m, Ordering::SeqCst);
+        for path in ["/sie", "/sie-no-validators"] {
+            let resp = get(&mut r, path, "");
+            assert_eq!((resp.status, &resp.body[..]), (200, &b"v1"[..]), "{path} mode {m}");
+            assert!(resp.header("age").is_some(), "{path}: a stored response has its Age");
+        }
+        assert_eq!(get(&mut r, "/must", "").status, error, "must-revalidate forbids it");
+        assert_eq!(get(&mut r, "/plain", "").status, error, "not asked for");
+        // The client may ask for it itself.
+        let asked = get(&mut r, "/plain", "Cache-Control: stale-if-error=60\r\n");
+        assert_eq!((asked.status, &asked.body[..]), (200, &b"v1"[..]), "mode {m}");
+        // A stale answer is not a refreshed one: the origin is asked again.
+        mode.store(0, Ordering::SeqCst);
+        assert_eq!(get(&mut r, "/plain", "").status, 200);
+        mode.store(m, Ordering::SeqCst);
+    }
+    drop(r);
+    let stats = common::stop_stats(p);
+    assert_eq!(common::counter(&stats, "stale_if_error"), 6, "{stats}");
+    // The operator's default covers responses that do not say.
+    let p = proxy(&["--stale-if-error", "1m"]);
+    let mut r = connect(&p);
+    mode.store(0, Ordering::SeqCst);
+    assert_eq!(get(&mut r, "/plain", "").body, b"v1");
+    assert_eq!(get(&mut r, "/must", "").body, b"v1");
+    mode.store(1, Ordering::SeqCst);
+    let resp = get(&mut r, "/plain", "");
+    assert_eq!((resp.status, &resp.body[..]), (200, &b"v1"[..]));
+    assert_eq!(get(&mut r, "/must", "").status, 503);
+    // A client that asks for a validated response gets the error.
+    assert_eq!(get(&mut r, "/plain", "Cache-Control: no-cache\r\n").status, 503);
+}

@@ -53,6 +53,9 @@ pub struct CacheControl {
     pub min_fresh: Option<u64>,
     /// `max-stale[=N]` (requests); `Some(DELTA_MAX)` when no limit was given.
     pub max_stale: Option<u64>,
+    /// `stale-if-error=N` (RFC 5861 §4): a stale response may stand in for
+    /// an error from the origin while it is stale by at most N seconds.
+    pub stale_if_error: Option<u64>,
     /// A freshness directive was malformed or contradicted itself.
     pub invalid_freshness: bool,
     /// At least one Cache-Control field was present (even an empty one).
@@ -172,6 +175,11 @@ impl CacheControl {
             }
             12 if is(b"no-transform") => self.no_transform = true,
             14 if is(b"only-if-cached") => self.only_if_cached = true,
+            14 if is(b"stale-if-error") => {
+                if let Some(d) = delta {
+                    self.stale_if_error = Some(self.stale_if_error.map_or(d, |m| m.max(d)));
+                }
+            }
             15 if is(b"must-revalidate") => self.must_revalidate = true,
             16 if is(b"proxy-revalidate") => self.proxy_revalidate = true,
             _ => {}

@@ -284,6 +284,36 @@ pub fn decide(lifetime: u64, age: u64, response: &CacheControl, request: &CacheC
     }
 }
 
+/// May a stale stored response stand in for an error from the origin (a
+/// failed connection, a timeout, or a 500, 502, 503 or 504 answer), by RFC
+/// 5861 §4 `stale-if-error`? The window is the request's `stale-if-error`
+/// if it has one, else the larger of the response's and `configured` (the
+/// operator's default; 0: only where the response asks). Never where RFC
+/// 9111 §4.2.4 forbids serving stale: `no-cache`, `must-revalidate`,
+/// `proxy-revalidate` or `s-maxage` in the response, or a request that asks
+/// for a validated response (`no-cache`).
+pub fn stale_if_error(
+    lifetime: u64,
+    age: u64,
+    response: &CacheControl,
+    request: &CacheControl,
+    configured: u64,
+) -> bool {
+    if response.no_cache
+        || response.must_revalidate
+        || response.proxy_revalidate
+        || response.s_maxage.is_some()
+        || request.no_cache
+    {
+        return false;
+    }
+    let window = match request.stale_if_error {
+        Some(w) => w,
+        None => response.stale_if_error.unwrap_or(0).max(configured),
+    };
+    window > 0 && age.saturating_sub(lifetime) <= window
+}
+
 /// Does a response to `method` with `status` invalidate the stored responses
 /// for the target URI (§4.4)? Unsafe methods with a non-error answer do.
 pub fn invalidates(method: Method, status: u16) -> bool {
@@ -627,6 +657,35 @@ mod tests {
         // only-if-cached does not change the decision; the caller answers 504
         // instead of revalidating.
         assert_eq!(decide(10, 16, &none, &cc("only-if-cached")), Usable::Revalidate);
+    }
+
+    #[test]
+    fn stale_if_error_windows() {
+        let none = CacheControl::default();
+        // Off unless asked for: by the response, the request or the operator.
+        assert!(!stale_if_error(10, 20, &none, &none, 0));
+        assert!(stale_if_error(10, 20, &cc("max-age=10, stale-if-error=10"), &none, 0));
+        assert!(!stale_if_error(10, 21, &cc("max-age=10, stale-if-error=10"), &none, 0));
+        assert!(stale_if_error(10, 20, &none, &none, 10));
+        assert!(!stale_if_error(10, 21, &none, &none, 10));
+        // The larger of response and operator; the request's own overrides both.
+        assert!(stale_if_error(10, 40, &cc("stale-if-error=30"), &none, 10));
+        assert!(!stale_if_error(
+            10,
+            40,
+            &cc("stale-if-error=30"),
+            &cc("stale-if-error=5"),
+            10
+        ));
+        assert!(stale_if_error(10, 40, &none, &cc("stale-if-error=30"), 0));
+        // A bad value asks for nothing.
+        assert!(!stale_if_error(10, 20, &cc("stale-if-error=x"), &none, 0));
+        // Never where serving stale is forbidden.
+        for r in ["no-cache", "must-revalidate", "proxy-revalidate", "s-maxage=10"] {
+            let resp = cc(&format!("{r}, stale-if-error=100"));
+            assert!(!stale_if_error(10, 20, &resp, &none, 100), "{r}");
+        }
+        assert!(!stale_if_error(10, 20, &cc("stale-if-error=100"), &cc("no-cache"), 100));
     }
 
     #[test]

@@ -230,6 +230,10 @@ pub struct ProxyConfig {
     /// Forward protocol upgrades (WebSocket): a 101 makes the connection a
     /// tunnel. false: Upgrade is dropped as hop-by-hop.
     pub upgrade: bool,
+    /// Seconds a stale stored response may stand in for an error from the
+    /// origin when the response itself does not say (`stale-if-error`, RFC
+    /// 5861); 0: only where responses or requests ask for it.
+    pub stale_if_error: u64,
 }
 
 impl ProxyConfig {
@@ -300,6 +304,7 @@ impl Default for ProxyConfig {
             targeted_cache_control: None,
             extension_methods: true,
             upgrade: true,
+            stale_if_error: 0,
         }
     }
 }

@@ -315,6 +315,10 @@ pub struct Txn {
     pub cacheable: bool,
     /// A stored response being revalidated.
     pub stored: Option<(u64, Arc<Object>)>,
+    /// The stale stored response this request went upstream for (with
+    /// validators or not): it may stand in if the origin fails
+    /// (`stale-if-error`, `hit.rs`).
+    pub stale: Option<Arc<Object>>,
     pub body: ReqBody,
     /// The pipe of a request body being spliced (`relay/request_body.rs`).
     pub req_pipe: Option<crate::relay::BodyPipe>,
@@ -357,6 +361,7 @@ impl Txn {
             req_cc: CacheControl::default(),
             cacheable: false,
             stored: None,
+            stale: None,
             body: ReqBody::None,
             req_pipe: None,
             had_body: false,

@@ -1,5 +1,6 @@
-//! Answering a request from a stored response: a fresh hit, or an object
-//! the origin has just validated (a 304 to the proxy's conditional request).
+//! Answering a request from a stored response: a fresh hit, an object the
+//! origin has just validated (a 304 to the proxy's conditional request), or
+//! a stale one standing in for the origin's error (`stale-if-error`).
 //! The client's own conditionals, If-Range, Range and HEAD are applied; body
 //! bytes go out as shared segments of the stored object, never copied.
 //! A request with If-Match or If-Unmodified-Since never comes here: a cache
@@ -108,6 +109,66 @@ impl Worker<'_> {
         crate::accesslog::answered(sh, c, status, "REVALIDATED", bytes);
         c.close_after |= close;
         self.release_upstream(cx, ut, reusable);
+        Flow::Again
+    }
+}
+
+impl Worker<'_> {
+    /// The stale stored response that may answer `ct`'s request instead of
+    /// the origin's error (RFC 5861 `stale-if-error`, `caching::stale_if_error`),
+    /// if nothing of an answer has gone out yet.
+    pub(crate) fn stale_stand_in(&mut self, ct: Token, now: u64) -> Option<Arc<Object>> {
+        let configured = self.sh.cfg.stale_if_error;
+        let c = crate::worker::client_of(&mut self.slab, ct)?;
+        c.fd.as_ref()?;
+        let txn = c.txn.as_mut()?;
+        if txn.responded {
+            return None;
+        }
+        let obj = txn.stale.as_ref()?;
+        let usable = caching::stale_if_error(obj.lifetime, obj.age(now), &obj.cc, &txn.req_cc, configured);
+        if usable {
+            txn.stale.take()
+        } else {
+            None
+        }
+    }
+
+    /// Answer `ct`'s request from `obj`, a stale response standing in for
+    /// the origin's error ([`Worker::stale_stand_in`]): the transaction ends
+    /// and its upstream connection is closed (a failed one, or one with an
+    /// error answer's body unread); the client goes on as after a hit.
+    pub(crate) fn serve_stale<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, obj: Arc<Object>) -> Flow {
+        let Some(c) = crate::worker::client_of(&mut self.slab, ct) else {
+            return Flow::Closed;
+        };
+        let Some((txn, ut)) = c.end_txn(self.sh.cfg) else {
+            return Flow::Again;
+        };
+        let close = !txn.client_keep_alive || self.sh.draining || !matches!(txn.body, crate::conn::ReqBody::None);
+        c.spare = Some(txn);
+        if let Some(ut) = ut {
+            self.close_upstream(cx, ut);
+        }
+        let cfg = self.sh.cfg;
+        let sh = &mut self.sh;
+        let Some(c) = crate::worker::client_of(&mut self.slab, ct) else {
+            return Flow::Closed;
+        };
+        sh.stats.stale_if_error += 1;
+        if obj.body.len() > cfg.notsent_lowat {
+            set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, cfg);
+        }
+        let answer = HitAnswer {
+            now: unix_secs(cx.wall),
+            close,
+            validated: false,
+            date: sh.date.get(),
+        };
+        let conds = Conditions::from_head(&c.req, &c.req_data);
+        let (status, bytes) = serve_hit(&mut c.out, &c.req, &conds, &obj, answer, &mut sh.stats);
+        crate::accesslog::answered(sh, c, status, "STALE", bytes);
+        c.close_after |= close;
         Flow::Again
     }
 }

@@ -334,6 +334,7 @@ fn from_cache(
                     if txn.req_cc.only_if_cached {
                         return Some(not_in_cache(sh, c, txn, n));
                     }
+                    txn.stale = Some(obj.clone());
                     if obj.etag.is_some() || obj.last_modified.is_some() {
                         txn.stored = Some((id, obj));
                     }

@@ -344,6 +344,14 @@ impl Worker<'_> {
     /// of the upstream buffer): decide caching, queue the client's head and
     /// start the body relay.
     pub(crate) fn on_response_head<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, ut: Token, n: usize) -> Flow {
+        // The origin answered with an error where a stale stored response
+        // may stand in (`stale-if-error`): that answers, and the error's body
+        // is never read (its connection closes).
+        if matches!(self.sh.resp.status(), 500 | 502 | 503 | 504) {
+            if let Some(obj) = self.stale_stand_in(ct, unix_secs(cx.wall)) {
+                return self.serve_stale(cx, ct, obj);
+            }
+        }
         let cfg = self.sh.cfg;
         let sh = &mut self.sh;
         let Some((c, u)) = pair(&mut self.slab, ct, ut) else {

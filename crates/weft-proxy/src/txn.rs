@@ -238,6 +238,14 @@ impl Worker<'_> {
     /// Answer the client with an error (or close it if its response has
     /// begun) and end the transaction; the upstream is closed.
     pub(crate) fn fail<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token, status: u16, reason: &str) -> Flow {
+        // The origin failed (no connection, no answer, a timeout): a stale
+        // stored response may answer instead (`stale-if-error`).
+        if matches!(status, 502 | 504) {
+            if let Some(obj) = self.stale_stand_in(ct, weft_http::date::unix_secs(cx.wall)) {
+                weft_core::debug!("{reason}: answered from a stale stored response");
+                return self.serve_stale(cx, ct, obj);
+            }
+        }
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
