@@ -40,6 +40,14 @@ pub struct HttpRuleArgs {
     /// request's own overrides both); 0s: only where they ask [default: 0s].
     #[arg(long, value_name = "DURATION", value_parser = crate::args::duration)]
     pub stale_if_error: Option<std::time::Duration>,
+
+    /// Collapsed forwarding: while one request fetches a cacheable object
+    /// the cache lacks, other misses for it wait for that fill and are
+    /// answered from the cache, so the origin sees one request (keys whose
+    /// responses are not storable pass straight through for a minute)
+    /// [default: true].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub collapse: Option<bool>,
 }
 
 impl HttpRuleArgs {
@@ -56,6 +64,9 @@ impl HttpRuleArgs {
         }
         if let Some(d) = self.stale_if_error {
             c.stale_if_error = d.as_secs();
+        }
+        if let Some(on) = self.collapse {
+            c.collapse = on;
         }
     }
 }

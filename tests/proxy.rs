@@ -1377,6 +1377,176 @@ per_backend!(
     disk_store
 );
 
+/// An origin for collapsed forwarding: counts the requests per path, and
+/// holds each answer until `open` is set. `/c*` are cacheable
+/// (`max-age=60`), `/n*` are `no-store`; the body names the path.
+struct HeldOrigin {
+    addr: SocketAddr,
+    seen: Arc<Mutex<HashMap<String, usize>>>,
+    open: Arc<AtomicBool>,
+}
+
+impl HeldOrigin {
+    fn start() -> HeldOrigin {
+        let seen = Arc::new(Mutex::new(HashMap::new()));
+        let open = Arc::new(AtomicBool::new(false));
+        let (s2, o2) = (seen.clone(), open.clone());
+        let addr = common::tcp_server(move |mut s| {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+            while let Some(head) = read_request_head(&mut s) {
+                let text = String::from_utf8_lossy(&head).to_string();
+                let path = text.split(' ').nth(1).unwrap_or("/").to_string();
+                *s2.lock().unwrap().entry(path.clone()).or_default() += 1;
+                while !o2.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                let cc = if path.starts_with("/c") {
+                    "max-age=60"
+                } else {
+                    "no-store"
+                };
+                let body = format!("body of {path}");
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nCache-Control: {cc}\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if s.write_all(answer.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        });
+        HeldOrigin { addr, seen, open }
+    }
+
+    fn count(&self, path: &str) -> usize {
+        self.seen.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+
+    /// `n` clients GET `path` at once (each on its own connection); their
+    /// bodies, once answered.
+    fn clients(&self, p: &Weft, path: &str, n: usize) -> Vec<std::thread::JoinHandle<Vec<u8>>> {
+        (0..n)
+            .map(|_| {
+                let (addr, path) = (p.addr, path.to_string());
+                std::thread::spawn(move || {
+                    let mut c = Conn::to(addr);
+                    let r = c.get(&path, "");
+                    assert_eq!(r.status, 200, "{path}");
+                    r.body
+                })
+            })
+            .collect()
+    }
+}
+
+/// Collapsed forwarding: concurrent misses for one cacheable object reach
+/// the origin once (the others wait for that fill, across workers, and are
+/// answered from the cache); a response that may not be stored sends the
+/// waiters upstream and lets the key's next misses pass without waiting;
+/// `--collapse false` forwards every miss.
+#[test]
+fn concurrent_misses_are_collapsed_into_one_fill() {
+    for event in ["epoll", "uring", "tracked"] {
+        let o = HeldOrigin::start();
+        let up = o.addr.to_string();
+        let p = Weft::start(&[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "2",
+            "--event",
+            event,
+            "--upstream",
+            &up,
+            "--admin",
+            "127.0.0.1:0",
+            "--stats-on-exit",
+        ]);
+        let admin = p.admin.expect("admin").to_string();
+        // The workers' sum (the document lists each worker first).
+        let collapsed = || {
+            let doc = common::fetch(&admin, "/stats");
+            counter(&doc[doc.find("\"total\":").expect("total")..], "collapsed")
+        };
+        // Cacheable: one request reaches the origin, seven wait.
+        o.open.store(false, Ordering::SeqCst);
+        let waiting = o.clients(&p, "/c1", 8);
+        assert!(
+            wait_until(Duration::from_secs(10), || collapsed() == 7),
+            "{event}: {} waited, origin saw {}",
+            collapsed(),
+            o.count("/c1")
+        );
+        // The leader's request may still be on its way.
+        assert!(wait_until(Duration::from_secs(10), || o.count("/c1") >= 1), "{event}");
+        assert_eq!(o.count("/c1"), 1, "{event}");
+        o.open.store(true, Ordering::SeqCst);
+        for t in waiting {
+            assert_eq!(t.join().unwrap(), b"body of /c1", "{event}");
+        }
+        assert_eq!(o.count("/c1"), 1, "{event}: the waiters were answered from the cache");
+        // Not storable: the waiters go upstream when the head says so...
+        o.open.store(false, Ordering::SeqCst);
+        let waiting = o.clients(&p, "/n1", 4);
+        assert!(
+            wait_until(Duration::from_secs(10), || collapsed() == 10),
+            "{event}: {}",
+            collapsed()
+        );
+        assert!(wait_until(Duration::from_secs(10), || o.count("/n1") == 1), "{event}");
+        o.open.store(true, Ordering::SeqCst);
+        for t in waiting {
+            assert_eq!(t.join().unwrap(), b"body of /n1", "{event}");
+        }
+        assert_eq!(o.count("/n1"), 4, "{event}");
+        // ...and the key's next misses do not wait at all.
+        o.open.store(false, Ordering::SeqCst);
+        let waiting = o.clients(&p, "/n1", 3);
+        assert!(
+            wait_until(Duration::from_secs(10), || o.count("/n1") == 7),
+            "{event}: {}",
+            o.count("/n1")
+        );
+        o.open.store(true, Ordering::SeqCst);
+        for t in waiting {
+            assert_eq!(t.join().unwrap(), b"body of /n1", "{event}");
+        }
+        assert_eq!(collapsed(), 10, "{event}");
+        let stats = stop_stats(p);
+        assert_eq!(counter(&stats, "collapsed"), 10, "{stats}");
+    }
+    // A fill slower than the wait bound (5 s): the waiter asks the origin itself.
+    let o = HeldOrigin::start();
+    let up = o.addr.to_string();
+    let p = start_proxy(&["--upstream", &up]);
+    let waiting = o.clients(&p, "/c3", 2);
+    assert!(wait_until(Duration::from_secs(6), || o.count("/c3") == 1));
+    assert!(
+        wait_until(Duration::from_secs(10), || o.count("/c3") == 2),
+        "the waiter never gave up"
+    );
+    o.open.store(true, Ordering::SeqCst);
+    for t in waiting {
+        assert_eq!(t.join().unwrap(), b"body of /c3");
+    }
+    drop(p);
+    // Switched off: every miss goes upstream.
+    let o = HeldOrigin::start();
+    let up = o.addr.to_string();
+    let p = start_proxy(&["--upstream", &up, "--collapse", "false"]);
+    let waiting = o.clients(&p, "/c2", 4);
+    assert!(
+        wait_until(Duration::from_secs(10), || o.count("/c2") == 4),
+        "{}",
+        o.count("/c2")
+    );
+    o.open.store(true, Ordering::SeqCst);
+    for t in waiting {
+        assert_eq!(t.join().unwrap(), b"body of /c2");
+    }
+}
+
 /// Many clients at once over more objects than memory holds: loads from
 /// disk, joined loads, evictions and parked requests interleave, and every
 /// body still arrives whole, from the cache.

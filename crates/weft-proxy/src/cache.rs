@@ -14,6 +14,10 @@
 //! - **invalidate** removes from the disk first and from memory second, and
 //!   never holds the memory store's lock while it talks to the disk.
 //!
+//! - **fills** (collapsed forwarding, `fill.rs`): after a miss in both
+//!   tiers, the request leads its key's fill, waits for the one under way
+//!   (woken through the fills' mailbox), or passes.
+//!
 //! Lock order across the process (docs/proxy.md, disk.rs, store.rs): the
 //! disk writer's queue → the disk index → the memory store. A disk load
 //! holds the index's lock while it inserts in memory, so once the index has
@@ -21,9 +25,11 @@
 //! would invert that order.
 
 use crate::disk::{DiskStore, Loaded, LoadedObjects};
+use crate::fill::{Fills, Join, Outcome, Woken};
 use crate::store::{Object, Store};
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 use weft_io::Token;
 
 /// What a lookup found.
@@ -41,9 +47,10 @@ pub enum Lookup {
 pub struct TwoTier<'a> {
     store: Option<&'a Mutex<Store>>,
     disk: Option<&'a DiskStore>,
-    /// The worker's index (its disk mailbox).
+    fills: Option<&'a Fills>,
+    /// The worker's index (its disk and fill mailboxes).
     worker: usize,
-    /// Number of the next park for a disk load.
+    /// Number of the next park (for a disk load or a fill).
     next_wait: u64,
 }
 
@@ -53,10 +60,16 @@ fn lock(store: &Mutex<Store>) -> MutexGuard<'_, Store> {
 
 impl<'a> TwoTier<'a> {
     /// The tiers a worker was given (no memory store: caching is off).
-    pub fn new(store: Option<&'a Mutex<Store>>, disk: Option<&'a DiskStore>, worker: usize) -> TwoTier<'a> {
+    pub fn new(
+        store: Option<&'a Mutex<Store>>,
+        disk: Option<&'a DiskStore>,
+        fills: Option<&'a Fills>,
+        worker: usize,
+    ) -> TwoTier<'a> {
         TwoTier {
             store,
             disk,
+            fills,
             worker,
             next_wait: 0,
         }
@@ -103,6 +116,38 @@ impl<'a> TwoTier<'a> {
                 Lookup::Parked(wait)
             }
             _ => Lookup::Miss,
+        }
+    }
+
+    /// The fills' mailbox descriptor for this worker (collapsed forwarding on).
+    pub fn fill_waker(&self) -> Option<RawFd> {
+        self.fills.map(|f| f.waker(self.worker))
+    }
+
+    /// A miss for `key` by `token` (after [`TwoTier::lookup`] found nothing
+    /// and parked nothing): lead its fill, wait for the one under way (the
+    /// park's number comes back with the wake-up, [`TwoTier::take_filled`]),
+    /// or pass. Collapsing off: always pass.
+    pub fn join_fill(&mut self, key: &[u8], may_lead: bool, token: Token, now: Instant) -> (Join, u64) {
+        let Some(f) = self.fills else {
+            return (Join::Pass, 0);
+        };
+        let park = self.next_wait;
+        self.next_wait += 1;
+        (f.join(key, may_lead, (self.worker, token, park), now), park)
+    }
+
+    /// The fill this worker led for `key` ended.
+    pub fn finish_fill(&self, key: &[u8], outcome: Outcome, now: Instant) {
+        if let Some(f) = self.fills {
+            f.finish(key, outcome, now);
+        }
+    }
+
+    /// Requests of this worker whose fill ended, appended to `out`.
+    pub fn take_filled(&self, out: &mut Vec<Woken>) {
+        if let Some(f) = self.fills {
+            f.take(self.worker, out);
         }
     }
 
@@ -168,7 +213,7 @@ mod tests {
     #[test]
     fn memory_only_lookup_insert_replace_invalidate() {
         let store = Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru));
-        let mut tiers = TwoTier::new(Some(&store), None, 0);
+        let mut tiers = TwoTier::new(Some(&store), None, None, 0);
         let token = Token::new(1, 0);
         assert!(tiers.enabled());
         assert!(matches!(tiers.lookup(b"k", None, true, token, |_| true), Lookup::Miss));
@@ -192,7 +237,7 @@ mod tests {
     #[test]
     fn a_disk_load_result_answers_when_memory_has_let_it_go() {
         let store = Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru));
-        let mut tiers = TwoTier::new(Some(&store), None, 0);
+        let mut tiers = TwoTier::new(Some(&store), None, None, 0);
         let loaded: LoadedObjects = Arc::from(vec![(7u64, object(b"disk"))]);
         let Lookup::Found(id, _) = tiers.lookup(b"k", Some(&loaded), false, Token::new(1, 0), |_| true) else {
             panic!("the loaded object is not used");
@@ -202,7 +247,7 @@ mod tests {
 
     #[test]
     fn no_memory_store_is_caching_off() {
-        let mut tiers = TwoTier::new(None, None, 0);
+        let mut tiers = TwoTier::new(None, None, None, 0);
         assert!(!tiers.enabled());
         assert!(!tiers.insert(b"k", object(b"x")));
         assert!(matches!(

@@ -5,13 +5,22 @@
 
 use crate::acl;
 use crate::config::ProxyConfig;
-use crate::conn::{Client, Entry, ReqBody};
-use crate::worker::{client_of, Flow, Worker};
+use crate::conn::{Client, Entry, ReqBody, Txn};
+use crate::fill::Outcome;
+use crate::worker::{client_of, Flow, Shared, Worker};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use weft_http::respond::{self, Persist};
 use weft_io::sys::{self, Fd};
 use weft_io::{accept, pools, BufPool, Ctx, Fill, Interest, Poller, Token};
+
+/// The fill `txn` leads for `key`, if any, ended with `outcome`: its waiters
+/// are woken (collapsed forwarding, `fill.rs`). Once per fill.
+pub(crate) fn end_fill(sh: &Shared<'_>, key: &[u8], txn: &mut Txn, outcome: Outcome) {
+    if std::mem::take(&mut txn.fill) {
+        sh.cache.finish_fill(key, outcome, Instant::now());
+    }
+}
 
 /// How long a closing connection may linger reading the client's leftovers.
 const LINGER: Duration = weft_io::LINGER_TIME;
@@ -145,6 +154,7 @@ impl Worker<'_> {
         }
         if let Some(mut txn) = c.txn.take() {
             crate::front::release(self.sh.cfg, &mut txn);
+            end_fill(&self.sh, &c.key, &mut txn, Outcome::Failed);
             if let Some(relay) = txn.relay.take() {
                 relay.abandon(&mut self.sh.stats, false);
             }
@@ -216,8 +226,9 @@ impl Worker<'_> {
             self.close_client(cx, ct);
             return Flow::Closed;
         }
-        if c.disk_wait.is_some() {
-            // The request at the front waits for the disk store (`on_loaded`).
+        if c.disk_wait.is_some() || c.fill_wait.is_some() {
+            // The request at the front waits for the disk store (`on_loaded`)
+            // or for another request's fill of its key (`on_filled`).
             return Flow::Wait;
         }
         if c.discard > 0 {

@@ -234,6 +234,9 @@ pub struct ProxyConfig {
     /// origin when the response itself does not say (`stale-if-error`, RFC
     /// 5861); 0: only where responses or requests ask for it.
     pub stale_if_error: u64,
+    /// Collapsed forwarding (`fill.rs`): concurrent misses for one key wait
+    /// for the first one's fill.
+    pub collapse: bool,
 }
 
 impl ProxyConfig {
@@ -305,6 +308,7 @@ impl Default for ProxyConfig {
             extension_methods: true,
             upgrade: true,
             stale_if_error: 0,
+            collapse: true,
         }
     }
 }

@@ -97,6 +97,12 @@ pub struct Client {
     /// What the disk store read for that request (looked in when the memory
     /// store has evicted it again before the request is answered).
     pub disk_loaded: Option<LoadedObjects>,
+    /// Parked until the fill of its key another request leads has ended
+    /// (collapsed forwarding, `fill.rs`; the park's number).
+    pub fill_wait: Option<u64>,
+    /// The request at the front has waited for a fill already: answered
+    /// again, it does not wait twice (nor is it counted twice).
+    pub fill_checked: bool,
     /// `req`, `req_data`, `key` and `spare` are blanks (no storage): their
     /// [`RequestState`] went back to the worker's pool while the connection
     /// is idle ([`Client::park`]).
@@ -180,6 +186,8 @@ impl Client {
             disk_wait: None,
             disk_checked: false,
             disk_loaded: None,
+            fill_wait: None,
+            fill_checked: false,
             parked: true,
             timed: 0,
             began: None,
@@ -204,7 +212,7 @@ impl Client {
     /// Give the request state back to `pool` (keeping at most `keep`) and
     /// hold blanks; `blank` is an empty head to copy. Only when idle.
     pub fn park(&mut self, pool: &mut Vec<RequestState>, keep: usize, blank: &RequestHead) {
-        if self.parked || !self.is_idle() || self.disk_wait.is_some() {
+        if self.parked || !self.is_idle() || self.disk_wait.is_some() || self.fill_wait.is_some() {
             return;
         }
         let mut p = RequestState {
@@ -315,6 +323,9 @@ pub struct Txn {
     pub cacheable: bool,
     /// A stored response being revalidated.
     pub stored: Option<(u64, Arc<Object>)>,
+    /// This request leads the fill of its key (collapsed forwarding,
+    /// `fill.rs`): others wait for it until it ends (`Worker::end_fill`).
+    pub fill: bool,
     /// The stale stored response this request went upstream for (with
     /// validators or not): it may stand in if the origin fails
     /// (`stale-if-error`, `hit.rs`).
@@ -362,6 +373,7 @@ impl Txn {
             cacheable: false,
             stored: None,
             stale: None,
+            fill: false,
             body: ReqBody::None,
             req_pipe: None,
             had_body: false,

@@ -35,6 +35,7 @@ mod client;
 pub mod config;
 mod conn;
 pub mod disk;
+mod fill;
 pub mod front;
 mod headers;
 mod hit;
@@ -130,6 +131,11 @@ impl Proxy {
                 cfg.cache_policy,
             )))
         });
+        // Collapsed forwarding (fill.rs): with a cache, unless switched off.
+        let fills = match (&store, cfg.collapse) {
+            (Some(_), true) => Some(Arc::new(fill::Fills::new(workers)?)),
+            _ => None,
+        };
         let disk = match (&cfg.cache_dir, &store) {
             (None, _) => None,
             (Some(_), None) => {
@@ -190,6 +196,7 @@ impl Proxy {
             cfg,
             store: store.clone(),
             disk: disk.clone(),
+            fills,
             resolver: resolver.clone(),
             via_name,
             budget,
@@ -290,6 +297,7 @@ struct WorkerShared {
     cfg: ProxyConfig,
     store: Option<Arc<Mutex<store::Store>>>,
     disk: Option<Arc<disk::DiskStore>>,
+    fills: Option<Arc<fill::Fills>>,
     resolver: resolve::Resolver,
     via_name: String,
     budget: Arc<PipeBudget>,
@@ -314,6 +322,7 @@ fn run_worker(shared: &WorkerShared, seat: WorkerSeat) -> io::Result<ProxyStats>
         shutdown: seat.shutdown,
         store: shared.store.as_deref(),
         disk: shared.disk.as_deref(),
+        fills: shared.fills.as_deref(),
         pipes: PipePool::new(shared.budget.clone(), IDLE_PIPES),
         resolver: &shared.resolver,
         via_name: shared.via_name.clone(),

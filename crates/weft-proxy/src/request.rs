@@ -6,10 +6,12 @@ use crate::cache::Lookup;
 use crate::client::{reject, set_notsent_lowat};
 use crate::config::{HostPort, ProxyConfig};
 use crate::conn::{Client, Phase, ReqBody, Txn};
+use crate::fill::Join;
 use crate::headers;
 use crate::hit::{serve_hit, HitAnswer};
 use crate::resolve;
 use crate::worker::{client_of, Flow, Shared, Worker};
+use std::time::Instant;
 use weft_http::caching::{self, Usable};
 use weft_http::date::unix_secs;
 use weft_http::represent::Conditions;
@@ -55,7 +57,7 @@ impl Worker<'_> {
                 return Some(Flow::Again);
             }
         };
-        if !c.disk_checked {
+        if !c.disk_checked && !c.fill_checked {
             self.sh.stats.requests += 1;
             c.requests += 1;
         }
@@ -79,6 +81,9 @@ impl Worker<'_> {
         if c.disk_wait.is_none() {
             c.disk_checked = false;
             c.disk_loaded = None;
+        }
+        if c.fill_wait.is_none() {
+            c.fill_checked = false;
         }
         match routed {
             Ok(f) => Some(f),
@@ -133,7 +138,7 @@ impl Worker<'_> {
             sh.cache.enabled() && matches!(method, Method::Get | Method::Head) && !txn.connect && !txn.upgrade;
         // The cache.
         if txn.cacheable {
-            if let Some(done) = from_cache(sh, c, &mut txn, ct, n, unix_secs(cx.wall)) {
+            if let Some(done) = from_cache(sh, c, &mut txn, ct, n, (unix_secs(cx.wall), cx.now)) {
                 c.spare = Some(txn);
                 return done;
             }
@@ -279,7 +284,7 @@ fn from_cache(
     txn: &mut Txn,
     ct: Token,
     n: usize,
-    now: u64,
+    (now, mono): (u64, Instant),
 ) -> Option<Result<Flow, Refusal>> {
     let data = &c.input.pending()[..n];
     let req = &c.req;
@@ -351,8 +356,31 @@ fn from_cache(
             Some(Ok(Flow::Wait))
         }
         Lookup::Miss if txn.req_cc.only_if_cached => Some(not_in_cache(sh, c, txn, n)),
-        Lookup::Miss => None,
+        Lookup::Miss if c.fill_checked => None,
+        // Collapsed forwarding (fill.rs): lead the key's fill, or wait for
+        // the one under way and be answered again when it ends.
+        Lookup::Miss => match sh.cache.join_fill(&c.key, may_lead_fill(txn, req, data), ct, mono) {
+            (Join::Lead, _) => {
+                txn.fill = true;
+                None
+            }
+            (Join::Wait, park) => {
+                sh.stats.collapsed += 1;
+                c.fill_wait = Some(park);
+                c.fill_checked = true;
+                Some(Ok(Flow::Wait))
+            }
+            (Join::Pass, _) => None,
+        },
     }
+}
+
+/// May this miss lead a fill? A plain GET: a range or a conditional gets a
+/// 206 or a 304 from the origin, which is never stored (and would make a
+/// cacheable key pass).
+fn may_lead_fill(txn: &Txn, req: &RequestHead, data: &[u8]) -> bool {
+    const NOT_PLAIN: [&str; 4] = ["range", "if-range", "if-none-match", "if-modified-since"];
+    txn.method == Method::Get && NOT_PLAIN.iter().all(|f| req.header(data, f).is_none())
 }
 
 /// Answer an `only-if-cached` request the cache cannot: 504 (RFC 9111

@@ -390,6 +390,9 @@ impl Worker<'_> {
         };
         if plan.is_none() {
             sh.stats.uncacheable += 1;
+            // The requests waiting for this fill go to the origin now, and
+            // the key's next misses do not wait (`fill.rs`).
+            crate::client::end_fill(sh, &c.key, txn, crate::fill::Outcome::Uncacheable);
         }
         // The client's head.
         let f = client_framing(framing, method, status, resp.content_length(), txn.http10);

@@ -166,6 +166,9 @@ weft_core::metrics! {
         /// Stale stored responses sent in place of an origin's error
         /// (`stale-if-error`: a failed connection, a timeout, 500/502/503/504).
         counter stale_if_error,
+        /// Misses that waited for another request's fill of their key
+        /// (collapsed forwarding) instead of asking the origin.
+        counter collapsed,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -253,7 +256,7 @@ mod tests {
             calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
             bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
             sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches upstream_not_empty upgrades \
-            stale_if_error";
+            stale_if_error collapsed";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

@@ -249,7 +249,7 @@ impl Worker<'_> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        let Some((mut txn, ut)) = c.end_txn(self.sh.cfg) else {
+        let Some((mut txn, ut)) = c.end_txn(&self.sh) else {
             return Flow::Again;
         };
         if let Some(relay) = txn.relay.take() {
@@ -343,9 +343,19 @@ impl Worker<'_> {
                     }
                 }
                 let body = relay.finish(&mut sh.pipes, &mut sh.stats);
-                if let (Some(plan), Some(body)) = (txn.plan.take(), body) {
-                    store_object(sh, &c.key, plan, body, txn.request_time);
-                }
+                let outcome = match (txn.plan.take(), body) {
+                    (Some(plan), Some(body)) => {
+                        store_object(sh, &c.key, plan, body, txn.request_time);
+                        crate::fill::Outcome::Stored
+                    }
+                    // Read through but not kept (too large for the cache once
+                    // its length showed): the key passes, as for an
+                    // uncacheable head.
+                    (Some(_), None) => crate::fill::Outcome::Uncacheable,
+                    (None, _) => crate::fill::Outcome::Failed,
+                };
+                // Requests waiting for this fill find the object now.
+                crate::client::end_fill(sh, &c.key, txn, outcome);
                 self.finish_txn(cx, ct)
             }
             Pump::Wait { up_read, client_write } => {
@@ -424,7 +434,7 @@ impl Worker<'_> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        let Some((txn, ut)) = c.end_txn(self.sh.cfg) else {
+        let Some((txn, ut)) = c.end_txn(&self.sh) else {
             return Flow::Again;
         };
         let reusable = txn.up_keep_alive;
@@ -626,9 +636,11 @@ impl Client {
     /// End the client's transaction (failed or complete): take it, give its
     /// front-end admission back, and detach its upstream (returned for the
     /// caller to close or release). `None` when no transaction is open.
-    pub(crate) fn end_txn(&mut self, cfg: &crate::config::ProxyConfig) -> Option<(Box<Txn>, Option<Token>)> {
+    pub(crate) fn end_txn(&mut self, sh: &Shared<'_>) -> Option<(Box<Txn>, Option<Token>)> {
         let mut txn = self.txn.take()?;
-        crate::front::release(cfg, &mut txn);
+        crate::front::release(sh.cfg, &mut txn);
+        // A fill that ends here without having stored its object.
+        crate::client::end_fill(sh, &self.key, &mut txn, crate::fill::Outcome::Failed);
         let up = txn.up.take();
         Some((txn, up))
     }

@@ -54,6 +54,8 @@ use weft_io::{
 const RESOLVER: Token = Token::new(u32::MAX - 2, 0);
 /// The disk store's mailbox: loads finished.
 const DISK: Token = Token::new(u32::MAX - 4, 0);
+/// Collapsed forwarding's mailbox: fills that parked requests waited for ended.
+const FILLS: Token = Token::new(u32::MAX - 7, 0);
 /// `weft front`: queued requests admitted (`Worker::on_front_admitted`).
 const FRONT: Token = Token::new(u32::MAX - 5, 0);
 /// The sockmap body verdict's ring buffer: bodies whose last byte has been
@@ -223,6 +225,8 @@ pub struct Worker<'a> {
     pub(crate) batch_timer: bool,
     answers: Vec<Answer>,
     loaded: Vec<Loaded>,
+    /// Requests woken by ended fills (reused buffer).
+    filled: Vec<crate::fill::Woken>,
     pub(crate) refused_logged: u64,
     /// When the pools may shrink next (about once a second).
     next_decay: Instant,
@@ -240,6 +244,8 @@ pub struct WorkerSetup<'a> {
     pub shutdown: Shutdown,
     pub store: Option<&'a Mutex<Store>>,
     pub disk: Option<&'a DiskStore>,
+    /// Collapsed forwarding's registry (`fill.rs`); None: off.
+    pub fills: Option<&'a crate::fill::Fills>,
     pub pipes: PipePool,
     pub resolver: &'a Resolver,
     pub via_name: String,
@@ -258,7 +264,7 @@ impl<'a> Worker<'a> {
                 allow: s.cfg.effective_allow(),
                 via: format!("1.1 {} (weft)", s.via_name).into_bytes(),
                 via_name: s.via_name.into_bytes(),
-                cache: TwoTier::new(s.store, s.disk, s.index),
+                cache: TwoTier::new(s.store, s.disk, s.fills, s.index),
                 pipes: s.pipes,
                 // A few grown buffers (the chunked relay's 128 KiB) are kept,
                 // so pooled upstreams need not keep theirs.
@@ -294,6 +300,7 @@ impl<'a> Worker<'a> {
             batch_timer: false,
             answers: Vec::new(),
             loaded: Vec::new(),
+            filled: Vec::new(),
             refused_logged: 0,
             next_decay: Instant::now(),
             channels: Default::default(),
@@ -310,6 +317,9 @@ impl<'a> Worker<'a> {
             .map_err(reg)?;
         if let Some(fd) = self.sh.cache.disk_waker() {
             cx.register(fd, DISK, Interest::READ).map_err(reg)?;
+        }
+        if let Some(fd) = self.sh.cache.fill_waker() {
+            cx.register(fd, FILLS, Interest::READ).map_err(reg)?;
         }
         if let Some(front) = self.sh.cfg.front.as_deref() {
             cx.register(front.waker(self.sh.index), FRONT, Interest::READ)
@@ -511,6 +521,9 @@ impl<'a> Worker<'a> {
             Some(c.last_activity + cfg.idle_timeout)
         } else if c.want.write || in_kernel {
             Some(c.last_activity + cfg.send_timeout)
+        } else if c.fill_wait.is_some() {
+            // Waiting for another request's fill: not for longer than this.
+            Some(c.last_activity + crate::fill::WAIT_MAX)
         } else if in_txn {
             None
         } else if let Some(t) = c.head_started {
@@ -586,6 +599,25 @@ impl<'a> Worker<'a> {
         }
         self.loaded = loaded;
         self.loaded.clear();
+    }
+
+    /// Fills that parked requests waited for have ended (`fill.rs`): answer
+    /// them again, from the cache or, this time, from the origin.
+    fn on_filled<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        let mut woken = std::mem::take(&mut self.filled);
+        self.sh.cache.take_filled(&mut woken);
+        for &(token, park) in &woken {
+            let Some(c) = client_of(&mut self.slab, token) else {
+                continue;
+            };
+            if c.fill_wait != Some(park) {
+                continue; // that client is gone and its slot reused
+            }
+            c.fill_wait = None;
+            self.drive(cx, token);
+        }
+        woken.clear();
+        self.filled = woken;
     }
 
     /// The body verdict's ring: bodies whose last byte has been redirected;
@@ -694,6 +726,12 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 }
                 self.on_loaded(cx);
             }
+            FILLS => {
+                if let Some(fd) = self.sh.cache.fill_waker() {
+                    cx.learned(fd, Readiness::default());
+                }
+                self.on_filled(cx);
+            }
             SOCKMAP_RING => self.on_sockmap_ring(cx),
             FRONT => {
                 if let Some(front) = self.sh.cfg.front.as_deref() {
@@ -776,6 +814,13 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         match who {
             Who::Client => {
                 let c = client_of(&mut self.slab, token)?;
+                if c.fill_wait.take().is_some() {
+                    // The fill it waited for is slow: it asks the origin
+                    // itself (the fill's wake-up will find it gone).
+                    self.sh.stats.timeouts -= 1;
+                    self.drive(cx, token);
+                    return None;
+                }
                 // A sockmap tunnel moves bytes without waking weft: idle only
                 // if the kernel forwarded nothing since the last look.
                 if let Some((t, _)) = c.tunnel.as_mut() {
