@@ -264,6 +264,12 @@ class BadOrigin:
                 buf = buf[need:]
                 parts = head.split(b" ")
                 target = parts[1] if len(parts) > 1 else b"/"
+                if b"\r\nupgrade: websocket" in head.lower() and rng.random() < 0.5:
+                    # Switch protocols: the proxy tunnels what follows (a
+                    # few bytes of its own), then the origin closes.
+                    conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                                 b"Connection: Upgrade\r\n\r\n" + bytes(rng.randint(0, 3000)))
+                    return
                 if not self.answer(conn, rng, target, head.startswith(b"HEAD ")):
                     return
         except OSError:
@@ -281,9 +287,17 @@ class BadOrigin:
         k = int(m.group(1))
         body = object_body(k)
         n = len(body)
-        fields = f"Cache-Control: max-age=60\r\nETag: \"{k}\"\r\nLast-Modified: Tue, 01 Jan 2030 00:00:00 GMT\r\n"
+        # Even objects go stale within a second and may stand in for the
+        # origin's errors (stale-if-error): revalidations, stale answers
+        # and collapsed fills of the same key happen during the run.
+        cc = "max-age=1, stale-if-error=60" if k % 2 == 0 else "max-age=60"
+        fields = f"Cache-Control: {cc}\r\nETag: \"{k}\"\r\nLast-Modified: Tue, 01 Jan 2030 00:00:00 GMT\r\n"
         if rng.random() < 0.15:
             time.sleep(rng.uniform(0.01, 0.3))
+        if rng.random() < 0.05:  # the origin fails
+            conn.sendall(f"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nETag: \"{k}\"\r\n\r\n".encode()
+                         + (b"" if head_only else b"down"))
+            return True
         roll = rng.random()
         if head_only:
             conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n{fields}\r\n".encode())
@@ -354,6 +368,8 @@ def answers(reply, asked):
             if not m:
                 return bad + [f"/obj/{k}: not a response head: {head[:60]!r}"]
             status = int(m.group(1))
+            if status == 101:
+                return bad  # what follows is the new protocol's
             if not 100 <= status < 200:
                 break
         lower = head.lower()
@@ -412,10 +428,14 @@ def one_proxied(port, rng, tally):
     aborted part way; every complete answer must be its request's."""
     reqs = []
     asked = []
-    for _ in range(rng.randint(1, 3)):
+    n = rng.randint(1, 3)
+    for i in range(n):
         k = rng.randrange(OBJECTS)
         extra = rng.choice([b"", b"", b"Range: bytes=10-2000\r\n", b"If-None-Match: \"%d\"\r\n" % k,
                             b"Cache-Control: no-cache\r\n", b"Cache-Control: only-if-cached\r\n"])
+        if i == n - 1 and rng.random() < 0.05:
+            # A WebSocket upgrade, last (after a 101 the rest is a tunnel's).
+            extra = b"Connection: Upgrade\r\nUpgrade: websocket\r\n"
         method = b"HEAD" if rng.random() < 0.1 else b"GET"
         reqs.append(method + b" /obj/%d HTTP/1.1\r\nHost: o\r\n" % k + extra)
         asked.append((k, method == b"HEAD", extra.startswith(b"Range")))
