@@ -421,19 +421,7 @@ fn failing_origin(mode: Arc<std::sync::atomic::AtomicUsize>) -> SocketAddr {
     tcp_server(move |mut s| {
         let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
         let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        loop {
-            let end = loop {
-                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                    break i + 4;
-                }
-                match s.read(&mut chunk) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-            };
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            buf.drain(..end);
+        while let Some(head) = common::next_head(&mut s, &mut buf) {
             let path = head.split(' ').nth(1).unwrap_or("/").to_string();
             let answer = match mode.load(Ordering::SeqCst) {
                 0 => {

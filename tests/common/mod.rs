@@ -718,6 +718,25 @@ pub fn counter(json: &str, name: &str) -> u64 {
         .unwrap()
 }
 
+/// The next request head read from `s` (as text, with its blank line),
+/// `buf` keeping whatever came behind it; None at the end of the stream.
+/// For the scripted upstreams of the tests.
+pub fn next_head(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    let mut chunk = [0u8; 16384];
+    let end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+    buf.drain(..end);
+    Some(head)
+}
+
 /// A WebSocket-style upstream for the upgrade tests: a request head with
 /// `Upgrade: websocket` gets `101` (with `hello` behind it), then every byte
 /// after the head is echoed until the client half-closes; `GET /decline`
@@ -727,20 +746,10 @@ pub fn websocket_upstream(heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>) 
     tcp_server(move |mut s| {
         let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
         let mut buf = Vec::new();
-        let mut chunk = [0u8; 16384];
         loop {
-            let end = loop {
-                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                    break i + 4;
-                }
-                match s.read(&mut chunk) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
+            let Some(head) = next_head(&mut s, &mut buf) else {
+                return;
             };
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            let rest = buf.split_off(end);
-            buf = rest;
             heads.lock().unwrap().push(head.clone());
             if !head.to_ascii_lowercase().contains("\r\nupgrade: websocket\r\n") {
                 let _ = s.write_all(b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 4\r\n\r\nnope");

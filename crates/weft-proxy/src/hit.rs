@@ -48,7 +48,6 @@ impl Worker<'_> {
         n: usize,
         (id, obj): (u64, Arc<Object>),
     ) -> Flow {
-        let cfg = self.sh.cfg;
         let sh = &mut self.sh;
         let Some((c, u)) = pair(&mut self.slab, ct, ut) else {
             return Flow::Closed;
@@ -92,22 +91,7 @@ impl Worker<'_> {
         txn.up = None;
         let spare = c.txn.take();
         c.spare = spare;
-        // Serve the refreshed object, with the client's own
-        // conditionals and range (its head is kept in req_data):
-        // from memory, so without the relay's unsent-bytes bound.
-        if serve.body.len() > cfg.notsent_lowat {
-            set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, cfg);
-        }
-        let answer = HitAnswer {
-            now,
-            close,
-            validated: true,
-            date: sh.date.get(),
-        };
-        let conds = Conditions::from_head(&c.req, &c.req_data);
-        let (status, bytes) = serve_hit(&mut c.out, &c.req, &conds, &serve, answer, &mut sh.stats);
-        crate::accesslog::answered(sh, c, status, "REVALIDATED", bytes);
-        c.close_after |= close;
+        answer_forwarded(sh, c, &serve, (now, close, true), "REVALIDATED");
         self.release_upstream(cx, ut, reusable);
         Flow::Again
     }
@@ -150,27 +134,41 @@ impl Worker<'_> {
         if let Some(ut) = ut {
             self.close_upstream(cx, ut);
         }
-        let cfg = self.sh.cfg;
         let sh = &mut self.sh;
         let Some(c) = crate::worker::client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
         sh.stats.stale_if_error += 1;
-        if obj.body.len() > cfg.notsent_lowat {
-            set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, cfg);
-        }
-        let answer = HitAnswer {
-            now: unix_secs(cx.wall),
-            close,
-            validated: false,
-            date: sh.date.get(),
-        };
-        let conds = Conditions::from_head(&c.req, &c.req_data);
-        let (status, bytes) = serve_hit(&mut c.out, &c.req, &conds, &obj, answer, &mut sh.stats);
-        crate::accesslog::answered(sh, c, status, "STALE", bytes);
-        c.close_after |= close;
+        answer_forwarded(sh, c, &obj, (unix_secs(cx.wall), close, false), "STALE");
         Flow::Again
     }
+}
+
+/// Answer a request that went upstream from a stored object after all (a
+/// 304 refreshed it, or it stands in for the origin's error): the client's
+/// own conditionals and range apply (its head is kept in `req_data`), and
+/// the body comes from memory, so without the relay's unsent-bytes bound.
+/// `(now, close, validated)` as in [`HitAnswer`]; `cache` for the access log.
+fn answer_forwarded(
+    sh: &mut crate::worker::Shared<'_>,
+    c: &mut crate::conn::Client,
+    obj: &Object,
+    (now, close, validated): (u64, bool, bool),
+    cache: &'static str,
+) {
+    if obj.body.len() > sh.cfg.notsent_lowat {
+        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, sh.cfg);
+    }
+    let answer = HitAnswer {
+        now,
+        close,
+        validated,
+        date: sh.date.get(),
+    };
+    let conds = Conditions::from_head(&c.req, &c.req_data);
+    let (status, bytes) = serve_hit(&mut c.out, &c.req, &conds, obj, answer, &mut sh.stats);
+    crate::accesslog::answered(sh, c, status, cache, bytes);
+    c.close_after |= close;
 }
 
 /// Answer a request (parsed as `req`, its conditional and range fields
