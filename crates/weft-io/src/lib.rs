@@ -76,6 +76,6 @@ pub use mailbox::Mailboxes;
 pub use output::{FileSend, Flushed, OutChain, OwnPool};
 pub use pipes::{Pipe, PipeBudget, PipeError, PipePool};
 pub use pools::PoolGauges;
-pub use slab::{EventTarget, Slab};
+pub use slab::Slab;
 pub use sys::{Fd, SysCounts, SysKind};
 pub use workers::{bind_reuseport, Shutdown};

@@ -4,8 +4,7 @@
 //! reuse bumps the slot's generation: a token issued for the previous occupant no
 //! longer matches, so a late event or timer for a closed connection finds nothing.
 
-use crate::{Event, Token};
-use std::time::Instant;
+use crate::Token;
 
 struct Slot<T> {
     generation: u32,
@@ -136,41 +135,6 @@ impl<T> Slab<T> {
     }
 }
 
-/// A connection as the event loop's glue sees it: its own view of its socket's
-/// input (user-level readiness, see [`Event::merge_read`]) and the one timer it
-/// has armed. Serve and the origin emulator keep such connections in a
-/// [`Slab`] and route events and timers to them with the two methods below,
-/// so that the token-to-connection glue of a [`Handler`](crate::Handler) is
-/// written once.
-pub trait EventTarget {
-    /// `(may_read, read_closed)`, folded from events by [`Slab::note_event`].
-    fn read_view(&mut self) -> (&mut bool, &mut bool);
-    /// When the connection's armed timer is due, if one is.
-    fn timer_at(&self) -> Option<Instant>;
-}
-
-impl<T: EventTarget> Slab<T> {
-    /// Fold a readiness event into its connection's read view. False when the
-    /// token is stale (the connection was closed earlier in this batch), so
-    /// the caller has nothing to drive.
-    #[inline]
-    pub fn note_event(&mut self, token: Token, ev: &Event) -> bool {
-        let Some(c) = self.get_mut(token) else {
-            return false;
-        };
-        let (may_read, read_closed) = c.read_view();
-        ev.merge_read(may_read, read_closed);
-        true
-    }
-
-    /// Whether `due` is still the armed timer of `token`'s connection (the
-    /// event loop drops timers superseded or left by closed connections).
-    #[inline]
-    pub fn timer_armed(&self, token: Token, due: Instant) -> bool {
-        self.get(token).is_some_and(|c| c.timer_at() == Some(due))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,47 +168,6 @@ mod tests {
         assert!(s.get2_mut(a, a).is_none());
         s.remove(b);
         assert!(s.get2_mut(a, b).is_none(), "stale token");
-    }
-
-    struct Conn {
-        may_read: bool,
-        read_closed: bool,
-        timer_at: Option<Instant>,
-    }
-
-    impl EventTarget for Conn {
-        fn read_view(&mut self) -> (&mut bool, &mut bool) {
-            (&mut self.may_read, &mut self.read_closed)
-        }
-        fn timer_at(&self) -> Option<Instant> {
-            self.timer_at
-        }
-    }
-
-    #[test]
-    fn events_and_timers_reach_only_the_current_occupant() {
-        let mut s = Slab::new();
-        let due = Instant::now();
-        let a = s.insert_with(|_| Conn {
-            may_read: false,
-            read_closed: false,
-            timer_at: Some(due),
-        });
-        let fin = Event {
-            token: a,
-            readable: true,
-            writable: false,
-            error: false,
-            read_closed: true,
-        };
-        assert!(s.note_event(a, &fin));
-        let c = s.get(a).unwrap();
-        assert!(c.may_read && c.read_closed);
-        assert!(s.timer_armed(a, due));
-        assert!(!s.timer_armed(a, due + std::time::Duration::from_millis(1)));
-        s.remove(a);
-        assert!(!s.note_event(a, &fin), "stale token");
-        assert!(!s.timer_armed(a, due), "stale token");
     }
 
     #[test]

@@ -119,15 +119,6 @@ impl HandedAt {
     }
 }
 
-impl weft_io::EventTarget for Conn {
-    fn read_view(&mut self) -> (&mut bool, &mut bool) {
-        (&mut self.may_read, &mut self.read_closed)
-    }
-    fn timer_at(&self) -> Option<Instant> {
-        self.timer_at
-    }
-}
-
 impl Conn {
     /// The client may still be sending: bytes read but unanswered, a body
     /// being skipped, a socket that may hold more, or one whose reads went

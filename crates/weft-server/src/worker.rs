@@ -529,15 +529,18 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 }
             }
             token => {
-                if self.conns.note_event(token, &ev) {
-                    self.drive(cx, token);
-                }
+                let Some(c) = self.conns.get_mut(token) else {
+                    // Stale: the connection was closed earlier in this batch.
+                    return;
+                };
+                ev.merge_read(&mut c.may_read, &mut c.read_closed);
+                self.drive(cx, token);
             }
         }
     }
 
     fn timer_armed(&self, token: Token, due: Instant) -> bool {
-        self.conns.timer_armed(token, due)
+        self.conns.get(token).is_some_and(|c| c.timer_at == Some(due))
     }
 
     fn on_timer(&mut self, cx: &mut Ctx<P>, token: Token, due: Instant) -> Option<Instant> {

@@ -194,15 +194,6 @@ struct Conn {
     discard: u64,
 }
 
-impl weft_io::EventTarget for Conn {
-    fn read_view(&mut self) -> (&mut bool, &mut bool) {
-        (&mut self.may_read, &mut self.read_closed)
-    }
-    fn timer_at(&self) -> Option<Instant> {
-        self.timer_at
-    }
-}
-
 impl Conn {
     fn has_output(&self) -> bool {
         !self.out.is_empty()
@@ -511,15 +502,17 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             LISTENER => self.accept(cx),
             WAKER => self.woken(cx),
             token => {
-                if self.conns.note_event(token, &ev) {
-                    self.drive(cx, token);
-                }
+                let Some(c) = self.conns.get_mut(token) else {
+                    return;
+                };
+                ev.merge_read(&mut c.may_read, &mut c.read_closed);
+                self.drive(cx, token);
             }
         }
     }
 
     fn timer_armed(&self, token: Token, due: Instant) -> bool {
-        self.conns.timer_armed(token, due)
+        self.conns.get(token).is_some_and(|c| c.timer_at == Some(due))
     }
 
     fn on_timer(&mut self, cx: &mut Ctx<P>, token: Token, due: Instant) -> Option<Instant> {
