@@ -128,6 +128,8 @@ impl Fills {
             }
             Some(_) => Join::Pass,
             None if may_lead => {
+                // One copy of the key per fill (a miss that leads), not per
+                // request; the pass check above allocates nothing.
                 s.filling.insert(key.into(), Vec::new());
                 Join::Lead
             }
