@@ -1903,9 +1903,11 @@ fn upstream_connections_are_pooled() {
 #[test]
 fn a_burst_of_upstream_connections_stays_pooled() {
     fn burst(p: &Weft, o: &Origin, n: usize) {
-        let url = o.url("/cl/10?cc=no-store&wait=300");
         let mut conns: Vec<Conn> = (0..n).map(|_| Conn::to(p.addr)).collect();
-        for c in &mut conns {
+        for (i, c) in conns.iter_mut().enumerate() {
+            // A URL each: concurrent misses of one URL would wait for the
+            // first one's head instead (collapsed forwarding), not overlap.
+            let url = o.url(&format!("/cl/10?cc=no-store&wait=300&i={i}"));
             c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
         }
         for c in &mut conns {
