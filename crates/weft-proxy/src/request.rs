@@ -368,6 +368,10 @@ fn from_cache(
                 sh.stats.collapsed += 1;
                 c.fill_wait = Some(park);
                 c.fill_checked = true;
+                // The wait's bound (`fill::WAIT_MAX`, in `settle`) counts
+                // from now, not from the client's last read: a pipelined
+                // request parks only once those before it are answered.
+                c.last_activity = mono;
                 Some(Ok(Flow::Wait))
             }
             (Join::Pass, _) => None,

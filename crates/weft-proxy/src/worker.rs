@@ -522,7 +522,8 @@ impl<'a> Worker<'a> {
         } else if c.want.write || in_kernel {
             Some(c.last_activity + cfg.send_timeout)
         } else if c.fill_wait.is_some() {
-            // Waiting for another request's fill: not for longer than this.
+            // Waiting for another request's fill (since it parked): not for
+            // longer than this.
             Some(c.last_activity + crate::fill::WAIT_MAX)
         } else if in_txn {
             None
