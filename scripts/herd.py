@@ -3,7 +3,7 @@
 for one object the cache lacks, from an origin that thinks before each
 answer (`weft origin --think`), for a few cold objects in turn. Prints how
 many requests reached the origin and the clients' latencies, for weft (and
-a baseline build, or `--collapse false`, to compare).
+a baseline build, and the default without `--collapse`, to compare).
 
     python3 scripts/herd.py [--weft BIN] [--baseline BIN] [--clients 50] [--objects 5]
 
@@ -76,7 +76,7 @@ def main():
     ap.add_argument("--objects", type=int, default=5)
     ap.add_argument("--think", default="200ms", help="the origin's think time per answer")
     args = ap.parse_args()
-    runs = [("weft", args.weft, []), ("weft --collapse false", args.weft, ["--collapse", "false"])]
+    runs = [("weft --collapse", args.weft, ["--collapse"]), ("weft (default)", args.weft, [])]
     if args.baseline:
         runs.append(("baseline", args.baseline, []))
     print(f"{args.objects} cold objects x {args.clients} concurrent clients, origin think time {args.think}")

@@ -44,8 +44,9 @@ pub struct HttpRuleArgs {
     /// Collapsed forwarding: while one request fetches a cacheable object
     /// the cache lacks, other misses for it wait for that fill and are
     /// answered from the cache, so the origin sees one request (keys whose
-    /// responses are not storable pass straight through for a minute)
-    /// [default: true].
+    /// responses are not storable pass straight through for a minute; a
+    /// waiter may pay a slow leader's response time before its own)
+    /// [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub collapse: Option<bool>,
 }

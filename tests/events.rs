@@ -344,9 +344,9 @@ fn weft_io_refused() -> bool {
 /// `--event epoll-once` is the µserver study's epoll2 in the proxy too: each
 /// socket is registered once, for both directions, and never modified, so
 /// the proxy's `epoll_ctl` calls are its registrations (one per accepted
-/// client and opened upstream, plus five of the worker's own: the listener,
-/// the shutdown waker, the resolver's and the cache fills' mailboxes, and
-/// the listener's removal at stop), however many requests they carry. Plain epoll, on the same exchange,
+/// client and opened upstream, plus four of the worker's own: the listener,
+/// the shutdown waker, the helpers' mailbox, and the listener's removal at
+/// stop), however many requests they carry. Plain epoll, on the same exchange,
 /// modifies interest as requests start and end. (Until Nov 29 the proxy
 /// re-registered under `epoll-once` as under plain epoll.)
 #[test]
@@ -365,7 +365,7 @@ fn proxy_epoll_once_registers_each_socket_once() {
         load_verified(&urls[0], &proxy, &list, "epoll", (8, 8), "1", event);
         let stats = exit_stats(p);
         let t = &stats["total"];
-        let sockets = n(t, "accepted") + n(t, "upstream_connects") + 5;
+        let sockets = n(t, "accepted") + n(t, "upstream_connects") + 4;
         let calls = t["syscalls"]["epoll_ctl"].as_u64().unwrap_or(0);
         ctl.push((event, calls, sockets));
     }

@@ -1443,7 +1443,7 @@ impl HeldOrigin {
 /// the origin once (the others wait for that fill, across workers, and are
 /// answered from the cache); a response that may not be stored sends the
 /// waiters upstream and lets the key's next misses pass without waiting;
-/// `--collapse false` forwards every miss.
+/// without `--collapse` (the default) every miss is forwarded.
 #[test]
 fn concurrent_misses_are_collapsed_into_one_fill() {
     for event in ["epoll", "uring", "tracked"] {
@@ -1462,6 +1462,7 @@ fn concurrent_misses_are_collapsed_into_one_fill() {
             "--admin",
             "127.0.0.1:0",
             "--stats-on-exit",
+            "--collapse",
         ]);
         let admin = p.admin.expect("admin").to_string();
         // The workers' sum (the document lists each worker first).
@@ -1519,7 +1520,7 @@ fn concurrent_misses_are_collapsed_into_one_fill() {
     // A fill slower than the wait bound (5 s): the waiter asks the origin itself.
     let o = HeldOrigin::start();
     let up = o.addr.to_string();
-    let p = start_proxy(&["--upstream", &up]);
+    let p = start_proxy(&["--upstream", &up, "--collapse", "true"]);
     let waiting = o.clients(&p, "/c3", 2);
     assert!(wait_until(Duration::from_secs(6), || o.count("/c3") == 1));
     assert!(
@@ -1531,10 +1532,10 @@ fn concurrent_misses_are_collapsed_into_one_fill() {
         assert_eq!(t.join().unwrap(), b"body of /c3");
     }
     drop(p);
-    // Switched off: every miss goes upstream.
+    // Off (the default): every miss goes upstream.
     let o = HeldOrigin::start();
     let up = o.addr.to_string();
-    let p = start_proxy(&["--upstream", &up, "--collapse", "false"]);
+    let p = start_proxy(&["--upstream", &up]);
     let waiting = o.clients(&p, "/c2", 4);
     assert!(
         wait_until(Duration::from_secs(10), || o.count("/c2") == 4),

@@ -308,7 +308,10 @@ impl Default for ProxyConfig {
             extension_methods: true,
             upgrade: true,
             stale_if_error: 0,
-            collapse: true,
+            // Opt-in, as nginx's proxy_cache_lock: behind a slow origin a
+            // waiter for a key that turns out uncacheable pays the
+            // leader's response time before its own (docs/proxy.md).
+            collapse: false,
         }
     }
 }
