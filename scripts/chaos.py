@@ -289,8 +289,12 @@ class BadOrigin:
         n = len(body)
         # Even objects go stale within a second and may stand in for the
         # origin's errors (stale-if-error): revalidations, stale answers
-        # and collapsed fills of the same key happen during the run.
+        # and collapsed fills of the same key happen during the run; every
+        # fourth is also revalidated in the background while it is served
+        # stale (stale-while-revalidate), facing the same faults.
         cc = "max-age=1, stale-if-error=60" if k % 2 == 0 else "max-age=60"
+        if k % 4 == 0:
+            cc += ", stale-while-revalidate=30"
         fields = f"Cache-Control: {cc}\r\nETag: \"{k}\"\r\nLast-Modified: Tue, 01 Jan 2030 00:00:00 GMT\r\n"
         if rng.random() < 0.15:
             time.sleep(rng.uniform(0.01, 0.3))

@@ -1,7 +1,7 @@
 //! `weft proxy` flags for HTTP rules beyond RFC 9111's fixed ones: the
 //! targeted cache-control field a surrogate honours (RFC 9213), what
 //! happens to methods weft does not know, protocol upgrades, and stale
-//! answers when the origin fails.
+//! answers (when the origin fails, and while a response is revalidated).
 
 use clap::Args;
 
@@ -41,6 +41,13 @@ pub struct HttpRuleArgs {
     #[arg(long, value_name = "DURATION", value_parser = crate::args::duration)]
     pub stale_if_error: Option<std::time::Duration>,
 
+    /// How stale a stored response may be and still answer at once while
+    /// one background request revalidates it, where the response does not
+    /// say (`stale-while-revalidate`, RFC 5861, is honoured either way);
+    /// 0s: only where responses ask [default: 0s].
+    #[arg(long, value_name = "DURATION", value_parser = crate::args::duration)]
+    pub stale_while_revalidate: Option<std::time::Duration>,
+
     /// Collapsed forwarding: while one request fetches a cacheable object
     /// the cache lacks, other misses for it wait for that fill and are
     /// answered from the cache, so the origin sees one request (keys whose
@@ -65,6 +72,9 @@ impl HttpRuleArgs {
         }
         if let Some(d) = self.stale_if_error {
             c.stale_if_error = d.as_secs();
+        }
+        if let Some(d) = self.stale_while_revalidate {
+            c.stale_while_revalidate = d.as_secs();
         }
         if let Some(on) = self.collapse {
             c.collapse = on;

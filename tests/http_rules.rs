@@ -506,3 +506,216 @@ fn stale_if_error_stands_in_for_a_failing_origin() {
     // A client that asks for a validated response gets the error.
     assert_eq!(get(&mut r, "/plain", "Cache-Control: no-cache\r\n").status, 503);
 }
+
+/// An origin for `stale-while-revalidate`: it answers `v{version}` with
+/// ETag `"v{version}"` (a 304 to an If-None-Match naming it) and a
+/// Cache-Control chosen by path (all stale at once: `max-age=0`); while
+/// `hold` is set it answers nothing (up to 20 s), so a client that waited
+/// for it would time out. Every request head is recorded.
+struct SwrOrigin {
+    addr: SocketAddr,
+    version: Arc<std::sync::atomic::AtomicUsize>,
+    hold: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+fn swr_origin() -> SwrOrigin {
+    let version = Arc::new(std::sync::atomic::AtomicUsize::new(1));
+    let hold = Arc::new(AtomicBool::new(false));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (v, h, l) = (version.clone(), hold.clone(), log.clone());
+    let addr = tcp_server(move |mut s| {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+        let mut buf = Vec::new();
+        while let Some(head) = common::next_head(&mut s, &mut buf) {
+            l.lock().unwrap().push(head.clone());
+            for _ in 0..2000 {
+                if !h.load(Ordering::SeqCst) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+            let cc = match path.as_str() {
+                "/swr" => "max-age=0, stale-while-revalidate=60",
+                "/swr-must" => "max-age=0, must-revalidate, stale-while-revalidate=60",
+                _ => "max-age=0",
+            };
+            let tag = format!("\"v{}\"", v.load(Ordering::SeqCst));
+            let matched = head.lines().any(|line| {
+                let lower = line.to_ascii_lowercase();
+                lower.starts_with("if-none-match:") && line.contains(&tag)
+            });
+            let answer = if matched {
+                format!("HTTP/1.1 304 Not Modified\r\nCache-Control: {cc}\r\nETag: {tag}\r\n\r\n")
+            } else if path == "/big" {
+                // 300,000 bytes of the version's digit, chunked.
+                let digit = tag.trim_matches('"').trim_start_matches('v').to_string();
+                let chunk = digit.repeat(100_000);
+                let mut a = format!(
+                    "HTTP/1.1 200 OK\r\nCache-Control: {cc}\r\nETag: {tag}\r\nTransfer-Encoding: chunked\r\n\r\n"
+                );
+                for _ in 0..3 {
+                    a.push_str(&format!("{:x}\r\n{chunk}\r\n", chunk.len()));
+                }
+                a.push_str("0\r\n\r\n");
+                a
+            } else {
+                let body = tag.trim_matches('"');
+                format!(
+                    "HTTP/1.1 200 OK\r\nCache-Control: {cc}\r\nETag: {tag}\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+            };
+            if s.write_all(answer.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    SwrOrigin {
+        addr,
+        version,
+        hold,
+        log,
+    }
+}
+
+/// RFC 5861 `stale-while-revalidate`: a stale stored response within its
+/// window answers at once (the origin is held: a client that waited for it
+/// would time out) while one background request per object revalidates it;
+/// the next requests get what that stored (a 200's new body, or the object
+/// a 304 refreshed). `must-revalidate`, a client's `no-cache` and responses
+/// that do not ask (unless `--stale-while-revalidate` says so) are
+/// revalidated in the foreground as before.
+#[test]
+fn stale_while_revalidate_answers_at_once_and_refreshes_in_the_background() {
+    let o = swr_origin();
+    let upstream = o.addr.to_string();
+    let proxy = |extra: &[&str]| {
+        let mut args = vec![
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream,
+            "--stats-on-exit",
+        ];
+        args.extend_from_slice(extra);
+        Weft::start(&args)
+    };
+    let connect = |p: &Weft| {
+        let s = TcpStream::connect(p.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Reader::new(s)
+    };
+    let get = |r: &mut Reader, path: &str, extra: &str| {
+        r.send(format!("GET {path} HTTP/1.1\r\nHost: h\r\n{extra}\r\n").as_bytes());
+        r.response_any(false).unwrap()
+    };
+    let origin_requests = |path: &str| {
+        let line = format!("GET {path} ");
+        o.log.lock().unwrap().iter().filter(|h| h.starts_with(&line)).count()
+    };
+    // Poll (bounded) until the proxy serves `want` for `path`.
+    let until_body = |r: &mut Reader, path: &str, want: &[u8]| {
+        for _ in 0..200 {
+            if get(r, path, "").body == want {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("{path} never became {}", String::from_utf8_lossy(want));
+    };
+
+    let p = proxy(&[]);
+    let mut r = connect(&p);
+    for path in ["/swr", "/swr-must", "/plain"] {
+        assert_eq!(get(&mut r, path, "").body, b"v1", "{path}");
+    }
+    // The object changes at the origin, which is slow to answer now.
+    o.version.store(2, Ordering::SeqCst);
+    o.hold.store(true, Ordering::SeqCst);
+    let stale = get(&mut r, "/swr", "Range: bytes=0-0\r\nIf-None-Match: \"x\"\r\n");
+    assert_eq!(
+        (stale.status, &stale.body[..]),
+        (206, &b"v"[..]),
+        "answered from the stale object"
+    );
+    assert!(stale.header("age").is_some());
+    for _ in 0..3 {
+        let again = get(&mut r, "/swr", "");
+        assert_eq!((again.status, &again.body[..]), (200, &b"v1"[..]));
+    }
+    o.hold.store(false, Ordering::SeqCst);
+    until_body(&mut r, "/swr", b"v2");
+    // One background request for the four stale answers, with the stored
+    // validator and none of the client's conditionals.
+    let background: Vec<String> = {
+        let log = o.log.lock().unwrap();
+        log.iter()
+            .filter(|h| h.starts_with("GET /swr "))
+            .skip(1)
+            .take(1)
+            .cloned()
+            .collect()
+    };
+    let bg = background[0].to_ascii_lowercase();
+    assert!(bg.contains("if-none-match: \"v1\""), "{bg}");
+    assert!(!bg.contains("range:") && !bg.contains("\"x\""), "{bg}");
+    // A 304 refreshes the object (the version did not change).
+    let before = origin_requests("/swr");
+    assert_eq!(get(&mut r, "/swr", "").body, b"v2");
+    for _ in 0..200 {
+        if origin_requests("/swr") > before {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // must-revalidate, and a client that asks for a validated response:
+    // the foreground, where the new version shows at once.
+    assert_eq!(get(&mut r, "/swr-must", "").body, b"v2");
+    assert_eq!(get(&mut r, "/plain", "").body, b"v2", "the response did not ask");
+    o.version.store(3, Ordering::SeqCst);
+    assert_eq!(get(&mut r, "/swr", "Cache-Control: no-cache\r\n").body, b"v3");
+    drop(r);
+    let stats = common::stop_stats(p);
+    assert!(common::counter(&stats, "stale_while_revalidate") >= 5, "{stats}");
+    let started = common::counter(&stats, "background_revalidations");
+    assert!(
+        started < common::counter(&stats, "stale_while_revalidate"),
+        "one at a time: {stats}"
+    );
+    assert!(started >= 2, "{stats}");
+    assert!(
+        common::counter(&stats, "revalidated") >= 1,
+        "a 304 refreshed it: {stats}"
+    );
+    assert_eq!(common::counter(&stats, "sessions_client_abort"), 0, "{stats}");
+
+    // The operator's default covers responses that do not say; a large
+    // chunked body is read into the cache by the background request under
+    // every splice mode (nothing is sent, so it is copied).
+    for splice in ["auto", "on", "sockmap"] {
+        let p = proxy(&["--stale-while-revalidate", "1m", "--splice", splice]);
+        let mut r = connect(&p);
+        let version = o.version.load(Ordering::SeqCst);
+        let digit = |v: usize| v.to_string().repeat(300_000).into_bytes();
+        assert_eq!(get(&mut r, "/plain", "").body, format!("v{version}").as_bytes());
+        assert_eq!(get(&mut r, "/big", "").body, digit(version));
+        o.version.store(version + 1, Ordering::SeqCst);
+        o.hold.store(true, Ordering::SeqCst);
+        assert_eq!(
+            get(&mut r, "/plain", "").body,
+            format!("v{version}").as_bytes(),
+            "stale, at once"
+        );
+        assert_eq!(get(&mut r, "/big", "").body, digit(version), "stale, at once");
+        o.hold.store(false, Ordering::SeqCst);
+        until_body(&mut r, "/plain", format!("v{}", version + 1).as_bytes());
+        until_body(&mut r, "/big", &digit(version + 1));
+        drop(r);
+        let stats = common::stop_stats(p);
+        assert_eq!(common::counter(&stats, "sessions_client_abort"), 0, "{splice}: {stats}");
+        assert_eq!(common::counter(&stats, "open_connections"), 0, "{splice}: {stats}");
+    }
+}

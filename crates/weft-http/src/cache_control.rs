@@ -56,6 +56,10 @@ pub struct CacheControl {
     /// `stale-if-error=N` (RFC 5861 §4): a stale response may stand in for
     /// an error from the origin while it is stale by at most N seconds.
     pub stale_if_error: Option<u64>,
+    /// `stale-while-revalidate=N` (RFC 5861 §3, responses): a response stale
+    /// by at most N seconds may be served while a revalidation runs in the
+    /// background.
+    pub stale_while_revalidate: Option<u64>,
     /// A freshness directive was malformed or contradicted itself.
     pub invalid_freshness: bool,
     /// At least one Cache-Control field was present (even an empty one).
@@ -181,6 +185,12 @@ impl CacheControl {
                 }
             }
             15 if is(b"must-revalidate") => self.must_revalidate = true,
+            22 if is(b"stale-while-revalidate") => {
+                if let Some(d) = delta {
+                    let m = self.stale_while_revalidate.map_or(d, |m| m.max(d));
+                    self.stale_while_revalidate = Some(m);
+                }
+            }
             16 if is(b"proxy-revalidate") => self.proxy_revalidate = true,
             _ => {}
         }
@@ -265,6 +275,24 @@ mod tests {
         let c = cc("max-age=10, max-age=10");
         assert!(!c.invalid_freshness, "identical duplicates are one value");
         assert_eq!(c.max_age, Some(10));
+    }
+
+    #[test]
+    fn stale_while_revalidate_takes_the_larger_value() {
+        assert_eq!(
+            cc("max-age=1, stale-while-revalidate=30").stale_while_revalidate,
+            Some(30)
+        );
+        assert_eq!(
+            cc("stale-while-revalidate=5, stale-while-revalidate=9").stale_while_revalidate,
+            Some(9)
+        );
+        assert_eq!(
+            cc("stale-while-revalidate").stale_while_revalidate,
+            None,
+            "no value: none"
+        );
+        assert_eq!(cc("stale-while-revalidate=x").stale_while_revalidate, None);
     }
 
     #[test]

@@ -314,6 +314,34 @@ pub fn stale_if_error(
     window > 0 && age.saturating_sub(lifetime) <= window
 }
 
+/// May a stale stored response answer now while it is revalidated in the
+/// background, by RFC 5861 §3 `stale-while-revalidate`? The window is the
+/// larger of the response's and `configured` (the operator's default; 0:
+/// only where the response asks). Never where RFC 9111 §4.2.4 forbids
+/// serving stale (as for [`stale_if_error`]), nor for a request that limits
+/// the age or freshness it accepts (`max-age`, `min-fresh`): its client asked
+/// for fresher than a stale answer.
+pub fn stale_while_revalidate(
+    lifetime: u64,
+    age: u64,
+    response: &CacheControl,
+    request: &CacheControl,
+    configured: u64,
+) -> bool {
+    if response.no_cache
+        || response.must_revalidate
+        || response.proxy_revalidate
+        || response.s_maxage.is_some()
+        || request.no_cache
+        || request.max_age.is_some()
+        || request.min_fresh.is_some()
+    {
+        return false;
+    }
+    let window = response.stale_while_revalidate.unwrap_or(0).max(configured);
+    window > 0 && age.saturating_sub(lifetime) <= window
+}
+
 /// Does a response to `method` with `status` invalidate the stored responses
 /// for the target URI (§4.4)? Unsafe methods with a non-error answer do.
 pub fn invalidates(method: Method, status: u16) -> bool {
@@ -657,6 +685,30 @@ mod tests {
         // only-if-cached does not change the decision; the caller answers 504
         // instead of revalidating.
         assert_eq!(decide(10, 16, &none, &cc("only-if-cached")), Usable::Revalidate);
+    }
+
+    #[test]
+    fn stale_while_revalidate_windows() {
+        let none = CacheControl::default();
+        let swr = cc("max-age=10, stale-while-revalidate=10");
+        assert!(!stale_while_revalidate(10, 20, &none, &none, 0), "off unless asked for");
+        assert!(stale_while_revalidate(10, 20, &swr, &none, 0));
+        assert!(!stale_while_revalidate(10, 21, &swr, &none, 0), "past the window");
+        assert!(
+            stale_while_revalidate(10, 30, &swr, &none, 20),
+            "the operator's is larger"
+        );
+        assert!(stale_while_revalidate(10, 15, &none, &none, 5));
+        for forbids in ["no-cache", "must-revalidate", "proxy-revalidate", "s-maxage=10"] {
+            let r = cc(&format!("max-age=10, stale-while-revalidate=10, {forbids}"));
+            assert!(!stale_while_revalidate(10, 15, &r, &none, 0), "{forbids}");
+        }
+        for asks_fresher in ["no-cache", "max-age=5", "min-fresh=1"] {
+            assert!(
+                !stale_while_revalidate(10, 15, &swr, &cc(asks_fresher), 0),
+                "{asks_fresher}"
+            );
+        }
     }
 
     #[test]

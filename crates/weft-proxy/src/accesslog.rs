@@ -3,11 +3,13 @@
 //!
 //! The lines are weft serve's ([`weft_server::accesslog`]: the same formats,
 //! the same escaping, the same per-worker buffer over one O_APPEND file); the
-//! cache field says what the cache did: `HIT`, `STALE` (served stale as the
-//! client's max-stale allowed), `REVALIDATED` (a stored response refreshed by
-//! a 304), `EXPIRED` (a stored response replaced), `MISS`, `BYPASS` (not
-//! cacheable or the cache is off) or `-` (answered by the proxy itself: an
-//! error, a refusal). `request_time` runs from the request head's first byte
+//! cache field says what the cache did: `HIT`, `STALE` (served stale: as the
+//! client's max-stale allowed, in place of an origin's error, or while a
+//! background revalidation runs), `REVALIDATED` (a stored response refreshed
+//! by a 304), `EXPIRED` (a stored response replaced), `MISS`, `BYPASS` (not
+//! cacheable or the cache is off), `BACKGROUND` (a background revalidation's
+//! own line, with the origin's status and no client address) or `-`
+//! (answered by the proxy itself: an error, a refusal). `request_time` runs from the request head's first byte
 //! to the response head queued (time to first byte: a relayed body's length
 //! may not be known yet), and the byte count is the body length the response
 //! announces (`0` when it is chunked or close-delimited).
@@ -57,7 +59,14 @@ pub(crate) fn keep_head(sh: &Shared<'_>, c: &mut Client, n: usize) {
 /// A response head for the client's current request is queued: count its
 /// status class and log it.
 pub(crate) fn answered(sh: &mut Shared<'_>, c: &Client, status: u16, cache: &'static str, bytes: u64) {
-    sh.stats.status.count(status);
+    // A background revalidation answers no client: its line says what the
+    // origin answered, and the status counts stay the clients'.
+    let cache = if c.background.is_some() {
+        "BACKGROUND"
+    } else {
+        sh.stats.status.count(status);
+        cache
+    };
     let Some(log) = sh.log.as_mut() else {
         return;
     };

@@ -116,7 +116,7 @@ impl Worker<'_> {
         let blank = &self.sh.blank_head;
         let t = self
             .slab
-            .insert_with(|_| Entry::Client(Box::new(Client::new(fd, peer, allowed, initial, now, blank))));
+            .insert_with(|_| Entry::Client(Box::new(Client::new(Some(fd), peer, allowed, initial, now, blank))));
         debug_assert_eq!(t, token);
         if !read.is_empty() {
             if let Some(c) = client_of(&mut self.slab, token) {
@@ -141,6 +141,9 @@ impl Worker<'_> {
             return;
         };
         self.sh.open_clients -= 1;
+        if c.background.is_some() {
+            self.sh.backgrounds -= 1;
+        }
         pools::release_all(&mut c.input, &mut c.out, &mut self.sh.bufs, &mut self.sh.own_pool);
         if let Some(fd) = c.fd.take() {
             // Handoff mode: the socket may still be open in a back-end (one
@@ -178,8 +181,9 @@ impl Worker<'_> {
             return Flow::Closed;
         };
         let Some(fd) = c.fd.as_ref() else {
-            self.close_client(cx, ct);
-            return Flow::Closed;
+            // No socket: a background revalidation, or a client gone while
+            // its object was filled.
+            return self.step_background(cx, ct);
         };
         if !c.out.is_empty() {
             if !c.may_write {
@@ -432,7 +436,7 @@ mod tests {
         let (fd, _) = sys::accept(&l).unwrap();
         let lowat = |c: &Client| sys::notsent_lowat(c.fd.as_ref().expect("open")).unwrap();
         let mut c = Client::new(
-            fd,
+            Some(fd),
             None,
             true,
             Interest::READ,

@@ -234,6 +234,10 @@ pub struct ProxyConfig {
     /// origin when the response itself does not say (`stale-if-error`, RFC
     /// 5861); 0: only where responses or requests ask for it.
     pub stale_if_error: u64,
+    /// Seconds a stale stored response may answer while it is revalidated
+    /// in the background when the response itself does not say
+    /// (`stale-while-revalidate`, RFC 5861); 0: only where responses ask.
+    pub stale_while_revalidate: u64,
     /// Collapsed forwarding (`fill.rs`): concurrent misses for one key wait
     /// for the first one's fill.
     pub collapse: bool,
@@ -308,6 +312,7 @@ impl Default for ProxyConfig {
             extension_methods: true,
             upgrade: true,
             stale_if_error: 0,
+            stale_while_revalidate: 0,
             // Opt-in, as nginx's proxy_cache_lock: behind a slow origin a
             // waiter for a key that turns out uncacheable pays the
             // leader's response time before its own (docs/proxy.md).

@@ -9,7 +9,7 @@
 
 use crate::disk::LoadedObjects;
 use crate::relay::Relay;
-use crate::store::Object;
+use crate::store::{Object, Revalidating};
 use crate::tunnel::Tunnel;
 use bytes::Bytes;
 use std::net::SocketAddr;
@@ -114,6 +114,10 @@ pub struct Client {
     /// The current request's head, kept for its access-log line (only
     /// with `--access-log`).
     pub log_head: Vec<u8>,
+    /// A background revalidation (`stale-while-revalidate`,
+    /// `background.rs`): no socket, one request, the claim on the object it
+    /// revalidates.
+    pub background: Option<Revalidating>,
 }
 
 /// The per-request state a client needs only while a request is in flight:
@@ -148,7 +152,7 @@ impl Client {
     /// A new client holding no request state yet (`blank`: an empty head to
     /// copy, see [`Client::park`]).
     pub fn new(
-        fd: Fd,
+        fd: Option<Fd>,
         peer: Option<SocketAddr>,
         allowed: bool,
         interest: Interest,
@@ -156,7 +160,7 @@ impl Client {
         blank: &RequestHead,
     ) -> Client {
         Client {
-            fd: Some(fd),
+            fd,
             peer,
             allowed,
             input: InputBuf::new(),
@@ -192,6 +196,7 @@ impl Client {
             timed: 0,
             began: None,
             log_head: Vec::new(),
+            background: None,
         }
     }
 
@@ -438,7 +443,7 @@ mod tests {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         let blank = RequestHead::new();
         let mut c = Client::new(
-            Fd::from(std::os::fd::OwnedFd::from(a)),
+            Some(Fd::from(std::os::fd::OwnedFd::from(a))),
             None,
             true,
             Interest::READ,

@@ -118,17 +118,40 @@ fn skip_request_field(name: &[u8], req: &RequestHead, data: &[u8], f: &Forward<'
         return true;
     }
     if f.validators.is_some() {
-        const CONDITIONAL: [&[u8]; 6] = [
-            b"if-none-match",
-            b"if-modified-since",
-            b"if-match",
-            b"if-unmodified-since",
-            b"if-range",
-            b"range",
-        ];
-        return CONDITIONAL.iter().any(|c| c.eq_ignore_ascii_case(name));
+        return is_conditional(name);
     }
     false
+}
+
+/// A client's conditional or range field: the answer to a request with one
+/// may be a 304, 412 or 206, which does not refresh a stored response.
+fn is_conditional(name: &[u8]) -> bool {
+    const CONDITIONAL: [&[u8]; 6] = [
+        b"if-none-match",
+        b"if-modified-since",
+        b"if-match",
+        b"if-unmodified-since",
+        b"if-range",
+        b"range",
+    ];
+    CONDITIONAL.iter().any(|c| c.eq_ignore_ascii_case(name))
+}
+
+/// The head of a background revalidation (`background.rs`) made from the
+/// client request that found its stored response stale: the same request
+/// line and fields (so routing, the cache key and Vary select the same
+/// response) without the client's conditionals and Range, whose answers
+/// would not refresh the store.
+pub(crate) fn background_head(req: &RequestHead, data: &[u8], out: &mut Vec<u8>) {
+    let line_end = memchr::memmem::find(data, b"\r\n").map_or(data.len(), |i| i + 2);
+    out.extend_from_slice(&data[..line_end]);
+    for f in req.fields() {
+        if !is_conditional(f.name(data)) {
+            out.extend_from_slice(f.line(data));
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Write the request to send upstream into `out`.
@@ -250,6 +273,15 @@ pub fn write_response_fields(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_background_head_has_no_conditionals() {
+        let data = b"GET /a HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"1\"\r\nRange: bytes=0-1\r\nAccept: */*\r\n\r\n";
+        let req = RequestHead::parsed(data);
+        let mut out = Vec::new();
+        background_head(&req, data, &mut out);
+        assert_eq!(out, b"GET /a HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n");
+    }
 
     #[test]
     fn authorities() {

@@ -91,6 +91,13 @@ impl Worker<'_> {
         txn.up = None;
         let spare = c.txn.take();
         c.spare = spare;
+        if c.background.is_some() {
+            // Refreshed; there is no client to answer.
+            crate::accesslog::answered(sh, c, 304, "BACKGROUND", 0);
+            self.release_upstream(cx, ut, reusable);
+            self.close_client(cx, ct);
+            return Flow::Closed;
+        }
         answer_forwarded(sh, c, &serve, (now, close, true), "REVALIDATED");
         self.release_upstream(cx, ut, reusable);
         Flow::Again

@@ -29,6 +29,7 @@
 
 pub mod accesslog;
 pub mod acl;
+mod background;
 pub mod booster;
 mod cache;
 mod client;

@@ -158,6 +158,8 @@ pub struct Relay {
     sent: usize,
     fill: Option<Fill>,
     client_gone: bool,
+    /// There never was a client (`without_client`).
+    no_client: bool,
     body_done: bool,
     /// Chunk data runs at least this long go through the pipe.
     pipe_min: u64,
@@ -318,6 +320,7 @@ impl Relay {
             sent: 0,
             fill,
             client_gone: false,
+            no_client: false,
             body_done: false,
             pipe_min: pipe_min.max(1),
             framing_read,
@@ -527,6 +530,13 @@ impl Relay {
         out.clear();
         self.sent = self.acc.len();
         self.fill.is_some()
+    }
+
+    /// No client from the start (a background revalidation): the body
+    /// only fills the cache; not counted as a client abort.
+    pub fn without_client(&mut self, out: &mut OutChain) {
+        self.client_left(out);
+        self.no_client = true;
     }
 
     /// Client write failed: keep filling without it, or give up.
@@ -902,7 +912,7 @@ impl Relay {
                 }
             }
         }
-        if self.client_gone {
+        if self.client_gone && !self.no_client {
             st.sessions_client_abort += 1;
         }
         let mut fill = self.fill.take()?;
@@ -917,7 +927,7 @@ impl Relay {
             debug_assert!(false, "fill of {} bytes holds {}", fill.size, fill.segs.len());
             return None;
         }
-        if self.client_gone {
+        if self.client_gone && !self.no_client {
             st.sessions_orphan_fill += 1;
         }
         Some(fill.segs)

@@ -57,7 +57,8 @@ impl Worker<'_> {
                 return Some(Flow::Again);
             }
         };
-        if !c.disk_checked && !c.fill_checked {
+        // (A background revalidation is not a client's request.)
+        if !c.disk_checked && !c.fill_checked && c.background.is_none() {
             self.sh.stats.requests += 1;
             c.requests += 1;
         }
@@ -140,6 +141,7 @@ impl Worker<'_> {
         if txn.cacheable {
             if let Some(done) = from_cache(sh, c, &mut txn, ct, n, (unix_secs(cx.wall), cx.now)) {
                 c.spare = Some(txn);
+                self.start_background(cx);
                 return done;
             }
         }
@@ -312,7 +314,17 @@ fn from_cache(
     {
         Lookup::Found(id, obj) => {
             let age = obj.age(now);
-            match caching::decide(obj.lifetime, age, &obj.cc, &txn.req_cc) {
+            let mut usable = caching::decide(obj.lifetime, age, &obj.cc, &txn.req_cc);
+            if usable == Usable::Revalidate && !txn.req_cc.only_if_cached {
+                // stale-while-revalidate: answer now, refresh in the
+                // background (`background.rs`; started by `route`).
+                if let Some(start) = crate::background::claim(sh, c, txn, &obj, age, (req, data)) {
+                    sh.stats.stale_while_revalidate += 1;
+                    sh.background_wanted = start;
+                    usable = Usable::StaleAllowed;
+                }
+            }
+            match usable {
                 u @ (Usable::Fresh | Usable::StaleAllowed) => {
                     if u == Usable::StaleAllowed {
                         sh.stats.stale_hits += 1;

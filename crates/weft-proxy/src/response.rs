@@ -302,7 +302,14 @@ fn start_relay(
     if wanted && !kernel {
         sh.stats.sockmap_declined += 1;
     }
-    let want = choose_path(cfg, plan.is_some(), remaining, kernel);
+    // A background revalidation (no client) reads its body by copy into
+    // the object.
+    let kernel = kernel && c.fd.is_some();
+    let want = if c.fd.is_some() {
+        choose_path(cfg, plan.is_some(), remaining, kernel)
+    } else {
+        Want::Copy
+    };
     let fill_max = plan.as_ref().map(|_| cfg.max_object_size);
     let spare = if fill_max.is_none() { sh.relay_bufs.pop() } else { None };
     let how = Plan {
@@ -332,6 +339,11 @@ fn start_relay(
             &mut sh.sockmap,
         );
         relay.start(&mut ends, &mut sh.stats);
+    }
+    if c.fd.is_none() {
+        // Nothing goes out: the relay only fills the cache, as after a
+        // client abort.
+        relay.without_client(&mut c.out);
     }
     let txn = c.txn.as_mut().expect("a relay has a txn");
     txn.plan = plan;
@@ -393,6 +405,14 @@ impl Worker<'_> {
             // The requests waiting for this fill go to the origin now, and
             // the key's next misses do not wait (`fill.rs`).
             crate::client::end_fill(sh, &c.key, txn, crate::fill::Outcome::Uncacheable);
+            if c.background.is_some() {
+                // A background revalidation keeps only what it can store:
+                // the body is not read, the upstream closes with the slot.
+                txn.status = status;
+                crate::accesslog::answered(sh, c, status, "BACKGROUND", 0);
+                self.close_client(cx, ct);
+                return Flow::Closed;
+            }
         }
         // The client's head.
         let f = client_framing(framing, method, status, resp.content_length(), txn.http10);

@@ -14,6 +14,7 @@
 
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use weft_buf::Aggregate;
 use weft_http::caching::{self, CacheRules, LifetimeQuery, Targeted};
@@ -75,6 +76,23 @@ pub struct Object {
     pub response_time: u64,
     /// Freshness lifetime in seconds.
     pub lifetime: u64,
+    /// A background revalidation of this object is under way
+    /// (`stale-while-revalidate`, [`Object::claim_revalidation`]).
+    revalidating: AtomicBool,
+}
+
+/// The claim on an object's one background revalidation
+/// (`stale-while-revalidate`, `background.rs`): while it is held, other
+/// requests for the stale object are answered from it without starting
+/// another; dropping it (the revalidation ended, whichever way) lets the
+/// next one start. Process-wide: the flag lives on the shared object.
+#[derive(Debug)]
+pub struct Revalidating(Arc<Object>);
+
+impl Drop for Revalidating {
+    fn drop(&mut self) {
+        self.0.revalidating.store(false, Ordering::Release);
+    }
 }
 
 impl Object {
@@ -163,7 +181,22 @@ impl Object {
             lifetime,
             head,
             body,
+            revalidating: AtomicBool::new(false),
         })
+    }
+
+    /// Is a background revalidation of this object under way?
+    pub fn revalidating(&self) -> bool {
+        self.revalidating.load(Ordering::Acquire)
+    }
+
+    /// Claim this object's background revalidation: Some for the one
+    /// request that starts it, None while another runs.
+    pub fn claim_revalidation(self: &Arc<Self>) -> Option<Revalidating> {
+        self.revalidating
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()
+            .map(|_| Revalidating(self.clone()))
     }
 
     /// The stored head from `from` up to its blank line, without the Age
@@ -375,6 +408,16 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_background_revalidation_at_a_time() {
+        let o = Arc::new(obj("HTTP/1.1 200 OK\r\nCache-Control: max-age=1\r\n\r\n", b"x", b""));
+        let first = o.claim_revalidation().expect("the first request claims it");
+        assert!(o.claim_revalidation().is_none(), "a second one waits for it");
+        assert!(o.revalidating());
+        drop(first);
+        assert!(o.claim_revalidation().is_some(), "ended: the next may start");
+    }
 
     fn obj(head: &str, body: &'static [u8], vary_key: &[u8]) -> Object {
         let mut b = Aggregate::new();

@@ -195,6 +195,13 @@ pub(crate) struct Shared<'a> {
     pub(crate) sockmap_done: Vec<(u64, u64)>,
     pub(crate) rules: CacheRules,
     pub(crate) draining: bool,
+    /// Background revalidations open (`background.rs`; at most
+    /// `background::BACKGROUND_MAX`).
+    pub(crate) backgrounds: usize,
+    /// The background revalidation a request answered stale has asked for
+    /// (the head to send, the claim on the object): started by `route` once
+    /// the request's borrows end.
+    pub(crate) background_wanted: Option<(Vec<u8>, crate::store::Revalidating)>,
 }
 
 impl Shared<'_> {
@@ -291,6 +298,8 @@ impl<'a> Worker<'a> {
                 sockmap_done: Vec::new(),
                 rules: crate::store::cache_rules(s.cfg).unwrap_or_default(),
                 draining: false,
+                backgrounds: 0,
+                background_wanted: None,
             },
             slot: s.slot,
             slab: Slab::new(),

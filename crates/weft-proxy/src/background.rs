@@ -1,0 +1,128 @@
+//! Stale-while-revalidate (RFC 5861 §3): a request that finds its stored
+//! response stale, within the window the response (or
+//! `--stale-while-revalidate`) allows, is answered from it at once, and the
+//! response is revalidated in the background — nginx's
+//! `proxy_cache_background_update`, Varnish's grace. The client never waits
+//! for the origin; the next request after the revalidation gets the
+//! refreshed response.
+//!
+//! A background revalidation is a client slot without a socket
+//! ([`Client::background`]) holding one request: the client's head without
+//! its conditionals and Range (`headers::background_head`). It goes through
+//! the same path as any request — routing, the cache lookup (which finds the
+//! stale object and revalidates it with its validators), the upstream pool,
+//! the response head — and then:
+//! - a 304 refreshes the stored object (`hit.rs`);
+//! - a storable response is read into the cache with nothing sent (the
+//!   relay starts as an orphaned fill, on the copy path);
+//! - anything else (an error, a response that may not be stored) ends it,
+//!   its upstream connection closed; the stale object stays until its
+//!   window ends, and the next request after this one may try again.
+//!
+//! Each stale object has one background revalidation at a time in the
+//! process (the claim, `store::Revalidating`): requests that find it under
+//! way are answered stale too, without starting another. A worker runs at
+//! most [`BACKGROUND_MAX`]; past that, requests revalidate as before, in the
+//! foreground. The access log shows each with `BACKGROUND` in its cache
+//! field; `stale_while_revalidate` counts the stale answers,
+//! `background_revalidations` the revalidations started.
+
+use crate::conn::{Client, Entry, Txn};
+use crate::store::{Object, Revalidating};
+use crate::worker::{client_of, Flow, Shared, Worker};
+use std::sync::Arc;
+use weft_http::caching;
+use weft_http::{Method, RequestHead};
+use weft_io::{Ctx, Interest, Poller, Token};
+
+/// Background revalidations one worker runs at once at most: a burst of
+/// stale objects (a cold restart from disk, a clock jump) does not open a
+/// connection to the origin for each.
+pub(crate) const BACKGROUND_MAX: usize = 64;
+
+/// May the request (`txn`, its head `req`/`data`) that found `obj` stale
+/// (`age` seconds old) be answered from it while it is revalidated in the
+/// background? None: no, it revalidates in the foreground. Some: yes — with
+/// the head and claim of the background revalidation to start, or with
+/// none when one is under way already.
+pub(crate) fn claim(
+    sh: &Shared<'_>,
+    c: &Client,
+    txn: &Txn,
+    obj: &Arc<Object>,
+    age: u64,
+    (req, data): (&RequestHead, &[u8]),
+) -> Option<Option<(Vec<u8>, Revalidating)>> {
+    // A plain GET from a real client (a HEAD's answer stores no body; a
+    // background revalidation never starts another).
+    let eligible = c.fd.is_some() && c.background.is_none() && txn.method == Method::Get && !txn.had_body;
+    if !eligible {
+        return None;
+    }
+    let configured = sh.cfg.stale_while_revalidate;
+    if !caching::stale_while_revalidate(obj.lifetime, age, &obj.cc, &txn.req_cc, configured) {
+        return None;
+    }
+    if obj.revalidating() {
+        return Some(None);
+    }
+    if sh.draining || sh.backgrounds >= BACKGROUND_MAX {
+        return None;
+    }
+    let Some(claim) = obj.claim_revalidation() else {
+        // Another worker claimed it just now.
+        return Some(None);
+    };
+    let mut head = Vec::with_capacity(data.len());
+    crate::headers::background_head(req, data, &mut head);
+    Some(Some((head, claim)))
+}
+
+impl Worker<'_> {
+    /// Start the background revalidation a request asked for
+    /// (`Shared::background_wanted`): a socketless client with the head in
+    /// its input, driven like any other.
+    pub(crate) fn start_background<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        let Some((head, claim)) = self.sh.background_wanted.take() else {
+            return;
+        };
+        let mut c = Client::new(None, None, true, Interest::NONE, cx.now, &self.sh.blank_head);
+        let room = c.input.reserve(head.len(), head.len(), &mut self.sh.bufs);
+        if room < head.len() {
+            c.input.discard(&mut self.sh.bufs);
+            return;
+        }
+        c.input.spare_mut()[..head.len()].copy_from_slice(&head);
+        c.input.commit(head.len());
+        // Nothing more comes: the one request is all it has.
+        c.may_read = false;
+        c.eof = true;
+        c.background = Some(claim);
+        let token = self.slab.insert_with(|_| Entry::Client(Box::new(c)));
+        self.sh.open_clients += 1;
+        self.sh.backgrounds += 1;
+        self.sh.stats.background_revalidations += 1;
+        self.drive(cx, token);
+    }
+
+    /// A background revalidation between steps (no transaction): route its
+    /// request once; when that has gone through (or been answered from the
+    /// cache after all, or refused), the slot closes.
+    pub(crate) fn step_background<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> Flow {
+        let Some(c) = client_of(&mut self.slab, ct) else {
+            return Flow::Closed;
+        };
+        if c.disk_wait.is_some() || c.fill_wait.is_some() {
+            return Flow::Wait;
+        }
+        if c.background.is_some() && !c.close_after && !c.input.is_empty() {
+            c.unpark(&mut self.sh.request_states);
+            c.out.lend_own(&mut self.sh.own_pool);
+            if let Some(f) = self.answer_next(cx, ct) {
+                return f;
+            }
+        }
+        self.close_client(cx, ct);
+        Flow::Closed
+    }
+}
