@@ -76,7 +76,7 @@ fn port_list(s: &str) -> Result<PortList, String> {
         "Client connections accepted per listener readiness event, or `inf` to accept until EAGAIN [default: 10]"
     )),
     mut_arg("idle_timeout", |a| a.help(
-        "Close keep-alive client connections (and idle tunnels) idle this long [default: 60s]"
+        "Close keep-alive client connections idle this long (and quiet tunnels, unless --tunnel-timeout) [default: 60s]"
     )),
     mut_arg("header_timeout", |a| a.help(
         "Close clients whose request head is incomplete this long after it began, with 408 [default: 10s]"

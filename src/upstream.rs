@@ -7,7 +7,8 @@ use crate::args::{duration, set_given};
 use clap::Args;
 use std::time::Duration;
 
-/// `--connect-timeout`, `--upstream-timeout`, `--pool-size`, `--pool-idle-timeout`.
+/// `--connect-timeout`, `--upstream-timeout`, `--pool-size`, `--pool-idle-timeout`,
+/// `--tunnel-timeout`.
 ///
 /// `--pool-size` takes 0 (keep no idle connection) here; a role that needs
 /// at least one narrows it with `mut_arg` (`weft front`).
@@ -30,11 +31,20 @@ pub struct UpstreamArgs {
     /// Close pooled idle upstream connections after this long [default: 15s].
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub pool_idle_timeout: Option<Duration>,
+
+    /// Close a tunnel (CONNECT, or an upgraded connection such as a WebSocket) that moved no byte
+    /// either way this long; WebSockets that ping less often than the idle timeout want more
+    /// [default: the idle timeout].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub tunnel_timeout: Option<Duration>,
 }
 
 impl UpstreamArgs {
     /// Copy the flags given onto the proxy's configuration.
     pub fn apply(&self, c: &mut weft_proxy::ProxyConfig) {
         set_given!(self, c; connect_timeout, upstream_timeout, pool_size, pool_idle_timeout);
+        if self.tunnel_timeout.is_some() {
+            c.tunnel_timeout = self.tunnel_timeout;
+        }
     }
 }

@@ -1377,6 +1377,38 @@ per_backend!(
     disk_store
 );
 
+/// `--tunnel-timeout` outlasts `--idle-timeout` for tunnels (a WebSocket
+/// that pings less often than keep-alive clients are let idle), and still
+/// closes a tunnel that stays quiet longer.
+#[test]
+fn tunnel_timeout_outlasts_the_idle_timeout() {
+    let eaddr = common::tcp_server(|mut s| {
+        let mut r = s.try_clone().unwrap();
+        let _ = r.set_read_timeout(Some(Duration::from_secs(30)));
+        let _ = std::io::copy(&mut r, &mut s);
+    });
+    let extra = ["--idle-timeout", "1s", "--tunnel-timeout", "4s"];
+    let (_p, mut c) = open_tunnel(eaddr, "epoll", "on", &extra, b"ping");
+    while c.buf.len() < 4 {
+        assert!(c.fill() > 0, "the tunnel closed before the echo");
+    }
+    // Quiet for twice the idle timeout: still open.
+    std::thread::sleep(Duration::from_millis(2000));
+    c.stream.write_all(b"pong").unwrap();
+    while c.buf.len() < 8 {
+        assert!(c.fill() > 0, "the tunnel closed at the idle timeout");
+    }
+    assert_eq!(&c.buf[..8], b"pingpong");
+    // Then quiet past the tunnel timeout: closed.
+    c.stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut b = [0u8; 16];
+    let r = c.stream.read(&mut b);
+    assert!(
+        matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "a quiet tunnel was not closed: {r:?}"
+    );
+}
+
 /// An origin for collapsed forwarding: counts the requests per path, and
 /// holds each answer until `open` is set. `/c*` are cacheable
 /// (`max-age=60`), `/n*` are `no-store`; the body names the path.

@@ -144,8 +144,13 @@ pub struct ProxyConfig {
     pub allow: Vec<Cidr>,
     /// Ports CONNECT may reach.
     pub connect_ports: Vec<u16>,
-    /// Close a keep-alive client connection (or an idle tunnel) idle this long.
+    /// Close a keep-alive client connection idle this long (and a quiet
+    /// tunnel, unless `tunnel_timeout` says otherwise).
     pub idle_timeout: Duration,
+    /// Close a tunnel (CONNECT, or an upgraded connection such as a
+    /// WebSocket) that moved no byte either way this long; None: the idle
+    /// timeout (HAProxy's `timeout tunnel`).
+    pub tunnel_timeout: Option<Duration>,
     /// Close a client whose request head is incomplete this long after it began.
     pub header_timeout: Duration,
     /// Close a client that makes no write progress this long.
@@ -244,6 +249,11 @@ pub struct ProxyConfig {
 }
 
 impl ProxyConfig {
+    /// How long a tunnel may stay quiet both ways.
+    pub fn tunnel_idle(&self) -> Duration {
+        self.tunnel_timeout.unwrap_or(self.idle_timeout)
+    }
+
     /// Reverse mode (an upstream or routes are configured)?
     pub fn is_reverse(&self) -> bool {
         self.upstream.is_some() || !self.routes.is_empty()
@@ -277,6 +287,7 @@ impl Default for ProxyConfig {
             allow: Vec::new(),
             connect_ports: vec![443],
             idle_timeout: Duration::from_secs(60),
+            tunnel_timeout: None,
             header_timeout: Duration::from_secs(10),
             send_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(5),

@@ -527,7 +527,7 @@ impl<'a> Worker<'a> {
         } else if c.lingering {
             c.deadline
         } else if c.tunnel.is_some() {
-            Some(c.last_activity + cfg.idle_timeout)
+            Some(c.last_activity + cfg.tunnel_idle())
         } else if c.want.write || in_kernel {
             Some(c.last_activity + cfg.send_timeout)
         } else if c.fill_wait.is_some() {
@@ -836,7 +836,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 if let Some((t, _)) = c.tunnel.as_mut() {
                     if t.kernel_progress(&mut self.sh.sockmap) {
                         self.sh.stats.timeouts -= 1;
-                        let later = cx.now + self.sh.cfg.idle_timeout;
+                        let later = cx.now + self.sh.cfg.tunnel_idle();
                         (c.last_activity, c.deadline, c.timer_at) = (cx.now, Some(later), Some(later));
                         return Some(later);
                     }
