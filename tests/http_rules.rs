@@ -539,6 +539,7 @@ fn swr_origin() -> SwrOrigin {
             let cc = match path.as_str() {
                 "/swr" => "max-age=0, stale-while-revalidate=60",
                 "/swr-must" => "max-age=0, must-revalidate, stale-while-revalidate=60",
+                p if p.starts_with("/fresh") => "max-age=3600",
                 _ => "max-age=0",
             };
             let tag = format!("\"v{}\"", v.load(Ordering::SeqCst));
@@ -718,4 +719,68 @@ fn stale_while_revalidate_answers_at_once_and_refreshes_in_the_background() {
         assert_eq!(common::counter(&stats, "sessions_client_abort"), 0, "{splice}: {stats}");
         assert_eq!(common::counter(&stats, "open_connections"), 0, "{splice}: {stats}");
     }
+}
+
+/// The admin endpoint's purge: `POST /purge/URL` removes one URL's stored
+/// responses, `POST /purge-prefix/URL` every URL under it, in memory and on
+/// disk (a restart on the cache directory does not bring them back); the
+/// others stay hits.
+#[test]
+fn purge_removes_stored_responses_from_both_tiers() {
+    let o = swr_origin();
+    let upstream = o.addr.to_string();
+    let dir = common::TempDir::new("purge");
+    let cache_dir = dir.path.to_str().unwrap().to_string();
+    let proxy = || {
+        let args = ["proxy", "--listen", "127.0.0.1:0", "--upstream", &upstream];
+        let mut args = args.to_vec();
+        args.extend(["--admin", "127.0.0.1:0", "--cache-dir", &cache_dir, "--stats-on-exit"]);
+        Weft::start(&args)
+    };
+    let get = |p: &Weft, path: &str| {
+        let mut r = Reader::new(TcpStream::connect(p.addr).unwrap());
+        r.send(format!("GET {path} HTTP/1.1\r\nHost: h\r\n\r\n").as_bytes());
+        let resp = r.response_any(false).unwrap();
+        assert_eq!(resp.status, 200, "{path}");
+    };
+    let asked = |path: &str| {
+        let line = format!("GET {path} ");
+        o.log.lock().unwrap().iter().filter(|h| h.starts_with(&line)).count()
+    };
+    let post = |p: &Weft, path: &str| {
+        let admin = p.admin.expect("admin").to_string();
+        let request = format!("POST {path} HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\n\r\n");
+        let out = common::exchange_until_close(&admin, &request);
+        out.split("\r\n\r\n").nth(1).unwrap_or("").trim().to_string()
+    };
+    let paths = ["/fresh/1", "/fresh/2", "/fresh/x/3", "/fresh-kept", "/stale/4"];
+    let p = proxy();
+    for path in paths.iter().chain(&paths) {
+        get(&p, path);
+    }
+    // /stale/4 is max-age=0: revalidated each time; the others were hits.
+    assert_eq!(paths[..4].iter().map(|p| asked(p)).collect::<Vec<_>>(), [1, 1, 1, 1]);
+    assert_eq!(post(&p, "/purge/http://H:80/fresh/1"), "{\"purged\":1}");
+    get(&p, "/fresh/1");
+    get(&p, "/fresh/2");
+    assert_eq!(
+        (asked("/fresh/1"), asked("/fresh/2")),
+        (2, 1),
+        "only /fresh/1 was purged"
+    );
+    assert_eq!(post(&p, "/purge-prefix/http://h/fresh/"), "{\"purged\":3,\"keys\":3}");
+    assert!(post(&p, "/purge/ftp://h/x").contains("error"));
+    // Written to disk before the purge (the writer runs behind): wait for
+    // the stop, which finishes queued writes, then restart on the directory.
+    let stats = common::stop_stats(p);
+    assert!(stats.contains("\"disk\""), "{stats}");
+    let p = proxy();
+    // The index is built while the proxy already listens: wait for it.
+    let scanned = || p.stderr().contains(" indexed in ");
+    assert!(common::wait_until(Duration::from_secs(10), scanned), "{}", p.stderr());
+    get(&p, "/fresh/2");
+    get(&p, "/fresh/x/3");
+    assert_eq!((asked("/fresh/2"), asked("/fresh/x/3")), (2, 2), "not back from disk");
+    get(&p, "/fresh-kept");
+    assert_eq!(asked("/fresh-kept"), 1, "what was not purged comes back from disk");
 }

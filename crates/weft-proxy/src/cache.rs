@@ -185,15 +185,31 @@ impl<'a> TwoTier<'a> {
     /// disk first, then memory. Returns how many memory objects went.
     pub fn invalidate<'k>(&self, keys: impl Iterator<Item = &'k [u8]> + Clone) -> u64 {
         let Some(store) = self.store else { return 0 };
-        // Disk first, and not under the memory store's lock: a load holds
-        // the disk index's lock while it inserts in memory, so once the
-        // index has forgotten a key nothing brings it back.
-        if let Some(d) = self.disk {
-            keys.clone().for_each(|k| d.remove(k));
-        }
-        let mut st = lock(store);
-        keys.map(|k| st.invalidate(k) as u64).sum()
+        purge(store, self.disk, keys)
     }
+}
+
+/// Remove every variant of each of `keys` from both tiers; returns the
+/// objects removed from memory. Disk first, and not under the memory
+/// store's lock: a load holds the disk index's lock while it inserts in
+/// memory, so once the index has forgotten a key nothing brings it back.
+/// (Invalidation by unsafe methods, and the admin endpoint's purge.)
+pub fn purge<'k>(store: &Mutex<Store>, disk: Option<&DiskStore>, keys: impl Iterator<Item = &'k [u8]> + Clone) -> u64 {
+    if let Some(d) = disk {
+        keys.clone().for_each(|k| d.remove(k));
+    }
+    let mut st = lock(store);
+    keys.map(|k| st.invalidate(k) as u64).sum()
+}
+
+/// The keys under `prefix` in either tier, and whether the disk store's
+/// start-up scan is still indexing.
+pub fn keys_with_prefix(store: &Mutex<Store>, disk: Option<&DiskStore>, prefix: &[u8]) -> (Vec<Box<[u8]>>, bool) {
+    let (mut keys, scanning) = disk.map(|d| d.keys_with_prefix(prefix)).unwrap_or_default();
+    keys.extend(lock(store).keys_with_prefix(prefix));
+    keys.sort_unstable();
+    keys.dedup();
+    (keys, scanning)
 }
 
 #[cfg(test)]

@@ -385,6 +385,23 @@ impl DiskStore {
         q.cv.notify_one();
     }
 
+    /// The keys indexed or being written that start with `prefix` (a purge
+    /// by prefix), and whether the start-up scan is still indexing (the
+    /// files it has not reached yet are not among them).
+    pub fn keys_with_prefix(&self, prefix: &[u8]) -> (Vec<Box<[u8]>>, bool) {
+        let ix = lock(&self.inner.index);
+        let mut keys: Vec<Box<[u8]>> = ix
+            .by_key
+            .keys()
+            .chain(ix.pending.keys())
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        (keys, ix.scanning)
+    }
+
     /// Remove every variant of `key`, at once for lookups and loads; the
     /// files go in the writer's order (after writes queued before).
     pub fn remove(&self, key: &[u8]) {

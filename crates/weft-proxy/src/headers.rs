@@ -62,6 +62,18 @@ pub fn cache_key(out: &mut Vec<u8>, host: &[u8], port: u16, path: &[u8]) {
     out.extend_from_slice(path);
 }
 
+/// The primary cache key of an absolute `http://` URL (a Location field, a
+/// URL to purge) into `out`; None for another scheme or a bad authority.
+pub fn url_key(url: &[u8], out: &mut Vec<u8>) -> Option<()> {
+    let (scheme, authority, path) = weft_http::split_absolute(url)?;
+    if !scheme.eq_ignore_ascii_case(b"http") {
+        return None;
+    }
+    let (h, p) = split_authority(authority, 80)?;
+    cache_key(out, h, p, if path.is_empty() { b"/" } else { path });
+    Some(())
+}
+
 /// Does a Via field of the request already list `name` as a recipient (the
 /// request went round in a loop)?
 pub fn via_lists(req: &RequestHead, data: &[u8], name: &[u8]) -> bool {

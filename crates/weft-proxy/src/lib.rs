@@ -40,6 +40,7 @@ mod fill;
 pub mod front;
 mod headers;
 mod hit;
+mod purge;
 mod relay;
 mod request;
 pub mod resolve;
@@ -168,11 +169,13 @@ impl Proxy {
                 let disk = disk.clone();
                 let backend = cfg.event.name();
                 let prom = slots.clone();
+                // POST /purge/URL and /purge-prefix/URL (`purge.rs`).
+                let control = store.clone().map(|s| purge::control(s, disk.clone()));
                 let render = Arc::new(move || render_stats(backend, &slots, store.as_deref(), disk.as_deref()));
                 let pages = weft_io::admin::Pages {
                     stats: render,
                     metrics: Some(Arc::new(move || stats::render_prometheus(&prom))),
-                    control: None,
+                    control,
                 };
                 Some(
                     weft_io::admin::serve(a, pages)

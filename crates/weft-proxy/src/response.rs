@@ -173,12 +173,7 @@ fn same_origin_key(key: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<Vec<u8
         out.extend_from_slice(origin);
         out.extend_from_slice(value);
     } else {
-        let (scheme, authority, path) = weft_http::split_absolute(value)?;
-        if !scheme.eq_ignore_ascii_case(b"http") {
-            return None;
-        }
-        let (h, p) = headers::split_authority(authority, 80)?;
-        headers::cache_key(out, h, p, path);
+        headers::url_key(value, out)?;
         if !out.starts_with(origin) || out.get(origin.len()).is_some_and(|&b| b != b'/') {
             return None;
         }

@@ -373,6 +373,11 @@ impl Store {
     }
 
     /// Remove every variant of `key`; returns how many.
+    /// The keys stored that start with `prefix` (a purge by prefix).
+    pub fn keys_with_prefix(&self, prefix: &[u8]) -> Vec<Box<[u8]>> {
+        self.index.keys().filter(|k| k.starts_with(prefix)).cloned().collect()
+    }
+
     pub fn invalidate(&mut self, key: &[u8]) -> usize {
         let Some(ids) = self.index.remove(key) else {
             return 0;
