@@ -445,6 +445,26 @@ fn disk_counter(json: &str, name: &str) -> u64 {
 /// A forward proxy under `event` with `--splice splice` and `extra` that
 /// lets CONNECT reach `echo`'s port, and a client whose CONNECT to it was
 /// answered 200, with `first` sent right behind the CONNECT head.
+/// An upstream that echoes what it reads until the client closes.
+fn echo_server() -> SocketAddr {
+    common::tcp_server(|mut s| {
+        let mut r = s.try_clone().unwrap();
+        let _ = r.set_read_timeout(Some(Duration::from_secs(30)));
+        let _ = std::io::copy(&mut r, &mut s);
+    })
+}
+
+/// The proxy closes `c` (a FIN or a reset) within `secs` seconds.
+fn assert_closed_within(c: &mut Conn, secs: u64, what: &str) {
+    c.stream.set_read_timeout(Some(Duration::from_secs(secs))).unwrap();
+    let mut b = [0u8; 16];
+    let r = c.stream.read(&mut b);
+    assert!(
+        matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{what}: a quiet tunnel was not closed: {r:?}"
+    );
+}
+
 fn open_tunnel(echo: SocketAddr, event: &str, splice: &str, extra: &[&str], first: &[u8]) -> (Weft, Conn) {
     let port = echo.port().to_string();
     let mut args = vec!["--event", event, "--splice", splice, "--connect-ports", &port];
@@ -1001,11 +1021,7 @@ mod scenarios {
     /// at every wait, each such wake-up once counted as tunnel activity, so
     /// a quiet tunnel was never closed.)
     pub fn quiet_tunnel_times_out(event: &str) {
-        let eaddr = common::tcp_server(|mut s| {
-            let mut r = s.try_clone().unwrap();
-            let _ = r.set_read_timeout(Some(Duration::from_secs(30)));
-            let _ = std::io::copy(&mut r, &mut s);
-        });
+        let eaddr = echo_server();
         for splice in ["on", "off"] {
             let (_p, mut c) = open_tunnel(eaddr, event, splice, &["--idle-timeout", "1s"], b"ping");
             while c.buf.len() < 4 {
@@ -1013,13 +1029,7 @@ mod scenarios {
             }
             assert_eq!(&c.buf[..4], b"ping");
             // Then nothing, either way: the proxy closes within a few idle timeouts.
-            c.stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-            let mut b = [0u8; 16];
-            let r = c.stream.read(&mut b);
-            assert!(
-                matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
-                "{event} {splice}: a quiet tunnel was not closed: {r:?}"
-            );
+            assert_closed_within(&mut c, 15, &format!("{event} {splice}"));
         }
     }
 
@@ -1382,11 +1392,7 @@ per_backend!(
 /// closes a tunnel that stays quiet longer.
 #[test]
 fn tunnel_timeout_outlasts_the_idle_timeout() {
-    let eaddr = common::tcp_server(|mut s| {
-        let mut r = s.try_clone().unwrap();
-        let _ = r.set_read_timeout(Some(Duration::from_secs(30)));
-        let _ = std::io::copy(&mut r, &mut s);
-    });
+    let eaddr = echo_server();
     let extra = ["--idle-timeout", "1s", "--tunnel-timeout", "4s"];
     let (_p, mut c) = open_tunnel(eaddr, "epoll", "on", &extra, b"ping");
     while c.buf.len() < 4 {
@@ -1400,13 +1406,7 @@ fn tunnel_timeout_outlasts_the_idle_timeout() {
     }
     assert_eq!(&c.buf[..8], b"pingpong");
     // Then quiet past the tunnel timeout: closed.
-    c.stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut b = [0u8; 16];
-    let r = c.stream.read(&mut b);
-    assert!(
-        matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
-        "a quiet tunnel was not closed: {r:?}"
-    );
+    assert_closed_within(&mut c, 20, "--tunnel-timeout");
 }
 
 /// An origin for collapsed forwarding: counts the requests per path, and

@@ -284,61 +284,61 @@ pub fn decide(lifetime: u64, age: u64, response: &CacheControl, request: &CacheC
     }
 }
 
-/// May a stale stored response stand in for an error from the origin (a
-/// failed connection, a timeout, or a 500, 502, 503 or 504 answer), by RFC
-/// 5861 §4 `stale-if-error`? The window is the request's `stale-if-error`
-/// if it has one, else the larger of the response's and `configured` (the
-/// operator's default; 0: only where the response asks). Never where RFC
-/// 9111 §4.2.4 forbids serving stale: `no-cache`, `must-revalidate`,
-/// `proxy-revalidate` or `s-maxage` in the response, or a request that asks
-/// for a validated response (`no-cache`).
-pub fn stale_if_error(
-    lifetime: u64,
-    age: u64,
-    response: &CacheControl,
-    request: &CacheControl,
-    configured: u64,
-) -> bool {
-    if response.no_cache
+/// Does RFC 9111 §4.2.4 let a shared cache serve this stored response
+/// stale at all, whatever extension asks? Not with `no-cache`,
+/// `must-revalidate`, `proxy-revalidate` or `s-maxage` in the response, nor
+/// for a request that asks for a validated response (`no-cache`).
+fn may_serve_stale(response: &CacheControl, request: &CacheControl) -> bool {
+    !(response.no_cache
         || response.must_revalidate
         || response.proxy_revalidate
         || response.s_maxage.is_some()
-        || request.no_cache
-    {
-        return false;
-    }
-    let window = match request.stale_if_error {
-        Some(w) => w,
-        None => response.stale_if_error.unwrap_or(0).max(configured),
-    };
-    window > 0 && age.saturating_sub(lifetime) <= window
+        || request.no_cache)
 }
 
-/// May a stale stored response answer now while it is revalidated in the
-/// background, by RFC 5861 §3 `stale-while-revalidate`? The window is the
-/// larger of the response's and `configured` (the operator's default; 0:
-/// only where the response asks). Never where RFC 9111 §4.2.4 forbids
-/// serving stale (as for [`stale_if_error`]), nor for a request that limits
-/// the age or freshness it accepts (`max-age`, `min-fresh`): its client asked
-/// for fresher than a stale answer.
-pub fn stale_while_revalidate(
-    lifetime: u64,
-    age: u64,
+/// What a stale stored response would be used for, by RFC 5861.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StaleUse {
+    /// §4 `stale-if-error`: standing in for an error from the origin (a
+    /// failed connection, a timeout, or a 500, 502, 503 or 504 answer).
+    IfError,
+    /// §3 `stale-while-revalidate`: answering now while it is revalidated
+    /// in the background.
+    WhileRevalidate,
+}
+
+/// May a response stored `lifetime` seconds fresh and `age` seconds old be
+/// used stale for `why`? Never where RFC 9111 §4.2.4 forbids serving stale
+/// ([`may_serve_stale`]). The window:
+/// - `IfError`: the request's `stale-if-error` if it has one, else the
+///   larger of the response's and `configured` (the operator's default; 0:
+///   only where the response asks);
+/// - `WhileRevalidate`: the larger of the response's
+///   `stale-while-revalidate` and `configured`; never for a request that
+///   limits the age or freshness it accepts (`max-age`, `min-fresh`): its
+///   client asked for fresher than a stale answer.
+pub fn stale_usable(
+    why: StaleUse,
+    (lifetime, age): (u64, u64),
     response: &CacheControl,
     request: &CacheControl,
     configured: u64,
 ) -> bool {
-    if response.no_cache
-        || response.must_revalidate
-        || response.proxy_revalidate
-        || response.s_maxage.is_some()
-        || request.no_cache
-        || request.max_age.is_some()
-        || request.min_fresh.is_some()
-    {
+    if !may_serve_stale(response, request) {
         return false;
     }
-    let window = response.stale_while_revalidate.unwrap_or(0).max(configured);
+    let window = match why {
+        StaleUse::IfError => match request.stale_if_error {
+            Some(w) => w,
+            None => response.stale_if_error.unwrap_or(0).max(configured),
+        },
+        StaleUse::WhileRevalidate => {
+            if request.max_age.is_some() || request.min_fresh.is_some() {
+                return false;
+            }
+            response.stale_while_revalidate.unwrap_or(0).max(configured)
+        }
+    };
     window > 0 && age.saturating_sub(lifetime) <= window
 }
 
@@ -687,27 +687,29 @@ mod tests {
         assert_eq!(decide(10, 16, &none, &cc("only-if-cached")), Usable::Revalidate);
     }
 
+    fn swr(lifetime: u64, age: u64, resp: &CacheControl, req: &CacheControl, configured: u64) -> bool {
+        stale_usable(StaleUse::WhileRevalidate, (lifetime, age), resp, req, configured)
+    }
+
+    fn sie(lifetime: u64, age: u64, resp: &CacheControl, req: &CacheControl, configured: u64) -> bool {
+        stale_usable(StaleUse::IfError, (lifetime, age), resp, req, configured)
+    }
+
     #[test]
     fn stale_while_revalidate_windows() {
         let none = CacheControl::default();
-        let swr = cc("max-age=10, stale-while-revalidate=10");
-        assert!(!stale_while_revalidate(10, 20, &none, &none, 0), "off unless asked for");
-        assert!(stale_while_revalidate(10, 20, &swr, &none, 0));
-        assert!(!stale_while_revalidate(10, 21, &swr, &none, 0), "past the window");
-        assert!(
-            stale_while_revalidate(10, 30, &swr, &none, 20),
-            "the operator's is larger"
-        );
-        assert!(stale_while_revalidate(10, 15, &none, &none, 5));
+        let asks = cc("max-age=10, stale-while-revalidate=10");
+        assert!(!swr(10, 20, &none, &none, 0), "off unless asked for");
+        assert!(swr(10, 20, &asks, &none, 0));
+        assert!(!swr(10, 21, &asks, &none, 0), "past the window");
+        assert!(swr(10, 30, &asks, &none, 20), "the operator's is larger");
+        assert!(swr(10, 15, &none, &none, 5));
         for forbids in ["no-cache", "must-revalidate", "proxy-revalidate", "s-maxage=10"] {
             let r = cc(&format!("max-age=10, stale-while-revalidate=10, {forbids}"));
-            assert!(!stale_while_revalidate(10, 15, &r, &none, 0), "{forbids}");
+            assert!(!swr(10, 15, &r, &none, 0), "{forbids}");
         }
         for asks_fresher in ["no-cache", "max-age=5", "min-fresh=1"] {
-            assert!(
-                !stale_while_revalidate(10, 15, &swr, &cc(asks_fresher), 0),
-                "{asks_fresher}"
-            );
+            assert!(!swr(10, 15, &asks, &cc(asks_fresher), 0), "{asks_fresher}");
         }
     }
 
@@ -715,29 +717,23 @@ mod tests {
     fn stale_if_error_windows() {
         let none = CacheControl::default();
         // Off unless asked for: by the response, the request or the operator.
-        assert!(!stale_if_error(10, 20, &none, &none, 0));
-        assert!(stale_if_error(10, 20, &cc("max-age=10, stale-if-error=10"), &none, 0));
-        assert!(!stale_if_error(10, 21, &cc("max-age=10, stale-if-error=10"), &none, 0));
-        assert!(stale_if_error(10, 20, &none, &none, 10));
-        assert!(!stale_if_error(10, 21, &none, &none, 10));
+        assert!(!sie(10, 20, &none, &none, 0));
+        assert!(sie(10, 20, &cc("max-age=10, stale-if-error=10"), &none, 0));
+        assert!(!sie(10, 21, &cc("max-age=10, stale-if-error=10"), &none, 0));
+        assert!(sie(10, 20, &none, &none, 10));
+        assert!(!sie(10, 21, &none, &none, 10));
         // The larger of response and operator; the request's own overrides both.
-        assert!(stale_if_error(10, 40, &cc("stale-if-error=30"), &none, 10));
-        assert!(!stale_if_error(
-            10,
-            40,
-            &cc("stale-if-error=30"),
-            &cc("stale-if-error=5"),
-            10
-        ));
-        assert!(stale_if_error(10, 40, &none, &cc("stale-if-error=30"), 0));
+        assert!(sie(10, 40, &cc("stale-if-error=30"), &none, 10));
+        assert!(!sie(10, 40, &cc("stale-if-error=30"), &cc("stale-if-error=5"), 10));
+        assert!(sie(10, 40, &none, &cc("stale-if-error=30"), 0));
         // A bad value asks for nothing.
-        assert!(!stale_if_error(10, 20, &cc("stale-if-error=x"), &none, 0));
+        assert!(!sie(10, 20, &cc("stale-if-error=x"), &none, 0));
         // Never where serving stale is forbidden.
         for r in ["no-cache", "must-revalidate", "proxy-revalidate", "s-maxage=10"] {
             let resp = cc(&format!("{r}, stale-if-error=100"));
-            assert!(!stale_if_error(10, 20, &resp, &none, 100), "{r}");
+            assert!(!sie(10, 20, &resp, &none, 100), "{r}");
         }
-        assert!(!stale_if_error(10, 20, &cc("stale-if-error=100"), &cc("no-cache"), 100));
+        assert!(!sie(10, 20, &cc("stale-if-error=100"), &cc("no-cache"), 100));
     }
 
     #[test]

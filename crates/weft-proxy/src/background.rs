@@ -60,7 +60,8 @@ pub(crate) fn claim(
         return None;
     }
     let configured = sh.cfg.stale_while_revalidate;
-    if !caching::stale_while_revalidate(obj.lifetime, age, &obj.cc, &txn.req_cc, configured) {
+    let why = caching::StaleUse::WhileRevalidate;
+    if !caching::stale_usable(why, (obj.lifetime, age), &obj.cc, &txn.req_cc, configured) {
         return None;
     }
     if obj.revalidating() {

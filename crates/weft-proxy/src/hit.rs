@@ -106,7 +106,7 @@ impl Worker<'_> {
 
 impl Worker<'_> {
     /// The stale stored response that may answer `ct`'s request instead of
-    /// the origin's error (RFC 5861 `stale-if-error`, `caching::stale_if_error`),
+    /// the origin's error (RFC 5861 `stale-if-error`, `caching::stale_usable`),
     /// if nothing of an answer has gone out yet.
     pub(crate) fn stale_stand_in(&mut self, ct: Token, now: u64) -> Option<Arc<Object>> {
         let configured = self.sh.cfg.stale_if_error;
@@ -117,7 +117,8 @@ impl Worker<'_> {
             return None;
         }
         let obj = txn.stale.as_ref()?;
-        let usable = caching::stale_if_error(obj.lifetime, obj.age(now), &obj.cc, &txn.req_cc, configured);
+        let why = caching::StaleUse::IfError;
+        let usable = caching::stale_usable(why, (obj.lifetime, obj.age(now)), &obj.cc, &txn.req_cc, configured);
         if usable {
             txn.stale.take()
         } else {
