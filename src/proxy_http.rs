@@ -48,6 +48,12 @@ pub struct HttpRuleArgs {
     #[arg(long, value_name = "DURATION", value_parser = crate::args::duration)]
     pub stale_while_revalidate: Option<std::time::Duration>,
 
+    /// Add `Cache-Status` (RFC 9211) to every response that went through the
+    /// cache: a hit and its remaining freshness, or forwarded and why, with
+    /// the upstream's status and whether it was stored [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub cache_status: Option<bool>,
+
     /// Collapsed forwarding: while one request fetches a cacheable object
     /// the cache lacks, other misses for it wait for that fill and are
     /// answered from the cache, so the origin sees one request (keys whose
@@ -75,6 +81,9 @@ impl HttpRuleArgs {
         }
         if let Some(d) = self.stale_while_revalidate {
             c.stale_while_revalidate = d.as_secs();
+        }
+        if let Some(on) = self.cache_status {
+            c.cache_status = on;
         }
         if let Some(on) = self.collapse {
             c.collapse = on;

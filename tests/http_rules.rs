@@ -784,3 +784,58 @@ fn purge_removes_stored_responses_from_both_tiers() {
     get(&p, "/fresh-kept");
     assert_eq!(asked("/fresh-kept"), 1, "what was not purged comes back from disk");
 }
+
+/// `--cache-status` (RFC 9211): each answer says what the cache did, under
+/// the `--via-name`; without the flag nothing is added.
+#[test]
+fn cache_status_says_what_the_cache_did() {
+    let o = swr_origin();
+    let upstream = o.addr.to_string();
+    let proxy = |extra: &[&str]| {
+        let mut args = vec!["proxy", "--listen", "127.0.0.1:0", "--upstream", &upstream];
+        args.extend_from_slice(extra);
+        Weft::start(&args)
+    };
+    let p = proxy(&[
+        "--cache-status",
+        "--via-name",
+        "edge-1",
+        "--stale-while-revalidate",
+        "1m",
+    ]);
+    let mut r = Reader::new(TcpStream::connect(p.addr).unwrap());
+    let mut status = |method: &str, path: &str| {
+        let body = if method == "POST" { "Content-Length: 0\r\n" } else { "" };
+        r.send(format!("{method} {path} HTTP/1.1\r\nHost: h\r\n{body}\r\n").as_bytes());
+        let resp = r.response_any(false).unwrap();
+        resp.header("cache-status").unwrap_or("(none)").to_string()
+    };
+    assert_eq!(
+        status("GET", "/fresh/cs"),
+        "\"edge-1\"; fwd=miss; fwd-status=200; stored"
+    );
+    let hit = status("GET", "/fresh/cs");
+    assert!(hit.starts_with("\"edge-1\"; hit; ttl=3"), "{hit}");
+    // Stale (max-age=0): answered while revalidated in the background.
+    assert_eq!(status("GET", "/plain"), "\"edge-1\"; fwd=miss; fwd-status=200; stored");
+    let stale = status("GET", "/plain");
+    assert!(stale.ends_with("; detail=stale-while-revalidate"), "{stale}");
+    assert!(
+        stale.starts_with("\"edge-1\"; hit; ttl=-") || stale.contains("ttl=0"),
+        "{stale}"
+    );
+    // must-revalidate: revalidated in the foreground, a 304 refreshed it.
+    assert_eq!(
+        status("GET", "/swr-must"),
+        "\"edge-1\"; fwd=miss; fwd-status=200; stored"
+    );
+    assert_eq!(
+        status("GET", "/swr-must"),
+        "\"edge-1\"; fwd=stale; fwd-status=304; stored"
+    );
+    assert_eq!(status("POST", "/fresh/cs"), "\"edge-1\"; fwd=bypass; fwd-status=200");
+    let p = proxy(&[]);
+    let mut r = Reader::new(TcpStream::connect(p.addr).unwrap());
+    r.send(b"GET /fresh/cs HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert!(r.response_any(false).unwrap().header("cache-status").is_none());
+}

@@ -243,6 +243,9 @@ pub struct ProxyConfig {
     /// in the background when the response itself does not say
     /// (`stale-while-revalidate`, RFC 5861); 0: only where responses ask.
     pub stale_while_revalidate: u64,
+    /// Add RFC 9211 `Cache-Status` to every response that went through the
+    /// cache (`cache_status.rs`).
+    pub cache_status: bool,
     /// Collapsed forwarding (`fill.rs`): concurrent misses for one key wait
     /// for the first one's fill.
     pub collapse: bool,
@@ -324,6 +327,7 @@ impl Default for ProxyConfig {
             upgrade: true,
             stale_if_error: 0,
             stale_while_revalidate: 0,
+            cache_status: false,
             // Opt-in, as nginx's proxy_cache_lock: behind a slow origin a
             // waiter for a key that turns out uncacheable pays the
             // leader's response time before its own (docs/proxy.md).

@@ -7,6 +7,7 @@
 //! does not evaluate those (RFC 9111 §4.3.2), the request goes to the origin
 //! (see `request.rs`).
 
+use crate::cache_status;
 use crate::client::set_notsent_lowat;
 use crate::stats::ProxyStats;
 use crate::store::Object;
@@ -34,6 +35,8 @@ pub(crate) struct HitAnswer<'d> {
     /// Now as an HTTP date (the `Date` of an answer the proxy generates: a
     /// 412 or 416).
     pub date: &'d [u8],
+    /// `--cache-status`: the cache's identifier and what to say of the hit.
+    pub status: Option<(&'d [u8], cache_status::Hit)>,
 }
 
 impl Worker<'_> {
@@ -167,11 +170,18 @@ fn answer_forwarded(
     if obj.body.len() > sh.cfg.notsent_lowat {
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, sh.cfg);
     }
+    // (Not validated: a stale response standing in for an origin's error.)
+    let detail = Some("stale-if-error").filter(|_| !validated);
+    let hit = cache_status::Hit {
+        detail,
+        collapsed: false,
+    };
     let answer = HitAnswer {
         now,
         close,
         validated,
         date: sh.date.get(),
+        status: sh.cache_status.as_deref().map(|id| (id, hit)),
     };
     let conds = Conditions::from_head(&c.req, &c.req_data);
     let (status, bytes) = serve_hit(&mut c.out, &c.req, &conds, obj, answer, &mut sh.stats);
@@ -205,6 +215,7 @@ pub(crate) fn serve_hit(
         close,
         validated,
         date,
+        status,
     } = answer;
     let method = req.method();
     let len = obj.body.len() as u64;
@@ -231,6 +242,12 @@ pub(crate) fn serve_hit(
     let tail = |v: &mut Vec<u8>, content_length: Option<u64>| {
         if !validated {
             encode::field_u64(v, b"Age", age);
+        }
+        match status {
+            // Revalidated for this request: forwarded, the 304 refreshed it.
+            Some((id, _)) if validated => cache_status::write_forwarded(v, id, "stale", 304, true),
+            Some((id, hit)) => cache_status::write_hit(v, id, obj.lifetime as i64 - age as i64, hit),
+            None => {}
         }
         if let Some(l) = content_length {
             encode::content_length(v, l);

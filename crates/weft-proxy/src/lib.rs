@@ -32,6 +32,7 @@ pub mod acl;
 mod background;
 pub mod booster;
 mod cache;
+mod cache_status;
 mod client;
 pub mod config;
 mod conn;

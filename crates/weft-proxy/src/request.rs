@@ -315,6 +315,7 @@ fn from_cache(
         Lookup::Found(id, obj) => {
             let age = obj.age(now);
             let mut usable = caching::decide(obj.lifetime, age, &obj.cc, &txn.req_cc);
+            let mut detail = Some("max-stale").filter(|_| usable == Usable::StaleAllowed);
             if usable == Usable::Revalidate && !txn.req_cc.only_if_cached {
                 // stale-while-revalidate: answer now, refresh in the
                 // background (`background.rs`; started by `route`).
@@ -322,6 +323,7 @@ fn from_cache(
                     sh.stats.stale_while_revalidate += 1;
                     sh.background_wanted = start;
                     usable = Usable::StaleAllowed;
+                    detail = Some("stale-while-revalidate");
                 }
             }
             match usable {
@@ -334,11 +336,16 @@ fn from_cache(
                     if obj.body.len() > sh.cfg.notsent_lowat {
                         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, sh.cfg);
                     }
+                    let hit = crate::cache_status::Hit {
+                        detail,
+                        collapsed: c.fill_checked,
+                    };
                     let answer = HitAnswer {
                         now,
                         close,
                         validated: false,
                         date: sh.date.get(),
+                        status: sh.cache_status.as_deref().map(|id| (id, hit)),
                     };
                     let (status, bytes) = serve_hit(&mut c.out, req, &conds, &obj, answer, &mut sh.stats);
                     let cache = if u == Usable::StaleAllowed { "STALE" } else { "HIT" };

@@ -118,16 +118,20 @@ pub(crate) fn pipe_min(cfg: &ProxyConfig) -> u64 {
 
 /// Queue the client's response head: the upstream's fields as relayed, the
 /// framing fields, and the connection's persistence.
+/// `status`: `--cache-status`'s `fwd` and whether the answer is stored.
 fn write_client_head(
     out: &mut OutChain,
-    resp: &ResponseHead,
-    rdata: &[u8],
+    (resp, rdata): (&ResponseHead, &[u8]),
     sh: &Shared<'_>,
     f: ClientFraming,
     persist: encode::Persist,
+    (fwd, stored): (&str, bool),
 ) {
     let v = out.own_mut();
     headers::write_response_fields(v, resp, rdata, &sh.via, sh.date.get(), HeadFor::Client);
+    if let Some(id) = &sh.cache_status {
+        crate::cache_status::write_forwarded(v, id, fwd, resp.status(), stored);
+    }
     if let Some(len) = f.length {
         encode::content_length(v, len);
     }
@@ -437,7 +441,12 @@ impl Worker<'_> {
         } else {
             f.length.unwrap_or(0)
         };
-        write_client_head(&mut c.out, resp, rdata, sh, f, persist);
+        let fwd = match cache {
+            "EXPIRED" => "stale",
+            "MISS" => "miss",
+            _ => "bypass",
+        };
+        write_client_head(&mut c.out, (resp, rdata), sh, f, persist, (fwd, plan.is_some()));
         crate::front::count_bytes(cfg, txn, n as u64 + resp.content_length().unwrap_or(0));
         txn.responded = true;
         u.buf.consume(n);

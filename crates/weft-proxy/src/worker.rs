@@ -198,6 +198,8 @@ pub(crate) struct Shared<'a> {
     /// Background revalidations open (`background.rs`; at most
     /// `background::BACKGROUND_MAX`).
     pub(crate) backgrounds: usize,
+    /// `--cache-status`: this cache's identifier in `Cache-Status`.
+    pub(crate) cache_status: Option<Vec<u8>>,
     /// The background revalidation a request answered stale has asked for
     /// (the head to send, the claim on the object): started by `route` once
     /// the request's borrows end.
@@ -264,6 +266,10 @@ impl<'a> Worker<'a> {
     /// A worker over its listener.
     pub fn new(s: WorkerSetup<'a>) -> Worker<'a> {
         let door = Door::new(s.listener, s.shutdown.waker(s.index), s.shutdown, s.cfg.accept_limit);
+        let cache_status = s
+            .cfg
+            .cache_status
+            .then(|| crate::cache_status::id(s.via_name.as_bytes()));
         Worker {
             sh: Shared {
                 cfg: s.cfg,
@@ -299,6 +305,7 @@ impl<'a> Worker<'a> {
                 rules: crate::store::cache_rules(s.cfg).unwrap_or_default(),
                 draining: false,
                 backgrounds: 0,
+                cache_status,
                 background_wanted: None,
             },
             slot: s.slot,
