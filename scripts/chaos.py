@@ -773,7 +773,7 @@ class Run:
         """A caching reverse proxy in front of BadOrigin; afterwards every
         object it answers from its cache must be whole and true."""
         origin = BadOrigin(self.args.seed)
-        argv = ["proxy", "--event", ev, "--splice", splice, "--collapse",
+        argv = ["proxy", "--event", ev, "--splice", splice, "--collapse", "--cache-status",
                 "--upstream", f"127.0.0.1:{origin.port}", "--upstream-timeout", "2s", "--header-timeout", "1s"]
         if disk:
             argv += ["--cache-dir", os.path.join(self.dir, name + "-store")]
