@@ -647,9 +647,16 @@ fn stale_while_revalidate_answers_at_once_and_refreshes_in_the_background() {
         let again = get(&mut r, "/swr", "");
         assert_eq!((again.status, &again.body[..]), (200, &b"v1"[..]));
     }
+    // only-if-cached may have it too: the response permits stale answers.
+    let cached_only = get(&mut r, "/swr", "Cache-Control: only-if-cached\r\n");
+    assert_eq!((cached_only.status, &cached_only.body[..]), (200, &b"v1"[..]));
+    assert_eq!(
+        get(&mut r, "/swr-must", "Cache-Control: only-if-cached\r\n").status,
+        504
+    );
     o.hold.store(false, Ordering::SeqCst);
     until_body(&mut r, "/swr", b"v2");
-    // One background request for the four stale answers, with the stored
+    // One background request for the five stale answers, with the stored
     // validator and none of the client's conditionals.
     let background: Vec<String> = {
         let log = o.log.lock().unwrap();
@@ -680,7 +687,7 @@ fn stale_while_revalidate_answers_at_once_and_refreshes_in_the_background() {
     assert_eq!(get(&mut r, "/swr", "Cache-Control: no-cache\r\n").body, b"v3");
     drop(r);
     let stats = common::stop_stats(p);
-    assert!(common::counter(&stats, "stale_while_revalidate") >= 5, "{stats}");
+    assert!(common::counter(&stats, "stale_while_revalidate") >= 6, "{stats}");
     let started = common::counter(&stats, "background_revalidations");
     assert!(
         started < common::counter(&stats, "stale_while_revalidate"),

@@ -316,9 +316,11 @@ fn from_cache(
             let age = obj.age(now);
             let mut usable = caching::decide(obj.lifetime, age, &obj.cc, &txn.req_cc);
             let mut detail = Some("max-stale").filter(|_| usable == Usable::StaleAllowed);
-            if usable == Usable::Revalidate && !txn.req_cc.only_if_cached {
+            if usable == Usable::Revalidate {
                 // stale-while-revalidate: answer now, refresh in the
-                // background (`background.rs`; started by `route`).
+                // background (`background.rs`; started by `route`). Also
+                // for `only-if-cached`: the origin permits this stale answer
+                // (RFC 9111 §4.2.4), so it is one the cache may give.
                 if let Some(start) = crate::background::claim(sh, c, txn, &obj, age, (req, data)) {
                     sh.stats.stale_while_revalidate += 1;
                     sh.background_wanted = start;
