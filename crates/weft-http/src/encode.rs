@@ -105,6 +105,32 @@ pub enum ContentRange {
     },
 }
 
+impl ContentRange {
+    /// Parse a `Content-Range` value (RFC 9110 §14.4): `bytes first-last/complete`
+    /// or `bytes */complete`. None for another unit, an unknown complete length
+    /// (`/*`), a last byte before the first or past the end, or anything malformed.
+    pub fn parse(value: &[u8]) -> Option<ContentRange> {
+        let v = crate::trim(value);
+        let rest = v.get(..6).filter(|u| u.eq_ignore_ascii_case(b"bytes "))?;
+        let rest = crate::trim(&v[rest.len()..]);
+        let slash = rest.iter().position(|&b| b == b'/')?;
+        let complete = crate::parse_decimal(&rest[slash + 1..])?;
+        let range = &rest[..slash];
+        if range == b"*" {
+            return Some(ContentRange::Unsatisfied { complete });
+        }
+        let dash = range.iter().position(|&b| b == b'-')?;
+        let first = crate::parse_decimal(&range[..dash])?;
+        let last = crate::parse_decimal(&range[dash + 1..])?;
+        (first <= last && last < complete).then_some(ContentRange::Bytes { first, last, complete })
+    }
+
+    /// A part that is the whole representation (`bytes 0-(n-1)/n`).
+    pub fn is_whole(&self) -> bool {
+        matches!(*self, ContentRange::Bytes { first: 0, last, complete } if last + 1 == complete)
+    }
+}
+
 /// `Content-Range: bytes first-last/complete\r\n` or `bytes */complete`.
 #[inline]
 pub fn content_range(out: &mut Vec<u8>, range: ContentRange) {
@@ -216,6 +242,33 @@ mod tests {
     }
 
     #[test]
+    fn content_ranges_parse() {
+        let parse = |s: &str| ContentRange::parse(s.as_bytes());
+        let part = |first, last, complete| Some(ContentRange::Bytes { first, last, complete });
+        assert_eq!(parse("bytes 0-4/12"), part(0, 4, 12));
+        assert_eq!(parse(" Bytes 11-11/12 "), part(11, 11, 12));
+        assert_eq!(parse("bytes */12"), Some(ContentRange::Unsatisfied { complete: 12 }));
+        for bad in [
+            "bytes 0-4/*",
+            "bytes 5-4/12",
+            "bytes 0-12/12",
+            "bytes 0-4",
+            "bytes -4/12",
+            "bytes 0-/12",
+            "items 0-4/12",
+            "bytes 0--4/12",
+            "bytes +0-4/12",
+            "",
+        ] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+        assert!(part(0, 11, 12).unwrap().is_whole());
+        assert!(!part(0, 10, 12).unwrap().is_whole());
+        assert!(!part(1, 11, 12).unwrap().is_whole());
+        assert!(!ContentRange::Unsatisfied { complete: 0 }.is_whole());
+    }
+
+    #[test]
     fn writing_into_a_grown_vec_does_not_reallocate() {
         let mut v = Vec::with_capacity(256);
         let p = v.as_ptr();
@@ -247,6 +300,16 @@ mod tests {
         fn content_range_formats_like_std(first: u64, last: u64, complete: u64) {
             let s = written(|v| content_range(v, ContentRange::Bytes { first, last, complete }));
             prop_assert_eq!(s, format!("Content-Range: bytes {first}-{last}/{complete}\r\n"));
+        }
+
+        #[test]
+        fn content_range_parses_what_it_writes(first in 0u64..1 << 58, len in 0u64..1 << 58, more in 0u64..1 << 58) {
+            // (parse_decimal takes up to 19 digits.)
+            let (last, complete) = (first + len, first + len + more + 1);
+            let r = ContentRange::Bytes { first, last, complete };
+            let s = written(|v| content_range(v, r));
+            let value = s.trim_start_matches("Content-Range:").trim_end();
+            prop_assert_eq!(ContentRange::parse(value.as_bytes()), Some(r));
         }
     }
 }
