@@ -1,7 +1,8 @@
 //! `weft proxy` flags for HTTP rules beyond RFC 9111's fixed ones: the
 //! targeted cache-control field a surrogate honours (RFC 9213), what
-//! happens to methods weft does not know, protocol upgrades, and stale
-//! answers (when the origin fails, and while a response is revalidated).
+//! happens to methods weft does not know, protocol upgrades, stale
+//! answers (when the origin fails, and while a response is revalidated),
+//! and how Range misses fill the cache.
 
 use clap::Args;
 
@@ -62,6 +63,14 @@ pub struct HttpRuleArgs {
     /// [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub collapse: Option<bool>,
+
+    /// Range misses fill the cache: the client gets the origin's 206 at
+    /// once; a 206 with the whole representation is stored as its 200, and
+    /// one with a part starts one background GET of the whole (if it may be
+    /// stored and fits), so later ranges are hits. false: Range misses are
+    /// only forwarded [default: true].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub range_fill: Option<bool>,
 }
 
 impl HttpRuleArgs {
@@ -87,6 +96,9 @@ impl HttpRuleArgs {
         }
         if let Some(on) = self.collapse {
             c.collapse = on;
+        }
+        if let Some(on) = self.range_fill {
+            c.range_fill = on;
         }
     }
 }

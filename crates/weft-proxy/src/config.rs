@@ -249,6 +249,10 @@ pub struct ProxyConfig {
     /// Collapsed forwarding (`fill.rs`): concurrent misses for one key wait
     /// for the first one's fill.
     pub collapse: bool,
+    /// Range misses fill the cache (`background.rs`): a 206 with the whole
+    /// representation is stored as its 200, a 206 with a part starts one
+    /// background GET of the whole.
+    pub range_fill: bool,
 }
 
 impl ProxyConfig {
@@ -332,6 +336,7 @@ impl Default for ProxyConfig {
             // waiter for a key that turns out uncacheable pays the
             // leader's response time before its own (docs/proxy.md).
             collapse: false,
+            range_fill: true,
         }
     }
 }

@@ -7,9 +7,10 @@
 //! `may_write`): set by events, cleared by EAGAIN, so the code never issues a
 //! call it knows would block and edge-triggered backends lose no event.
 
+use crate::background::Claim;
 use crate::disk::LoadedObjects;
 use crate::relay::Relay;
-use crate::store::{Object, Revalidating};
+use crate::store::Object;
 use crate::tunnel::Tunnel;
 use bytes::Bytes;
 use std::net::SocketAddr;
@@ -114,10 +115,9 @@ pub struct Client {
     /// The current request's head, kept for its access-log line (only
     /// with `--access-log`).
     pub log_head: Vec<u8>,
-    /// A background revalidation (`stale-while-revalidate`,
-    /// `background.rs`): no socket, one request, the claim on the object it
-    /// revalidates.
-    pub background: Option<Revalidating>,
+    /// A background request (`background.rs`: a `stale-while-revalidate`
+    /// revalidation or a range fill): no socket, one request, and its claim.
+    pub background: Option<Claim>,
 }
 
 /// The per-request state a client needs only while a request is in flight:

@@ -226,6 +226,10 @@ pub enum HeadFor {
     /// Stored (Date added if missing; the first Age kept, as part of the
     /// object's age, fields a `no-cache="..."` names left out).
     Store,
+    /// Stored as the complete 200 that a 206 carried all of
+    /// (`bytes 0-(n-1)/n`, RFC 9111 §3.4): as `Store`, with status 200 and
+    /// no Content-Range.
+    StoreWhole,
 }
 
 /// Status line and end-to-end fields of `resp`, plus this proxy's Via entry;
@@ -239,12 +243,14 @@ pub fn write_response_fields(
     date: &[u8],
     for_: HeadFor,
 ) {
+    let whole = for_ == HeadFor::StoreWhole;
+    let status = if whole { 200 } else { resp.status() };
     out.extend_from_slice(b"HTTP/1.1 ");
-    weft_http::push_decimal(out, resp.status() as u64);
+    weft_http::push_decimal(out, status as u64);
     out.push(b' ');
     let reason = resp.reason(data);
-    if reason.is_empty() || reason.iter().any(|&b| b < b' ' && b != b'\t') {
-        out.extend_from_slice(weft_http::reason_phrase(resp.status()).as_bytes());
+    if whole || reason.is_empty() || reason.iter().any(|&b| b < b' ' && b != b'\t') {
+        out.extend_from_slice(weft_http::reason_phrase(status).as_bytes());
     } else {
         out.extend_from_slice(reason);
     }
@@ -256,7 +262,10 @@ pub fn write_response_fields(
         {
             continue;
         }
-        if for_ == HeadFor::Store {
+        if whole && name.eq_ignore_ascii_case(b"content-range") {
+            continue;
+        }
+        if for_ != HeadFor::Client {
             if name.eq_ignore_ascii_case(b"age") {
                 if has_age {
                     continue;
@@ -416,6 +425,16 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_whole_part_is_stored_as_the_complete_response() {
+        let d = b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/10\r\nContent-Length: 10\r\nETag: \"e\"\r\nSet-Cookie: a\r\nCache-Control: no-cache=\"set-cookie\"\r\n\r\n";
+        assert_eq!(
+            written_response(d, HeadFor::StoreWhole),
+            "HTTP/1.1 200 OK\r\nETag: \"e\"\r\nCache-Control: no-cache=\"set-cookie\"\r\nDate: DATE\r\nVia: 1.1 me\r\n"
+        );
+        assert!(written_response(d, HeadFor::Client)
+            .starts_with("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/10\r\n"));
+    }
     #[test]
     fn empty_values_and_withheld_fields() {
         let d = b"HTTP/1.1 200 OK\r\nX-Empty:\r\nVary:\r\nVary: *\r\nCache-Control: max-age=9, no-cache=\"Set-Cookie\"\r\nSet-Cookie: a=1\r\nAge: 1\r\nAge: 2\r\n\r\n";

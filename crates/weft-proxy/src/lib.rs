@@ -139,6 +139,8 @@ impl Proxy {
             (Some(_), true) => Some(Arc::new(fill::Fills::new(workers)?)),
             _ => None,
         };
+        // Range misses fill the cache (background.rs): with a cache, unless switched off.
+        let range_fills = (store.is_some() && cfg.range_fill).then(Arc::default);
         let disk = match (&cfg.cache_dir, &store) {
             (None, _) => None,
             (Some(_), None) => {
@@ -202,6 +204,7 @@ impl Proxy {
             store: store.clone(),
             disk: disk.clone(),
             fills,
+            range_fills,
             resolver: resolver.clone(),
             via_name,
             budget,
@@ -303,6 +306,7 @@ struct WorkerShared {
     store: Option<Arc<Mutex<store::Store>>>,
     disk: Option<Arc<disk::DiskStore>>,
     fills: Option<Arc<fill::Fills>>,
+    range_fills: Option<Arc<background::RangeFills>>,
     resolver: resolve::Resolver,
     via_name: String,
     budget: Arc<PipeBudget>,
@@ -328,6 +332,7 @@ fn run_worker(shared: &WorkerShared, seat: WorkerSeat) -> io::Result<ProxyStats>
         store: shared.store.as_deref(),
         disk: shared.disk.as_deref(),
         fills: shared.fills.as_deref(),
+        range_fills: shared.range_fills.clone(),
         pipes: PipePool::new(shared.budget.clone(), IDLE_PIPES),
         resolver: &shared.resolver,
         via_name: shared.via_name.clone(),

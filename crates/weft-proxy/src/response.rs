@@ -185,37 +185,53 @@ fn same_origin_key(key: &[u8], value: &[u8], out: &mut Vec<u8>) -> Option<Vec<u8
     Some(out.clone())
 }
 
-/// The response to a cacheable request: if it may be stored (and fits),
-/// the head to store and the request's secondary (Vary) key. `req`: the
-/// request's parsed head and its bytes.
-fn store_plan(
+/// Whether the response to a cacheable request (`req`: its parsed head and
+/// bytes) could be stored with `status` (its own, or 200 for a 206's whole
+/// representation) and a body of `len` bytes (None: not known yet).
+fn storable_as(
     sh: &Shared<'_>,
     txn: &Txn,
     (req, qdata): (&RequestHead, &[u8]),
-    resp: &ResponseHead,
-    rdata: &[u8],
-    framing: BodyFraming,
-    now: u64,
-) -> Option<StorePlan> {
+    (resp, rdata): (&ResponseHead, &[u8]),
+    status: u16,
+    len: Option<u64>,
+) -> bool {
     let (rcc, expires) = sh.rules.directives(resp, rdata);
     let q = StoreQuery {
         method: txn.method,
-        status: txn.status,
+        status,
         request: &txn.req_cc,
         response: &rcc,
         authorization: req.header(qdata, "authorization").is_some(),
         expires: expires && resp.header(rdata, "expires").is_some(),
         vary_star: caching::vary_has_star(resp.header_all(rdata, "vary")),
     };
-    let fits = match framing {
-        BodyFraming::Length(len) => len <= sh.cfg.max_object_size,
-        _ => true,
+    caching::storable(&q).is_ok() && len.is_none_or(|len| len <= sh.cfg.max_object_size)
+}
+
+/// The response to a cacheable request: if it may be stored (and fits),
+/// the head to store and the request's secondary (Vary) key. `whole`: a 206
+/// that carries all of the representation, stored as its 200 (RFC 9111
+/// §3.4; range fills, `background.rs`).
+fn store_plan(
+    sh: &Shared<'_>,
+    txn: &Txn,
+    (req, qdata): (&RequestHead, &[u8]),
+    (resp, rdata): (&ResponseHead, &[u8]),
+    (framing, whole): (BodyFraming, bool),
+    now: u64,
+) -> Option<StorePlan> {
+    let len = match framing {
+        BodyFraming::Length(len) => Some(len),
+        _ => None,
     };
-    if caching::storable(&q).is_err() || !fits {
+    let status = if whole { 200 } else { txn.status };
+    if !storable_as(sh, txn, (req, qdata), (resp, rdata), status, len) {
         return None;
     }
     let mut head = Vec::with_capacity(rdata.len() + 64);
-    headers::write_response_fields(&mut head, resp, rdata, &sh.via, sh.date.get(), HeadFor::Store);
+    let for_ = if whole { HeadFor::StoreWhole } else { HeadFor::Store };
+    headers::write_response_fields(&mut head, resp, rdata, &sh.via, sh.date.get(), for_);
     head.extend_from_slice(b"\r\n");
     let mut vk = Vec::new();
     let vary: Vec<&[u8]> = resp.header_all(rdata, "vary").collect();
@@ -393,12 +409,31 @@ impl Worker<'_> {
         if caching::invalidates(method, status) {
             invalidate(&sh.cache, &mut sh.scratch, &mut sh.stats, &c.key, resp, rdata);
         }
+        // A 206's part, when Range misses fill the cache (`background.rs`).
+        let part = (status == 206 && txn.cacheable && method == Method::Get && sh.range_fills.is_some())
+            .then(|| {
+                resp.header(rdata, "content-range")
+                    .and_then(encode::ContentRange::parse)
+            })
+            .flatten();
         // Storable?
         let plan = if txn.cacheable {
-            store_plan(sh, txn, (&c.req, &c.req_data), resp, rdata, framing, now)
+            let whole = part.is_some_and(|p| p.is_whole());
+            store_plan(sh, txn, (&c.req, &c.req_data), (resp, rdata), (framing, whole), now)
         } else {
             None
         };
+        // A part of a response the cache could store whole: one background
+        // GET fetches all of it.
+        if let (None, Some(encode::ContentRange::Bytes { complete, .. })) = (&plan, part) {
+            let req = (&c.req, &c.req_data[..]);
+            if storable_as(sh, txn, req, (resp, rdata), 200, Some(complete)) {
+                let client = c.fd.is_some() && c.background.is_none();
+                if let Some(start) = crate::background::range_fill(sh, (client, txn), &c.key, req, complete) {
+                    sh.background_wanted = Some(start);
+                }
+            }
+        }
         if plan.is_none() {
             sh.stats.uncacheable += 1;
             // The requests waiting for this fill go to the origin now, and
@@ -465,6 +500,7 @@ impl Worker<'_> {
             && crate::sockmap::KernelFwd::backend_fits(P::CAPS.name, P::CAPS.tracks_readiness);
         let kernel = kernel.then(|| sh.sockmap_ring(cx));
         start_relay(sh, (c, ct), u, (relay_framing, kernel), plan);
+        self.start_background(cx);
         Flow::Again
     }
 }

@@ -174,6 +174,9 @@ weft_core::metrics! {
         counter stale_while_revalidate,
         /// Background revalidations started (one per stale object at a time).
         counter background_revalidations,
+        /// Background GETs of a whole response started after a Range miss
+        /// answered 206 with a part (`--range-fill`).
+        counter range_fills,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -261,7 +264,7 @@ mod tests {
             calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
             bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
             sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches upstream_not_empty upgrades \
-            stale_if_error collapsed stale_while_revalidate background_revalidations";
+            stale_if_error collapsed stale_while_revalidate background_revalidations range_fills";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

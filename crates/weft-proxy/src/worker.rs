@@ -37,7 +37,7 @@ use crate::store::Store;
 use crate::upstream::UpstreamPool;
 use std::io;
 use std::os::fd::{AsFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weft_http::caching::CacheRules;
 use weft_http::respond::{self, Persist};
@@ -200,10 +200,12 @@ pub(crate) struct Shared<'a> {
     pub(crate) backgrounds: usize,
     /// `--cache-status`: this cache's identifier in `Cache-Status`.
     pub(crate) cache_status: Option<Vec<u8>>,
-    /// The background revalidation a request answered stale has asked for
-    /// (the head to send, the claim on the object): started by `route` once
-    /// the request's borrows end.
-    pub(crate) background_wanted: Option<(Vec<u8>, crate::store::Revalidating)>,
+    /// The background request a request has asked for (a revalidation
+    /// after a stale answer, a range fill after a 206): the head to send and
+    /// the claim, started once the request's borrows end.
+    pub(crate) background_wanted: Option<(Vec<u8>, crate::background::Claim)>,
+    /// Range fills under way in the process (`background.rs`); None: off.
+    pub(crate) range_fills: Option<Arc<crate::background::RangeFills>>,
 }
 
 impl Shared<'_> {
@@ -255,6 +257,8 @@ pub struct WorkerSetup<'a> {
     pub disk: Option<&'a DiskStore>,
     /// Collapsed forwarding's registry (`fill.rs`); None: off.
     pub fills: Option<&'a crate::fill::Fills>,
+    /// Range fills under way in the process (`background.rs`); None: off.
+    pub(crate) range_fills: Option<Arc<crate::background::RangeFills>>,
     pub pipes: PipePool,
     pub resolver: &'a Resolver,
     pub via_name: String,
@@ -307,6 +311,7 @@ impl<'a> Worker<'a> {
                 backgrounds: 0,
                 cache_status,
                 background_wanted: None,
+                range_fills: s.range_fills,
             },
             slot: s.slot,
             slab: Slab::new(),
