@@ -89,12 +89,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_nginx(origin_port, run):
-    """nginx with proxy_cache in front of the origin: (process, port)."""
+def start_nginx(origin_port, run, template=NGINX_CONF):
+    """nginx with proxy_cache in front of the origin: (process, port).
+    `template`: the configuration, with {run}, {origin} and {port}."""
     port = free_port()
     conf = os.path.join(run, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(run=run, origin=origin_port, port=port))
+        f.write(template.format(run=run, origin=origin_port, port=port))
     p = subprocess.Popen(["nginx", "-c", conf, "-p", run], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
