@@ -284,7 +284,8 @@ def main():
     print(f"{args.sessions} seeks x {args.chunks} chunks of 256 KiB into {args.files} files of "
           f"{args.size >> 20} MiB, one every {args.interval_ms:g} ms; origin {args.rate / 1e6:.0f} MB/s "
           "per connection")
-    runs = [("weft (default: --range-fill)", []), ("weft --range-fill false", ["--range-fill", "false"])]
+    runs = [("weft (default: --range-fill)", []), ("weft --collapse", ["--collapse"]),
+            ("weft --range-fill false", ["--range-fill", "false"])]
     if not args.no_nginx and shutil.which("nginx"):
         runs.append(("nginx proxy_cache (anchor)", NGINX_CONF.replace("%SLICE%", "")))
         runs.append(("nginx proxy_cache + slice 1m", NGINX_CONF.replace("%SLICE%", SLICE)))

@@ -21,6 +21,9 @@
 //!
 //! Only a plain GET leads (no Range, no conditional: their answers, a 206
 //! or a 304, are never stored, and would mark a cacheable URL as passing).
+//! With range fills on (`background.rs`), a Range request does not wait
+//! either: it is forwarded, so a seek into a large file never waits for the
+//! whole of it.
 //! The registry is one mutex-held map for the process; each worker is woken
 //! through its own mailbox.
 

@@ -378,6 +378,10 @@ fn from_cache(
         }
         Lookup::Miss if txn.req_cc.only_if_cached => Some(not_in_cache(sh, c, txn, n)),
         Lookup::Miss if c.fill_checked => None,
+        // With range fills, a range never waits for another's fill: the
+        // origin answers its part at once, where waiting would cost the
+        // whole transfer of a large file (`background.rs`).
+        Lookup::Miss if sh.range_fills.is_some() && req.header(data, "range").is_some() => None,
         // Collapsed forwarding (fill.rs): lead the key's fill, or wait for
         // the one under way and be answered again when it ends.
         Lookup::Miss => match sh.cache.join_fill(&c.key, may_lead_fill(txn, req, data), ct, mono) {
