@@ -8,7 +8,7 @@ use clap::{ArgAction, Args};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use weft_proxy::acl::Cidr;
+use weft_proxy::acl::{Cidr, Ports};
 use weft_proxy::config::{HostPort, Route};
 
 use crate::args::{duration, positive, size, size_usize};
@@ -47,24 +47,6 @@ fn first_read(s: &str) -> Result<usize, String> {
         return Err(format!("first read `{s}` out of range (512..1MiB)"));
     }
     Ok(n)
-}
-
-/// `--connect-ports 443,8443`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PortList(pub Vec<u16>);
-
-fn port_list(s: &str) -> Result<PortList, String> {
-    let mut v = Vec::new();
-    for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match p.parse::<u16>() {
-            Ok(n) if n > 0 => v.push(n),
-            _ => return Err(format!("invalid port `{p}` in `{s}` (expected e.g. 443,8443)")),
-        }
-    }
-    if v.is_empty() {
-        return Err(format!("empty port list `{s}`"));
-    }
-    Ok(PortList(v))
 }
 
 /// `weft proxy`. The shared flags keep the proxy's own wording.
@@ -118,9 +100,17 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "CIDR", action = ArgAction::Append)]
     pub allow: Vec<Cidr>,
 
-    /// Ports CONNECT may reach, comma-separated [default: 443].
-    #[arg(long, value_name = "PORTS", value_parser = port_list)]
-    pub connect_ports: Option<PortList>,
+    /// Ports CONNECT may reach, comma-separated, with ranges (443,8443 or
+    /// 1025-65535) [default: 443].
+    #[arg(long, value_name = "PORTS")]
+    pub connect_ports: Option<Ports>,
+
+    /// Ports a forward request (and a protocol upgrade) may reach; a request
+    /// for another gets 403, so the proxy cannot be used to send HTTP lines
+    /// to a mail, SSH or database port [default: 80,280,443,488,591,777,1025-65535,
+    /// Squid's Safe_ports without ftp, gopher and wais].
+    #[arg(long, value_name = "PORTS")]
+    pub forward_ports: Option<Ports>,
 
     /// Body path: `on` splices every body and tunnel through the kernel,
     /// `off` copies through user space, `auto` splices bodies of at least
@@ -252,7 +242,10 @@ impl ProxyArgs {
         c.via_name = self.via_name.clone();
         c.cache_dir = self.cache_dir.clone();
         if let Some(p) = &self.connect_ports {
-            c.connect_ports = p.0.clone();
+            c.connect_ports = p.clone();
+        }
+        if let Some(p) = &self.forward_ports {
+            c.forward_ports = p.clone();
         }
         self.http.apply(&mut c);
         self.uring.apply(&mut c);

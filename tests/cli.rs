@@ -51,6 +51,8 @@ fn bad_flag_values_are_one_line_errors_with_status_2() {
         vec!["serve", "--wake-interval", "soon"],
         vec!["proxy", "--wake-interval", "1s"],
         vec!["proxy", "--max-pass", "-1"],
+        vec!["proxy", "--forward-ports", "25-24"],
+        vec!["proxy", "--connect-ports", "443,x"],
         vec!["origin", "--event", "tracked:kqueue"],
         vec!["proxy", "--event", "tracked:"],
         vec!["load", "http://127.0.0.1:9/", "--event", "untracked"],

@@ -1317,6 +1317,14 @@ mod scenarios {
         assert_eq!(fetch(&p, "ftp://example.com/x", "").status, 400);
         let r = fetch(&p, &format!("http://{}/loop", p.addr), "");
         assert_eq!(r.status, 508, "a request to the proxy itself is a loop");
+        // Ports: a mail port is refused by default; with --forward-ports,
+        // every port not listed, upgrades included, before any connection.
+        assert_eq!(fetch(&p, "http://127.0.0.1:25/x", "").status, 403);
+        let only80 = start_proxy(&["--event", event, "--forward-ports", "80,443"]);
+        assert_eq!(fetch(&only80, &o.url("/cl/2"), "").status, 403);
+        let upgrade = "Connection: upgrade\r\nUpgrade: websocket\r\n";
+        assert_eq!(fetch(&only80, &o.url("/cl/2"), upgrade).status, 403);
+        assert_eq!(o.count("/cl/2"), 0);
         // Request smuggling from the client side.
         let mut c = Conn::to(p.addr);
         c.send(

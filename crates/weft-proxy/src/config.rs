@@ -1,6 +1,6 @@
 //! Settings of `weft proxy`, already validated (the CLI and `weft.toml` build them).
 
-use crate::acl::Cidr;
+use crate::acl::{Cidr, Ports};
 use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -143,7 +143,9 @@ pub struct ProxyConfig {
     /// everyone in reverse mode).
     pub allow: Vec<Cidr>,
     /// Ports CONNECT may reach.
-    pub connect_ports: Vec<u16>,
+    pub connect_ports: Ports,
+    /// Ports a forward request (absolute-form, upgrades included) may reach.
+    pub forward_ports: Ports,
     /// Close a keep-alive client connection idle this long (and a quiet
     /// tunnel, unless `tunnel_timeout` says otherwise).
     pub idle_timeout: Duration,
@@ -292,7 +294,8 @@ impl Default for ProxyConfig {
             upstream: None,
             routes: Vec::new(),
             allow: Vec::new(),
-            connect_ports: vec![443],
+            connect_ports: Ports::connect_default(),
+            forward_ports: Ports::forward_default(),
             idle_timeout: Duration::from_secs(60),
             tunnel_timeout: None,
             header_timeout: Duration::from_secs(10),

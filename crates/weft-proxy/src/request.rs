@@ -208,7 +208,7 @@ fn route_target(
             return Err((405, "CONNECT is only served in forward-proxy mode"));
         }
         let (h, p) = headers::split_authority(target, 443).ok_or((400, "invalid CONNECT target"))?;
-        if !cfg.connect_ports.contains(&p) {
+        if !cfg.connect_ports.contains(p) {
             return Err((403, "CONNECT to this port is not allowed"));
         }
         txn.connect = true;
@@ -226,6 +226,9 @@ fn route_target(
         weft_http::normalize_path(path, &mut txn.path).map_err(|e| (400, e))?;
         txn.host_value.extend_from_slice(authority);
         if !cfg.is_reverse() {
+            if !cfg.forward_ports.contains(p) {
+                return Err((403, "forwarding to this port is not allowed"));
+            }
             push_lower(&mut txn.host, h);
             txn.port = p;
         }
