@@ -40,6 +40,7 @@
 pub mod cache_control;
 pub mod caching;
 pub mod chunked;
+pub mod coding;
 pub mod conditional;
 pub mod date;
 pub mod encode;
