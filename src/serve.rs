@@ -20,6 +20,14 @@ pub(crate) fn parse_off_path(s: &str) -> Result<OffPath, String> {
     }
 }
 
+/// `--precompressed br,gzip`: sidecar codings in order of preference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Codings(pub Vec<weft_server::Precompressed>);
+
+fn codings(s: &str) -> Result<Codings, String> {
+    weft_server::Precompressed::parse_list(s).map(Codings)
+}
+
 /// `weft serve`. The event backend's tuning is explained more fully here
 /// than in the other roles' help.
 #[derive(Args, Debug, Default)]
@@ -74,6 +82,13 @@ pub struct ServeArgs {
     /// List directories that have no index.html.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub autoindex: Option<bool>,
+
+    /// Send `X.br` or `X.gz` instead of `X` to a client whose Accept-Encoding accepts that
+    /// coding, where the sidecar exists (nginx's gzip_static, h2o's send-compressed): codings in
+    /// order of preference, e.g. `br,gzip`; every file response then carries `Vary:
+    /// Accept-Encoding` [default: off].
+    #[arg(long, value_name = "CODINGS|off", value_parser = codings)]
+    pub precompressed: Option<Codings>,
 
     /// Follow symlinks that lead outside the document root.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -135,6 +150,9 @@ impl ServeArgs {
         );
         if let Some(v) = &self.access_log {
             c.access_log = v.0.clone();
+        }
+        if let Some(v) = &self.precompressed {
+            c.precompressed = v.0.clone();
         }
         if let Some(f) = self.log.access_log_format {
             c.access_log_format = f;

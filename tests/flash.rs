@@ -167,9 +167,104 @@ mod scenarios {
             "{arch:?}: no snapshot abort counted"
         );
     }
+
+    /// `--precompressed br,gzip`: a client that accepts a coding gets the
+    /// sidecar (byte for byte, the file's type, the sidecar's validators,
+    /// Content-Encoding), with its ranges and conditionals; others get the
+    /// file; files without sidecars are plain; every file response says
+    /// Vary. Twice, the second round from the warm caches.
+    pub fn precompressed(arch: &[&str]) {
+        let site = site();
+        let js = pattern(40_000);
+        let coded = |n: usize, k: u8| pattern(n).iter().map(|b| b ^ k).collect::<Vec<u8>>();
+        let (gz, br, index_gz) = (coded(3_000, 1), coded(2_000, 2), coded(500, 3));
+        site.write("app.js", &js);
+        site.write("app.js.gz", &gz);
+        site.write("app.js.br", &br);
+        site.write("sub/index.html.gz", &index_gz);
+        let w = serve(&site, arch, &["--precompressed", "br,gzip"]);
+        let ask = |method: &str, path: &str, extra: &str| {
+            let mut c = Reader::new(w.connect());
+            c.send(format!("{method} {path} HTTP/1.1\r\nHost: t\r\n{extra}\r\n").as_bytes());
+            c.response(method == "HEAD")
+        };
+        let ae = |codings: &str| format!("Accept-Encoding: {codings}\r\n");
+        for round in 0..2 {
+            let r = ask("GET", "/app.js", &ae("gzip, deflate, br"));
+            assert_eq!(r.status, 200, "{arch:?} round {round}");
+            assert!(r.body == br, "{arch:?}: the br sidecar, preferred");
+            assert_eq!(r.header("content-encoding"), Some("br"));
+            assert!(r.header("content-type").unwrap().starts_with("text/javascript"));
+            assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+            let gz_tag = {
+                let r = ask("GET", "/app.js", &ae("x-gzip"));
+                assert!(r.body == gz, "{arch:?}: the gzip sidecar");
+                assert_eq!(r.header("content-encoding"), Some("gzip"));
+                r.header("etag").unwrap().to_string()
+            };
+            for refused in ["br;q=0, gzip;q=0", "identity", ""] {
+                let extra = if refused.is_empty() { String::new() } else { ae(refused) };
+                let r = ask("GET", "/app.js", &extra);
+                assert!(r.body == js, "{arch:?} {refused:?}: the file itself");
+                assert_eq!(r.header("content-encoding"), None);
+                assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+                assert_ne!(r.header("etag"), Some(gz_tag.as_str()), "a representation of its own");
+            }
+            let r = ask("GET", "/sub/", &ae("gzip"));
+            assert!(r.body == index_gz, "{arch:?}: an index's sidecar");
+            assert!(r.header("content-type").unwrap().starts_with("text/html"));
+            let r = ask("GET", "/hello.txt", &ae("gzip, br"));
+            assert_eq!(
+                (r.body.as_slice(), r.header("vary")),
+                (&b"hello, weft\n"[..], Some("Accept-Encoding"))
+            );
+            // Ranges and conditionals apply to the coded bytes.
+            let r = ask("GET", "/app.js", &format!("{}Range: bytes=100-199\r\n", ae("gzip")));
+            assert_eq!(r.status, 206);
+            assert!(r.body == gz[100..200]);
+            assert_eq!(r.header("content-range"), Some("bytes 100-199/3000"));
+            let r = ask("GET", "/app.js", &format!("{}If-None-Match: {gz_tag}\r\n", ae("gzip")));
+            assert_eq!((r.status, r.header("vary")), (304, Some("Accept-Encoding")));
+            let r = ask("HEAD", "/app.js", &ae("gzip"));
+            assert_eq!(r.header("content-length"), Some("3000"));
+        }
+    }
 }
 
-per_arch!(byte_exact, pipelined, invalidation, snapshot);
+per_arch!(byte_exact, pipelined, invalidation, snapshot, precompressed);
+
+/// A file without sidecars costs no open per request for them: their
+/// absence is remembered (SPED opens in the loop, where it is counted).
+#[test]
+fn a_missing_sidecar_is_remembered() {
+    let site = site();
+    let mut w = serve(
+        &site,
+        &["--arch", "sped"],
+        &["--precompressed", "br,gzip", "--stats-on-exit"],
+    );
+    let mut c = Reader::new(w.connect());
+    for _ in 0..40 {
+        c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip, br\r\n\r\n");
+        let r = c.response(false);
+        assert_eq!(
+            (r.body.as_slice(), r.header("content-encoding")),
+            (&b"hello, weft\n"[..], None)
+        );
+    }
+    drop(c);
+    w.terminate();
+    assert_eq!(w.wait_exit(Duration::from_secs(15)), Some(0));
+    let err = w.stderr();
+    let stats = err
+        .lines()
+        .find(|l| l.starts_with("{\"accepted\""))
+        .expect("stats at exit");
+    // hello.txt, hello.txt.br and hello.txt.gz once, and again per second
+    // of revalidation: not 80 failed opens.
+    assert!(counter(stats, "open") <= 12, "{stats}");
+    assert_eq!(counter(stats, "precompressed"), 0, "{stats}");
+}
 
 /// The AMPED loop never waits on the disk: with every read sent to a helper
 /// and each helper job slowed to half a second, a request for a file the worker

@@ -4,7 +4,7 @@
 //! header, its body queued from memory (small files) or as a file range of
 //! the connection's output chain (sendfile or pread + writev).
 
-use crate::config::SendMode;
+use crate::config::{Precompressed, SendMode};
 use crate::conn::Conn;
 use crate::files::{http_mtime, CachedFile, Lookup};
 use crate::respond::{self, Persist};
@@ -96,7 +96,7 @@ pub(crate) fn serve_target(
                 let n = respond::simple(c.out.own_mut(), 404, date, b"", "", head_only, persist);
                 return (404, n);
             }
-            serve_file(c, s, head_len, f, (persist, head_only), cache_control)
+            serve_found(c, s, head_len, f, (persist, head_only), cache_control)
         }
         Lookup::Dir(dirfd) => {
             if !info.trailing_slash {
@@ -120,9 +120,11 @@ pub(crate) fn serve_target(
             if matches!(found, Lookup::Miss) {
                 return wait_open(c, s, persist, head_only);
             }
+            if let Lookup::File(f) = found {
+                return serve_found(c, s, head_len, f, (persist, head_only), cache_control);
+            }
             s.rel.truncate(dir_len);
             match found {
-                Lookup::File(f) => serve_file(c, s, head_len, f, (persist, head_only), cache_control),
                 _ if autoindex => {
                     let dirfd = match dirfd {
                         Some(fd) => Ok(fd),
@@ -248,14 +250,84 @@ fn listing(c: &mut Conn, s: &mut Shared<'_>, dirfd: Fd, root_len: usize, how: (P
     (200, page.len() as u64)
 }
 
+/// Which representation of the file at `s.rel` goes out (`--precompressed`).
+enum Pick {
+    /// The file itself.
+    Plain,
+    /// A sidecar in a coding the client accepts; `s.rel` is its path now.
+    Sidecar(Rc<CachedFile>, Precompressed),
+    /// Finding the sidecar needs the disk (AMPED); `s.rel` is its path, for
+    /// the helper's open.
+    Wait,
+}
+
+/// The first sidecar (`X.br`, `X.gz`, in `--precompressed` order) of the
+/// file at `s.rel` that the request's Accept-Encoding accepts and that
+/// exists. A file without one costs a hash lookup per coding accepted.
+fn pick(c: &Conn, s: &mut Shared<'_>, head_len: usize) -> Pick {
+    let cfg = s.cfg;
+    let Some(files) = s.files.as_mut() else {
+        return Pick::Plain;
+    };
+    let data = &c.input.pending()[..head_len];
+    let file_len = s.rel.len();
+    for &coding in &cfg.precompressed {
+        let accepted = weft_http::coding::accepts(s.head.header_all(data, "accept-encoding"), coding.name().as_bytes());
+        if !accepted {
+            continue;
+        }
+        s.rel.extend_from_slice(coding.suffix());
+        match files.lookup_sidecar(&s.rel, c.last_activity, !s.amped) {
+            Lookup::File(f) => return Pick::Sidecar(f, coding),
+            Lookup::Miss => return Pick::Wait,
+            _ => s.rel.truncate(file_len),
+        }
+    }
+    Pick::Plain
+}
+
+/// Answer with the file `f` found at `s.rel`, or with the sidecar of it the
+/// client accepts.
+fn serve_found(
+    c: &mut Conn,
+    s: &mut Shared<'_>,
+    head_len: usize,
+    f: Rc<CachedFile>,
+    how: (Persist, bool),
+    cache_control: Option<&[u8]>,
+) -> (u16, u64) {
+    let file_len = s.rel.len();
+    let answered = match pick(c, s, head_len) {
+        Pick::Plain => serve_file(c, s, head_len, f, how, (cache_control, None)),
+        Pick::Sidecar(sidecar, coding) => {
+            s.stats.precompressed += 1;
+            let coded = Some((coding, f.content_type));
+            serve_file(c, s, head_len, sidecar, how, (cache_control, coded))
+        }
+        Pick::Wait => wait_open(c, s, how.0, how.1),
+    };
+    s.rel.truncate(file_len);
+    answered
+}
+
+/// Answer with the file `f` (at `s.rel`). `coded`: `f` is a sidecar in this
+/// coding of a file of that Content-Type.
 fn serve_file(
     c: &mut Conn,
     s: &mut Shared<'_>,
     head_len: usize,
     f: Rc<CachedFile>,
     (persist, head_only): (Persist, bool),
-    cache_control: Option<&[u8]>,
+    (cache_control, coded): (Option<&[u8]>, Option<(Precompressed, &'static str)>),
 ) -> (u16, u64) {
+    // With sidecars on, every file response says that it depends on
+    // Accept-Encoding (RFC 9110 §12.5.5), so a cache never gives a coded
+    // body to a client that did not ask, nor the plain one for good.
+    let vary: &[u8] = if s.cfg.precompressed.is_empty() {
+        b""
+    } else {
+        b"Vary: Accept-Encoding\r\n"
+    };
     let data = &c.input.pending()[..head_len];
     let date = s.date.get();
     let rep = Representation {
@@ -298,6 +370,7 @@ fn serve_file(
             if let Some(cc) = cache_control {
                 out.extend_from_slice(cc); // RFC 9110 §15.4.5 lists it too
             }
+            out.extend_from_slice(vary); // and this
             respond::end_head(out, None, persist);
             return (status, 0);
         }
@@ -331,7 +404,14 @@ fn serve_file(
     let out = c.out.own_mut();
     respond::start_head(out, status, date);
     // Content-Type and the validators.
-    if let Some(o) = &object {
+    if let Some((coding, content_type)) = coded {
+        // The file's type, the sidecar's validators (a representation of
+        // its own, RFC 9110 §8.8.3), and its coding.
+        crate::files::write_fields(out, content_type, &f.stat, &f.etag);
+        out.extend_from_slice(b"Content-Encoding: ");
+        out.extend_from_slice(coding.name().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    } else if let Some(o) = &object {
         out.extend_from_slice(o.head());
     } else if s.cfg.head_cache {
         out.extend_from_slice(&f.fields);
@@ -342,6 +422,7 @@ fn serve_file(
     if let Some(cc) = cache_control {
         out.extend_from_slice(cc);
     }
+    out.extend_from_slice(vary);
     if let Some(r) = answer.content_range() {
         encode::content_range(out, r);
     }

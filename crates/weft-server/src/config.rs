@@ -26,6 +26,48 @@ weft_core::enum_names!(SendMode, "send mode", {
     Auto => "auto",
 });
 
+/// A content coding served from a precompressed sidecar file (`X.br`,
+/// `X.gz` beside `X`; `--precompressed`). Its `name()` is the coding's name
+/// in Accept-Encoding and Content-Encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precompressed {
+    /// Brotli, from `X.br`.
+    Br,
+    /// gzip, from `X.gz`.
+    Gzip,
+}
+
+weft_core::enum_names!(Precompressed, "precompressed coding", {
+    Br => "br",
+    Gzip => "gzip",
+});
+
+impl Precompressed {
+    /// The sidecar's suffix.
+    pub fn suffix(self) -> &'static [u8] {
+        match self {
+            Precompressed::Br => b".br",
+            Precompressed::Gzip => b".gz",
+        }
+    }
+
+    /// `br,gzip`: the codings in the server's order of preference; `off`:
+    /// none.
+    pub fn parse_list(s: &str) -> Result<Vec<Precompressed>, String> {
+        let mut v: Vec<Precompressed> = Vec::new();
+        if s.trim() == "off" {
+            return Ok(v);
+        }
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let c: Precompressed = item.parse()?;
+            if !v.contains(&c) {
+                v.push(c);
+            }
+        }
+        Ok(v)
+    }
+}
+
 /// How a worker waits on the disk (thesis 004 ch. 4; `docs/serve.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Arch {
@@ -119,6 +161,9 @@ pub struct ServeConfig {
     pub file_cache_valid: Duration,
     /// Serve directory listings when there is no index.html.
     pub autoindex: bool,
+    /// Sidecar codings sent instead of a file to clients that accept them,
+    /// in order of preference (`--precompressed br,gzip`); empty: off.
+    pub precompressed: Vec<Precompressed>,
     /// Let symlinks lead outside the root.
     pub follow_symlinks: bool,
     /// Combined Log Format access log.
@@ -215,6 +260,7 @@ impl Default for ServeConfig {
             file_cache_entries: 1000,
             file_cache_valid: Duration::from_secs(1),
             autoindex: false,
+            precompressed: Vec::new(),
             follow_symlinks: false,
             access_log: None,
             access_log_format: crate::accesslog::Format::Combined,

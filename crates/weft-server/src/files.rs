@@ -149,6 +149,10 @@ pub struct FileCache {
     resuming: bool,
     /// Paths known to be directories, and when they were checked.
     dirs: HashMap<Box<[u8]>, Instant>,
+    /// Sidecars (`--precompressed`) known to be missing, and when that was
+    /// found: most files have none, and asking again each request would cost
+    /// an open (or, under AMPED, a helper's round) per request.
+    missing: HashMap<Box<[u8]>, Instant>,
     /// `--snapshot-check notify`: every entry's file watched for changes.
     notice: Option<crate::notice::ChangeNotice>,
 }
@@ -183,6 +187,7 @@ impl FileCache {
             evictions: 0,
             adopted: None,
             dirs: HashMap::new(),
+            missing: HashMap::new(),
             resuming: false,
             notice: None,
         }
@@ -314,6 +319,27 @@ impl FileCache {
             None => Lookup::Miss,
             Some(r) => self.insert(rel, r, now),
         }
+    }
+
+    /// Look up a sidecar path (`--precompressed`): as [`FileCache::lookup`],
+    /// with its absence remembered as a directory is (at least a second,
+    /// else `file_cache_valid`), so a file without sidecars costs a hash
+    /// lookup per request, not an open.
+    pub fn lookup_sidecar(&mut self, rel: &[u8], now: Instant, inline: bool) -> Lookup {
+        if let Some(&at) = self.missing.get(rel) {
+            if now.duration_since(at) < self.valid.max(DIR_VALID_MIN) {
+                return Lookup::NotFound;
+            }
+            self.missing.remove(rel);
+        }
+        let found = self.lookup(rel, now, inline);
+        if matches!(found, Lookup::NotFound) {
+            if self.missing.len() >= self.max_entries {
+                self.missing.clear();
+            }
+            self.missing.insert(rel.into(), now);
+        }
+        found
     }
 
     fn insert(&mut self, rel: &[u8], opened: io::Result<(Fd, FileStat)>, now: Instant) -> Lookup {

@@ -42,7 +42,7 @@ mod stream;
 pub mod vhost;
 pub mod worker;
 
-pub use config::{Arch, ResidencyTest, SendMode, ServeConfig};
+pub use config::{Arch, Precompressed, ResidencyTest, SendMode, ServeConfig};
 pub use stats::ServeStats;
 
 use std::ffi::CString;
