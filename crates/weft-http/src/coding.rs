@@ -106,6 +106,21 @@ mod tests {
         assert!(ok("gzip;level=9", "gzip"), "another parameter is no weight");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_are_answered_without_panic(field: Vec<u8>) {
+            let _ = accepts([&field[..]], b"gzip");
+        }
+
+        #[test]
+        fn a_plain_listing_wins_whatever_follows(rest in "[ -~]{0,40}") {
+            // A later listing with q=0 of the same coding cannot take back
+            // an acceptable one (the favourable listing counts).
+            let field = format!("gzip, {rest}");
+            proptest::prop_assert!(accepts([field.as_bytes()], b"gzip"));
+        }
+    }
+
     #[test]
     fn several_field_lines() {
         assert!(accepts([&b"deflate"[..], &b"br"[..]], b"br"));
