@@ -44,6 +44,7 @@ fn answer(head: &str, s: &mut TcpStream, release: &AtomicBool) {
             "Cache-Control: max-age=60\r\nCDN-Cache-Control: max-age=60\r\nWeft-Cache-Control: no-store\r\n".into()
         }
         "/cookie" => "Cache-Control: max-age=60, no-cache=\"Set-Cookie\"\r\nSet-Cookie: a=1\r\n".into(),
+        "/vary-ae" => "Cache-Control: max-age=60\r\nVary: Accept-Encoding\r\n".into(),
         "/hints" => {
             let _ = s.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n");
             let _ = s.write_all(b"HTTP/1.1 102 Processing\r\n\r\n");
@@ -293,6 +294,40 @@ mod scenarios {
 }
 
 per_backend!(untracked: interim_responses_are_relayed_first_and_never_cached);
+
+#[test]
+fn accept_encoding_variants_are_keyed_by_what_they_accept() {
+    let (o, p) = origin_and_reverse(&[]);
+    let ask = |ae: Option<&str>| {
+        let field = ae.map(|v| format!("Accept-Encoding: {v}\r\n")).unwrap_or_default();
+        exchange(&p, &format!("GET /vary-ae HTTP/1.1\r\nHost: o.example\r\n{field}\r\n"))
+    };
+    // Browsers listing the same codings in another order, case or weight
+    // order share one stored variant.
+    ask(Some("gzip, deflate, br"));
+    for same in [
+        "br, gzip, deflate",
+        "GZIP,Deflate , BR",
+        "br;q=1.0, gzip;q=0.8, deflate;q=0.1",
+    ] {
+        let r = ask(Some(same));
+        assert!(r.header("age").is_some(), "{same:?}: a hit");
+    }
+    assert_eq!(o.count("GET /vary-ae"), 1);
+    // Another set of codings, an empty field (identity only) and no field
+    // (any coding) are variants of their own.
+    for other in [
+        Some("gzip, deflate, br, zstd"),
+        Some("gzip;q=0, br, deflate"),
+        Some(""),
+        None,
+    ] {
+        let before = o.count("GET /vary-ae");
+        assert_eq!(ask(other).header("age"), None, "{other:?}: a miss");
+        assert_eq!(o.count("GET /vary-ae"), before + 1);
+        assert!(ask(other).header("age").is_some(), "{other:?}: then stored");
+    }
+}
 
 #[test]
 fn no_cache_with_field_names_reuses_without_them() {

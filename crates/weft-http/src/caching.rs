@@ -358,12 +358,26 @@ pub fn vary_has_star<'a>(vary: impl IntoIterator<Item = &'a [u8]>) -> bool {
 /// of that field (all its lines, trimmed, joined by `,`) and a newline. Two
 /// requests select the same stored variant exactly when their keys are equal.
 /// Field names are compared case-insensitively and written lowercased.
+/// `Accept-Encoding` is written as what it accepts and refuses
+/// ([`crate::coding::normalized`]), so browsers that list the same codings
+/// in another order or case share a variant (§4.1 allows normalizing).
 pub fn vary_key<'a>(vary: impl IntoIterator<Item = &'a [u8]>, req: &RequestHead, data: &[u8], out: &mut Vec<u8>) {
     out.clear();
     for v in vary {
         for name in list_items(v) {
             out.extend(name.iter().map(|b| b.to_ascii_lowercase()));
             out.push(b':');
+            if name.eq_ignore_ascii_case(b"accept-encoding") {
+                // `=` marks a field that is there: an empty one accepts
+                // only identity, an absent one any coding (RFC 9110 §12.5.3).
+                let values = req.fields().iter().filter(|f| f.name(data).eq_ignore_ascii_case(name));
+                if values.clone().next().is_some() {
+                    out.push(b'=');
+                    crate::coding::normalized(values.map(|f| f.value(data)), out);
+                }
+                out.push(b'\n');
+                continue;
+            }
             let mut first = true;
             for f in req.fields() {
                 if f.name(data).eq_ignore_ascii_case(name) {
@@ -766,8 +780,15 @@ mod tests {
             vary_key([vary], &RequestHead::parsed(data), data, &mut out);
             out
         };
-        assert_eq!(key(a, b"Accept-Encoding"), b"accept-encoding:gzip\n");
+        assert_eq!(key(a, b"Accept-Encoding"), b"accept-encoding:=gzip\n");
         assert_eq!(key(a, b"accept-encoding"), key(b, b"Accept-Encoding"));
+        // Accept-Encoding by what it accepts: order, case and weights' order
+        // left out; an empty field (identity only) is not an absent one.
+        let reordered = b"GET / HTTP/1.1\r\nHost: h\r\nAccept-Encoding: BR;q=0.9, deflate,gzip\r\n\r\n";
+        let browser = b"GET / HTTP/1.1\r\nHost: h\r\nAccept-Encoding: gzip, deflate, br\r\n\r\n";
+        assert_eq!(key(reordered, b"Accept-Encoding"), key(browser, b"Accept-Encoding"));
+        let empty = b"GET / HTTP/1.1\r\nHost: h\r\nAccept-Encoding:\r\n\r\n";
+        assert_eq!(key(empty, b"Accept-Encoding"), b"accept-encoding:=\n");
         assert_ne!(key(a, b"Accept-Encoding"), key(c, b"Accept-Encoding"));
         assert_ne!(
             key(a, b"Accept-Encoding"),

@@ -52,6 +52,77 @@ fn weight(param: &[u8]) -> Option<bool> {
     Some(valid && v.iter().any(|&b| (b'1'..=b'9').contains(&b)))
 }
 
+/// What an `Accept-Encoding` field (its values, all lines) says, written
+/// so that fields that accept and refuse the same codings are written the
+/// same: the codings it accepts (weight above 0), sorted, lowercased,
+/// `x-gzip` as `gzip`, then `!coding` for those it refuses, `*` or `!*` last.
+/// A shared cache keys `Vary: Accept-Encoding` variants by this (RFC 9111
+/// §4.1 lets it normalize), so `gzip, deflate, br` and `br,gzip, deflate`
+/// share a variant. The weights' order is left out: any variant stored for
+/// a set of accepted codings is in a coding every request of that set
+/// accepts; a request may prefer another it also accepts, as a server may
+/// choose (RFC 9110 §12.5.3).
+pub fn normalized<'a>(values: impl IntoIterator<Item = &'a [u8]>, out: &mut Vec<u8>) {
+    // Few codings per field; more than this and the rest are ignored (no
+    // allocation per request, and a bound on what a client makes us sort).
+    const MAX: usize = 16;
+    let mut seen: [(&[u8], bool); MAX] = [(b"", false); MAX];
+    let mut n = 0;
+    let mut star = None;
+    for value in values {
+        for item in value.split(|&b| b == b',') {
+            let mut parts = item.split(|&b| b == b';');
+            let name = crate::trim(parts.next().unwrap_or(b""));
+            if name.is_empty() {
+                continue;
+            }
+            let q = parts.find_map(weight).unwrap_or(true);
+            if name == b"*" {
+                star = Some(star.unwrap_or(false) || q);
+                continue;
+            }
+            let name: &[u8] = if name.eq_ignore_ascii_case(b"x-gzip") {
+                b"gzip"
+            } else {
+                name
+            };
+            match seen[..n].iter_mut().find(|(s, _)| s.eq_ignore_ascii_case(name)) {
+                Some(e) => e.1 |= q,
+                None if n < MAX => {
+                    seen[n] = (name, q);
+                    n += 1;
+                }
+                None => {}
+            }
+        }
+    }
+    let seen = &mut seen[..n];
+    // Accepted first, then by name.
+    seen.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| cmp_lower(a.0, b.0)));
+    let start = out.len();
+    for (name, q) in seen.iter() {
+        if out.len() > start {
+            out.push(b',');
+        }
+        if !q {
+            out.push(b'!');
+        }
+        out.extend(name.iter().map(u8::to_ascii_lowercase));
+    }
+    if let Some(q) = star {
+        if out.len() > start {
+            out.push(b',');
+        }
+        out.extend_from_slice(if q { b"*" } else { b"!*" });
+    }
+}
+
+fn cmp_lower(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    a.iter()
+        .map(u8::to_ascii_lowercase)
+        .cmp(b.iter().map(u8::to_ascii_lowercase))
+}
+
 fn same_coding(name: &[u8], coding: &[u8]) -> bool {
     name.eq_ignore_ascii_case(coding) || (coding == b"gzip" && name.eq_ignore_ascii_case(b"x-gzip"))
 }
@@ -113,12 +184,54 @@ mod tests {
         }
 
         #[test]
+        fn normalized_is_blind_to_order_case_and_space(mut items in proptest::collection::vec("(gzip|br|deflate|zstd|identity|\\*)(;q=0|;q=0.5|;q=1)?", 0..6), seed: u64) {
+            let a = items.join(", ");
+            // Reordered (deterministically by the seed), upper-cased, spaced.
+            let n = items.len().max(1);
+            items.rotate_left((seed as usize) % n);
+            let b = items.iter().map(|i| i.to_uppercase()).collect::<Vec<_>>().join(" ,  ");
+            let (mut ka, mut kb) = (Vec::new(), Vec::new());
+            normalized([a.as_bytes()], &mut ka);
+            normalized([b.as_bytes()], &mut kb);
+            proptest::prop_assert_eq!(ka, kb);
+        }
+
+        #[test]
         fn a_plain_listing_wins_whatever_follows(rest in "[ -~]{0,40}") {
             // A later listing with q=0 of the same coding cannot take back
             // an acceptable one (the favourable listing counts).
             let field = format!("gzip, {rest}");
             proptest::prop_assert!(accepts([field.as_bytes()], b"gzip"));
         }
+    }
+
+    fn norm(fields: &[&str]) -> String {
+        let mut out = b"x".to_vec();
+        normalized(fields.iter().map(|f| f.as_bytes()), &mut out);
+        String::from_utf8(out[1..].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn normalized_fields_say_what_is_accepted() {
+        assert_eq!(norm(&["gzip, deflate, br"]), "br,deflate,gzip");
+        assert_eq!(norm(&["br,GZIP", "deflate"]), "br,deflate,gzip");
+        assert_eq!(
+            norm(&["gzip;q=0.5, br;q=1.0, deflate"]),
+            "br,deflate,gzip",
+            "weights' order left out"
+        );
+        assert_eq!(norm(&["x-gzip"]), "gzip");
+        assert_eq!(norm(&["gzip, x-gzip;q=0"]), "gzip", "the favourable listing counts");
+        assert_eq!(norm(&["gzip;q=0, br"]), "br,!gzip");
+        assert_eq!(norm(&["*;q=0, identity"]), "identity,!*");
+        assert_eq!(norm(&["br, *"]), "br,*");
+        assert_eq!(
+            norm(&["gzip, deflate, br, zstd"]),
+            "br,deflate,gzip,zstd",
+            "zstd is another set"
+        );
+        assert_eq!(norm(&[""]), "");
+        assert_eq!(norm(&[]), "");
     }
 
     #[test]
