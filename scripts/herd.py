@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 
-NGINX_CONF = """worker_processes 1;
+_NGINX_PROXY_CACHE = """worker_processes 1;
 daemon off;
 user root;
 pid {run}/nginx.pid;
@@ -41,7 +41,7 @@ http {{
     fastcgi_temp_path {run}/fcgi;
     uwsgi_temp_path {run}/uwsgi;
     scgi_temp_path {run}/scgi;
-    proxy_cache_path {run}/cache levels=1:2 keys_zone=herd:10m max_size=256m use_temp_path=off;
+    proxy_cache_path {run}/cache levels=1:2 keys_zone=c:10m max_size=%MAX_SIZE% use_temp_path=off;
     upstream origin {{ server 127.0.0.1:{origin}; keepalive 64; }}
     server {{
         listen 127.0.0.1:{port};
@@ -49,16 +49,30 @@ http {{
             proxy_pass http://origin;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
-            proxy_cache herd;
-            proxy_cache_lock on;
-            proxy_cache_lock_timeout 5s;
-            proxy_cache_revalidate on;
-            proxy_cache_use_stale updating;
-            proxy_cache_background_update on;
+            proxy_cache c;
+            %CACHE%
         }}
     }}
 }}
 """
+
+
+def nginx_proxy_cache(max_size, directives):
+    """An nginx configuration (with {run}, {origin} and {port} to fill in,
+    for `start_nginx`): one worker, `proxy_cache` of `max_size` in front of
+    the origin over keep-alive connections, and these location
+    `directives` (lines, no braces)."""
+    lines = "\n            ".join(directives)
+    return _NGINX_PROXY_CACHE.replace("%MAX_SIZE%", max_size).replace("%CACHE%", lines)
+
+
+NGINX_CONF = nginx_proxy_cache("256m", [
+    "proxy_cache_lock on;",
+    "proxy_cache_lock_timeout 5s;",
+    "proxy_cache_revalidate on;",
+    "proxy_cache_use_stale updating;",
+    "proxy_cache_background_update on;",
+])
 
 
 def start(argv):

@@ -40,43 +40,19 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from herd import free_port, start, start_nginx  # noqa: E402
+from herd import nginx_proxy_cache, start, start_nginx  # noqa: E402
 
 CHUNK = 256 * 1024
 
-NGINX_CONF = """worker_processes 1;
-daemon off;
-user root;
-pid {run}/nginx.pid;
-error_log {run}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    client_body_temp_path {run}/body;
-    proxy_temp_path {run}/proxy;
-    fastcgi_temp_path {run}/fcgi;
-    uwsgi_temp_path {run}/uwsgi;
-    scgi_temp_path {run}/scgi;
-    proxy_cache_path {run}/cache levels=1:2 keys_zone=seek:10m max_size=2g use_temp_path=off;
-    upstream origin {{ server 127.0.0.1:{origin}; keepalive 64; }}
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://origin;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_cache seek;
-            proxy_cache_lock on;
-            proxy_cache_lock_timeout 30s;
-            %SLICE%
-        }}
-    }}
-}}
-"""
-SLICE = """slice 1m;
-            proxy_cache_key $uri$slice_range;
-            proxy_set_header Range $slice_range;
-            proxy_cache_valid 200 206 1h;"""
+# nginx's anchors: the whole file on a miss, or 1 MiB slices fetched with Range.
+LOCK = ["proxy_cache_lock on;", "proxy_cache_lock_timeout 30s;"]
+NGINX_WHOLE = nginx_proxy_cache("2g", LOCK)
+NGINX_SLICE = nginx_proxy_cache("2g", LOCK + [
+    "slice 1m;",
+    "proxy_cache_key $uri$slice_range;",
+    "proxy_set_header Range $slice_range;",
+    "proxy_cache_valid 200 206 1h;",
+])
 
 
 def size_arg(s):
@@ -287,8 +263,8 @@ def main():
     runs = [("weft (default: --range-fill)", []), ("weft --collapse", ["--collapse"]),
             ("weft --range-fill false", ["--range-fill", "false"])]
     if not args.no_nginx and shutil.which("nginx"):
-        runs.append(("nginx proxy_cache (anchor)", NGINX_CONF.replace("%SLICE%", "")))
-        runs.append(("nginx proxy_cache + slice 1m", NGINX_CONF.replace("%SLICE%", SLICE)))
+        runs.append(("nginx proxy_cache (anchor)", NGINX_WHOLE))
+        runs.append(("nginx proxy_cache + slice 1m", NGINX_SLICE))
     for name, proxy in runs:
         run(name, proxy, args, seeks)
 

@@ -56,6 +56,13 @@ fn start_origin(site: &TempDir) -> Weft {
     Weft::serve(&[common::path_str(&root), "--access-log", common::path_str(&log)])
 }
 
+/// `weft proxy` in front of `upstream`, one worker, counters at exit.
+fn proxy_to(upstream: &str, extra: &[&str]) -> Weft {
+    let mut args = vec!["--workers", "1", "--upstream", upstream, "--stats-on-exit"];
+    args.extend_from_slice(extra);
+    Weft::role("proxy", &args)
+}
+
 fn stop(mut w: Weft) {
     w.terminate();
     assert_eq!(w.wait_exit(Duration::from_secs(15)), Some(0), "{}", w.stderr());
@@ -71,18 +78,7 @@ fn range_misses_fill_the_cache() {
     for splice in ["auto", "sockmap"] {
         let origin = start_origin(&site);
         let upstream = origin.addr.to_string();
-        let p = Weft::role(
-            "proxy",
-            &[
-                "--workers",
-                "1",
-                "--upstream",
-                &upstream,
-                "--splice",
-                splice,
-                "--stats-on-exit",
-            ],
-        );
+        let p = proxy_to(&upstream, &["--splice", splice]);
         let mut r = connect(&p);
         // A part: the origin's 206, at once and byte-exact.
         let part = get(&mut r, "/big.bin", "Range: bytes=1000-200999\r\n");
@@ -140,9 +136,7 @@ fn range_misses_only_forward_when_told_or_too_large() {
     let origin = start_origin(&site);
     let upstream = origin.addr.to_string();
     for extra in [&["--range-fill", "false"][..], &["--max-object-size", "100KiB"]] {
-        let mut args = vec!["--workers", "1", "--upstream", &upstream, "--stats-on-exit"];
-        args.extend_from_slice(extra);
-        let p = Weft::role("proxy", &args);
+        let p = proxy_to(&upstream, extra);
         let mut r = connect(&p);
         let path = if extra[0] == "--range-fill" {
             "/small.bin"
@@ -207,17 +201,7 @@ fn with_collapse_a_range_does_not_wait_for_a_fill() {
     let heads = Arc::new(Mutex::new(Vec::new()));
     let o = held_origin(release.clone(), heads.clone());
     let upstream = o.to_string();
-    let p = Weft::role(
-        "proxy",
-        &[
-            "--workers",
-            "1",
-            "--upstream",
-            &upstream,
-            "--collapse",
-            "--stats-on-exit",
-        ],
-    );
+    let p = proxy_to(&upstream, &["--collapse"]);
     // A plain GET leads the fill; the origin holds it.
     let mut leader = connect(&p);
     leader.send(b"GET /obj HTTP/1.1\r\nHost: h\r\n\r\n");

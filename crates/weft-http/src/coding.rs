@@ -14,24 +14,30 @@
 pub fn accepts<'a>(values: impl IntoIterator<Item = &'a [u8]>, coding: &[u8]) -> bool {
     let mut named = None;
     let mut star = None;
-    for value in values {
-        for item in value.split(|&b| b == b',') {
-            let mut parts = item.split(|&b| b == b';');
-            let name = crate::trim(parts.next().unwrap_or(b""));
-            if name.is_empty() {
-                continue;
-            }
-            let q = parts.find_map(weight).unwrap_or(true);
-            if same_coding(name, coding) {
-                // The most favourable listing counts (a client that lists a
-                // coding twice is not refusing it).
-                named = Some(named.unwrap_or(false) || q);
-            } else if name == b"*" {
-                star = Some(star.unwrap_or(false) || q);
-            }
+    for (name, q) in listings(values) {
+        if same_coding(name, coding) {
+            // The most favourable listing counts (a client that lists a
+            // coding twice is not refusing it).
+            named = Some(named.unwrap_or(false) || q);
+        } else if name == b"*" {
+            star = Some(star.unwrap_or(false) || q);
         }
     }
     named.or(star).unwrap_or(false)
+}
+
+/// The codings an `Accept-Encoding` field lists, each with whether its
+/// weight is above 0 (no weight: 1); empty items skipped.
+fn listings<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> impl Iterator<Item = (&'a [u8], bool)> {
+    values
+        .into_iter()
+        .flat_map(|v| v.split(|&b| b == b','))
+        .filter_map(|item| {
+            let mut parts = item.split(|&b| b == b';');
+            let name = crate::trim(parts.next().unwrap_or(b""));
+            let q = parts.find_map(weight).unwrap_or(true);
+            (!name.is_empty()).then_some((name, q))
+        })
 }
 
 /// `q=` of a parameter: Some(true) above 0, Some(false) at 0 (or a malformed
@@ -69,31 +75,23 @@ pub fn normalized<'a>(values: impl IntoIterator<Item = &'a [u8]>, out: &mut Vec<
     let mut seen: [(&[u8], bool); MAX] = [(b"", false); MAX];
     let mut n = 0;
     let mut star = None;
-    for value in values {
-        for item in value.split(|&b| b == b',') {
-            let mut parts = item.split(|&b| b == b';');
-            let name = crate::trim(parts.next().unwrap_or(b""));
-            if name.is_empty() {
-                continue;
+    for (name, q) in listings(values) {
+        if name == b"*" {
+            star = Some(star.unwrap_or(false) || q);
+            continue;
+        }
+        let name: &[u8] = if name.eq_ignore_ascii_case(b"x-gzip") {
+            b"gzip"
+        } else {
+            name
+        };
+        match seen[..n].iter_mut().find(|(s, _)| s.eq_ignore_ascii_case(name)) {
+            Some(e) => e.1 |= q,
+            None if n < MAX => {
+                seen[n] = (name, q);
+                n += 1;
             }
-            let q = parts.find_map(weight).unwrap_or(true);
-            if name == b"*" {
-                star = Some(star.unwrap_or(false) || q);
-                continue;
-            }
-            let name: &[u8] = if name.eq_ignore_ascii_case(b"x-gzip") {
-                b"gzip"
-            } else {
-                name
-            };
-            match seen[..n].iter_mut().find(|(s, _)| s.eq_ignore_ascii_case(name)) {
-                Some(e) => e.1 |= q,
-                None if n < MAX => {
-                    seen[n] = (name, q);
-                    n += 1;
-                }
-                None => {}
-            }
+            None => {}
         }
     }
     let seen = &mut seen[..n];
