@@ -237,3 +237,38 @@ fn with_collapse_a_range_does_not_wait_for_a_fill() {
     let plain = heads.lock().unwrap().iter().filter(|h| !h.contains("Range:")).count();
     assert_eq!(plain, 1, "the origin sent the whole once");
 }
+
+/// A 206 whose Content-Range says it is the whole representation but whose
+/// length disagrees is relayed, and not stored as a 200.
+#[test]
+fn a_whole_part_with_another_length_is_not_stored() {
+    let heads = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = heads.clone();
+    let o = common::tcp_server(move |mut s| {
+        let mut buf = Vec::new();
+        while let Some(head) = common::next_head(&mut s, &mut buf) {
+            seen.lock().unwrap().push(head);
+            let reply = "HTTP/1.1 206 Partial Content\r\nCache-Control: max-age=600\r\n\
+                         Content-Range: bytes 0-9/10\r\nContent-Length: 20\r\n\r\n0123456789abcdefghij";
+            if s.write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    let p = proxy_to(&o.to_string(), &[]);
+    let mut r = connect(&p);
+    for _ in 0..2 {
+        let part = get(&mut r, "/liar", "Range: bytes=0-\r\n");
+        assert_eq!(part.status, 206);
+        assert_eq!(part.header("age"), None, "never stored");
+    }
+    drop(r);
+    let stats = common::stop_stats(p);
+    assert_eq!(common::counter(&stats, "stored"), 0, "{stats}");
+    assert_eq!(
+        common::counter(&stats, "range_fills"),
+        0,
+        "nothing more to fetch: {stats}"
+    );
+    assert_eq!(heads.lock().unwrap().len(), 2);
+}

@@ -416,18 +416,26 @@ impl Worker<'_> {
                     .and_then(encode::ContentRange::parse)
             })
             .flatten();
-        // Storable?
+        // Storable? A 206 with all of the representation is, as its 200,
+        // when its length says so too.
         let plan = if txn.cacheable {
-            let whole = part.is_some_and(|p| p.is_whole());
+            let whole = part.is_some_and(|p| {
+                let complete = match p {
+                    encode::ContentRange::Bytes { complete, .. } => complete,
+                    encode::ContentRange::Unsatisfied { .. } => 0,
+                };
+                p.is_whole() && framing == BodyFraming::Length(complete)
+            });
             store_plan(sh, txn, (&c.req, &c.req_data), (resp, rdata), (framing, whole), now)
         } else {
             None
         };
         // A part of a response the cache could store whole: one background
-        // GET fetches all of it.
-        if let (None, Some(encode::ContentRange::Bytes { complete, .. })) = (&plan, part) {
+        // GET fetches all of it. (A "whole" part that was not stored had
+        // another length than it said: nothing to fetch from such an origin.)
+        if let (None, Some(p @ encode::ContentRange::Bytes { complete, .. })) = (&plan, part) {
             let req = (&c.req, &c.req_data[..]);
-            if storable_as(sh, txn, req, (resp, rdata), 200, Some(complete)) {
+            if !p.is_whole() && storable_as(sh, txn, req, (resp, rdata), 200, Some(complete)) {
                 let client = c.fd.is_some() && c.background.is_none();
                 if let Some(start) = crate::background::range_fill(sh, (client, txn), &c.key, req, complete) {
                     sh.background_wanted = Some(start);
