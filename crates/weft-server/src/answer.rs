@@ -304,6 +304,12 @@ fn serve_found(
             let coded = Some((coding, f.content_type));
             serve_file(c, s, head_len, sidecar, how, (cache_control, coded))
         }
+        // The helpers are full: the file itself, rather than a 503 for
+        // want of a sidecar.
+        Pick::Wait if s.overloaded => {
+            s.rel.truncate(file_len);
+            serve_file(c, s, head_len, f, how, (cache_control, None))
+        }
         Pick::Wait => wait_open(c, s, how.0, how.1),
     };
     s.rel.truncate(file_len);
