@@ -30,11 +30,21 @@ impl<T> Mailboxes<T> {
         self.boxes[worker].0.raw()
     }
 
-    /// Leave `item` for `worker` and wake it.
+    /// Leave `item` for `worker` and wake it. Only a post into an empty box
+    /// signals: one that finds items there is taken with them, since
+    /// [`Mailboxes::take`] resets the eventfd before it empties the box
+    /// (a burst of posts, such as one per follower of a stream, costs one
+    /// system call).
     pub fn post(&self, worker: usize, item: T) {
         let (wake, items) = &self.boxes[worker];
-        items.lock().unwrap_or_else(|e| e.into_inner()).push(item);
-        let _ = sys::eventfd_signal(wake.raw());
+        let first = {
+            let mut items = items.lock().unwrap_or_else(|e| e.into_inner());
+            items.push(item);
+            items.len() == 1
+        };
+        if first {
+            let _ = sys::eventfd_signal(wake.raw());
+        }
     }
 
     /// Move what `worker` was left into `out` (and reset its eventfd).
