@@ -1489,27 +1489,8 @@ fn concurrent_misses_are_collapsed_into_one_fill() {
     for event in ["epoll", "uring", "tracked"] {
         let o = HeldOrigin::start();
         let up = o.addr.to_string();
-        let p = Weft::start(&[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--workers",
-            "2",
-            "--event",
-            event,
-            "--upstream",
-            &up,
-            "--admin",
-            "127.0.0.1:0",
-            "--stats-on-exit",
-            "--collapse",
-        ]);
-        let admin = p.admin.expect("admin").to_string();
-        // The workers' sum (the document lists each worker first).
-        let collapsed = || {
-            let doc = common::fetch(&admin, "/stats");
-            counter(&doc[doc.find("\"total\":").expect("total")..], "collapsed")
-        };
+        let p = common::collapsing_proxy(&up, event, &[]);
+        let collapsed = || common::admin_total(&p, "collapsed");
         // Cacheable: one request reaches the origin, seven wait.
         o.open.store(false, Ordering::SeqCst);
         let waiting = o.clients(&p, "/c1", 8);

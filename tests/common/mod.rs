@@ -706,6 +706,35 @@ pub fn stop_stats(mut p: Weft) -> String {
         .to_string()
 }
 
+/// `weft proxy --collapse` in front of `upstream`: two workers, the `event`
+/// backend, an admin endpoint and counters at exit, and `extra` flags.
+pub fn collapsing_proxy(upstream: &str, event: &str, extra: &[&str]) -> Weft {
+    let mut args = vec![
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--event",
+        event,
+        "--upstream",
+        upstream,
+        "--admin",
+        "127.0.0.1:0",
+        "--stats-on-exit",
+        "--collapse",
+    ];
+    args.extend_from_slice(extra);
+    Weft::start(&args)
+}
+
+/// A counter of a running role, summed over its workers (from its admin
+/// endpoint's `/stats`, whose document lists each worker first).
+pub fn admin_total(w: &Weft, name: &str) -> u64 {
+    let doc = fetch(&w.admin.expect("admin").to_string(), "/stats");
+    counter(&doc[doc.find("\"total\":").expect("total")..], name)
+}
+
 /// A number-valued key of a JSON text (the first one of that name).
 pub fn counter(json: &str, name: &str) -> u64 {
     let key = format!("\"{name}\":");

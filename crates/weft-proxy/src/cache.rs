@@ -25,7 +25,7 @@
 //! would invert that order.
 
 use crate::disk::{DiskStore, Loaded, LoadedObjects};
-use crate::fill::{Fills, Join, Outcome, Woken};
+use crate::fill::{Feed, Fills, Join, Outcome, Read, Stream, StreamSeed, Woken};
 use crate::store::{Object, Store};
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -127,14 +127,44 @@ impl<'a> TwoTier<'a> {
     /// A miss for `key` by `token` (after [`TwoTier::lookup`] found nothing
     /// and parked nothing): lead its fill, wait for the one under way (the
     /// park's number comes back with the wake-up, [`TwoTier::take_filled`]),
-    /// or pass. Collapsing off: always pass.
-    pub fn join_fill(&mut self, key: &[u8], may_lead: bool, token: Token, now: Instant) -> (Join, u64) {
+    /// follow its stream (`follow`: as in [`Fills::join`]), or pass.
+    /// Collapsing off: always pass.
+    pub fn join_fill(
+        &mut self,
+        key: &[u8],
+        may_lead: bool,
+        follow: Option<&mut dyn FnMut(&Stream) -> bool>,
+        token: Token,
+        now: Instant,
+    ) -> (Join, u64) {
         let Some(f) = self.fills else {
             return (Join::Pass, 0);
         };
+        let park = self.next_park();
+        (f.join(key, may_lead, follow, (self.worker, token, park), now), park)
+    }
+
+    fn next_park(&mut self) -> u64 {
         let park = self.next_wait;
         self.next_wait += 1;
-        (f.join(key, may_lead, (self.worker, token, park), now), park)
+        park
+    }
+
+    /// The fill this worker leads for `key` will store a body of `len`
+    /// bytes: a stream of it for the requests that wait or come meanwhile
+    /// (`fill.rs`, read-while-write). None: collapsing is off.
+    pub fn publish_stream(&self, key: &[u8], seed: StreamSeed, len: u64) -> Option<Feed> {
+        let f = self.fills?;
+        let stream = f.stream(seed, len);
+        f.publish(key, &stream);
+        Some(Feed::new(stream))
+    }
+
+    /// Up to `max` bytes of `stream` from `at` for `token`; with nothing new
+    /// yet, the park number its wake-up will carry.
+    pub fn read_stream(&mut self, stream: &Stream, at: u64, max: u64, token: Token) -> (Read, u64) {
+        let park = self.next_park();
+        (stream.read(at, max, (self.worker, token, park)), park)
     }
 
     /// The fill this worker led for `key` ended.

@@ -15,8 +15,10 @@ use weft_io::sys::{self, Fd};
 use weft_io::{accept, pools, BufPool, Ctx, Fill, Interest, Poller, Token};
 
 /// The fill `txn` leads for `key`, if any, ended with `outcome`: its waiters
-/// are woken (collapsed forwarding, `fill.rs`). Once per fill.
+/// are woken (collapsed forwarding, `fill.rs`). Once per fill. Its stream,
+/// if not completed first ([`crate::fill::Feed::complete`]), fails.
 pub(crate) fn end_fill(sh: &Shared<'_>, key: &[u8], txn: &mut Txn, outcome: Outcome) {
+    txn.feed = None;
     if std::mem::take(&mut txn.fill) {
         sh.cache.finish_fill(key, outcome, Instant::now());
     }
@@ -206,6 +208,11 @@ impl Worker<'_> {
                     return Flow::Closed;
                 }
             }
+        }
+        if c.follow.is_some() {
+            // Answering from a fill under way: its next bytes, or a wait for
+            // them; once all are queued, on as after a hit.
+            return self.follow_step(ct).unwrap_or(Flow::Again);
         }
         if c.close_after {
             // Linger after an error answer, and whenever the client may still

@@ -104,6 +104,12 @@ pub struct Client {
     /// The request at the front has waited for a fill already: answered
     /// again, it does not wait twice (nor is it counted twice).
     pub fill_checked: bool,
+    /// The fill it waited for can be followed now (woken by its stream,
+    /// `fill.rs`): it joins once more, to follow it or wait for the end.
+    pub fill_follow: bool,
+    /// Answering from another request's fill as it arrives (collapsed
+    /// forwarding's stream, `fill.rs`): the head is queued, the body follows.
+    pub follow: Option<Box<Follow>>,
     /// `req`, `req_data`, `key` and `spare` are blanks (no storage): their
     /// [`RequestState`] went back to the worker's pool while the connection
     /// is idle ([`Client::park`]).
@@ -118,6 +124,16 @@ pub struct Client {
     /// A background request (`background.rs`: a `stale-while-revalidate`
     /// revalidation or a range fill): no socket, one request, and its claim.
     pub background: Option<Claim>,
+}
+
+/// A response whose body follows a fill under way (`fill.rs`).
+pub struct Follow {
+    /// The fill's stream.
+    pub stream: Arc<crate::fill::Stream>,
+    /// Body bytes queued so far.
+    pub at: u64,
+    /// Waiting for the next part: the park number its wake-up carries.
+    pub park: Option<u64>,
 }
 
 /// The per-request state a client needs only while a request is in flight:
@@ -192,6 +208,8 @@ impl Client {
             disk_loaded: None,
             fill_wait: None,
             fill_checked: false,
+            fill_follow: false,
+            follow: None,
             parked: true,
             timed: 0,
             began: None,
@@ -236,7 +254,8 @@ impl Client {
 
     /// Nothing in flight: no output, no transaction, no partial request.
     pub fn is_idle(&self) -> bool {
-        self.out.is_empty()
+        self.follow.is_none()
+            && self.out.is_empty()
             && self.txn.is_none()
             && self.tunnel.is_none()
             && self.input.is_empty()
@@ -331,6 +350,9 @@ pub struct Txn {
     /// This request leads the fill of its key (collapsed forwarding,
     /// `fill.rs`): others wait for it until it ends (`Worker::end_fill`).
     pub fill: bool,
+    /// The leader's end of the stream its fill publishes to waiters
+    /// (`fill.rs`; dropped unfinished, the stream fails).
+    pub feed: Option<crate::fill::Feed>,
     /// The stale stored response this request went upstream for (with
     /// validators or not): it may stand in if the origin fails
     /// (`stale-if-error`, `hit.rs`).
@@ -379,6 +401,7 @@ impl Txn {
             stored: None,
             stale: None,
             fill: false,
+            feed: None,
             body: ReqBody::None,
             req_pipe: None,
             had_body: false,

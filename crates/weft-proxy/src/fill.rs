@@ -19,6 +19,17 @@
 //!   upstream without waiting, Varnish's hit-for-pass, so uncacheable URLs
 //!   are never serialized behind each other), or when the transaction fails.
 //!
+//! - **Streaming** (read-while-write, as Varnish, Squid and Traffic Server
+//!   do; nginx's `proxy_cache_lock` makes its waiters wait for the whole
+//!   object): once the leader's response head shows an object of known
+//!   length that will be stored, the fill publishes a [`Stream`]. Waiters
+//!   that can take the stored answer as it is (a GET or HEAD without a
+//!   range or a conditional) are woken and *follow* it: they get the head
+//!   at once and the body as it arrives, in shared segments of the object
+//!   being filled (no copy), instead of waiting for its last byte. A large
+//!   or slowly sent object then no longer holds its waiters until
+//!   [`WAIT_MAX`], after which they would all have asked the origin.
+//!
 //! Only a plain GET leads (no Range, no conditional: their answers, a 206
 //! or a 304, are never stored, and would mark a cacheable URL as passing).
 //! With range fills on (`background.rs`), a Range request does not wait
@@ -27,11 +38,16 @@
 //! The registry is one mutex-held map for the process; each worker is woken
 //! through its own mailbox.
 
+use crate::store::Object;
+use bytes::Bytes;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+use weft_buf::Aggregate;
+use weft_http::caching::CacheRules;
 use weft_io::mailbox::Mailboxes;
 use weft_io::Token;
 
@@ -47,7 +63,7 @@ const PASS_MAX: usize = 4096;
 const WAITERS_MAX: usize = 4096;
 
 /// What a miss does about its key's fill.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Join {
     /// No fill under way: this request leads one (and must end it).
     Lead,
@@ -56,6 +72,18 @@ pub enum Join {
     /// Go upstream without a fill: the key passes, the request may not lead,
     /// or too many wait already.
     Pass,
+    /// The fill under way streams its object and the request may take it:
+    /// answer from the stream ([`Stream`]).
+    Follow(Arc<Stream>),
+}
+
+impl PartialEq for Join {
+    fn eq(&self, other: &Join) -> bool {
+        match (self, other) {
+            (Join::Follow(a), Join::Follow(b)) => Arc::ptr_eq(a, b),
+            (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
+        }
+    }
 }
 
 /// How a fill ended.
@@ -69,17 +97,33 @@ pub enum Outcome {
     Failed,
 }
 
-/// A request woken because the fill it waited for ended: its worker-local
-/// token and the number of its park.
+/// A request woken because the fill it waited for ended or can be
+/// followed now, or a follower because its stream has more: its
+/// worker-local token and the number of its park (with [`STREAMING`] set
+/// when a waiter may follow the fill).
 pub type Woken = (Token, u64);
 
+/// Set in a waiter's park number when it is woken to follow the fill's
+/// stream rather than because the fill ended (park numbers count from 0
+/// and never reach it).
+pub const STREAMING: u64 = 1 << 63;
+
 /// A waiting request: its worker, its token there and its park number.
-type Waiter = (usize, Token, u64);
+pub type Waiter = (usize, Token, u64);
+
+/// A fill under way: the requests waiting for it and, once its head showed
+/// an object it can stream, the stream.
+#[derive(Default)]
+struct Filling {
+    /// The waiters and whether each may follow a stream.
+    waiters: Vec<(Waiter, bool)>,
+    stream: Option<Arc<Stream>>,
+}
 
 #[derive(Default)]
 struct State {
-    /// Keys being filled → the requests waiting: (worker, token, park).
-    filling: HashMap<Box<[u8]>, Vec<Waiter>>,
+    /// Keys being filled → their waiters and stream.
+    filling: HashMap<Box<[u8]>, Filling>,
     /// Keys whose last fill was not storable → until when they pass.
     pass: HashMap<Box<[u8]>, Instant>,
 }
@@ -87,7 +131,7 @@ struct State {
 /// The process's fills under way and its workers' wake-up mailboxes.
 pub struct Fills {
     state: Mutex<State>,
-    mail: Mailboxes<Woken>,
+    mail: Arc<Mailboxes<Woken>>,
 }
 
 impl Fills {
@@ -95,7 +139,7 @@ impl Fills {
     pub fn new(workers: usize) -> io::Result<Fills> {
         Ok(Fills {
             state: Mutex::new(State::default()),
-            mail: Mailboxes::new(workers)?,
+            mail: Arc::new(Mailboxes::new(workers)?),
         })
     }
 
@@ -113,10 +157,19 @@ impl Fills {
         self.mail.take(worker, out);
     }
 
-    /// A miss for `key` by `(worker, token)`, park number `park`: lead its
-    /// fill, wait for the one under way, or pass. `may_lead`: a plain GET,
-    /// whose answer can fill the cache.
-    pub fn join(&self, key: &[u8], may_lead: bool, (worker, token, park): Waiter, now: Instant) -> Join {
+    /// A miss for `key` by `waiter` (worker, token, park number): lead its
+    /// fill, follow its stream, wait for the one under way, or pass.
+    /// `may_lead`: a plain GET, whose answer can fill the cache. `follow`:
+    /// the request may take a stream's object as it is and says whether it
+    /// takes this one (its Vary match, its freshness); None: it may not.
+    pub fn join(
+        &self,
+        key: &[u8],
+        may_lead: bool,
+        follow: Option<&mut dyn FnMut(&Stream) -> bool>,
+        waiter: Waiter,
+        now: Instant,
+    ) -> Join {
         let mut s = self.lock();
         if let Some(&until) = s.pass.get(key) {
             if until > now {
@@ -124,20 +177,71 @@ impl Fills {
             }
             s.pass.remove(key);
         }
+        let may_follow = follow.is_some();
         match s.filling.get_mut(key) {
-            Some(w) if w.len() < WAITERS_MAX => {
-                w.push((worker, token, park));
-                Join::Wait
+            Some(f) => {
+                if let (Some(stream), Some(takes)) = (&f.stream, follow) {
+                    if takes(stream) {
+                        stream.followers.fetch_add(1, Ordering::Relaxed);
+                        return Join::Follow(stream.clone());
+                    }
+                }
+                if f.waiters.len() < WAITERS_MAX {
+                    // A waiter that could not take the stream waits for the end.
+                    f.waiters.push((waiter, may_follow && f.stream.is_none()));
+                    Join::Wait
+                } else {
+                    Join::Pass
+                }
             }
-            Some(_) => Join::Pass,
             None if may_lead => {
                 // One copy of the key per fill (a miss that leads), not per
                 // request; the pass check above allocates nothing.
-                s.filling.insert(key.into(), Vec::new());
+                s.filling.insert(key.into(), Filling::default());
                 Join::Lead
             }
             None => Join::Pass,
         }
+    }
+
+    /// The fill of `key` has a head to stream: waiters that may follow are
+    /// woken (they join again and follow it); the others wait for the end.
+    /// Later misses may follow it too. Nothing happens when the fill has
+    /// ended already.
+    pub fn publish(&self, key: &[u8], stream: &Arc<Stream>) {
+        let woken: Vec<Waiter> = {
+            let mut s = self.lock();
+            let Some(f) = s.filling.get_mut(key) else {
+                return;
+            };
+            f.stream = Some(stream.clone());
+            let mut woken = Vec::new();
+            f.waiters.retain(|&(w, may_follow)| {
+                if may_follow {
+                    woken.push(w);
+                }
+                !may_follow
+            });
+            woken
+        };
+        for (worker, token, park) in woken {
+            self.mail.post(worker, (token, park | STREAMING));
+        }
+    }
+
+    /// A stream for a fill of a body of `len` bytes, waking its readers
+    /// through these mailboxes; the object is built from `seed` when a
+    /// waiter first looks at it.
+    pub fn stream(&self, seed: StreamSeed, len: u64) -> Arc<Stream> {
+        Arc::new(Stream {
+            seed,
+            object: OnceLock::new(),
+            len,
+            followers: AtomicUsize::new(0),
+            hungry: AtomicBool::new(false),
+            progress: Mutex::new(Progress::default()),
+            mail: self.mail.clone(),
+        })
     }
 
     /// The fill of `key` ended with `outcome`: every waiter is woken (by its
@@ -158,7 +262,7 @@ impl Fills {
             }
             s.filling.remove(key)
         };
-        for (worker, token, park) in waiters.into_iter().flatten() {
+        for ((worker, token, park), _) in waiters.into_iter().flat_map(|f| f.waiters) {
             self.mail.post(worker, (token, park));
         }
     }
@@ -167,6 +271,180 @@ impl Fills {
     pub fn counts(&self) -> (usize, usize) {
         let s = self.lock();
         (s.filling.len(), s.pass.len())
+    }
+}
+
+/// What a stream's object is built from: the stored head, the request's
+/// secondary (Vary) key and the exchange's times.
+pub struct StreamSeed {
+    /// The head as it will be stored.
+    pub head: Bytes,
+    /// The leading request's secondary key.
+    pub vary_key: Box<[u8]>,
+    /// When the leading request was sent, and when its response came.
+    pub times: (u64, u64),
+}
+
+/// The object of a fill under way, shared with the requests that follow it
+/// (read-while-write): the head as it will be stored, and the body so far
+/// as segments of the object being filled. The leader's relay hands over
+/// what it has read ([`Feed::append`]) while anyone follows; a follower
+/// that has sent all there is registers to be woken by the next part.
+pub struct Stream {
+    seed: StreamSeed,
+    /// Built by the first request that looks (a fill nobody follows pays
+    /// nothing for it); None: the head does not make an object.
+    object: OnceLock<Option<Arc<Object>>>,
+    /// The body's length (its Content-Length).
+    pub len: u64,
+    /// Requests that have followed this stream.
+    followers: AtomicUsize,
+    /// A follower waits for the next part: hand over what there is.
+    hungry: AtomicBool,
+    progress: Mutex<Progress>,
+    mail: Arc<Mailboxes<Woken>>,
+}
+
+#[derive(Default)]
+struct Progress {
+    /// The body handed over so far.
+    body: Aggregate,
+    /// Some(true): the whole body is here; Some(false): the fill failed.
+    end: Option<bool>,
+    /// Followers to wake at the next part or the end.
+    readers: Vec<Waiter>,
+}
+
+/// What a follower's read found.
+pub enum Read {
+    /// The next bytes.
+    Data(Aggregate),
+    /// The body is complete and all of it was read.
+    Done,
+    /// The fill failed: the answer cannot be completed.
+    Failed,
+    /// Nothing new yet: the reader is woken (by its park number) when there is.
+    Wait,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("len", &self.len).finish_non_exhaustive()
+    }
+}
+
+impl Stream {
+    /// The object as it will be stored, with no body, under the proxy's
+    /// cache `rules` (every worker has the same).
+    pub fn object(&self, rules: &CacheRules) -> Option<&Arc<Object>> {
+        self.object
+            .get_or_init(|| {
+                let s = &self.seed;
+                let (request_time, response_time) = s.times;
+                Object::build(
+                    s.head.clone(),
+                    Aggregate::new(),
+                    &s.vary_key,
+                    request_time,
+                    response_time,
+                    rules,
+                )
+                .map(Arc::new)
+            })
+            .as_ref()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Up to `max` body bytes from offset `at`; when there are none yet,
+    /// `reader` is registered to be woken by the next part or the end.
+    pub fn read(&self, at: u64, max: u64, reader: Waiter) -> Read {
+        let mut p = self.lock();
+        if p.end == Some(false) {
+            return Read::Failed;
+        }
+        let have = p.body.len() as u64;
+        if have > at {
+            let end = have.min(at.saturating_add(max));
+            return Read::Data(p.body.slice(at as usize, end as usize));
+        }
+        if p.end == Some(true) {
+            return Read::Done;
+        }
+        p.readers.push(reader);
+        self.hungry.store(true, Ordering::Relaxed);
+        Read::Wait
+    }
+
+    fn wake(&self, readers: Vec<Waiter>) {
+        for (worker, token, park) in readers {
+            self.mail.post(worker, (token, park));
+        }
+    }
+}
+
+/// The leader's end of a stream. Dropped before [`Feed::complete`] (the
+/// transaction failed or was abandoned), it ends the stream as failed, so no
+/// follower waits for bytes that will not come.
+pub struct Feed(Arc<Stream>);
+
+/// Hand over body bytes this many at least, unless a follower waits: a
+/// stored object is then a few large segments, not one per read.
+pub const FEED_MIN: usize = 64 * 1024;
+
+impl Feed {
+    /// The leader's end of `stream`.
+    pub fn new(stream: Arc<Stream>) -> Feed {
+        Feed(stream)
+    }
+
+    /// Should `unfed` bytes read since the last hand-over go out now? Only
+    /// while someone follows: a fill nobody follows stays one segment.
+    pub fn wants(&self, unfed: usize) -> bool {
+        unfed > 0
+            && self.0.followers.load(Ordering::Relaxed) > 0
+            && (unfed >= FEED_MIN || self.0.hungry.load(Ordering::Relaxed))
+    }
+
+    /// The next body bytes, in order.
+    pub fn append(&self, part: Bytes) {
+        let readers = {
+            let mut p = self.0.lock();
+            p.body.push(part);
+            self.0.hungry.store(false, Ordering::Relaxed);
+            std::mem::take(&mut p.readers)
+        };
+        self.0.wake(readers);
+    }
+
+    /// The fill is complete with `body` (its first bytes the ones appended
+    /// so far, as the same segments).
+    pub fn complete(self, body: &Aggregate) {
+        self.end(Some(body));
+    }
+
+    fn end(&self, body: Option<&Aggregate>) {
+        let readers = {
+            let mut p = self.0.lock();
+            if p.end.is_some() {
+                return;
+            }
+            let ok = body.is_some_and(|b| b.len() as u64 == self.0.len);
+            if let (true, Some(b)) = (ok, body) {
+                p.body = b.clone();
+            }
+            p.end = Some(ok);
+            std::mem::take(&mut p.readers)
+        };
+        self.0.wake(readers);
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        self.end(None);
     }
 }
 
@@ -182,11 +460,15 @@ mod tests {
     fn the_first_miss_leads_the_others_wait_and_are_woken() {
         let f = Fills::new(2).unwrap();
         let now = Instant::now();
-        assert_eq!(f.join(b"k", true, seat(0, 1, 0), now), Join::Lead);
-        assert_eq!(f.join(b"k", true, seat(1, 2, 5), now), Join::Wait);
-        assert_eq!(f.join(b"k", false, seat(0, 3, 6), now), Join::Wait, "a HEAD may wait");
+        assert_eq!(f.join(b"k", true, None, seat(0, 1, 0), now), Join::Lead);
+        assert_eq!(f.join(b"k", true, None, seat(1, 2, 5), now), Join::Wait);
         assert_eq!(
-            f.join(b"other", false, seat(0, 4, 7), now),
+            f.join(b"k", false, None, seat(0, 3, 6), now),
+            Join::Wait,
+            "a HEAD may wait"
+        );
+        assert_eq!(
+            f.join(b"other", false, None, seat(0, 4, 7), now),
             Join::Pass,
             "only a plain GET leads"
         );
@@ -198,28 +480,126 @@ mod tests {
         assert_eq!(w1, vec![(Token::new(2, 0), 5)]);
         assert_eq!(f.counts(), (0, 0));
         // The next miss leads a new fill.
-        assert_eq!(f.join(b"k", true, seat(0, 1, 1), now), Join::Lead);
+        assert_eq!(f.join(b"k", true, None, seat(0, 1, 1), now), Join::Lead);
     }
 
     #[test]
     fn an_uncacheable_key_passes_for_a_while() {
         let f = Fills::new(1).unwrap();
         let now = Instant::now();
-        assert_eq!(f.join(b"k", true, seat(0, 1, 0), now), Join::Lead);
-        assert_eq!(f.join(b"k", true, seat(0, 2, 1), now), Join::Wait);
+        assert_eq!(f.join(b"k", true, None, seat(0, 1, 0), now), Join::Lead);
+        assert_eq!(f.join(b"k", true, None, seat(0, 2, 1), now), Join::Wait);
         f.finish(b"k", Outcome::Uncacheable, now);
         let mut w = Vec::new();
         f.take(0, &mut w);
         assert_eq!(w.len(), 1, "the waiter goes upstream now");
-        assert_eq!(f.join(b"k", true, seat(0, 3, 2), now), Join::Pass);
+        assert_eq!(f.join(b"k", true, None, seat(0, 3, 2), now), Join::Pass);
         assert_eq!(
-            f.join(b"k", true, seat(0, 3, 2), now + PASS_FOR),
+            f.join(b"k", true, None, seat(0, 3, 2), now + PASS_FOR),
             Join::Lead,
             "passing ends"
         );
         // A failed fill does not make a key pass.
         f.finish(b"k", Outcome::Failed, now);
-        assert_eq!(f.join(b"k", true, seat(0, 4, 3), now), Join::Lead);
+        assert_eq!(f.join(b"k", true, None, seat(0, 4, 3), now), Join::Lead);
+    }
+
+    fn seed() -> StreamSeed {
+        StreamSeed {
+            head: Bytes::from_static(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\r\n"),
+            vary_key: Box::new([]),
+            times: (100, 100),
+        }
+    }
+
+    #[test]
+    fn waiters_that_may_follow_are_woken_by_the_stream_and_follow_it() {
+        let f = Fills::new(2).unwrap();
+        let now = Instant::now();
+        let rules = CacheRules::default();
+        assert_eq!(f.join(b"k", true, None, seat(0, 1, 0), now), Join::Lead);
+        let mut yes = |s: &Stream| s.object(&rules).is_some();
+        assert_eq!(f.join(b"k", false, Some(&mut yes), seat(1, 2, 5), now), Join::Wait);
+        assert_eq!(
+            f.join(b"k", false, None, seat(1, 3, 6), now),
+            Join::Wait,
+            "a range waits"
+        );
+        let stream = f.stream(seed(), 10);
+        f.publish(b"k", &stream);
+        let mut w = Vec::new();
+        f.take(1, &mut w);
+        assert_eq!(
+            w,
+            vec![(Token::new(2, 0), 5 | STREAMING)],
+            "only the one that may follow"
+        );
+        // Joining again (or anew), it follows; one that does not take it waits.
+        match f.join(b"k", false, Some(&mut yes), seat(1, 2, 7), now) {
+            Join::Follow(s) => assert!(Arc::ptr_eq(&s, &stream)),
+            j => panic!("{j:?}"),
+        }
+        let mut no = |_: &Stream| false;
+        assert_eq!(f.join(b"k", false, Some(&mut no), seat(0, 4, 8), now), Join::Wait);
+        f.finish(b"k", Outcome::Stored, now);
+        f.take(1, &mut w);
+        assert_eq!(w.last(), Some(&(Token::new(3, 0), 6)), "the range is woken at the end");
+    }
+
+    #[test]
+    fn a_stream_hands_over_parts_in_order_and_wakes_its_readers() {
+        let f = Fills::new(1).unwrap();
+        let stream = f.stream(seed(), 10);
+        let feed = Feed::new(stream.clone());
+        assert!(!feed.wants(5), "nobody follows: no hand-over");
+        stream.followers.fetch_add(1, Ordering::Relaxed);
+        assert!(!feed.wants(5), "a follower, not waiting: wait for more");
+        assert!(feed.wants(FEED_MIN));
+        assert!(matches!(stream.read(0, 100, seat(0, 1, 1)), Read::Wait));
+        assert!(feed.wants(5), "a follower waits: hand over what there is");
+        feed.append(Bytes::from_static(b"01234"));
+        let mut w = Vec::new();
+        f.take(0, &mut w);
+        assert_eq!(w, vec![(Token::new(1, 0), 1)]);
+        match stream.read(0, 3, seat(0, 1, 2)) {
+            Read::Data(d) => assert_eq!(d.segments().concat(), b"012"),
+            _ => panic!("data"),
+        }
+        assert!(matches!(stream.read(5, 100, seat(0, 1, 3)), Read::Wait));
+        let mut body = Aggregate::new();
+        body.push(Bytes::from_static(b"01234"));
+        body.push(Bytes::from_static(b"56789"));
+        feed.complete(&body);
+        f.take(0, &mut w);
+        assert_eq!(w.len(), 2, "the end wakes the reader");
+        match stream.read(5, 100, seat(0, 1, 4)) {
+            Read::Data(d) => assert_eq!(d.segments().concat(), b"56789"),
+            _ => panic!("data"),
+        }
+        assert!(matches!(stream.read(10, 100, seat(0, 1, 5)), Read::Done));
+        assert!(stream.object(&CacheRules::default()).is_some_and(|o| o.status == 200));
+    }
+
+    #[test]
+    fn a_feed_dropped_or_completed_short_fails_its_stream() {
+        let f = Fills::new(1).unwrap();
+        let stream = f.stream(seed(), 10);
+        let feed = Feed::new(stream.clone());
+        feed.append(Bytes::from_static(b"0123"));
+        assert!(matches!(stream.read(4, 100, seat(0, 1, 1)), Read::Wait));
+        drop(feed);
+        let mut w = Vec::new();
+        f.take(0, &mut w);
+        assert_eq!(w, vec![(Token::new(1, 0), 1)]);
+        assert!(matches!(stream.read(0, 100, seat(0, 1, 2)), Read::Failed));
+        let stream = f.stream(seed(), 10);
+        let mut short = Aggregate::new();
+        short.push(Bytes::from_static(b"0123"));
+        Feed::new(stream.clone()).complete(&short);
+        assert!(
+            matches!(stream.read(0, 100, seat(0, 1, 3)), Read::Failed),
+            "length differs"
+        );
     }
 
     #[test]

@@ -9,6 +9,8 @@
 
 use crate::cache_status;
 use crate::client::set_notsent_lowat;
+use crate::conn::Follow;
+use crate::fill::{Read, Stream};
 use crate::stats::ProxyStats;
 use crate::store::Object;
 use crate::worker::{pair, Flow, Worker};
@@ -210,6 +212,19 @@ pub(crate) fn serve_hit(
     answer: HitAnswer<'_>,
     st: &mut ProxyStats,
 ) -> (u16, u64) {
+    serve_from(out, (req, conds), (obj, None), answer, st)
+}
+
+/// [`serve_hit`], or with `streamed`, the length of a body that is still
+/// arriving (a fill's stream, `fill.rs`): the head says that length and no
+/// body is queued (the follower queues it as it comes).
+fn serve_from(
+    out: &mut OutChain,
+    (req, conds): (&RequestHead, &Conditions<'_>),
+    (obj, streamed): (&Object, Option<u64>),
+    answer: HitAnswer<'_>,
+    st: &mut ProxyStats,
+) -> (u16, u64) {
     let HitAnswer {
         now,
         close,
@@ -218,7 +233,7 @@ pub(crate) fn serve_hit(
         status,
     } = answer;
     let method = req.method();
-    let len = obj.body.len() as u64;
+    let len = streamed.unwrap_or(obj.body.len() as u64);
     let decision = if obj.status == 200 {
         let rep = Representation {
             etag: obj.etag.as_deref().filter(|e| !e.is_empty()),
@@ -295,11 +310,124 @@ pub(crate) fn serve_hit(
             push_head(out, obj, 0);
             let cl = if obj.status == 204 { None } else { Some(len) };
             tail(out.own_mut(), cl);
-            if body {
+            if body && streamed.is_none() {
                 out.push_aggregate(&obj.body);
                 st.bytes_cache += len;
             }
             (obj.status, if body { len } else { 0 })
+        }
+    }
+}
+
+/// Answer a request from the stream of a fill under way (collapsed
+/// forwarding's read-while-write, `fill.rs`; `takes` in `request.rs` has
+/// checked that its object is fresh and its Vary matches, and the request
+/// is a GET or HEAD with no range or conditional): the stored head now, and
+/// for a GET the body as it arrives ([`Worker::follow_step`]). The head at
+/// the front of the input is `n` bytes long.
+pub(crate) fn answer_follow(
+    sh: &mut crate::worker::Shared<'_>,
+    c: &mut crate::conn::Client,
+    txn: &crate::conn::Txn,
+    stream: Arc<Stream>,
+    (n, now): (usize, u64),
+) -> Flow {
+    let Some(obj) = stream.object(&sh.rules).cloned() else {
+        // (`takes` found the object; it is built once and kept.)
+        return Flow::Again;
+    };
+    let hit = cache_status::Hit {
+        detail: None,
+        collapsed: true,
+    };
+    let bytes = answer_stored(sh, c, txn, (&obj, Some(stream.len)), (n, now), (hit, "HIT"));
+    sh.stats.hits += 1;
+    sh.stats.followed += 1;
+    if bytes > 0 {
+        c.follow = Some(Box::new(Follow {
+            stream,
+            at: 0,
+            park: None,
+        }));
+    }
+    Flow::Again
+}
+
+/// Answer the request at the front of `c`'s input (its head `n` bytes) from
+/// `obj` as the cache (`hit`: what `--cache-status` says of it; `cache`:
+/// the access log's field), or with `streamed`, the head of a fill's stream
+/// of that length ([`serve_from`]); the request is consumed. The body
+/// bytes the answer announces.
+pub(crate) fn answer_stored(
+    sh: &mut crate::worker::Shared<'_>,
+    c: &mut crate::conn::Client,
+    txn: &crate::conn::Txn,
+    (obj, streamed): (&Object, Option<u64>),
+    (n, now): (usize, u64),
+    (hit, cache): (cache_status::Hit, &'static str),
+) -> u64 {
+    let close = !txn.client_keep_alive || sh.draining || !matches!(txn.body, crate::conn::ReqBody::None);
+    if streamed.unwrap_or(obj.body.len() as u64) > sh.cfg.notsent_lowat as u64 {
+        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, sh.cfg);
+    }
+    let answer = HitAnswer {
+        now,
+        close,
+        validated: false,
+        date: sh.date.get(),
+        status: sh.cache_status.as_deref().map(|id| (id, hit)),
+    };
+    let conds = Conditions::from_head(&c.req, &c.input.pending()[..n]);
+    let (status, bytes) = serve_from(&mut c.out, (&c.req, &conds), (obj, streamed), answer, &mut sh.stats);
+    crate::accesslog::answered(sh, c, status, cache, bytes);
+    c.input.consume(n);
+    c.close_after |= close;
+    bytes
+}
+
+/// Body bytes a follower queues at a time (as much as a run of pipelined
+/// hits may queue, `request.rs`).
+const FOLLOW_QUEUE: u64 = 256 * 1024;
+
+impl Worker<'_> {
+    /// The next step of a client following a fill (its output queue is
+    /// empty): queue the body bytes that have arrived, or wait for the next
+    /// ones. None: all of the body is queued and the client goes on as
+    /// after a hit. A failed fill closes the client: the answer, whose
+    /// length was sent, cannot be completed (its own client sees the same).
+    pub(crate) fn follow_step(&mut self, ct: Token) -> Option<Flow> {
+        let sh = &mut self.sh;
+        let c = crate::worker::client_of(&mut self.slab, ct)?;
+        let f = c.follow.as_mut()?;
+        if f.park.is_some() {
+            return Some(Flow::Wait);
+        }
+        let (read, park) = sh.cache.read_stream(&f.stream, f.at, FOLLOW_QUEUE, ct);
+        match read {
+            Read::Data(part) => {
+                f.at += part.len() as u64;
+                sh.stats.bytes_cache += part.len() as u64;
+                c.out.push_aggregate(&part);
+                if f.at >= f.stream.len {
+                    c.follow = None;
+                }
+                Some(Flow::Again)
+            }
+            Read::Done => {
+                c.follow = None;
+                None
+            }
+            Read::Failed => {
+                c.follow = None;
+                c.close_after = true;
+                c.linger_on_close = false;
+                sh.stats.followers_cut += 1;
+                Some(Flow::Again)
+            }
+            Read::Wait => {
+                f.park = Some(park);
+                Some(Flow::Wait)
+            }
         }
     }
 }

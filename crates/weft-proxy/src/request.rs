@@ -3,12 +3,11 @@
 //! from it, or turned into a transaction.
 
 use crate::cache::Lookup;
-use crate::client::{reject, set_notsent_lowat};
+use crate::client::reject;
 use crate::config::{HostPort, ProxyConfig};
 use crate::conn::{Client, Phase, ReqBody, Txn};
-use crate::fill::Join;
+use crate::fill::{Join, Stream};
 use crate::headers;
-use crate::hit::{serve_hit, HitAnswer};
 use crate::resolve;
 use crate::worker::{client_of, Flow, Shared, Worker};
 use std::time::Instant;
@@ -86,6 +85,7 @@ impl Worker<'_> {
         if c.fill_wait.is_none() {
             c.fill_checked = false;
         }
+        c.fill_follow = false;
         match routed {
             Ok(f) => Some(f),
             Err((status, reason)) => {
@@ -337,26 +337,12 @@ fn from_cache(
                         sh.stats.stale_hits += 1;
                     }
                     sh.stats.hits += 1;
-                    let close = !txn.client_keep_alive || sh.draining || !matches!(txn.body, ReqBody::None);
-                    if obj.body.len() > sh.cfg.notsent_lowat {
-                        set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, sh.cfg);
-                    }
                     let hit = crate::cache_status::Hit {
                         detail,
                         collapsed: c.fill_checked,
                     };
-                    let answer = HitAnswer {
-                        now,
-                        close,
-                        validated: false,
-                        date: sh.date.get(),
-                        status: sh.cache_status.as_deref().map(|id| (id, hit)),
-                    };
-                    let (status, bytes) = serve_hit(&mut c.out, req, &conds, &obj, answer, &mut sh.stats);
                     let cache = if u == Usable::StaleAllowed { "STALE" } else { "HIT" };
-                    crate::accesslog::answered(sh, c, status, cache, bytes);
-                    c.input.consume(n);
-                    c.close_after |= close;
+                    crate::hit::answer_stored(sh, c, txn, (&obj, None), (n, now), (hit, cache));
                     Some(Ok(Flow::Again))
                 }
                 Usable::Revalidate => {
@@ -380,39 +366,69 @@ fn from_cache(
             Some(Ok(Flow::Wait))
         }
         Lookup::Miss if txn.req_cc.only_if_cached => Some(not_in_cache(sh, c, txn, n)),
-        Lookup::Miss if c.fill_checked => None,
+        // Woken because the fill it waited for ended, or waited too long:
+        // the origin answers (no second wait).
+        Lookup::Miss if c.fill_checked && !c.fill_follow => None,
         // With range fills, a range never waits for another's fill: the
         // origin answers its part at once, where waiting would cost the
         // whole transfer of a large file (`background.rs`).
         Lookup::Miss if sh.range_fills.is_some() && req.header(data, "range").is_some() => None,
-        // Collapsed forwarding (fill.rs): lead the key's fill, or wait for
-        // the one under way and be answered again when it ends.
-        Lookup::Miss => match sh.cache.join_fill(&c.key, may_lead_fill(txn, req, data), ct, mono) {
-            (Join::Lead, _) => {
-                txn.fill = true;
-                None
+        // Collapsed forwarding (fill.rs): lead the key's fill, follow its
+        // stream, or wait for the one under way and be answered again when
+        // it ends (or streams).
+        Lookup::Miss => {
+            let woken = std::mem::take(&mut c.fill_follow);
+            let may_lead = !woken && may_lead_fill(txn, req, data);
+            let (rules, scratch, req_cc) = (&sh.rules, &mut sh.vary_scratch, &txn.req_cc);
+            // Takes the stream's object as it is: its Vary match, fresh.
+            let mut takes = |s: &Stream| {
+                s.object(rules).is_some_and(|o| {
+                    let varies = o.vary.as_ref().is_some_and(|v| {
+                        caching::vary_key([&v[..]], req, data, scratch);
+                        scratch[..] != o.vary_key[..]
+                    });
+                    let usable = caching::decide(o.lifetime, o.age(now), &o.cc, req_cc);
+                    !varies && matches!(usable, Usable::Fresh | Usable::StaleAllowed)
+                })
+            };
+            let follow = may_follow(txn, req, data).then_some(&mut takes as &mut dyn FnMut(&Stream) -> bool);
+            match sh.cache.join_fill(&c.key, may_lead, follow, ct, mono) {
+                (Join::Lead, _) => {
+                    txn.fill = true;
+                    None
+                }
+                (Join::Wait, park) => {
+                    if !woken {
+                        sh.stats.collapsed += 1;
+                    }
+                    c.fill_wait = Some(park);
+                    c.fill_checked = true;
+                    // The wait's bound (`fill::WAIT_MAX`, in `settle`) counts
+                    // from now, not from the client's last read: a pipelined
+                    // request parks only once those before it are answered.
+                    c.last_activity = mono;
+                    Some(Ok(Flow::Wait))
+                }
+                (Join::Pass, _) => None,
+                (Join::Follow(stream), _) => Some(Ok(crate::hit::answer_follow(sh, c, txn, stream, (n, now)))),
             }
-            (Join::Wait, park) => {
-                sh.stats.collapsed += 1;
-                c.fill_wait = Some(park);
-                c.fill_checked = true;
-                // The wait's bound (`fill::WAIT_MAX`, in `settle`) counts
-                // from now, not from the client's last read: a pipelined
-                // request parks only once those before it are answered.
-                c.last_activity = mono;
-                Some(Ok(Flow::Wait))
-            }
-            (Join::Pass, _) => None,
-        },
+        }
     }
+}
+
+/// May this miss follow a fill's stream (`fill.rs`)? A GET or HEAD that
+/// takes the stored answer as it is: no range, no conditional (whose
+/// answers the stream's body, still arriving, cannot decide).
+fn may_follow(txn: &Txn, req: &RequestHead, data: &[u8]) -> bool {
+    const NOT_PLAIN: [&str; 4] = ["range", "if-range", "if-none-match", "if-modified-since"];
+    matches!(txn.method, Method::Get | Method::Head) && NOT_PLAIN.iter().all(|f| req.header(data, f).is_none())
 }
 
 /// May this miss lead a fill? A plain GET: a range or a conditional gets a
 /// 206 or a 304 from the origin, which is never stored (and would make a
 /// cacheable key pass).
 fn may_lead_fill(txn: &Txn, req: &RequestHead, data: &[u8]) -> bool {
-    const NOT_PLAIN: [&str; 4] = ["range", "if-range", "if-none-match", "if-modified-since"];
-    txn.method == Method::Get && NOT_PLAIN.iter().all(|f| req.header(data, f).is_none())
+    txn.method == Method::Get && may_follow(txn, req, data)
 }
 
 /// Answer an `only-if-cached` request the cache cannot: 504 (RFC 9111

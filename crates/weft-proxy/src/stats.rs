@@ -177,6 +177,11 @@ weft_core::metrics! {
         /// Background GETs of a whole response started after a Range miss
         /// answered 206 with a part (`--range-fill`).
         counter range_fills,
+        /// Misses answered from another request's fill while its body
+        /// arrived (collapsed forwarding's stream, read-while-write).
+        counter followed,
+        /// Of those, answers cut short because the fill failed.
+        counter followers_cut,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -264,7 +269,8 @@ mod tests {
             calls_copy_read calls_client_send calls_splice_in calls_splice_out calls_tee calls_tee_read \
             bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
             sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches upstream_not_empty upgrades \
-            stale_if_error collapsed stale_while_revalidate background_revalidations range_fills";
+            stale_if_error collapsed stale_while_revalidate background_revalidations range_fills followed \
+            followers_cut";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

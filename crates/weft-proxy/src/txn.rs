@@ -316,6 +316,14 @@ impl Worker<'_> {
             u.last_activity = cx.now;
             c.last_activity = cx.now;
         }
+        // Requests following this fill get what it read (`fill.rs`).
+        if let Some(feed) = &txn.feed {
+            if feed.wants(relay.unfed()) {
+                if let Some(part) = relay.cut(&mut c.out) {
+                    feed.append(part);
+                }
+            }
+        }
         if relay.take_batch_start() {
             self.batching.push(ct);
             if !self.batch_timer {
@@ -345,6 +353,9 @@ impl Worker<'_> {
                 let body = relay.finish(&mut sh.pipes, &mut sh.stats);
                 let outcome = match (txn.plan.take(), body) {
                     (Some(plan), Some(body)) => {
+                        if let Some(feed) = txn.feed.take() {
+                            feed.complete(&body);
+                        }
                         store_object(sh, &c.key, plan, body, txn.request_time);
                         crate::fill::Outcome::Stored
                     }

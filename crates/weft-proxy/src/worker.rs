@@ -387,7 +387,7 @@ impl<'a> Worker<'a> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return;
         };
-        if c.requests > c.timed && c.txn.is_none() && c.out.is_empty() {
+        if c.requests > c.timed && c.txn.is_none() && c.follow.is_none() && c.out.is_empty() {
             let began = c.began.take().unwrap_or(c.last_activity);
             // A fresh clock read (vDSO, no system call), once per drive that
             // ended responses: the loop's cached `now` is the batch's start.
@@ -546,6 +546,10 @@ impl<'a> Worker<'a> {
             // Waiting for another request's fill (since it parked): not for
             // longer than this.
             Some(c.last_activity + crate::fill::WAIT_MAX)
+        } else if c.follow.is_some() {
+            // Following a fill that has nothing new (the fill's own upstream
+            // timeout ends it first, and its end wakes this one).
+            Some(c.last_activity + cfg.upstream_timeout)
         } else if in_txn {
             None
         } else if let Some(t) = c.head_started {
@@ -632,10 +636,16 @@ impl<'a> Worker<'a> {
             let Some(c) = client_of(&mut self.slab, token) else {
                 continue;
             };
-            if c.fill_wait != Some(park) {
+            let streaming = park & crate::fill::STREAMING != 0;
+            if c.fill_wait == Some(park & !crate::fill::STREAMING) {
+                c.fill_wait = None;
+                c.fill_follow = streaming;
+            } else if let Some(f) = c.follow.as_mut().filter(|f| f.park == Some(park)) {
+                // A follower's stream has more, or ended.
+                f.park = None;
+            } else {
                 continue; // that client is gone and its slot reused
             }
-            c.fill_wait = None;
             self.drive(cx, token);
         }
         woken.clear();

@@ -1,0 +1,162 @@
+//! Collapsed forwarding streams (weft-proxy `fill.rs`, read-while-write):
+//! requests for an object whose fill is under way get its head and the
+//! bytes that have arrived at once, and the rest as it comes, instead of
+//! waiting for the last byte. The origin here sends a head and half of a
+//! large body, then holds the rest until the test lets it go (or, for the
+//! failure case, closes instead).
+
+mod common;
+
+use common::{counter, next_head, pattern, stop_stats, wait_until, Reader, Weft};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const LEN: usize = 600_000;
+const HALF: usize = LEN / 2;
+
+/// Stages of the held origin: 0 holds the answer, 1 sends the head and
+/// the first half, 2 sends the rest, 3 closes after the half instead.
+struct HeldBody {
+    addr: SocketAddr,
+    stage: Arc<AtomicUsize>,
+    seen: Arc<AtomicUsize>,
+}
+
+impl HeldBody {
+    fn start() -> HeldBody {
+        let stage = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(AtomicUsize::new(0));
+        let (st, sn) = (stage.clone(), seen.clone());
+        let addr = common::tcp_server(move |mut s| {
+            let mut buf = Vec::new();
+            while next_head(&mut s, &mut buf).is_some() {
+                sn.fetch_add(1, Ordering::SeqCst);
+                let at_least = |n: usize| {
+                    while st.load(Ordering::SeqCst) < n {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                };
+                at_least(1);
+                let body = pattern(LEN);
+                let head = format!("HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: {LEN}\r\n\r\n");
+                if s.write_all(head.as_bytes()).is_err() || s.write_all(&body[..HALF]).is_err() {
+                    return;
+                }
+                at_least(2);
+                if st.load(Ordering::SeqCst) == 3 || s.write_all(&body[HALF..]).is_err() {
+                    return;
+                }
+            }
+        });
+        HeldBody { addr, stage, seen }
+    }
+}
+
+/// A client that sent `GET /big` and reads its answer.
+fn ask(p: &Weft) -> Reader {
+    let s = p.connect();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut r = Reader::new(s);
+    r.send(b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n");
+    r
+}
+
+/// Read until the head and `n` body bytes are in; the head's text.
+fn read_head_and(r: &mut Reader, n: usize) -> String {
+    loop {
+        if let Some(i) = r.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            if r.buf.len() >= i + 4 + n {
+                return String::from_utf8_lossy(&r.buf[..i + 4]).into_owned();
+            }
+        }
+        assert!(r.fill() > 0, "closed after {} bytes", r.buf.len());
+    }
+}
+
+fn stats_of(p: &Weft, name: &str) -> u64 {
+    common::admin_total(p, name)
+}
+
+fn proxy(o: &HeldBody, event: &str, splice: &str) -> Weft {
+    common::collapsing_proxy(&o.addr.to_string(), event, &["--splice", splice])
+}
+
+/// Waiters (woken when the head comes) and a request that comes later
+/// (joining the stream at once) get the first half while the origin holds
+/// the second; then all bodies are whole, the origin saw one request, and
+/// the object is stored. Under each backend, spliced (tee into the cache)
+/// and copied.
+#[test]
+fn waiters_follow_a_fill_as_it_arrives() {
+    let whole = pattern(LEN);
+    for (event, splice) in [("epoll", "auto"), ("uring", "off"), ("tracked", "auto")] {
+        let o = HeldBody::start();
+        let p = proxy(&o, event, splice);
+        let what = format!("{event}, --splice {splice}");
+        let mut leader = ask(&p);
+        assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
+        let mut waiters: Vec<Reader> = (0..3).map(|_| ask(&p)).collect();
+        assert!(
+            wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 3),
+            "{what}: {} waited",
+            stats_of(&p, "collapsed")
+        );
+        // Head and half: everyone has them while the origin holds the rest.
+        o.stage.store(1, Ordering::SeqCst);
+        read_head_and(&mut leader, HALF);
+        for w in &mut waiters {
+            let head = read_head_and(w, HALF);
+            assert!(head.contains(&format!("Content-Length: {LEN}")), "{what}: {head}");
+            assert!(head.starts_with("HTTP/1.1 200"), "{what}: {head}");
+        }
+        let mut late = ask(&p);
+        let head = read_head_and(&mut late, HALF);
+        assert!(head.contains("Age: "), "{what}: answered from the cache: {head}");
+        assert_eq!(stats_of(&p, "followed"), 4, "{what}");
+        // The rest.
+        o.stage.store(2, Ordering::SeqCst);
+        for mut r in std::iter::once(leader).chain(waiters).chain([late]) {
+            let resp = r.response(false);
+            assert_eq!(resp.status, 200, "{what}");
+            assert!(resp.body == whole, "{what}: {} bytes, not the object", resp.body.len());
+            // The connection goes on: a hit now.
+            r.send(b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n");
+            assert!(r.response(false).body == whole, "{what}");
+        }
+        assert_eq!(o.seen.load(Ordering::SeqCst), 1, "{what}: one request at the origin");
+        let stats = stop_stats(p);
+        assert_eq!(counter(&stats, "stored"), 1, "{what}: {stats}");
+        assert_eq!(counter(&stats, "followers_cut"), 0, "{what}: {stats}");
+    }
+}
+
+/// A fill that fails mid-body cuts its followers' answers short (their
+/// connections close before the length they were sent), stores nothing,
+/// and the next request asks the origin again.
+#[test]
+fn a_failed_fill_cuts_its_followers() {
+    let o = HeldBody::start();
+    let p = proxy(&o, "epoll", "auto");
+    let mut leader = ask(&p);
+    assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
+    let mut follower = ask(&p);
+    assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 1));
+    o.stage.store(1, Ordering::SeqCst);
+    read_head_and(&mut follower, HALF);
+    // The origin closes instead of sending the rest.
+    o.stage.store(3, Ordering::SeqCst);
+    for r in [&mut leader, &mut follower] {
+        assert!(r.response_any(false).is_err(), "a cut answer is not whole");
+    }
+    assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "followers_cut") == 1));
+    // Nothing stored: the next request goes to the origin (which now sends all).
+    o.stage.store(2, Ordering::SeqCst);
+    let mut again = ask(&p);
+    assert!(again.response(false).body == pattern(LEN));
+    assert_eq!(o.seen.load(Ordering::SeqCst), 2);
+    let stats = stop_stats(p);
+    assert_eq!(counter(&stats, "stored"), 1, "{stats}");
+}
