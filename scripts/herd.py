@@ -5,6 +5,12 @@ answer (`weft origin --think`), for a few cold objects in turn. Prints how
 many requests reached the origin and the clients' latencies, for weft (and
 a baseline build, and the default without `--collapse`, to compare).
 
+With `--size` and `--rate`, the objects are large and come from a paced
+origin (scripts/seek.py's, in this process): the herd then shows how long
+the clients wait for their first byte while the one fill is under way, and
+how long for the whole object, with weft's waiters following the fill as it
+arrives (read-while-write) and nginx's waiting on its cache lock.
+
 With `--stale`, the objects are cached first and have gone stale
 (`max-age=1`) when the herd comes: weft with `--stale-while-revalidate`
 against the default, which revalidates every request in the foreground.
@@ -14,6 +20,7 @@ same run: `proxy_cache_lock on` for the cold herd, `proxy_cache_use_stale
 updating` with `proxy_cache_background_update on` for the stale one.
 
     python3 scripts/herd.py [--weft BIN] [--baseline BIN] [--clients 50] [--objects 5] [--stale] [--no-nginx]
+    python3 scripts/herd.py --size 8MiB --rate 16MB/s [--clients 20] [--objects 3]
 
 Loopback only; every run is bounded (one request per client per object).
 """
@@ -87,14 +94,17 @@ def start(argv):
     raise SystemExit(f"{argv[0]} {argv[1]} never listened")
 
 
-def get(port, path):
-    """One request on its own connection: the reply's bytes."""
+def get(port, path, first=None):
+    """One request on its own connection: the reply's bytes. `first`: a
+    list the time of the first byte (time.monotonic) is appended to."""
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n".encode())
-        got = b""
-        while chunk := s.recv(65536):
-            got += chunk
-    return got
+        parts = []
+        while chunk := s.recv(1 << 20):
+            if not parts and first is not None:
+                first.append(time.monotonic())
+            parts.append(chunk)
+    return b"".join(parts)
 
 
 def free_port():
@@ -122,35 +132,48 @@ def start_nginx(origin_port, run, template=NGINX_CONF):
     raise SystemExit("nginx never listened")
 
 
-def herd(weft, proxy, clients, objects, think, stale=False):
-    """`proxy`: weft proxy's extra flags, or "nginx" for the anchor."""
+def herd(weft, proxy, clients, objects, think, stale=False, large=None):
+    """`proxy`: weft proxy's extra flags, or "nginx" for the anchor.
+    `large`: (size, rate) of a paced origin's objects instead of `weft
+    origin`'s 20,000 bytes. The origin's requests, the median and worst
+    latencies to the whole reply and to its first byte, the failures."""
     cc = ["--cache-control", "max-age=1"] if stale else []
-    o, op = start([weft, "origin", "--listen", "127.0.0.1:0", "--think", think, "--stats-on-exit", *cc])
+    if large:
+        import seek
+        paced = seek.Origin(objects, *large)
+        o, op = None, paced.port
+        paths = [f"/f{k}.bin" for k in range(objects)]
+    else:
+        o, op = start([weft, "origin", "--listen", "127.0.0.1:0", "--think", think, "--stats-on-exit", *cc])
+        paths = [f"/size/20000/herd{k}" for k in range(objects)]
     run = tempfile.mkdtemp(prefix="herd-")
     if proxy == "nginx":
         p, pp = start_nginx(op, run)
     else:
-        argv = [weft, "proxy", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{op}", "--workers", "2"]
+        argv = [weft, "proxy", "--listen", "127.0.0.1:0", "--upstream", f"127.0.0.1:{op}", "--workers", "2",
+                "--cache-size", "1GiB", "--max-object-size", "256MiB"]
         p, pp = start(argv + proxy)
-    latencies, failed = [], []
+    latencies, firsts, failed = [], [], []
     warm = 0
     try:
         if stale:
             # Cached first, then stale (max-age=1) when the herd comes.
-            for k in range(objects):
-                get(pp, f"/size/20000/herd{k}")
+            for path in paths:
+                get(pp, path)
             warm = objects
             time.sleep(2.2)
-        for k in range(objects):
-            path = f"/size/20000/herd{k}"
+        for path in paths:
 
             def client():
                 t = time.monotonic()
                 try:
-                    got = get(pp, path)
-                    if not got.startswith(b"HTTP/1.1 200"):
+                    first = []
+                    got = get(pp, path, first)
+                    whole = not large or got.endswith(b"\r\n\r\n" + seek.content(0, large[0]))
+                    if not got.startswith(b"HTTP/1.1 200") or not whole:
                         failed.append(got[:40])
                     latencies.append(time.monotonic() - t)
+                    firsts.extend(f - t for f in first)
                 except OSError as e:
                     failed.append(str(e))
 
@@ -163,12 +186,22 @@ def herd(weft, proxy, clients, objects, think, stale=False):
         p.terminate()
         p.wait()
         shutil.rmtree(run, ignore_errors=True)
-        o.terminate()
-        _, err = o.communicate()
-    m = re.search(r'"requests":(\d+)', err.decode())
-    latencies.sort()
-    median = latencies[len(latencies) // 2] if latencies else float("nan")
-    return (int(m.group(1)) - warm if m else -1), median, (latencies[-1] if latencies else float("nan")), failed
+        if o:
+            o.terminate()
+            _, err = o.communicate()
+        else:
+            paced.close()
+    if o:
+        m = re.search(r'"requests":(\d+)', err.decode())
+        reqs = int(m.group(1)) - warm if m else -1
+    else:
+        reqs = paced.requests - warm
+
+    def median_max(xs):
+        xs = sorted(xs)
+        return (xs[len(xs) // 2], xs[-1]) if xs else (float("nan"), float("nan"))
+
+    return reqs, median_max(latencies), median_max(firsts), failed
 
 
 def main():
@@ -180,22 +213,31 @@ def main():
     ap.add_argument("--think", default="200ms", help="the origin's think time per answer")
     ap.add_argument("--stale", action="store_true", help="herd on cached objects gone stale")
     ap.add_argument("--no-nginx", action="store_true", help="leave the nginx anchor out")
+    ap.add_argument("--size", help="large objects of this size from a paced origin (e.g. 8MiB; needs --rate)")
+    ap.add_argument("--rate", help="the paced origin's rate per connection (e.g. 16MB/s; needs --size)")
     args = ap.parse_args()
-    if args.stale:
-        runs = [("weft --stale-while-revalidate", args.weft, ["--stale-while-revalidate", "30s"])]
-    else:
-        runs = [("weft --collapse", args.weft, ["--collapse"])]
-    runs.append(("weft (default)", args.weft, []))
+    large = None
+    if args.size or args.rate:
+        if not (args.size and args.rate) or args.stale:
+            ap.error("--size and --rate go together, without --stale")
+        import seek
+        large = (seek.size_arg(args.size), seek.rate_arg(args.rate))
+    flags = ["--stale-while-revalidate", "30s"] if args.stale else ["--collapse"]
+    runs = [(f"weft {' '.join(flags)}", args.weft, flags)]
     if args.baseline:
-        runs.append(("baseline", args.baseline, []))
+        # The same flags: what this build changes of them.
+        runs.append((f"baseline {' '.join(flags)}", args.baseline, flags))
+    runs.append(("weft (default)", args.weft, []))
     if not args.no_nginx and shutil.which("nginx"):
         runs.append(("nginx proxy_cache (anchor)", args.weft, "nginx"))
     kind = "stale" if args.stale else "cold"
-    print(f"{args.objects} {kind} objects x {args.clients} concurrent clients, origin think time {args.think}")
+    what = f"{args.size} from an origin at {args.rate}" if large else f"origin think time {args.think}"
+    print(f"{args.objects} {kind} objects x {args.clients} concurrent clients, {what}")
     for name, binary, extra in runs:
-        reqs, median, worst, failed = herd(binary, extra, args.clients, args.objects, args.think, args.stale)
-        print(f"  {name:30s} origin requests {reqs:5d}   client latency median {median * 1000:6.0f} ms, "
-              f"max {worst * 1000:6.0f} ms   failed {len(failed)}", flush=True)
+        reqs, whole, first, failed = herd(binary, extra, args.clients, args.objects, args.think, args.stale, large)
+        print(f"  {name:40s} origin requests {reqs:5d}   whole reply median {whole[0] * 1000:6.0f} ms, "
+              f"max {whole[1] * 1000:6.0f}; first byte median {first[0] * 1000:6.0f} ms, "
+              f"max {first[1] * 1000:6.0f}   failed {len(failed)}", flush=True)
 
 
 if __name__ == "__main__":
