@@ -64,6 +64,12 @@ pub struct HttpRuleArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub collapse: Option<bool>,
 
+    /// With --collapse: how long a miss waits for another's fill that it
+    /// cannot follow yet (no head in) or at all, before it asks the origin
+    /// itself (nginx's proxy_cache_lock_timeout) [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = crate::args::duration)]
+    pub collapse_timeout: Option<std::time::Duration>,
+
     /// Range misses fill the cache: the client gets the origin's 206 at
     /// once; a 206 with the whole representation is stored as its 200, and
     /// one with a part starts one background GET of the whole (if it may be
@@ -96,6 +102,9 @@ impl HttpRuleArgs {
         }
         if let Some(on) = self.collapse {
             c.collapse = on;
+        }
+        if let Some(d) = self.collapse_timeout {
+            c.collapse_timeout = d;
         }
         if let Some(on) = self.range_fill {
             c.range_fill = on;

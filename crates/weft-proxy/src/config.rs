@@ -251,6 +251,10 @@ pub struct ProxyConfig {
     /// Collapsed forwarding (`fill.rs`): concurrent misses for one key wait
     /// for the first one's fill.
     pub collapse: bool,
+    /// How long a miss waits for another's fill before it asks the origin
+    /// itself (`--collapse-timeout`; a follower of the fill is not bound
+    /// by it).
+    pub collapse_timeout: std::time::Duration,
     /// Range misses fill the cache (`background.rs`): a 206 with the whole
     /// representation is stored as its 200, a 206 with a part starts one
     /// background GET of the whole.
@@ -339,6 +343,7 @@ impl Default for ProxyConfig {
             // waiter for a key that turns out uncacheable pays the
             // leader's response time before its own (docs/proxy.md).
             collapse: false,
+            collapse_timeout: crate::fill::WAIT_MAX,
             range_fill: true,
         }
     }

@@ -12,7 +12,8 @@
 //!   then is answered again, once, from the cache or, if the fill left
 //!   nothing it can use (another Vary variant, a failed fill), from the
 //!   origin without waiting again.
-//! - A waiter waits [`WAIT_MAX`] at most, then asks the origin itself.
+//! - A waiter waits `--collapse-timeout` ([`WAIT_MAX`] by default) at
+//!   most, then asks the origin itself.
 //! - The fill ends when its object is stored (waiters get hits), when the
 //!   response turns out not storable (at its head: the waiters go upstream
 //!   at once, and the key **passes** for [`PASS_FOR`]: its misses go straight
@@ -27,8 +28,8 @@
 //!   range or a conditional) are woken and *follow* it: they get the head
 //!   at once and the body as it arrives, in shared segments of the object
 //!   being filled (no copy), instead of waiting for its last byte. A large
-//!   or slowly sent object then no longer holds its waiters until
-//!   [`WAIT_MAX`], after which they would all have asked the origin.
+//!   or slowly sent object then no longer holds its waiters until the
+//!   wait's bound, after which they would all have asked the origin.
 //!
 //! Only a plain GET leads (no Range, no conditional: their answers, a 206
 //! or a 304, are never stored, and would mark a cacheable URL as passing).
@@ -52,8 +53,9 @@ use weft_io::mailbox::Mailboxes;
 use weft_io::Token;
 
 /// How long a request waits for another's fill at most before it asks the
-/// origin itself (nginx's `proxy_cache_lock_timeout` default): a slow or
-/// large fill does not hold its waiters for its whole transfer.
+/// origin itself, by default (`--collapse-timeout`; nginx's
+/// `proxy_cache_lock_timeout` default): a fill whose head is slow to come
+/// does not hold its waiters for ever.
 pub const WAIT_MAX: Duration = Duration::from_secs(5);
 /// How long a key whose response was not storable goes straight upstream.
 pub const PASS_FOR: Duration = Duration::from_secs(60);

@@ -403,7 +403,7 @@ fn from_cache(
                     }
                     c.fill_wait = Some(park);
                     c.fill_checked = true;
-                    // The wait's bound (`fill::WAIT_MAX`, in `settle`) counts
+                    // The wait's bound (`--collapse-timeout`, in `settle`) counts
                     // from now, not from the client's last read: a pipelined
                     // request parks only once those before it are answered.
                     c.last_activity = mono;

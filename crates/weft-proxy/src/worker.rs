@@ -545,7 +545,7 @@ impl<'a> Worker<'a> {
         } else if c.fill_wait.is_some() {
             // Waiting for another request's fill (since it parked): not for
             // longer than this.
-            Some(c.last_activity + crate::fill::WAIT_MAX)
+            Some(c.last_activity + cfg.collapse_timeout)
         } else if c.follow.is_some() {
             // Following a fill that has nothing new (the fill's own upstream
             // timeout ends it first, and its end wakes this one).
