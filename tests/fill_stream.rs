@@ -57,10 +57,15 @@ impl HeldBody {
 
 /// A client that sent `GET /big` and reads its answer.
 fn ask(p: &Weft) -> Reader {
+    ask_with(p, b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n")
+}
+
+/// A client that sent `request`.
+fn ask_with(p: &Weft, request: &[u8]) -> Reader {
     let s = p.connect();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut r = Reader::new(s);
-    r.send(b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n");
+    r.send(request);
     r
 }
 
@@ -99,13 +104,20 @@ fn waiters_follow_a_fill_as_it_arrives() {
         let mut leader = ask(&p);
         assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
         let mut waiters: Vec<Reader> = (0..3).map(|_| ask(&p)).collect();
+        // A HEAD waits too and gets the head alone; a client that pipelined
+        // a second GET behind its first gets it after the followed body.
+        let mut head_only = ask_with(&p, b"HEAD /big HTTP/1.1\r\nHost: h\r\n\r\n");
+        let mut pipelined = ask_with(&p, &b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n".repeat(2));
         assert!(
-            wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 3),
+            wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 5),
             "{what}: {} waited",
             stats_of(&p, "collapsed")
         );
         // Head and half: everyone has them while the origin holds the rest.
         o.stage.store(1, Ordering::SeqCst);
+        let head = head_only.response(true);
+        assert_eq!(head.header("content-length"), Some(LEN.to_string().as_str()), "{what}");
+        read_head_and(&mut pipelined, HALF);
         read_head_and(&mut leader, HALF);
         for w in &mut waiters {
             let head = read_head_and(w, HALF);
@@ -115,9 +127,14 @@ fn waiters_follow_a_fill_as_it_arrives() {
         let mut late = ask(&p);
         let head = read_head_and(&mut late, HALF);
         assert!(head.contains("Age: "), "{what}: answered from the cache: {head}");
-        assert_eq!(stats_of(&p, "followed"), 4, "{what}");
+        assert_eq!(stats_of(&p, "followed"), 6, "{what}");
         // The rest.
         o.stage.store(2, Ordering::SeqCst);
+        for _ in 0..2 {
+            assert!(pipelined.response(false).body == whole, "{what}: pipelined");
+        }
+        head_only.send(b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert!(head_only.response(false).body == whole, "{what}: after the HEAD");
         for mut r in std::iter::once(leader).chain(waiters).chain([late]) {
             let resp = r.response(false);
             assert_eq!(resp.status, 200, "{what}");
