@@ -196,7 +196,10 @@ fn length_bodies_by_every_path() {
             // Without the sockmap (here: never loaded) it splices, said in a counter.
             Want::Kernel => {
                 assert_eq!(st.bytes_spliced, b.len() as u64);
-                assert_eq!(st.sockmap_declined, 1);
+                // (Not counted when the whole body was in the pipe before
+                // the decline: on a loaded machine the feeder can be that
+                // far ahead.)
+                assert!(st.sockmap_declined <= 1);
                 assert_eq!(st.sessions_splice, 1);
             }
         }
