@@ -177,3 +177,41 @@ fn a_failed_fill_cuts_its_followers() {
     let stats = stop_stats(p);
     assert_eq!(counter(&stats, "stored"), 1, "{stats}");
 }
+
+/// A fill that others follow is not paced by its own client: the leader's
+/// client here reads nothing until its follower has the whole object (a
+/// tee would wait for it; the relay goes on by copying, counted).
+#[test]
+fn a_slow_leader_client_does_not_hold_its_followers() {
+    const BIG: usize = 8_000_000;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counted = seen.clone();
+    let addr = common::tcp_server(move |mut s| {
+        let mut buf = Vec::new();
+        while next_head(&mut s, &mut buf).is_some() {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let head = format!("HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: {BIG}\r\n\r\n");
+            if s.write_all(head.as_bytes()).is_err() || s.write_all(&pattern(BIG)).is_err() {
+                return;
+            }
+        }
+    });
+    for event in ["epoll", "uring"] {
+        let p = common::collapsing_proxy(&addr.to_string(), event, &["--splice", "auto"]);
+        let before = seen.load(Ordering::SeqCst);
+        let mut leader = ask(&p);
+        assert!(wait_until(Duration::from_secs(10), || seen.load(Ordering::SeqCst) == before + 1));
+        let mut follower = ask(&p);
+        let got = follower.response(false);
+        assert!(
+            got.body == pattern(BIG),
+            "{event}: {} bytes, not the object",
+            got.body.len()
+        );
+        assert!(leader.response(false).body == pattern(BIG), "{event}");
+        assert_eq!(seen.load(Ordering::SeqCst), before + 1, "{event}");
+        let stats = stop_stats(p);
+        assert_eq!(counter(&stats, "followed"), 1, "{event}: {stats}");
+        assert!(counter(&stats, "fills_decoupled") >= 1, "{event}: {stats}");
+    }
+}

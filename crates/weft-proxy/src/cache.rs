@@ -150,12 +150,13 @@ impl<'a> TwoTier<'a> {
         park
     }
 
-    /// The fill this worker leads for `key` will store a body of `len`
-    /// bytes: a stream of it for the requests that wait or come meanwhile
-    /// (`fill.rs`, read-while-write). None: collapsing is off.
-    pub fn publish_stream(&self, key: &[u8], seed: StreamSeed, len: u64) -> Option<Feed> {
+    /// The fill this worker leads for `key` (by its client `leader`) will
+    /// store a body of `len` bytes: a stream of it for the requests that
+    /// wait or come meanwhile (`fill.rs`, read-while-write). None:
+    /// collapsing is off.
+    pub fn publish_stream(&self, key: &[u8], seed: StreamSeed, len: u64, leader: Token) -> Option<Feed> {
         let f = self.fills?;
-        let stream = f.stream(seed, len);
+        let stream = f.stream(seed, len, (self.worker, leader));
         f.publish(key, &stream);
         Some(Feed::new(stream))
     }

@@ -31,6 +31,11 @@
 //!   or slowly sent object then no longer holds its waiters until the
 //!   wait's bound, after which they would all have asked the origin.
 //!
+//!   A followed fill runs at the origin's pace, not its own client's: a
+//!   follower that waits for the next part wakes the leader ([`KICK`]),
+//!   whose relay goes on by copying when its client holds the tee back
+//!   (`Relay::decouple`).
+//!
 //! Only a plain GET leads (no Range, no conditional: their answers, a 206
 //! or a 304, are never stored, and would mark a cacheable URL as passing).
 //! With range fills on (`background.rs`), a Range request does not wait
@@ -109,6 +114,11 @@ pub type Woken = (Token, u64);
 /// stream rather than because the fill ended (park numbers count from 0
 /// and never reach it).
 pub const STREAMING: u64 = 1 << 63;
+
+/// The park number of a wake-up for a fill's leader: a follower waits for
+/// the next part ([`Stream::read`]), so the leader's relay is to run (its
+/// own client may have stopped it, [`Feed::followed`]). Never a real park.
+pub const KICK: u64 = STREAMING - 1;
 
 /// A waiting request: its worker, its token there and its park number.
 pub type Waiter = (usize, Token, u64);
@@ -231,12 +241,13 @@ impl Fills {
         }
     }
 
-    /// A stream for a fill of a body of `len` bytes, waking its readers
-    /// through these mailboxes; the object is built from `seed` when a
-    /// waiter first looks at it.
-    pub fn stream(&self, seed: StreamSeed, len: u64) -> Arc<Stream> {
+    /// A stream for a fill of a body of `len` bytes by `leader` (its worker
+    /// and token), waking its readers through these mailboxes; the object is
+    /// built from `seed` when a waiter first looks at it.
+    pub fn stream(&self, seed: StreamSeed, len: u64, leader: (usize, Token)) -> Arc<Stream> {
         Arc::new(Stream {
             seed,
+            leader,
             object: OnceLock::new(),
             len,
             followers: AtomicUsize::new(0),
@@ -294,6 +305,8 @@ pub struct StreamSeed {
 /// that has sent all there is registers to be woken by the next part.
 pub struct Stream {
     seed: StreamSeed,
+    /// The leading request's worker and token (woken by [`KICK`]).
+    leader: (usize, Token),
     /// Built by the first request that looks (a fill nobody follows pays
     /// nothing for it); None: the head does not make an object.
     object: OnceLock<Option<Arc<Object>>>,
@@ -376,7 +389,13 @@ impl Stream {
             return Read::Done;
         }
         p.readers.push(reader);
-        self.hungry.store(true, Ordering::Relaxed);
+        drop(p);
+        if !self.hungry.swap(true, Ordering::Relaxed) {
+            // The first reader to wait since the last part: the leader's
+            // relay runs, in case its own client is what stopped it.
+            let (worker, token) = self.leader;
+            self.mail.post(worker, (token, KICK));
+        }
         Read::Wait
     }
 
@@ -408,6 +427,11 @@ impl Feed {
         unfed > 0
             && self.0.followers.load(Ordering::Relaxed) > 0
             && (unfed >= FEED_MIN || self.0.hungry.load(Ordering::Relaxed))
+    }
+
+    /// Does anyone follow the stream?
+    pub fn followed(&self) -> bool {
+        self.0.followers.load(Ordering::Relaxed) > 0
     }
 
     /// The next body bytes, in order.
@@ -527,7 +551,7 @@ mod tests {
             Join::Wait,
             "a range waits"
         );
-        let stream = f.stream(seed(), 10);
+        let stream = f.stream(seed(), 10, (0, Token::new(9, 0)));
         f.publish(b"k", &stream);
         let mut w = Vec::new();
         f.take(1, &mut w);
@@ -551,7 +575,7 @@ mod tests {
     #[test]
     fn a_stream_hands_over_parts_in_order_and_wakes_its_readers() {
         let f = Fills::new(1).unwrap();
-        let stream = f.stream(seed(), 10);
+        let stream = f.stream(seed(), 10, (0, Token::new(9, 0)));
         let feed = Feed::new(stream.clone());
         assert!(!feed.wants(5), "nobody follows: no hand-over");
         stream.followers.fetch_add(1, Ordering::Relaxed);
@@ -562,18 +586,30 @@ mod tests {
         feed.append(Bytes::from_static(b"01234"));
         let mut w = Vec::new();
         f.take(0, &mut w);
-        assert_eq!(w, vec![(Token::new(1, 0), 1)]);
+        let leader = (Token::new(9, 0), KICK);
+        assert_eq!(
+            w,
+            vec![leader, (Token::new(1, 0), 1)],
+            "the leader is kicked, the reader woken"
+        );
         match stream.read(0, 3, seat(0, 1, 2)) {
             Read::Data(d) => assert_eq!(d.segments().concat(), b"012"),
             _ => panic!("data"),
         }
         assert!(matches!(stream.read(5, 100, seat(0, 1, 3)), Read::Wait));
+        assert!(matches!(stream.read(5, 100, seat(0, 2, 4)), Read::Wait));
         let mut body = Aggregate::new();
         body.push(Bytes::from_static(b"01234"));
         body.push(Bytes::from_static(b"56789"));
         feed.complete(&body);
+        w.clear();
         f.take(0, &mut w);
-        assert_eq!(w.len(), 2, "the end wakes the reader");
+        let readers = vec![(Token::new(1, 0), 3), (Token::new(2, 0), 4)];
+        assert_eq!(
+            w,
+            [vec![leader], readers].concat(),
+            "one kick for two readers; the end wakes both"
+        );
         match stream.read(5, 100, seat(0, 1, 4)) {
             Read::Data(d) => assert_eq!(d.segments().concat(), b"56789"),
             _ => panic!("data"),
@@ -585,16 +621,16 @@ mod tests {
     #[test]
     fn a_feed_dropped_or_completed_short_fails_its_stream() {
         let f = Fills::new(1).unwrap();
-        let stream = f.stream(seed(), 10);
+        let stream = f.stream(seed(), 10, (0, Token::new(9, 0)));
         let feed = Feed::new(stream.clone());
         feed.append(Bytes::from_static(b"0123"));
         assert!(matches!(stream.read(4, 100, seat(0, 1, 1)), Read::Wait));
         drop(feed);
         let mut w = Vec::new();
         f.take(0, &mut w);
-        assert_eq!(w, vec![(Token::new(1, 0), 1)]);
+        assert_eq!(w, vec![(Token::new(9, 0), KICK), (Token::new(1, 0), 1)]);
         assert!(matches!(stream.read(0, 100, seat(0, 1, 2)), Read::Failed));
-        let stream = f.stream(seed(), 10);
+        let stream = f.stream(seed(), 10, (0, Token::new(9, 0)));
         let mut short = Aggregate::new();
         short.push(Bytes::from_static(b"0123"));
         Feed::new(stream.clone()).complete(&short);

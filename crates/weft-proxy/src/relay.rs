@@ -186,6 +186,9 @@ pub struct Relay {
     head_piped: usize,
     /// The upstream connection must not be pooled (`relay/kernel.rs`).
     tainted: bool,
+    /// Others follow the fill: a client slower than the upstream must not
+    /// hold it back ([`Relay::decouple`]).
+    decouple: bool,
 }
 
 /// Splice what `pipe` holds (`bytes`) to the client while it takes it;
@@ -335,6 +338,7 @@ impl Relay {
             linked_head,
             head_piped: 0,
             tainted: false,
+            decouple: false,
         }
     }
 
@@ -461,6 +465,21 @@ impl Relay {
             }
             if moved >= PUMP_BUDGET {
                 return Pump::Yield;
+            }
+            if !progress && self.decouple && !*e.client_may_write {
+                if let Path::Tee { .. } = self.path {
+                    // The client holds the tee back, and with it the fill
+                    // that others follow (what is read, what waits in the
+                    // intake to be tee'd, and the store at the end): copy
+                    // from here on, so the upstream is read into the object
+                    // at its own pace and the object is stored when it is
+                    // whole, the client's share queued for it.
+                    st.fills_decoupled += 1;
+                    if let Err(r) = self.switch_to_copy(e, st) {
+                        return r;
+                    }
+                    continue;
+                }
             }
             if !progress {
                 self.idle_pump = !any;
@@ -822,11 +841,25 @@ impl Relay {
     /// A splice or tee failed: move what the pipes hold into the output queue
     /// (and the cache) and continue by copying.
     fn fallback(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<(), Pump> {
-        let path = std::mem::replace(&mut self.path, Path::Copy);
         if !self.fell_back {
             self.fell_back = true;
             st.sessions_fallback += 1;
         }
+        self.switch_to_copy(e, st)
+    }
+
+    /// Others follow this fill (`fill.rs`): while the client is slower than
+    /// the upstream, the fill is not to wait for it ([`Relay::pump`] then
+    /// goes on by copying, which reads the upstream into the object whatever
+    /// the client takes).
+    pub fn decouple(&mut self) {
+        self.decouple = true;
+    }
+
+    /// Move what the pipes hold into the output queue (and the cache) and
+    /// continue by copying.
+    fn switch_to_copy(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<(), Pump> {
+        let path = std::mem::replace(&mut self.path, Path::Copy);
         let drain = |fd: RawFd, n: usize, out: &mut Vec<u8>| -> bool {
             let mut got = 0;
             let mut tmp = [0u8; 16 * 1024];

@@ -519,7 +519,7 @@ impl Worker<'_> {
                     vary_key: p.vary_key.as_slice().into(),
                     times: (request_time, p.response_time),
                 };
-                txn.feed = sh.cache.publish_stream(&c.key, seed, *len);
+                txn.feed = sh.cache.publish_stream(&c.key, seed, *len, ct);
             }
         }
         start_relay(sh, (c, ct), u, (relay_framing, kernel), plan);

@@ -182,6 +182,10 @@ weft_core::metrics! {
         counter followed,
         /// Of those, answers cut short because the fill failed.
         counter followers_cut,
+        /// Followed fills that went on by copying because their own client
+        /// was slower than the upstream (a tee waits for it; a copy reads
+        /// into the object whatever the client takes).
+        counter fills_decoupled,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -270,7 +274,7 @@ mod tests {
             bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
             sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches upstream_not_empty upgrades \
             stale_if_error collapsed stale_while_revalidate background_revalidations range_fills followed \
-            followers_cut";
+            followers_cut fills_decoupled";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

@@ -299,6 +299,10 @@ impl Worker<'_> {
         };
         let txn = c.txn.as_mut().expect("body has a txn");
         let relay = txn.relay.as_mut().expect("body has a relay");
+        if txn.feed.as_ref().is_some_and(|f| f.followed()) {
+            // Its followers are not to be paced by its own client.
+            relay.decouple();
+        }
         let result = {
             let mut ends = Ends {
                 client: c.fd.as_ref().map(|f| f.as_fd()),

@@ -637,7 +637,13 @@ impl<'a> Worker<'a> {
                 continue;
             };
             let streaming = park & crate::fill::STREAMING != 0;
-            if c.fill_wait == Some(park & !crate::fill::STREAMING) {
+            if park == crate::fill::KICK {
+                // A follower of the fill this client leads waits: its relay
+                // runs (`Relay::decouple`).
+                if c.txn.as_ref().is_none_or(|t| t.feed.is_none()) {
+                    continue;
+                }
+            } else if c.fill_wait == Some(park & !crate::fill::STREAMING) {
                 c.fill_wait = None;
                 c.fill_follow = streaming;
             } else if let Some(f) = c.follow.as_mut().filter(|f| f.park == Some(park)) {
