@@ -117,7 +117,7 @@ pub const STREAMING: u64 = 1 << 63;
 
 /// The park number of a wake-up for a fill's leader: a follower waits for
 /// the next part ([`Stream::read`]), so the leader's relay is to run (its
-/// own client may have stopped it, [`Feed::followed`]). Never a real park.
+/// own client may have stopped it: `Relay::decouple`). Never a real park.
 pub const KICK: u64 = STREAMING - 1;
 
 /// A waiting request: its worker, its token there and its park number.
@@ -427,11 +427,6 @@ impl Feed {
         unfed > 0
             && self.0.followers.load(Ordering::Relaxed) > 0
             && (unfed >= FEED_MIN || self.0.hungry.load(Ordering::Relaxed))
-    }
-
-    /// Does anyone follow the stream?
-    pub fn followed(&self) -> bool {
-        self.0.followers.load(Ordering::Relaxed) > 0
     }
 
     /// The next body bytes, in order.

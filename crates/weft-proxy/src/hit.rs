@@ -390,6 +390,46 @@ pub(crate) fn answer_stored(
 const FOLLOW_QUEUE: u64 = 256 * 1024;
 
 impl Worker<'_> {
+    /// The fills' mailbox (`fill.rs`): requests whose fill ended are
+    /// answered again (from the cache or, this time, from the origin), those
+    /// woken by a fill's stream join it, followers take the next part, and a
+    /// leader kicked by a waiting follower runs its relay.
+    pub(crate) fn on_filled<P: Poller>(&mut self, cx: &mut Ctx<P>) {
+        let mut woken = std::mem::take(&mut self.filled);
+        self.sh.cache.take_filled(&mut woken);
+        for &(token, park) in &woken {
+            let Some(c) = crate::worker::client_of(&mut self.slab, token) else {
+                continue;
+            };
+            let streaming = park & crate::fill::STREAMING != 0;
+            if park == crate::fill::KICK {
+                // A follower of the fill this client leads waits: its relay
+                // runs, and is not to be paced by its own client from now on
+                // (`Relay::decouple`).
+                let Some(relay) = c
+                    .txn
+                    .as_mut()
+                    .filter(|t| t.feed.is_some())
+                    .and_then(|t| t.relay.as_mut())
+                else {
+                    continue;
+                };
+                relay.decouple();
+            } else if c.fill_wait == Some(park & !crate::fill::STREAMING) {
+                c.fill_wait = None;
+                c.fill_follow = streaming;
+            } else if let Some(f) = c.follow.as_mut().filter(|f| f.park == Some(park)) {
+                // A follower's stream has more, or ended.
+                f.park = None;
+            } else {
+                continue; // that client is gone and its slot reused
+            }
+            self.drive(cx, token);
+        }
+        woken.clear();
+        self.filled = woken;
+    }
+
     /// The next step of a client following a fill (its output queue is
     /// empty): queue the body bytes that have arrived, or wait for the next
     /// ones. None: all of the body is queued and the client goes on as

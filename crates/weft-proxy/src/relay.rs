@@ -848,14 +848,6 @@ impl Relay {
         self.switch_to_copy(e, st)
     }
 
-    /// Others follow this fill (`fill.rs`): while the client is slower than
-    /// the upstream, the fill is not to wait for it ([`Relay::pump`] then
-    /// goes on by copying, which reads the upstream into the object whatever
-    /// the client takes).
-    pub fn decouple(&mut self) {
-        self.decouple = true;
-    }
-
     /// Move what the pipes hold into the output queue (and the cache) and
     /// continue by copying.
     fn switch_to_copy(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<(), Pump> {
@@ -905,38 +897,6 @@ impl Relay {
         self.sent = self.acc.len();
         self.check_fill_limit();
         Ok(())
-    }
-
-    /// Bytes of the object filled since the last [`Relay::cut`] (0 when
-    /// not filling).
-    pub fn unfed(&self) -> usize {
-        if self.fill.is_some() {
-            self.acc.len()
-        } else {
-            0
-        }
-    }
-
-    /// Hand over the bytes filled since the last cut as one shared segment,
-    /// for the requests following this fill (`fill.rs`): the segment is
-    /// also the stored object's, and what the client has not been sent of
-    /// it yet is queued as a slice of it (the order stays: the queue goes
-    /// out before the copy tail). The rest of the buffer's room stays for
-    /// the next reads (no reallocation).
-    pub fn cut(&mut self, out: &mut OutChain) -> Option<bytes::Bytes> {
-        if self.fill.is_none() || self.acc.is_empty() {
-            return None;
-        }
-        let tail_mode = self.tail_mode();
-        let frozen = self.acc.split().freeze();
-        if tail_mode && self.sent < frozen.len() && !self.client_gone {
-            out.push_shared(frozen.slice(self.sent..));
-        }
-        self.sent = 0;
-        if let Some(f) = &mut self.fill {
-            f.segs.push(frozen.clone());
-        }
-        Some(frozen)
     }
 
     /// The relay buffer, for the next session, when it is not part of a
@@ -1012,6 +972,7 @@ impl Relay {
 
 mod batch;
 mod chunked;
+mod follow;
 mod kernel;
 mod linked;
 pub(crate) use kernel::KERNEL_BODY_MAX;

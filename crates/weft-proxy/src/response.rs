@@ -245,6 +245,25 @@ fn store_plan(
     })
 }
 
+/// The requests waiting for the fill `c`'s transaction leads, and those
+/// that come while the body arrives, follow it (`fill.rs`): an object of
+/// known length that will be stored (`plan`). One small allocation per
+/// fill; the object they are answered from is built only when one of them
+/// looks.
+fn publish_stream(sh: &Shared<'_>, (c, ct): (&mut Client, Token), plan: Option<&StorePlan>, framing: &Framing) {
+    let (Some(p), Framing::Length(len @ 1..), Some(txn)) = (plan, framing, c.txn.as_mut()) else {
+        return;
+    };
+    if txn.fill {
+        let seed = crate::fill::StreamSeed {
+            head: p.head.clone(),
+            vary_key: p.vary_key.as_slice().into(),
+            times: (txn.request_time, p.response_time),
+        };
+        txn.feed = sh.cache.publish_stream(&c.key, seed, *len, ct);
+    }
+}
+
 /// Build the stored object from a complete body and put it in the cache.
 pub(crate) fn store_object(
     sh: &mut Shared<'_>,
@@ -507,21 +526,7 @@ impl Worker<'_> {
         let kernel = cfg.splice == crate::config::SpliceMode::Sockmap
             && crate::sockmap::KernelFwd::backend_fits(P::CAPS.name, P::CAPS.tracks_readiness);
         let kernel = kernel.then(|| sh.sockmap_ring(cx));
-        // The requests waiting for this fill, and those that come while the
-        // body arrives, follow it (`fill.rs`): an object of known length.
-        // (One small allocation per fill; the object they are answered from
-        // is built only when one of them looks.)
-        if let (Some(p), Framing::Length(len @ 1..)) = (&plan, &relay_framing) {
-            let txn = c.txn.as_mut().expect("head has a txn");
-            if txn.fill {
-                let seed = crate::fill::StreamSeed {
-                    head: p.head.clone(),
-                    vary_key: p.vary_key.as_slice().into(),
-                    times: (request_time, p.response_time),
-                };
-                txn.feed = sh.cache.publish_stream(&c.key, seed, *len, ct);
-            }
-        }
+        publish_stream(sh, (c, ct), plan.as_ref(), &relay_framing);
         start_relay(sh, (c, ct), u, (relay_framing, kernel), plan);
         self.start_background(cx);
         Flow::Again

@@ -299,10 +299,6 @@ impl Worker<'_> {
         };
         let txn = c.txn.as_mut().expect("body has a txn");
         let relay = txn.relay.as_mut().expect("body has a relay");
-        if txn.feed.as_ref().is_some_and(|f| f.followed()) {
-            // Its followers are not to be paced by its own client.
-            relay.decouple();
-        }
         let result = {
             let mut ends = Ends {
                 client: c.fd.as_ref().map(|f| f.as_fd()),
@@ -320,14 +316,6 @@ impl Worker<'_> {
             u.last_activity = cx.now;
             c.last_activity = cx.now;
         }
-        // Requests following this fill get what it read (`fill.rs`).
-        if let Some(feed) = &txn.feed {
-            if feed.wants(relay.unfed()) {
-                if let Some(part) = relay.cut(&mut c.out) {
-                    feed.append(part);
-                }
-            }
-        }
         if relay.take_batch_start() {
             self.batching.push(ct);
             if !self.batch_timer {
@@ -337,6 +325,7 @@ impl Worker<'_> {
         }
         let gone = relay.client_gone();
         let in_kernel = relay.in_kernel();
+        feed_followers(txn, &mut c.out);
         if gone {
             if let Some(fd) = c.fd.take() {
                 // The client left; the object is still being filled.
@@ -658,5 +647,18 @@ impl Client {
         crate::client::end_fill(sh, &self.key, &mut txn, crate::fill::Outcome::Failed);
         let up = txn.up.take();
         Some((txn, up))
+    }
+}
+
+/// Requests following the fill `txn` leads get what its relay has read
+/// (`fill.rs`), in parts of the object being filled.
+fn feed_followers(txn: &mut Txn, out: &mut weft_io::OutChain) {
+    let (Some(feed), Some(relay)) = (&txn.feed, txn.relay.as_mut()) else {
+        return;
+    };
+    if feed.wants(relay.unfed()) {
+        if let Some(part) = relay.cut(out) {
+            feed.append(part);
+        }
     }
 }

@@ -237,7 +237,7 @@ pub struct Worker<'a> {
     answers: Vec<Answer>,
     loaded: Vec<Loaded>,
     /// Requests woken by ended fills (reused buffer).
-    filled: Vec<crate::fill::Woken>,
+    pub(crate) filled: Vec<crate::fill::Woken>,
     pub(crate) refused_logged: u64,
     /// When the pools may shrink next (about once a second).
     next_decay: Instant,
@@ -625,37 +625,6 @@ impl<'a> Worker<'a> {
         }
         self.loaded = loaded;
         self.loaded.clear();
-    }
-
-    /// Fills that parked requests waited for have ended (`fill.rs`): answer
-    /// them again, from the cache or, this time, from the origin.
-    fn on_filled<P: Poller>(&mut self, cx: &mut Ctx<P>) {
-        let mut woken = std::mem::take(&mut self.filled);
-        self.sh.cache.take_filled(&mut woken);
-        for &(token, park) in &woken {
-            let Some(c) = client_of(&mut self.slab, token) else {
-                continue;
-            };
-            let streaming = park & crate::fill::STREAMING != 0;
-            if park == crate::fill::KICK {
-                // A follower of the fill this client leads waits: its relay
-                // runs (`Relay::decouple`).
-                if c.txn.as_ref().is_none_or(|t| t.feed.is_none()) {
-                    continue;
-                }
-            } else if c.fill_wait == Some(park & !crate::fill::STREAMING) {
-                c.fill_wait = None;
-                c.fill_follow = streaming;
-            } else if let Some(f) = c.follow.as_mut().filter(|f| f.park == Some(park)) {
-                // A follower's stream has more, or ended.
-                f.park = None;
-            } else {
-                continue; // that client is gone and its slot reused
-            }
-            self.drive(cx, token);
-        }
-        woken.clear();
-        self.filled = woken;
     }
 
     /// The body verdict's ring: bodies whose last byte has been redirected;

@@ -1,0 +1,48 @@
+//! What a relay does for the requests following its cache fill
+//! (collapsed forwarding's stream, `fill.rs`): it hands the bytes it has
+//! filled over in parts, and it does not let its own client pace the fill.
+
+use super::Relay;
+use weft_io::OutChain;
+
+impl Relay {
+    /// Bytes of the object filled since the last [`Relay::cut`] (0 when
+    /// not filling).
+    pub fn unfed(&self) -> usize {
+        if self.fill.is_some() {
+            self.acc.len()
+        } else {
+            0
+        }
+    }
+
+    /// Hand over the bytes filled since the last cut as one shared segment,
+    /// for the requests following this fill (`fill.rs`): the segment is
+    /// also the stored object's, and what the client has not been sent of
+    /// it yet is queued as a slice of it (the order stays: the queue goes
+    /// out before the copy tail). The rest of the buffer's room stays for
+    /// the next reads (no reallocation).
+    pub fn cut(&mut self, out: &mut OutChain) -> Option<bytes::Bytes> {
+        if self.fill.is_none() || self.acc.is_empty() {
+            return None;
+        }
+        let tail_mode = self.tail_mode();
+        let frozen = self.acc.split().freeze();
+        if tail_mode && self.sent < frozen.len() && !self.client_gone {
+            out.push_shared(frozen.slice(self.sent..));
+        }
+        self.sent = 0;
+        if let Some(f) = &mut self.fill {
+            f.segs.push(frozen.clone());
+        }
+        Some(frozen)
+    }
+
+    /// Others follow this fill (`fill.rs`): while the client is slower than
+    /// the upstream, the fill is not to wait for it ([`Relay::pump`] then
+    /// goes on by copying, which reads the upstream into the object whatever
+    /// the client takes).
+    pub fn decouple(&mut self) {
+        self.decouple = true;
+    }
+}
