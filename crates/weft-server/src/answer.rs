@@ -318,6 +318,32 @@ fn serve_found(
 
 /// Answer with the file `f` (at `s.rel`). `coded`: `f` is a sidecar in this
 /// coding of a file of that Content-Type.
+/// Content-Type and the validators of a file's answer: a sidecar's
+/// (`coded`: the file's type, the sidecar's validators, a representation of
+/// its own, RFC 9110 §8.8.3, and its coding), the object cache's
+/// ready-to-send fields (`object_head`), the head cache's, or made now.
+fn write_file_fields(
+    out: &mut Vec<u8>,
+    f: &CachedFile,
+    coded: Option<(Precompressed, &'static str)>,
+    object_head: Option<&[u8]>,
+    head_cache: bool,
+) {
+    if let Some((coding, content_type)) = coded {
+        crate::files::write_fields(out, content_type, &f.stat, &f.etag);
+        out.extend_from_slice(b"Content-Encoding: ");
+        out.extend_from_slice(coding.name().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    } else if let Some(h) = object_head {
+        out.extend_from_slice(h);
+    } else if head_cache {
+        out.extend_from_slice(&f.fields);
+    } else {
+        let etag = weft_http::make_etag(f.stat.ino, f.stat.size, f.stat.mtime_ns);
+        crate::files::write_fields(out, f.content_type, &f.stat, &etag);
+    }
+}
+
 fn serve_file(
     c: &mut Conn,
     s: &mut Shared<'_>,
@@ -409,22 +435,7 @@ fn serve_file(
     let date = s.date.get();
     let out = c.out.own_mut();
     respond::start_head(out, status, date);
-    // Content-Type and the validators.
-    if let Some((coding, content_type)) = coded {
-        // The file's type, the sidecar's validators (a representation of
-        // its own, RFC 9110 §8.8.3), and its coding.
-        crate::files::write_fields(out, content_type, &f.stat, &f.etag);
-        out.extend_from_slice(b"Content-Encoding: ");
-        out.extend_from_slice(coding.name().as_bytes());
-        out.extend_from_slice(b"\r\n");
-    } else if let Some(o) = &object {
-        out.extend_from_slice(o.head());
-    } else if s.cfg.head_cache {
-        out.extend_from_slice(&f.fields);
-    } else {
-        let etag = weft_http::make_etag(f.stat.ino, f.stat.size, f.stat.mtime_ns);
-        crate::files::write_fields(out, f.content_type, &f.stat, &etag);
-    }
+    write_file_fields(out, &f, coded, object.as_ref().map(|o| &o.head()[..]), s.cfg.head_cache);
     if let Some(cc) = cache_control {
         out.extend_from_slice(cc);
     }
