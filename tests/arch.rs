@@ -7,8 +7,8 @@
 //! process whose server was killed ends even while it holds a connection.
 //! A stop drains MT's threads and MP's processes and counts every request.
 
-mod common;
-mod fcgi_app;
+use crate::common;
+use crate::fcgi_app;
 
 use common::*;
 use fcgi_app::app_bin;

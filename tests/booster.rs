@@ -2,7 +2,7 @@
 //! binary in front of `weft serve` origins (or a raw test origin that
 //! records what reaches it), byte for byte.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{Read, Write};

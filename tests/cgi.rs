@@ -4,8 +4,8 @@
 //! malformed head, too much output), plus CGI/1.1 with a shell script.
 //! The application is `weft-fcgi-app` (src/bin), so no php-fpm is needed.
 
-mod common;
-mod fcgi_app;
+use crate::common;
+use crate::fcgi_app;
 
 use common::{pattern, wait_until, Reader, Response as Resp, TempDir, Weft};
 use fcgi_app::{app_bin, App};

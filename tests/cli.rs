@@ -1,6 +1,6 @@
 //! The command line: help, bad flags, config files, `weft backends`, `weft check`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;

@@ -6,7 +6,7 @@
 //! raw sockets. The rules live in the shared head writer, not in a backend:
 //! these run on the default one.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::net::TcpListener;

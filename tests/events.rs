@@ -6,7 +6,7 @@
 //! half-close, client aborts, KeepCopy) run per backend in tests/proxy.rs,
 //! the front-end's in tests/front.rs and tests/handoff.rs.
 
-mod common;
+use crate::common;
 
 use common::{per_backend, weft_bin, Reader, TempDir, Weft};
 use serde_json::Value;

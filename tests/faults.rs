@@ -9,7 +9,7 @@
 //! KeepCopy (`tests/proxy.rs::client_abort_keep_copy_fills_cache_*`), a
 //! back-end killed under `weft front` (`tests/front.rs::backend_killed_mid_run_*`).
 
-mod common;
+use crate::common;
 
 use common::{get, is_root, site, wait_until, Reader, TempDir, Weft};
 use std::io::{Read, Write};

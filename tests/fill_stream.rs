@@ -5,7 +5,7 @@
 //! large body, then holds the rest until the test lets it go (or, for the
 //! failure case, closes instead).
 
-mod common;
+use crate::common;
 
 use common::{counter, next_head, pattern, stop_stats, wait_until, Reader, Weft};
 use std::io::Write;

@@ -3,7 +3,7 @@
 //! follow file changes, and a file rewritten mid-send never arrives as a
 //! complete response.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{Read, Write};

@@ -3,7 +3,7 @@
 //! file (so which back-end answered is visible in the body), and of a test
 //! back-end that holds requests (to fill the admission limit S).
 
-mod common;
+use crate::common;
 
 use common::{
     fetch, front_args, get_on, get_target, pattern, per_backend, target_body, tcp_server, wait_until, who, Reader,

@@ -5,7 +5,7 @@
 //! with the bytes it read; the back-end answers the client directly and
 //! keeps the connection.
 
-mod common;
+use crate::common;
 
 use common::{
     fetch, front_args, get_from, get_on, get_target, pattern, per_backend, target_body, wait_until, who, Reader,

@@ -5,7 +5,7 @@
 //! methods. The origin is a scripted one written here: it records each
 //! request head byte for byte and answers by path.
 
-mod common;
+use crate::common;
 
 use common::{per_backend, raw, raw_response, tcp_server, Reader, Weft};
 use std::io::{Read, Write};

@@ -8,7 +8,7 @@
 //! endpoint's `/stats` gauges). `/metrics` of both roles carries the
 //! response-time histogram.
 
-mod common;
+use crate::common;
 
 use common::{per_backend, Reader, Weft};
 use std::io::{BufRead, BufReader, Read, Write};

@@ -2,7 +2,7 @@
 //! loopback, every workload in a short bounded form against `weft origin` and
 //! `weft serve`, checking counts, errors and byte-for-byte verification.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

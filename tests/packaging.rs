@@ -7,7 +7,7 @@
 //! then runs every thread as that user, through a reload and a log reopen.
 //! Root only (skipped otherwise, saying so).
 
-mod common;
+use crate::common;
 
 use common::{fetch, get, is_root, path_str, wait_until, weft_bin, Reader, TempDir, Weft};
 use std::os::unix::fs::MetadataExt;

@@ -4,7 +4,7 @@
 //! event backends and with splicing on and off, and compare every body byte
 //! for byte.
 
-mod common;
+use crate::common;
 
 use common::{
     counter, pattern, per_backend, send_with_fin, stop_stats, wait_until, weft_bin, ReadErr, Response as Resp, TempDir,

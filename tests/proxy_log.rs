@@ -2,7 +2,7 @@
 //! the cache status and request time; reopened on SIGUSR1) and the proxy's
 //! status-class counters; serve's cache field.
 
-mod common;
+use crate::common;
 
 use common::{path_str, TempDir, Weft};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! all of it is stored as its 200, and later ranges are hits. The origin is
 //! `weft serve`, whose access log shows what it was asked.
 
-mod common;
+use crate::common;
 
 use common::{pattern, Reader, Response, TempDir, Weft};
 use std::io::Write;

@@ -6,7 +6,7 @@
 //! configuration leaves the running server untouched and logs one line
 //! naming the key. For serve, proxy and front.
 
-mod common;
+use crate::common;
 
 use common::{path_str, Reader, TempDir, Weft};
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! curl as clients. Every scenario runs once per event backend (`per_backend!`),
 //! so a backend can never silently break the server.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{Read, Write};

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

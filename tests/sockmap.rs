@@ -3,7 +3,7 @@
 //! (crate weft-sockmap). Needs root (or CAP_BPF + CAP_NET_ADMIN) and a build
 //! with clang; elsewhere each test says why it skips its sockmap assertions.
 
-mod common;
+use crate::common;
 
 use common::{counter, is_root, pattern, stop_stats, ReadErr, Reader, Weft};
 use std::io::{BufRead, BufReader, Read, Write};

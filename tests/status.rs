@@ -5,7 +5,7 @@
 //! loopback only and skips, saying so, when it is not installed. It keeps a
 //! screenshot at `target/status-page.png` (a CI artifact).
 
-mod common;
+use crate::common;
 
 use common::{fetch, path_str, site, wait_until, TempDir, Weft};
 use std::path::{Path, PathBuf};

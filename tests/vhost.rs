@@ -3,7 +3,7 @@
 //! authority ahead of Host, per-site index, autoindex and Cache-Control, and
 //! one-line errors naming the key.
 
-mod common;
+use crate::common;
 
 use common::{path_str, Reader, TempDir, Weft};
 use std::process::Command;

@@ -415,7 +415,7 @@ def run(lab: core.Lab) -> dict:
     if "single" in parts:
         if lab.quick:
             sizes = [("8 KiB", 8 << 10), ("100 KiB", 100 << 10)]
-            rows += run_single(lab, "single", ARCHS + [OBJECTS, NGINX, LIGHTTPD], sizes, 1, 2.0)
+            rows += run_single(lab, "single", ARCHS + [OBJECTS, NGINX, LIGHTTPD], sizes, 1, 1.0)
         else:
             sizes = [("1 KiB", 1 << 10), ("8 KiB", 8 << 10), ("100 KiB", 100 << 10), ("1 MiB", 1 << 20)]
             rows += run_single(lab, "single", ARCHS + [OBJECTS] + ANCHORS, sizes, 3, 5.0)

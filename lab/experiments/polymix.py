@@ -53,7 +53,7 @@ PARTS = tuple(str(r) for r in RATES)  # one offered rate per part (about three m
 
 def plan(quick: bool, parts: list[str] | None = None) -> pl.Plan:
     if quick:
-        pn = pl.Plan(1, 12.0, [Point(p, 300) for p in (WS, WC, SF)], RUN_OVERHEAD_S)
+        pn = pl.Plan(1, 8.0, [Point(p, 300) for p in (WS, WC, SF)], RUN_OVERHEAD_S)
     else:
         pn = pl.Plan(1, 40.0, [Point(p, r) for r in RATES for p in (WS, WC, SF)], RUN_OVERHEAD_S)
     if parts is not None:

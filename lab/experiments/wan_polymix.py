@@ -20,8 +20,8 @@ loss) — the same figures as `polymix`, whose loopback runs are the
 "no WAN" reference (the full form runs that condition here too).
 
 Full form: WAN and no-WAN, 200 and 500 requests/s, 3 proxies, 40 s each
-(about 10 min). `--quick`: WAN only, 150 requests/s, 12 s per proxy (about
-75 s).
+(about 10 min). `--quick`: WAN only, 150 requests/s, 8 s per proxy (about
+60 s).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def one_run(lab, net, label: str, rate: int, secs: float, seed: int) -> dict:
 def run(lab: core.Lab) -> dict:
     lab.prepare(commands=["squid"])
     if lab.quick:
-        conds, rates, secs = ["PolyMix-4 WAN"], [150], 12.0
+        conds, rates, secs = ["PolyMix-4 WAN"], [150], 8.0
     else:
         conds, rates, secs = list(CONDITIONS), [200, 500], 40.0
     rows = []

@@ -78,6 +78,8 @@ pub fn remove_stale() -> Vec<String> {
         }
         match ip(&["netns", "del", &n]) {
             Ok(()) => said.push(format!("removed stale namespace {n} (weft pid {pid} is gone)")),
+            // Another run starting at the same moment swept it first.
+            Err(_) if !Path::new("/run/netns").join(&n).exists() => {}
             Err(e) => said.push(format!("could not remove stale namespace {n}: {e}")),
         }
     }
