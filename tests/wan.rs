@@ -20,7 +20,19 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
+
+/// Every `weft wan` sweeps the namespaces that runs now gone left behind.
+/// A test that starts one holds this for reading until its run is past the
+/// sweep (ready, or done); the test that leaves a stale namespace on purpose
+/// holds it for writing from the kill to its own next start, so that the
+/// sweep it asserts is its own and not a neighbour's.
+static STARTS: RwLock<()> = RwLock::new(());
+
+fn starting() -> RwLockReadGuard<'static, ()> {
+    STARTS.read().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The far end, run inside the client namespace: UDP 9000 echoes `e...`
 /// datagrams and counts the others, answering `quit` with the count (until
@@ -160,6 +172,7 @@ impl Wan {
         let dir = TempDir::new("wan");
         let ready = dir.path.join("ready.json");
         let stats = dir.path.join("stats.json");
+        let start = starting();
         let child = Command::new(weft_bin())
             .arg("wan")
             .args(args)
@@ -182,6 +195,7 @@ impl Wan {
             wait_until(Duration::from_secs(20), || ready.exists()),
             "weft wan did not become ready"
         );
+        drop(start);
         let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&ready).unwrap()).unwrap();
         let client = v["hosts"]["client"]["addr"].as_str().unwrap().to_string();
         let ns = v["hosts"]["client"]["ns"].as_str().unwrap_or_default().to_string();
@@ -537,6 +551,7 @@ delay = "1ms"
 "#,
     );
     let ready = dir.path.join("ready.json");
+    let start = starting();
     let mut child = Command::new(weft_bin())
         .args([
             "wan",
@@ -550,6 +565,7 @@ delay = "1ms"
         .spawn()
         .unwrap();
     assert!(wait_until(Duration::from_secs(20), || ready.exists()), "not ready");
+    drop(start);
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&ready).unwrap()).unwrap();
     let read = |host: &str, key: &str| {
         let ns = v["hosts"][host]["ns"].as_str().unwrap();
@@ -570,6 +586,7 @@ delay = "1ms"
     assert!(child.wait().unwrap().success());
     assert_eq!(got, ["0", "reno", "0", "1", "1"].map(String::from));
     // --sack off: the command's namespace.
+    let _start = starting();
     let out = Command::new(weft_bin())
         .args([
             "wan",
@@ -644,6 +661,7 @@ fn namespaces_and_tun_devices_removed_on_exit_and_after_sigkill() {
     // A normal exit removes everything at once.
     let dir = TempDir::new("wanexit");
     let ready = dir.path.join("ready.json");
+    let start = starting();
     let out = Command::new(weft_bin())
         .args([
             "wan",
@@ -657,6 +675,7 @@ fn namespaces_and_tun_devices_removed_on_exit_and_after_sigkill() {
         ])
         .output()
         .unwrap();
+    drop(start);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&ready).unwrap()).unwrap();
     let pid = v["pid"].as_u64().unwrap() as u32;
@@ -668,6 +687,8 @@ fn namespaces_and_tun_devices_removed_on_exit_and_after_sigkill() {
     let w = Wan::start(&["--delay", "1ms"]);
     let (ns, pid) = (w.ns.clone(), w.child.id());
     let mut w = w;
+    // No other test's `weft wan` may start (and sweep) until ours has.
+    let _sole = STARTS.write().unwrap_or_else(|e| e.into_inner());
     w.child.kill().unwrap();
     w.child.wait().unwrap();
     assert!(
@@ -686,10 +707,7 @@ fn namespaces_and_tun_devices_removed_on_exit_and_after_sigkill() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    // This run removed it, or another `weft wan` of a test running beside
-    // this one did a moment before (it then says nothing): either way it is
-    // gone, and no run complained.
-    assert!(!err.contains("could not remove"), "{err}");
+    assert!(err.contains(&format!("removed stale namespace {ns}")), "{err}");
     assert_eq!(leftovers(pid, &[]), Vec::<String>::new());
     assert!(!Path::new(&format!("/run/weft-wan/{pid}")).exists());
 }
@@ -1072,10 +1090,12 @@ fn veth_pair_has_mtu_1500_and_offloads_off() {
         return;
     }
     let script = r#"for d in /sys/class/net/ww*; do n=${d##*/}; echo "mtu $(cat $d/mtu)"; ethtool -k $n | grep -E '^(generic-segmentation|generic-receive|tcp-segmentation)-offload:'; done"#;
+    let start = starting();
     let out = Command::new(weft_bin())
         .args(["wan", "--veth", "--quiet", "--", "sh", "-c", script])
         .output()
         .unwrap();
+    drop(start);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     let mtus: Vec<&str> = text.lines().filter(|l| l.starts_with("mtu")).collect();
