@@ -349,3 +349,49 @@ fn every_role_serves_the_same_page_and_its_history() {
         "serve: {hits} hits, {misses} misses:\n{m}"
     );
 }
+
+/// A response its client has read is counted in the very next `/stats` and
+/// `/metrics`: the admin endpoint waits out a worker's batch that has not
+/// published its counters yet (`weft_core::metrics::PublishClock`), instead
+/// of the reader having to poll. Many rounds against two workers each, for
+/// serve, the proxy and the front; each round's count is exact.
+#[test]
+fn counters_include_every_response_already_read() {
+    const ROUNDS: u64 = 150;
+    let root = site();
+    let admin_flag = ["--workers", "2", "--admin", "127.0.0.1:0"];
+    let served = Weft::serve(&[&admin_flag[..], &[path_str(&root.path)]].concat());
+    // The proxy's and the front's origin (the front's health checks reach
+    // it too, so it is not the server counted).
+    let origin = Weft::serve(&[path_str(&root.path)]);
+    let o = origin.addr.to_string();
+    let proxy = Weft::role("proxy", &admin_flag);
+    let front = Weft::role("front", &[&admin_flag[..], &["--backend", &o]].concat());
+    // The front's `/stats` is its decision state; its engine's requests
+    // are in `/metrics`.
+    let requests = |w: &Weft, role: &str| match role {
+        "front" => {
+            let m = fetch(&w.admin.unwrap().to_string(), "/metrics");
+            metric(&m, "weft_front_requests_total").unwrap_or_else(|| panic!("{m}")) as u64
+        }
+        _ => common::admin_total(w, "requests"),
+    };
+    let checks = [
+        ("serve", &served, "/hello.txt".to_string()),
+        ("proxy", &proxy, format!("http://{o}/hello.txt")),
+        ("front", &front, "/hello.txt".to_string()),
+    ];
+    for (role, w, target) in checks {
+        let count = |w: &Weft| requests(w, role);
+        let before = count(w);
+        // Keep-alive, the body read by its length: with `Connection: close`
+        // the end of stream would come after the batch (descriptors close
+        // at its end) and hide the race.
+        let mut r = common::Reader::new(w.connect());
+        for i in 1..=ROUNDS {
+            let got = common::get_on(&mut r, &target);
+            assert_eq!(got.status, 200, "{role}");
+            assert_eq!(count(w), before + i, "{role}: round {i}");
+        }
+    }
+}

@@ -17,7 +17,10 @@
 //! reader (the admin thread) loads the words back with relaxed loads. Two
 //! words of one snapshot may come from neighbouring batches; every counter is
 //! monotonic and the document is a diagnostic, so that is fine and cheaper
-//! than any consistency protocol.
+//! than any consistency protocol. What a reader does need is that a response
+//! its client has already received is counted: each worker's
+//! [`PublishClock`] says whether a batch is running unpublished, and
+//! [`settle`] waits out such a batch before a document is rendered.
 //!
 //! Groups that live in other crates (weft-io's `SysCounts` and
 //! `TrackerStats`: weft-core cannot depend on weft-io) implement [`Group`] by
@@ -795,6 +798,8 @@ macro_rules! metrics {
     (@kind gauge) => { $crate::metrics::Kind::Gauge };
 }
 
+mod clock;
+pub use clock::{settle, PublishClock, SETTLE_LIMIT};
 mod status;
 pub use status::StatusClasses;
 

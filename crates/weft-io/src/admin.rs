@@ -44,7 +44,15 @@ pub struct Pages {
     /// `POST ...`: the role's own controls (the booster's manual switch),
     /// given the request line; None (or a None answer): 404.
     pub control: Option<Control>,
+    /// Run before `/stats` and `/metrics` are rendered: waits out the
+    /// workers' batches that have not published their counters yet
+    /// (`weft_core::metrics::settle`), so a document counts every response
+    /// its reader had already received. None: render at once.
+    pub settle: Option<Settle>,
 }
+
+/// Waits, bounded, until the role's published counters are current.
+pub type Settle = Arc<dyn Fn() + Send + Sync>;
 
 /// Answers a `POST` request line with a JSON body, or None (404).
 pub type Control = Arc<dyn Fn(&[u8]) -> Option<String> + Send + Sync>;
@@ -64,6 +72,7 @@ pub fn start(addr: SocketAddr, render: Render) -> io::Result<SocketAddr> {
             stats: render,
             metrics: None,
             control: None,
+            settle: None,
         },
     )
 }
@@ -179,6 +188,10 @@ fn read_request_line(c: &mut impl Read, buf: &mut [u8]) -> usize {
 
 /// Status, Content-Type and body for a request's first bytes.
 fn answer(req: &[u8], pages: &Pages) -> (&'static str, &'static str, String) {
+    let counters = req.starts_with(b"GET /stats ") || req.starts_with(b"GET /metrics ");
+    if let (true, Some(settle)) = (counters, &pages.settle) {
+        settle();
+    }
     if req.starts_with(b"GET /stats ") {
         return ("200 OK", "application/json", (pages.stats)());
     }
@@ -319,10 +332,15 @@ mod tests {
 
     #[test]
     fn serves_stats_and_metrics() {
+        let settled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = settled.clone();
         let pages = Pages {
             stats: Arc::new(|| "{\"x\":1}\n".to_string()),
             metrics: Some(Arc::new(|| "# HELP a b\n# TYPE a gauge\na 1\n".to_string())),
             control: None,
+            settle: Some(Arc::new(move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            })),
         };
         let addr = serve("127.0.0.1:0".parse().unwrap(), pages).unwrap();
         let stats = get(addr, "/stats");
@@ -341,6 +359,9 @@ mod tests {
             "{m}"
         );
         assert!(get(addr, "/nope").starts_with("HTTP/1.1 404"));
+        get(addr, "/");
+        // The counters' documents wait for the workers' batches; the page does not.
+        assert_eq!(settled.load(std::sync::atomic::Ordering::SeqCst), 2);
         // Without a Prometheus renderer, /metrics is not there.
         let addr = start("127.0.0.1:0".parse().unwrap(), Arc::new(String::new)).unwrap();
         assert!(get(addr, "/metrics").starts_with("HTTP/1.1 404"));

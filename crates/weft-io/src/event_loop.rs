@@ -8,7 +8,9 @@
 //! 3. hand each event to the handler (stale tokens are the handler's to drop:
 //!    its [`Slab`](crate::Slab) lookup fails);
 //! 4. fire due timers;
-//! 5. let the handler do deferred work, drop superseded timer entries once
+//! 5. let the handler do deferred work (and publish its counters: the
+//!    handler's [`PublishClock`](weft_core::metrics::PublishClock) is odd
+//!    from step 2 until this step is done), drop superseded timer entries once
 //!    the heap has doubled since the last sweep, then close the descriptors it queued
 //!    with [`Ctx::close_later`] — after every event of the batch was seen, so a
 //!    descriptor number is never reused while an event for it is still queued.
@@ -250,6 +252,14 @@ pub trait Handler<P: Poller> {
     }
     /// False ends the loop.
     fn keep_running(&self) -> bool;
+    /// The clock the loop advances around each batch (odd from the wait's
+    /// return until `after_batch`, in which the handler publishes its
+    /// counters, has run), so that the admin endpoint can tell a worker's
+    /// published counters are current ([`weft_core::metrics::settle`]).
+    /// None: nothing published.
+    fn publish_clock(&self) -> Option<&weft_core::metrics::PublishClock> {
+        None
+    }
 }
 
 /// Run until the handler says stop.
@@ -259,6 +269,9 @@ pub fn run<P: Poller, H: Handler<P>>(cx: &mut Ctx<P>, handler: &mut H) -> io::Re
         let timeout = cx.next_timeout(handler.max_wait());
         events.clear();
         cx.poller.wait(&mut events, timeout)?;
+        if let Some(c) = handler.publish_clock() {
+            c.batch_begins();
+        }
         cx.refresh_clock();
         for ev in events.iter() {
             handler.on_event(cx, *ev);
@@ -274,6 +287,9 @@ pub fn run<P: Poller, H: Handler<P>>(cx: &mut Ctx<P>, handler: &mut H) -> io::Re
             }
         }
         handler.after_batch(cx);
+        if let Some(c) = handler.publish_clock() {
+            c.published();
+        }
         cx.sweep_timers(handler);
         cx.closing.clear();
     }
@@ -285,6 +301,7 @@ pub fn run<P: Poller, H: Handler<P>>(cx: &mut Ctx<P>, handler: &mut H) -> io::Re
 mod tests {
     use super::*;
     use crate::backend::Epoll;
+    use crate::sys;
 
     /// Arms one entry per "connection" and forgets most of them at once, as
     /// closes leave theirs behind.
@@ -339,5 +356,58 @@ mod tests {
         assert!(cx.timers_armed() < 3000, "{} entries kept", cx.timers_armed());
         assert!(h.peak < 4000, "peak {}", h.peak);
         assert!(cx.timers.iter().filter(|Reverse((d, t))| h.timer_armed(*t, *d)).count() == 500);
+    }
+
+    /// Sees the clock from inside the batches it runs.
+    struct Publisher {
+        clock: weft_core::metrics::PublishClock,
+        events: usize,
+        batches: usize,
+    }
+
+    impl Handler<Epoll> for Publisher {
+        fn on_event(&mut self, cx: &mut Ctx<Epoll>, ev: Event) {
+            assert_eq!(self.clock.read() & 1, 1, "an event handled outside a batch");
+            sys::eventfd_drain(ev.token.0 as RawFd);
+            cx.learned(ev.token.0 as RawFd, Readiness::default());
+            self.events += 1;
+        }
+        fn on_timer(&mut self, _: &mut Ctx<Epoll>, _: Token, _: Instant) -> Option<Instant> {
+            assert_eq!(self.clock.read() & 1, 1, "a timer fired outside a batch");
+            None
+        }
+        fn after_batch(&mut self, _: &mut Ctx<Epoll>) {
+            // Where a role publishes its counters: still inside the batch.
+            assert_eq!(self.clock.read() & 1, 1);
+            self.batches += 1;
+        }
+        fn max_wait(&self) -> Option<Duration> {
+            Some(Duration::from_millis(1))
+        }
+        fn keep_running(&self) -> bool {
+            // Between batches the clock is even: everything is published.
+            assert_eq!(self.clock.read() & 1, 0);
+            self.batches < 5
+        }
+        fn publish_clock(&self) -> Option<&weft_core::metrics::PublishClock> {
+            Some(&self.clock)
+        }
+    }
+
+    #[test]
+    fn the_publish_clock_is_odd_inside_each_batch_and_even_between() {
+        let mut cx = Ctx::<Epoll>::new().unwrap();
+        let efd = sys::eventfd().unwrap();
+        cx.register(efd.raw(), Token(efd.raw() as u64), Interest::READ).unwrap();
+        sys::eventfd_signal(efd.raw()).unwrap();
+        cx.arm_timer(Token(u64::MAX), Instant::now());
+        let mut h = Publisher {
+            clock: Default::default(),
+            events: 0,
+            batches: 0,
+        };
+        run(&mut cx, &mut h).unwrap();
+        assert_eq!((h.events, h.batches), (1, 5));
+        assert_eq!(h.clock.read(), 10, "two steps a batch");
     }
 }

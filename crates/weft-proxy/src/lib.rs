@@ -172,6 +172,7 @@ impl Proxy {
                 let disk = disk.clone();
                 let backend = cfg.event.name();
                 let prom = slots.clone();
+                let slots_settle = slots.clone();
                 // POST /purge/URL and /purge-prefix/URL (`purge.rs`).
                 let control = store.clone().map(|s| purge::control(s, disk.clone()));
                 let render = Arc::new(move || render_stats(backend, &slots, store.as_deref(), disk.as_deref()));
@@ -179,6 +180,7 @@ impl Proxy {
                     stats: render,
                     metrics: Some(Arc::new(move || stats::render_prometheus(&prom))),
                     control,
+                    settle: Some(stats::settle_pages(slots_settle)),
                 };
                 Some(
                     weft_io::admin::serve(a, pages)

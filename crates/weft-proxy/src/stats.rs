@@ -7,6 +7,7 @@
 //! bumps plain `u64` fields; the registry generates the sum, the slot the
 //! worker publishes into once per batch, and the JSON and Prometheus renderings.
 
+use std::sync::Arc;
 use weft_core::metrics;
 use weft_io::{PoolGauges, SysCounts};
 
@@ -198,11 +199,13 @@ weft_core::metrics! {
 }
 
 /// Where one worker publishes: its counters (relaxed atomics, written once
-/// per batch) and its response latency histogram (about once a second).
+/// per batch), its response latency histogram (about once a second), and the
+/// clock that says whether its counters are current.
 #[derive(Default)]
 pub struct Slot {
     pub counters: metrics::Slot<ProxyStats>,
     pub latency: metrics::LatencySlot,
+    pub clock: metrics::PublishClock,
 }
 
 impl Slot {
@@ -216,6 +219,14 @@ impl Slot {
     pub fn read(&self) -> ProxyStats {
         self.counters.read()
     }
+}
+
+/// The admin endpoint's wait, before it renders, for the workers' batches
+/// that are running unpublished (`metrics::settle`).
+pub fn settle_pages(slots: Arc<Vec<Slot>>) -> weft_io::admin::Settle {
+    Arc::new(move || {
+        metrics::settle(slots.iter().map(|s| &s.clock), metrics::SETTLE_LIMIT);
+    })
 }
 
 /// The help text of `weft_proxy_response_seconds`.

@@ -923,8 +923,6 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if let Some(log) = &mut self.sh.log {
             log.flush_if_due(cx.now);
         }
-        self.slot.publish(&self.stats());
-        self.slot.latency.publish(&mut self.sh.latency, cx.now);
         if self.door.due(cx) {
             self.accept(cx);
         }
@@ -937,6 +935,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 }
             }
         }
+        // Last: the loop marks the batch published when this returns
+        // (`publish_clock`), so nothing this batch counts may come after.
+        self.slot.publish(&self.stats());
+        self.slot.latency.publish(&mut self.sh.latency, cx.now);
     }
 
     fn max_wait(&self) -> Option<Duration> {
@@ -955,6 +957,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
 
     fn keep_running(&self) -> bool {
         !(self.sh.draining && self.slab.is_empty())
+    }
+
+    fn publish_clock(&self) -> Option<&weft_core::metrics::PublishClock> {
+        Some(&self.slot.clock)
     }
 }
 

@@ -18,12 +18,14 @@ use weft_core::metrics;
 /// One worker's published counters.
 pub type Slot = metrics::Slot<ServeStats>;
 
-/// Where one worker publishes: its counters (every batch) and its response
-/// latency histogram (about once a second).
+/// Where one worker publishes: its counters (every batch), its response
+/// latency histogram (about once a second), and the clock that says whether
+/// its counters are current (event-loop workers only).
 #[derive(Default)]
 pub struct WorkerSlot {
     pub counters: Slot,
     pub latency: metrics::LatencySlot,
+    pub clock: metrics::PublishClock,
 }
 
 /// The help text of `weft_serve_response_seconds`.
@@ -52,13 +54,16 @@ pub fn render_prometheus(slots: &[WorkerSlot]) -> String {
 
 /// Start the admin listener on `addr`; returns the bound address.
 pub fn start(addr: SocketAddr, backend: &'static str, slots: Arc<Vec<WorkerSlot>>) -> std::io::Result<SocketAddr> {
-    let json = slots.clone();
+    let (json, clocks) = (slots.clone(), slots.clone());
     weft_io::admin::serve(
         addr,
         weft_io::admin::Pages {
             stats: Arc::new(move || render(backend, &json)),
             metrics: Some(Arc::new(move || render_prometheus(&slots))),
             control: None,
+            settle: Some(Arc::new(move || {
+                metrics::settle(clocks.iter().map(|s| &s.clock), metrics::SETTLE_LIMIT);
+            })),
         },
     )
 }

@@ -596,8 +596,6 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if let (Some(a), Some(files)) = (self.shared.admit.as_mut(), self.shared.files.as_mut()) {
             a.run(cx.now, files);
         }
-        self.slot.counters.publish(&self.stats());
-        self.slot.latency.publish(&mut self.shared.latency, cx.now);
         if self.door.due(cx) {
             self.accept(cx);
         }
@@ -612,6 +610,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 self.close(cx, t);
             }
         }
+        // Last: the loop marks the batch published when this returns
+        // (`publish_clock`), so nothing this batch counts may come after.
+        self.slot.counters.publish(&self.stats());
+        self.slot.latency.publish(&mut self.shared.latency, cx.now);
     }
 
     fn max_wait(&self) -> Option<Duration> {
@@ -632,6 +634,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
 
     fn keep_running(&self) -> bool {
         !(self.shared.draining && self.conns.is_empty())
+    }
+
+    fn publish_clock(&self) -> Option<&weft_core::metrics::PublishClock> {
+        Some(&self.slot.clock)
     }
 }
 

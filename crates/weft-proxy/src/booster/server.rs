@@ -76,6 +76,7 @@ pub fn start(b: &Arc<Booster>, admin: Option<SocketAddr>, proxy: &Proxy) -> io::
     let (b2, slots) = (b.clone(), proxy.slots());
     let b = b.clone();
     let pages = weft_io::admin::Pages {
+        settle: Some(crate::stats::settle_pages(slots.clone())),
         stats: Arc::new(move || b2.document(&Proxy::live_totals(&slots))),
         metrics: None,
         control: Some(Arc::new(move |line| manual_switch(&b, line))),

@@ -160,6 +160,7 @@ pub(crate) fn start(addr: SocketAddr, front: Arc<Front>, slots: Arc<Vec<stats::S
     admin::serve(
         addr,
         Pages {
+            settle: Some(stats::settle_pages(slots.clone())),
             stats: Arc::new(move || render_json(&json)),
             metrics: Some(Arc::new(move || render_prometheus(&front, &slots))),
             control: None,
