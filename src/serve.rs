@@ -84,9 +84,9 @@ pub struct ServeArgs {
     pub autoindex: Option<bool>,
 
     /// Send `X.br` or `X.gz` instead of `X` to a client whose Accept-Encoding accepts that
-    /// coding, where the sidecar exists (nginx's gzip_static, h2o's send-compressed): codings in
-    /// order of preference, e.g. `br,gzip`; every file response then carries `Vary:
-    /// Accept-Encoding` [default: off].
+    /// coding, where the sidecar exists and is not older than `X` (nginx's gzip_static, h2o's
+    /// send-compressed): codings in order of preference, e.g. `br,gzip`; every file response
+    /// then carries `Vary: Accept-Encoding` [default: off].
     #[arg(long, value_name = "CODINGS|off", value_parser = codings)]
     pub precompressed: Option<Codings>,
 

@@ -266,6 +266,49 @@ fn a_missing_sidecar_is_remembered() {
     assert_eq!(counter(stats, "precompressed"), 0, "{stats}");
 }
 
+/// A sidecar older than its file was made from an earlier version of it:
+/// passed over and counted (the next accepted coding, or the file itself,
+/// goes out) until a sidecar as new as the file is written.
+#[test]
+fn a_sidecar_older_than_its_file_is_passed_over() {
+    let site = site();
+    let js = pattern(20_000);
+    site.write("app.js", &js);
+    let gz = site.write("app.js.gz", b"gzip bytes of an earlier app.js");
+    site.write("app.js.br", b"brotli bytes of this app.js");
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let f = std::fs::File::options().write(true).open(&gz).unwrap();
+    f.set_modified(an_hour_ago).unwrap();
+    drop(f);
+    let w = serve(&site, &[], &["--precompressed", "br,gzip", "--admin", "127.0.0.1:0"]);
+    let ask = |codings: &str| {
+        let mut c = Reader::new(w.connect());
+        c.send(format!("GET /app.js HTTP/1.1\r\nHost: t\r\nAccept-Encoding: {codings}\r\n\r\n").as_bytes());
+        c.response(false)
+    };
+    let r = ask("gzip");
+    assert!(r.body == js, "the stale gzip sidecar was sent");
+    assert_eq!(
+        (r.header("content-encoding"), r.header("vary")),
+        (None, Some("Accept-Encoding"))
+    );
+    assert_eq!(admin_total(&w, "precompressed_stale"), 1);
+    // br is preferred and in step; asked for both, br goes out.
+    let r = ask("gzip, br");
+    assert_eq!(
+        (r.body.as_slice(), r.header("content-encoding")),
+        (&b"brotli bytes of this app.js"[..], Some("br"))
+    );
+    // Made again from this file, the gzip sidecar is sent (once the file
+    // cache has looked at it again: at least a second).
+    site.write("app.js.gz", b"gzip bytes of this app.js");
+    let fresh = wait_until(Duration::from_secs(10), || {
+        ask("gzip").body == b"gzip bytes of this app.js"
+    });
+    assert!(fresh, "the new gzip sidecar never went out");
+    assert_eq!(admin_total(&w, "precompressed"), 2);
+}
+
 /// The AMPED loop never waits on the disk: with every read sent to a helper
 /// and each helper job slowed to half a second, a request for a file the worker
 /// holds in memory is answered while a large file's request still waits for

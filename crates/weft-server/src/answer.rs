@@ -262,9 +262,17 @@ enum Pick {
 }
 
 /// The first sidecar (`X.br`, `X.gz`, in `--precompressed` order) of the
-/// file at `s.rel` that the request's Accept-Encoding accepts and that
-/// exists. A file without one costs a hash lookup per coding accepted.
-fn pick(c: &Conn, s: &mut Shared<'_>, head_len: usize) -> Pick {
+/// file `plain` at `s.rel` that the request's Accept-Encoding accepts, that
+/// exists and that is not older than the file. A file without one costs a
+/// hash lookup per coding accepted.
+///
+/// An older sidecar was made from an earlier version of the file (a build
+/// writes the file, then compresses it; `gzip -k` gives the sidecar the
+/// file's own mtime, which counts as in step): sending it would serve stale
+/// content under the new file's name. It is passed over, counted, and the next coding or the
+/// file itself goes out: at worst uncompressed, never stale. Both stats come
+/// from the file cache, so the comparison costs no system call.
+fn pick(c: &Conn, s: &mut Shared<'_>, head_len: usize, plain: &CachedFile) -> Pick {
     let cfg = s.cfg;
     let Some(files) = s.files.as_mut() else {
         return Pick::Plain;
@@ -278,7 +286,11 @@ fn pick(c: &Conn, s: &mut Shared<'_>, head_len: usize) -> Pick {
         }
         s.rel.extend_from_slice(coding.suffix());
         match files.lookup_sidecar(&s.rel, c.last_activity, !s.amped) {
-            Lookup::File(f) => return Pick::Sidecar(f, coding),
+            Lookup::File(f) if f.stat.mtime_ns >= plain.stat.mtime_ns => return Pick::Sidecar(f, coding),
+            Lookup::File(_) => {
+                s.stats.precompressed_stale += 1;
+                s.rel.truncate(file_len);
+            }
             Lookup::Miss => return Pick::Wait,
             _ => s.rel.truncate(file_len),
         }
@@ -297,7 +309,7 @@ fn serve_found(
     cache_control: Option<&[u8]>,
 ) -> (u16, u64) {
     let file_len = s.rel.len();
-    let answered = match pick(c, s, head_len) {
+    let answered = match pick(c, s, head_len, &f) {
         Pick::Plain => serve_file(c, s, head_len, f, how, (cache_control, None)),
         Pick::Sidecar(sidecar, coding) => {
             s.stats.precompressed += 1;
