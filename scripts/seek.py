@@ -40,7 +40,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from herd import nginx_proxy_cache, start, start_nginx  # noqa: E402
+from lab.wire import read_response  # noqa: E402
 
 CHUNK = 256 * 1024
 
@@ -143,25 +145,6 @@ class Origin:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
-
-
-def read_response(s, buf):
-    """One response from `s` (keep-alive): (status, body, rest of buf)."""
-    while b"\r\n\r\n" not in buf:
-        chunk = s.recv(65536)
-        if not chunk:
-            raise OSError("closed before the head")
-        buf += chunk
-    head, _, buf = buf.partition(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    m = re.search(rb"\r\ncontent-length:\s*(\d+)", head, re.I)
-    length = int(m.group(1)) if m else 0
-    while len(buf) < length:
-        chunk = s.recv(1 << 20)
-        if not chunk:
-            raise OSError("closed in the body")
-        buf += chunk
-    return status, buf[:length], buf[length:]
 
 
 def session(port, path, offset, chunks, size):

@@ -33,6 +33,7 @@ import time
 from collections import OrderedDict
 
 from .. import core, env, proc, report, servers
+from ..wire import read_response
 
 NAME = "idle-memory"
 DESCRIPTION = "issue 21: RSS per idle keep-alive connection (one 8 KiB GET each) at 1k/10k/19k connections: weft serve, weft proxy vs nginx, h2o, lighttpd, HAProxy, Varnish"
@@ -116,7 +117,9 @@ class Holder:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             try:
                 s.sendall(self.request)
-                read_response(s)
+                status, _, _ = read_response(s)
+                if status != 200:
+                    raise ConnectionError(f"status {status}")
             except OSError:
                 s.close()
                 raise
@@ -129,31 +132,6 @@ class Holder:
             except OSError:
                 pass
         self.socks = []
-
-
-def read_response(s: socket.socket) -> int:
-    """Read one response with a Content-Length body; returns its status."""
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = s.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed before the response head")
-        buf += chunk
-    head, _, body = buf.partition(b"\r\n\r\n")
-    status = int(head[9:12])
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    while len(body) < length:
-        chunk = s.recv(65536)
-        if not chunk:
-            raise ConnectionError(f"closed after {len(body)} of {length} body bytes")
-        body += chunk
-    if status != 200 or len(body) != length:
-        raise ConnectionError(f"status {status}, {len(body)} of {length} bytes")
-    return status
 
 
 def raise_nofile(want: int) -> None:
