@@ -41,7 +41,9 @@ impl HeldBody {
                 };
                 at_least(1);
                 let body = pattern(LEN);
-                let head = format!("HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: {LEN}\r\n\r\n");
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nETag: \"v1\"\r\nContent-Length: {LEN}\r\n\r\n"
+                );
                 if s.write_all(head.as_bytes()).is_err() || s.write_all(&body[..HALF]).is_err() {
                     return;
                 }
@@ -154,6 +156,59 @@ fn waiters_follow_a_fill_as_it_arrives() {
         assert_eq!(counter(&stats, "stored"), 1, "{what}: {stats}");
         assert_eq!(counter(&stats, "followers_cut"), 0, "{what}: {stats}");
     }
+}
+
+/// Ranges and conditionals are answered from a fill's stream as a hit's
+/// are: a conditional that matches gets its 304 at once, a range whose
+/// first byte has arrived its 206 (and the rest of its part as it comes);
+/// a range beyond what has arrived does not wait, it goes to the origin.
+#[test]
+fn ranges_and_conditionals_are_answered_from_the_stream() {
+    let whole = pattern(LEN);
+    let o = HeldBody::start();
+    let p = proxy(&o, "epoll", "auto");
+    let mut leader = ask(&p);
+    assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
+    o.stage.store(1, Ordering::SeqCst);
+    read_head_and(&mut leader, HALF);
+    let get = |extra: &str| format!("GET /big HTTP/1.1\r\nHost: h\r\n{extra}\r\n").into_bytes();
+    // Within the first half: a 206 now, from the stream.
+    let mut near = ask_with(&p, &get("Range: bytes=1000-1999\r\n"));
+    let r = near.response(false);
+    assert_eq!(
+        (r.status, r.header("content-range")),
+        (206, Some("bytes 1000-1999/600000"))
+    );
+    assert!(r.body == whole[1000..2000]);
+    // Across the half: the head and what has arrived now, the rest later.
+    let mut across = ask_with(&p, &get(&format!("Range: bytes={}-{}\r\n", HALF - 10, HALF + 9)));
+    let head = read_head_and(&mut across, 10);
+    assert!(head.starts_with("HTTP/1.1 206"), "{head}");
+    // A validator that matches: 304 at once, no body to wait for.
+    let mut cond = ask_with(&p, &get("If-None-Match: \"v1\"\r\n"));
+    assert_eq!(cond.response(true).status, 304);
+    assert!(
+        wait_until(Duration::from_secs(5), || stats_of(&p, "followed") == 3),
+        "{} followed",
+        stats_of(&p, "followed")
+    );
+    assert_eq!(o.seen.load(Ordering::SeqCst), 1, "all three from the stream");
+    // Beyond what has arrived: forwarded, not held behind the fill.
+    let _far = ask_with(&p, &get("Range: bytes=500000-500099\r\n"));
+    assert!(
+        wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 2),
+        "the far range did not reach the origin"
+    );
+    o.stage.store(2, Ordering::SeqCst);
+    let r = across.response(false);
+    assert!(r.body == whole[HALF - 10..HALF + 10], "{} bytes", r.body.len());
+    assert!(leader.response(false).body == whole);
+    // The connections go on after their partial answers.
+    near.send(&get("Range: bytes=-5\r\n"));
+    let r = near.response(false);
+    assert_eq!((r.status, r.body.as_slice()), (206, &whole[LEN - 5..]));
+    let stats = stop_stats(p);
+    assert_eq!(counter(&stats, "followers_cut"), 0, "{stats}");
 }
 
 /// A fill that fails mid-body cuts its followers' answers short (their

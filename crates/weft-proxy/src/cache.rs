@@ -144,6 +144,13 @@ impl<'a> TwoTier<'a> {
         (f.join(key, may_lead, follow, (self.worker, token, park), now), park)
     }
 
+    /// Follow the stream of `key`'s fill under way when `takes` it, without
+    /// waiting for it otherwise ([`Fills::follow`]). None: collapsing is off,
+    /// no fill streams, or `takes` refused.
+    pub fn follow_fill(&self, key: &[u8], takes: &mut dyn FnMut(&Stream) -> bool) -> Option<Arc<Stream>> {
+        self.fills?.follow(key, takes)
+    }
+
     fn next_park(&mut self) -> u64 {
         let park = self.next_wait;
         self.next_wait += 1;

@@ -130,8 +130,11 @@ pub struct Client {
 pub struct Follow {
     /// The fill's stream.
     pub stream: Arc<crate::fill::Stream>,
-    /// Body bytes queued so far.
+    /// The next body byte to queue (from a range's first).
     pub at: u64,
+    /// Where the answer's body ends (exclusive): the stream's length, or a
+    /// range's last byte + 1.
+    pub end: u64,
     /// Waiting for the next part: the park number its wake-up carries.
     pub park: Option<u64>,
 }

@@ -23,11 +23,12 @@
 //! - **Streaming** (read-while-write, as Varnish, Squid and Traffic Server
 //!   do; nginx's `proxy_cache_lock` makes its waiters wait for the whole
 //!   object): once the leader's response head shows an object of known
-//!   length that will be stored, the fill publishes a [`Stream`]. Waiters
-//!   that can take the stored answer as it is (a GET or HEAD without a
-//!   range or a conditional) are woken and *follow* it: they get the head
-//!   at once and the body as it arrives, in shared segments of the object
-//!   being filled (no copy), instead of waiting for its last byte. A large
+//!   length that will be stored, the fill publishes a [`Stream`]. Waiting
+//!   GETs and HEADs are woken and *follow* it: they are answered as a hit
+//!   is (their ranges and conditionals against the stream's head and
+//!   length: a 304 or 416 at once, a 206 or 200 head), and get the body, or
+//!   the part of it a range names, as it arrives, in shared segments of the
+//!   object being filled (no copy), instead of waiting for its last byte. A large
 //!   or slowly sent object then no longer holds its waiters until the
 //!   wait's bound, after which they would all have asked the origin.
 //!
@@ -39,8 +40,10 @@
 //! Only a plain GET leads (no Range, no conditional: their answers, a 206
 //! or a 304, are never stored, and would mark a cacheable URL as passing).
 //! With range fills on (`background.rs`), a Range request does not wait
-//! either: it is forwarded, so a seek into a large file never waits for the
-//! whole of it.
+//! either: it follows a fill whose stream has reached the range's first
+//! byte ([`Stream::arrived`]; [`Fills::follow`] never registers a waiter),
+//! and is forwarded otherwise, so a seek into a large file never waits for
+//! the bytes before it.
 //! The registry is one mutex-held map for the process; each worker is woken
 //! through its own mailbox.
 
@@ -49,7 +52,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use weft_buf::Aggregate;
@@ -216,6 +219,19 @@ impl Fills {
         }
     }
 
+    /// Follow the stream of `key`'s fill if there is one and `takes` it;
+    /// never waits, leads or registers anything otherwise (a Range request
+    /// that would rather ask the origin than wait: `request.rs`).
+    pub fn follow(&self, key: &[u8], takes: &mut dyn FnMut(&Stream) -> bool) -> Option<Arc<Stream>> {
+        let s = self.lock();
+        let stream = s.filling.get(key)?.stream.as_ref()?;
+        if !takes(stream) {
+            return None;
+        }
+        stream.followers.fetch_add(1, Ordering::Relaxed);
+        Some(stream.clone())
+    }
+
     /// The fill of `key` has a head to stream: waiters that may follow are
     /// woken (they join again and follow it); the others wait for the end.
     /// Later misses may follow it too. Nothing happens when the fill has
@@ -252,6 +268,7 @@ impl Fills {
             len,
             followers: AtomicUsize::new(0),
             hungry: AtomicBool::new(false),
+            unfed: AtomicU64::new(0),
             progress: Mutex::new(Progress::default()),
             mail: self.mail.clone(),
         })
@@ -316,6 +333,10 @@ pub struct Stream {
     followers: AtomicUsize,
     /// A follower waits for the next part: hand over what there is.
     hungry: AtomicBool,
+    /// Body bytes the leader has read and not handed over yet (it hands
+    /// them over only while someone follows): with what was handed over,
+    /// how far the fill has come ([`Stream::arrived`]).
+    unfed: AtomicU64,
     progress: Mutex<Progress>,
     mail: Arc<Mailboxes<Woken>>,
 }
@@ -373,6 +394,13 @@ impl Stream {
         self.progress.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Body bytes the fill has read so far (handed over or not): a Range
+    /// request follows only a fill that has reached its first byte.
+    pub fn arrived(&self) -> u64 {
+        let handed = self.lock().body.len() as u64;
+        handed + self.unfed.load(Ordering::Relaxed)
+    }
+
     /// Up to `max` body bytes from offset `at`; when there are none yet,
     /// `reader` is registered to be woken by the next part or the end.
     pub fn read(&self, at: u64, max: u64, reader: Waiter) -> Read {
@@ -423,7 +451,9 @@ impl Feed {
 
     /// Should `unfed` bytes read since the last hand-over go out now? Only
     /// while someone follows: a fill nobody follows stays one segment.
+    /// Notes the count either way ([`Stream::arrived`]).
     pub fn wants(&self, unfed: usize) -> bool {
+        self.0.unfed.store(unfed as u64, Ordering::Relaxed);
         unfed > 0
             && self.0.followers.load(Ordering::Relaxed) > 0
             && (unfed >= FEED_MIN || self.0.hungry.load(Ordering::Relaxed))
@@ -434,6 +464,7 @@ impl Feed {
         let readers = {
             let mut p = self.0.lock();
             p.body.push(part);
+            self.0.unfed.store(0, Ordering::Relaxed);
             self.0.hungry.store(false, Ordering::Relaxed);
             std::mem::take(&mut p.readers)
         };
@@ -565,6 +596,38 @@ mod tests {
         f.finish(b"k", Outcome::Stored, now);
         f.take(1, &mut w);
         assert_eq!(w.last(), Some(&(Token::new(3, 0), 6)), "the range is woken at the end");
+    }
+
+    #[test]
+    fn a_range_follows_a_stream_or_nothing_and_never_waits() {
+        let f = Fills::new(1).unwrap();
+        let now = Instant::now();
+        let mut yes = |_: &Stream| true;
+        assert!(f.follow(b"k", &mut yes).is_none(), "no fill");
+        assert_eq!(f.join(b"k", true, None, seat(0, 1, 0), now), Join::Lead);
+        assert!(f.follow(b"k", &mut yes).is_none(), "a fill without a stream yet");
+        let stream = f.stream(seed(), 100, (0, Token::new(9, 0)));
+        f.publish(b"k", &stream);
+        // How far the fill has come: what the leader holds, then what it
+        // handed over besides.
+        let feed = Feed::new(stream.clone());
+        assert!(!feed.wants(30), "nobody follows");
+        assert_eq!(stream.arrived(), 30);
+        let mut past_40 = |s: &Stream| s.arrived() > 40;
+        assert!(f.follow(b"k", &mut past_40).is_none(), "not taken");
+        let followed = f.follow(b"k", &mut yes).expect("followed");
+        assert!(Arc::ptr_eq(&followed, &stream));
+        assert!(feed.wants(FEED_MIN), "a follower now");
+        feed.append(Bytes::from(vec![b'x'; 50]));
+        assert_eq!(stream.arrived(), 50);
+        feed.wants(20);
+        assert_eq!(stream.arrived(), 70);
+        assert!(f.follow(b"k", &mut past_40).is_some());
+        // Nothing was registered: the end wakes no one.
+        f.finish(b"k", Outcome::Stored, now);
+        let mut w = Vec::new();
+        f.take(0, &mut w);
+        assert!(w.is_empty(), "{w:?}");
     }
 
     #[test]

@@ -212,19 +212,31 @@ pub(crate) fn serve_hit(
     answer: HitAnswer<'_>,
     st: &mut ProxyStats,
 ) -> (u16, u64) {
-    serve_from(out, (req, conds), (obj, None), answer, st)
+    let a = serve_from(out, (req, conds), (obj, None), answer, st);
+    (a.status, a.bytes)
+}
+
+/// What an answer from a stored response announced.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Answered {
+    pub status: u16,
+    /// Where its body starts in the representation (a range's first byte).
+    pub start: u64,
+    /// Its body's length.
+    pub bytes: u64,
 }
 
 /// [`serve_hit`], or with `streamed`, the length of a body that is still
-/// arriving (a fill's stream, `fill.rs`): the head says that length and no
-/// body is queued (the follower queues it as it comes).
+/// arriving (a fill's stream, `fill.rs`): the head says that length (or
+/// the range of it answered) and no body is queued (the follower queues it
+/// as it comes).
 fn serve_from(
     out: &mut OutChain,
     (req, conds): (&RequestHead, &Conditions<'_>),
     (obj, streamed): (&Object, Option<u64>),
     answer: HitAnswer<'_>,
     st: &mut ProxyStats,
-) -> (u16, u64) {
+) -> Answered {
     let HitAnswer {
         now,
         close,
@@ -280,7 +292,11 @@ fn serve_from(
             let fields = &obj.head[obj.status_line_len.min(stored_fields)..stored_fields];
             respond::not_modified(v, date, fields);
             tail(v, None);
-            (304, 0)
+            Answered {
+                status: 304,
+                start: 0,
+                bytes: 0,
+            }
         }
         Answer::PreconditionFailed | Answer::RangeNotSatisfiable { .. } => {
             // Generated here, not stored: no Age, no validators.
@@ -292,7 +308,11 @@ fn serve_from(
             };
             let head_only = method == Method::Head;
             respond::simple_with(out.own_mut(), decision.status(), date, extra, why, head_only, persist);
-            (decision.status(), 0)
+            Answered {
+                status: decision.status(),
+                start: 0,
+                bytes: 0,
+            }
         }
         Answer::Partial { start, end, .. } => {
             encode::status_line(out.own_mut(), 206);
@@ -302,9 +322,15 @@ fn serve_from(
                 encode::content_range(v, cr);
             }
             tail(v, decision.content_length());
-            out.push_aggregate(&obj.body.slice(start as usize, end as usize));
-            st.bytes_cache += end - start;
-            (206, end - start)
+            if streamed.is_none() {
+                out.push_aggregate(&obj.body.slice(start as usize, end as usize));
+                st.bytes_cache += end - start;
+            }
+            Answered {
+                status: 206,
+                start,
+                bytes: end - start,
+            }
         }
         Answer::Full { body, .. } => {
             push_head(out, obj, 0);
@@ -314,17 +340,22 @@ fn serve_from(
                 out.push_aggregate(&obj.body);
                 st.bytes_cache += len;
             }
-            (obj.status, if body { len } else { 0 })
+            Answered {
+                status: obj.status,
+                start: 0,
+                bytes: if body { len } else { 0 },
+            }
         }
     }
 }
 
 /// Answer a request from the stream of a fill under way (collapsed
-/// forwarding's read-while-write, `fill.rs`; `takes` in `request.rs` has
-/// checked that its object is fresh and its Vary matches, and the request
-/// is a GET or HEAD with no range or conditional): the stored head now, and
-/// for a GET the body as it arrives ([`Worker::follow_step`]). The head at
-/// the front of the input is `n` bytes long.
+/// forwarding's read-while-write, `fill.rs`; `stream_serves` in
+/// `request.rs` has checked that its object is fresh and its Vary matches,
+/// and the request is a GET or HEAD): its conditionals and range decided
+/// as a hit's against the stream's head and length, that head now, and the
+/// body or the range's part of it as it arrives ([`Worker::follow_step`]).
+/// The head at the front of the input is `n` bytes long.
 pub(crate) fn answer_follow(
     sh: &mut crate::worker::Shared<'_>,
     c: &mut crate::conn::Client,
@@ -340,13 +371,14 @@ pub(crate) fn answer_follow(
         detail: None,
         collapsed: true,
     };
-    let bytes = answer_stored(sh, c, txn, (&obj, Some(stream.len)), (n, now), (hit, "HIT"));
+    let sent = answer_stored(sh, c, txn, (&obj, Some(stream.len)), (n, now), (hit, "HIT"));
     sh.stats.hits += 1;
     sh.stats.followed += 1;
-    if bytes > 0 {
+    if sent.bytes > 0 {
         c.follow = Some(Box::new(Follow {
             stream,
-            at: 0,
+            at: sent.start,
+            end: sent.start + sent.bytes,
             park: None,
         }));
     }
@@ -357,7 +389,7 @@ pub(crate) fn answer_follow(
 /// `obj` as the cache (`hit`: what `--cache-status` says of it; `cache`:
 /// the access log's field), or with `streamed`, the head of a fill's stream
 /// of that length ([`serve_from`]); the request is consumed. The body
-/// bytes the answer announces.
+/// bytes the answer announces, and where they start.
 pub(crate) fn answer_stored(
     sh: &mut crate::worker::Shared<'_>,
     c: &mut crate::conn::Client,
@@ -365,7 +397,7 @@ pub(crate) fn answer_stored(
     (obj, streamed): (&Object, Option<u64>),
     (n, now): (usize, u64),
     (hit, cache): (cache_status::Hit, &'static str),
-) -> u64 {
+) -> Answered {
     let close = !txn.client_keep_alive || sh.draining || !matches!(txn.body, crate::conn::ReqBody::None);
     if streamed.unwrap_or(obj.body.len() as u64) > sh.cfg.notsent_lowat as u64 {
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, sh.cfg);
@@ -378,11 +410,11 @@ pub(crate) fn answer_stored(
         status: sh.cache_status.as_deref().map(|id| (id, hit)),
     };
     let conds = Conditions::from_head(&c.req, &c.input.pending()[..n]);
-    let (status, bytes) = serve_from(&mut c.out, (&c.req, &conds), (obj, streamed), answer, &mut sh.stats);
-    crate::accesslog::answered(sh, c, status, cache, bytes);
+    let sent = serve_from(&mut c.out, (&c.req, &conds), (obj, streamed), answer, &mut sh.stats);
+    crate::accesslog::answered(sh, c, sent.status, cache, sent.bytes);
     c.input.consume(n);
     c.close_after |= close;
-    bytes
+    sent
 }
 
 /// Body bytes a follower queues at a time (as much as a run of pipelined
@@ -442,13 +474,15 @@ impl Worker<'_> {
         if f.park.is_some() {
             return Some(Flow::Wait);
         }
-        let (read, park) = sh.cache.read_stream(&f.stream, f.at, FOLLOW_QUEUE, ct);
+        let (read, park) = sh
+            .cache
+            .read_stream(&f.stream, f.at, FOLLOW_QUEUE.min(f.end - f.at), ct);
         match read {
             Read::Data(part) => {
                 f.at += part.len() as u64;
                 sh.stats.bytes_cache += part.len() as u64;
                 c.out.push_aggregate(&part);
-                if f.at >= f.stream.len {
+                if f.at >= f.end {
                     c.follow = None;
                 }
                 Some(Flow::Again)

@@ -369,10 +369,19 @@ fn from_cache(
         // Woken because the fill it waited for ended, or waited too long:
         // the origin answers (no second wait).
         Lookup::Miss if c.fill_checked && !c.fill_follow => None,
-        // With range fills, a range never waits for another's fill: the
+        // With range fills, a range never waits for another's fill: it
+        // follows one whose stream has reached its first byte, else the
         // origin answers its part at once, where waiting would cost the
         // whole transfer of a large file (`background.rs`).
-        Lookup::Miss if sh.range_fills.is_some() && req.header(data, "range").is_some() => None,
+        Lookup::Miss if sh.range_fills.is_some() && req.header(data, "range").is_some() => {
+            let range = req.header(data, "range").unwrap_or_default();
+            let (rules, scratch, req_cc) = (&sh.rules, &mut sh.vary_scratch, &txn.req_cc);
+            let mut takes = |s: &Stream| {
+                may_follow(txn) && stream_serves(s, rules, (req, data), scratch, req_cc, now) && range_arrived(range, s)
+            };
+            let stream = sh.cache.follow_fill(&c.key, &mut takes)?;
+            Some(Ok(crate::hit::answer_follow(sh, c, txn, stream, (n, now))))
+        }
         // Collapsed forwarding (fill.rs): lead the key's fill, follow its
         // stream, or wait for the one under way and be answered again when
         // it ends (or streams).
@@ -380,18 +389,8 @@ fn from_cache(
             let woken = std::mem::take(&mut c.fill_follow);
             let may_lead = !woken && may_lead_fill(txn, req, data);
             let (rules, scratch, req_cc) = (&sh.rules, &mut sh.vary_scratch, &txn.req_cc);
-            // Takes the stream's object as it is: its Vary match, fresh.
-            let mut takes = |s: &Stream| {
-                s.object(rules).is_some_and(|o| {
-                    let varies = o.vary.as_ref().is_some_and(|v| {
-                        caching::vary_key([&v[..]], req, data, scratch);
-                        scratch[..] != o.vary_key[..]
-                    });
-                    let usable = caching::decide(o.lifetime, o.age(now), &o.cc, req_cc);
-                    !varies && matches!(usable, Usable::Fresh | Usable::StaleAllowed)
-                })
-            };
-            let follow = may_follow(txn, req, data).then_some(&mut takes as &mut dyn FnMut(&Stream) -> bool);
+            let mut takes = |s: &Stream| stream_serves(s, rules, (req, data), scratch, req_cc, now);
+            let follow = may_follow(txn).then_some(&mut takes as &mut dyn FnMut(&Stream) -> bool);
             match sh.cache.join_fill(&c.key, may_lead, follow, ct, mono) {
                 (Join::Lead, _) => {
                     txn.fill = true;
@@ -416,19 +415,52 @@ fn from_cache(
     }
 }
 
-/// May this miss follow a fill's stream (`fill.rs`)? A GET or HEAD that
-/// takes the stored answer as it is: no range, no conditional (whose
-/// answers the stream's body, still arriving, cannot decide).
-fn may_follow(txn: &Txn, req: &RequestHead, data: &[u8]) -> bool {
-    const NOT_PLAIN: [&str; 4] = ["range", "if-range", "if-none-match", "if-modified-since"];
-    matches!(txn.method, Method::Get | Method::Head) && NOT_PLAIN.iter().all(|f| req.header(data, f).is_none())
+/// May this miss follow a fill's stream (`fill.rs`)? A GET or HEAD. Its
+/// ranges and conditionals are answered as a hit's are, against the
+/// stream's head (validators) and length, which are known before the body
+/// has arrived: a 304 or 416 at once, a 206 with the part of the body it
+/// names as it arrives.
+fn may_follow(txn: &Txn) -> bool {
+    matches!(txn.method, Method::Get | Method::Head)
 }
 
 /// May this miss lead a fill? A plain GET: a range or a conditional gets a
 /// 206 or a 304 from the origin, which is never stored (and would make a
 /// cacheable key pass).
 fn may_lead_fill(txn: &Txn, req: &RequestHead, data: &[u8]) -> bool {
-    txn.method == Method::Get && may_follow(txn, req, data)
+    const NOT_PLAIN: [&str; 4] = ["range", "if-range", "if-none-match", "if-modified-since"];
+    txn.method == Method::Get && NOT_PLAIN.iter().all(|f| req.header(data, f).is_none())
+}
+
+/// Does the stream `s` of a fill under way serve the request `(req, data)`
+/// as its stored object would: its Vary matches and it is fresh enough for
+/// the request's `req_cc` at `now`?
+fn stream_serves(
+    s: &Stream,
+    rules: &weft_http::caching::CacheRules,
+    (req, data): (&RequestHead, &[u8]),
+    scratch: &mut Vec<u8>,
+    req_cc: &CacheControl,
+    now: u64,
+) -> bool {
+    s.object(rules).is_some_and(|o| {
+        let varies = o.vary.as_ref().is_some_and(|v| {
+            caching::vary_key([&v[..]], req, data, scratch);
+            scratch[..] != o.vary_key[..]
+        });
+        let usable = caching::decide(o.lifetime, o.age(now), &o.cc, req_cc);
+        !varies && matches!(usable, Usable::Fresh | Usable::StaleAllowed)
+    })
+}
+
+/// Has the fill streaming `s` reached the first byte the Range field
+/// `range` asks for? A request for several ranges (answered whole) or for
+/// none that is satisfiable (a 416) does not wait for a byte.
+fn range_arrived(range: &[u8], s: &Stream) -> bool {
+    match weft_http::evaluate_range(range, s.len) {
+        weft_http::RangeOutcome::Partial { start, .. } => start < s.arrived(),
+        _ => true,
+    }
 }
 
 /// Answer an `only-if-cached` request the cache cannot: 504 (RFC 9111
