@@ -211,6 +211,41 @@ fn ranges_and_conditionals_are_answered_from_the_stream() {
     assert_eq!(counter(&stats, "followers_cut"), 0, "{stats}");
 }
 
+/// Without range fills a Range request waits for a fill like any other:
+/// a range and a conditional that came before the head are woken by the
+/// stream and answered from it (206 and 304) while the origin still holds
+/// the second half; one request reached the origin.
+#[test]
+fn waiting_ranges_and_conditionals_are_woken_by_the_stream() {
+    let whole = pattern(LEN);
+    let o = HeldBody::start();
+    let p = common::collapsing_proxy(&o.addr.to_string(), "epoll", &["--range-fill", "false"]);
+    let mut leader = ask(&p);
+    assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
+    let get = |extra: &str| format!("GET /big HTTP/1.1\r\nHost: h\r\n{extra}\r\n").into_bytes();
+    let mut range = ask_with(&p, &get("Range: bytes=100-299\r\n"));
+    let mut cond = ask_with(&p, &get("If-None-Match: \"v1\"\r\n"));
+    assert!(
+        wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 2),
+        "{} waited",
+        stats_of(&p, "collapsed")
+    );
+    o.stage.store(1, Ordering::SeqCst);
+    let r = range.response(false);
+    assert_eq!(
+        (r.status, r.header("content-range")),
+        (206, Some("bytes 100-299/600000"))
+    );
+    assert!(r.body == whole[100..300]);
+    assert_eq!(cond.response(true).status, 304);
+    assert_eq!(stats_of(&p, "followed"), 2);
+    assert_eq!(o.seen.load(Ordering::SeqCst), 1, "both from the stream");
+    o.stage.store(2, Ordering::SeqCst);
+    assert!(leader.response(false).body == whole);
+    let stats = stop_stats(p);
+    assert_eq!(counter(&stats, "followers_cut"), 0, "{stats}");
+}
+
 /// A fill that fails mid-body cuts its followers' answers short (their
 /// connections close before the length they were sent), stores nothing,
 /// and the next request asks the origin again.
