@@ -269,9 +269,10 @@ enum Pick {
 /// An older sidecar was made from an earlier version of the file (a build
 /// writes the file, then compresses it; `gzip -k` gives the sidecar the
 /// file's own mtime, which counts as in step): sending it would serve stale
-/// content under the new file's name. It is passed over, counted, and the next coding or the
-/// file itself goes out: at worst uncompressed, never stale. Both stats come
-/// from the file cache, so the comparison costs no system call.
+/// content under the new file's name. It is passed over, counted, and the
+/// next coding or the file itself goes out: at worst uncompressed, never
+/// stale. Both stats come from the file cache, so the comparison costs no
+/// system call.
 fn pick(c: &Conn, s: &mut Shared<'_>, head_len: usize, plain: &CachedFile) -> Pick {
     let cfg = s.cfg;
     let Some(files) = s.files.as_mut() else {
