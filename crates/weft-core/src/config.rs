@@ -100,6 +100,10 @@ pub fn section_settings(
     let mut out = Vec::new();
     for (key, value) in t {
         let full = format!("{section}.{key}");
+        if key.is_empty() {
+            // TOML allows `'' = 1`; no flag is named by nothing.
+            return Err(err(Some(full), "a key with an empty name".to_string()));
+        }
         let mut push = |v: &toml::Value| -> Result<(), ConfigError> {
             let s = match v {
                 toml::Value::String(s) => s.clone(),
@@ -194,6 +198,17 @@ mod tests {
         let e = section_settings("w.toml", "[serv]\nx = 1\n", "serve", KNOWN).unwrap_err();
         assert_eq!(e.key.as_deref(), Some("serv"));
         assert!(e.to_string().starts_with("w.toml: key `serv`: unknown section"));
+    }
+
+    /// Found by a long run of the `config_file` fuzz target: TOML allows an
+    /// empty quoted key, which named no flag.
+    #[test]
+    fn an_empty_key_is_an_error_naming_its_section() {
+        for text in ["[proxy]\n'' = ''\n", "proxy.\"\" = 1\n"] {
+            let e = section_settings("w.toml", text, "proxy", KNOWN).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some("proxy."), "{text}");
+            assert!(e.to_string().contains("a key with an empty name"), "{e}");
+        }
     }
 
     /// Found by the `config_file` fuzz target: a quoted key with an escaped
