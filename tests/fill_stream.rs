@@ -320,3 +320,170 @@ fn a_slow_leader_client_does_not_hold_its_followers() {
         assert!(counter(&stats, "fills_decoupled") >= 1, "{event}: {stats}");
     }
 }
+
+/// An origin that sends `GET /big` as a chunked body of [`LEN`] bytes
+/// (`close_delimited`: a body without framing, ended by its close): the
+/// head and the first half, held until `stage` reaches 2 for the rest and
+/// the last chunk (3: it closes after the half instead).
+fn held_chunked(close_delimited: bool) -> HeldBody {
+    let stage = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(AtomicUsize::new(0));
+    let (st, sn) = (stage.clone(), seen.clone());
+    let addr = common::tcp_server(move |mut s| {
+        let mut buf = Vec::new();
+        while next_head(&mut s, &mut buf).is_some() {
+            sn.fetch_add(1, Ordering::SeqCst);
+            let at_least = |n: usize| {
+                while st.load(Ordering::SeqCst) < n {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            };
+            at_least(1);
+            let body = pattern(LEN);
+            let chunks = |part: &[u8]| {
+                if close_delimited {
+                    return part.to_vec();
+                }
+                let mut wire = Vec::new();
+                for piece in part.chunks(70_000) {
+                    wire.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                    wire.extend_from_slice(piece);
+                    wire.extend_from_slice(b"\r\n");
+                }
+                wire
+            };
+            let framing = if close_delimited {
+                "Connection: close"
+            } else {
+                "Transfer-Encoding: chunked"
+            };
+            let head = format!("HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nETag: \"v1\"\r\n{framing}\r\n\r\n");
+            if s.write_all(head.as_bytes()).is_err() || s.write_all(&chunks(&body[..HALF])).is_err() {
+                return;
+            }
+            at_least(2);
+            if st.load(Ordering::SeqCst) == 3 {
+                return;
+            }
+            let mut rest = chunks(&body[HALF..]);
+            if close_delimited {
+                let _ = s.write_all(&rest);
+                return;
+            }
+            rest.extend_from_slice(b"0\r\n\r\n");
+            if s.write_all(&rest).is_err() {
+                return;
+            }
+        }
+    });
+    HeldBody { addr, stage, seen }
+}
+
+/// A chunked fill is streamed too: its length is unknown until its last
+/// chunk, so HTTP/1.1 followers get it chunked and an HTTP/1.0 one up to
+/// the close, with the first half while the origin holds the second. A
+/// conditional gets its 304 from the stream; a Range, which needs the
+/// length, waits for the end and gets its 206 from the stored object. The
+/// same for a body the origin ended with its close.
+#[test]
+fn a_chunked_fill_is_streamed_chunked() {
+    let whole = pattern(LEN);
+    for (event, splice, close_delimited) in [
+        ("epoll", "auto", false),
+        ("uring", "off", false),
+        ("epoll", "auto", true),
+    ] {
+        let what = format!("{event}, --splice {splice}, close-delimited {close_delimited}");
+        let o = held_chunked(close_delimited);
+        let p = common::collapsing_proxy(
+            &o.addr.to_string(),
+            event,
+            &["--splice", splice, "--range-fill", "false"],
+        );
+        let leader = ask(&p);
+        assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
+        let get = |extra: &str| format!("GET /big HTTP/1.1\r\nHost: h\r\n{extra}\r\n").into_bytes();
+        let mut waiters: Vec<Reader> = (0..2).map(|_| ask(&p)).collect();
+        let mut old = ask_with(&p, b"GET /big HTTP/1.0\r\nHost: h\r\nConnection: keep-alive\r\n\r\n");
+        let mut head_only = ask_with(&p, b"HEAD /big HTTP/1.1\r\nHost: h\r\n\r\n");
+        let mut cond = ask_with(&p, &get("If-None-Match: \"v1\"\r\n"));
+        let mut range = ask_with(&p, &get("Range: bytes=1000-1999\r\n"));
+        assert!(
+            wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 6),
+            "{what}: {} waited",
+            stats_of(&p, "collapsed")
+        );
+        o.stage.store(1, Ordering::SeqCst);
+        for w in &mut waiters {
+            let head = read_head_and(w, HALF);
+            assert!(head.starts_with("HTTP/1.1 200"), "{what}: {head}");
+            assert!(head.contains("Transfer-Encoding: chunked\r\n"), "{what}: {head}");
+            assert!(!head.contains("Content-Length"), "{what}: {head}");
+        }
+        let head = read_head_and(&mut old, HALF);
+        assert!(head.contains("Connection: close\r\n"), "{what}: {head}");
+        assert!(
+            !head.contains("Transfer-Encoding") && !head.contains("Content-Length"),
+            "{what}: {head}"
+        );
+        let r = head_only.response_any(true).unwrap();
+        assert_eq!(r.status, 200, "{what}");
+        assert_eq!(cond.response(true).status, 304, "{what}");
+        // The late comer joins the stream at once.
+        let mut late = ask(&p);
+        read_head_and(&mut late, HALF);
+        assert_eq!(stats_of(&p, "followed"), 6, "{what}");
+        o.stage.store(2, Ordering::SeqCst);
+        let mut leader = leader;
+        let resp = leader.response_any(false).unwrap();
+        assert!(resp.body == whole, "{what}: the leader's {} bytes", resp.body.len());
+        for mut r in waiters.into_iter().chain([late]) {
+            let resp = r.response_any(false).unwrap();
+            assert_eq!(resp.status, 200, "{what}");
+            let differs = resp.body.iter().zip(&whole).position(|(a, b)| a != b);
+            assert!(
+                resp.body == whole,
+                "{what}: {} bytes, not the object (from {differs:?})",
+                resp.body.len()
+            );
+            // The connection goes on: a hit, with its length.
+            r.send(&get(""));
+            let hit = r.response(false);
+            assert!(hit.body == whole, "{what}");
+        }
+        let r = old.response_any(false).unwrap();
+        assert!(r.close_delimited && r.body == whole, "{what}: {} bytes", r.body.len());
+        let r = range.response(false);
+        assert_eq!(
+            (r.status, r.header("content-range")),
+            (206, Some("bytes 1000-1999/600000")),
+            "{what}"
+        );
+        assert!(r.body == whole[1000..2000], "{what}");
+        assert_eq!(o.seen.load(Ordering::SeqCst), 1, "{what}: one request at the origin");
+        let stats = stop_stats(p);
+        assert_eq!(counter(&stats, "stored"), 1, "{what}: {stats}");
+        assert_eq!(counter(&stats, "followers_cut"), 0, "{what}: {stats}");
+    }
+}
+
+/// A chunked fill that fails mid-body leaves its HTTP/1.1 followers
+/// without the last chunk (their connections close), and stores nothing.
+#[test]
+fn a_failed_chunked_fill_ends_its_followers_without_the_last_chunk() {
+    let o = held_chunked(false);
+    let p = proxy(&o, "epoll", "auto");
+    let mut leader = ask(&p);
+    assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
+    let mut follower = ask(&p);
+    assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 1));
+    o.stage.store(1, Ordering::SeqCst);
+    read_head_and(&mut follower, HALF);
+    o.stage.store(3, Ordering::SeqCst);
+    for r in [&mut leader, &mut follower] {
+        assert!(r.response_any(false).is_err(), "a cut answer is not whole");
+    }
+    assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "followers_cut") == 1));
+    let stats = stop_stats(p);
+    assert_eq!(counter(&stats, "stored"), 0, "{stats}");
+}

@@ -161,7 +161,7 @@ impl<'a> TwoTier<'a> {
     /// store a body of `len` bytes: a stream of it for the requests that
     /// wait or come meanwhile (`fill.rs`, read-while-write). None:
     /// collapsing is off.
-    pub fn publish_stream(&self, key: &[u8], seed: StreamSeed, len: u64, leader: Token) -> Option<Feed> {
+    pub fn publish_stream(&self, key: &[u8], seed: StreamSeed, len: Option<u64>, leader: Token) -> Option<Feed> {
         let f = self.fills?;
         let stream = f.stream(seed, len, (self.worker, leader));
         f.publish(key, &stream);

@@ -133,10 +133,24 @@ pub struct Follow {
     /// The next body byte to queue (from a range's first).
     pub at: u64,
     /// Where the answer's body ends (exclusive): the stream's length, or a
-    /// range's last byte + 1.
+    /// range's last byte + 1; `u64::MAX` when `open`.
     pub end: u64,
+    /// A stream of unknown length (chunked or close-delimited at the
+    /// origin): the answer ends with the stream, each part a chunk.
+    pub open: Option<OpenEnd>,
     /// Waiting for the next part: the park number its wake-up carries.
     pub park: Option<u64>,
+}
+
+/// How a follower's answer of unknown length ends (`Follow::open`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenEnd {
+    /// Each part goes out as a chunk, and the last chunk at the end
+    /// (HTTP/1.1).
+    Chunked,
+    /// The parts go out as they are, and the connection closes at the end
+    /// (HTTP/1.0).
+    Close,
 }
 
 /// The per-request state a client needs only while a request is in flight:

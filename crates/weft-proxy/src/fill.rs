@@ -22,8 +22,10 @@
 //!
 //! - **Streaming** (read-while-write, as Varnish, Squid and Traffic Server
 //!   do; nginx's `proxy_cache_lock` makes its waiters wait for the whole
-//!   object): once the leader's response head shows an object of known
-//!   length that will be stored, the fill publishes a [`Stream`]. Waiting
+//!   object): once the leader's response head shows an object that will be
+//!   stored, the fill publishes a [`Stream`] (of a length known only at its
+//!   end when the origin sent it chunked: its followers get it chunked, and
+//!   Range requests do not follow it). Waiting
 //!   GETs and HEADs are woken and *follow* it: they are answered as a hit
 //!   is (their ranges and conditionals against the stream's head and
 //!   length: a 304 or 416 at once, a 206 or 200 head), and get the body, or
@@ -257,10 +259,11 @@ impl Fills {
         }
     }
 
-    /// A stream for a fill of a body of `len` bytes by `leader` (its worker
+    /// A stream for a fill of a body of `len` bytes (None: chunked or
+    /// close-delimited, its length known at its end) by `leader` (its worker
     /// and token), waking its readers through these mailboxes; the object is
     /// built from `seed` when a waiter first looks at it.
-    pub fn stream(&self, seed: StreamSeed, len: u64, leader: (usize, Token)) -> Arc<Stream> {
+    pub fn stream(&self, seed: StreamSeed, len: Option<u64>, leader: (usize, Token)) -> Arc<Stream> {
         Arc::new(Stream {
             seed,
             leader,
@@ -327,8 +330,10 @@ pub struct Stream {
     /// Built by the first request that looks (a fill nobody follows pays
     /// nothing for it); None: the head does not make an object.
     object: OnceLock<Option<Arc<Object>>>,
-    /// The body's length (its Content-Length).
-    pub len: u64,
+    /// The body's length (its Content-Length); None for a chunked or
+    /// close-delimited body, whose followers get it chunked (HTTP/1.1) or
+    /// up to a close (HTTP/1.0), and which a Range request does not follow.
+    pub len: Option<u64>,
     /// Requests that have followed this stream.
     followers: AtomicUsize,
     /// A follower waits for the next part: hand over what there is.
@@ -460,10 +465,10 @@ impl Feed {
     }
 
     /// The next body bytes, in order.
-    pub fn append(&self, part: Bytes) {
+    pub fn append(&self, part: &Aggregate) {
         let readers = {
             let mut p = self.0.lock();
-            p.body.push(part);
+            p.body.append(part);
             self.0.unfed.store(0, Ordering::Relaxed);
             self.0.hungry.store(false, Ordering::Relaxed);
             std::mem::take(&mut p.readers)
@@ -483,7 +488,7 @@ impl Feed {
             if p.end.is_some() {
                 return;
             }
-            let ok = body.is_some_and(|b| b.len() as u64 == self.0.len);
+            let ok = body.is_some_and(|b| self.0.len.is_none_or(|len| b.len() as u64 == len));
             if let (true, Some(b)) = (ok, body) {
                 p.body = b.clone();
             }
@@ -503,6 +508,12 @@ impl Drop for Feed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn one(b: Bytes) -> Aggregate {
+        let mut a = Aggregate::new();
+        a.push(b);
+        a
+    }
 
     fn seat(worker: usize, t: u32, park: u64) -> Waiter {
         (worker, Token::new(t, 0), park)
@@ -577,7 +588,7 @@ mod tests {
             Join::Wait,
             "a range waits"
         );
-        let stream = f.stream(seed(), 10, (0, Token::new(9, 0)));
+        let stream = f.stream(seed(), Some(10), (0, Token::new(9, 0)));
         f.publish(b"k", &stream);
         let mut w = Vec::new();
         f.take(1, &mut w);
@@ -606,7 +617,7 @@ mod tests {
         assert!(f.follow(b"k", &mut yes).is_none(), "no fill");
         assert_eq!(f.join(b"k", true, None, seat(0, 1, 0), now), Join::Lead);
         assert!(f.follow(b"k", &mut yes).is_none(), "a fill without a stream yet");
-        let stream = f.stream(seed(), 100, (0, Token::new(9, 0)));
+        let stream = f.stream(seed(), Some(100), (0, Token::new(9, 0)));
         f.publish(b"k", &stream);
         // How far the fill has come: what the leader holds, then what it
         // handed over besides.
@@ -618,7 +629,7 @@ mod tests {
         let followed = f.follow(b"k", &mut yes).expect("followed");
         assert!(Arc::ptr_eq(&followed, &stream));
         assert!(feed.wants(FEED_MIN), "a follower now");
-        feed.append(Bytes::from(vec![b'x'; 50]));
+        feed.append(&one(Bytes::from(vec![b'x'; 50])));
         assert_eq!(stream.arrived(), 50);
         feed.wants(20);
         assert_eq!(stream.arrived(), 70);
@@ -633,7 +644,7 @@ mod tests {
     #[test]
     fn a_stream_hands_over_parts_in_order_and_wakes_its_readers() {
         let f = Fills::new(1).unwrap();
-        let stream = f.stream(seed(), 10, (0, Token::new(9, 0)));
+        let stream = f.stream(seed(), Some(10), (0, Token::new(9, 0)));
         let feed = Feed::new(stream.clone());
         assert!(!feed.wants(5), "nobody follows: no hand-over");
         stream.followers.fetch_add(1, Ordering::Relaxed);
@@ -641,7 +652,7 @@ mod tests {
         assert!(feed.wants(FEED_MIN));
         assert!(matches!(stream.read(0, 100, seat(0, 1, 1)), Read::Wait));
         assert!(feed.wants(5), "a follower waits: hand over what there is");
-        feed.append(Bytes::from_static(b"01234"));
+        feed.append(&one(Bytes::from_static(b"01234")));
         let mut w = Vec::new();
         f.take(0, &mut w);
         let leader = (Token::new(9, 0), KICK);
@@ -679,16 +690,16 @@ mod tests {
     #[test]
     fn a_feed_dropped_or_completed_short_fails_its_stream() {
         let f = Fills::new(1).unwrap();
-        let stream = f.stream(seed(), 10, (0, Token::new(9, 0)));
+        let stream = f.stream(seed(), Some(10), (0, Token::new(9, 0)));
         let feed = Feed::new(stream.clone());
-        feed.append(Bytes::from_static(b"0123"));
+        feed.append(&one(Bytes::from_static(b"0123")));
         assert!(matches!(stream.read(4, 100, seat(0, 1, 1)), Read::Wait));
         drop(feed);
         let mut w = Vec::new();
         f.take(0, &mut w);
         assert_eq!(w, vec![(Token::new(9, 0), KICK), (Token::new(1, 0), 1)]);
         assert!(matches!(stream.read(0, 100, seat(0, 1, 2)), Read::Failed));
-        let stream = f.stream(seed(), 10, (0, Token::new(9, 0)));
+        let stream = f.stream(seed(), Some(10), (0, Token::new(9, 0)));
         let mut short = Aggregate::new();
         short.push(Bytes::from_static(b"0123"));
         Feed::new(stream.clone()).complete(&short);
@@ -696,6 +707,28 @@ mod tests {
             matches!(stream.read(0, 100, seat(0, 1, 3)), Read::Failed),
             "length differs"
         );
+    }
+
+    #[test]
+    fn a_stream_of_unknown_length_ends_with_whatever_completes_it() {
+        let f = Fills::new(1).unwrap();
+        let stream = f.stream(seed(), None, (0, Token::new(9, 0)));
+        let feed = Feed::new(stream.clone());
+        feed.append(&one(Bytes::from_static(b"0123")));
+        assert!(matches!(stream.read(4, 100, seat(0, 1, 1)), Read::Wait));
+        let mut whole = Aggregate::new();
+        whole.push(Bytes::from_static(b"0123"));
+        whole.push(Bytes::from_static(b"456"));
+        feed.complete(&whole);
+        match stream.read(4, 100, seat(0, 1, 2)) {
+            Read::Data(d) => assert_eq!(d.segments().concat(), b"456"),
+            _ => panic!("data"),
+        }
+        assert!(matches!(stream.read(7, 100, seat(0, 1, 3)), Read::Done));
+        // Dropped before its end, it fails as a sized one does.
+        let stream = f.stream(seed(), None, (0, Token::new(9, 0)));
+        drop(Feed::new(stream.clone()));
+        assert!(matches!(stream.read(0, 100, seat(0, 1, 4)), Read::Failed));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use crate::cache_status;
 use crate::client::set_notsent_lowat;
-use crate::conn::Follow;
+use crate::conn::{Follow, OpenEnd};
 use crate::fill::{Read, Stream};
 use crate::stats::ProxyStats;
 use crate::store::Object;
@@ -212,7 +212,7 @@ pub(crate) fn serve_hit(
     answer: HitAnswer<'_>,
     st: &mut ProxyStats,
 ) -> (u16, u64) {
-    let a = serve_from(out, (req, conds), (obj, None), answer, st);
+    let a = serve_from(out, (req, conds), (obj, BodyFrom::Stored), answer, st);
     (a.status, a.bytes)
 }
 
@@ -222,18 +222,34 @@ pub(crate) struct Answered {
     pub status: u16,
     /// Where its body starts in the representation (a range's first byte).
     pub start: u64,
-    /// Its body's length.
+    /// Its body's length (0 when `open`).
     pub bytes: u64,
+    /// A body that ends with its stream, of a length unknown yet.
+    pub open: Option<OpenEnd>,
 }
 
-/// [`serve_hit`], or with `streamed`, the length of a body that is still
-/// arriving (a fill's stream, `fill.rs`): the head says that length (or
-/// the range of it answered) and no body is queued (the follower queues it
-/// as it comes).
+/// Where an answer's body comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BodyFrom {
+    /// The stored object's body, queued with the head.
+    Stored,
+    /// A fill's stream (`fill.rs`), queued by its follower as it arrives:
+    /// a body of this length, or of a length known only at its end (None:
+    /// the origin sent it chunked or up to a close).
+    Stream(Option<u64>),
+}
+
+/// [`serve_hit`], or from a body that is still arriving (a fill's stream,
+/// `fill.rs`): the head says its length (or the range of it answered), or
+/// for a stream of unknown length `Transfer-Encoding: chunked` (HTTP/1.1;
+/// an HTTP/1.0 client's answer ends with the connection, which `answer`
+/// closes), and no body is queued (the follower queues it as it comes).
+/// A Range does not apply to a stream of unknown length (`stream_serves`
+/// keeps such requests off it).
 fn serve_from(
     out: &mut OutChain,
     (req, conds): (&RequestHead, &Conditions<'_>),
-    (obj, streamed): (&Object, Option<u64>),
+    (obj, from): (&Object, BodyFrom),
     answer: HitAnswer<'_>,
     st: &mut ProxyStats,
 ) -> Answered {
@@ -245,7 +261,22 @@ fn serve_from(
         status,
     } = answer;
     let method = req.method();
-    let len = streamed.unwrap_or(obj.body.len() as u64);
+    let (len, open) = match from {
+        BodyFrom::Stored => (obj.body.len() as u64, false),
+        BodyFrom::Stream(len) => (len.unwrap_or(0), len.is_none()),
+    };
+    let streamed = from != BodyFrom::Stored;
+    let unranged;
+    let conds = if open {
+        unranged = Conditions {
+            range: None,
+            if_range: None,
+            ..*conds
+        };
+        &unranged
+    } else {
+        conds
+    };
     let decision = if obj.status == 200 {
         let rep = Representation {
             etag: obj.etag.as_deref().filter(|e| !e.is_empty()),
@@ -266,7 +297,7 @@ fn serve_from(
     let persist = encode::Persist::new(close, req.version() == Version::Http10);
     // Age (an answer from the stored response), the length, the
     // connection, the blank line.
-    let tail = |v: &mut Vec<u8>, content_length: Option<u64>| {
+    let tail = |v: &mut Vec<u8>, content_length: Option<u64>, chunked: bool| {
         if !validated {
             encode::field_u64(v, b"Age", age);
         }
@@ -278,6 +309,9 @@ fn serve_from(
         }
         if let Some(l) = content_length {
             encode::content_length(v, l);
+        }
+        if chunked {
+            encode::field(v, b"Transfer-Encoding", b"chunked");
         }
         encode::connection(v, persist);
         encode::end(v);
@@ -291,11 +325,12 @@ fn serve_from(
             // (not_modified keeps only the fields RFC 9110 lists: no Age.)
             let fields = &obj.head[obj.status_line_len.min(stored_fields)..stored_fields];
             respond::not_modified(v, date, fields);
-            tail(v, None);
+            tail(v, None, false);
             Answered {
                 status: 304,
                 start: 0,
                 bytes: 0,
+                open: None,
             }
         }
         Answer::PreconditionFailed | Answer::RangeNotSatisfiable { .. } => {
@@ -312,6 +347,7 @@ fn serve_from(
                 status: decision.status(),
                 start: 0,
                 bytes: 0,
+                open: None,
             }
         }
         Answer::Partial { start, end, .. } => {
@@ -321,8 +357,8 @@ fn serve_from(
             if let Some(cr) = decision.content_range() {
                 encode::content_range(v, cr);
             }
-            tail(v, decision.content_length());
-            if streamed.is_none() {
+            tail(v, decision.content_length(), false);
+            if !streamed {
                 out.push_aggregate(&obj.body.slice(start as usize, end as usize));
                 st.bytes_cache += end - start;
             }
@@ -330,13 +366,19 @@ fn serve_from(
                 status: 206,
                 start,
                 bytes: end - start,
+                open: None,
             }
         }
         Answer::Full { body, .. } => {
             push_head(out, obj, 0);
-            let cl = if obj.status == 204 { None } else { Some(len) };
-            tail(out.own_mut(), cl);
-            if body && streamed.is_none() {
+            let cl = if obj.status == 204 || open { None } else { Some(len) };
+            let open = (open && body).then_some(if req.version() == Version::Http10 {
+                OpenEnd::Close
+            } else {
+                OpenEnd::Chunked
+            });
+            tail(out.own_mut(), cl, open == Some(OpenEnd::Chunked));
+            if body && !streamed {
                 out.push_aggregate(&obj.body);
                 st.bytes_cache += len;
             }
@@ -344,6 +386,7 @@ fn serve_from(
                 status: obj.status,
                 start: 0,
                 bytes: if body { len } else { 0 },
+                open,
             }
         }
     }
@@ -371,14 +414,20 @@ pub(crate) fn answer_follow(
         detail: None,
         collapsed: true,
     };
-    let sent = answer_stored(sh, c, txn, (&obj, Some(stream.len)), (n, now), (hit, "HIT"));
+    let from = BodyFrom::Stream(stream.len);
+    let sent = answer_stored(sh, c, txn, (&obj, from), (n, now), (hit, "HIT"));
     sh.stats.hits += 1;
     sh.stats.followed += 1;
-    if sent.bytes > 0 {
+    if sent.bytes > 0 || sent.open.is_some() {
         c.follow = Some(Box::new(Follow {
             stream,
             at: sent.start,
-            end: sent.start + sent.bytes,
+            end: if sent.open.is_some() {
+                u64::MAX
+            } else {
+                sent.start + sent.bytes
+            },
+            open: sent.open,
             park: None,
         }));
     }
@@ -387,19 +436,28 @@ pub(crate) fn answer_follow(
 
 /// Answer the request at the front of `c`'s input (its head `n` bytes) from
 /// `obj` as the cache (`hit`: what `--cache-status` says of it; `cache`:
-/// the access log's field), or with `streamed`, the head of a fill's stream
-/// of that length ([`serve_from`]); the request is consumed. The body
-/// bytes the answer announces, and where they start.
+/// the access log's field), or `from` a fill's stream, with the stream's
+/// head ([`serve_from`]); the request is consumed. The body bytes the
+/// answer announces, and where they start.
 pub(crate) fn answer_stored(
     sh: &mut crate::worker::Shared<'_>,
     c: &mut crate::conn::Client,
     txn: &crate::conn::Txn,
-    (obj, streamed): (&Object, Option<u64>),
+    (obj, from): (&Object, BodyFrom),
     (n, now): (usize, u64),
     (hit, cache): (cache_status::Hit, &'static str),
 ) -> Answered {
-    let close = !txn.client_keep_alive || sh.draining || !matches!(txn.body, crate::conn::ReqBody::None);
-    if streamed.unwrap_or(obj.body.len() as u64) > sh.cfg.notsent_lowat as u64 {
+    // An HTTP/1.0 client learns where a body of unknown length ends from
+    // the close.
+    let open_to_close = from == BodyFrom::Stream(None) && txn.http10 && txn.method == Method::Get;
+    let close =
+        !txn.client_keep_alive || sh.draining || !matches!(txn.body, crate::conn::ReqBody::None) || open_to_close;
+    let len = match from {
+        BodyFrom::Stored => obj.body.len() as u64,
+        // Unknown yet: as a large body.
+        BodyFrom::Stream(len) => len.unwrap_or(u64::MAX),
+    };
+    if len > sh.cfg.notsent_lowat as u64 {
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, false, sh.cfg);
     }
     let answer = HitAnswer {
@@ -410,7 +468,7 @@ pub(crate) fn answer_stored(
         status: sh.cache_status.as_deref().map(|id| (id, hit)),
     };
     let conds = Conditions::from_head(&c.req, &c.input.pending()[..n]);
-    let sent = serve_from(&mut c.out, (&c.req, &conds), (obj, streamed), answer, &mut sh.stats);
+    let sent = serve_from(&mut c.out, (&c.req, &conds), (obj, from), answer, &mut sh.stats);
     crate::accesslog::answered(sh, c, sent.status, cache, sent.bytes);
     c.input.consume(n);
     c.close_after |= close;
@@ -477,11 +535,18 @@ impl Worker<'_> {
         let (read, park) = sh
             .cache
             .read_stream(&f.stream, f.at, FOLLOW_QUEUE.min(f.end - f.at), ct);
+        let chunked = f.open == Some(OpenEnd::Chunked);
         match read {
             Read::Data(part) => {
                 f.at += part.len() as u64;
                 sh.stats.bytes_cache += part.len() as u64;
+                if chunked {
+                    weft_http::chunked::encode_chunk_head(part.len(), c.out.own_mut());
+                }
                 c.out.push_aggregate(&part);
+                if chunked {
+                    c.out.push_copy(b"\r\n");
+                }
                 if f.at >= f.end {
                     c.follow = None;
                 }
@@ -489,6 +554,9 @@ impl Worker<'_> {
             }
             Read::Done => {
                 c.follow = None;
+                if chunked {
+                    c.out.push_copy(weft_http::chunked::LAST_CHUNK);
+                }
                 None
             }
             Read::Failed => {

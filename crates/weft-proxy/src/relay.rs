@@ -146,6 +146,10 @@ struct Fill {
     segs: Aggregate,
     size: u64,
     max: u64,
+    /// Bytes of `segs` handed over to the fill's followers
+    /// ([`Relay::cut`]): the copy path of a body of unknown length adds
+    /// segments of its own when its block is full.
+    handed: usize,
 }
 
 /// One body transfer.
@@ -306,6 +310,7 @@ impl Relay {
             segs: Aggregate::new(),
             size: 0,
             max,
+            handed: 0,
         });
         let mut acc = BytesMut::new();
         if let (Some(f), Framing::Length(n)) = (&fill, &framing) {

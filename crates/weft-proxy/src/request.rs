@@ -342,7 +342,7 @@ fn from_cache(
                         collapsed: c.fill_checked,
                     };
                     let cache = if u == Usable::StaleAllowed { "STALE" } else { "HIT" };
-                    crate::hit::answer_stored(sh, c, txn, (&obj, None), (n, now), (hit, cache));
+                    crate::hit::answer_stored(sh, c, txn, (&obj, crate::hit::BodyFrom::Stored), (n, now), (hit, cache));
                     Some(Ok(Flow::Again))
                 }
                 Usable::Revalidate => {
@@ -434,7 +434,8 @@ fn may_lead_fill(txn: &Txn, req: &RequestHead, data: &[u8]) -> bool {
 
 /// Does the stream `s` of a fill under way serve the request `(req, data)`
 /// as its stored object would: its Vary matches and it is fresh enough for
-/// the request's `req_cc` at `now`?
+/// the request's `req_cc` at `now`? A Range request follows only a stream
+/// of known length: a 206 names the length, or a 416 needs it.
 fn stream_serves(
     s: &Stream,
     rules: &weft_http::caching::CacheRules,
@@ -443,6 +444,9 @@ fn stream_serves(
     req_cc: &CacheControl,
     now: u64,
 ) -> bool {
+    if s.len.is_none() && req.header(data, "range").is_some() {
+        return false;
+    }
     s.object(rules).is_some_and(|o| {
         let varies = o.vary.as_ref().is_some_and(|v| {
             caching::vary_key([&v[..]], req, data, scratch);
@@ -457,7 +461,10 @@ fn stream_serves(
 /// `range` asks for? A request for several ranges (answered whole) or for
 /// none that is satisfiable (a 416) does not wait for a byte.
 fn range_arrived(range: &[u8], s: &Stream) -> bool {
-    match weft_http::evaluate_range(range, s.len) {
+    let Some(len) = s.len else {
+        return false;
+    };
+    match weft_http::evaluate_range(range, len) {
         weft_http::RangeOutcome::Partial { start, .. } => start < s.arrived(),
         _ => true,
     }

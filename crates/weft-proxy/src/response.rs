@@ -246,12 +246,18 @@ fn store_plan(
 }
 
 /// The requests waiting for the fill `c`'s transaction leads, and those
-/// that come while the body arrives, follow it (`fill.rs`): an object of
-/// known length that will be stored (`plan`). One small allocation per
-/// fill; the object they are answered from is built only when one of them
-/// looks.
+/// that come while the body arrives, follow it (`fill.rs`): an object that
+/// will be stored (`plan`), of known length or, chunked or close-delimited,
+/// of a length known at its end (its followers get it chunked). One small
+/// allocation per fill; the object they are answered from is built only
+/// when one of them looks.
 fn publish_stream(sh: &Shared<'_>, (c, ct): (&mut Client, Token), plan: Option<&StorePlan>, framing: &Framing) {
-    let (Some(p), Framing::Length(len @ 1..), Some(txn)) = (plan, framing, c.txn.as_mut()) else {
+    let len = match framing {
+        Framing::Length(0) => return,
+        Framing::Length(len) => Some(*len),
+        Framing::Chunked { .. } | Framing::Close => None,
+    };
+    let (Some(p), Some(txn)) = (plan, c.txn.as_mut()) else {
         return;
     };
     if txn.fill {
@@ -260,7 +266,7 @@ fn publish_stream(sh: &Shared<'_>, (c, ct): (&mut Client, Token), plan: Option<&
             vary_key: p.vary_key.as_slice().into(),
             times: (txn.request_time, p.response_time),
         };
-        txn.feed = sh.cache.publish_stream(&c.key, seed, *len, ct);
+        txn.feed = sh.cache.publish_stream(&c.key, seed, len, ct);
     }
 }
 

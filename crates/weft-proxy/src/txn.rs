@@ -658,7 +658,7 @@ fn feed_followers(txn: &mut Txn, out: &mut weft_io::OutChain) {
     };
     if feed.wants(relay.unfed()) {
         if let Some(part) = relay.cut(out) {
-            feed.append(part);
+            feed.append(&part);
         }
     }
 }

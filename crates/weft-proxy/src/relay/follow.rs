@@ -3,39 +3,46 @@
 //! filled over in parts, and it does not let its own client pace the fill.
 
 use super::Relay;
+use weft_buf::Aggregate;
 use weft_io::OutChain;
 
 impl Relay {
-    /// Bytes of the object filled since the last [`Relay::cut`] (0 when
-    /// not filling).
+    /// Bytes of the object filled and not handed over yet (0 when not
+    /// filling).
     pub fn unfed(&self) -> usize {
-        if self.fill.is_some() {
-            self.acc.len()
-        } else {
-            0
+        match &self.fill {
+            Some(f) => f.segs.len() - f.handed + self.acc.len(),
+            None => 0,
         }
     }
 
-    /// Hand over the bytes filled since the last cut as one shared segment,
-    /// for the requests following this fill (`fill.rs`): the segment is
-    /// also the stored object's, and what the client has not been sent of
-    /// it yet is queued as a slice of it (the order stays: the queue goes
-    /// out before the copy tail). The rest of the buffer's room stays for
-    /// the next reads (no reallocation).
-    pub fn cut(&mut self, out: &mut OutChain) -> Option<bytes::Bytes> {
-        if self.fill.is_none() || self.acc.is_empty() {
+    /// Hand over the bytes filled since the last cut, for the requests
+    /// following this fill (`fill.rs`): the relay buffer becomes one shared
+    /// segment, which is also the stored object's, and what the client has
+    /// not been sent of it yet is queued as a slice of it (the order stays:
+    /// the queue goes out before the copy tail). The part handed over is
+    /// that segment and those the copy path added since the last cut (a
+    /// body of unknown length, block by block). The rest of the buffer's
+    /// room stays for the next reads (no reallocation).
+    pub fn cut(&mut self, out: &mut OutChain) -> Option<Aggregate> {
+        if self.unfed() == 0 {
             return None;
         }
-        let tail_mode = self.tail_mode();
-        let frozen = self.acc.split().freeze();
-        if tail_mode && self.sent < frozen.len() && !self.client_gone {
-            out.push_shared(frozen.slice(self.sent..));
+        if !self.acc.is_empty() {
+            let tail_mode = self.tail_mode();
+            let frozen = self.acc.split().freeze();
+            if tail_mode && self.sent < frozen.len() && !self.client_gone {
+                out.push_shared(frozen.slice(self.sent..));
+            }
+            self.sent = 0;
+            if let Some(f) = &mut self.fill {
+                f.segs.push(frozen);
+            }
         }
-        self.sent = 0;
-        if let Some(f) = &mut self.fill {
-            f.segs.push(frozen.clone());
-        }
-        Some(frozen)
+        let f = self.fill.as_mut()?;
+        let part = f.segs.slice(f.handed, f.segs.len());
+        f.handed = f.segs.len();
+        Some(part)
     }
 
     /// Others follow this fill (`fill.rs`): while the client is slower than
