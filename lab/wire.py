@@ -3,7 +3,8 @@ scripts that speak to a server themselves (idle connections held open, a
 viewer's seeks) rather than through `weft load` or wrk.
 
 Only what those callers need: a head, a Content-Length body (none when the
-field is absent), keep-alive (bytes after the body are handed back).
+field is absent), keep-alive (bytes after the body are handed back), and
+the decoding of a whole chunked body already read.
 """
 
 from __future__ import annotations
@@ -33,3 +34,23 @@ def read_response(s: socket.socket, buf: bytes = b"") -> tuple[int, bytes, bytes
             raise ConnectionError(f"closed after {len(buf)} of {length} body bytes")
         buf += chunk
     return status, buf[:length], buf[length:]
+
+
+def dechunk(body: bytes) -> bytes:
+    """The data of a whole chunked body (`Transfer-Encoding: chunked`, no
+    trailers). Raises ValueError when it is cut short or badly framed."""
+    out, at = [], 0
+    while True:
+        end = body.find(b"\r\n", at)
+        if end < 0:
+            raise ValueError(f"no chunk size line at byte {at}")
+        size = int(body[at:end].split(b";")[0], 16)
+        at = end + 2
+        if size == 0:
+            if body[at:at + 2] != b"\r\n":
+                raise ValueError("no blank line after the last chunk")
+            return b"".join(out)
+        if body[at + size:at + size + 2] != b"\r\n":
+            raise ValueError(f"chunk of {size} bytes at {at} cut short")
+        out.append(body[at:at + size])
+        at += size + 2

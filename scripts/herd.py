@@ -9,7 +9,9 @@ With `--size` and `--rate`, the objects are large and come from a paced
 origin (scripts/seek.py's, in this process): the herd then shows how long
 the clients wait for their first byte while the one fill is under way, and
 how long for the whole object, with weft's waiters following the fill as it
-arrives (read-while-write) and nginx's waiting on its cache lock.
+arrives (read-while-write) and nginx's waiting on its cache lock. With
+`--chunked` as well, the origin sends them chunked (no length before the
+last byte), as a generated response comes.
 
 With `--stale`, the objects are cached first and have gone stale
 (`max-age=1`) when the herd comes: weft with `--stale-while-revalidate`
@@ -20,7 +22,7 @@ same run: `proxy_cache_lock on` for the cold herd, `proxy_cache_use_stale
 updating` with `proxy_cache_background_update on` for the stale one.
 
     python3 scripts/herd.py [--weft BIN] [--baseline BIN] [--clients 50] [--objects 5] [--stale] [--no-nginx]
-    python3 scripts/herd.py --size 8MiB --rate 16MB/s [--clients 20] [--objects 3]
+    python3 scripts/herd.py --size 8MiB --rate 16MB/s [--chunked] [--clients 20] [--objects 3]
 
 Loopback only; every run is bounded (one request per client per object).
 """
@@ -32,8 +34,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from lab.wire import dechunk  # noqa: E402
 
 _NGINX_PROXY_CACHE = """worker_processes 1;
 daemon off;
@@ -107,6 +113,18 @@ def get(port, path, first=None):
     return b"".join(parts)
 
 
+def body_of(reply):
+    """The body of a whole reply (`get`'s bytes), de-chunked when it came
+    chunked; None when it did not come whole."""
+    head, _, body = reply.partition(b"\r\n\r\n")
+    if re.search(rb"\r\ntransfer-encoding:\s*chunked", head, re.I):
+        try:
+            return dechunk(body)
+        except ValueError:
+            return None
+    return body
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -134,7 +152,7 @@ def start_nginx(origin_port, run, template=NGINX_CONF):
 
 def herd(weft, proxy, clients, objects, think, stale=False, large=None):
     """`proxy`: weft proxy's extra flags, or "nginx" for the anchor.
-    `large`: (size, rate) of a paced origin's objects instead of `weft
+    `large`: (size, rate, chunked) of a paced origin's objects instead of `weft
     origin`'s 20,000 bytes. The origin's requests, the median and worst
     latencies to the whole reply and to its first byte, the failures."""
     cc = ["--cache-control", "max-age=1"] if stale else []
@@ -169,7 +187,7 @@ def herd(weft, proxy, clients, objects, think, stale=False, large=None):
                 try:
                     first = []
                     got = get(pp, path, first)
-                    whole = not large or got.endswith(b"\r\n\r\n" + seek.content(0, large[0]))
+                    whole = not large or body_of(got) == seek.content(0, large[0])
                     if not got.startswith(b"HTTP/1.1 200") or not whole:
                         failed.append(got[:40])
                     latencies.append(time.monotonic() - t)
@@ -215,13 +233,16 @@ def main():
     ap.add_argument("--no-nginx", action="store_true", help="leave the nginx anchor out")
     ap.add_argument("--size", help="large objects of this size from a paced origin (e.g. 8MiB; needs --rate)")
     ap.add_argument("--rate", help="the paced origin's rate per connection (e.g. 16MB/s; needs --size)")
+    ap.add_argument("--chunked", action="store_true", help="the paced origin sends its objects chunked (needs --size)")
     args = ap.parse_args()
     large = None
     if args.size or args.rate:
         if not (args.size and args.rate) or args.stale:
             ap.error("--size and --rate go together, without --stale")
         import seek
-        large = (seek.size_arg(args.size), seek.rate_arg(args.rate))
+        large = (seek.size_arg(args.size), seek.rate_arg(args.rate), args.chunked)
+    elif args.chunked:
+        ap.error("--chunked needs --size and --rate")
     flags = ["--stale-while-revalidate", "30s"] if args.stale else ["--collapse"]
     runs = [(f"weft {' '.join(flags)}", args.weft, flags)]
     if args.baseline:
@@ -231,7 +252,7 @@ def main():
     if not args.no_nginx and shutil.which("nginx"):
         runs.append(("nginx proxy_cache (anchor)", args.weft, "nginx"))
     kind = "stale" if args.stale else "cold"
-    what = f"{args.size} from an origin at {args.rate}" if large else f"origin think time {args.think}"
+    what = f"{args.size}{' chunked' if args.chunked else ''} from an origin at {args.rate}" if large else f"origin think time {args.think}"
     print(f"{args.objects} {kind} objects x {args.clients} concurrent clients, {what}")
     for name, binary, extra in runs:
         reqs, whole, first, failed = herd(binary, extra, args.clients, args.objects, args.think, args.stale, large)

@@ -81,9 +81,11 @@ def content(offset, length):
 
 class Origin:
     """A threaded HTTP/1.1 origin of `files` files of `size` bytes that
-    answers single ranges and paces each connection to `rate` bytes/s."""
+    answers single ranges and paces each connection to `rate` bytes/s.
+    `chunked`: it sends every file whole and chunked (a 64 KiB chunk per
+    write), ignoring Range, as a generated response would come."""
 
-    def __init__(self, files, size, rate):
+    def __init__(self, files, size, rate, chunked=False):
         self.requests = 0
         self.bytes = 0
         self.lock = threading.Lock()
@@ -103,7 +105,7 @@ class Origin:
                 first, last = 0, size - 1
                 status = 200
                 rng = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
-                if rng and int(rng.group(1)) < size:
+                if rng and int(rng.group(1)) < size and not chunked:
                     first = int(rng.group(1))
                     last = min(int(rng.group(2)) if rng.group(2) else size - 1, size - 1)
                     status = 206
@@ -114,7 +116,10 @@ class Origin:
                 self.send_header("Accept-Ranges", "bytes")
                 if status == 206:
                     self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
-                self.send_header("Content-Length", str(last - first + 1))
+                if chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                else:
+                    self.send_header("Content-Length", str(last - first + 1))
                 self.end_headers()
                 with origin.lock:
                     origin.requests += 1
@@ -122,8 +127,11 @@ class Origin:
                 sent, pos = 0, first
                 while pos <= last:
                     n = min(65536, last + 1 - pos)
+                    piece = content(pos, n)
+                    if chunked:
+                        piece = b"%x\r\n%s\r\n" % (n, piece) + (b"0\r\n\r\n" if pos + n > last else b"")
                     try:
-                        self.wfile.write(content(pos, n))
+                        self.wfile.write(piece)
                     except OSError:
                         break
                     pos += n

@@ -37,3 +37,18 @@ def test_size_goes_with_rate():
     for argv in (["--size", "8MiB"], ["--rate", "8MB/s"], ["--size", "8MiB", "--rate", "8MB/s", "--stale"]):
         r = subprocess.run([sys.executable, str(SCRIPTS / "herd.py"), *argv], capture_output=True, text=True)
         assert r.returncode == 2 and "--size and --rate go together" in r.stderr, (argv, r.stderr)
+
+
+def test_a_chunked_origin_sends_the_same_bytes_and_ignores_ranges():
+    herd, seek = load("herd"), load("seek")
+    origin = seek.Origin(files=1, size=200_000, rate=10**9, chunked=True)
+    try:
+        got = herd.get(origin.port, "/f0.bin")
+        assert got.partition(b"\r\n\r\n")[0].endswith(b"\r\nTransfer-Encoding: chunked")
+        assert herd.body_of(got) == seek.content(0, 200_000)
+        # Cut short, it is not whole.
+        assert herd.body_of(got[:-5]) is None
+    finally:
+        origin.close()
+    r = subprocess.run([sys.executable, str(SCRIPTS / "herd.py"), "--chunked"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--chunked needs --size and --rate" in r.stderr, r.stderr

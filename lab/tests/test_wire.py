@@ -2,7 +2,7 @@ import socket
 
 import pytest
 
-from lab.wire import read_response
+from lab.wire import dechunk, read_response
 
 
 def test_keep_alive_responses_and_what_follows_them():
@@ -31,3 +31,11 @@ def test_a_response_without_length_has_no_body_and_a_short_one_is_an_error():
         b.shutdown(socket.SHUT_WR)
         with pytest.raises(ConnectionError, match="3 of 10"):
             read_response(a)
+
+
+def test_a_chunked_body_is_decoded_and_a_cut_one_is_an_error():
+    assert dechunk(b"5\r\nhello\r\n1;x=y\r\n!\r\n0\r\n\r\n") == b"hello!"
+    assert dechunk(b"0\r\n\r\n") == b""
+    for cut in (b"5\r\nhello\r\n", b"5\r\nhel", b"5\r\nhello\r\n0\r\n"):
+        with pytest.raises(ValueError):
+            dechunk(cut)
