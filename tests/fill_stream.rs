@@ -25,11 +25,38 @@ struct HeldBody {
     seen: Arc<AtomicUsize>,
 }
 
+/// How the held origin frames its body.
+#[derive(Clone, Copy)]
+enum Body {
+    /// Content-Length.
+    Length,
+    /// Chunked, 70,000 bytes a chunk.
+    Chunked,
+    /// No framing: ended by the close.
+    Close,
+}
+
 impl HeldBody {
     fn start() -> HeldBody {
+        HeldBody::framed(Body::Length)
+    }
+
+    fn framed(framing: Body) -> HeldBody {
         let stage = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(AtomicUsize::new(0));
         let (st, sn) = (stage.clone(), seen.clone());
+        let wire = move |part: &[u8]| match framing {
+            Body::Chunked => {
+                let mut wire = Vec::new();
+                for piece in part.chunks(70_000) {
+                    wire.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                    wire.extend_from_slice(piece);
+                    wire.extend_from_slice(b"\r\n");
+                }
+                wire
+            }
+            Body::Length | Body::Close => part.to_vec(),
+        };
         let addr = common::tcp_server(move |mut s| {
             let mut buf = Vec::new();
             while next_head(&mut s, &mut buf).is_some() {
@@ -41,14 +68,24 @@ impl HeldBody {
                 };
                 at_least(1);
                 let body = pattern(LEN);
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nETag: \"v1\"\r\nContent-Length: {LEN}\r\n\r\n"
-                );
-                if s.write_all(head.as_bytes()).is_err() || s.write_all(&body[..HALF]).is_err() {
+                let field = match framing {
+                    Body::Length => format!("Content-Length: {LEN}"),
+                    Body::Chunked => "Transfer-Encoding: chunked".to_string(),
+                    Body::Close => "Connection: close".to_string(),
+                };
+                let head = format!("HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nETag: \"v1\"\r\n{field}\r\n\r\n");
+                if s.write_all(head.as_bytes()).is_err() || s.write_all(&wire(&body[..HALF])).is_err() {
                     return;
                 }
                 at_least(2);
-                if st.load(Ordering::SeqCst) == 3 || s.write_all(&body[HALF..]).is_err() {
+                let mut rest = wire(&body[HALF..]);
+                if let Body::Chunked = framing {
+                    rest.extend_from_slice(b"0\r\n\r\n");
+                }
+                if st.load(Ordering::SeqCst) == 3 || s.write_all(&rest).is_err() {
+                    return;
+                }
+                if let Body::Close = framing {
                     return;
                 }
             }
@@ -321,64 +358,6 @@ fn a_slow_leader_client_does_not_hold_its_followers() {
     }
 }
 
-/// An origin that sends `GET /big` as a chunked body of [`LEN`] bytes
-/// (`close_delimited`: a body without framing, ended by its close): the
-/// head and the first half, held until `stage` reaches 2 for the rest and
-/// the last chunk (3: it closes after the half instead).
-fn held_chunked(close_delimited: bool) -> HeldBody {
-    let stage = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::new(AtomicUsize::new(0));
-    let (st, sn) = (stage.clone(), seen.clone());
-    let addr = common::tcp_server(move |mut s| {
-        let mut buf = Vec::new();
-        while next_head(&mut s, &mut buf).is_some() {
-            sn.fetch_add(1, Ordering::SeqCst);
-            let at_least = |n: usize| {
-                while st.load(Ordering::SeqCst) < n {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            };
-            at_least(1);
-            let body = pattern(LEN);
-            let chunks = |part: &[u8]| {
-                if close_delimited {
-                    return part.to_vec();
-                }
-                let mut wire = Vec::new();
-                for piece in part.chunks(70_000) {
-                    wire.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
-                    wire.extend_from_slice(piece);
-                    wire.extend_from_slice(b"\r\n");
-                }
-                wire
-            };
-            let framing = if close_delimited {
-                "Connection: close"
-            } else {
-                "Transfer-Encoding: chunked"
-            };
-            let head = format!("HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nETag: \"v1\"\r\n{framing}\r\n\r\n");
-            if s.write_all(head.as_bytes()).is_err() || s.write_all(&chunks(&body[..HALF])).is_err() {
-                return;
-            }
-            at_least(2);
-            if st.load(Ordering::SeqCst) == 3 {
-                return;
-            }
-            let mut rest = chunks(&body[HALF..]);
-            if close_delimited {
-                let _ = s.write_all(&rest);
-                return;
-            }
-            rest.extend_from_slice(b"0\r\n\r\n");
-            if s.write_all(&rest).is_err() {
-                return;
-            }
-        }
-    });
-    HeldBody { addr, stage, seen }
-}
-
 /// A chunked fill is streamed too: its length is unknown until its last
 /// chunk, so HTTP/1.1 followers get it chunked and an HTTP/1.0 one up to
 /// the close, with the first half while the origin holds the second. A
@@ -394,7 +373,7 @@ fn a_chunked_fill_is_streamed_chunked() {
         ("epoll", "auto", true),
     ] {
         let what = format!("{event}, --splice {splice}, close-delimited {close_delimited}");
-        let o = held_chunked(close_delimited);
+        let o = HeldBody::framed(if close_delimited { Body::Close } else { Body::Chunked });
         let p = common::collapsing_proxy(
             &o.addr.to_string(),
             event,
@@ -471,7 +450,7 @@ fn a_chunked_fill_is_streamed_chunked() {
 /// without the last chunk (their connections close), and stores nothing.
 #[test]
 fn a_failed_chunked_fill_ends_its_followers_without_the_last_chunk() {
-    let o = held_chunked(false);
+    let o = HeldBody::framed(Body::Chunked);
     let p = proxy(&o, "epoll", "auto");
     let mut leader = ask(&p);
     assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
