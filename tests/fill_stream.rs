@@ -94,6 +94,15 @@ impl HeldBody {
     }
 }
 
+/// The end of a fill that went well: the origin saw one request, and the
+/// proxy (stopped here) stored one object and cut no follower short.
+fn one_fetch_stored(o: &HeldBody, p: Weft, what: &str) {
+    assert_eq!(o.seen.load(Ordering::SeqCst), 1, "{what}: one request at the origin");
+    let stats = stop_stats(p);
+    assert_eq!(counter(&stats, "stored"), 1, "{what}: {stats}");
+    assert_eq!(counter(&stats, "followers_cut"), 0, "{what}: {stats}");
+}
+
 /// A client that sent `GET /big` and reads its answer.
 fn ask(p: &Weft) -> Reader {
     ask_with(p, b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n")
@@ -188,10 +197,7 @@ fn waiters_follow_a_fill_as_it_arrives() {
             r.send(b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n");
             assert!(r.response(false).body == whole, "{what}");
         }
-        assert_eq!(o.seen.load(Ordering::SeqCst), 1, "{what}: one request at the origin");
-        let stats = stop_stats(p);
-        assert_eq!(counter(&stats, "stored"), 1, "{what}: {stats}");
-        assert_eq!(counter(&stats, "followers_cut"), 0, "{what}: {stats}");
+        one_fetch_stored(&o, p, &what);
     }
 }
 
@@ -293,31 +299,34 @@ fn waiting_ranges_and_conditionals_are_woken_by_the_stream() {
 }
 
 /// A fill that fails mid-body cuts its followers' answers short (their
-/// connections close before the length they were sent), stores nothing,
-/// and the next request asks the origin again.
+/// connections close before the length they were sent, or, chunked,
+/// without the last chunk), stores nothing, and the next request asks the
+/// origin again.
 #[test]
 fn a_failed_fill_cuts_its_followers() {
-    let o = HeldBody::start();
-    let p = proxy(&o, "epoll", "auto");
-    let mut leader = ask(&p);
-    assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
-    let mut follower = ask(&p);
-    assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 1));
-    o.stage.store(1, Ordering::SeqCst);
-    read_head_and(&mut follower, HALF);
-    // The origin closes instead of sending the rest.
-    o.stage.store(3, Ordering::SeqCst);
-    for r in [&mut leader, &mut follower] {
-        assert!(r.response_any(false).is_err(), "a cut answer is not whole");
+    for framing in [Body::Length, Body::Chunked] {
+        let o = HeldBody::framed(framing);
+        let p = proxy(&o, "epoll", "auto");
+        let mut leader = ask(&p);
+        assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
+        let mut follower = ask(&p);
+        assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 1));
+        o.stage.store(1, Ordering::SeqCst);
+        read_head_and(&mut follower, HALF);
+        // The origin closes instead of sending the rest.
+        o.stage.store(3, Ordering::SeqCst);
+        for r in [&mut leader, &mut follower] {
+            assert!(r.response_any(false).is_err(), "a cut answer is not whole");
+        }
+        assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "followers_cut") == 1));
+        // Nothing stored: the next request goes to the origin (which now sends all).
+        o.stage.store(2, Ordering::SeqCst);
+        let mut again = ask(&p);
+        assert!(again.response_any(false).unwrap().body == pattern(LEN));
+        assert_eq!(o.seen.load(Ordering::SeqCst), 2);
+        let stats = stop_stats(p);
+        assert_eq!(counter(&stats, "stored"), 1, "{stats}");
     }
-    assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "followers_cut") == 1));
-    // Nothing stored: the next request goes to the origin (which now sends all).
-    o.stage.store(2, Ordering::SeqCst);
-    let mut again = ask(&p);
-    assert!(again.response(false).body == pattern(LEN));
-    assert_eq!(o.seen.load(Ordering::SeqCst), 2);
-    let stats = stop_stats(p);
-    assert_eq!(counter(&stats, "stored"), 1, "{stats}");
 }
 
 /// A fill that others follow is not paced by its own client: the leader's
@@ -439,30 +448,6 @@ fn a_chunked_fill_is_streamed_chunked() {
             "{what}"
         );
         assert!(r.body == whole[1000..2000], "{what}");
-        assert_eq!(o.seen.load(Ordering::SeqCst), 1, "{what}: one request at the origin");
-        let stats = stop_stats(p);
-        assert_eq!(counter(&stats, "stored"), 1, "{what}: {stats}");
-        assert_eq!(counter(&stats, "followers_cut"), 0, "{what}: {stats}");
+        one_fetch_stored(&o, p, &what);
     }
-}
-
-/// A chunked fill that fails mid-body leaves its HTTP/1.1 followers
-/// without the last chunk (their connections close), and stores nothing.
-#[test]
-fn a_failed_chunked_fill_ends_its_followers_without_the_last_chunk() {
-    let o = HeldBody::framed(Body::Chunked);
-    let p = proxy(&o, "epoll", "auto");
-    let mut leader = ask(&p);
-    assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
-    let mut follower = ask(&p);
-    assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 1));
-    o.stage.store(1, Ordering::SeqCst);
-    read_head_and(&mut follower, HALF);
-    o.stage.store(3, Ordering::SeqCst);
-    for r in [&mut leader, &mut follower] {
-        assert!(r.response_any(false).is_err(), "a cut answer is not whole");
-    }
-    assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "followers_cut") == 1));
-    let stats = stop_stats(p);
-    assert_eq!(counter(&stats, "stored"), 0, "{stats}");
 }
