@@ -18,7 +18,8 @@ const LEN: usize = 600_000;
 const HALF: usize = LEN / 2;
 
 /// Stages of the held origin: 0 holds the answer, 1 sends the head and
-/// the first half, 2 sends the rest, 3 closes after the half instead.
+/// the first half, 2 sends the rest, 3 closes after the half instead, 4
+/// sends a quarter more and holds the last quarter until 5.
 struct HeldBody {
     addr: SocketAddr,
     stage: Arc<AtomicUsize>,
@@ -78,7 +79,15 @@ impl HeldBody {
                     return;
                 }
                 at_least(2);
-                let mut rest = wire(&body[HALF..]);
+                let mut from = HALF;
+                if st.load(Ordering::SeqCst) == 4 {
+                    from += LEN / 4;
+                    if s.write_all(&wire(&body[HALF..from])).is_err() {
+                        return;
+                    }
+                    at_least(5);
+                }
+                let mut rest = wire(&body[from..]);
                 if let Body::Chunked = framing {
                     rest.extend_from_slice(b"0\r\n\r\n");
                 }
@@ -450,4 +459,38 @@ fn a_chunked_fill_is_streamed_chunked() {
         assert!(r.body == whole[1000..2000], "{what}");
         one_fetch_stored(&o, p, &what);
     }
+}
+
+/// A chunked fill that grows past `--max-object-size` is not kept: its
+/// follower is cut then (the rest would not be kept for it), not when the
+/// leader's transfer ends, and the key passes at once: a request that
+/// comes while the leader still reads goes to the origin. The leader gets
+/// all of it; nothing is stored.
+#[test]
+fn a_chunked_fill_past_the_size_limit_cuts_its_followers_and_passes() {
+    let o = HeldBody::framed(Body::Chunked);
+    let limit = (HALF + LEN / 8).to_string();
+    let p = common::collapsing_proxy(&o.addr.to_string(), "epoll", &["--max-object-size", &limit]);
+    let mut leader = ask(&p);
+    assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
+    let mut follower = ask(&p);
+    assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 1));
+    o.stage.store(1, Ordering::SeqCst);
+    read_head_and(&mut follower, HALF);
+    // Past the limit, and the origin holds the last quarter: the follower's
+    // answer ends now (a read that waited for the leader's end would time
+    // out and fail the test).
+    o.stage.store(4, Ordering::SeqCst);
+    assert!(follower.response_any(false).is_err(), "the follower's answer is cut");
+    let mut again = ask(&p);
+    assert!(
+        wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 2),
+        "the key passes while the leader reads"
+    );
+    o.stage.store(5, Ordering::SeqCst);
+    assert!(leader.response_any(false).unwrap().body == pattern(LEN));
+    assert!(again.response_any(false).unwrap().body == pattern(LEN));
+    let stats = stop_stats(p);
+    assert_eq!(counter(&stats, "stored"), 0, "{stats}");
+    assert_eq!(counter(&stats, "followers_cut"), 1, "{stats}");
 }

@@ -347,6 +347,12 @@ impl Relay {
         }
     }
 
+    /// Is the body still being read into an object for the cache (not
+    /// over `--max-object-size`)?
+    pub fn filling(&self) -> bool {
+        self.fill.is_some()
+    }
+
     /// Has the client gone away (the session only fills the cache)?
     pub fn client_gone(&self) -> bool {
         self.client_gone

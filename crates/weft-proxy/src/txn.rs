@@ -325,7 +325,7 @@ impl Worker<'_> {
         }
         let gone = relay.client_gone();
         let in_kernel = relay.in_kernel();
-        feed_followers(txn, &mut c.out);
+        feed_followers(sh, &c.key, txn, &mut c.out);
         if gone {
             if let Some(fd) = c.fd.take() {
                 // The client left; the object is still being filled.
@@ -650,9 +650,18 @@ impl Client {
     }
 }
 
-/// Requests following the fill `txn` leads get what its relay has read
-/// (`fill.rs`), in parts of the object being filled.
-fn feed_followers(txn: &mut Txn, out: &mut weft_io::OutChain) {
+/// Requests following the fill `txn` leads (for `key`) get what its relay
+/// has read (`fill.rs`), in parts of the object being filled. A body of
+/// unknown length that has grown past `--max-object-size` stops being
+/// filled: its fill ends here, as one whose head showed it too large does,
+/// so its followers are cut now (the rest would not be kept for them) and
+/// its waiters go upstream, rather than each waiting for the end of the
+/// leader's transfer; the key passes.
+fn feed_followers(sh: &Shared<'_>, key: &[u8], txn: &mut Txn, out: &mut weft_io::OutChain) {
+    if txn.fill && txn.relay.as_ref().is_some_and(|r| !r.filling()) {
+        crate::client::end_fill(sh, key, txn, crate::fill::Outcome::Uncacheable);
+        return;
+    }
     let (Some(feed), Some(relay)) = (&txn.feed, txn.relay.as_mut()) else {
         return;
     };
