@@ -36,21 +36,38 @@ def read_response(s: socket.socket, buf: bytes = b"") -> tuple[int, bytes, bytes
     return status, buf[:length], buf[length:]
 
 
-def dechunk(body: bytes) -> bytes:
-    """The data of a whole chunked body (`Transfer-Encoding: chunked`, no
-    trailers). Raises ValueError when it is cut short or badly framed."""
-    out, at = [], 0
+def read_chunked(buf: bytes, at: int = 0) -> tuple[bytes, int] | None:
+    """The chunked body (`Transfer-Encoding: chunked`) that starts at `at`
+    in `buf`: its data and the offset just past its trailer section, or
+    None when `buf` ends before the body does. Raises ValueError on a bad
+    chunk size line or a chunk not followed by its CRLF."""
+    out = []
     while True:
-        end = body.find(b"\r\n", at)
+        end = buf.find(b"\r\n", at)
         if end < 0:
-            raise ValueError(f"no chunk size line at byte {at}")
-        size = int(body[at:end].split(b";")[0], 16)
+            return None
+        try:
+            size = int(buf[at:end].split(b";")[0], 16)
+        except ValueError:
+            raise ValueError(f"bad chunk size line {buf[at:end][:20]!r}") from None
         at = end + 2
         if size == 0:
-            if body[at:at + 2] != b"\r\n":
-                raise ValueError("no blank line after the last chunk")
-            return b"".join(out)
-        if body[at + size:at + size + 2] != b"\r\n":
-            raise ValueError(f"chunk of {size} bytes at {at} cut short")
-        out.append(body[at:at + size])
+            # Trailer fields, if any, then the blank line (end - 2: its CRLF
+            # may be the one that ended the size line).
+            t = buf.find(b"\r\n\r\n", end)
+            return (b"".join(out), t + 4) if t >= 0 else None
+        if len(buf) < at + size + 2:
+            return None
+        if buf[at + size:at + size + 2] != b"\r\n":
+            raise ValueError(f"chunk of {size} bytes at {at} not followed by CRLF")
+        out.append(buf[at:at + size])
         at += size + 2
+
+
+def dechunk(body: bytes) -> bytes:
+    """The data of a whole chunked body. Raises ValueError when it is cut
+    short or badly framed."""
+    r = read_chunked(body)
+    if r is None:
+        raise ValueError("chunked body cut short")
+    return r[0]

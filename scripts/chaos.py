@@ -44,6 +44,9 @@ The whole set at the default 3 s takes about two minutes.
 """
 import argparse, os, random, re, shutil, signal, socket, struct, subprocess, sys, tempfile, threading, time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from lab.wire import read_chunked  # noqa: E402
+
 # Descriptors a process may hold after a run beyond its count before it:
 # pooled upstream connections, spare pipes, the sockmap programs and maps
 # (loaded on first use), a file cache's open files per worker.
@@ -381,25 +384,13 @@ def answers(reply, asked):
         if head_only or status in (204, 304):
             body = b""
         elif b"transfer-encoding: chunked" in lower:
-            body = b""
-            while True:
-                e = reply.find(b"\r\n", i)
-                if e < 0:
-                    return bad
-                try:
-                    size = int(reply[i:e].split(b";")[0], 16)
-                except ValueError:
-                    return bad + [f"/obj/{k}: bad chunk size {reply[i:e][:20]!r}"]
-                if size == 0:
-                    t = reply.find(b"\r\n\r\n", e)
-                    if t < 0:
-                        return bad
-                    i = t + 4
-                    break
-                if len(reply) < e + 2 + size + 2:
-                    return bad
-                body += reply[e + 2:e + 2 + size]
-                i = e + 2 + size + 2
+            try:
+                got = read_chunked(reply, i)
+            except ValueError as e:
+                return bad + [f"/obj/{k}: {e}"]
+            if got is None:
+                return bad
+            body, i = got
         elif cl:
             n = int(cl.group(1))
             if len(reply) < i + n:

@@ -112,6 +112,18 @@ fn one_fetch_stored(o: &HeldBody, p: Weft, what: &str) {
     assert_eq!(counter(&stats, "followers_cut"), 0, "{what}: {stats}");
 }
 
+/// A leader whose fill the origin has begun and a waiter that follows it,
+/// once the follower has the head and the first half.
+fn leader_and_follower_at_half(o: &HeldBody, p: &Weft) -> (Reader, Reader) {
+    let leader = ask(p);
+    assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
+    let mut follower = ask(p);
+    assert!(wait_until(Duration::from_secs(10), || stats_of(p, "collapsed") == 1));
+    o.stage.store(1, Ordering::SeqCst);
+    read_head_and(&mut follower, HALF);
+    (leader, follower)
+}
+
 /// A client that sent `GET /big` and reads its answer.
 fn ask(p: &Weft) -> Reader {
     ask_with(p, b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n")
@@ -316,12 +328,7 @@ fn a_failed_fill_cuts_its_followers() {
     for framing in [Body::Length, Body::Chunked] {
         let o = HeldBody::framed(framing);
         let p = proxy(&o, "epoll", "auto");
-        let mut leader = ask(&p);
-        assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
-        let mut follower = ask(&p);
-        assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 1));
-        o.stage.store(1, Ordering::SeqCst);
-        read_head_and(&mut follower, HALF);
+        let (mut leader, mut follower) = leader_and_follower_at_half(&o, &p);
         // The origin closes instead of sending the rest.
         o.stage.store(3, Ordering::SeqCst);
         for r in [&mut leader, &mut follower] {
@@ -471,12 +478,7 @@ fn a_chunked_fill_past_the_size_limit_cuts_its_followers_and_passes() {
     let o = HeldBody::framed(Body::Chunked);
     let limit = (HALF + LEN / 8).to_string();
     let p = common::collapsing_proxy(&o.addr.to_string(), "epoll", &["--max-object-size", &limit]);
-    let mut leader = ask(&p);
-    assert!(wait_until(Duration::from_secs(10), || o.seen.load(Ordering::SeqCst) == 1));
-    let mut follower = ask(&p);
-    assert!(wait_until(Duration::from_secs(10), || stats_of(&p, "collapsed") == 1));
-    o.stage.store(1, Ordering::SeqCst);
-    read_head_and(&mut follower, HALF);
+    let (mut leader, mut follower) = leader_and_follower_at_half(&o, &p);
     // Past the limit, and the origin holds the last quarter: the follower's
     // answer ends now (a read that waited for the leader's end would time
     // out and fail the test).

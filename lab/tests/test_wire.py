@@ -2,7 +2,7 @@ import socket
 
 import pytest
 
-from lab.wire import dechunk, read_response
+from lab.wire import dechunk, read_chunked, read_response
 
 
 def test_keep_alive_responses_and_what_follows_them():
@@ -39,3 +39,14 @@ def test_a_chunked_body_is_decoded_and_a_cut_one_is_an_error():
     for cut in (b"5\r\nhello\r\n", b"5\r\nhel", b"5\r\nhello\r\n0\r\n"):
         with pytest.raises(ValueError):
             dechunk(cut)
+
+
+def test_a_chunked_body_in_a_stream_ends_after_its_trailers():
+    wire = b"xx3\r\nabc\r\n0\r\nT: 1\r\n\r\nHTTP/1.1 200"
+    assert read_chunked(wire, 2) == (b"abc", wire.index(b"HTTP"))
+    assert read_chunked(b"3\r\nabc\r\n0\r\n\r\n") == (b"abc", 13)
+    # Incomplete: None, whatever is missing.
+    for cut in (b"3\r\nab", b"3\r\nabc\r\n0\r\n", b"3\r\nabc\r\n0\r\nT: 1\r\n"):
+        assert read_chunked(cut) is None, cut
+    with pytest.raises(ValueError):
+        read_chunked(b"zz\r\n")
