@@ -465,10 +465,12 @@ impl Feed {
     }
 
     /// The next body bytes, in order.
-    pub fn append(&self, part: &Aggregate) {
+    pub fn append(&self, parts: impl IntoIterator<Item = Bytes>) {
         let readers = {
             let mut p = self.0.lock();
-            p.body.append(part);
+            for part in parts {
+                p.body.push(part);
+            }
             self.0.unfed.store(0, Ordering::Relaxed);
             self.0.hungry.store(false, Ordering::Relaxed);
             std::mem::take(&mut p.readers)
@@ -508,12 +510,6 @@ impl Drop for Feed {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn one(b: Bytes) -> Aggregate {
-        let mut a = Aggregate::new();
-        a.push(b);
-        a
-    }
 
     fn seat(worker: usize, t: u32, park: u64) -> Waiter {
         (worker, Token::new(t, 0), park)
@@ -629,7 +625,7 @@ mod tests {
         let followed = f.follow(b"k", &mut yes).expect("followed");
         assert!(Arc::ptr_eq(&followed, &stream));
         assert!(feed.wants(FEED_MIN), "a follower now");
-        feed.append(&one(Bytes::from(vec![b'x'; 50])));
+        feed.append([Bytes::from(vec![b'x'; 50])]);
         assert_eq!(stream.arrived(), 50);
         feed.wants(20);
         assert_eq!(stream.arrived(), 70);
@@ -652,7 +648,7 @@ mod tests {
         assert!(feed.wants(FEED_MIN));
         assert!(matches!(stream.read(0, 100, seat(0, 1, 1)), Read::Wait));
         assert!(feed.wants(5), "a follower waits: hand over what there is");
-        feed.append(&one(Bytes::from_static(b"01234")));
+        feed.append([Bytes::from_static(b"01234")]);
         let mut w = Vec::new();
         f.take(0, &mut w);
         let leader = (Token::new(9, 0), KICK);
@@ -692,7 +688,7 @@ mod tests {
         let f = Fills::new(1).unwrap();
         let stream = f.stream(seed(), Some(10), (0, Token::new(9, 0)));
         let feed = Feed::new(stream.clone());
-        feed.append(&one(Bytes::from_static(b"0123")));
+        feed.append([Bytes::from_static(b"0123")]);
         assert!(matches!(stream.read(4, 100, seat(0, 1, 1)), Read::Wait));
         drop(feed);
         let mut w = Vec::new();
@@ -714,7 +710,7 @@ mod tests {
         let f = Fills::new(1).unwrap();
         let stream = f.stream(seed(), None, (0, Token::new(9, 0)));
         let feed = Feed::new(stream.clone());
-        feed.append(&one(Bytes::from_static(b"0123")));
+        feed.append([Bytes::from_static(b"0123")]);
         assert!(matches!(stream.read(4, 100, seat(0, 1, 1)), Read::Wait));
         let mut whole = Aggregate::new();
         whole.push(Bytes::from_static(b"0123"));

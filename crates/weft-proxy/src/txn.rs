@@ -667,7 +667,7 @@ fn feed_followers(sh: &Shared<'_>, key: &[u8], txn: &mut Txn, out: &mut weft_io:
     };
     if feed.wants(relay.unfed()) {
         if let Some(part) = relay.cut(out) {
-            feed.append(&part);
+            feed.append(part);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! filled over in parts, and it does not let its own client pace the fill.
 
 use super::Relay;
-use weft_buf::Aggregate;
+use bytes::Bytes;
 use weft_io::OutChain;
 
 impl Relay {
@@ -23,8 +23,9 @@ impl Relay {
     /// the queue goes out before the copy tail). The part handed over is
     /// that segment and those the copy path added since the last cut (a
     /// body of unknown length, block by block). The rest of the buffer's
-    /// room stays for the next reads (no reallocation).
-    pub fn cut(&mut self, out: &mut OutChain) -> Option<Aggregate> {
+    /// room stays for the next reads (no reallocation). The segments come
+    /// as shared slices, without an aggregate of their own.
+    pub fn cut(&mut self, out: &mut OutChain) -> Option<impl Iterator<Item = Bytes> + '_> {
         if self.unfed() == 0 {
             return None;
         }
@@ -40,9 +41,8 @@ impl Relay {
             }
         }
         let f = self.fill.as_mut()?;
-        let part = f.segs.slice(f.handed, f.segs.len());
-        f.handed = f.segs.len();
-        Some(part)
+        let from = std::mem::replace(&mut f.handed, f.segs.len());
+        Some(f.segs.range(from, f.handed))
     }
 
     /// Others follow this fill (`fill.rs`): while the client is slower than
