@@ -459,24 +459,24 @@ fn rate_per_flow_gives_each_connection_the_rate() {
 fn tcp_block_counts_data_segments_and_acks() {
     need_netns!();
     need_tool!("nstat", "-V", "the tcp block needs `nstat` (iproute2)");
-    let w = Wan::start(&["--delay", "1ms"]);
-    // 4 MiB to the end (a reader that closed early would be answered by a
-    // reset for every segment still in flight: segments in, but no ACKs).
-    let addr: SocketAddr = format!("{}:9002", w.client).parse().unwrap();
-    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut got = 0usize;
-    loop {
-        match c.read(&mut buf).unwrap() {
-            0 => break,
-            n => got += n,
+    // The counts are compared only in a run without loss: on a loaded
+    // machine (CI runs the suite on two cores) the user-space router can be
+    // starved long enough for a retransmission timeout, which adds segments
+    // and says nothing of the counting. Such a run is repeated, twice at most.
+    let mut attempts = 0;
+    let st = loop {
+        attempts += 1;
+        let st = transfer_4mib_through_the_router();
+        let tcp = &st["tcp"]["client"];
+        let lost = ["TcpRetransSegs", "TcpExtTCPTimeouts"]
+            .iter()
+            .any(|k| tcp[*k].as_u64() != Some(0));
+        if !lost {
+            break st;
         }
-    }
-    assert_eq!(got, 4 << 20);
-    drop(c);
-    std::thread::sleep(Duration::from_millis(200));
-    let (_, st) = w.finish();
+        assert!(attempts < 3, "loss in {attempts} runs: {tcp}");
+        eprintln!("a run with loss, again: {tcp}");
+    };
     let tcp = &st["tcp"]["client"];
     let n = |k: &str| {
         tcp[k]
@@ -496,10 +496,6 @@ fn tcp_block_counts_data_segments_and_acks() {
     let (data, acks_out, acks_in) = (n("data_segs_out"), n("acks_out"), n("acks_in"));
     eprintln!("tcp block {tcp}; router: {up} packets out of the client, {down} into it");
     assert!(st["tcp"].get("host").is_none(), "the caller's namespace has no block");
-    assert!(
-        n("TcpRetransSegs") == 0 && n("TcpExtTCPTimeouts") == 0,
-        "no loss here: {tcp}"
-    );
     // 4 MiB in full-sized segments (and the FIN), every one out through the router.
     assert!((2897..2920).contains(&data), "{data} data segments for 4 MiB");
     // Sent without data: the SYN-ACK (and a FIN or a window update).
@@ -524,6 +520,29 @@ fn tcp_block_counts_data_segments_and_acks() {
     // other one or fewer (stretch ACKs when its reader lags); plus its FIN.
     eprintln!("data per ACK {:.2}", data as f64 / acks_in as f64);
     assert!(acks_in > 0 && acks_in <= data + 2, "{acks_in} ACKs for {data} segments");
+}
+
+/// 4 MiB from the host to the client through a `--delay 1ms` network, read
+/// to the end (a reader that closed early would be answered by a reset for
+/// every segment still in flight: segments in, but no ACKs); the
+/// emulator's `--stats`.
+fn transfer_4mib_through_the_router() -> serde_json::Value {
+    let w = Wan::start(&["--delay", "1ms"]);
+    let addr: SocketAddr = format!("{}:9002", w.client).parse().unwrap();
+    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut got = 0usize;
+    loop {
+        match c.read(&mut buf).unwrap() {
+            0 => break,
+            n => got += n,
+        }
+    }
+    assert_eq!(got, 4 << 20);
+    drop(c);
+    std::thread::sleep(Duration::from_millis(200));
+    w.finish().1
 }
 
 /// Per-host settings are applied inside each namespace: read back with
