@@ -112,7 +112,9 @@ pub(crate) struct Txn {
     pipe: Option<Pipe>,
     /// The status answered (for the access log and the status counters).
     pub(super) status: u16,
-    /// Response bytes queued for the client (head, body, chunk framing).
+    /// Body bytes queued for the client, chunk framing included and the
+    /// head not: the access log's `bytes`, as a static file's (the body
+    /// length) and nginx's `$body_bytes_sent`.
     pub(super) sent: u64,
     /// A local redirect (RFC 3875 §6.2.2): the path to serve instead.
     pub(super) redirect: Option<Vec<u8>>,
@@ -598,7 +600,6 @@ impl Txn {
     /// Write the client's response head for the program's CGI head.
     fn write_head(&mut self, c: &mut Conn, h: &weft_http::fastcgi::head::CgiHead<'_, '_>, date: &[u8]) {
         let out = c.out.own_mut();
-        let before = out.len();
         let status = h.status;
         self.status = status;
         respond::start_head(out, status, date);
@@ -633,7 +634,6 @@ impl Txn {
             _ => None,
         };
         respond::end_head(out, len, persist);
-        self.sent += (out.len() - before) as u64;
         if self.head_only {
             self.frame = Frame::Discard;
         }
