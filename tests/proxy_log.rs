@@ -182,3 +182,138 @@ fn front_logs_its_requests_and_reopens_on_sigusr1() {
     assert_eq!(v["cache"], "BYPASS", "{v}");
     assert!(v["request_time"].as_f64().is_some_and(|t| t >= 0.0), "{v}");
 }
+
+/// An origin on a port of its own answering, on any connection: `/chunked`
+/// in two chunks, `/close` as 3,000 bytes ended by its close, `/len` with a
+/// Content-Length, and `/big` as 50 MB it writes until the reader leaves;
+/// none of them storable.
+fn framing_origin() -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match s.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                    buf.drain(..end + 4);
+                    let path = head.split(' ').nth(1).unwrap_or("");
+                    let h = "HTTP/1.1 200 OK\r\nCache-Control: no-store\r\n";
+                    let r = match path {
+                        "/chunked" => s.write_all(
+                            format!("{h}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+                                .as_bytes(),
+                        ),
+                        "/close" => {
+                            let _ = s.write_all(format!("{h}Connection: close\r\n\r\n{}", "x".repeat(3000)).as_bytes());
+                            return;
+                        }
+                        "/big" => {
+                            let _ = s.write_all(format!("{h}Content-Length: 50000000\r\n\r\n").as_bytes());
+                            let block = [b'b'; 65536];
+                            while s.write_all(&block).is_ok() {}
+                            return;
+                        }
+                        _ => s.write_all(format!("{h}Content-Length: 7\r\n\r\nseven!!").as_bytes()),
+                    };
+                    if r.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// GET `path` on a connection the proxy closes after its answer; the body
+/// bytes as they came on the wire (framing included).
+fn wire_body(addr: &str, path: &str) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
+    all.split_off(end)
+}
+
+/// A response relayed from the origin is logged at the end of its
+/// transaction, as nginx logs: `bytes` is the body the client was given,
+/// chunk framing included, whatever the origin's framing (not 0 for a
+/// length the head did not know), and fewer than announced when the client
+/// left mid-body.
+#[test]
+fn relayed_lines_count_the_body_the_client_was_given() {
+    let origin = framing_origin().to_string();
+    let dir = TempDir::new("proxy-log-bytes");
+    let log = dir.path.join("access.json");
+    let proxy = Weft::role(
+        "proxy",
+        &[
+            "--workers",
+            "1",
+            "--upstream",
+            &origin,
+            "--access-log",
+            path_str(&log),
+            "--access-log-format",
+            "json",
+        ],
+    );
+    let addr = proxy.addr.to_string();
+    let chunked = wire_body(&addr, "/chunked");
+    assert!(
+        chunked.ends_with(b"0\r\n\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&chunked)
+    );
+    let closed = wire_body(&addr, "/close");
+    assert_eq!(closed.len(), 3000);
+    assert_eq!(wire_body(&addr, "/len"), b"seven!!");
+    // A client that reads a megabyte of 50 MB and leaves.
+    {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let mut got = 0;
+        let mut buf = vec![0u8; 65536];
+        while got < 1 << 20 {
+            got += s.read(&mut buf).unwrap();
+        }
+    }
+    let got = lines(&log, 4);
+    let bytes = |line: &str| -> u64 {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        v["bytes"].as_u64().unwrap_or_else(|| panic!("{line}"))
+    };
+    assert!(
+        got[0].contains("GET /chunked") && got[0].contains("\"status\":200"),
+        "{}",
+        got[0]
+    );
+    assert_eq!(bytes(&got[0]), chunked.len() as u64, "{}", got[0]);
+    assert!(got[1].contains("GET /close"), "{}", got[1]);
+    assert_eq!(bytes(&got[1]), 3000, "{}", got[1]);
+    assert!(got[2].contains("GET /len"), "{}", got[2]);
+    assert_eq!(bytes(&got[2]), 7, "{}", got[2]);
+    assert!(
+        got[3].contains("GET /big") && got[3].contains("\"status\":200"),
+        "{}",
+        got[3]
+    );
+    let big = bytes(&got[3]);
+    assert!((1 << 20..50_000_000).contains(&big), "{}", got[3]);
+}

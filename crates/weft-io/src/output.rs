@@ -288,6 +288,9 @@ pub struct OutChain {
     mem_len: usize,
     /// File and pipe items queued.
     special: usize,
+    /// Bytes sent to the descriptor: by [`flush`](Self::flush) (its `tail`
+    /// too) and by the owner past the chain ([`note_sent`](Self::note_sent)).
+    sent: u64,
 }
 
 impl OutChain {
@@ -300,6 +303,22 @@ impl OutChain {
     #[inline]
     pub fn len(&self) -> u64 {
         self.len + (self.own.len() - self.loose) as u64
+    }
+
+    /// Every byte this connection was given to send: those sent and those
+    /// still queued. Its growth between two points is what the connection
+    /// sent or queued in between, by any path (an access log's body bytes).
+    #[inline]
+    pub fn handed(&self) -> u64 {
+        self.sent + self.len()
+    }
+
+    /// The owner wrote `n` bytes to the descriptor past the chain (a splice
+    /// from a pipe it holds, a chain of submissions, a kernel redirect):
+    /// counted in [`handed`](Self::handed).
+    #[inline]
+    pub fn note_sent(&mut self, n: u64) {
+        self.sent += n;
     }
 
     /// Nothing to send?
@@ -494,35 +513,42 @@ impl OutChain {
     /// be empty when such a range is queued). Returns the bytes sent by each
     /// path; EAGAIN or a short write sets [`Flushed::blocked`].
     pub fn flush(&mut self, fd: impl FdArg, tail: &[u8], scratch: &mut [u8]) -> io::Result<Flushed> {
-        let fd = fd.raw_for_call();
         let mut f = Flushed::default();
+        let r = self.flush_into(fd.raw_for_call(), tail, scratch, &mut f);
+        self.sent += f.total();
+        r.map(|()| f)
+    }
+
+    /// [`flush`](Self::flush), counting into `f` as it goes (an error keeps
+    /// what was sent before it).
+    fn flush_into(&mut self, fd: RawFd, tail: &[u8], scratch: &mut [u8], f: &mut Flushed) -> io::Result<()> {
         loop {
             let r = match self.items.front() {
                 None if f.tail == tail.len() && self.own.len() == self.loose => {
                     self.clear();
-                    return Ok(f);
+                    return Ok(());
                 }
                 None | Some(Item::Own { .. } | Item::Shared(_) | Item::Cyclic { .. }) => {
-                    self.send_memory(fd, &tail[f.tail..], scratch, &mut f)
+                    self.send_memory(fd, &tail[f.tail..], scratch, f)
                 }
                 Some(Item::File {
                     how: FileSend::Sendfile,
                     ..
-                }) => self.send_file(fd, &mut f),
+                }) => self.send_file(fd, f),
                 Some(Item::File {
                     how: FileSend::Copy, ..
-                }) => self.send_memory(fd, &[], scratch, &mut f),
-                Some(Item::Pipe { .. }) => self.send_pipe(fd, &mut f),
+                }) => self.send_memory(fd, &[], scratch, f),
+                Some(Item::Pipe { .. }) => self.send_pipe(fd, f),
             };
             match r {
                 Ok(true) => {}
                 Ok(false) => {
                     f.blocked = true;
-                    return Ok(f);
+                    return Ok(());
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     f.blocked = true;
-                    return Ok(f);
+                    return Ok(());
                 }
                 Err(e) => return Err(e),
             }

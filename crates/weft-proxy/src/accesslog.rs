@@ -9,14 +9,19 @@
 //! by a 304), `EXPIRED` (a stored response replaced), `MISS`, `BYPASS` (not
 //! cacheable or the cache is off), `BACKGROUND` (a background revalidation's
 //! own line, with the origin's status and no client address) or `-`
-//! (answered by the proxy itself: an error, a refusal). `request_time` runs from the request head's first byte
-//! to the response head queued (time to first byte: a relayed body's length
-//! may not be known yet), and the byte count is the body length the response
-//! announces (`0` when it is chunked or close-delimited).
+//! (answered by the proxy itself: an error, a refusal).
+//!
+//! A response relayed from the upstream is logged when its transaction ends
+//! (the body relayed, or the transaction abandoned), as nginx logs: the byte
+//! count is the body bytes the client was given meanwhile (chunk framing
+//! included, whatever the body's framing; fewer than announced when the
+//! transfer was cut), and `request_time` runs from the request head's first
+//! byte to that end. Every other line (hits, refusals, errors) is written
+//! when its response is queued, whole, with the body length it announces.
 
-use crate::conn::Client;
+use crate::conn::{Client, Txn};
 use crate::worker::Shared;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use weft_http::RequestHead;
 pub use weft_server::accesslog::{AccessLog, Format};
 
@@ -67,6 +72,58 @@ pub(crate) fn answered(sh: &mut Shared<'_>, c: &Client, status: u16, cache: &'st
         sh.stats.status.count(status);
         cache
     };
+    write_line(sh, c, (status, cache, bytes), c.began.map(|t| t.elapsed()));
+}
+
+/// What a relayed response's line needs at the end of its transaction.
+#[derive(Debug)]
+pub struct RelayedLine {
+    status: u16,
+    cache: &'static str,
+    /// When its request head began.
+    began: Option<Instant>,
+    /// The client's [`weft_io::OutChain::handed`] after the head was queued.
+    from: u64,
+}
+
+/// The head of a response relayed from the upstream is queued (`c`'s output
+/// holds it), its body to follow: count its status class now, and keep its
+/// line for [`relay_ended`].
+pub(crate) fn relayed(sh: &mut Shared<'_>, c: &mut Client, status: u16, cache: &'static str, announced: u64) {
+    if c.background.is_some() {
+        return answered(sh, c, status, cache, announced);
+    }
+    sh.stats.status.count(status);
+    if sh.log.is_none() {
+        return;
+    }
+    let line = RelayedLine {
+        status,
+        cache,
+        began: c.began,
+        from: c.out.handed(),
+    };
+    if let Some(txn) = c.txn.as_mut() {
+        txn.log_line = Some(line);
+    }
+}
+
+/// `txn` (taken from `c`) ends: write its relayed response's line, with the
+/// body bytes `c` was given since the head. Called where every transaction
+/// ends, whole or abandoned.
+pub(crate) fn relay_ended(sh: &mut Shared<'_>, c: &Client, txn: &mut Txn) {
+    if let Some(l) = txn.log_line.take() {
+        let bytes = c.out.handed().saturating_sub(l.from);
+        write_line(sh, c, (l.status, l.cache, bytes), l.began.map(|t| t.elapsed()));
+    }
+}
+
+fn write_line(
+    sh: &mut Shared<'_>,
+    c: &Client,
+    (status, cache, bytes): (u16, &'static str, u64),
+    took: Option<Duration>,
+) {
     let Some(log) = sh.log.as_mut() else {
         return;
     };
@@ -80,7 +137,7 @@ pub(crate) fn answered(sh: &mut Shared<'_>, c: &Client, status: u16, cache: &'st
         bytes,
         wall: SystemTime::now(),
         head_only,
-        took: c.began.map(|t| t.elapsed()),
+        took,
         cache: Some(cache),
     };
     log.lines.log(head, data, &e);

@@ -158,6 +158,8 @@ impl Worker<'_> {
             cx.close_later(fd, true);
         }
         if let Some(mut txn) = c.txn.take() {
+            // Its output is dropped: the line counts what was sent.
+            crate::accesslog::relay_ended(&mut self.sh, &c, &mut txn);
             crate::front::release(self.sh.cfg, &mut txn);
             end_fill(&self.sh, &c.key, &mut txn, Outcome::Failed);
             if let Some(relay) = txn.relay.take() {

@@ -383,6 +383,9 @@ pub struct Txn {
     pub retried: bool,
     /// Response bytes (head) have been queued for the client.
     pub responded: bool,
+    /// The access-log line of the response being relayed, written when the
+    /// transaction ends (`accesslog::relayed`).
+    pub log_line: Option<crate::accesslog::RelayedLine>,
     /// The upstream may be reused after this exchange.
     pub up_keep_alive: bool,
     /// Close the client connection after this response.
@@ -425,6 +428,7 @@ impl Txn {
             request_time: 0,
             retried: false,
             responded: false,
+            log_line: None,
             up_keep_alive: false,
             client_close: false,
             relay: None,

@@ -139,7 +139,7 @@ impl Worker<'_> {
         let Some(c) = crate::worker::client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        let Some((txn, ut)) = c.end_txn(&self.sh) else {
+        let Some((txn, ut)) = c.end_txn(&mut self.sh) else {
             return Flow::Again;
         };
         let close = !txn.client_keep_alive || self.sh.draining || !matches!(txn.body, crate::conn::ReqBody::None);

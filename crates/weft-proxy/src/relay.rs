@@ -196,12 +196,14 @@ pub struct Relay {
 }
 
 /// Splice what `pipe` holds (`bytes`) to the client while it takes it;
-/// bytes moved. EAGAIN clears `may_write`.
+/// bytes moved, each splice counted in the client's `out` as it goes (an
+/// error after some keeps them counted: the access log's bytes). EAGAIN
+/// clears `may_write`.
 fn splice_to_client(
     pipe: &Pipe,
     bytes: &mut usize,
     cfd: BorrowedFd<'_>,
-    may_write: &mut bool,
+    (may_write, out): (&mut bool, &mut OutChain),
     st: &mut ProxyStats,
 ) -> io::Result<usize> {
     let mut total = 0;
@@ -215,6 +217,7 @@ fn splice_to_client(
             Ok(n) => {
                 *bytes -= n;
                 st.bytes_spliced += n as u64;
+                out.note_sent(n as u64);
                 total += n;
             }
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => *may_write = false,
@@ -618,7 +621,7 @@ impl Relay {
             Path::Splice { pipe, bytes } => (pipe, bytes),
             Path::Tee { out, in_out, .. } => (out, in_out),
         };
-        Ok(total + splice_to_client(pipe, bytes, cfd, e.client_may_write, st)?)
+        Ok(total + splice_to_client(pipe, bytes, cfd, (e.client_may_write, e.out), st)?)
     }
 
     /// KeepCopy: duplicate intake bytes into the output pipe and read them

@@ -519,7 +519,7 @@ impl Worker<'_> {
         txn.responded = true;
         u.buf.consume(n);
         let (http10, request_time) = (txn.http10, txn.request_time);
-        crate::accesslog::answered(sh, c, status, cache, announced);
+        crate::accesslog::relayed(sh, c, status, cache, announced);
         let Some(relay_framing) = relay_framing(framing, !http10) else {
             // No body: done now.
             if let Some(p) = plan {

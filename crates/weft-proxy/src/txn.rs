@@ -249,7 +249,7 @@ impl Worker<'_> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        let Some((mut txn, ut)) = c.end_txn(&self.sh) else {
+        let Some((mut txn, ut)) = c.end_txn(&mut self.sh) else {
             return Flow::Again;
         };
         if let Some(relay) = txn.relay.take() {
@@ -438,7 +438,7 @@ impl Worker<'_> {
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
         };
-        let Some((txn, ut)) = c.end_txn(&self.sh) else {
+        let Some((txn, ut)) = c.end_txn(&mut self.sh) else {
             return Flow::Again;
         };
         let reusable = txn.up_keep_alive;
@@ -640,8 +640,9 @@ impl Client {
     /// End the client's transaction (failed or complete): take it, give its
     /// front-end admission back, and detach its upstream (returned for the
     /// caller to close or release). `None` when no transaction is open.
-    pub(crate) fn end_txn(&mut self, sh: &Shared<'_>) -> Option<(Box<Txn>, Option<Token>)> {
+    pub(crate) fn end_txn(&mut self, sh: &mut Shared<'_>) -> Option<(Box<Txn>, Option<Token>)> {
         let mut txn = self.txn.take()?;
+        crate::accesslog::relay_ended(sh, self, &mut txn);
         crate::front::release(sh.cfg, &mut txn);
         // A fill that ends here without having stored its object.
         crate::client::end_fill(sh, &self.key, &mut txn, crate::fill::Outcome::Failed);

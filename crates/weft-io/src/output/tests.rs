@@ -255,3 +255,29 @@ fn aggregates_are_pushed_as_segments() {
     assert_eq!(f.shared, 7);
     assert_eq!(drain(a, b), b"one two");
 }
+
+#[test]
+fn handed_counts_what_was_sent_queued_or_written_past_the_chain() {
+    let (a, b) = pair();
+    let mut q = OutChain::new();
+    assert_eq!(q.handed(), 0);
+    q.push_copy(b"head ");
+    q.push_shared(Bytes::from_static(b"body"));
+    // Queued, not sent yet: counted.
+    assert_eq!(q.handed(), 9);
+    let mark = q.handed();
+    // Sent with a tail the caller keeps: the tail counts too; the queue
+    // leaving for the socket does not count twice.
+    let f = q.flush(a.as_raw_fd(), b" tail", &mut []).unwrap();
+    assert_eq!(f.total(), 14);
+    assert_eq!(q.handed() - mark, 5);
+    // A splice of the owner's pipe straight to the socket.
+    q.note_sent(7);
+    assert_eq!(q.handed(), 21);
+    // Dropping what is queued (the peer left) takes back only the unsent.
+    q.push_copy(b"unsent");
+    assert_eq!(q.handed(), 27);
+    q.clear();
+    assert_eq!(q.handed(), 21);
+    assert_eq!(drain(a, b), b"head body tail");
+}

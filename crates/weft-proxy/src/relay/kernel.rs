@@ -275,7 +275,9 @@ impl Relay {
                 // Only an upstream that ended before the body's end gets here.
                 return Some(self.kernel_failed(e.kernel, UPSTREAM_CLOSED));
             }
-            st.sockmap_body_bytes += k.len - k.tail.len() as u64;
+            let redirected = k.len - k.tail.len() as u64;
+            st.sockmap_body_bytes += redirected;
+            e.out.note_sent(redirected);
             k.marked = true;
         }
         Some(Pump::Wait {
@@ -473,7 +475,7 @@ fn flush_before_join(
             return Ok(());
         }
     }
-    splice_to_client(pipe, piped, client, e.client_may_write, st)?;
+    splice_to_client(pipe, piped, client, (e.client_may_write, e.out), st)?;
     Ok(())
 }
 

@@ -310,6 +310,9 @@ impl Relay {
             self.head_piped -= head;
             st.bytes_spliced += (n - head) as u64;
             st.bytes_linked += (n - head) as u64;
+            // The staged head left the output queue uncounted (`e.out.clear()`
+            // when it went into the pipe): it counts as it leaves the pipe.
+            e.out.note_sent(n as u64);
             t.moved += n;
             return Ok(());
         }
