@@ -71,27 +71,19 @@ impl Origin {
         let addr = tcp_server(move |mut s| {
             let mut buf = Vec::new();
             let mut tmp = [0u8; 8192];
-            loop {
-                let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                    match s.read(&mut tmp) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&tmp[..n]),
-                    }
-                    continue;
-                };
-                let head = String::from_utf8_lossy(&buf[..end + 4]).into_owned();
+            while let Some(head) = common::next_head(&mut s, &mut buf) {
                 let len: usize = head
                     .lines()
                     .find_map(|l| l.strip_prefix("Content-Length: "))
                     .and_then(|v| v.trim().parse().ok())
                     .unwrap_or(0);
-                while buf.len() < end + 4 + len {
+                while buf.len() < len {
                     match s.read(&mut tmp) {
                         Ok(0) | Err(_) => return,
                         Ok(n) => buf.extend_from_slice(&tmp[..n]),
                     }
                 }
-                buf.drain(..end + 4 + len);
+                buf.drain(..len);
                 log2.lock().unwrap().push(head.clone());
                 answer(&head, &mut s, &release2);
             }

@@ -188,52 +188,33 @@ fn front_logs_its_requests_and_reopens_on_sigusr1() {
 /// Content-Length, and `/big` as 50 MB it writes until the reader leaves;
 /// none of them storable.
 fn framing_origin() -> std::net::SocketAddr {
-    use std::io::{Read, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match s.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                    buf.drain(..end + 4);
-                    let path = head.split(' ').nth(1).unwrap_or("");
-                    let h = "HTTP/1.1 200 OK\r\nCache-Control: no-store\r\n";
-                    let r = match path {
-                        "/chunked" => s.write_all(
-                            format!("{h}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
-                                .as_bytes(),
-                        ),
-                        "/close" => {
-                            let _ = s.write_all(format!("{h}Connection: close\r\n\r\n{}", "x".repeat(3000)).as_bytes());
-                            return;
-                        }
-                        "/big" => {
-                            let _ = s.write_all(format!("{h}Content-Length: 50000000\r\n\r\n").as_bytes());
-                            let block = [b'b'; 65536];
-                            while s.write_all(&block).is_ok() {}
-                            return;
-                        }
-                        _ => s.write_all(format!("{h}Content-Length: 7\r\n\r\nseven!!").as_bytes()),
-                    };
-                    if r.is_err() {
-                        return;
-                    }
+    use std::io::Write;
+    common::tcp_server(|mut s| {
+        let mut buf = Vec::new();
+        while let Some(head) = common::next_head(&mut s, &mut buf) {
+            let path = head.split(' ').nth(1).unwrap_or("");
+            let h = "HTTP/1.1 200 OK\r\nCache-Control: no-store\r\n";
+            let r = match path {
+                "/chunked" => s.write_all(
+                    format!("{h}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n").as_bytes(),
+                ),
+                "/close" => {
+                    let _ = s.write_all(format!("{h}Connection: close\r\n\r\n{}", "x".repeat(3000)).as_bytes());
+                    return;
                 }
-            });
+                "/big" => {
+                    let _ = s.write_all(format!("{h}Content-Length: 50000000\r\n\r\n").as_bytes());
+                    let block = [b'b'; 65536];
+                    while s.write_all(&block).is_ok() {}
+                    return;
+                }
+                _ => s.write_all(format!("{h}Content-Length: 7\r\n\r\nseven!!").as_bytes()),
+            };
+            if r.is_err() {
+                return;
+            }
         }
-    });
-    addr
+    })
 }
 
 /// GET `path` on a connection the proxy closes after its answer; the body
