@@ -207,8 +207,10 @@ mod tests {
         println!("size_of::<Conn>() = {size}");
         // 320 before handoff added `handed` (16 bytes, no tag); 336 before
         // `Interest` gained `hangup` (sockmap tunnels wait for RDHUP alone):
-        // one byte more of small fields, past the padding they shared.
-        assert!(size <= 344, "Conn grew to {size} bytes");
+        // one byte more of small fields, past the padding they shared; 344
+        // before `OutChain` counted the bytes a socket was handed (8 bytes,
+        // the proxy's access log measures relayed bodies with it).
+        assert!(size <= 352, "Conn grew to {size} bytes");
         assert_eq!(std::mem::size_of::<Option<HandedAt>>(), 16);
         let t = Token::new(7, 3);
         use weft_io::handoff::NextRule;

@@ -572,6 +572,7 @@ mod tests {
         // is lent only while bytes are pending): issue 21 tracks it.
         let size = std::mem::size_of::<Conn>();
         println!("size_of::<origin::Conn>() = {size}");
-        assert!(size <= 288, "origin Conn grew to {size} bytes");
+        // 288 before `OutChain` counted the bytes a socket was handed.
+        assert!(size <= 296, "origin Conn grew to {size} bytes");
     }
 }
