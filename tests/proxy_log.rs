@@ -235,25 +235,38 @@ fn wire_body(addr: &str, path: &str) -> Vec<u8> {
 /// transaction, as nginx logs: `bytes` is the body the client was given,
 /// chunk framing included, whatever the origin's framing (not 0 for a
 /// length the head did not know), and fewer than announced when the client
-/// left mid-body.
+/// left mid-body. On every path a body takes to the client, each counting
+/// its own way (`OutChain::handed`): copied through the output chain,
+/// spliced from the relay's pipe, redirected in the kernel by sockmap (or
+/// spliced where BPF is refused: the count holds either way). The uring
+/// chains' count (`--uring-linked`) was checked by hand only: under them a
+/// close-delimited body after a chunked one on the same upstream sometimes
+/// never ends (3 runs in 12; named in the stop's closing note).
 #[test]
 fn relayed_lines_count_the_body_the_client_was_given() {
     let origin = framing_origin().to_string();
+    let paths: [&[&str]; 3] = [&["--splice", "off"], &["--splice", "on"], &["--splice", "sockmap"]];
+    for path in paths {
+        eprintln!("relay path {path:?}");
+        relayed_lines_on(&origin, path);
+    }
+}
+
+fn relayed_lines_on(origin: &str, path: &[&str]) {
     let dir = TempDir::new("proxy-log-bytes");
     let log = dir.path.join("access.json");
-    let proxy = Weft::role(
-        "proxy",
-        &[
-            "--workers",
-            "1",
-            "--upstream",
-            &origin,
-            "--access-log",
-            path_str(&log),
-            "--access-log-format",
-            "json",
-        ],
-    );
+    let mut args = vec![
+        "--workers",
+        "1",
+        "--upstream",
+        origin,
+        "--access-log",
+        path_str(&log),
+        "--access-log-format",
+        "json",
+    ];
+    args.extend_from_slice(path);
+    let proxy = Weft::role("proxy", &args);
     let addr = proxy.addr.to_string();
     let chunked = wire_body(&addr, "/chunked");
     assert!(
@@ -285,16 +298,16 @@ fn relayed_lines_count_the_body_the_client_was_given() {
         "{}",
         got[0]
     );
-    assert_eq!(bytes(&got[0]), chunked.len() as u64, "{}", got[0]);
-    assert!(got[1].contains("GET /close"), "{}", got[1]);
-    assert_eq!(bytes(&got[1]), 3000, "{}", got[1]);
-    assert!(got[2].contains("GET /len"), "{}", got[2]);
-    assert_eq!(bytes(&got[2]), 7, "{}", got[2]);
+    assert_eq!(bytes(&got[0]), chunked.len() as u64, "{path:?}: {}", got[0]);
+    assert!(got[1].contains("GET /close"), "{path:?}: {}", got[1]);
+    assert_eq!(bytes(&got[1]), 3000, "{path:?}: {}", got[1]);
+    assert!(got[2].contains("GET /len"), "{path:?}: {}", got[2]);
+    assert_eq!(bytes(&got[2]), 7, "{path:?}: {}", got[2]);
     assert!(
         got[3].contains("GET /big") && got[3].contains("\"status\":200"),
         "{}",
         got[3]
     );
     let big = bytes(&got[3]);
-    assert!((1 << 20..50_000_000).contains(&big), "{}", got[3]);
+    assert!((1 << 20..50_000_000).contains(&big), "{path:?}: {}", got[3]);
 }
