@@ -3,7 +3,7 @@
 
 Each target is one role in one configuration (serve under each architecture
 and event backend, serve with a FastCGI pool (spliced and copied), origin,
-reverse and forward proxy with splice and sockmap, front in relay, handoff
+reverse and forward proxy with splice, sockmap and uring linked chains, front in relay, handoff
 and booster mode). CLIENTS threads open
 connections for SECONDS and on each send one to four requests drawn from
 templates (GET with ranges and validators, POST and PUT with lengths and
@@ -108,6 +108,14 @@ def mutate(b, rng):
             del b[i:]
     return bytes(b)
 
+
+
+def splice_args(splice):
+    """A proxy's body path: `--splice` on, off or sockmap, or "linked": spliced
+    by io_uring linked chains with the head in the chain (relay/linked.rs)."""
+    if splice == "linked":
+        return ["--splice", "on", "--uring-linked", "--uring-linked-head", "true"]
+    return ["--splice", splice]
 
 class Tally:
     """What the clients saw, shared by their threads."""
@@ -701,11 +709,12 @@ class Run:
             out.append((f"serve-cgi-{mode}", lambda mode=mode: self.serve_cgi(mode)))
         for ev in ["epoll", "tracked", "uring"]:
             out.append((f"origin-{ev}", lambda ev=ev: self.origin(ev)))
-            for splice in ["on", "sockmap"]:
+            for splice in ["on", "sockmap"] + (["linked"] if ev == "uring" else []):
                 out.append((f"proxy-reverse-{splice}-{ev}", lambda ev=ev, s=splice: self.proxy(ev, s, True)))
             out.append((f"proxy-forward-{ev}", lambda ev=ev: self.proxy(ev, "auto", False)))
         for ev, splice, disk in [("epoll", "on", False), ("epoll", "sockmap", False), ("uring", "off", False),
-                                 ("tracked", "on", False), ("epoll", "on", True), ("epoll-once", "on", False)]:
+                                 ("tracked", "on", False), ("epoll", "on", True), ("epoll-once", "on", False),
+                                 ("uring", "linked", False)]:
             name = f"proxy-bad-origin-{splice}-{ev}" + ("-disk" if disk else "")
             out.append((name, lambda ev=ev, s=splice, d=disk, n=name: self.proxy_bad_origin(n, ev, s, d)))
         for mode in ["relay", "handoff", "booster"]:
@@ -750,7 +759,7 @@ class Run:
             o.kill()
             o.wait()
             return
-        argv = ["proxy", "--event", ev, "--splice", splice,
+        argv = ["proxy", "--event", ev, *splice_args(splice),
                 "--connect-ports", str(op), "--header-timeout", "1s", "--send-timeout", "1s"]
         if reverse:
             argv += ["--upstream", f"127.0.0.1:{op}"]
@@ -764,7 +773,7 @@ class Run:
         """A caching reverse proxy in front of BadOrigin; afterwards every
         object it answers from its cache must be whole and true."""
         origin = BadOrigin(self.args.seed)
-        argv = ["proxy", "--event", ev, "--splice", splice, "--collapse", "--cache-status",
+        argv = ["proxy", "--event", ev, *splice_args(splice), "--collapse", "--cache-status",
                 "--upstream", f"127.0.0.1:{origin.port}", "--upstream-timeout", "2s", "--header-timeout", "1s"]
         if disk:
             argv += ["--cache-dir", os.path.join(self.dir, name + "-store")]
