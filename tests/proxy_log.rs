@@ -183,10 +183,15 @@ fn front_logs_its_requests_and_reopens_on_sigusr1() {
     assert!(v["request_time"].as_f64().is_some_and(|t| t >= 0.0), "{v}");
 }
 
+/// `/big`'s length: under `--splice sockmap` a non-cacheable body this size
+/// (at most 8 MiB) is forwarded in the kernel, and a client that leaves cuts
+/// it there.
+const BIG: usize = 5_000_000;
+
 /// An origin on a port of its own answering, on any connection: `/chunked`
 /// in two chunks, `/close` as 3,000 bytes ended by its close, `/len` with a
-/// Content-Length, and `/big` as 50 MB it writes until the reader leaves;
-/// none of them storable.
+/// Content-Length, and `/big` as [`BIG`] bytes it writes while the reader
+/// takes them; none of them storable.
 fn framing_origin() -> std::net::SocketAddr {
     use std::io::Write;
     common::tcp_server(|mut s| {
@@ -203,9 +208,12 @@ fn framing_origin() -> std::net::SocketAddr {
                     return;
                 }
                 "/big" => {
-                    let _ = s.write_all(format!("{h}Content-Length: 50000000\r\n\r\n").as_bytes());
+                    let _ = s.write_all(format!("{h}Content-Length: {BIG}\r\n\r\n").as_bytes());
                     let block = [b'b'; 65536];
-                    while s.write_all(&block).is_ok() {}
+                    let mut left = BIG;
+                    while left > 0 && s.write_all(&block[..left.min(block.len())]).is_ok() {
+                        left -= left.min(block.len());
+                    }
                     return;
                 }
                 _ => s.write_all(format!("{h}Content-Length: 7\r\n\r\nseven!!").as_bytes()),
@@ -281,7 +289,7 @@ fn relayed_lines_on(origin: &str, path: &[&str]) {
     let closed = wire_body(&addr, "/close");
     assert_eq!(closed.len(), 3000);
     assert_eq!(wire_body(&addr, "/len"), b"seven!!");
-    // A client that reads a megabyte of 50 MB and leaves.
+    // A client that reads a megabyte of the 5 MB and leaves.
     {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
@@ -312,6 +320,8 @@ fn relayed_lines_on(origin: &str, path: &[&str]) {
         "{}",
         got[3]
     );
+    // At least what the client read (a body cut in the kernel counts what
+    // the kernel wrote for it), at most the body.
     let big = bytes(&got[3]);
-    assert!((1 << 20..50_000_000).contains(&big), "{path:?}: {}", got[3]);
+    assert!((1 << 20..=BIG as u64).contains(&big), "{path:?}: {}", got[3]);
 }

@@ -146,6 +146,11 @@ impl Worker<'_> {
         if c.background.is_some() {
             self.sh.backgrounds -= 1;
         }
+        if let Some(relay) = c.txn.as_mut().and_then(|t| t.relay.as_mut()) {
+            // A body in the kernel cut here (a timeout): its line counts
+            // what the kernel wrote for the client meanwhile.
+            relay.note_kernel_cut(&mut c.out, c.fd.as_ref().map(std::os::fd::AsFd::as_fd));
+        }
         pools::release_all(&mut c.input, &mut c.out, &mut self.sh.bufs, &mut self.sh.own_pool);
         if let Some(fd) = c.fd.take() {
             // Handoff mode: the socket may still be open in a back-end (one

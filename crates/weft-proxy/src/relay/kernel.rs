@@ -163,7 +163,7 @@ impl Relay {
             return self.join_kernel(e, st);
         }
         let Some(client) = e.client else {
-            return Some(self.kernel_failed(e.kernel, Pump::ClientAborted));
+            return Some(self.kernel_failed(e, Pump::ClientAborted));
         };
         // The client: the marker's EPIPE, or an error (anything else that
         // woke it is no news).
@@ -177,13 +177,13 @@ impl Relay {
                         .ok()
                         .and_then(|t| t.written().checked_sub(k.written_at_join));
                     if !KernelFwd::check(Seen::Written, written, k.len - k.tail.len() as u64, st) {
-                        return Some(self.kernel_corrupt(e.kernel, client));
+                        return Some(self.kernel_corrupt(e, client));
                     }
                     return self.kernel_drained(e, st);
                 }
                 _ => {
                     self.client_gone = true;
-                    return Some(self.kernel_failed(e.kernel, Pump::ClientAborted));
+                    return Some(self.kernel_failed(e, Pump::ClientAborted));
                 }
             }
         }
@@ -201,7 +201,7 @@ impl Relay {
                 match read_passed(e, &mut k.tail, passed as usize) {
                     Ok(true) => k.redirected = true,
                     Ok(false) => {}
-                    Err(()) => return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED)),
+                    Err(()) => return Some(self.kernel_failed(e, UPSTREAM_FAILED)),
                 }
             } else {
                 let mut b = [0u8; 1];
@@ -214,7 +214,7 @@ impl Relay {
                         self.tainted = true;
                         k.redirected = true;
                     }
-                    Ok(_) => return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED)),
+                    Ok(_) => return Some(self.kernel_failed(e, UPSTREAM_FAILED)),
                     Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
                         // A FIN with bytes before it not yet judged (the
                         // receive queue was not empty): look again after
@@ -222,11 +222,11 @@ impl Relay {
                         match sys::bpf::fin_received(e.up) {
                             Ok(true) => return Some(Pump::Yield),
                             Ok(false) => *e.up_may_read = false,
-                            Err(_) => return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED)),
+                            Err(_) => return Some(self.kernel_failed(e, UPSTREAM_FAILED)),
                         }
                     }
                     Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED)),
+                    Err(_) => return Some(self.kernel_failed(e, UPSTREAM_FAILED)),
                 }
             }
         }
@@ -243,7 +243,7 @@ impl Relay {
                 _ => None,
             };
             let Some(progress) = released else {
-                return Some(self.kernel_failed(e.kernel, UPSTREAM_FAILED));
+                return Some(self.kernel_failed(e, UPSTREAM_FAILED));
             };
             // Out of the map, the upstream's queue moves no more on its own:
             // the program must have seen each byte taken from it since the
@@ -266,14 +266,14 @@ impl Relay {
                     }
                 });
             if !KernelFwd::check(Seen::Received, taken, seen, st) {
-                return Some(self.kernel_corrupt(e.kernel, client));
+                return Some(self.kernel_corrupt(e, client));
             }
             if progress.excess > 0 {
                 self.tainted = true;
             }
             if progress.redirect_left > 0 {
                 // Only an upstream that ended before the body's end gets here.
-                return Some(self.kernel_failed(e.kernel, UPSTREAM_CLOSED));
+                return Some(self.kernel_failed(e, UPSTREAM_CLOSED));
             }
             let redirected = k.len - k.tail.len() as u64;
             st.sockmap_body_bytes += redirected;
@@ -418,22 +418,41 @@ impl Relay {
     /// The kernel forwarded other bytes than it was given
     /// ([`KernelFwd::check`]): they cannot be taken back, so the client gets
     /// a reset, not a response that looks complete.
-    fn kernel_corrupt(&mut self, fwd: &mut KernelFwd, client: BorrowedFd<'_>) -> Pump {
+    fn kernel_corrupt(&mut self, e: &mut Ends<'_>, client: BorrowedFd<'_>) -> Pump {
         let _ = sys::set_linger_zero(client);
         self.client_gone = true;
-        self.kernel_failed(fwd, Pump::ClientAborted)
+        self.kernel_failed(e, Pump::ClientAborted)
     }
 
     /// Leave the maps and end with `how` (the client is closed: the body is
     /// cut, and whatever was still queued for it is dropped).
-    fn kernel_failed(&mut self, fwd: &mut KernelFwd, how: Pump) -> Pump {
+    fn kernel_failed(&mut self, e: &mut Ends<'_>, how: Pump) -> Pump {
+        self.note_kernel_cut(e.out, e.client);
         if let Path::Kernel(k) = &mut self.path {
-            if let (Some(body), Some(f)) = (k.body.take(), fwd.ready()) {
+            if let (Some(body), Some(f)) = (k.body.take(), e.kernel.ready()) {
                 f.leave_body(body);
             }
         }
         self.tainted = true;
         how
+    }
+
+    /// A body leaves the kernel before its marker (the client gone, the
+    /// upstream failed, a timeout): count in `out` the body bytes the kernel
+    /// wrote into the client socket since the join, as the marker would
+    /// have counted them all (`OutChain::note_sent`), so that the access
+    /// log says what the client was given. One TCP_INFO, on this path only.
+    pub fn note_kernel_cut(&mut self, out: &mut OutChain, client: Option<BorrowedFd<'_>>) {
+        let Path::Kernel(k) = &self.path else { return };
+        if k.body.is_none() || k.marked {
+            return;
+        }
+        let written = client
+            .and_then(|c| sys::tcp_info(c).ok())
+            .and_then(|t| t.written().checked_sub(k.written_at_join));
+        if let Some(w) = written {
+            out.note_sent(w.min(k.len));
+        }
     }
 }
 
