@@ -146,7 +146,7 @@ impl Worker<'_> {
         if c.background.is_some() {
             self.sh.backgrounds -= 1;
         }
-        if let Some(relay) = c.txn.as_mut().and_then(|t| t.relay.as_mut()) {
+        if let Some(relay) = c.txn.as_ref().and_then(|t| t.relay.as_ref()) {
             // A body in the kernel cut here (a timeout): its line counts
             // what the kernel wrote for the client meanwhile.
             relay.note_kernel_cut(&mut c.out, c.fd.as_ref().map(std::os::fd::AsFd::as_fd));

@@ -442,7 +442,7 @@ impl Relay {
     /// wrote into the client socket since the join, as the marker would
     /// have counted them all (`OutChain::note_sent`), so that the access
     /// log says what the client was given. One TCP_INFO, on this path only.
-    pub fn note_kernel_cut(&mut self, out: &mut OutChain, client: Option<BorrowedFd<'_>>) {
+    pub fn note_kernel_cut(&self, out: &mut OutChain, client: Option<BorrowedFd<'_>>) {
         let Path::Kernel(k) = &self.path else { return };
         if k.body.is_none() || k.marked {
             return;
