@@ -185,8 +185,10 @@ fn front_logs_its_requests_and_reopens_on_sigusr1() {
 
 /// `/big`'s length: under `--splice sockmap` a non-cacheable body this size
 /// (at most 8 MiB) is forwarded in the kernel, and a client that leaves cuts
-/// it there.
-const BIG: usize = 5_000_000;
+/// it there. Larger than what the client reads and the sockets can hold
+/// when it leaves (its 64 KiB receive buffer, the proxy's send buffer of at
+/// most 4 MiB here).
+const BIG: usize = 8_000_000;
 
 /// An origin on a port of its own answering, on any connection: `/chunked`
 /// in two chunks, `/close` as 3,000 bytes ended by its close, `/len` with a
@@ -289,10 +291,12 @@ fn relayed_lines_on(origin: &str, path: &[&str]) {
     let closed = wire_body(&addr, "/close");
     assert_eq!(closed.len(), 3000);
     assert_eq!(wire_body(&addr, "/len"), b"seven!!");
-    // A client that reads a megabyte of the 5 MB and leaves.
+    // A client that reads a megabyte of the 8 MB and leaves (a small
+    // receive buffer: the sockets must not hold the rest of the body).
     {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        weft_io::sys::set_rcvbuf(&s, 64 * 1024).unwrap();
         s.write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
         let mut got = 0;
         let mut buf = vec![0u8; 65536];
@@ -321,7 +325,16 @@ fn relayed_lines_on(origin: &str, path: &[&str]) {
         got[3]
     );
     // At least what the client read (a body cut in the kernel counts what
-    // the kernel wrote for it), at most the body.
+    // the kernel wrote for it), and fewer than announced: a splice or a
+    // write waits for room in the socket, so the rest of the body was never
+    // handed to it. The sockmap verdict's redirect does not wait for room:
+    // it can queue the whole body on the client's socket before the client
+    // leaves (seen: 8,000,000), and those bytes were given.
     let big = bytes(&got[3]);
-    assert!((1 << 20..=BIG as u64).contains(&big), "{path:?}: {}", got[3]);
+    let most = if path.contains(&"sockmap") {
+        BIG as u64
+    } else {
+        BIG as u64 - 1
+    };
+    assert!((1 << 20..=most).contains(&big), "{path:?}: {}", got[3]);
 }
