@@ -109,13 +109,13 @@ def mutate(b, rng):
     return bytes(b)
 
 
-
 def splice_args(splice):
     """A proxy's body path: `--splice` on, off or sockmap, or "linked": spliced
     by io_uring linked chains with the head in the chain (relay/linked.rs)."""
     if splice == "linked":
         return ["--splice", "on", "--uring-linked", "--uring-linked-head", "true"]
     return ["--splice", splice]
+
 
 class Tally:
     """What the clients saw, shared by their threads."""
