@@ -124,10 +124,13 @@ def bodies(a, mode):
 
 def size(text):
     units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-    for u, m in units.items():
-        if text.endswith(u):
-            return int(text[: -len(u)]) * m
-    return int(text)
+    try:
+        for u, m in units.items():
+            if text.endswith(u):
+                return int(text[: -len(u)]) * m
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 8000000, 64KiB, 400MiB)") from None
 
 
 def main():
@@ -140,12 +143,19 @@ def main():
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--body", type=size, default=8_000_000, help="body size (at most 8 MiB goes in the kernel)")
     a = ap.parse_args()
+    probes = {"tunnel": tunnel, "bodies": bodies}
+    for p in a.probe.split(","):
+        if p not in probes:
+            ap.error(f"--probe: unknown probe {p!r} (tunnel, bodies)")
+    for m in a.modes.split(","):
+        if m not in ("sockmap", "on", "off", "auto"):
+            ap.error(f"--modes: unknown --splice mode {m!r} (sockmap, on, off, auto)")
     a.weft = os.path.abspath(a.weft)
     if not os.access(a.weft, os.X_OK):
         raise SystemExit(f"{a.weft}: not found; run `cargo build --release` or pass --weft")
     for probe in a.probe.split(","):
         for mode in a.modes.split(","):
-            {"tunnel": tunnel, "bodies": bodies}[probe](a, mode)
+            probes[probe](a, mode)
             time.sleep(1)  # let the kernel free the last probe's buffers
 
 
