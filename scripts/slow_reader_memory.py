@@ -80,8 +80,8 @@ def tunnel(a, mode):
     proxy, port = start([a.weft, "proxy", "--listen", "127.0.0.1:0", "--workers", "1", "--splice", mode,
                          "--connect-ports", str(uport)])
     mem0, tcp0 = meminfo_available(), tcp_mem()
+    cl = socket.socket()
     try:
-        cl = socket.socket()
         cl.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         cl.connect(("127.0.0.1", port))
         cl.settimeout(10)
@@ -94,8 +94,8 @@ def tunnel(a, mode):
             print(f"tunnel  --splice {mode:8} t={i + 1}s  upstream wrote {written[0] / MIB:7.1f} MiB  "
                   f"TCP mem {(tcp_mem() - tcp0) / MIB:+7.1f} MiB  MemAvailable {(meminfo_available() - mem0) / MIB:+8.1f} MiB",
                   flush=True)
-        cl.close()
     finally:
+        cl.close()
         stop(proxy)
         up.close()
 
