@@ -123,3 +123,22 @@ def test_wan_server_object_cache_row():
     assert "weft object cache" in wan_server.SERVERS and "nginx" in wan_server.SERVERS
     assert wan_server.weft_args("weft object cache", 64 << 20) == ["--object-cache", str(32 << 20)]
     assert wan_server.weft_args("weft copy", 64 << 20) == ["--send", "copy"]
+
+
+def test_wan_events_counts_select_refusals_apart_from_failures():
+    ok = {"requests": 1000, "replies_2xx": 990, "refused_fd_limit": 0, "errors": {"timeout": 10}}
+    assert wan_events.shortfall(ok) == 0
+    # 300 missing, all refused at FD_SETSIZE: select's documented limit, not a fault.
+    at_limit = {"requests": 1000, "replies_2xx": 700, "refused_fd_limit": 300, "errors": {"reset": 300}}
+    assert wan_events.shortfall(at_limit) == 0
+    assert "server refused 300 at its descriptor limit" in wan_events.missing_note(at_limit)
+    # 300 missing, 100 refused: 200 unexplained, 150 past the 5 % allowance.
+    failing = {"requests": 1000, "replies_2xx": 700, "refused_fd_limit": 100, "errors": {"reset": 100, "timeout": 200}}
+    assert wan_events.shortfall(failing) == 150
+    assert wan_events.missing_note(failing) == "  [300 without a 2xx: reset 100, timeout 200; server refused 100 at its descriptor limit]"
+    assert wan_events.missing_note({"requests": 5, "replies_2xx": 5}) == ""
+
+
+def test_wan_events_error_kinds_keep_only_nonzero_counts():
+    assert wan_events.error_kinds({"errors": {"reset": 0, "timeout": 3}}) == {"timeout": 3}
+    assert wan_events.error_kinds({}) == {}
