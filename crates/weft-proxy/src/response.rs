@@ -531,7 +531,7 @@ impl Worker<'_> {
         // select and the user-level trackers do not report.
         let kernel = cfg.splice == crate::config::SpliceMode::Sockmap
             && crate::sockmap::KernelFwd::backend_fits(P::CAPS.name, P::CAPS.tracks_readiness);
-        let kernel = kernel.then(|| sh.sockmap_ring(cx));
+        let kernel = kernel.then(|| sh.sockmap.bodies().is_some() && sh.sockmap_ring(cx));
         publish_stream(sh, (c, ct), plan.as_ref(), &relay_framing);
         start_relay(sh, (c, ct), u, (relay_framing, kernel), plan);
         self.start_background(cx);

@@ -153,9 +153,10 @@ impl KernelFwd {
         }
     }
 
-    /// The ring the body verdict posts finished bodies to (the worker polls it).
+    /// The ring the verdicts post finished bodies and tunnels past their
+    /// budget to (the worker polls it).
     pub fn ring_fd(&mut self) -> Option<RawFd> {
-        self.bodies()?.ring_fd()
+        self.get().map(|f| f.ring_fd())
     }
 
     /// Take orphaned bodies out of the maps.

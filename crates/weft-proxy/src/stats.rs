@@ -187,6 +187,12 @@ weft_core::metrics! {
         /// was slower than the upstream (a tee waits for it; a copy reads
         /// into the object whatever the client takes).
         counter fills_decoupled,
+        /// Times a sockmap tunnel direction used up its redirect budget and
+        /// weft took over the bytes the program then passed up (a
+        /// destination slower than its source, or a long transfer: about one
+        /// per 4 MiB, `tunnel::kernel::KERNEL_BUDGET`). weft writes those bytes
+        /// itself (`tunnel_bytes_copied`) and grants a new budget.
+        counter sockmap_takeovers,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -285,7 +291,7 @@ mod tests {
             bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
             sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches upstream_not_empty upgrades \
             stale_if_error collapsed stale_while_revalidate background_revalidations range_fills followed \
-            followers_cut fills_decoupled";
+            followers_cut fills_decoupled sockmap_takeovers";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

@@ -519,6 +519,8 @@ impl Worker<'_> {
         // not report it, so their tunnels splice.
         let kernel = self.sh.cfg.splice == SpliceMode::Sockmap
             && crate::tunnel::KernelFwd::backend_fits(P::CAPS.name, P::CAPS.tracks_readiness);
+        // The ring wakes weft when a direction has used its redirect budget.
+        let ring = kernel && self.sh.sockmap_ring(cx);
         let sh = &mut self.sh;
         let Some(c) = client_of(&mut self.slab, ct) else {
             return Flow::Closed;
@@ -533,7 +535,7 @@ impl Worker<'_> {
         c.spare = Some(txn);
         let mut tunnel = Box::new(Tunnel::new(splice, &mut sh.pipes, &mut sh.tunnel_bufs, &mut sh.stats));
         if kernel {
-            tunnel.want_kernel(&mut sh.sockmap, &mut sh.stats);
+            tunnel.want_kernel(&mut sh.sockmap, ring, ct.0, &mut sh.stats);
         }
         // A FIN seen while the tunnel was being set up is the tunnel's to
         // forward: reading again returns EOF, which the tunnel turns into a

@@ -209,9 +209,9 @@ pub(crate) struct Shared<'a> {
 }
 
 impl Shared<'_> {
-    /// Whether response bodies may go into the sockmap: the forwarder
-    /// (loaded at the first call) carries them and its ring is registered
-    /// with the event loop (at the first call).
+    /// Whether the sockmap forwarder is loaded (at the first call) and its
+    /// ring is registered with the event loop (at the first call): bodies
+    /// and tunnels need its wake-ups.
     pub(crate) fn sockmap_ring<P: Poller>(&mut self, cx: &mut Ctx<P>) -> bool {
         if self.sockmap_ring.is_none() {
             let fd = self.sockmap.ring_fd();
@@ -538,6 +538,11 @@ impl<'a> Worker<'a> {
             None
         } else if c.lingering {
             c.deadline
+        } else if let Some((t, _)) = c.tunnel.as_ref().filter(|(t, _)| t.draining()) {
+            // A sockmap direction that ended or was taken over: nothing
+            // tells weft when its destination has been written the
+            // redirected bytes; look again soon.
+            Some(cx.now + t.drain_wait())
         } else if c.tunnel.is_some() {
             Some(c.last_activity + cfg.tunnel_idle())
         } else if c.want.write || in_kernel {
@@ -627,8 +632,9 @@ impl<'a> Worker<'a> {
         self.loaded.clear();
     }
 
-    /// The body verdict's ring: bodies whose last byte has been redirected;
-    /// drive their clients (which queue the end-of-stream marker).
+    /// The verdicts' ring: bodies whose last byte has been redirected and
+    /// tunnel sources past their redirect budget; drive their clients (which
+    /// queue the end-of-stream marker, or take the tunnel's direction over).
     fn on_sockmap_ring<P: Poller>(&mut self, cx: &mut Ctx<P>) {
         let mut done = std::mem::take(&mut self.sh.sockmap_done);
         if let Some(f) = self.sh.sockmap.ready() {
@@ -640,6 +646,10 @@ impl<'a> Worker<'a> {
             let Some(c) = client_of(&mut self.slab, ct) else {
                 continue;
             };
+            if c.tunnel.as_ref().is_some_and(|(t, _)| t.kernel_passing(cookie)) {
+                self.drive(cx, ct);
+                continue;
+            }
             let Some(relay) = c.txn.as_mut().and_then(|t| t.relay.as_mut()) else {
                 continue;
             };
@@ -831,10 +841,20 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 // A sockmap tunnel moves bytes without waking weft: idle only
                 // if the kernel forwarded nothing since the last look.
                 if let Some((t, _)) = c.tunnel.as_mut() {
+                    if t.draining() {
+                        // Not a timeout: the look at the destination.
+                        self.sh.stats.timeouts -= 1;
+                        self.drive(cx, token);
+                        return None;
+                    }
                     if t.kernel_progress(&mut self.sh.sockmap) {
                         self.sh.stats.timeouts -= 1;
                         let later = cx.now + self.sh.cfg.tunnel_idle();
                         (c.last_activity, c.deadline, c.timer_at) = (cx.now, Some(later), Some(later));
+                        // It may have passed bytes up (a report the full ring lost).
+                        if !self.ready.contains(&token) {
+                            self.ready.push(token);
+                        }
                         return Some(later);
                     }
                 }

@@ -25,6 +25,27 @@
 // further redirects to that socket; none can come, its source has ended.)
 // weft checks at load time that the kernel behaves so (Forwarder::load).
 //
+// A bound on what a tunnel may pin. A redirected skb is charged to no
+// socket while it waits on the destination's psock (see below), so a client
+// that stops reading would let the upstream fill kernel memory without end.
+// weft gives each tunnel source a grant (`grants`): redirect while `bytes`
+// stays under `budget`. Past it the verdict passes the source's skbs up
+// instead (`passing`, sticky): they wait on the source's psock, charged to
+// its receive buffer, so the source's window closes, and the program posts
+// {token, source cookie} to the `done` ring. weft waits until the
+// destination has been written every redirected byte (TCP_INFO), reads the
+// passed bytes (read() takes them from the psock, in order), writes them
+// itself, and grants again: a new budget and `resume_at`, the passed bytes
+// it has taken. The verdict redirects again only when `passed` equals
+// `resume_at`, so no skb overtakes one weft has not yet taken; if more were
+// passed meanwhile it goes on passing, and weft (which checks `passed` after
+// a TCP_INFO on the source, which waits out a verdict in progress) reads on.
+// So that a destination that keeps up never sees a takeover, the grant also
+// names `notify_at`: when `bytes` crosses it the program posts the same
+// note, and weft, finding the destination has sent most of what was
+// redirected to it, raises the budget before it is reached.
+// A source without a grant is never bounded (the self-tests, bodies' markers).
+//
 // Response bodies (a non-cacheable response of known length). The upstream
 // socket joins `bodies`, whose verdict (`weft_body_verdict`) redirects each
 // skb to the client while `spans[upstream]` says body bytes remain. When
@@ -75,12 +96,22 @@ static long (*bpf_skb_load_bytes)(const void *skb, u32 offset, void *to, u32 len
 
 struct peer {
 	u32 index;
-	u32 pad;
+	u32 passing; /* 1 while the source's skbs are passed up (see above) */
 	u64 cookie;
 	/* Bytes redirected from this source, for weft's counters (here, not
 	 * in a map of their own, so a join and a leave update one map, each
 	 * in one batched call, and the verdict looks up one entry per skb). */
 	u64 bytes;
+	u64 passed; /* bytes passed up to weft past the grant's budget */
+	u64 token;  /* weft's name for the tunnel, posted to `done` */
+};
+
+/* weft's grant for a tunnel source, by its cookie (see above). Written only
+ * by weft; a missing entry means no bound. */
+struct grant {
+	u64 budget;    /* redirect while `bytes` is under this */
+	u64 resume_at; /* passed bytes weft has taken and written */
+	u64 notify_at; /* post a note when `bytes` crosses this */
 };
 
 struct {
@@ -111,6 +142,16 @@ struct {
 	__type(value, u32);
 } injectors SEC(".maps");
 
+/* Written only from user space, so not preallocated: a worker that carries
+ * few tunnels does not hold 65,536 elements for them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, u64);
+	__type(value, struct grant);
+} grants SEC(".maps");
+
 /* The upstream socket of each response body forwarded in the kernel. */
 struct {
 	__uint(type, BPF_MAP_TYPE_SOCKMAP);
@@ -137,7 +178,8 @@ struct {
 	__type(value, struct span);
 } spans SEC(".maps");
 
-/* Bodies whose last byte was redirected: {token, upstream cookie}. */
+/* Bodies whose last byte was redirected, and tunnel sources that began
+ * passing up: {token, socket cookie}. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
@@ -164,11 +206,32 @@ static int marker(struct __sk_buff *skb)
 	return SK_PASS;
 }
 
+/* Wake weft about this tunnel source. A full ring loses the wake-up:
+ * weft's idle timer then finds the passed bytes. */
+static void notify(struct peer *peer, u64 cookie)
+{
+	u64 note[2];
+
+	note[0] = peer->token;
+	note[1] = cookie;
+	bpf_ringbuf_output(&done, note, sizeof(note), 0);
+}
+
+/* Pass the skb up to weft instead of redirecting it (past the grant). */
+static int pass_up(struct peer *peer, u64 cookie, u64 len, int wake)
+{
+	peer->passed += len;
+	if (wake)
+		notify(peer, cookie);
+	return SK_PASS;
+}
+
 SEC("sk_skb/stream_verdict")
 int weft_verdict(struct __sk_buff *skb)
 {
 	u64 cookie = bpf_get_socket_cookie(skb);
 	struct peer *peer = bpf_map_lookup_elem(&peers, &cookie);
+	struct grant *grant;
 
 	if (!peer) {
 		if (bpf_map_lookup_elem(&injectors, &cookie))
@@ -180,9 +243,26 @@ int weft_verdict(struct __sk_buff *skb)
 	 * end of stream from the socket itself (EPOLLRDHUP). */
 	if (skb->len == 0)
 		return SK_DROP;
+	grant = bpf_map_lookup_elem(&grants, &cookie);
+	if (grant) {
+		if (peer->passing) {
+			/* Redirect again only behind every passed byte. */
+			if (grant->resume_at != peer->passed || peer->bytes >= grant->budget)
+				return pass_up(peer, cookie, skb->len, 0);
+			peer->passing = 0;
+		} else if (peer->bytes >= grant->budget) {
+			peer->passing = 1;
+			return pass_up(peer, cookie, skb->len, 1);
+		}
+	}
 	/* On failure no target is set: SK_PASS keeps the bytes here. */
-	if (bpf_sk_redirect_map(skb, &targets, peer->index, 0) == SK_PASS)
+	if (bpf_sk_redirect_map(skb, &targets, peer->index, 0) == SK_PASS) {
+		u64 before = peer->bytes;
+
 		__sync_fetch_and_add(&peer->bytes, skb->len);
+		if (grant && before < grant->notify_at && before + skb->len >= grant->notify_at)
+			notify(peer, cookie);
+	}
 	return SK_PASS;
 }
 

@@ -24,7 +24,7 @@ fn main() {
         let data = vec![b'x'; n as usize + extra];
         d.write_all(&data).unwrap();
         let mut done = Vec::new();
-        let ring = f.ring_fd().unwrap();
+        let ring = f.ring_fd();
         let ok = sys::wait_ready(ring, false, Duration::from_millis(300)).unwrap();
         f.take_done(&mut done);
         let p0 = f.body_progress(&body).unwrap();

@@ -28,7 +28,7 @@ fn main() {
             a.write_all(b"early").unwrap();
             std::thread::sleep(Duration::from_millis(2));
         }
-        let p = f.join(b.as_fd(), c.as_fd()).expect("join");
+        let p = f.join(b.as_fd(), c.as_fd(), 0, None).expect("join");
         let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
         let w = {
             let data = data.clone();
@@ -95,7 +95,7 @@ fn main() {
         let (_a, b) = pair();
         let (c, _d) = pair();
         let t = Instant::now();
-        let p = f.join(b.as_fd(), c.as_fd()).expect("join");
+        let p = f.join(b.as_fd(), c.as_fd(), 0, None).expect("join");
         tj += t.elapsed();
         let t = Instant::now();
         f.leave(p);

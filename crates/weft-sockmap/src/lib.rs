@@ -63,17 +63,19 @@ struct BodyMaps {
     socks: SockMap<MapData>,
     /// Each body's budget, by upstream cookie: [redirect, token, index, excess, passed].
     spans: HashMap<MapData, u64, [u64; 5]>,
-    /// Bodies whose last byte was redirected: [token, upstream cookie].
-    done: RingBuf<MapData>,
 }
 
 /// A loaded verdict program with its maps and marker socket.
 pub struct Forwarder {
     socks: SockMap<MapData>,
     targets: SockMap<MapData>,
-    /// By source cookie: [destination index, destination cookie, bytes
-    /// redirected] (`struct peer`).
+    /// By source cookie: `struct peer` ([`Peer`]).
     peers: HashMap<MapData, u64, Peer>,
+    /// By tunnel source cookie: [budget, resume_at, notify_at] (`struct grant`).
+    grants: HashMap<MapData, u64, [u64; 3]>,
+    /// Bodies whose last byte was redirected and tunnel sources that began
+    /// passing up: [token, socket cookie].
+    done: RingBuf<MapData>,
     /// A UDP socket connected to itself, in `socks`: what it sends itself
     /// is a marker (see [`Forwarder::mark`]).
     injector: UdpSocket,
@@ -85,9 +87,19 @@ pub struct Forwarder {
     _ebpf: Ebpf,
 }
 
-/// A `peers` value: [destination's index in `targets`, its cookie, bytes
-/// the verdict redirected from the source].
-type Peer = [u64; 3];
+/// A `peers` value: [destination's index in `targets` (low 32 bits; the
+/// high 32 are `passing`), its cookie, bytes the verdict redirected from the
+/// source, bytes it passed up past the grant, the tunnel's token].
+type Peer = [u64; 5];
+
+/// Where one direction of a tunnel is, as the verdict has judged it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flow {
+    /// Bytes redirected to the destination.
+    pub redirected: u64,
+    /// Bytes passed up to weft past the grant (read them from the source).
+    pub passed: u64,
+}
 
 /// One tunnel's two sockets in the maps; side 0 and side 1 as given to
 /// [`Forwarder::join`].
@@ -185,6 +197,8 @@ impl Forwarder {
         let socks: SockMap<MapData> = map(&mut ebpf, "socks")?;
         let targets: SockMap<MapData> = map(&mut ebpf, "targets")?;
         let peers = map(&mut ebpf, "peers")?;
+        let grants = map(&mut ebpf, "grants")?;
+        let done = map(&mut ebpf, "done")?;
         let mut injectors: HashMap<MapData, u64, u32> = map(&mut ebpf, "injectors")?;
         let verdict: &mut SkSkb = ebpf
             .program_mut("weft_verdict")
@@ -205,6 +219,8 @@ impl Forwarder {
             socks,
             targets,
             peers,
+            grants,
+            done,
             injector,
             bodies,
             free: Vec::new(),
@@ -241,8 +257,18 @@ impl Forwarder {
 
     /// Put `a` and `b` in the maps, each redirecting to the other. Bytes
     /// either received before it joined (still in its receive queue: the
-    /// caller read until EAGAIN first) are redirected too, in order.
-    pub fn join(&mut self, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<Pair, Unavailable> {
+    /// caller read until EAGAIN first) are redirected too, in order. With a
+    /// `budget` (and the `notify_at` of [`Forwarder::grant`]), each
+    /// direction redirects that many bytes, then passes the rest up and
+    /// posts `token` to the ring ([`Forwarder::grant`] renews it); without,
+    /// it redirects without bound.
+    pub fn join(
+        &mut self,
+        a: BorrowedFd<'_>,
+        b: BorrowedFd<'_>,
+        token: u64,
+        budget: Option<(u64, u64)>,
+    ) -> Result<Pair, Unavailable> {
         let slot = self.slot()?;
         let ca = sys::bpf::socket_cookie(a).map_err(|e| err("SO_COOKIE", e))?;
         let cb = sys::bpf::socket_cookie(b).map_err(|e| err("SO_COOKIE", e))?;
@@ -250,7 +276,7 @@ impl Forwarder {
             slot,
             cookies: [ca, cb],
         };
-        let r = self.link(&pair, a, b);
+        let r = self.link(&pair, a, b, token, budget);
         match r {
             Ok(()) => Ok(pair),
             Err(e) => {
@@ -265,7 +291,14 @@ impl Forwarder {
     /// before either gets the verdict program (`socks`), so no skb ever
     /// finds its destination missing (it would stay on the source, behind
     /// bytes redirected later).
-    fn link(&mut self, pair: &Pair, a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<(), Unavailable> {
+    fn link(
+        &mut self,
+        pair: &Pair,
+        a: BorrowedFd<'_>,
+        b: BorrowedFd<'_>,
+        token: u64,
+        budget: Option<(u64, u64)>,
+    ) -> Result<(), Unavailable> {
         let [ia, ib] = [2 * pair.slot, 2 * pair.slot + 1];
         let [ca, cb] = pair.cookies;
         for (i, fd) in [(ia, a), (ib, b)] {
@@ -276,11 +309,20 @@ impl Forwarder {
         // Both routes (and their byte counts, at 0) in one system call
         // instead of two, and none for counts of their own (the verdict
         // counts in the peer entry): four fewer per tunnel.
-        let (mut kb, mut vb) = ([0; 48], [0; 48]);
+        let (mut kb, mut vb) = ([0; WORDS], [0; WORDS]);
         let keys = words(&[ca, cb], &mut kb);
-        let values = words(&[u64::from(ib), cb, 0, u64::from(ia), ca, 0], &mut vb);
+        let values = words(
+            &[u64::from(ib), cb, 0, 0, token, u64::from(ia), ca, 0, 0, token],
+            &mut vb,
+        );
         sys::bpf::map_update_batch(self.peers.map().fd(), 8, keys, size_of::<Peer>(), values)
             .map_err(|e| err("peers", e))?;
+        // The bound, before the program may judge a byte.
+        if let Some((b, n)) = budget {
+            let mut gb = [0; WORDS];
+            let grants = words(&[b, 0, n, b, 0, n], &mut gb);
+            sys::bpf::map_update_batch(self.grants.map().fd(), 8, keys, 24, grants).map_err(|e| err("grants", e))?;
+        }
         for (i, fd) in [(ia, a), (ib, b)] {
             self.socks
                 .set(i, &fd.as_raw_fd(), 0)
@@ -313,7 +355,36 @@ impl Forwarder {
     /// Bytes the program has redirected from side `from` so far (all of
     /// them once its end of stream was seen, as for [`Forwarder::mark`]).
     pub fn forwarded(&self, pair: &Pair, from: usize) -> u64 {
-        self.peers.get(&pair.cookies[from & 1], 0).map_or(0, |p| p[2])
+        self.flow(pair, from).redirected
+    }
+
+    /// Bytes the program has redirected from side `from` and passed up.
+    pub fn flow(&self, pair: &Pair, from: usize) -> Flow {
+        self.peers
+            .get(&pair.cookies[from & 1], 0)
+            .map_or(Flow::default(), |p| Flow {
+                redirected: p[2],
+                passed: p[3],
+            })
+    }
+
+    /// Renew side `from`'s grant: redirect until `budget` bytes in all, and
+    /// again once weft has taken `resume_at` passed bytes (all of them: the
+    /// program goes on passing while it has passed more); post the token
+    /// when the bytes redirected cross `notify_at`. After a takeover, check
+    /// [`Forwarder::flow`] after a TCP_INFO on the source: a verdict that
+    /// read the old grant may have passed one more skb.
+    pub fn grant(
+        &mut self,
+        pair: &Pair,
+        from: usize,
+        budget: u64,
+        resume_at: u64,
+        notify_at: u64,
+    ) -> std::io::Result<()> {
+        self.grants
+            .insert(pair.cookies[from & 1], [budget, resume_at, notify_at], 0)
+            .map_err(std::io::Error::other)
     }
 
     /// Whether `e`, the pending error of a destination whose marker was
@@ -330,7 +401,7 @@ impl Forwarder {
         let e = |what: &'static str| move |x: std::io::Error| err(what, x);
         let (mut a, b) = loopback_pair().map_err(e("self-test sockets"))?;
         let (c, mut d) = loopback_pair().map_err(e("self-test sockets"))?;
-        let pair = self.join(b.as_fd(), c.as_fd())?;
+        let pair = self.join(b.as_fd(), c.as_fd(), 0, None)?;
         let r = (|| {
             a.write_all(b"x").map_err(e("self-test write"))?;
             a.shutdown(std::net::Shutdown::Write).map_err(e("self-test shutdown"))?;
@@ -362,10 +433,16 @@ impl Forwarder {
         let _ = self.targets.clear_index(&(2 * pair.slot + 1));
         // Both routes in one system call; one at a time if that fails (a
         // join that failed part way: the batch stops at a missing key).
-        let mut kb = [0; 48];
+        let mut kb = [0; WORDS];
         if sys::bpf::map_delete_batch(self.peers.map().fd(), 8, words(&pair.cookies, &mut kb)).is_err() {
             for c in pair.cookies {
                 let _ = self.peers.remove(&c);
+            }
+        }
+        // Unbounded pairs have none (the batch fails at the first).
+        if sys::bpf::map_delete_batch(self.grants.map().fd(), 8, words(&pair.cookies, &mut kb)).is_err() {
+            for c in pair.cookies {
+                let _ = self.grants.remove(&c);
             }
         }
         self.free.push(pair.slot);
@@ -420,7 +497,7 @@ impl Forwarder {
             .map_err(|e| err("sockmap insert", e))?;
         // The marker's route: from the upstream's cookie to the client.
         self.peers
-            .insert(body.upstream, [u64::from(ci), body.client, 0], 0)
+            .insert(body.upstream, [u64::from(ci), body.client, 0, 0, 0], 0)
             .map_err(|e| err("peers", e))?;
         let maps = self.bodies.as_mut().map_err(|e| Unavailable(e.clone()))?;
         maps.spans
@@ -460,17 +537,18 @@ impl Forwarder {
             .ok_or_else(|| std::io::Error::other("the body's span is gone"))
     }
 
-    /// The ring buffer the verdict posts finished bodies to: readable when
+    /// The ring buffer the verdicts post to: readable when
     /// [`Forwarder::take_done`] has something (the worker polls it).
-    pub fn ring_fd(&self) -> Option<RawFd> {
-        Some(self.bodies.as_ref().ok()?.done.as_raw_fd())
+    pub fn ring_fd(&self) -> RawFd {
+        self.done.as_raw_fd()
     }
 
-    /// Append the (token, upstream cookie) of every body whose last byte
-    /// has been redirected since the last call.
+    /// Append the (token, socket cookie) of every body whose last byte has
+    /// been redirected (the upstream's cookie) and every tunnel source that
+    /// began passing up past its grant (the source's cookie) since the last
+    /// call.
     pub fn take_done(&mut self, out: &mut Vec<(u64, u64)>) {
-        let Ok(maps) = self.bodies.as_mut() else { return };
-        while let Some(item) = maps.done.next() {
+        while let Some(item) = self.done.next() {
             if let (Some(t), Some(c)) = (word(&item, 0), word(&item, 1)) {
                 out.push((t, c));
             }
@@ -527,7 +605,6 @@ impl Forwarder {
             let mut done = Vec::new();
             let ring = self.ring_fd();
             while done.is_empty() {
-                let Some(ring) = ring else { break };
                 if !sys::wait_ready(ring, false, SELF_TEST_WAIT).map_err(e("body self-test"))? {
                     break;
                 }
@@ -576,13 +653,16 @@ impl Forwarder {
     }
 }
 
+/// Bytes of the buffer [`words`] fills: two `peers` values.
+const WORDS: usize = 8 * 2 * 5;
+
 /// `w` as the bytes of a map's keys or values (native order, as the kernel
-/// reads them), in `buf` (up to six words).
-fn words<'a>(w: &[u64], buf: &'a mut [u8; 48]) -> &'a [u8] {
+/// reads them), in `buf` (up to ten words).
+fn words<'a>(w: &[u64], buf: &'a mut [u8; WORDS]) -> &'a [u8] {
     for (out, x) in buf.chunks_exact_mut(8).zip(w) {
         out.copy_from_slice(&x.to_ne_bytes());
     }
-    &buf[..8 * w.len().min(6)]
+    &buf[..8 * w.len().min(WORDS / 8)]
 }
 
 /// The `i`th little-endian u64 of a ring record.
@@ -596,7 +676,6 @@ fn word(item: &[u8], i: usize) -> Option<u64> {
 fn load_bodies(ebpf: &mut Ebpf) -> Result<BodyMaps, String> {
     let socks: SockMap<MapData> = map(ebpf, "bodies").map_err(|e| e.0)?;
     let spans = map(ebpf, "spans").map_err(|e| e.0)?;
-    let done = map(ebpf, "done").map_err(|e| e.0)?;
     let verdict: &mut SkSkb = ebpf
         .program_mut("weft_body_verdict")
         .ok_or("no program weft_body_verdict")?
@@ -608,7 +687,7 @@ fn load_bodies(ebpf: &mut Ebpf) -> Result<BodyMaps, String> {
     verdict
         .attach(socks.fd())
         .map_err(|e| format!("attaching the body verdict: {e}"))?;
-    Ok(BodyMaps { socks, spans, done })
+    Ok(BodyMaps { socks, spans })
 }
 
 impl Pair {

@@ -48,7 +48,7 @@ pub use fd::{Fd, FdArg};
 pub use shared_words::SharedWords;
 pub use sockopt::{
     nodelay, notsent_lowat, quickack, rcvlowat, set_bind_address_no_port, set_cork, set_nodelay, set_notsent_lowat,
-    set_quickack, set_rcvbuf, set_rcvlowat, set_reuseaddr, set_reuseport,
+    set_quickack, set_rcvbuf, set_rcvlowat, set_reuseaddr, set_reuseport, set_window_clamp, window_clamp,
 };
 pub use splice::{bytes_readable, pipe_capacity, read_to_bytes};
 pub use stream::{empty_now, peek, recv_now, set_nonblocking, unix_stream_connect};

@@ -87,6 +87,16 @@ sockopt!(
 );
 
 sockopt!(
+    /// TCP_WINDOW_CLAMP: advertise at most `bytes` of receive window from
+    /// now on (the kernel raises it to half SOCK_MIN_RCVBUF at least; a
+    /// window already advertised is not taken back).
+    set_window_clamp(bytes: usize), get
+    /// The TCP_WINDOW_CLAMP in force (the largest window the socket may
+    /// advertise; the kernel raises it as it autotunes the buffer).
+    window_clamp = IPPROTO_TCP, TCP_WINDOW_CLAMP
+);
+
+sockopt!(
     /// SO_RCVBUF: the receive buffer size asked for (the kernel doubles it for
     /// its bookkeeping and caps it at net.core.rmem_max).
     set_rcvbuf(bytes: usize) = SOL_SOCKET, SO_RCVBUF

@@ -7,12 +7,37 @@
 //!
 //! - EPOLLRDHUP on a source: TCP_INFO confirms the FIN (and, by taking the
 //!   socket's lock, waits out the softirq that redirects the bytes before
-//!   it); weft then queues the end-of-stream marker behind those bytes;
+//!   it). If the other direction has ended too, weft queues the
+//!   end-of-stream marker behind those bytes; otherwise it looks (TCP_INFO
+//!   on the destination, after [`Tunnel::drain_wait`]) until the
+//!   destination has been written every redirected byte, and half-closes
+//!   it then. The marker breaks the destination's psock, which is the
+//!   other direction's source: while that direction is open, a broken
+//!   psock would drop the bytes its verdict passes up (below);
 //! - EPOLLERR on a destination: SO_ERROR is EPIPE when the psock worker
 //!   reached the marker, i.e. sent everything before it; weft half-closes
 //!   the destination (any other error ends the tunnel);
 //! - both directions half-closed: the sockets leave the maps (their psock
 //!   queues are empty by then) and the tunnel is done.
+//!
+//! A redirected skb waits on the destination's psock charged to no socket,
+//! so a destination that stops reading would let its source fill kernel
+//! memory without end. Each direction therefore redirects at most
+//! [`KERNEL_BUDGET`] bytes more than its destination has been written.
+//! Halfway through a grant the program posts the tunnel's token to the
+//! ring, and weft raises the budget by what the destination has been
+//! written since (one wake-up per 2 MiB while it keeps up). Past the budget
+//! the program passes the source's skbs up (they wait on the source's
+//! psock, charged to its receive buffer, whose window closes) and posts the
+//! token again. weft then takes that direction over (`Phase`): it waits
+//! until the destination has been written every redirected byte, reads the
+//! passed bytes, writes them, and grants a new budget (bpf/sockmap.bpf.c
+//! has the protocol). The counts say when: bytes passed against bytes
+//! taken, never a read's EAGAIN or EOF (a passed skb can wait on the
+//! psock's backlog behind the other direction's bytes). While the
+//! destination stays slower than the source, weft keeps the direction (it
+//! copies, as a spliced tunnel would move it); it hands it back to the
+//! kernel once it has caught up.
 //!
 //! Direction 0 is client → upstream, 1 upstream → client; the pair's side 0
 //! is the client, side 1 the upstream, so direction `d` reads side `d` and
@@ -22,6 +47,7 @@ use super::{Side, Tunnel, TunnelEnds, TunnelState};
 pub use crate::sockmap::KernelFwd;
 use crate::sockmap::Seen;
 use crate::stats::ProxyStats;
+use std::os::fd::BorrowedFd;
 use weft_io::sys;
 use weft_io::OutChain;
 use weft_sockmap::{Forwarder, Pair};
@@ -29,10 +55,68 @@ use weft_sockmap::{Forwarder, Pair};
 /// Bytes of client input read before the join in one pump.
 const PRE_JOIN_READ: usize = 256 * 1024;
 
+/// Bytes a direction may redirect per grant. What a destination that stops
+/// reading can leave queued on its psock, charged to no socket, is at most
+/// this: tcp_wmem's default largest send buffer, so a sockmap tunnel pins
+/// about what a spliced one does (its pipe and send buffer) plus one such
+/// buffer. A destination that keeps up costs one wake-up and a short copy
+/// per this many bytes; a 1 MiB transfer none.
+pub const KERNEL_BUDGET: u64 = 4 << 20;
+
+/// How soon weft first looks whether a draining direction's destination has
+/// been written every redirected byte; each look that finds it has not
+/// doubles the wait, up to [`DRAIN_POLL_MAX`]. The first look is at once: a
+/// destination that keeps up has usually been written all by the time its
+/// source ends.
+const DRAIN_POLL_FIRST: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The longest wait between two looks (a stalled destination costs weft
+/// about 60 wake-ups a second).
+const DRAIN_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(16);
+
+/// Bytes weft reads from a taken-over source at a time.
+const TAKEOVER_CHUNK: usize = 64 * 1024;
+
+/// Who moves a direction's bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Phase {
+    /// The program redirects them.
+    #[default]
+    Kernel,
+    /// The program passes them up; weft waits until the destination has
+    /// been written every redirected byte.
+    Drain,
+    /// weft reads the passed bytes and writes them.
+    Copy,
+}
+
 /// One tunnel's in-kernel state.
 #[derive(Default)]
 pub(super) struct Kernel {
     pair: Option<Pair>,
+    /// The client's token, which the program posts to the ring when a
+    /// direction begins passing up.
+    token: u64,
+    /// Who moves each direction's bytes now.
+    phase: [Phase; 2],
+    /// Passed bytes weft has read from each direction's source.
+    took: [u64; 2],
+    /// Each direction's grant: redirect until this many bytes in all.
+    budget: [u64; 2],
+    /// Each direction's grant: the ring is posted when the bytes
+    /// redirected cross this.
+    notify_at: [u64; 2],
+    /// Bytes weft has written to each direction's destination.
+    wrote: [u64; 2],
+    /// Each taken-over source's TCP_WINDOW_CLAMP before the takeover, while
+    /// weft holds it small (see `take_over`).
+    clamp: [Option<usize>; 2],
+    /// Looks that found a draining destination not yet written every
+    /// redirected byte, since the last that found it had.
+    drain_looks: u32,
+    /// Bytes read from a taken-over source and not yet written: the buffer
+    /// and its unwritten span (no buffer outside a takeover).
+    held: [(Vec<u8>, usize, usize); 2],
     /// Direction's source FIN seen.
     eof: [bool; 2],
     /// Direction's marker sent to its destination.
@@ -74,13 +158,18 @@ enum Step {
 impl Tunnel {
     /// Ask for in-kernel forwarding (`--splice sockmap`): the tunnel joins
     /// the maps once its queued output is out, or splices if BPF is not
-    /// available.
-    pub fn want_kernel(&mut self, fwd: &mut KernelFwd, st: &mut ProxyStats) {
-        if fwd.get().is_none() {
+    /// available or the worker cannot poll the program's ring (`ring`: the
+    /// bound on what a tunnel pins needs its wake-ups). `token` is the
+    /// client's, which the ring reports.
+    pub fn want_kernel(&mut self, fwd: &mut KernelFwd, ring: bool, token: u64, st: &mut ProxyStats) {
+        if !ring || fwd.get().is_none() {
             st.sockmap_declined += 1;
             return;
         }
-        self.kernel = Some(Kernel::default());
+        self.kernel = Some(Kernel {
+            token,
+            ..Kernel::default()
+        });
     }
 
     /// Whether the tunnel means to join the maps (it may still decline, and
@@ -90,10 +179,35 @@ impl Tunnel {
         self.kernel.is_some()
     }
 
-    /// Whether the sockets have joined the maps: the kernel moves the
-    /// bytes, and weft waits only for ends of stream and errors.
+    /// Whether the sockets have joined the maps and weft moves no byte of
+    /// either direction: it waits only for ends of stream, errors and the
+    /// ring (a direction weft took over reads and writes as a copy does).
     pub fn in_kernel(&self) -> bool {
-        self.kernel.as_ref().is_some_and(|k| k.pair.is_some())
+        self.kernel
+            .as_ref()
+            .is_some_and(|k| k.pair.is_some() && !k.phase.contains(&Phase::Copy))
+    }
+
+    /// Whether a direction waits for its destination to be written the
+    /// redirected bytes (taken over, or ended): the worker drives the tunnel
+    /// after [`Tunnel::drain_wait`] until it has.
+    pub fn draining(&self) -> bool {
+        self.kernel.as_ref().is_some_and(|k| k.phase.contains(&Phase::Drain))
+    }
+
+    /// How long until the next look at a draining destination.
+    pub fn drain_wait(&self) -> std::time::Duration {
+        let looks = self.kernel.as_ref().map_or(0, |k| k.drain_looks.min(8));
+        (DRAIN_POLL_FIRST * (1 << looks)).min(DRAIN_POLL_MAX)
+    }
+
+    /// The ring reported that the source with `cookie` began passing up:
+    /// whether it is one of this tunnel's (then drive the tunnel).
+    pub fn kernel_passing(&self, cookie: u64) -> bool {
+        self.kernel
+            .as_ref()
+            .and_then(|k| k.pair.as_ref())
+            .is_some_and(|p| p.side_of(cookie).is_some())
     }
 
     /// Sides that have just finished (their source ended and their own
@@ -110,8 +224,10 @@ impl Tunnel {
         now
     }
 
-    /// Whether the kernel forwarded bytes since the last call (the idle
-    /// timer asks: weft itself sees none of them).
+    /// Whether the kernel forwarded or passed up bytes since the last call
+    /// (the idle timer asks: weft itself sees none of them; passed bytes
+    /// whose ring report was lost are found here, and the caller drives the
+    /// tunnel).
     pub fn kernel_progress(&mut self, fwd: &mut KernelFwd) -> bool {
         let (Some(k), KernelFwd::Ready(f)) = (self.kernel.as_mut(), fwd) else {
             return false;
@@ -119,7 +235,8 @@ impl Tunnel {
         let Some(pair) = k.pair.as_ref() else {
             return false;
         };
-        let now = f.forwarded(pair, 0) + f.forwarded(pair, 1);
+        let [a, b] = [f.flow(pair, 0), f.flow(pair, 1)];
+        let now = a.redirected + a.passed + b.redirected + b.passed + k.wrote[0] + k.wrote[1];
         let moved = now != k.seen;
         k.seen = now;
         moved
@@ -143,7 +260,15 @@ impl Tunnel {
             return Some(TunnelState::Failed);
         };
         let k = self.kernel.as_mut()?;
-        match (k.on_event(f, 0, &mut e.client, st), k.on_event(f, 1, &mut e.up, st)) {
+        let events = (k.on_event(f, 0, &mut e.client, st), k.on_event(f, 1, &mut e.up, st));
+        let moved = match events {
+            (Step::Ok, Step::Ok) => (
+                k.take_over(f, 0, [&e.client, &e.up], st),
+                k.take_over(f, 1, [&e.up, &e.client], st),
+            ),
+            other => other,
+        };
+        match moved {
             (Step::Ok, Step::Ok) => Some(k.state()),
             (Step::Mismatch, _) | (_, Step::Mismatch) => {
                 // The receiving peer got a corrupt stream; a reset (not a
@@ -208,10 +333,13 @@ impl Tunnel {
         ) else {
             return self.decline(st);
         };
-        let Ok(pair) = f.join(client.fd, up.fd) else {
+        let token = self.kernel.as_ref()?.token;
+        let Ok(pair) = f.join(client.fd, up.fd, token, Some((KERNEL_BUDGET, KERNEL_BUDGET / 2))) else {
             return self.decline(st);
         };
         let k = self.kernel.as_mut()?;
+        k.budget = [KERNEL_BUDGET; 2];
+        k.notify_at = [KERNEL_BUDGET / 2; 2];
         k.pair = Some(pair);
         k.written_at_join = [ci.written(), ui.written()];
         k.taken_at_join = [ct, ut];
@@ -251,7 +379,8 @@ impl Kernel {
                 let written = sys::tcp_info(side.fd)
                     .ok()
                     .and_then(|t| t.written().checked_sub(self.written_at_join[me]));
-                if !KernelFwd::check(Seen::Written, written, f.forwarded(pair, 1 - me), st) {
+                let given = f.forwarded(pair, 1 - me) + self.wrote[1 - me];
+                if !KernelFwd::check(Seen::Written, written, given, st) {
                     return Step::Mismatch;
                 }
                 if sys::shutdown_write(side.fd).is_err() {
@@ -262,44 +391,249 @@ impl Kernel {
             _ => return Step::Failed,
         }
         // As a source (of direction me): its end of stream.
-        if !self.eof[me] {
-            // TCP_INFO takes the socket's lock: once it shows the FIN, every
-            // byte before it has been through the program.
-            let Ok(info) = sys::tcp_info(side.fd) else {
+        self.source_end(f, me, side.fd, st)
+    }
+
+    /// Whether direction `d`'s source has ended (its FIN is in); at the
+    /// end, check the counts and queue the marker, or leave the end to the
+    /// takeover when weft moves some of the direction's bytes.
+    fn source_end(&mut self, f: &mut Forwarder, d: usize, fd: BorrowedFd<'_>, st: &mut ProxyStats) -> Step {
+        let Some(pair) = self.pair.as_ref() else {
+            return Step::Failed;
+        };
+        if self.eof[d] {
+            return Step::Ok;
+        }
+        // TCP_INFO takes the socket's lock: once it shows the FIN, every
+        // byte before it has been through the program.
+        let Ok(info) = sys::tcp_info(fd) else {
+            return Step::Failed;
+        };
+        if !info.fin_received() {
+            return Step::Ok;
+        }
+        self.eof[d] = true;
+        let flow = f.flow(pair, d);
+        // The program must have been handed each byte received after the
+        // join once (a kernel that hands one twice corrupts the stream:
+        // docs/proxy.md).
+        let received = info.data_received().checked_sub(self.taken_at_join[d]);
+        if !KernelFwd::check(Seen::Received, received, flow.redirected + flow.passed, st) {
+            return Step::Mismatch;
+        }
+        st.sockmap_bytes += flow.redirected;
+        if self.phase[d] != Phase::Kernel || flow.passed > self.took[d] {
+            // Passed bytes come after the redirected ones: weft writes
+            // them, then half-closes the destination itself.
+            if self.phase[d] == Phase::Kernel {
+                self.phase[d] = Phase::Drain;
+                st.sockmap_takeovers += 1;
+            }
+            return Step::Ok;
+        }
+        if !self.eof[1 - d] {
+            // The marker would break the destination's psock, and the
+            // destination is the other direction's source, still open: a
+            // psock whose pipe is broken drops what its verdict passes up,
+            // so that direction could no longer be held to its budget.
+            // weft looks for the drain itself instead (`take_over`).
+            self.phase[d] = Phase::Drain;
+            return Step::Ok;
+        }
+        if f.mark(pair, 1 - d).is_err() {
+            return Step::Failed;
+        }
+        self.marked[d] = true;
+        Step::Ok
+    }
+
+    /// Direction `d` (source `sides[0]`, destination `sides[1]`): take it
+    /// over when the program has passed bytes up, wait for its destination
+    /// to be written every redirected byte, then move the passed bytes and
+    /// grant a new budget (or half-close the destination at the source's
+    /// end). The module documentation has the why.
+    fn take_over(&mut self, f: &mut Forwarder, d: usize, sides: [&Side<'_>; 2], st: &mut ProxyStats) -> Step {
+        let [src, dst] = [sides[0].fd, sides[1].fd];
+        let Some(pair) = self.pair.as_ref() else {
+            return Step::Failed;
+        };
+        if self.phase[d] == Phase::Kernel {
+            let flow = f.flow(pair, d);
+            if self.eof[d] || flow.passed <= self.took[d] {
+                if !self.eof[d] && flow.redirected >= self.notify_at[d] {
+                    return self.raise(f, d, src, dst);
+                }
+                return Step::Ok;
+            }
+            self.phase[d] = Phase::Drain;
+            st.sockmap_takeovers += 1;
+            clamp_window(&mut self.clamp[d], src);
+        }
+        if self.phase[d] == Phase::Drain {
+            let Ok(info) = sys::tcp_info(dst) else {
                 return Step::Failed;
             };
-            if info.fin_received() {
-                self.eof[me] = true;
-                let redirected = f.forwarded(pair, me);
-                // The program must have been handed each byte received
-                // after the join once (a kernel that hands one twice
-                // corrupts the stream: docs/proxy.md).
-                let received = info.data_received().checked_sub(self.taken_at_join[me]);
-                if !KernelFwd::check(Seen::Received, received, redirected, st) {
-                    return Step::Mismatch;
+            let given = f.forwarded(pair, d) + self.wrote[d];
+            match info.written().checked_sub(self.written_at_join[1 - d]) {
+                Some(w) if w == given => {
+                    self.phase[d] = Phase::Copy;
+                    self.drain_looks = 0;
                 }
-                st.sockmap_bytes += redirected;
-                if f.mark(pair, 1 - me).is_err() {
-                    return Step::Failed;
+                Some(w) if w < given => {
+                    self.drain_looks += 1;
+                    return Step::Ok;
                 }
-                self.marked[me] = true;
+                w => {
+                    return if KernelFwd::check(Seen::Written, w, given, st) {
+                        Step::Ok
+                    } else {
+                        Step::Mismatch
+                    }
+                }
             }
         }
+        loop {
+            let (buf, start, end) = &mut self.held[d];
+            if *start < *end {
+                match sys::write(dst, &buf[*start..*end]) {
+                    Ok(n) => {
+                        *start += n;
+                        self.wrote[d] += n as u64;
+                        st.tunnel_bytes_copied += n as u64;
+                        continue;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Step::Ok,
+                    Err(_) => return Step::Failed,
+                }
+            }
+            let passed = f.flow(pair, d).passed;
+            if self.took[d] < passed {
+                buf.resize(TAKEOVER_CHUNK, 0);
+                let want = TAKEOVER_CHUNK.min(usize::try_from(passed - self.took[d]).unwrap_or(TAKEOVER_CHUNK));
+                match sys::read(src, &mut buf[..want]) {
+                    Ok(n) if n > 0 => {
+                        (*start, *end) = (0, n);
+                        self.took[d] += n as u64;
+                        continue;
+                    }
+                    // A passed skb still on the psock's backlog: its
+                    // arrival wakes the source (read interest).
+                    Ok(_) => return Step::Ok,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Step::Ok,
+                    Err(_) => return Step::Failed,
+                }
+            }
+            // Every passed byte is written.
+            if self.eof[d] {
+                if sys::shutdown_write(dst).is_err() {
+                    return Step::Failed;
+                }
+                self.shut[d] = true;
+                self.phase[d] = Phase::Kernel;
+                *buf = Vec::new();
+                return Step::Ok;
+            }
+            let budget = f.forwarded(pair, d) + KERNEL_BUDGET;
+            let notify_at = budget - KERNEL_BUDGET / 2;
+            if f.grant(pair, d, budget, self.took[d], notify_at).is_err() {
+                return Step::Failed;
+            }
+            (self.budget[d], self.notify_at[d]) = (budget, notify_at);
+            // A verdict that read the old grant may have passed one more
+            // skb: TCP_INFO takes the source's lock, waiting it out.
+            if sys::tcp_info(src).is_err() {
+                return Step::Failed;
+            }
+            if f.flow(pair, d).passed == self.took[d] {
+                self.phase[d] = Phase::Kernel;
+                *buf = Vec::new();
+                if let Some(was) = self.clamp[d].take() {
+                    if sys::set_window_clamp(src, was).is_err() {
+                        return Step::Failed;
+                    }
+                }
+                return Step::Ok;
+            }
+        }
+    }
+
+    /// Direction `d` has redirected past the middle of its grant: raise the
+    /// budget to [`KERNEL_BUDGET`] past what its destination has sent of
+    /// the redirected bytes. If the destination sent nothing since, the
+    /// budget stays, and the program passes up at its end (a takeover). A
+    /// destination more than half a budget behind is likely to meet it:
+    /// its source's window is clamped now ([`clamp_window`]).
+    fn raise(&mut self, f: &mut Forwarder, d: usize, src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> Step {
+        let Some(pair) = self.pair.as_ref() else {
+            return Step::Failed;
+        };
+        let Ok(info) = sys::tcp_info(dst) else {
+            return Step::Failed;
+        };
+        // What the destination was written of the redirected bytes (weft's
+        // own writes of passed bytes come out of it).
+        let sent = info
+            .written()
+            .saturating_sub(self.written_at_join[1 - d] + self.wrote[d]);
+        if f.forwarded(pair, d).saturating_sub(sent) > KERNEL_BUDGET / 2 {
+            clamp_window(&mut self.clamp[d], src);
+        }
+        let budget = sent + KERNEL_BUDGET;
+        if budget <= self.budget[d] {
+            // No news until the budget runs out.
+            self.notify_at[d] = self.budget[d];
+            return Step::Ok;
+        }
+        let notify_at = budget - KERNEL_BUDGET / 2;
+        if f.grant(pair, d, budget, self.took[d], notify_at).is_err() {
+            return Step::Failed;
+        }
+        (self.budget[d], self.notify_at[d]) = (budget, notify_at);
         Step::Ok
     }
 
     /// Done once both destinations are half-closed; otherwise wait for each
     /// source still open (read interest: EPOLLRDHUP). Errors, and so the
     /// markers, come whatever the interest.
+    ///
+    /// A taken-over direction waits for its source's passed bytes (read
+    /// interest) or for its destination to take what weft holds (write
+    /// interest); one that waits for its destination to drain asks nothing
+    /// of the poller (the worker's timer drives it, [`Tunnel::drain_wait`]).
     fn state(&self) -> TunnelState {
         if self.shut[0] && self.shut[1] {
             return TunnelState::Done;
         }
+        let holds = |d: usize| self.held[d].1 < self.held[d].2;
+        let reads = |d: usize| match self.phase[d] {
+            Phase::Kernel => !self.eof[d] && !self.shut[d],
+            Phase::Drain => false,
+            Phase::Copy => !holds(d),
+        };
+        let writes = |d: usize| self.phase[d] == Phase::Copy && holds(d);
         TunnelState::Wait {
-            client_read: !self.eof[0],
-            client_write: false,
-            up_read: !self.eof[1],
-            up_write: false,
+            client_read: reads(0),
+            client_write: writes(1),
+            up_read: reads(1),
+            up_write: writes(0),
+        }
+    }
+}
+
+/// Hold a taken-over (or about to be) source to a small receive window,
+/// once, keeping what it was in `was`: a source sends at most the window it
+/// was given past what weft has read, and all of it is passed up once the
+/// budget is used, so weft then has a window's worth to copy, not a whole
+/// autotuned buffer, and catches up even when the destination is the
+/// slower one. Without it weft, reading, kept reopening the window and
+/// never caught up. Restored when weft hands the direction back.
+fn clamp_window(was: &mut Option<usize>, src: BorrowedFd<'_>) {
+    if was.is_some() {
+        return;
+    }
+    if let Ok(now) = sys::window_clamp(src) {
+        if sys::set_window_clamp(src, TAKEOVER_CHUNK).is_ok() {
+            *was = Some(now);
         }
     }
 }
