@@ -14,7 +14,9 @@
 // sk_state_change, so weft sees a source's FIN as EPOLLRDHUP on the source.
 // It may half-close the destination only once the psock worker has sent
 // every redirected byte, and nothing in the kernel tells user space that.
-// So weft sends a marker: an 8-byte datagram (the source's cookie) to its
+// While the other direction is open weft polls TCP_INFO for it (the marker
+// below breaks the destination's psock, and a broken psock drops what its
+// own verdict passes up). Once both have ended, weft sends a marker: an 8-byte datagram (the source's cookie) to its
 // own UDP socket, which is in `socks` too. The program cuts it to zero bytes
 // and redirects it to the destination like the source's bytes: it joins the
 // same psock queue behind them. When the worker reaches it, "sending" zero

@@ -11,7 +11,13 @@
 //!   destination: its psock worker reports it as EPIPE (EPOLLERR, whatever
 //!   the interest), once every byte redirected before the source's FIN has
 //!   been sent, so the destination may be half-closed;
-//! - errors (EPOLLERR/EPOLLHUP on either socket).
+//! - errors (EPOLLERR/EPOLLHUP on either socket);
+//! - the ring ([`Forwarder::ring_fd`]): a tunnel source halfway through its
+//!   redirect budget, or past it and passing its bytes up
+//!   ([`Forwarder::grant`], [`Flow`]; bpf/sockmap.bpf.c has the protocol,
+//!   weft-proxy's tunnel/kernel.rs the use). A redirected skb is charged to
+//!   no socket, so this budget is what bounds the kernel memory a tunnel
+//!   whose destination stops reading can pin.
 //!
 //! A response body of known length ([`Forwarder::join_body`]) moves one way,
 //! upstream → client: the upstream socket joins a second sockmap whose
