@@ -23,6 +23,9 @@ pub enum Seen {
     Received,
     /// Bytes the destination socket was written after the join.
     Written,
+    /// Bytes weft read from a source whose direction it took over (what
+    /// the program passed up, and no more).
+    Taken,
 }
 
 /// A worker's sockmap forwarder: not tried yet, loaded, or unavailable.
@@ -96,12 +99,13 @@ impl KernelFwd {
         st.sockmap_mismatches += 1;
         if !DISTRUSTED.swap(true, Ordering::Relaxed) {
             let count = count.map_or_else(|| "an unknown number of".to_string(), |n| n.to_string());
-            let what = match seen {
-                Seen::Received => "received",
-                Seen::Written => "was written",
+            let (what, did) = match seen {
+                Seen::Received => ("received", "redirected"),
+                Seen::Written => ("was written", "redirected"),
+                Seen::Taken => ("gave weft", "passed up"),
             };
             eprintln!(
-                "weft proxy: --splice sockmap: a socket {what} {count} bytes where the program redirected \
+                "weft proxy: --splice sockmap: a socket {what} {count} bytes where the program {did} \
                  {redirected}; that connection was reset, and new tunnels and bodies splice from now on"
             );
         }

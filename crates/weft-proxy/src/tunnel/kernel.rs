@@ -506,25 +506,41 @@ impl Kernel {
                     Err(_) => return Step::Failed,
                 }
             }
+            // Read what the source holds, not only what the program says it
+            // passed: more than that would be bytes the kernel handed over
+            // twice (docs/proxy.md, "A kernel that forwards a byte twice"),
+            // which must not go out as a whole stream. The verdict counts a
+            // passed skb before it is queued for reading.
+            buf.resize(TAKEOVER_CHUNK, 0);
+            let got = sys::read(src, &mut buf[..]);
             let passed = f.flow(pair, d).passed;
-            if self.took[d] < passed {
-                buf.resize(TAKEOVER_CHUNK, 0);
-                let want = TAKEOVER_CHUNK.min(usize::try_from(passed - self.took[d]).unwrap_or(TAKEOVER_CHUNK));
-                match sys::read(src, &mut buf[..want]) {
-                    Ok(n) if n > 0 => {
-                        (*start, *end) = (0, n);
-                        self.took[d] += n as u64;
-                        continue;
+            match got {
+                Ok(n) if n > 0 => {
+                    self.took[d] += n as u64;
+                    if self.took[d] > passed {
+                        KernelFwd::check(Seen::Taken, Some(self.took[d]), passed, st);
+                        return Step::Mismatch;
                     }
-                    // A passed skb still on the psock's backlog: its
-                    // arrival wakes the source (read interest).
-                    Ok(_) => return Step::Ok,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Step::Ok,
-                    Err(_) => return Step::Failed,
+                    (*start, *end) = (0, n);
+                    continue;
                 }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return Step::Failed,
             }
-            // Every passed byte is written.
+            if self.took[d] < passed {
+                // A passed skb still on the psock's backlog: its arrival
+                // wakes the source (read interest).
+                return Step::Ok;
+            }
+            // Every passed byte is taken and written.
             if self.eof[d] {
+                let written = sys::tcp_info(dst)
+                    .ok()
+                    .and_then(|t| t.written().checked_sub(self.written_at_join[1 - d]));
+                if !KernelFwd::check(Seen::Written, written, f.forwarded(pair, d) + self.wrote[d], st) {
+                    return Step::Mismatch;
+                }
                 if sys::shutdown_write(dst).is_err() {
                     return Step::Failed;
                 }
