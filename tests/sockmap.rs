@@ -294,12 +294,14 @@ fn stalled_client(more: &[&str], len: usize) {
     // the join makes it splice): the other direction goes on, bounded.
     std::thread::sleep(Duration::from_millis(100));
     s.shutdown(Shutdown::Write).unwrap();
-    // The upstream writes until something holds it back.
-    let mut last = 0;
-    for _ in 0..20 {
+    // The upstream writes until something holds it back: no progress for
+    // 300 ms (one quiet 100 ms can be a busy host's scheduling).
+    let (mut last, mut quiet) = (0, 0);
+    for _ in 0..40 {
         std::thread::sleep(Duration::from_millis(100));
         let now = written.load(Ordering::SeqCst);
-        if now == last && now > 0 {
+        quiet = if now == last && now > 0 { quiet + 1 } else { 0 };
+        if quiet == 3 {
             break;
         }
         last = now;
