@@ -237,6 +237,7 @@ fn tunnel_upstream_closes_first_and_client_aborts() {
 /// keeps up, or taken over by weft and handed back to the kernel when it
 /// does not; byte-exact, and the counts agree.
 #[test]
+#[ignore = "the redirect budget is off: it let a corrupt stream through uncaught (docs/proxy.md, \"Bounding what a tunnel pins\")"]
 fn tunnel_long_transfers_past_the_budget() {
     const LEN: usize = 13 * MIB + 5;
     let stats = with_sockmap("echo", |p, up| echo_tunnels(p, up, &[LEN, LEN + 1]));
@@ -256,6 +257,7 @@ fn tunnel_long_transfers_past_the_budget() {
 /// the sockets' buffers), not let to fill kernel memory; once the client
 /// reads, every byte arrives in order.
 #[test]
+#[ignore = "the redirect budget is off: it let a corrupt stream through uncaught (docs/proxy.md, \"Bounding what a tunnel pins\")"]
 fn tunnel_stalled_client_bounds_the_upstream() {
     stalled_client(&[], 64 * MIB);
 }
@@ -264,6 +266,7 @@ fn tunnel_stalled_client_bounds_the_upstream() {
 /// takeover reads and writes under their own interest rules (level- and
 /// edge-triggered, one-shot, completion-based).
 #[test]
+#[ignore = "the redirect budget is off: it let a corrupt stream through uncaught (docs/proxy.md, \"Bounding what a tunnel pins\")"]
 fn tunnel_stalled_client_every_backend() {
     for event in ["epoll-et", "epoll-once", "poll", "uring"] {
         stalled_client(&["--event", event], 48 * MIB);

@@ -63,6 +63,12 @@ const PRE_JOIN_READ: usize = 256 * 1024;
 /// per this many bytes; a 1 MiB transfer none.
 pub const KERNEL_BUDGET: u64 = 4 << 20;
 
+/// Whether tunnels get a redirect budget. Off: with it, about one run in
+/// 12–30 of the stalled-client tests delivered a corrupt stream that every
+/// count check passed (docs/proxy.md); the tests that need it are ignored
+/// until that is traced.
+const BOUND_ON: bool = false;
+
 /// How soon weft first looks whether a draining direction's destination has
 /// been written every redirected byte; each look that finds it has not
 /// doubles the wait, up to [`DRAIN_POLL_MAX`]. The first look is at once: a
@@ -334,12 +340,18 @@ impl Tunnel {
             return self.decline(st);
         };
         let token = self.kernel.as_ref()?.token;
-        let Ok(pair) = f.join(client.fd, up.fd, token, Some((KERNEL_BUDGET, KERNEL_BUDGET / 2))) else {
+        // The redirect budget is off: with it, the takeover's reads let a
+        // corrupt stream through uncaught now and then (docs/proxy.md,
+        // "Bounding what a tunnel pins"). Without a grant the program never
+        // passes up, so no direction is ever taken over or raised.
+        let bound = BOUND_ON.then_some((KERNEL_BUDGET, KERNEL_BUDGET / 2));
+        let Ok(pair) = f.join(client.fd, up.fd, token, bound) else {
             return self.decline(st);
         };
         let k = self.kernel.as_mut()?;
-        k.budget = [KERNEL_BUDGET; 2];
-        k.notify_at = [KERNEL_BUDGET / 2; 2];
+        let (budget, notify_at) = bound.unwrap_or((u64::MAX, u64::MAX));
+        k.budget = [budget; 2];
+        k.notify_at = [notify_at; 2];
         k.pair = Some(pair);
         k.written_at_join = [ci.written(), ui.written()];
         k.taken_at_join = [ct, ut];
