@@ -116,9 +116,9 @@ pub struct ProxyArgs {
     /// `off` copies through user space, `auto` splices bodies of at least
     /// --splice-threshold (and bodies of unknown length), `sockmap` is auto
     /// with CONNECT tunnels forwarded in the kernel by a BPF sk_skb program
-    /// (needs root or CAP_BPF; splices where not permitted; each direction
-    /// redirects at most 4 MiB past what its destination has taken, then
-    /// weft moves the bytes itself: docs/proxy.md) [default: auto].
+    /// (needs root or CAP_BPF; splices where not permitted; a tunnel peer that
+    /// does not read lets the other side fill kernel memory without bound:
+    /// trusted clients only, docs/proxy.md) [default: auto].
     #[arg(long, value_name = "on|off|auto|sockmap")]
     pub splice: Option<weft_proxy::SpliceMode>,
 
