@@ -3,8 +3,9 @@
 //! header fields on the heap, its body as page-cache mappings
 //! ([`MapCache`] chunks) — shared by every response in flight and reused
 //! until the file's content generation changes. Bodies are sent with
-//! `writev` from the mappings: one copy of every byte (the page cache's),
-//! none on weft's heap. Replacement is `weft-buf`'s [`ObjectCache`]
+//! `writev` from the mappings, or from 32 KiB on with `sendfile` of the
+//! same file range (`crate::answer`): one copy of every byte (the page
+//! cache's), none on weft's heap. Replacement is `weft-buf`'s [`ObjectCache`]
 //! (Greedy-Dual-Size with cost 1, packets or bytes; LRU; LRU-500K), which
 //! evicts entries no response is using first.
 //!
