@@ -139,35 +139,44 @@ def size_site_rounds(lab: Lab, name: str, sizes, specs, reps: int, items: int, w
         yield ServerRounds(lab, name, pool, specs, reps, items, what, duration_s)
 
 
-def interleaved_slices(lab: Lab, name: str, pool: servers.ServerPool, specs, items, pairs: int, slice_s: float, *, connections: int = 50) -> list[dict]:
-    """Every server of `specs` running side by side in `pool`, each loaded
-    in turn for `slice_s` seconds (wrk -c`connections`), `pairs` rounds per
-    item, the order rotated by one every round (two servers: ABBA). Single
-    runs of one server spread by ±20 % on this shared host from one run to
-    the next; slices this short and interleaved put that drift on every
-    server alike, so ratios of the same round compare. `items` are
-    `(label, path)`: a path under each server's root. One row per slice:
-    `rep` (the round, from 1), `server`, `size` (the item's label), `rps`,
-    `cpu_us_per_req`, `errors`."""
+def interleaved(lab: Lab, name: str, pool: servers.ServerPool, specs, items, rounds: int, slice_s: float):
+    """Every server of `specs` running side by side in `pool`, each to be
+    loaded in turn, `rounds` rounds per item, the order rotated by one every
+    round (two servers: ABBA). Single runs of one server spread by ±20 %
+    on this shared host from one run to the next; short slices, interleaved,
+    put that drift on every server alike, so ratios within a round compare.
+    `items` are `(label, path)`, a path under each server's root or a dict
+    of paths by server label (fetched once from each before its rounds). Yields `(round from 1, spec, running
+    server, item label, URL)` and logs progress every ten slices; the
+    servers are stopped at the end."""
     specs = list(specs)
     running = {spec.label: pool.start(spec) for spec in specs}
-    total, done, rows = len(items) * pairs * len(specs), 0, []
-    lab.log(f"{name}: {len(specs)} servers side by side x {len(items)} items x {pairs} rounds, {slice_s:g}s slices ({total} slices)")
+    total, done = len(items) * rounds * len(specs), 0
+    lab.log(f"{name}: {len(specs)} servers side by side x {len(items)} items x {rounds} rounds, {slice_s:g}s slices ({total} slices)")
     for label, path in items:
-        for rs in running.values():
-            fetch(f"http://127.0.0.1:{rs.port}/{path}")
-        for rep in range(pairs):
+        url = {spec.label: f"http://127.0.0.1:{rs.port}/{path[spec.label] if isinstance(path, dict) else path}" for spec in specs for rs in [running[spec.label]]}
+        for u in url.values():
+            fetch(u)
+        for rep in range(rounds):
             k = rep % len(specs)
             for spec in specs[k:] + specs[:k]:
-                rs = running[spec.label]
-                m = measure(lab, rs, f"http://127.0.0.1:{rs.port}/{path}", connections=connections, duration_s=slice_s)
-                rows.append({"rep": rep + 1, "server": spec.label, "size": label, "rps": m.load.rps,
-                             "cpu_us_per_req": m.cpu_us_per_request, "errors": m.load.non_2xx + m.load.error_total})  # fmt: skip
+                yield rep + 1, spec, running[spec.label], label, url[spec.label]
                 done += 1
                 if done % 10 == 0 or done == total:
-                    lab.log(f"  [{done}/{total}] {label}: {spec.label} {m.load.rps:,.0f} req/s {report.fmt_num(m.cpu_us_per_request)} µs/req")
+                    lab.log(f"  [{done}/{total}] {label}, last {spec.label}")
     for rs in running.values():
         pool.stop(rs)
+
+
+def interleaved_slices(lab: Lab, name: str, pool: servers.ServerPool, specs, items, rounds: int, slice_s: float, *, connections: int = 50) -> list[dict]:
+    """[`interleaved`] with one wrk -c`connections` slice of `slice_s`
+    seconds per turn. One row per slice: `rep` (the round), `server`,
+    `size` (the item's label), `rps`, `cpu_us_per_req`, `errors`."""
+    rows = []
+    for rep, spec, rs, label, url in interleaved(lab, name, pool, specs, items, rounds, slice_s):
+        m = measure(lab, rs, url, connections=connections, duration_s=slice_s)
+        rows.append({"rep": rep, "server": spec.label, "size": label, "rps": m.load.rps,
+                     "cpu_us_per_req": m.cpu_us_per_request, "errors": m.load.non_2xx + m.load.error_total})  # fmt: skip
     return rows
 
 

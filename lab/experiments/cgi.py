@@ -26,8 +26,12 @@ for `weft cgi pool` and `cgi1` that includes the programs), application CPU
 server's and the application's threads were put on a CPU (schedstat: each
 a wake-up or a preemption, the price of an exchange between processes), and
 CGI throughput as a share of static (target: FastCGI via splice ≥ 80 % of static; the thesis reports
-87 % for Flash-Lite and about 50 % for copying servers). Median of 3 (1 with
---quick), 5 s runs (2 s with --quick).
+87 % for Flash-Lite and about 50 % for copying servers). All servers run side
+by side and are loaded in turn for 2 s slices, ten rounds with the order
+rotated (`core.interleaved`: single runs spread by ±20 % on this shared
+host, and a share of static taken within one round cancels that drift);
+medians, and each share also round by round (median, interquartile range).
+--quick: one round.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import os
 import subprocess
 import time
 from collections import OrderedDict
+from statistics import median
 
 from .. import core, env, proc, report, servers
 
@@ -44,6 +49,10 @@ DESCRIPTION = "FastCGI via splice vs copy vs static at 64 KiB, persistent vs for
 
 SIZE = 64 << 10
 CONNECTIONS = 50
+ROUNDS = 10
+# (server, the static reference its share is taken of).
+SHARES = [("weft fastcgi splice", "weft static"), ("weft fastcgi copy", "weft static"), ("weft fastcgi unix", "weft static"),
+          ("weft cgi pool", "weft static"), ("weft cgi1 fork", "weft static"), ("nginx fastcgi", "nginx static")]  # fmt: skip
 
 servers.ANCHORS.setdefault("nginx-fastcgi", {
     "template": "nginx_fastcgi.conf",
@@ -88,9 +97,24 @@ def configs(app: str, tcp: str, sock: str, script: str) -> list[tuple[servers.Se
     ]  # fmt: skip
 
 
+def round_shares(rows: list[dict], server: str, ref: str) -> list[float]:
+    """`server`'s requests/s as a share of `ref`'s, round by round (rows of
+    the same `rep`), sorted."""
+    rps = {(r["rep"], r["server"]): r["rps"] for r in rows if r.get("rps")}
+    return sorted(rps[(rep, server)] / rps[(rep, ref)] for rep, s in rps if s == server and (rep, ref) in rps)
+
+
+def fmt_shares(v: list[float]) -> str:
+    """Median and interquartile range of round-by-round shares, or a dash."""
+    if not v:
+        return "–"
+    q = lambda f: v[min(len(v) - 1, int(round((len(v) - 1) * f)))]  # noqa: E731
+    return f"{median(v):.0%} ({q(0.25):.0%}–{q(0.75):.0%})"
+
+
 def run(lab: core.Lab) -> dict:
-    reps = 1 if lab.quick else 3
-    duration = 2.0 if lab.quick else 5.0
+    reps = 1 if lab.quick else ROUNDS
+    duration = 2.0
     lab.prepare(commands=["nginx"])
     app = build_app(lab.log)
     www = os.path.join(lab.scratch, "www")
@@ -115,17 +139,20 @@ def run(lab: core.Lab) -> dict:
         host, port = tcp.split(":")
         if not _wait_path(sock, 10.0) or not servers.wait_for_port(host, int(port), 10.0, ext_app.popen):
             raise servers.ServerError("weft-fcgi-app did not start")
-        runs = core.ServerRounds(lab, NAME, pool, [c[0] for c in cfgs], reps, 1, "size", duration)
-        for rep, spec, rs, base in runs:
+        items = [("64 KiB", {label: path for label, (path, _) in paths.items()})]
+        commands = {}
+        for rep, spec, rs, _, url in core.interleaved(lab, NAME, pool, [c[0] for c in cfgs], items, reps, duration):
+            commands[spec.label] = rs.command
             path, ext = paths[spec.label]
-            status, got = core.fetch(base + path)
-            if status != 200 or got != SIZE:
-                raise servers.ServerError(f"{spec.label}: GET /{path} gave {status} with {got} bytes")
+            if rep == 1:
+                status, got = core.fetch(url)
+                if status != 200 or got != SIZE:
+                    raise servers.ServerError(f"{spec.label}: GET /{path} gave {status} with {got} bytes")
             # The application's threads come and go with connections: its
             # CPU is read in ticks (utime + stime, exited threads included).
             app_pid = ext_unix.pid if spec.label == "weft fastcgi unix" else ext_app.pid
             app_before, srv_before = proc.tree_cpu_sample(app_pid), proc.tree_cpu_sample(rs.pid)
-            m = core.measure(lab, rs, base + path, connections=CONNECTIONS, duration_s=duration)
+            m = core.measure(lab, rs, url, connections=CONNECTIONS, duration_s=duration)
             app_after, srv_after = proc.tree_cpu_sample(app_pid), proc.tree_cpu_sample(rs.pid)
             n = max(m.load.requests, 1)
             app_us = (app_after.ticks - app_before.ticks) * 1e6 / os.sysconf("SC_CLK_TCK") / n if ext else 0.0
@@ -138,7 +165,7 @@ def run(lab: core.Lab) -> dict:
             w = m.weft or {}
             c = w.get("cgi") or {}
             rows.append({
-                "rep": rep + 1, "server": spec.label, "requests": m.load.requests, "rps": m.load.rps,
+                "rep": rep, "server": spec.label, "requests": m.load.requests, "rps": m.load.rps,
                 "cpu_us_per_req": m.cpu_us_per_request, "app_cpu_us_per_req": app_us,
                 "total_cpu_us_per_req": (m.cpu_us_per_request or 0) + app_us,
                 "syscalls_per_req": sum(m.syscalls_per_request().values()) if m.weft else None,
@@ -148,24 +175,28 @@ def run(lab: core.Lab) -> dict:
                 "bytes_spliced": c.get("bytes_spliced"), "bytes_copied": c.get("bytes_copied"),
                 "restarts": c.get("restarts"), "status_502": c.get("status_502"), "status_504": c.get("status_504"),
             })  # fmt: skip
-            lab.log(f"  {runs.tick()} rep {rep + 1} {spec.label:<20}: {m.load.rps:>9,.0f} req/s {report.fmt_num(m.cpu_us_per_request):>7} µs/req (+{app_us:.1f} app)")
+            if lab.quick:
+                lab.log(f"  {spec.label:<20}: {m.load.rps:>9,.0f} req/s {report.fmt_num(m.cpu_us_per_request):>7} µs/req (+{app_us:.1f} app)")
     lab.load_command = lab.driver.command("http://127.0.0.1:PORT/PATH", connections=CONNECTIONS, duration_s=duration)
     med = report.group_medians(rows, ["server"], ["rps", "cpu_us_per_req", "app_cpu_us_per_req", "total_cpu_us_per_req", "syscalls_per_req", "server_switches_per_req", "app_switches_per_req"])
     by = {r["server"]: r for r in med}
     share = OrderedDict()
-    for lbl, ref in [("weft fastcgi splice", "weft static"), ("weft fastcgi copy", "weft static"), ("weft fastcgi unix", "weft static"), ("weft cgi pool", "weft static"), ("weft cgi1 fork", "weft static"), ("nginx fastcgi", "nginx static")]:
+    for lbl, ref in SHARES:
         if by.get(lbl) and by.get(ref) and by[ref]["rps"]:
             share[lbl] = by[lbl]["rps"] / by[ref]["rps"]
-    core.write_runs(lab, NAME, rows, runs.commands, med, share_of_static=share)
+    rounds = OrderedDict()
+    for lbl, ref in SHARES:
+        rounds[lbl] = round_shares(rows, lbl, ref)
+    core.write_runs(lab, NAME, rows, commands, med, share_of_static=share, share_by_round={k: v for k, v in rounds.items() if v})
     def switches(v) -> str:
         return f"{v:.2f}" if v is not None else "–"
 
-    table = [[r["server"], f"{r['rps']:,.0f}", report.fmt_num(r["cpu_us_per_req"]), f"{r['app_cpu_us_per_req']:.1f}", report.fmt_num(r["total_cpu_us_per_req"]), report.fmt_num(r.get("syscalls_per_req")), switches(r.get("server_switches_per_req")), switches(r.get("app_switches_per_req")), f"{share[r['server']]:.0%}" if r["server"] in share else "–"] for r in med]
+    table = [[r["server"], f"{r['rps']:,.0f}", report.fmt_num(r["cpu_us_per_req"]), f"{r['app_cpu_us_per_req']:.1f}", report.fmt_num(r["total_cpu_us_per_req"]), report.fmt_num(r.get("syscalls_per_req")), switches(r.get("server_switches_per_req")), switches(r.get("app_switches_per_req")), f"{share[r['server']]:.0%}" if r["server"] in share else "–", fmt_shares(rounds.get(r["server"], []))] for r in med]
     series = OrderedDict((r["server"], [r["rps"]]) for r in med)
-    report.plot_grouped_bars(os.path.join(lab.results_dir, "rps.png"), ["64 KiB"], series, ylabel="requests/s", title=f"{NAME}: median of {reps}")
+    report.plot_grouped_bars(os.path.join(lab.results_dir, "rps.png"), ["64 KiB"], series, ylabel="requests/s", title=f"{NAME}: median of {reps} rounds")
     problems = [r for r in rows if r["non_2xx"] or r["socket_errors"]]
-    md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run, {reps} repetition(s), median; `{' '.join(lab.load_command)}`, 64 KiB responses, one worker.", ""]
-    md += ["## Throughput and CPU", "", report.markdown_table(["server", "req/s", "server µs/req", "app µs/req", "total µs/req", "weft syscalls/req", "server switches/req", "app switches/req", "of static"], table), ""]
+    md = [f"# {NAME}", "", f"{'Quick' if lab.quick else 'Full'} run, {reps} interleaved round(s) of {duration:g} s slices, median; `{' '.join(lab.load_command)}`, 64 KiB responses, one worker.", ""]
+    md += ["## Throughput and CPU", "", report.markdown_table(["server", "req/s", "server µs/req", "app µs/req", "total µs/req", "weft syscalls/req", "server switches/req", "app switches/req", "of static", "by round (IQR)"], table), ""]
     md += ["`of static`: requests/s as a share of the same server's static file at the same size (target for weft fastcgi splice: ≥ 80 %).", ""]
     md += ["`switches/req`: times the threads were put on a CPU (schedstat), per request: wake-ups and preemptions; the `--cgi` pool's and nginx's worker processes count as the server's.", ""]
     md += ["## Checks", "", f"- {len(problems)} run(s) with errors" if problems else "- every response was 2xx, no socket errors", ""]

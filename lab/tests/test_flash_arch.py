@@ -38,3 +38,14 @@ def test_cpu_target_against_the_best_anchor():
             row("lighttpd", "8 KiB", 1, 0, 3.6, "cpu")]  # fmt: skip
     [t] = flash_arch.cpu_target(rows)
     assert t[3] == "lighttpd" and t[5] == "0.83" and t[6] == "0.83 (0.83-0.83)" and t[7] == "yes"
+
+
+def test_cgi_shares_round_by_round():
+    from lab.experiments import cgi
+
+    rows = [{"rep": 1, "server": "weft static", "rps": 100.0}, {"rep": 1, "server": "weft fastcgi unix", "rps": 80.0},
+            {"rep": 2, "server": "weft static", "rps": 50.0}, {"rep": 2, "server": "weft fastcgi unix", "rps": 45.0},
+            {"rep": 3, "server": "weft fastcgi unix", "rps": 45.0}]  # fmt: skip
+    assert cgi.round_shares(rows, "weft fastcgi unix", "weft static") == [0.8, 0.9]
+    assert cgi.fmt_shares([0.8, 0.9]) == "85% (80%–90%)"
+    assert cgi.fmt_shares([]) == "–"
