@@ -22,6 +22,22 @@ def median(values: Iterable[float | None]) -> float | None:
     return statistics.median(v) if v else None
 
 
+def quartile(v: Sequence[float], q: int) -> float:
+    """The q-th quartile (0 to 4) of sorted `v`, linear between the nearest ranks."""
+    at = (len(v) - 1) * q / 4
+    lo = int(at)
+    return v[lo] + (v[min(lo + 1, len(v) - 1)] - v[lo]) * (at - lo)
+
+
+def median_iqr(values: Iterable[float], spec: str = ".2f") -> str:
+    """`median (Q1-Q3)` of `values` formatted with `spec`, or a dash when
+    there are none: the spread of ratios taken round by round."""
+    v = sorted(values)
+    if not v:
+        return "–"
+    return f"{statistics.median(v):{spec}} ({quartile(v, 1):{spec}}–{quartile(v, 3):{spec}})"
+
+
 def group_medians(rows: Sequence[dict], keys: Sequence[str], fields: Sequence[str]) -> list[dict]:
     """One row per distinct combination of `keys` (first-seen order) with the
     median of each of `fields` and the number of repetitions `n`."""

@@ -40,7 +40,6 @@ import os
 import subprocess
 import time
 from collections import OrderedDict
-from statistics import median
 
 from .. import core, env, proc, report, servers
 
@@ -102,14 +101,6 @@ def round_shares(rows: list[dict], server: str, ref: str) -> list[float]:
     the same `rep`), sorted."""
     rps = {(r["rep"], r["server"]): r["rps"] for r in rows if r.get("rps")}
     return sorted(rps[(rep, server)] / rps[(rep, ref)] for rep, s in rps if s == server and (rep, ref) in rps)
-
-
-def fmt_shares(v: list[float]) -> str:
-    """Median and interquartile range of round-by-round shares, or a dash."""
-    if not v:
-        return "–"
-    q = lambda f: v[min(len(v) - 1, int(round((len(v) - 1) * f)))]  # noqa: E731
-    return f"{median(v):.0%} ({q(0.25):.0%}–{q(0.75):.0%})"
 
 
 def run(lab: core.Lab) -> dict:
@@ -191,7 +182,7 @@ def run(lab: core.Lab) -> dict:
     def switches(v) -> str:
         return f"{v:.2f}" if v is not None else "–"
 
-    table = [[r["server"], f"{r['rps']:,.0f}", report.fmt_num(r["cpu_us_per_req"]), f"{r['app_cpu_us_per_req']:.1f}", report.fmt_num(r["total_cpu_us_per_req"]), report.fmt_num(r.get("syscalls_per_req")), switches(r.get("server_switches_per_req")), switches(r.get("app_switches_per_req")), f"{share[r['server']]:.0%}" if r["server"] in share else "–", fmt_shares(rounds.get(r["server"], []))] for r in med]
+    table = [[r["server"], f"{r['rps']:,.0f}", report.fmt_num(r["cpu_us_per_req"]), f"{r['app_cpu_us_per_req']:.1f}", report.fmt_num(r["total_cpu_us_per_req"]), report.fmt_num(r.get("syscalls_per_req")), switches(r.get("server_switches_per_req")), switches(r.get("app_switches_per_req")), f"{share[r['server']]:.0%}" if r["server"] in share else "–", report.median_iqr(rounds.get(r["server"], []), ".0%")] for r in med]
     series = OrderedDict((r["server"], [r["rps"]]) for r in med)
     report.plot_grouped_bars(os.path.join(lab.results_dir, "rps.png"), ["64 KiB"], series, ylabel="requests/s", title=f"{NAME}: median of {reps} rounds")
     problems = [r for r in rows if r["non_2xx"] or r["socket_errors"]]

@@ -417,7 +417,7 @@ def cpu_target(rows: list[dict], servers_=(OBJECTS.label, OBJECTS_NOTIFY.label))
             best = min(anchors, key=anchors.get)
             ratio = at[server] / anchors[best]
             rounds = sorted(by[k] / by[(size, k[1], best)] for k in by if k[0] == size and k[2] == server and (size, k[1], best) in by)
-            per_round = f"{median(rounds):.2f} ({quartile(rounds, 1):.2f}-{quartile(rounds, 3):.2f})" if rounds else "-"
+            per_round = report.median_iqr(rounds)
             out.append([size, server, report.fmt_num(at[server]), best, report.fmt_num(anchors[best]), f"{ratio:.2f}", per_round,
                         "yes" if ratio <= 0.85 else "no"])  # fmt: skip
     return out
@@ -460,19 +460,9 @@ def inmem_target(rows: list[dict], a: str = "amped", b: str = "sped") -> list[li
         pairs = [(by[(size, rep, a)], by[(size, rep, b)]) for rep in reps]
         rps = sorted(x["rps"] / y["rps"] for x, y in pairs if x["rps"] and y["rps"])
         cpu = sorted(x["cpu_us_per_req"] / y["cpu_us_per_req"] for x, y in pairs if x["cpu_us_per_req"] and y["cpu_us_per_req"])
-        if not rps:
-            continue
-        span = lambda v: f"{quartile(v, 1):.2f}-{quartile(v, 3):.2f}" if v else "-"  # noqa: E731
-        mid_cpu = f"{median(cpu):.2f}" if cpu else "-"
-        out.append([size, str(len(rps)), f"{median(rps):.2f}", span(rps), mid_cpu, span(cpu), "yes" if median(rps) >= 0.95 else "no"])
+        if rps:
+            out.append([size, str(len(rps)), report.median_iqr(rps), report.median_iqr(cpu), "yes" if median(rps) >= 0.95 else "no"])
     return out
-
-
-def quartile(v: list[float], q: int) -> float:
-    """The q-th quartile of sorted `v` (linear between the nearest ranks)."""
-    at = (len(v) - 1) * q / 4
-    lo = int(at)
-    return v[lo] + (v[min(lo + 1, len(v) - 1)] - v[lo]) * (at - lo)
 
 
 def disk_targets(rows: list[dict]) -> list[list[str]]:
@@ -578,7 +568,7 @@ def summarize(lab: core.Lab, rows: list[dict], memory: int) -> dict:
         md += ["## In memory, amped and sped paired: requests/s (medians)", "", report.markdown_table(["server"] + cols, t), ""]
         cols, t = report.pivot(med, "server", "size", "cpu_us_per_req")
         md += ["## ... server CPU µs per request", "", report.markdown_table(["server"] + cols, t), ""]
-        head = ["size", "pairs", "req/s amped / sped", "IQR", "CPU/req amped / sped", "IQR", "met (>= 0.95)"]
+        head = ["size", "pairs", "req/s amped / sped (IQR)", "CPU/req amped / sped (IQR)", "met (>= 0.95)"]
         md += ["## The in-memory target: amped within 5 % of sped", "", report.markdown_table(head, inmem_target(inmem)), ""]
     trace = [r for r in rows if r.get("part") == "trace"]
     if trace:
