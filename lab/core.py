@@ -146,9 +146,9 @@ def interleaved(lab: Lab, name: str, pool: servers.ServerPool, specs, items, rou
     on this shared host from one run to the next; short slices, interleaved,
     put that drift on every server alike, so ratios within a round compare.
     `items` are `(label, path)`, a path under each server's root or a dict
-    of paths by server label (fetched once from each before its rounds). Yields `(round from 1, spec, running
-    server, item label, URL)` and logs progress every ten slices; the
-    servers are stopped at the end."""
+    of paths by server label (fetched once from each before its rounds).
+    Yields `(round from 1, spec, running server, item label, URL)` and logs
+    progress every ten slices; the servers are stopped at the end."""
     specs = list(specs)
     running = {spec.label: pool.start(spec) for spec in specs}
     total, done = len(items) * rounds * len(specs), 0
