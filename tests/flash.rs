@@ -522,6 +522,28 @@ fn object_cache_counts_hits_and_holds_no_heap_body() {
     assert_eq!(num("bytes_object"), 2 * (3 * 1024 * 1024 + 17));
     assert_eq!(num("object_mapped_bytes"), 3 * 1024 * 1024 + 17);
     assert!(num("object_heap_bytes") < 400, "only the header fields are on the heap");
+    // A body of 32 KiB and more goes by sendfile of the same file range,
+    // not by a writev that copies it out of the mappings.
+    assert!(num("sendfile") >= 2, "{err}");
+}
+
+/// With `--send copy` the object cache writes its bodies from the mappings
+/// (one copy, no sendfile), byte for byte.
+#[test]
+fn object_cache_send_copy_writes_from_the_mappings() {
+    let site = site();
+    let w = serve(
+        &site,
+        &["--object-cache", "64MiB", "--send", "copy", "--stats-on-exit"],
+        &[],
+    );
+    for _ in 0..2 {
+        assert!(get(&w, "/big.bin").body == pattern(3 * 1024 * 1024 + 17));
+    }
+    let err = exit_stats(w);
+    assert_eq!(stat(&err, "object_hits"), 1, "{err}");
+    assert!(!err.contains("\"sendfile\":"), "no sendfile: {err}");
+    assert!(stat(&err, "writev") >= 2, "{err}");
 }
 
 /// `--page-cache-admit reuse`: a large file seen for the first time has its
