@@ -447,6 +447,15 @@ impl OutChain {
         }
     }
 
+    /// Append bytes `[start, end)` of an aggregate (reference counts, no
+    /// copy, and no aggregate built for the range: this is a cache hit's
+    /// per-response path).
+    pub fn push_range(&mut self, a: &weft_buf::Aggregate, start: usize, end: usize) {
+        for s in a.range(start, end) {
+            self.push_shared(s);
+        }
+    }
+
     /// Append `len` bytes of a periodic pattern starting `at` bytes into it;
     /// `doubled` holds the period twice in a row (its length is twice the
     /// period), so any run up to a period is one slice.

@@ -359,7 +359,7 @@ fn serve_from(
             }
             tail(v, decision.content_length(), false);
             if !streamed {
-                out.push_aggregate(&obj.body.slice(start as usize, end as usize));
+                out.push_range(&obj.body, start as usize, end as usize);
                 st.bytes_cache += end - start;
             }
             Answered {

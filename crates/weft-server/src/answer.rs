@@ -485,7 +485,7 @@ fn serve_file(
             // replacement and `--send copy`); weft never touches its pages.
             c.out.push_file(f.clone(), start, end, FileSend::Sendfile);
         } else {
-            c.out.push_aggregate(&o.body().slice(start as usize, end as usize));
+            c.out.push_range(o.body(), start as usize, end as usize);
         }
         crate::worker::amped::sending_from(s, f);
         return (status, end - start);

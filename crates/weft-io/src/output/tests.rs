@@ -256,6 +256,25 @@ fn aggregates_are_pushed_as_segments() {
     assert_eq!(drain(a, b), b"one two");
 }
 
+/// A range of an aggregate crosses segment borders without building a
+/// new aggregate; an empty or inverted range queues nothing.
+#[test]
+fn aggregate_ranges_are_pushed_as_slices() {
+    let (a, b) = pair();
+    let mut agg = weft_buf::Aggregate::new();
+    agg.push(Bytes::from_static(b"one "));
+    agg.push(Bytes::from_static(b"two "));
+    agg.push(Bytes::from_static(b"three"));
+    let mut q = OutChain::new();
+    q.push_range(&agg, 2, 10);
+    q.push_range(&agg, 5, 5);
+    q.push_range(&agg, 9, 3);
+    assert_eq!((q.len(), q.memory_len()), (8, 8));
+    let f = q.flush(a.as_raw_fd(), b"", &mut []).unwrap();
+    assert_eq!(f.shared, 8);
+    assert_eq!(drain(a, b), b"e two th");
+}
+
 #[test]
 fn handed_counts_what_was_sent_queued_or_written_past_the_chain() {
     let (a, b) = pair();
