@@ -1,11 +1,17 @@
 //! Cache replacement policies over opaque keys.
 //!
 //! A policy only orders keys; the cache that owns the objects asks it which key
-//! to evict next. Both policies are O(log n) per operation, with no allocation
-//! after the tables have grown. A hit ([`Replacement::touch`]) is on every
-//! cached response's path, so it looks its key up once: the order is a map
-//! from a unique position (a sequence number, and GDS's priority) to the key,
-//! and the position is all the key's entry needs to find it there.
+//! to evict next. A hit ([`Replacement::touch`]) is on every cached response's
+//! path, so it costs one hash lookup and no reordering: the order is a map
+//! from a position (a sequence number, and GDS's priority) to the key, and a
+//! hit only records the key's new position in its entry. A key's place in the
+//! order is therefore at or before its true one (positions only grow: the
+//! sequence rises, and so does GDS's inflation); eviction takes the first
+//! place, and when the key there has moved on it is placed again at its true
+//! position and the next is tried. Each stale place costs one move at
+//! eviction instead of one per hit, so eviction is O(log n) amortized, and
+//! the order of eviction is exactly the eager one (the property test below
+//! checks it against a model). No allocation after the tables have grown.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
@@ -31,10 +37,17 @@ pub trait Replacement<K> {
 /// Least recently used.
 pub struct Lru<K> {
     clock: u64,
-    /// Each key's last use on `clock` (unique).
-    stamp: HashMap<K, u64>,
-    /// Keys by last use, oldest first.
+    /// Each key's last use on `clock` (unique), and its place in `order`
+    /// (its last use when it was last placed: at or before the last use).
+    stamp: HashMap<K, LruStamp>,
+    /// Keys by last use as placed, oldest first.
     order: BTreeMap<u64, K>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LruStamp {
+    used: u64,
+    placed: u64,
 }
 
 impl<K: Hash + Eq + Ord + Clone> Default for Lru<K> {
@@ -58,27 +71,34 @@ impl<K: Hash + Eq + Ord + Clone> Replacement<K> for Lru<K> {
     fn insert(&mut self, key: K, _size: u64, _cost: f64) {
         self.remove(&key);
         self.clock += 1;
-        self.stamp.insert(key.clone(), self.clock);
-        self.order.insert(self.clock, key);
+        let at = self.clock;
+        self.stamp.insert(key.clone(), LruStamp { used: at, placed: at });
+        self.order.insert(at, key);
     }
     fn touch(&mut self, key: &K) {
         if let Some(s) = self.stamp.get_mut(key) {
-            if let Some(k) = self.order.remove(s) {
-                self.clock += 1;
-                *s = self.clock;
-                self.order.insert(self.clock, k);
-            }
+            self.clock += 1;
+            s.used = self.clock;
         }
     }
     fn remove(&mut self, key: &K) {
         if let Some(s) = self.stamp.remove(key) {
-            self.order.remove(&s);
+            self.order.remove(&s.placed);
         }
     }
     fn evict(&mut self) -> Option<K> {
-        let (_, k) = self.order.pop_first()?;
-        self.stamp.remove(&k);
-        Some(k)
+        loop {
+            let (_, k) = self.order.pop_first()?;
+            // Every placed key has its stamp (insert and remove keep both).
+            let Some(s) = self.stamp.get_mut(&k) else { continue };
+            if s.used == s.placed {
+                self.stamp.remove(&k);
+                return Some(k);
+            }
+            // Used since it was placed: to its last use, and look again.
+            s.placed = s.used;
+            self.order.insert(s.used, k);
+        }
     }
     fn len(&self) -> usize {
         self.stamp.len()
@@ -93,17 +113,18 @@ pub struct Gds<K> {
     inflation: f64,
     seq: u64,
     entries: HashMap<K, GdsEntry>,
-    /// Keys by (H, insertion or last use), the next to evict first; the
-    /// sequence number makes every position unique (ties of H go oldest first).
+    /// Keys by (H, insertion or last use) as placed, the next to evict
+    /// first; the sequence number makes every position unique (ties of H go
+    /// oldest first).
     order: BTreeMap<(Priority, u64), K>,
 }
 
-/// A key's place in [`Gds`]: its position in the order, and what its H is
-/// computed from again at each use.
+/// A key's entry in [`Gds`]: its true position, its place in the order (at
+/// or before the true one), and what its H is computed from at each use.
 #[derive(Clone, Copy, Debug)]
 struct GdsEntry {
-    h: Priority,
-    seq: u64,
+    at: (Priority, u64),
+    placed: (Priority, u64),
     size: u64,
     cost: f64,
 }
@@ -160,32 +181,46 @@ impl<K: Hash + Eq + Ord + Clone> Gds<K> {
 impl<K: Hash + Eq + Ord + Clone> Replacement<K> for Gds<K> {
     fn insert(&mut self, key: K, size: u64, cost: f64) {
         self.remove(&key);
-        let h = priority(self.inflation, size, cost);
         self.seq += 1;
-        let seq = self.seq;
-        self.entries.insert(key.clone(), GdsEntry { h, seq, size, cost });
-        self.order.insert((h, seq), key);
+        let at = (priority(self.inflation, size, cost), self.seq);
+        self.entries.insert(
+            key.clone(),
+            GdsEntry {
+                at,
+                placed: at,
+                size,
+                cost,
+            },
+        );
+        self.order.insert(at, key);
     }
     fn touch(&mut self, key: &K) {
         let Some(e) = self.entries.get_mut(key) else {
             return;
         };
-        if let Some(k) = self.order.remove(&(e.h, e.seq)) {
-            self.seq += 1;
-            (e.h, e.seq) = (priority(self.inflation, e.size, e.cost), self.seq);
-            self.order.insert((e.h, e.seq), k);
-        }
+        self.seq += 1;
+        e.at = (priority(self.inflation, e.size, e.cost), self.seq);
     }
     fn remove(&mut self, key: &K) {
         if let Some(e) = self.entries.remove(key) {
-            self.order.remove(&(e.h, e.seq));
+            self.order.remove(&e.placed);
         }
     }
     fn evict(&mut self) -> Option<K> {
-        let ((h, _), k) = self.order.pop_first()?;
-        self.inflation = h.0;
-        self.entries.remove(&k);
-        Some(k)
+        loop {
+            let (_, k) = self.order.pop_first()?;
+            // Every placed key has its entry (insert and remove keep both).
+            let Some(e) = self.entries.get_mut(&k) else { continue };
+            if e.at == e.placed {
+                self.inflation = e.at.0 .0;
+                self.entries.remove(&k);
+                return Some(k);
+            }
+            // Used since it was placed (H and sequence only grow): to its
+            // true position, and look again.
+            e.placed = e.at;
+            self.order.insert(e.at, k);
+        }
     }
     fn len(&self) -> usize {
         self.entries.len()
