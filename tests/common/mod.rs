@@ -517,7 +517,7 @@ macro_rules! per_backend {
         $crate::common::scenario_tests!(uring, "uring", $($scenario),*);
     };
     ($($scenario:ident),* $(,)?) => {
-        per_backend!(untracked: $($scenario),*);
+        $crate::common::per_backend!(untracked: $($scenario),*);
         $crate::common::scenario_tests!(tracked, "tracked", $($scenario),*);
         $crate::common::scenario_tests!(tracked_epoll_et, "tracked:epoll-et", $($scenario),*);
         $crate::common::scenario_tests!(tracked_select, "tracked:select", $($scenario),*);

@@ -141,6 +141,10 @@ fn read(t: &mut Txn, g: &mut Cgi, c: &mut Conn, date: &[u8], now: Instant) -> Re
             }
             break Ok(if queued { Done::Queued } else { Done::No });
         }
+        if !t.up.is_some_and(|up| g.may_read(up)) {
+            // Nothing came since a read found the pipe empty.
+            break Ok(if queued { Done::Queued } else { Done::No });
+        }
         let avail = if t.phase == Phase::Body {
             sys::bytes_readable(fd).unwrap_or(0)
         } else {
@@ -174,6 +178,9 @@ fn read(t: &mut Txn, g: &mut Cgi, c: &mut Conn, date: &[u8], now: Instant) -> Re
             Ok(0) => break Ok(t.ended(g, c)),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Some(up) = t.up {
+                    g.spent(up, true, false);
+                }
                 break Ok(if queued { Done::Queued } else { Done::No });
             }
             Err(_) => break Err(502),

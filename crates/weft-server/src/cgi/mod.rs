@@ -242,6 +242,13 @@ pub(crate) struct Up {
     have: Option<Interest>,
     /// Not reusable: close when the request ends.
     broken: bool,
+    /// Its own view of read readiness: set by a readable event (or an
+    /// error, or the end of stream), cleared by a read that met EAGAIN. A
+    /// client is driven by its own events too (a fixed-interest
+    /// level-triggered backend reports it writable at every wait), and each
+    /// of those drives read the application's socket to find nothing: 42
+    /// reads per request under epoll-once in `application_connections_are_kept`.
+    may_read: bool,
 }
 
 /// One pool slot as a worker uses it.
@@ -281,6 +288,14 @@ pub(crate) struct Cgi {
     closing: Vec<(Fd, bool)>,
     /// Application connections whose registration must change.
     dirty: Vec<Token>,
+    /// Application connections whose reads (`.0`) or writes (`.1`) met
+    /// EAGAIN in this batch, for a readiness-tracking backend (`tracked`),
+    /// which hands a token out again until told its readiness is used up:
+    /// untold, it woke the client at every pass of its table for nothing (19
+    /// reads per 64 KiB FastCGI request against epoll's 3). Reported in
+    /// [`after_batch`], where the loop is at hand and before the backend
+    /// next waits, so nothing newer than the EAGAIN can be cleared.
+    spent: Vec<(Token, bool, bool)>,
     /// CGI/1.1 processes that closed their output but have not exited.
     zombies: Vec<std::process::Child>,
     pub(crate) stats: CgiStats,
@@ -331,6 +346,7 @@ impl Cgi {
             wake: Vec::new(),
             closing: Vec::new(),
             dirty: Vec::new(),
+            spent: Vec::new(),
             zombies: Vec::new(),
             stats: CgiStats::default(),
             scratch: Vec::new(),
@@ -424,6 +440,7 @@ impl Cgi {
             want: Interest::BOTH,
             have: None,
             broken: false,
+            may_read: true,
         });
         self.dirty.push(t);
         t
@@ -474,6 +491,21 @@ impl Cgi {
     }
 
     /// Ask for `interest` on `up` (applied after the batch).
+    /// A read (`read`) or write of application connection `up` met EAGAIN
+    /// (see `spent`).
+    fn spent(&mut self, up: Token, read: bool, write: bool) {
+        if let (true, Some(u)) = (read, self.ups.get_mut(up)) {
+            u.may_read = false;
+        }
+        self.spent.push((up, read, write));
+    }
+
+    /// May a read of application connection `up` find something (see
+    /// `Up::may_read`)?
+    fn may_read(&self, up: Token) -> bool {
+        self.ups.get(up).is_some_and(|u| u.may_read)
+    }
+
     fn want(&mut self, up: Token, interest: Interest) {
         if let Some(u) = self.ups.get_mut(up) {
             if u.want != interest {
@@ -700,8 +732,17 @@ pub(crate) fn on_event(s: &mut Shared<'_>, token: Token, ev: &Event) -> Option<T
     let g = s.cgi.as_mut()?;
     let t = slab_token(token);
     let u = g.ups.get_mut(t)?;
+    if ev.readable || ev.error || ev.read_closed {
+        u.may_read = true;
+    }
     if let Some(c) = u.client {
-        return Some(c);
+        // A writable event the exchange has no use for (its request is
+        // sent) does not drive the client: a fixed-interest level-triggered
+        // backend (epoll-once) reports the socket writable at every wait,
+        // and each drive tried a read that found nothing (40 reads per
+        // request in `application_connections_are_kept` under epoll-once).
+        let unwanted = ev.writable && !u.want.write && !ev.readable && !ev.error && !ev.read_closed;
+        return (!unwanted).then_some(c);
     }
     if ev.readable && !ev.error && !ev.read_closed && weft_io::sys::empty_now(&u.fd) {
         // A stale wake-up: an event for bytes the exchange has since read
@@ -712,6 +753,7 @@ pub(crate) fn on_event(s: &mut Shared<'_>, token: Token, ev: &Event) -> Option<T
         // with this peek; `tests/cgi.rs` application_connections_are_kept
         // saw 18-46 connections for 4 clients under uring and epoll-once),
         // and the application had to accept a new connection each time.
+        g.spent(t, true, false);
         return None;
     }
     if ev.readable || ev.error || ev.read_closed {
@@ -747,6 +789,17 @@ pub(crate) fn after_batch<P: Poller>(s: &mut Shared<'_>, cx: &mut Ctx<P>) -> Vec
     };
     for (fd, registered) in g.closing.drain(..) {
         cx.close_later(fd, registered);
+    }
+    for (t, read, write) in g.spent.drain(..) {
+        // A connection closed in this batch is gone from the slab (its
+        // descriptor is closed through the loop, above).
+        if let Some(u) = g.ups.get(t) {
+            let before = weft_io::Readiness {
+                readable: read,
+                writable: write,
+            };
+            cx.settled(u.fd.raw(), before, weft_io::Readiness::default());
+        }
     }
     while let Some(t) = g.dirty.pop() {
         let Some(u) = g.ups.get_mut(t) else {
@@ -807,8 +860,13 @@ pub(crate) fn blocking_step(
     g.zombies.retain_mut(|ch| matches!(ch.try_wait(), Ok(None)));
     let t = g.txns.get_mut(&client)?;
     t.timed_out(now);
-    let up = t.up.and_then(|u| g.ups.get(u)).filter(|u| u.want != Interest::NONE);
-    Some(up.map(|u| (u.fd.raw(), u.want.write && !u.want.read)))
+    let up = t.up.and_then(|u| g.ups.get_mut(u)).filter(|u| u.want != Interest::NONE);
+    Some(up.map(|u| {
+        // No events here: the thread waits on the descriptor itself before
+        // it drives again, so that drive may read.
+        u.may_read = true;
+        (u.fd.raw(), u.want.write && !u.want.read)
+    }))
 }
 
 /// How long the loop may sleep at most.

@@ -287,9 +287,15 @@ impl Txn {
             let Some(u) = g.ups.get(up) else {
                 return self.fail(g, c, date, 502);
             };
+            let want = self.req.len() - self.req_at;
             match sys::send(&u.fd, &self.req[self.req_at..], false) {
-                Ok(n) => self.req_at += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Ok(n) => {
+                    self.req_at += n;
+                    if n < want {
+                        g.spent(up, false, true);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => g.spent(up, false, true),
                 Err(_) => {
                     self.replace = true;
                     return self.fail(g, c, date, 502);
@@ -357,6 +363,10 @@ impl Txn {
                 g.want(up, Interest::NONE);
                 break Ok(if queued { Done::Queued } else { Done::No });
             }
+            if !g.may_read(up) {
+                // Nothing came since a read found the socket empty.
+                break Ok(if queued { Done::Queued } else { Done::No });
+            }
             let left = self.reader.content_left();
             if left > 0 && self.stdout && self.phase == Phase::Body && self.splices(g, left) {
                 match self.splice_payload(g, c, fd, left) {
@@ -370,6 +380,9 @@ impl Txn {
                             // The client is behind: stop hearing from the
                             // application until its pipe drains.
                             g.want(up, Interest::NONE);
+                        } else {
+                            // The socket was empty.
+                            g.spent(up, true, false);
                         }
                         break Ok(if queued { Done::Queued } else { Done::No });
                     }
@@ -380,7 +393,10 @@ impl Txn {
                 if self.stdout && self.phase == Phase::Head && self.splice {
                     match self.peek_head(g, c, fd, left, &mut buf, date) {
                         Ok(Some(n)) => n,
-                        Ok(None) => break Ok(if queued { Done::Queued } else { Done::No }),
+                        Ok(None) => {
+                            g.spent(up, true, false);
+                            break Ok(if queued { Done::Queued } else { Done::No });
+                        }
                         Err(code) => break Err(code),
                     }
                 } else if self.splice {
@@ -400,6 +416,7 @@ impl Txn {
                 Ok(0) => break Err(502),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    g.spent(up, true, false);
                     break Ok(if queued { Done::Queued } else { Done::No });
                 }
                 Err(_) => break Err(502),
