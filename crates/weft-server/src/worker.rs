@@ -513,7 +513,11 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             HELPERS => self.helpers_done(cx),
             NOTICES => {
                 if let Some(n) = self.shared.files.as_mut().and_then(|f| f.notice()) {
+                    // Read to EAGAIN. A readiness-tracking backend is told, or
+                    // it offers the descriptor at every pass of its table from
+                    // the first change on: 32 reads per request under load.
                     n.take();
+                    cx.learned(n.fd().raw(), Readiness::default());
                 }
             }
             handoff::LISTENER => {
