@@ -788,7 +788,18 @@ pub(crate) fn after_batch<P: Poller>(s: &mut Shared<'_>, cx: &mut Ctx<P>) -> Vec
         return Vec::new();
     };
     for (fd, registered) in g.closing.drain(..) {
-        cx.close_later(fd, registered);
+        // Out of the interest set before the close: a CGI/1.1 child holds a
+        // reference to every descriptor of weft's from its vfork until its
+        // exec has closed them, and the exec lets weft run on before that, so
+        // a closed descriptor's registration could outlive the close. A
+        // pipe's hang-up then woke a level-triggered loop for a connection
+        // that was gone, at every wait until the child got the CPU: 89
+        // epoll_wait calls per request with four clients (2026-12-02).
+        if registered {
+            cx.close_shared_later(fd);
+        } else {
+            cx.close_later(fd, false);
+        }
     }
     for (t, read, write) in g.spent.drain(..) {
         // A connection closed in this batch is gone from the slab (its
@@ -806,6 +817,19 @@ pub(crate) fn after_batch<P: Poller>(s: &mut Shared<'_>, cx: &mut Ctx<P>) -> Vec
             continue;
         };
         let want = if P::CAPS.fixed_interest { Interest::BOTH } else { u.want };
+        if want == Interest::NONE && !P::CAPS.edge_triggered {
+            // Nothing wanted from it for now (its bytes wait in the client's
+            // output chain, or the client is behind). A level-triggered
+            // backend reports a hang-up whatever the interest, so a program
+            // that exited with its output still in the pipe woke the loop
+            // at every wait until the client took it: 89 epoll_wait calls
+            // per CGI/1.1 request from four clients. Out of the set until
+            // it is wanted again (then added back).
+            if u.have.take().is_some() {
+                cx.deregister(u.fd.raw());
+            }
+            continue;
+        }
         let r = match u.have {
             None => cx
                 .register(u.fd.raw(), up_token(t), want)
