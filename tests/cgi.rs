@@ -278,8 +278,9 @@ fn cgi1_mode_runs_a_shell_script() {
 /// CGI/1.1 under load does not wake a level-triggered loop for pipes it has
 /// closed: a child holds a reference to every descriptor of weft's from its
 /// vfork until its exec has closed them, and a closed pipe's registration
-/// outlived the close, its hang-up reported at every wait (89 epoll_wait
-/// calls per request with four clients). Four clients, 40 requests each.
+/// outlived the close, its hang-up reported at every wait (31-40 epoll_wait
+/// calls per request with four clients, where 2 do). Four clients, 40
+/// requests each.
 #[test]
 fn cgi1_children_do_not_wake_the_loop_for_closed_pipes() {
     let dir = TempDir::new("cgi1-load");

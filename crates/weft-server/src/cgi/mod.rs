@@ -793,8 +793,9 @@ pub(crate) fn after_batch<P: Poller>(s: &mut Shared<'_>, cx: &mut Ctx<P>) -> Vec
         // exec has closed them, and the exec lets weft run on before that, so
         // a closed descriptor's registration could outlive the close. A
         // pipe's hang-up then woke a level-triggered loop for a connection
-        // that was gone, at every wait until the child got the CPU: 89
-        // epoll_wait calls per request with four clients (2026-12-02).
+        // that was gone, at every wait until the child got the CPU: 31-40
+        // epoll_wait calls per request with four clients (89 on a loaded
+        // machine) where 2 do (2026-12-02).
         if registered {
             cx.close_shared_later(fd);
         } else {
@@ -821,10 +822,9 @@ pub(crate) fn after_batch<P: Poller>(s: &mut Shared<'_>, cx: &mut Ctx<P>) -> Vec
             // Nothing wanted from it for now (its bytes wait in the client's
             // output chain, or the client is behind). A level-triggered
             // backend reports a hang-up whatever the interest, so a program
-            // that exited with its output still in the pipe woke the loop
-            // at every wait until the client took it: 89 epoll_wait calls
-            // per CGI/1.1 request from four clients. Out of the set until
-            // it is wanted again (then added back).
+            // that exited with its output still in the pipe would wake the
+            // loop at every wait until a slow client took it. Out of the set
+            // until it is wanted again (then added back).
             if u.have.take().is_some() {
                 cx.deregister(u.fd.raw());
             }
