@@ -43,6 +43,26 @@ fn get(w: &Weft, path: &str) -> Resp {
     Conn::new(w).get(path)
 }
 
+/// Four keep-alive clients, `each` requests apiece, every answer checked by
+/// `check`; then weft's admin `/stats` document (the server needs
+/// `--admin`) and, from its `syscalls`, the count of `call`.
+fn four_clients(w: &Weft, each: usize, path: &str, check: impl Fn(&Resp) + Sync, call: &str) -> (String, u64) {
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let mut c = Conn::new(w);
+                for _ in 0..each {
+                    check(&c.get(path));
+                }
+            });
+        }
+    });
+    let stats = common::fetch(&w.admin.expect("admin address").to_string(), "/stats");
+    let syscalls = &stats[stats.find("\"syscalls\":").expect("syscall counters")..];
+    let n = common::counter(syscalls, call);
+    (stats, n)
+}
+
 fn serve_pool(extra: &[&str]) -> Weft {
     let route = format!("/app={}", app_bin());
     let mut args = vec!["--workers", "1", "--cgi", &route, "--cgi-workers", "2"];
@@ -302,20 +322,8 @@ fn cgi1_children_do_not_wake_the_loop_for_closed_pipes() {
         "--admin",
         "127.0.0.1:0",
     ]);
-    std::thread::scope(|s| {
-        for _ in 0..4 {
-            s.spawn(|| {
-                let mut c = Conn::new(&w);
-                for _ in 0..40 {
-                    let r = c.get("/out");
-                    assert_eq!((r.status, r.body.len()), (200, 70_000));
-                }
-            });
-        }
-    });
-    let stats = common::fetch(&w.admin.expect("admin address").to_string(), "/stats");
-    let syscalls = &stats[stats.find("\"syscalls\":").expect("syscall counters")..];
-    let waits = common::counter(syscalls, "epoll_wait");
+    let ok = |r: &Resp| assert_eq!((r.status, r.body.len()), (200, 70_000));
+    let (stats, waits) = four_clients(&w, 40, "/out", ok, "epoll_wait");
     assert!(waits <= 10 * 160, "{waits} epoll_wait calls for 160 requests: {stats}");
 }
 
@@ -590,18 +598,8 @@ mod scenarios {
             "--admin",
             "127.0.0.1:0",
         ]);
-        std::thread::scope(|s| {
-            for _ in 0..4 {
-                s.spawn(|| {
-                    let mut c = Conn::new(&w);
-                    for _ in 0..150 {
-                        assert!(c.get("/t?size=65536").body == pattern(65_536), "{event}");
-                    }
-                });
-            }
-        });
-        let admin = w.admin.expect("admin address").to_string();
-        let stats = common::fetch(&admin, "/stats");
+        let ok = |r: &Resp| assert!(r.body == pattern(65_536), "{event}");
+        let (stats, reads) = four_clients(&w, 150, "/t?size=65536", ok, "read");
         let cgi = &stats[stats.find("\"cgi\":").expect("cgi counters")..];
         assert_eq!(common::counter(cgi, "requests"), 600, "{event}: {stats}");
         let connects = common::counter(cgi, "connects");
@@ -609,8 +607,6 @@ mod scenarios {
             connects <= 4,
             "{event}: {connects} connections for 600 requests from 4 clients: {stats}"
         );
-        let syscalls = &stats[stats.find("\"syscalls\":").expect("syscall counters")..];
-        let reads = common::counter(syscalls, "read");
         assert!(reads <= 8 * 600, "{event}: {reads} reads for 600 requests: {stats}");
     }
 }
