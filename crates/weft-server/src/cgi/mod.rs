@@ -490,7 +490,6 @@ impl Cgi {
         }
     }
 
-    /// Ask for `interest` on `up` (applied after the batch).
     /// A read (`read`) or write of application connection `up` met EAGAIN
     /// (see `spent`).
     fn spent(&mut self, up: Token, read: bool, write: bool) {
@@ -506,6 +505,7 @@ impl Cgi {
         self.ups.get(up).is_some_and(|u| u.may_read)
     }
 
+    /// Ask for `interest` on `up` (applied after the batch).
     fn want(&mut self, up: Token, interest: Interest) {
         if let Some(u) = self.ups.get_mut(up) {
             if u.want != interest {
