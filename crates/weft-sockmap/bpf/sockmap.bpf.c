@@ -36,7 +36,7 @@
 // its receive buffer, so the source's window closes, and the program posts
 // {token, source cookie} to the `done` ring. weft waits until the
 // destination has been written every redirected byte (TCP_INFO), reads the
-// passed bytes (read() takes them from the psock, in order), writes them
+// passed bytes (read() takes them from the psock), writes them
 // itself, and grants again: a new budget and `resume_at`, the passed bytes
 // it has taken. The verdict redirects again only when `passed` equals
 // `resume_at`, so no skb overtakes one weft has not yet taken; if more were
@@ -47,6 +47,12 @@
 // note, and weft, finding the destination has sent most of what was
 // redirected to it, raises the budget before it is reached.
 // A source without a grant is never bounded (the self-tests, bodies' markers).
+// weft gives no grant now: this kernel sometimes delivers passed skbs out of
+// order (an unlocked empty-queue test in sk_psock_verdict_apply against the
+// psock worker, which takes an skb off the queue before it delivers it), and
+// redirecting them to the source's own receive side instead, which keeps the
+// order, moves tcp copied_seq twice and hangs the socket (docs/proxy.md, "Why
+// the takeover corrupts").
 //
 // Response bodies (a non-cacheable response of known length). The upstream
 // socket joins `bodies`, whose verdict (`weft_body_verdict`) redirects each

@@ -63,10 +63,13 @@ const PRE_JOIN_READ: usize = 256 * 1024;
 /// per this many bytes; a 1 MiB transfer none.
 pub const KERNEL_BUDGET: u64 = 4 << 20;
 
-/// Whether tunnels get a redirect budget. Off: with it, about one run in
-/// 12–30 of the stalled-client tests delivered a corrupt stream that every
-/// count check passed (docs/proxy.md); the tests that need it are ignored
-/// until that is traced.
+/// Whether tunnels get a redirect budget. Off: the takeover reads the bytes
+/// the program passes up, and this kernel sometimes delivers passed skbs
+/// out of order (an unlocked empty-queue test in `sk_psock_verdict_apply`
+/// against the psock worker's dequeue-then-deliver): a stream of the right
+/// length in the wrong order that every count passes, about once in 500
+/// runs of `tunnel_long_transfers_past_the_budget`. docs/proxy.md, "Why
+/// the takeover corrupts", has the trace and the alternative that hung.
 const BOUND_ON: bool = false;
 
 /// How soon weft first looks whether a draining direction's destination has
