@@ -117,8 +117,9 @@ pub struct ProxyArgs {
     /// --splice-threshold (and bodies of unknown length), `sockmap` is auto
     /// with CONNECT tunnels forwarded in the kernel by a BPF sk_skb program
     /// (needs root or CAP_BPF; splices where not permitted; a tunnel peer that
-    /// does not read lets the other side fill kernel memory without bound:
-    /// trusted clients only, docs/proxy.md) [default: auto].
+    /// does not read lets the other side fill kernel memory until
+    /// --tunnel-timeout closes the tunnel: trusted clients only,
+    /// docs/proxy.md) [default: auto].
     #[arg(long, value_name = "on|off|auto|sockmap")]
     pub splice: Option<weft_proxy::SpliceMode>,
 

@@ -838,8 +838,10 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                     self.drive(cx, token);
                     return None;
                 }
-                // A sockmap tunnel moves bytes without waking weft: idle only
-                // if the kernel forwarded nothing since the last look.
+                // A sockmap tunnel (weft sees none of its bytes) is idle if no peer acked any.
+                let up = c.tunnel.as_ref().map(|&(_, up)| up);
+                let up_fd = up.and_then(|up| Some(upstream_of(&mut self.slab, up)?.fd.raw()));
+                let c = client_of(&mut self.slab, token)?;
                 if let Some((t, _)) = c.tunnel.as_mut() {
                     if t.draining() {
                         // Not a timeout: the look at the destination.
@@ -847,12 +849,14 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                         self.drive(cx, token);
                         return None;
                     }
-                    if t.kernel_progress(&mut self.sh.sockmap) {
+                    let fds = c.fd.as_ref().map(|fd| fd.raw()).zip(up_fd);
+                    let moved = fds.and_then(|(a, b)| t.kernel_progress(&mut self.sh.sockmap, [a, b]));
+                    if let Some(p) = moved.filter(|p| p.delivered) {
                         self.sh.stats.timeouts -= 1;
                         let later = cx.now + self.sh.cfg.tunnel_idle();
                         (c.last_activity, c.deadline, c.timer_at) = (cx.now, Some(later), Some(later));
-                        // It may have passed bytes up (a report the full ring lost).
-                        if !self.ready.contains(&token) {
+                        if p.forwarded && !self.ready.contains(&token) {
+                            // It may have passed bytes up (a report the full ring lost).
                             self.ready.push(token);
                         }
                         return Some(later);

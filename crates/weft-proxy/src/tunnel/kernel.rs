@@ -47,7 +47,7 @@ use super::{Side, Tunnel, TunnelEnds, TunnelState};
 pub use crate::sockmap::KernelFwd;
 use crate::sockmap::Seen;
 use crate::stats::ProxyStats;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use weft_io::sys;
 use weft_io::OutChain;
 use weft_sockmap::{Forwarder, Pair};
@@ -136,6 +136,8 @@ pub(super) struct Kernel {
     quiet: [bool; 2],
     /// Bytes forwarded both ways when the idle timer last looked.
     seen: u64,
+    /// Bytes the two peers had acknowledged when the idle timer last looked.
+    acked: u64,
     /// Bytes each side (0 client, 1 upstream) had been written at the join
     /// ([`weft_io::sys::TcpInfo::written`]): at its marker it must have
     /// been written exactly the bytes redirected to it on top.
@@ -153,6 +155,20 @@ impl Kernel {
             f.leave(pair);
         }
     }
+}
+
+/// What the idle timer finds moved in a joined tunnel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelProgress {
+    /// The program forwarded or passed up bytes, or weft wrote some: passed
+    /// bytes whose ring report was lost are found so (the caller drives
+    /// the tunnel).
+    pub forwarded: bool,
+    /// A peer acknowledged bytes: the tunnel is not idle. Forwarded bytes
+    /// alone do not count, as they do not for a spliced tunnel: a peer that
+    /// stops reading while the other sends would otherwise keep the tunnel,
+    /// and what the kernel queues for it, forever.
+    pub delivered: bool,
 }
 
 /// The outcome of one socket's event in the joined state.
@@ -233,22 +249,26 @@ impl Tunnel {
         now
     }
 
-    /// Whether the kernel forwarded or passed up bytes since the last call
-    /// (the idle timer asks: weft itself sees none of them; passed bytes
-    /// whose ring report was lost are found here, and the caller drives the
-    /// tunnel).
-    pub fn kernel_progress(&mut self, fwd: &mut KernelFwd) -> bool {
+    /// What moved in a joined tunnel since the idle timer last looked
+    /// (`None` when it is not joined): weft itself sees none of it. `fds`
+    /// are the client's and the upstream's sockets.
+    pub fn kernel_progress(&mut self, fwd: &mut KernelFwd, fds: [RawFd; 2]) -> Option<KernelProgress> {
         let (Some(k), KernelFwd::Ready(f)) = (self.kernel.as_mut(), fwd) else {
-            return false;
+            return None;
         };
-        let Some(pair) = k.pair.as_ref() else {
-            return false;
-        };
+        let pair = k.pair.as_ref()?;
         let [a, b] = [f.flow(pair, 0), f.flow(pair, 1)];
         let now = a.redirected + a.passed + b.redirected + b.passed + k.wrote[0] + k.wrote[1];
-        let moved = now != k.seen;
-        k.seen = now;
-        moved
+        let acked = fds
+            .iter()
+            .map(|&fd| sys::tcp_info(fd).map_or(0, |t| t.bytes_acked))
+            .sum();
+        let moved = KernelProgress {
+            forwarded: now != k.seen,
+            delivered: acked != k.acked,
+        };
+        (k.seen, k.acked) = (now, acked);
+        Some(moved)
     }
 
     /// Give up in-kernel forwarding before the join: the tunnel splices.
