@@ -106,13 +106,15 @@ pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
     std::thread::Builder::new().name("weft-admin".into()).spawn(move || {
         for conn in l.incoming() {
             let Ok(mut c) = conn else { continue };
-            let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = c.set_read_timeout(Some(REQUEST_LINE_WAIT));
             let mut buf = [0u8; 2048];
-            let n = read_request_line(&mut c, &mut buf);
-            let (status, kind, body) = if buf[..n].starts_with(b"GET /history ") {
-                ("200 OK", "application/json", history_json(&history))
-            } else {
-                answer(&buf[..n], &current(&pages))
+            let (status, kind, body) = match read_request_line(&mut c, &mut buf) {
+                Ok(n) if buf[..n].starts_with(b"GET /history ") => {
+                    ("200 OK", "application/json", history_json(&history))
+                }
+                Ok(n) => answer(&buf[..n], &current(&pages)),
+                Err(Incomplete::Ended) => ("400 Bad Request", "application/json", INCOMPLETE.to_string()),
+                Err(Incomplete::TimedOut) => ("408 Request Timeout", "application/json", INCOMPLETE.to_string()),
             };
             let _ = write!(
                 c,
@@ -173,17 +175,43 @@ fn history_json(history: &History) -> String {
     format!("{{\"points\":[{}]}}\n", points.join(","))
 }
 
+/// How long the admin thread waits for a request line. It serves one
+/// connection at a time, so a client that sends nothing holds the next
+/// ones this long; a loaded host can hold a client (the lab's, between its
+/// connect and its send) for a second or two.
+const REQUEST_LINE_WAIT: Duration = Duration::from_secs(10);
+
+/// The body of the answer to a request line that never came whole.
+const INCOMPLETE: &str = "{\"error\":\"request line incomplete\"}\n";
+
+/// Why no request line came.
+#[derive(Debug, PartialEq, Eq)]
+enum Incomplete {
+    /// The peer ended (or failed) before the line's end.
+    Ended,
+    /// [`REQUEST_LINE_WAIT`] passed first.
+    TimedOut,
+}
+
 /// Read until the request line is complete (a client may send it in
-/// pieces), the buffer is full, or the peer stops; returns the bytes read.
-fn read_request_line(c: &mut impl Read, buf: &mut [u8]) -> usize {
+/// pieces) or the buffer is full; returns the bytes read. A line cut short
+/// is an error, never answered as a request for a page: an answer to the
+/// wrong request (a 404 for a `GET /stats` that arrived late) would look
+/// like a server without the page.
+fn read_request_line(c: &mut impl Read, buf: &mut [u8]) -> Result<usize, Incomplete> {
     let mut n = 0;
     while n < buf.len() && !buf[..n].contains(&b'\n') {
         match c.read(&mut buf[n..]) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => return Err(Incomplete::Ended),
             Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(Incomplete::TimedOut)
+            }
+            Err(_) => return Err(Incomplete::Ended),
         }
     }
-    n
+    Ok(n)
 }
 
 /// Status, Content-Type and body for a request's first bytes.
@@ -370,6 +398,33 @@ mod tests {
         assert!(page.contains("<svg id=\"rate\"") && !page.contains("http://") && !page.contains("https://"));
         assert!(get(addr, "/status").ends_with(STATUS_PAGE));
         assert!(get(addr, "/history").contains("\r\n\r\n{\"points\":["));
+    }
+
+    #[test]
+    fn a_request_line_cut_short_is_not_answered_as_a_page() {
+        let addr = start("127.0.0.1:0".parse().unwrap(), Arc::new(String::new)).unwrap();
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"GET /sta").unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut s = String::new();
+        c.read_to_string(&mut s).unwrap();
+        assert!(s.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{s}");
+        assert!(s.ends_with(INCOMPLETE), "{s}");
+        // The reader itself: an interrupted read is retried, a timeout named.
+        struct Script(Vec<std::io::Result<&'static [u8]>>);
+        impl Read for Script {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let next = self.0.remove(0)?;
+                buf[..next.len()].copy_from_slice(next);
+                Ok(next.len())
+            }
+        }
+        let mut buf = [0u8; 64];
+        let interrupted = || Err(std::io::ErrorKind::Interrupted.into());
+        let mut r = Script(vec![Ok(b"GET /st"), interrupted(), Ok(b"ats HTTP/1.1\r\n")]);
+        assert_eq!(read_request_line(&mut r, &mut buf), Ok(21));
+        let mut r = Script(vec![Ok(b"GET /st"), Err(std::io::ErrorKind::WouldBlock.into())]);
+        assert_eq!(read_request_line(&mut r, &mut buf), Err(Incomplete::TimedOut));
     }
 
     #[test]
