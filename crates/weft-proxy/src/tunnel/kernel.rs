@@ -21,8 +21,11 @@
 //!   queues are empty by then) and the tunnel is done.
 //!
 //! A redirected skb waits on the destination's psock charged to no socket,
-//! so a destination that stops reading would let its source fill kernel
-//! memory without end. Each direction therefore redirects at most
+//! so a destination that stops reading lets its source fill kernel memory
+//! until the idle timer, which counts the bytes the peers acknowledge, not
+//! those forwarded, closes the tunnel ([`Tunnel::kernel_progress`]). The
+//! bound in bytes below is built but off ([`BOUND_ON`]: this kernel can
+//! reorder the bytes it passes up). With it, each direction redirects at most
 //! [`KERNEL_BUDGET`] bytes more than its destination has been written.
 //! Halfway through a grant the program posts the tunnel's token to the
 //! ring, and weft raises the budget by what the destination has been
