@@ -47,12 +47,24 @@
 // note, and weft, finding the destination has sent most of what was
 // redirected to it, raises the budget before it is reached.
 // A source without a grant is never bounded (the self-tests, bodies' markers).
-// weft gives no grant now: this kernel sometimes delivers passed skbs out of
-// order (an unlocked empty-queue test in sk_psock_verdict_apply against the
-// psock worker, which takes an skb off the queue before it delivers it), and
+//
+// Stamps. This kernel's code allows passed skbs to be delivered out of order
+// (an unlocked empty-queue test in sk_psock_verdict_apply against the psock
+// worker, which takes an skb off the queue before it delivers it; not seen
+// in the tests, whose wrong streams were weft's own hand-back), and
 // redirecting them to the source's own receive side instead, which keeps the
 // order, moves tcp copied_seq twice and hangs the socket (docs/proxy.md, "Why
-// the takeover corrupts").
+// the takeover corrupted"). So each passed skb carries its place: the verdict
+// numbers it (`stamped`, the skb's sequence number), records {stream offset,
+// length, its first bytes} in `stamps` under {cookie, seq % STAMP_SLOTS}, and
+// overwrites those first bytes (up to four) with the sequence number, little
+// endian. The skb's length is unchanged, so tcp copied_seq stays right. weft
+// reads the passed bytes skb by skb: it names each from its first bytes,
+// puts the recorded bytes back, and writes the skbs in stream order
+// (weft-sockmap's stamp.rs). An skb that cannot be stamped (its slot still
+// holds an skb weft has not read, the map is full, a helper failed) is passed
+// as it is and sets `broken`: weft, which reads `peers` after the bytes,
+// ends the tunnel with a reset rather than guess.
 //
 // Response bodies (a non-cacheable response of known length). The upstream
 // socket joins `bodies`, whose verdict (`weft_body_verdict`) redirects each
@@ -101,6 +113,11 @@ static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags
 	(void *)BPF_FUNC_ringbuf_output;
 static long (*bpf_skb_load_bytes)(const void *skb, u32 offset, void *to, u32 len) =
 	(void *)BPF_FUNC_skb_load_bytes;
+static long (*bpf_skb_store_bytes)(void *skb, u32 offset, const void *from, u32 len, u64 flags) =
+	(void *)BPF_FUNC_skb_store_bytes;
+static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, u64 flags) =
+	(void *)BPF_FUNC_map_update_elem;
+static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_delete_elem;
 
 struct peer {
 	u32 index;
@@ -112,6 +129,27 @@ struct peer {
 	u64 bytes;
 	u64 passed; /* bytes passed up to weft past the grant's budget */
 	u64 token;  /* weft's name for the tunnel, posted to `done` */
+	u64 stamped; /* passed skbs stamped: the next one's sequence number */
+	u64 tiny;    /* of those, shorter than a whole stamp (four bytes) */
+	u64 broken;  /* a passed skb went up without its stamp */
+};
+
+/* Slots per source in `stamps`: at most this many passed skbs weft has not
+ * read yet (a takeover clamps the source's window to 64 KiB, so a few). */
+#define STAMP_SLOTS 65536
+
+struct stamp_key {
+	u64 cookie;
+	u64 slot; /* seq % STAMP_SLOTS */
+};
+
+/* What a stamp covers; weft deletes it once it has read the skb. */
+struct stamp {
+	u64 offset; /* the skb's first byte among the source's passed bytes */
+	u32 seq;
+	u32 len;
+	u32 first; /* the bytes the stamp overwrote (the first min(len, 4)) */
+	u32 pad;
 };
 
 /* weft's grant for a tunnel source, by its cookie (see above). Written only
@@ -159,6 +197,16 @@ struct {
 	__type(key, u64);
 	__type(value, struct grant);
 } grants SEC(".maps");
+
+/* Passed skbs weft has not read yet, by source and slot (see above). Written
+ * by the verdict, deleted by weft. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct stamp_key);
+	__type(value, struct stamp);
+} stamps SEC(".maps");
 
 /* The upstream socket of each response body forwarded in the kernel. */
 struct {
@@ -225,9 +273,56 @@ static void notify(struct peer *peer, u64 cookie)
 	bpf_ringbuf_output(&done, note, sizeof(note), 0);
 }
 
-/* Pass the skb up to weft instead of redirecting it (past the grant). */
-static int pass_up(struct peer *peer, u64 cookie, u64 len, int wake)
+/* Number the skb and record its place (see "Stamps" above); 0 when done.
+ * The verifier wants constant lengths, hence one branch per short length. */
+static int stamp(struct __sk_buff *skb, struct peer *peer, u64 cookie, u64 len)
 {
+	struct stamp_key key;
+	struct stamp s = {};
+	u32 seq = peer->stamped;
+	long err;
+
+	key.cookie = cookie;
+	key.slot = seq % STAMP_SLOTS;
+	if (bpf_map_lookup_elem(&stamps, &key))
+		return -1;
+	s.offset = peer->passed;
+	s.seq = seq;
+	s.len = len;
+	if (len >= 4)
+		err = bpf_skb_load_bytes(skb, 0, &s.first, 4);
+	else if (len == 3)
+		err = bpf_skb_load_bytes(skb, 0, &s.first, 3);
+	else if (len == 2)
+		err = bpf_skb_load_bytes(skb, 0, &s.first, 2);
+	else
+		err = bpf_skb_load_bytes(skb, 0, &s.first, 1);
+	if (err || bpf_map_update_elem(&stamps, &key, &s, BPF_NOEXIST))
+		return -1;
+	if (len >= 4)
+		err = bpf_skb_store_bytes(skb, 0, &seq, 4, 0);
+	else if (len == 3)
+		err = bpf_skb_store_bytes(skb, 0, &seq, 3, 0);
+	else if (len == 2)
+		err = bpf_skb_store_bytes(skb, 0, &seq, 2, 0);
+	else
+		err = bpf_skb_store_bytes(skb, 0, &seq, 1, 0);
+	if (err) {
+		bpf_map_delete_elem(&stamps, &key);
+		return -1;
+	}
+	peer->stamped += 1;
+	if (len < 4)
+		peer->tiny += 1;
+	return 0;
+}
+
+/* Pass the skb up to weft instead of redirecting it (past the grant),
+ * stamped. */
+static int pass_up(struct __sk_buff *skb, struct peer *peer, u64 cookie, u64 len, int wake)
+{
+	if (stamp(skb, peer, cookie, len))
+		peer->broken = 1;
 	peer->passed += len;
 	if (wake)
 		notify(peer, cookie);
@@ -256,20 +351,25 @@ int weft_verdict(struct __sk_buff *skb)
 		if (peer->passing) {
 			/* Redirect again only behind every passed byte. */
 			if (grant->resume_at != peer->passed || peer->bytes >= grant->budget)
-				return pass_up(peer, cookie, skb->len, 0);
+				return pass_up(skb, peer, cookie, skb->len, 0);
 			peer->passing = 0;
 		} else if (peer->bytes >= grant->budget) {
 			peer->passing = 1;
-			return pass_up(peer, cookie, skb->len, 1);
+			return pass_up(skb, peer, cookie, skb->len, 1);
 		}
 	}
-	/* On failure no target is set: SK_PASS keeps the bytes here. */
+	/* On failure no target is set: SK_PASS keeps the bytes here (for a
+	 * bounded source, as a passed skb: weft reads the passed ones by their
+	 * stamps). */
 	if (bpf_sk_redirect_map(skb, &targets, peer->index, 0) == SK_PASS) {
 		u64 before = peer->bytes;
 
 		__sync_fetch_and_add(&peer->bytes, skb->len);
 		if (grant && before < grant->notify_at && before + skb->len >= grant->notify_at)
 			notify(peer, cookie);
+	} else if (grant) {
+		peer->passing = 1;
+		return pass_up(skb, peer, cookie, skb->len, 1);
 	}
 	return SK_PASS;
 }

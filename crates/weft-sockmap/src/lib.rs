@@ -42,6 +42,9 @@
 
 #![forbid(unsafe_code)]
 
+mod stamp;
+pub use stamp::{Stamp, StampMap, Stamped, Unplaced, Unstamper, STAMP, STAMP_SLOTS};
+
 use aya::maps::{HashMap, IterableMap, MapData, RingBuf, SockMap};
 use aya::programs::SkSkb;
 use aya::Ebpf;
@@ -79,6 +82,9 @@ pub struct Forwarder {
     peers: HashMap<MapData, u64, Peer>,
     /// By tunnel source cookie: [budget, resume_at, notify_at] (`struct grant`).
     grants: HashMap<MapData, u64, [u64; 3]>,
+    /// By [source cookie, slot]: [offset, seq | len << 32, first bytes]
+    /// (`struct stamp`, [`Stamp`]).
+    stamps: HashMap<MapData, [u64; 2], [u64; 3]>,
     /// Bodies whose last byte was redirected and tunnel sources that began
     /// passing up: [token, socket cookie].
     done: RingBuf<MapData>,
@@ -95,16 +101,23 @@ pub struct Forwarder {
 
 /// A `peers` value: [destination's index in `targets` (low 32 bits; the
 /// high 32 are `passing`), its cookie, bytes the verdict redirected from the
-/// source, bytes it passed up past the grant, the tunnel's token].
-type Peer = [u64; 5];
+/// source, bytes it passed up past the grant, the tunnel's token, passed
+/// skbs stamped, of those short ones, whether one went up unstamped].
+type Peer = [u64; 8];
 
 /// Where one direction of a tunnel is, as the verdict has judged it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Flow {
     /// Bytes redirected to the destination.
     pub redirected: u64,
-    /// Bytes passed up to weft past the grant (read them from the source).
+    /// Bytes passed up to weft past the grant (read them from the source
+    /// with [`Forwarder::take_passed`]).
     pub passed: u64,
+    /// The passed skbs stamped so far.
+    pub stamped: Stamped,
+    /// A passed skb could not be stamped: its bytes cannot be placed, and
+    /// the tunnel must be reset.
+    pub broken: bool,
 }
 
 /// One tunnel's two sockets in the maps; side 0 and side 1 as given to
@@ -113,6 +126,8 @@ pub struct Flow {
 pub struct Pair {
     slot: u32,
     cookies: [u64; 2],
+    /// Each source's passed bytes, put back in order.
+    unstamp: [Unstamper; 2],
 }
 
 /// A response body in the maps: its upstream socket in `bodies`, its
@@ -204,6 +219,7 @@ impl Forwarder {
         let targets: SockMap<MapData> = map(&mut ebpf, "targets")?;
         let peers = map(&mut ebpf, "peers")?;
         let grants = map(&mut ebpf, "grants")?;
+        let stamps = map(&mut ebpf, "stamps")?;
         let done = map(&mut ebpf, "done")?;
         let mut injectors: HashMap<MapData, u64, u32> = map(&mut ebpf, "injectors")?;
         let verdict: &mut SkSkb = ebpf
@@ -226,6 +242,7 @@ impl Forwarder {
             targets,
             peers,
             grants,
+            stamps,
             done,
             injector,
             bodies,
@@ -281,6 +298,7 @@ impl Forwarder {
         let pair = Pair {
             slot,
             cookies: [ca, cb],
+            unstamp: Default::default(),
         };
         let r = self.link(&pair, a, b, token, budget);
         match r {
@@ -318,7 +336,24 @@ impl Forwarder {
         let (mut kb, mut vb) = ([0; WORDS], [0; WORDS]);
         let keys = words(&[ca, cb], &mut kb);
         let values = words(
-            &[u64::from(ib), cb, 0, 0, token, u64::from(ia), ca, 0, 0, token],
+            &[
+                u64::from(ib),
+                cb,
+                0,
+                0,
+                token,
+                0,
+                0,
+                0,
+                u64::from(ia),
+                ca,
+                0,
+                0,
+                token,
+                0,
+                0,
+                0,
+            ],
             &mut vb,
         );
         sys::bpf::map_update_batch(self.peers.map().fd(), 8, keys, size_of::<Peer>(), values)
@@ -371,7 +406,42 @@ impl Forwarder {
             .map_or(Flow::default(), |p| Flow {
                 redirected: p[2],
                 passed: p[3],
+                stamped: Stamped {
+                    count: p[5],
+                    tiny: p[6],
+                },
+                broken: p[7] != 0,
             })
+    }
+
+    /// Read `input`, bytes just taken from side `from` (a source passing
+    /// up), and append what is now in stream order to `out`, stamps undone
+    /// (see [`Unstamper`]). `flow` is [`Forwarder::flow`] read after the
+    /// bytes were taken; `complete` says they were the last passed so far.
+    /// Returns the skbs that came before an earlier one and were put back.
+    pub fn take_passed(
+        &mut self,
+        pair: &mut Pair,
+        from: usize,
+        input: &[u8],
+        flow: Flow,
+        complete: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<u64, Unplaced> {
+        if flow.broken {
+            return Err(Unplaced::NoStamp);
+        }
+        let mut map = SourceStamps {
+            stamps: &mut self.stamps,
+            cookie: pair.cookies[from & 1],
+        };
+        let u = &mut pair.unstamp[from & 1];
+        let before = u.reordered();
+        u.feed(input, flow.stamped, complete, &mut map, out)?;
+        if complete && !u.at_rest() {
+            return Err(Unplaced::Gap);
+        }
+        Ok(u.reordered() - before)
     }
 
     /// Renew side `from`'s grant: redirect until `budget` bytes in all, and
@@ -437,6 +507,18 @@ impl Forwarder {
         let _ = self.socks.clear_index(&(2 * pair.slot + 1));
         let _ = self.targets.clear_index(&(2 * pair.slot));
         let _ = self.targets.clear_index(&(2 * pair.slot + 1));
+        // Records of passed skbs never read (a tunnel that failed), counted
+        // once the verdict no longer runs on either socket.
+        for (d, u) in pair.unstamp.iter().enumerate() {
+            let count = self.flow(&pair, d).stamped.count;
+            let mut map = SourceStamps {
+                stamps: &mut self.stamps,
+                cookie: pair.cookies[d],
+            };
+            for seq in u.unread(count) {
+                map.forget(seq);
+            }
+        }
         // Both routes in one system call; one at a time if that fails (a
         // join that failed part way: the batch stops at a missing key).
         let mut kb = [0; WORDS];
@@ -452,6 +534,28 @@ impl Forwarder {
             }
         }
         self.free.push(pair.slot);
+    }
+}
+
+/// One source's records in the `stamps` map.
+struct SourceStamps<'a> {
+    stamps: &'a mut HashMap<MapData, [u64; 2], [u64; 3]>,
+    cookie: u64,
+}
+
+impl StampMap for SourceStamps<'_> {
+    fn get(&mut self, seq: u64) -> Option<Stamp> {
+        let w = self.stamps.get(&[self.cookie, seq % STAMP_SLOTS], 0).ok()?;
+        Some(Stamp {
+            offset: w[0],
+            seq: w[1] as u32,
+            len: (w[1] >> 32) as u32,
+            first: (w[2] as u32).to_ne_bytes(),
+        })
+    }
+
+    fn forget(&mut self, seq: u64) {
+        let _ = self.stamps.remove(&[self.cookie, seq % STAMP_SLOTS]);
     }
 }
 
@@ -503,7 +607,7 @@ impl Forwarder {
             .map_err(|e| err("sockmap insert", e))?;
         // The marker's route: from the upstream's cookie to the client.
         self.peers
-            .insert(body.upstream, [u64::from(ci), body.client, 0, 0, 0], 0)
+            .insert(body.upstream, [u64::from(ci), body.client, 0, 0, 0, 0, 0, 0], 0)
             .map_err(|e| err("peers", e))?;
         let maps = self.bodies.as_mut().map_err(|e| Unavailable(e.clone()))?;
         maps.spans
@@ -660,10 +764,10 @@ impl Forwarder {
 }
 
 /// Bytes of the buffer [`words`] fills: two `peers` values.
-const WORDS: usize = 8 * 2 * 5;
+const WORDS: usize = 8 * 2 * 8;
 
 /// `w` as the bytes of a map's keys or values (native order, as the kernel
-/// reads them), in `buf` (up to ten words).
+/// reads them), in `buf` (up to sixteen words).
 fn words<'a>(w: &[u64], buf: &'a mut [u8; WORDS]) -> &'a [u8] {
     for (out, x) in buf.chunks_exact_mut(8).zip(w) {
         out.copy_from_slice(&x.to_ne_bytes());
