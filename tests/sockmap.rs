@@ -120,6 +120,12 @@ fn first_difference(got: &[u8], want: &[u8]) -> String {
 /// One tunnel per length in `lens`, all at once, each sending its pattern
 /// to the echo upstream and checking every byte that comes back.
 fn echo_tunnels(p: &Weft, up: SocketAddr, lens: &[usize]) {
+    let failed = echo_tunnels_failed(p, up, lens);
+    assert!(failed.is_empty(), "{failed:?}; weft said: {}", p.stderr());
+}
+
+/// [`echo_tunnels`], returning each tunnel's failure.
+fn echo_tunnels_failed(p: &Weft, up: SocketAddr, lens: &[usize]) -> Vec<String> {
     let tunnels: Vec<_> = lens
         .iter()
         .enumerate()
@@ -137,9 +143,19 @@ fn echo_tunnels(p: &Weft, up: SocketAddr, lens: &[usize]) {
             })
         })
         .collect();
-    for t in tunnels {
-        t.join().unwrap();
-    }
+    tunnels
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.join().err().map(|e| format!("tunnel {i}: {}", panic_text(&*e))))
+        .collect()
+}
+
+/// A thread's panic message.
+fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }
 
 /// Run `f` against a sockmap proxy, or say why sockmap is unavailable here.
@@ -250,8 +266,8 @@ fn tunnel_upstream_closes_first_and_client_aborts() {
 }
 
 /// A client that stops reading while the upstream keeps sending: the
-/// kernel goes on taking the upstream's bytes (the tunnel has no redirect
-/// budget), but the client acknowledges none, so the tunnel is idle and
+/// redirect budget holds the upstream back and weft waits for the client
+/// to drain, but the client acknowledges nothing, so the tunnel is idle and
 /// closed at `--tunnel-timeout`, as a spliced one is, and what the kernel
 /// queued for it is freed. The upstream sends about 13 MB/s, for at most
 /// 15 s.
@@ -295,19 +311,37 @@ fn tunnel_stalled_client_is_closed_when_idle() {
 /// keeps up, or taken over by weft and handed back to the kernel when it
 /// does not; byte-exact, and the counts agree.
 #[test]
-#[ignore = "the redirect budget is off: the kernel delivers passed-up bytes out of order now and then (docs/proxy.md, \"Why the takeover corrupts\")"]
 fn tunnel_long_transfers_past_the_budget() {
     const LEN: usize = 13 * MIB + 5;
-    let stats = with_sockmap("echo", |p, up| echo_tunnels(p, up, &[LEN, LEN + 1]));
+    let mut failed = Vec::new();
+    let stats = with_sockmap("echo", |p, up| failed = echo_tunnels_failed(p, up, &[LEN, LEN + 1]));
     let Some(stats) = stats else { return };
     assert_eq!(counter(&stats, "sockmap_sessions"), 2, "{stats}");
-    assert_eq!(counter(&stats, "sockmap_mismatches"), 0, "{stats}");
+    if counter(&stats, "sockmap_mismatches") > 0 {
+        // The kernel handed bytes over twice (docs/proxy.md, "A kernel that
+        // forwards a byte twice"; takeovers meet it about once in 400 runs
+        // of this test): caught, that tunnel must end with a reset, never
+        // with a stream that looks whole.
+        eprintln!("the double-forwarding fault was caught: {failed:?}");
+        assert!(
+            !failed.is_empty() && failed.iter().all(|f| f.contains("reset")),
+            "{failed:?}: {stats}"
+        );
+        return;
+    }
+    assert!(failed.is_empty(), "{failed:?}: {stats}");
     let want: u64 = (0..2).map(|i| 2 * (LEN + i) as u64).sum();
     let bytes = counter(&stats, "sockmap_bytes") + counter(&stats, "tunnel_bytes_copied");
     assert_eq!(bytes, want, "{stats}");
     // How they split between the kernel and weft depends on how the
     // threads here keep up (docs/proxy.md has measured figures).
     assert!(counter(&stats, "sockmap_bytes") > 0, "{stats}");
+    assert_eq!(counter(&stats, "sockmap_unplaced"), 0, "{stats}");
+    let reordered = counter(&stats, "sockmap_reordered");
+    if reordered > 0 {
+        // The kernel's race (docs/proxy.md): put right by the stamps.
+        eprintln!("sockmap_reordered {reordered}");
+    }
 }
 
 /// A client that stops reading while the upstream sends as fast as it can:
@@ -315,7 +349,6 @@ fn tunnel_long_transfers_past_the_budget() {
 /// the sockets' buffers), not let to fill kernel memory; once the client
 /// reads, every byte arrives in order.
 #[test]
-#[ignore = "the redirect budget is off: the kernel delivers passed-up bytes out of order now and then (docs/proxy.md, \"Why the takeover corrupts\")"]
 fn tunnel_stalled_client_bounds_the_upstream() {
     stalled_client(&[], 64 * MIB);
 }
@@ -324,7 +357,6 @@ fn tunnel_stalled_client_bounds_the_upstream() {
 /// takeover reads and writes under their own interest rules (level- and
 /// edge-triggered, one-shot, completion-based).
 #[test]
-#[ignore = "the redirect budget is off: the kernel delivers passed-up bytes out of order now and then (docs/proxy.md, \"Why the takeover corrupts\")"]
 fn tunnel_stalled_client_every_backend() {
     for event in ["epoll-et", "epoll-once", "poll", "uring"] {
         stalled_client(&["--event", event], 48 * MIB);

@@ -75,6 +75,28 @@ impl Client {
             Fill::Reset(_) => ClientRead::Failed,
         }
     }
+
+    /// Before a close at the client's timeout: a client that began a
+    /// request head and has nothing else under way (no transaction, tunnel
+    /// or unsent output) is told 408, once, without waiting.
+    pub(crate) fn tell_head_timed_out(&self, date: &[u8]) {
+        if self.lingering || self.txn.is_some() || self.tunnel.is_some() || !self.out.is_empty() {
+            return;
+        }
+        if let (Some(fd), Some(_)) = (&self.fd, self.head_started) {
+            let mut out = Vec::with_capacity(256);
+            respond::simple(
+                &mut out,
+                408,
+                date,
+                b"",
+                "request head not received in time",
+                false,
+                Persist::Close,
+            );
+            let _ = sys::send(fd, &out, false);
+        }
+    }
 }
 
 impl Worker<'_> {

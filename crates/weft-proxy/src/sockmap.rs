@@ -50,6 +50,9 @@ static SAID_BACKEND: AtomicBool = AtomicBool::new(false);
 /// Said once per process when bodies cannot be carried (tunnels can).
 static SAID_BODIES: AtomicBool = AtomicBool::new(false);
 
+/// Said once per process when a tunnel's passed bytes could not be placed.
+static SAID_UNPLACED: AtomicBool = AtomicBool::new(false);
+
 /// Set (and said) once a forwarded stream's socket counts disagreed with
 /// the bytes the program redirected ([`KernelFwd::check`]): from then on
 /// every worker's new tunnels and bodies splice (those in the kernel finish
@@ -110,6 +113,17 @@ impl KernelFwd {
             );
         }
         false
+    }
+
+    /// A taken-over tunnel's passed bytes could not be put in order by
+    /// their stamps (`e` says why): counted, said once; the caller resets
+    /// that tunnel. Not a reason to distrust the kernel: the usual cause is
+    /// a resource (a full `stamps` map) or a short skb's partial stamp.
+    pub fn unplaced(e: weft_sockmap::Unplaced, st: &mut crate::stats::ProxyStats) {
+        st.sockmap_unplaced += 1;
+        if !SAID_UNPLACED.swap(true, Ordering::Relaxed) {
+            eprintln!("weft proxy: --splice sockmap: {e}; that tunnel was reset");
+        }
     }
 
     /// The forwarder for a new tunnel or body, loaded at the first call;

@@ -193,6 +193,14 @@ weft_core::metrics! {
         /// per 4 MiB, `tunnel::kernel::KERNEL_BUDGET`). weft writes those bytes
         /// itself (`tunnel_bytes_copied`) and grants a new budget.
         counter sockmap_takeovers,
+        /// Passed-up skbs of taken-over sockmap tunnels that this kernel
+        /// delivered before an earlier one; weft put each back in its place
+        /// by its stamp (weft-sockmap's stamp.rs).
+        counter sockmap_reordered,
+        /// Taken-over sockmap tunnels reset because passed bytes could not
+        /// be placed by their stamps (one went up unstamped, or a short
+        /// skb's stamp fitted two).
+        counter sockmap_unplaced,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -291,7 +299,7 @@ mod tests {
             bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
             sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches upstream_not_empty upgrades \
             stale_if_error collapsed stale_while_revalidate background_revalidations range_fills followed \
-            followers_cut fills_decoupled sockmap_takeovers";
+            followers_cut fills_decoupled sockmap_takeovers sockmap_reordered sockmap_unplaced";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

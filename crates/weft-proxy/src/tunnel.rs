@@ -21,7 +21,7 @@ use weft_io::sys;
 use weft_io::{OutChain, Pipe, PipePool};
 
 mod kernel;
-pub use kernel::KernelFwd;
+pub use kernel::{IdleLook, KernelFwd};
 
 const BUF: usize = 64 * 1024;
 const PUMP_BUDGET: usize = 4 << 20;

@@ -34,13 +34,13 @@ use crate::disk::{DiskStore, Loaded};
 use crate::resolve::{Answer, DnsCache, Resolver};
 use crate::stats::{ProxyStats, Slot};
 use crate::store::Store;
+use crate::tunnel::IdleLook;
 use crate::upstream::UpstreamPool;
 use std::io;
 use std::os::fd::{AsFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weft_http::caching::CacheRules;
-use weft_http::respond::{self, Persist};
 use weft_http::ResponseHead;
 use weft_io::door::{LISTENER, WAKER};
 use weft_io::group::Drain;
@@ -838,28 +838,29 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                     self.drive(cx, token);
                     return None;
                 }
-                // A sockmap tunnel (weft sees none of its bytes) is idle if no peer acked any.
+                // A sockmap tunnel is idle if no peer acked a byte (`idle_timer`).
                 let up = c.tunnel.as_ref().map(|&(_, up)| up);
                 let up_fd = up.and_then(|up| Some(upstream_of(&mut self.slab, up)?.fd.raw()));
                 let c = client_of(&mut self.slab, token)?;
                 if let Some((t, _)) = c.tunnel.as_mut() {
-                    if t.draining() {
-                        // Not a timeout: the look at the destination.
-                        self.sh.stats.timeouts -= 1;
-                        self.drive(cx, token);
-                        return None;
-                    }
-                    let fds = c.fd.as_ref().map(|fd| fd.raw()).zip(up_fd);
-                    let moved = fds.and_then(|(a, b)| t.kernel_progress(&mut self.sh.sockmap, [a, b]));
-                    if let Some(p) = moved.filter(|p| p.delivered) {
-                        self.sh.stats.timeouts -= 1;
-                        let later = cx.now + self.sh.cfg.tunnel_idle();
-                        (c.last_activity, c.deadline, c.timer_at) = (cx.now, Some(later), Some(later));
-                        if p.forwarded && !self.ready.contains(&token) {
-                            // It may have passed bytes up (a report the full ring lost).
-                            self.ready.push(token);
+                    let idle = cx.now >= c.last_activity + self.sh.cfg.tunnel_idle();
+                    let fds = c.fd.as_ref().map(|fd| fd.raw()).zip(up_fd).map(|(a, b)| [a, b]);
+                    match t.idle_timer(&mut self.sh.sockmap, fds, idle) {
+                        IdleLook::Look => {
+                            self.sh.stats.timeouts -= 1;
+                            self.drive(cx, token);
+                            return None;
                         }
-                        return Some(later);
+                        IdleLook::Alive { drive } => {
+                            self.sh.stats.timeouts -= 1;
+                            let later = cx.now + self.sh.cfg.tunnel_idle();
+                            (c.last_activity, c.deadline, c.timer_at) = (cx.now, Some(later), Some(later));
+                            if drive && !self.ready.contains(&token) {
+                                self.ready.push(token);
+                            }
+                            return Some(later);
+                        }
+                        IdleLook::Idle => {}
                     }
                 }
                 // Likewise a body: the bytes its client acknowledged.
@@ -876,22 +877,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                         return Some(later);
                     }
                 }
-                if !c.lingering && c.txn.is_none() && c.tunnel.is_none() && c.out.is_empty() && c.head_started.is_some()
-                {
-                    if let Some(fd) = &c.fd {
-                        let mut out = Vec::with_capacity(256);
-                        respond::simple(
-                            &mut out,
-                            408,
-                            self.sh.date.get(),
-                            b"",
-                            "request head not received in time",
-                            false,
-                            Persist::Close,
-                        );
-                        let _ = sys::send(fd, &out, false);
-                    }
-                }
+                c.tell_head_timed_out(self.sh.date.get());
                 self.close_client(cx, token);
             }
             Who::Upstream(None, _, _) => self.close_upstream(cx, token),

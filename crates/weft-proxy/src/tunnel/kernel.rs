@@ -21,12 +21,12 @@
 //!   queues are empty by then) and the tunnel is done.
 //!
 //! A redirected skb waits on the destination's psock charged to no socket,
-//! so a destination that stops reading lets its source fill kernel memory
-//! until the idle timer, which counts the bytes the peers acknowledge, not
-//! those forwarded, closes the tunnel ([`Tunnel::kernel_progress`]). The
-//! bound in bytes below is built but off ([`BOUND_ON`]: this kernel can
-//! reorder the bytes it passes up). With it, each direction redirects at most
-//! [`KERNEL_BUDGET`] bytes more than its destination has been written.
+//! so without a bound a destination that stops reading would let its
+//! source fill kernel memory. Two bounds hold it: in time, the idle timer
+//! counts the bytes the peers acknowledge, not those forwarded, and closes
+//! a tunnel whose peers took nothing ([`Tunnel::idle_timer`]); in bytes,
+//! each direction redirects at most [`KERNEL_BUDGET`] bytes more than its
+//! destination has been written ([`BOUND_ON`]).
 //! Halfway through a grant the program posts the tunnel's token to the
 //! ring, and weft raises the budget by what the destination has been
 //! written since (one wake-up per 2 MiB while it keeps up). Past the budget
@@ -37,7 +37,11 @@
 //! passed bytes, writes them, and grants a new budget (bpf/sockmap.bpf.c
 //! has the protocol). The counts say when: bytes passed against bytes
 //! taken, never a read's EAGAIN or EOF (a passed skb can wait on the
-//! psock's backlog behind the other direction's bytes). While the
+//! psock's backlog behind the other direction's bytes). This kernel's code
+//! allows it to deliver passed skbs out of order, so the program stamps
+//! each with its place and weft puts them back in order as it reads them
+//! (weft-sockmap's `Unstamper`); bytes it cannot place reset the tunnel.
+//! While the
 //! destination stays slower than the source, weft keeps the direction (it
 //! copies, as a spliced tunnel would move it); it hands it back to the
 //! kernel once it has caught up.
@@ -66,14 +70,15 @@ const PRE_JOIN_READ: usize = 256 * 1024;
 /// per this many bytes; a 1 MiB transfer none.
 pub const KERNEL_BUDGET: u64 = 4 << 20;
 
-/// Whether tunnels get a redirect budget. Off: the takeover reads the bytes
-/// the program passes up, and this kernel sometimes delivers passed skbs
-/// out of order (an unlocked empty-queue test in `sk_psock_verdict_apply`
-/// against the psock worker's dequeue-then-deliver): a stream of the right
-/// length in the wrong order that every count passes, about once in 500
-/// runs of `tunnel_long_transfers_past_the_budget`. docs/proxy.md, "Why
-/// the takeover corrupts", has the trace and the alternative that hung.
-const BOUND_ON: bool = false;
+/// Whether tunnels get a redirect budget. It was off from Dec 1 to Dec 2:
+/// now and then a takeover let a stream through in the wrong order, which
+/// was this file's hand-back (see `take_over`), not the kernel. The kernel's
+/// pass path may reorder passed skbs too (an unlocked empty-queue test in
+/// `sk_psock_verdict_apply`), so the program stamps each with its place and
+/// the takeover puts them back in order (weft-sockmap's stamp.rs;
+/// docs/proxy.md, "Why the takeover corrupted"). Off, a destination that
+/// stops reading lets its source fill kernel memory until the idle timer.
+const BOUND_ON: bool = true;
 
 /// How soon weft first looks whether a draining direction's destination has
 /// been written every redirected byte; each look that finds it has not
@@ -126,9 +131,12 @@ pub(super) struct Kernel {
     /// Looks that found a draining destination not yet written every
     /// redirected byte, since the last that found it had.
     drain_looks: u32,
-    /// Bytes read from a taken-over source and not yet written: the buffer
-    /// and its unwritten span (no buffer outside a takeover).
-    held: [(Vec<u8>, usize, usize); 2],
+    /// Passed bytes put in order and not yet written: the buffer and where
+    /// its unwritten part starts (no buffer outside a takeover).
+    held: [(Vec<u8>, usize); 2],
+    /// What a takeover reads from each source before its stamps are undone
+    /// (no buffer outside a takeover).
+    raw: [Vec<u8>; 2],
     /// Direction's source FIN seen.
     eof: [bool; 2],
     /// Direction's marker sent to its destination.
@@ -172,6 +180,20 @@ pub struct KernelProgress {
     /// stops reading while the other sends would otherwise keep the tunnel,
     /// and what the kernel queues for it, forever.
     pub delivered: bool,
+}
+
+/// What the client's timer does with a tunnel ([`Tunnel::idle_timer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleLook {
+    /// Not idle yet: a draining destination is due another look (drive
+    /// the tunnel).
+    Look,
+    /// A peer acknowledged bytes: the tunnel lives another idle timeout.
+    /// `drive` when it may have passed bytes up (a report the full ring
+    /// lost) or waits for a destination to drain.
+    Alive { drive: bool },
+    /// Idle: close it.
+    Idle,
 }
 
 /// The outcome of one socket's event in the joined state.
@@ -252,10 +274,42 @@ impl Tunnel {
         now
     }
 
+    /// The client's timer has fired: `idle` says the tunnel's idle timeout
+    /// has passed since weft last saw it move. `fds` are the client's and
+    /// the upstream's sockets. Only a joined tunnel is kept past its idle
+    /// timeout, and only if a peer acknowledged bytes since the last look.
+    pub fn idle_timer(&mut self, fwd: &mut KernelFwd, fds: Option<[RawFd; 2]>, idle: bool) -> IdleLook {
+        if self.draining() && !idle {
+            return IdleLook::Look;
+        }
+        let Some(fds) = fds else {
+            return IdleLook::Idle;
+        };
+        match self.kernel_progress(fwd, fds) {
+            Some(p) if p.delivered => IdleLook::Alive {
+                drive: p.forwarded || self.draining(),
+            },
+            Some(_) => {
+                // Bytes the kernel holds for a side, on a psock rather than
+                // a receive queue, are unseen by the close, which would end
+                // with a FIN (a cut stream that looks whole; and a source
+                // held back by its budget would wait on a zero window):
+                // then reset both.
+                if self.kernel.as_ref().is_none_or(|k| k.holds_bytes(fwd, fds)) {
+                    for fd in fds {
+                        let _ = sys::set_linger_zero(fd);
+                    }
+                }
+                IdleLook::Idle
+            }
+            None => IdleLook::Idle,
+        }
+    }
+
     /// What moved in a joined tunnel since the idle timer last looked
     /// (`None` when it is not joined): weft itself sees none of it. `fds`
     /// are the client's and the upstream's sockets.
-    pub fn kernel_progress(&mut self, fwd: &mut KernelFwd, fds: [RawFd; 2]) -> Option<KernelProgress> {
+    fn kernel_progress(&mut self, fwd: &mut KernelFwd, fds: [RawFd; 2]) -> Option<KernelProgress> {
         let (Some(k), KernelFwd::Ready(f)) = (self.kernel.as_mut(), fwd) else {
             return None;
         };
@@ -366,10 +420,8 @@ impl Tunnel {
             return self.decline(st);
         };
         let token = self.kernel.as_ref()?.token;
-        // The redirect budget is off: with it, the takeover's reads let a
-        // corrupt stream through uncaught now and then (docs/proxy.md,
-        // "Bounding what a tunnel pins"). Without a grant the program never
-        // passes up, so no direction is ever taken over or raised.
+        // Without a grant the program never passes up, so no direction is
+        // ever taken over or raised.
         let bound = BOUND_ON.then_some((KERNEL_BUDGET, KERNEL_BUDGET / 2));
         let Ok(pair) = f.join(client.fd, up.fd, token, bound) else {
             return self.decline(st);
@@ -492,7 +544,7 @@ impl Kernel {
     /// end). The module documentation has the why.
     fn take_over(&mut self, f: &mut Forwarder, d: usize, sides: [&Side<'_>; 2], st: &mut ProxyStats) -> Step {
         let [src, dst] = [sides[0].fd, sides[1].fd];
-        let Some(pair) = self.pair.as_ref() else {
+        let Some(pair) = self.pair.as_mut() else {
             return Step::Failed;
         };
         if self.phase[d] == Phase::Kernel {
@@ -531,9 +583,9 @@ impl Kernel {
             }
         }
         loop {
-            let (buf, start, end) = &mut self.held[d];
-            if *start < *end {
-                match sys::write(dst, &buf[*start..*end]) {
+            let (out, start) = &mut self.held[d];
+            if *start < out.len() {
+                match sys::write(dst, &out[*start..]) {
                     Ok(n) => {
                         *start += n;
                         self.wrote[d] += n as u64;
@@ -544,14 +596,18 @@ impl Kernel {
                     Err(_) => return Step::Failed,
                 }
             }
+            out.clear();
+            *start = 0;
             // Read what the source holds, not only what the program says it
             // passed: more than that would be bytes the kernel handed over
             // twice (docs/proxy.md, "A kernel that forwards a byte twice"),
             // which must not go out as a whole stream. The verdict counts a
             // passed skb before it is queued for reading.
-            buf.resize(TAKEOVER_CHUNK, 0);
-            let got = sys::read(src, &mut buf[..]);
-            let passed = f.flow(pair, d).passed;
+            let raw = &mut self.raw[d];
+            raw.resize(TAKEOVER_CHUNK, 0);
+            let got = sys::read(src, raw);
+            let flow = f.flow(pair, d);
+            let passed = flow.passed;
             match got {
                 Ok(n) if n > 0 => {
                     self.took[d] += n as u64;
@@ -559,7 +615,16 @@ impl Kernel {
                         KernelFwd::check(Seen::Taken, Some(self.took[d]), passed, st);
                         return Step::Mismatch;
                     }
-                    (*start, *end) = (0, n);
+                    // The kernel may deliver passed skbs out of order: put
+                    // them back by their stamps (weft-sockmap's stamp.rs).
+                    let complete = self.took[d] == passed;
+                    match f.take_passed(pair, d, &raw[..n], flow, complete, out) {
+                        Ok(reordered) => st.sockmap_reordered += reordered,
+                        Err(e) => {
+                            KernelFwd::unplaced(e, st);
+                            return Step::Mismatch;
+                        }
+                    }
                     continue;
                 }
                 Ok(_) => {}
@@ -584,10 +649,12 @@ impl Kernel {
                 }
                 self.shut[d] = true;
                 self.phase[d] = Phase::Kernel;
-                *buf = Vec::new();
+                self.held[d] = Default::default();
+                self.raw[d] = Vec::new();
                 return Step::Ok;
             }
-            let budget = f.forwarded(pair, d) + KERNEL_BUDGET;
+            let forwarded = f.forwarded(pair, d);
+            let budget = forwarded + KERNEL_BUDGET;
             let notify_at = budget - KERNEL_BUDGET / 2;
             if f.grant(pair, d, budget, self.took[d], notify_at).is_err() {
                 return Step::Failed;
@@ -598,9 +665,21 @@ impl Kernel {
             if sys::tcp_info(src).is_err() {
                 return Step::Failed;
             }
-            if f.flow(pair, d).passed == self.took[d] {
+            let flow = f.flow(pair, d);
+            if flow.passed != self.took[d] && flow.redirected != forwarded {
+                // The program took the grant, redirected, used it up and
+                // passed up again, all before this look: the bytes it
+                // passed now come after redirected ones that may still wait
+                // for the destination, so drain again before writing them.
+                self.phase[d] = Phase::Drain;
+                self.drain_looks = 0;
+                st.sockmap_takeovers += 1;
+                return Step::Ok;
+            }
+            if flow.passed == self.took[d] {
                 self.phase[d] = Phase::Kernel;
-                *buf = Vec::new();
+                self.held[d] = Default::default();
+                self.raw[d] = Vec::new();
                 if let Some(was) = self.clamp[d].take() {
                     if sys::set_window_clamp(src, was).is_err() {
                         return Step::Failed;
@@ -646,6 +725,24 @@ impl Kernel {
         Step::Ok
     }
 
+    /// Whether bytes of either direction are still on their way to its
+    /// destination (`fds`: the client's and the upstream's sockets):
+    /// redirected and not yet written to it, passed up and not yet taken,
+    /// or taken and not yet written. A count that cannot be read counts as
+    /// bytes held.
+    fn holds_bytes(&self, fwd: &mut KernelFwd, fds: [RawFd; 2]) -> bool {
+        let (Some(pair), KernelFwd::Ready(f)) = (self.pair.as_ref(), fwd) else {
+            return true;
+        };
+        (0..2).any(|d| {
+            let flow = f.flow(pair, d);
+            let written = sys::tcp_info(fds[1 - d]).map(|t| t.written().saturating_sub(self.written_at_join[1 - d]));
+            flow.passed > self.took[d]
+                || self.held[d].1 < self.held[d].0.len()
+                || written.map_or(true, |w| w < flow.redirected + self.wrote[d])
+        })
+    }
+
     /// Done once both destinations are half-closed; otherwise wait for each
     /// source still open (read interest: EPOLLRDHUP). Errors, and so the
     /// markers, come whatever the interest.
@@ -658,7 +755,7 @@ impl Kernel {
         if self.shut[0] && self.shut[1] {
             return TunnelState::Done;
         }
-        let holds = |d: usize| self.held[d].1 < self.held[d].2;
+        let holds = |d: usize| self.held[d].1 < self.held[d].0.len();
         let reads = |d: usize| match self.phase[d] {
             Phase::Kernel => !self.eof[d] && !self.shut[d],
             Phase::Drain => false,
