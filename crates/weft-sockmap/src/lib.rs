@@ -17,7 +17,10 @@
 //!   ([`Forwarder::grant`], [`Flow`]; bpf/sockmap.bpf.c has the protocol,
 //!   weft-proxy's tunnel/kernel.rs the use). A redirected skb is charged to
 //!   no socket, so this budget is what bounds the kernel memory a tunnel
-//!   whose destination stops reading can pin.
+//!   whose destination stops reading can pin. Each skb passed up past the
+//!   budget is stamped with its place, and [`Forwarder::take_passed`] reads
+//!   them back in stream order (stamp.rs: the kernel's pass path can
+//!   reorder them).
 //!
 //! A response body of known length ([`Forwarder::join_body`]) moves one way,
 //! upstream → client: the upstream socket joins a second sockmap whose

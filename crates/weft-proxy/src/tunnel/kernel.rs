@@ -41,10 +41,11 @@
 //! allows it to deliver passed skbs out of order, so the program stamps
 //! each with its place and weft puts them back in order as it reads them
 //! (weft-sockmap's `Unstamper`); bytes it cannot place reset the tunnel.
-//! While the
-//! destination stays slower than the source, weft keeps the direction (it
-//! copies, as a spliced tunnel would move it); it hands it back to the
-//! kernel once it has caught up.
+//! While the destination stays slower than the source, weft keeps the
+//! direction (it copies, as a spliced tunnel would move it); it hands it
+//! back to the kernel once it has caught up. A hand-back that finds the
+//! program already redirected on the new grant and passed up again drains
+//! the destination again before writing those bytes.
 //!
 //! Direction 0 is client → upstream, 1 upstream → client; the pair's side 0
 //! is the client, side 1 the upstream, so direction `d` reads side `d` and
