@@ -74,7 +74,7 @@ pub enum Unplaced {
     Ambiguous,
     /// An skb's bytes fall where bytes were already handed out.
     Overlap,
-    /// More than [`MAX_AHEAD`] bytes came before an earlier skb.
+    /// More than `MAX_AHEAD` (16 MiB) came before an earlier skb.
     TooFarAhead,
     /// Every passed byte was taken, and some before the last are missing.
     Gap,
