@@ -284,8 +284,6 @@ static int stamp(struct __sk_buff *skb, struct peer *peer, u64 cookie, u64 len)
 
 	key.cookie = cookie;
 	key.slot = seq % STAMP_SLOTS;
-	if (bpf_map_lookup_elem(&stamps, &key))
-		return -1;
 	s.offset = peer->passed;
 	s.seq = seq;
 	s.len = len;
@@ -297,6 +295,7 @@ static int stamp(struct __sk_buff *skb, struct peer *peer, u64 cookie, u64 len)
 		err = bpf_skb_load_bytes(skb, 0, &s.first, 2);
 	else
 		err = bpf_skb_load_bytes(skb, 0, &s.first, 1);
+	/* BPF_NOEXIST: a slot still holding an unread skb refuses this one. */
 	if (err || bpf_map_update_elem(&stamps, &key, &s, BPF_NOEXIST))
 		return -1;
 	if (len >= 4)

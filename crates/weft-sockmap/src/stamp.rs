@@ -186,6 +186,10 @@ impl Unstamper {
     /// Which unread skb the bytes in `head` start; `None` while too few are
     /// in to tell.
     fn name(&self, seen: Stamped, complete: bool, map: &mut impl StampMap) -> Result<Option<(u64, Stamp)>, Unplaced> {
+        if self.head_len < STAMP && !complete {
+            // A longer skb's stamp may still be coming: no lookups yet.
+            return Ok(None);
+        }
         let mut found = None;
         let mut names = 0;
         if self.head_len == STAMP {
@@ -211,10 +215,6 @@ impl Unstamper {
                     seq += modulus;
                 }
             }
-        }
-        if self.head_len < STAMP && !complete {
-            // A longer skb's stamp may still be coming.
-            return Ok(None);
         }
         match names {
             0 => Err(Unplaced::NoStamp),
