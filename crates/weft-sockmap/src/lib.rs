@@ -131,6 +131,9 @@ pub struct Pair {
     cookies: [u64; 2],
     /// Each source's passed bytes, put back in order.
     unstamp: [Unstamper; 2],
+    /// Each source's stamped skbs once its end of stream was seen (no
+    /// verdict runs after it): [`Forwarder::leave`] then needs no lookup.
+    stamped_at_end: [Option<u64>; 2],
 }
 
 /// A response body in the maps: its upstream socket in `bodies`, its
@@ -302,6 +305,7 @@ impl Forwarder {
             slot,
             cookies: [ca, cb],
             unstamp: Default::default(),
+            stamped_at_end: [None; 2],
         };
         let r = self.link(&pair, a, b, token, budget);
         match r {
@@ -513,7 +517,9 @@ impl Forwarder {
         // Records of passed skbs never read (a tunnel that failed), counted
         // once the verdict no longer runs on either socket.
         for (d, u) in pair.unstamp.iter().enumerate() {
-            let count = self.flow(&pair, d).stamped.count;
+            // A source that ended was counted then; only a tunnel that
+            // failed before both ends costs a lookup here.
+            let count = pair.stamped_at_end[d].unwrap_or_else(|| self.flow(&pair, d).stamped.count);
             let mut map = SourceStamps {
                 stamps: &mut self.stamps,
                 cookie: pair.cookies[d],
@@ -812,6 +818,13 @@ impl Pair {
     /// The two sockets' cookies.
     pub fn cookies(&self) -> [u64; 2] {
         self.cookies
+    }
+
+    /// Side `from`'s end of stream has been seen (after a call that took
+    /// its lock, so no verdict still runs on it) and `flow` read since:
+    /// its stamp count is final.
+    pub fn source_ended(&mut self, from: usize, flow: &Flow) {
+        self.stamped_at_end[from & 1] = Some(flow.stamped.count);
     }
 }
 

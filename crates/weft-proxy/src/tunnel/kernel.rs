@@ -489,7 +489,7 @@ impl Kernel {
     /// end, check the counts and queue the marker, or leave the end to the
     /// takeover when weft moves some of the direction's bytes.
     fn source_end(&mut self, f: &mut Forwarder, d: usize, fd: BorrowedFd<'_>, st: &mut ProxyStats) -> Step {
-        let Some(pair) = self.pair.as_ref() else {
+        let Some(pair) = self.pair.as_mut() else {
             return Step::Failed;
         };
         if self.eof[d] {
@@ -505,6 +505,7 @@ impl Kernel {
         }
         self.eof[d] = true;
         let flow = f.flow(pair, d);
+        pair.source_ended(d, &flow);
         // The program must have been handed each byte received after the
         // join once (a kernel that hands one twice corrupts the stream:
         // docs/proxy.md).
