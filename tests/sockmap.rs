@@ -301,6 +301,9 @@ fn tunnel_stalled_client_is_closed_when_idle() {
     assert!(counter(&stats, "timeouts") >= 1, "{stats}");
     if joined {
         assert_eq!(counter(&stats, "sockmap_sessions"), 1, "{stats}");
+        // Closed while the upstream still sent: the pair left with records
+        // of skbs a verdict may still have been passing up; none stay.
+        assert_eq!(counter(&stats, "sockmap_stamp_records"), 0, "{stats}");
     } else {
         eprintln!("SKIP sockmap assertions: the tunnel spliced");
     }
@@ -317,6 +320,8 @@ fn tunnel_long_transfers_past_the_budget() {
     let stats = with_sockmap("echo", |p, up| failed = echo_tunnels_failed(p, up, &[LEN, LEN + 1]));
     let Some(stats) = stats else { return };
     assert_eq!(counter(&stats, "sockmap_sessions"), 2, "{stats}");
+    // Every record of a passed skb was read, or freed as its pair left.
+    assert_eq!(counter(&stats, "sockmap_stamp_records"), 0, "{stats}");
     if counter(&stats, "sockmap_mismatches") > 0 {
         // The kernel handed bytes over twice (docs/proxy.md, "A kernel that
         // forwards a byte twice"; takeovers meet it about once in 400 runs
@@ -411,6 +416,7 @@ fn stalled_client(more: &[&str], len: usize) {
         .collect();
     let stats = stop_stats(p);
     let want = pattern(len);
+    assert_eq!(counter(&stats, "sockmap_stamp_records"), 0, "{more:?}: {stats}");
     if counter(&stats, "sockmap_mismatches") > 0 {
         // The kernel handed bytes over twice (docs/proxy.md, "A kernel that
         // forwards a byte twice"; the takeover's reads meet it more often):

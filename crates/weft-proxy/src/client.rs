@@ -7,8 +7,9 @@ use crate::acl;
 use crate::config::ProxyConfig;
 use crate::conn::{Client, Entry, ReqBody, Txn};
 use crate::fill::Outcome;
-use crate::worker::{client_of, Flow, Shared, Worker};
+use crate::worker::{client_of, upstream_of, Flow, Shared, Worker};
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 use weft_http::respond::{self, Persist};
 use weft_io::sys::{self, Fd};
@@ -174,6 +175,14 @@ impl Worker<'_> {
             relay.note_kernel_cut(&mut c.out, c.fd.as_ref().map(std::os::fd::AsFd::as_fd));
         }
         pools::release_all(&mut c.input, &mut c.out, &mut self.sh.bufs, &mut self.sh.own_pool);
+        // A tunnel first, while both its sockets are open: a sockmap
+        // tunnel leaves the maps with them (`Forwarder::leave`).
+        if let Some((tunnel, ut)) = c.tunnel.take() {
+            let up = upstream_of(&mut self.slab, ut).map(|u| u.fd.as_fd());
+            let fds = c.fd.as_ref().map(|fd| fd.as_fd()).zip(up).map(|(a, b)| [a, b]);
+            tunnel.close(&mut self.sh.pipes, &mut self.sh.tunnel_bufs, &mut self.sh.sockmap, fds);
+            self.close_upstream(cx, ut);
+        }
         if let Some(fd) = c.fd.take() {
             // Handoff mode: the socket may still be open in a back-end (one
             // it gave back closes its copy at the end of its batch), and
@@ -195,10 +204,6 @@ impl Worker<'_> {
             if let Some(ut) = txn.up.take() {
                 self.close_upstream(cx, ut);
             }
-        }
-        if let Some((tunnel, ut)) = c.tunnel.take() {
-            tunnel.close(&mut self.sh.pipes, &mut self.sh.tunnel_bufs, &mut self.sh.sockmap);
-            self.close_upstream(cx, ut);
         }
     }
 

@@ -348,7 +348,7 @@ fn run_worker(shared: &WorkerShared, seat: WorkerSeat) -> io::Result<ProxyStats>
         let mut cx = weft_io::Ctx::<P>::with_options(&cfg.event_options)?;
         w.register(&mut cx)?;
         weft_io::run(&mut cx, &mut w)?;
-        w.stats()
+        w.final_stats()
     });
     Ok(stats)
 }

@@ -13,6 +13,7 @@
 use std::cell::RefCell;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 use weft_sockmap::{Body, Forwarder};
 
 /// The count [`KernelFwd::check`] compares with the bytes the program
@@ -69,6 +70,39 @@ thread_local! {
 /// Hand a body still in the maps to the worker's next [`KernelFwd::reap`].
 pub(crate) fn orphan(body: Body) {
     ORPHANS.with(|o| o.borrow_mut().push(body));
+}
+
+/// The `sockmap_stamp_records` gauge: the `stamps` map counted at most once
+/// a second (a map walk is a system call per record; none are there
+/// normally), and once more at exit.
+#[derive(Debug, Default)]
+pub struct StampGauge {
+    counted_at: Option<Instant>,
+    records: u64,
+}
+
+/// Records a count walks at most: more than any takeovers in flight hold.
+const STAMP_COUNT_MAX: usize = 4096;
+
+impl StampGauge {
+    /// The last count.
+    pub fn last(&self) -> u64 {
+        self.records
+    }
+
+    /// Count again if a second has passed since the last count (or `now`
+    /// is None: at exit).
+    pub fn refresh(&mut self, fwd: &KernelFwd, now: Option<Instant>) {
+        let KernelFwd::Ready(f) = fwd else { return };
+        let due = match (now, self.counted_at) {
+            (Some(now), Some(at)) => now.duration_since(at) >= Duration::from_secs(1),
+            _ => true,
+        };
+        if due {
+            self.records = f.stamp_records(STAMP_COUNT_MAX) as u64;
+            self.counted_at = now;
+        }
+    }
 }
 
 impl KernelFwd {

@@ -201,6 +201,10 @@ weft_core::metrics! {
         /// be placed by their stamps (one went up unstamped, or a short
         /// skb's stamp fitted two).
         counter sockmap_unplaced,
+        /// Records of passed-up skbs in the sockmap `stamps` map (counted at
+        /// most once a second, up to 4,096): near zero unless takeovers are
+        /// under way; one that stays up means records were left behind.
+        gauge sockmap_stamp_records,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -299,7 +303,8 @@ mod tests {
             bytes_spliced_up calls_splice_up bytes_linked calls_linked sockmap_sessions sockmap_bytes sockmap_declined \
             sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches upstream_not_empty upgrades \
             stale_if_error collapsed stale_while_revalidate background_revalidations range_fills followed \
-            followers_cut fills_decoupled sockmap_takeovers sockmap_reordered sockmap_unplaced";
+            followers_cut fills_decoupled sockmap_takeovers sockmap_reordered sockmap_unplaced \
+            sockmap_stamp_records";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

@@ -381,10 +381,18 @@ impl Tunnel {
         self.idle_pump
     }
 
-    /// Return the pipes (closed if they still hold bytes) and the copy buffers.
-    pub fn close(self, pool: &mut PipePool, bufs: &mut TunnelBufs, fwd: &mut KernelFwd) {
+    /// Return the pipes (closed if they still hold bytes) and the copy
+    /// buffers; `fds` are the client's and the upstream's sockets, still
+    /// open (a sockmap tunnel leaves the maps with them).
+    pub fn close(
+        self,
+        pool: &mut PipePool,
+        bufs: &mut TunnelBufs,
+        fwd: &mut KernelFwd,
+        fds: Option<[BorrowedFd<'_>; 2]>,
+    ) {
         if let Some(k) = self.kernel {
-            k.leave(fwd);
+            k.leave(fwd, fds);
         }
         self.c2u.give_back(pool, bufs);
         self.u2c.give_back(pool, bufs);

@@ -193,6 +193,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) sockmap_ring: Option<bool>,
     /// Bodies the ring reported, (client token, upstream cookie).
     pub(crate) sockmap_done: Vec<(u64, u64)>,
+    /// The `sockmap_stamp_records` gauge.
+    pub(crate) stamp_gauge: crate::sockmap::StampGauge,
     pub(crate) rules: CacheRules,
     pub(crate) draining: bool,
     /// Background revalidations open (`background.rs`; at most
@@ -306,6 +308,7 @@ impl<'a> Worker<'a> {
                 sockmap: Default::default(),
                 sockmap_ring: None,
                 sockmap_done: Vec::new(),
+                stamp_gauge: Default::default(),
                 rules: crate::store::cache_rules(s.cfg).unwrap_or_default(),
                 draining: false,
                 backgrounds: 0,
@@ -360,7 +363,14 @@ impl<'a> Worker<'a> {
         s.upstream_pooled = sh.pool.len() as u64;
         s.pools = PoolGauges::of(&sh.bufs, &sh.own_pool);
         s.request_state_pooled = sh.request_states.len() as u64;
+        s.sockmap_stamp_records = sh.stamp_gauge.last();
         s
+    }
+
+    /// Counters at exit: the gauges that are counted now and then, now.
+    pub fn final_stats(&mut self) -> ProxyStats {
+        self.sh.stamp_gauge.refresh(&self.sh.sockmap, None);
+        self.stats()
     }
 
     /// Shrink the pools after a burst (at most once a second).
@@ -947,6 +957,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         }
         // Last: the loop marks the batch published when this returns
         // (`publish_clock`), so nothing this batch counts may come after.
+        self.sh.stamp_gauge.refresh(&self.sh.sockmap, Some(cx.now));
         self.slot.publish(&self.stats());
         self.slot.latency.publish(&mut self.sh.latency, cx.now);
     }

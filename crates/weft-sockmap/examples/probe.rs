@@ -87,7 +87,7 @@ fn main() {
             a.read_exact(&mut buf).unwrap();
             assert_eq!(&buf, b"banner");
         }
-        f.leave(p);
+        f.leave(p, Some([b.as_fd(), c.as_fd()]));
     }
     // Cost of a join and a leave (map updates), no traffic.
     let (mut tj, mut tl) = (Duration::ZERO, Duration::ZERO);
@@ -98,7 +98,7 @@ fn main() {
         let p = f.join(b.as_fd(), c.as_fd(), 0, None).expect("join");
         tj += t.elapsed();
         let t = Instant::now();
-        f.leave(p);
+        f.leave(p, Some([b.as_fd(), c.as_fd()]));
         tl += t.elapsed();
     }
     println!("join {:?}, leave {:?} (mean of 200)", tj / 200, tl / 200);

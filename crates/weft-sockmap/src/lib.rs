@@ -311,7 +311,7 @@ impl Forwarder {
         match r {
             Ok(()) => Ok(pair),
             Err(e) => {
-                self.leave(pair);
+                self.leave(pair, Some([a, b]));
                 Err(e)
             }
         }
@@ -502,14 +502,17 @@ impl Forwarder {
                 "this kernel does not report the end-of-stream marker as EPIPE",
             )
         })();
-        self.leave(pair);
+        self.leave(pair, Some([b.as_fd(), c.as_fd()]));
         r
     }
 
-    /// Take both sockets out of the maps. Bytes still queued on either
-    /// socket's psock are dropped by the kernel: call once both are drained,
-    /// or when the tunnel failed.
-    pub fn leave(&mut self, pair: Pair) {
+    /// Take both sockets out of the maps. `socks` are the pair's sockets
+    /// in the order [`Forwarder::join`] was given them, still open (None
+    /// only if one is not: then a verdict still running on it may leave a
+    /// record behind). Bytes still queued on either socket's psock are
+    /// dropped by the kernel: call once both are drained, or when the
+    /// tunnel failed.
+    pub fn leave(&mut self, pair: Pair, socks: Option<[BorrowedFd<'_>; 2]>) {
         let _ = self.socks.clear_index(&(2 * pair.slot));
         let _ = self.socks.clear_index(&(2 * pair.slot + 1));
         let _ = self.targets.clear_index(&(2 * pair.slot));
@@ -519,7 +522,18 @@ impl Forwarder {
         for (d, u) in pair.unstamp.iter().enumerate() {
             // A source that ended was counted then; only a tunnel that
             // failed before both ends costs a lookup here.
-            let count = pair.stamped_at_end[d].unwrap_or_else(|| self.flow(&pair, d).stamped.count);
+            let count = pair.stamped_at_end[d].unwrap_or_else(|| {
+                // Out of the map, the source runs no new verdict; one that
+                // began before may still be stamping an skb (softirq on the
+                // other CPU, or a backlog). TCP_INFO takes the socket's
+                // lock, which waits it out: counted after it, no record is
+                // written behind the count and kept forever (its cookie is
+                // never seen again).
+                if let Some(socks) = socks {
+                    let _ = sys::tcp_info(socks[d]);
+                }
+                self.flow(&pair, d).stamped.count
+            });
             let mut map = SourceStamps {
                 stamps: &mut self.stamps,
                 cookie: pair.cookies[d],
@@ -654,6 +668,14 @@ impl Forwarder {
         sys::bpf::fin_received(up)?;
         self.body_progress(body)
             .ok_or_else(|| std::io::Error::other("the body's span is gone"))
+    }
+
+    /// Records in the `stamps` map, counted up to `at_most`: passed skbs
+    /// weft has not read yet. Near zero whenever no takeover is under way;
+    /// a number that stays up means records are left behind (each one a
+    /// map slot until the process exits). One system call per record.
+    pub fn stamp_records(&self, at_most: usize) -> usize {
+        self.stamps.keys().take(at_most).count()
     }
 
     /// The ring buffer the verdicts post to: readable when

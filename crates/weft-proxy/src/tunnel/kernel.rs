@@ -161,10 +161,11 @@ pub(super) struct Kernel {
 }
 
 impl Kernel {
-    /// Take the sockets out of the maps (at close).
-    pub(super) fn leave(self, fwd: &mut KernelFwd) {
+    /// Take the sockets out of the maps (at close); `fds` are the client's
+    /// and the upstream's, still open.
+    pub(super) fn leave(self, fwd: &mut KernelFwd, fds: Option<[BorrowedFd<'_>; 2]>) {
         if let (Some(pair), KernelFwd::Ready(f)) = (self.pair, fwd) {
-            f.leave(pair);
+            f.leave(pair, fds);
         }
     }
 }
