@@ -12,7 +12,7 @@
 
 use std::cell::RefCell;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use weft_sockmap::{Body, Forwarder};
 
@@ -54,11 +54,35 @@ static SAID_BODIES: AtomicBool = AtomicBool::new(false);
 /// Said once per process when a tunnel's passed bytes could not be placed.
 static SAID_UNPLACED: AtomicBool = AtomicBool::new(false);
 
-/// Set (and said) once a forwarded stream's socket counts disagreed with
-/// the bytes the program redirected ([`KernelFwd::check`]): from then on
-/// every worker's new tunnels and bodies splice (those in the kernel finish
-/// there, each checked the same way).
+/// Set (and said) once forwarded streams' socket counts have disagreed with
+/// the bytes the program redirected ([`KernelFwd::check`]) more often than
+/// [`distrusted`] tolerates: from then on every worker's new tunnels and
+/// bodies splice (those in the kernel finish there, each checked the same
+/// way).
 static DISTRUSTED: AtomicBool = AtomicBool::new(false);
+
+/// Said once per process at the first mismatch.
+static SAID_MISMATCH: AtomicBool = AtomicBool::new(false);
+
+/// Streams (tunnels and bodies) joined in this process, and the
+/// mismatches caught among them (each ends its stream: one per stream).
+static JOINED: AtomicU64 = AtomicU64::new(0);
+static MISMATCHED: AtomicU64 = AtomicU64::new(0);
+
+/// A kernel caught more than once per this many streams is not used again.
+const TOLERATED_ONE_IN: u64 = 1000;
+
+/// Whether `mismatched` faults among `joined` streams are more than a rare
+/// kernel fault: from the second on, more than one per [`TOLERATED_ONE_IN`]
+/// streams. One
+/// fault, as Linux 6.18 shows about once in 20,000–40,000 tunnels (and once
+/// in a few hundred takeovers), costs that stream a reset, caught; turning
+/// sockmap off for the process's life at the first would lose the
+/// forwarding for everyone after it. A kernel that forwards wrong often
+/// (a regression, a broken backport) is switched off at its second fault.
+fn distrusted(mismatched: u64, joined: u64) -> bool {
+    mismatched >= 2 && mismatched.saturating_mul(TOLERATED_ONE_IN) > joined
+}
 
 thread_local! {
     /// Bodies dropped while still in the maps (a transaction closed by a
@@ -125,16 +149,19 @@ impl KernelFwd {
     /// written (`Seen::Written`) `seen` bytes since the join, and the
     /// program redirected `redirected`. Equal is the norm. Otherwise (or
     /// when the count could not be read) the caller resets the connections,
-    /// since the bytes cannot be taken back, and from now on new tunnels
-    /// and bodies splice. Seen on Linux 6.18: the first bytes of an skb
-    /// handed to the program twice (docs/proxy.md, "A kernel that forwards
-    /// a byte twice").
+    /// since the bytes cannot be taken back; if such faults come more often
+    /// than [`distrusted`] tolerates, new tunnels and bodies splice from
+    /// now on. Seen on Linux 6.18: the first bytes of an skb handed to the
+    /// program twice (docs/proxy.md, "A kernel that forwards a byte
+    /// twice").
     pub fn check(seen: Seen, count: Option<u64>, redirected: u64, st: &mut crate::stats::ProxyStats) -> bool {
         if count == Some(redirected) {
             return true;
         }
         st.sockmap_mismatches += 1;
-        if !DISTRUSTED.swap(true, Ordering::Relaxed) {
+        let mismatched = MISMATCHED.fetch_add(1, Ordering::Relaxed) + 1;
+        let joined = JOINED.load(Ordering::Relaxed);
+        if !SAID_MISMATCH.swap(true, Ordering::Relaxed) {
             let count = count.map_or_else(|| "an unknown number of".to_string(), |n| n.to_string());
             let (what, did) = match seen {
                 Seen::Received => ("received", "redirected"),
@@ -143,10 +170,23 @@ impl KernelFwd {
             };
             eprintln!(
                 "weft proxy: --splice sockmap: a socket {what} {count} bytes where the program {did} \
-                 {redirected}; that connection was reset, and new tunnels and bodies splice from now on"
+                 {redirected}; that connection was reset (sockmap_mismatches counts them; more than \
+                 one in {TOLERATED_ONE_IN} streams turns sockmap off)"
+            );
+        }
+        if distrusted(mismatched, joined) && !DISTRUSTED.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "weft proxy: --splice sockmap: {mismatched} of {joined} streams forwarded in the kernel \
+                 were caught wrong; new tunnels and bodies splice from now on"
             );
         }
         false
+    }
+
+    /// A tunnel or body joined the maps: one more stream the faults are
+    /// weighed against ([`distrusted`]).
+    pub fn note_joined() {
+        JOINED.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A taken-over tunnel's passed bytes could not be put in order by
@@ -238,8 +278,22 @@ mod tests {
             "a count that could not be read fails too"
         );
         assert_eq!(st.sockmap_mismatches, 2);
+        // No stream joined here: two faults in no streams is past any rate.
         let mut fwd = KernelFwd::Untried;
         assert!(fwd.get().is_none(), "new tunnels and bodies splice");
         assert!(matches!(fwd, KernelFwd::Untried), "nothing is loaded for them");
+    }
+
+    #[test]
+    fn one_fault_is_tolerated_a_second_within_a_thousand_streams_is_not() {
+        assert!(!distrusted(0, 0));
+        assert!(!distrusted(1, 0), "the first fault alone never switches sockmap off");
+        assert!(!distrusted(1, 5));
+        assert!(distrusted(2, 5));
+        assert!(distrusted(2, 1999));
+        assert!(!distrusted(2, 2000), "two in 2,000 streams: one in a thousand");
+        assert!(!distrusted(30, 40_000));
+        assert!(distrusted(41, 40_000));
+        assert!(distrusted(u64::MAX, u64::MAX - 1));
     }
 }

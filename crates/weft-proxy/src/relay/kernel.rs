@@ -361,6 +361,7 @@ impl Relay {
         let Some(Ok(body)) = joined else {
             return self.decline_kernel(st);
         };
+        KernelFwd::note_joined();
         k.body = Some(body);
         k.len = left;
         k.written_at_join = info.written();

@@ -436,6 +436,7 @@ impl Tunnel {
         k.written_at_join = [ci.written(), ui.written()];
         k.taken_at_join = [ct, ut];
         st.sockmap_sessions += 1;
+        KernelFwd::note_joined();
         // Both may already have ended (their FIN came before the join).
         *client.may_read = true;
         *up.may_read = true;
