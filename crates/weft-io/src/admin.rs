@@ -12,9 +12,11 @@
 //! page opened now shows the minute before, and every role's page reads the
 //! same shape whatever its counters are called.
 //!
-//! It runs on its own thread with blocking std sockets: a cold diagnostic
+//! It runs on its own threads with blocking std sockets: a cold diagnostic
 //! path, kept off the workers so their system-call counts stay exactly the
-//! server's. Workers publish their counters into atomics; the renderers read
+//! server's. The listener's thread hands each connection to a thread of its
+//! own (up to eight at once; more are answered 503), so a client that sends
+//! or reads nothing holds back no other reader. Workers publish their counters into atomics; the renderers read
 //! them.
 //!
 //! This module also registers weft-io's own counters with the metrics
@@ -26,7 +28,8 @@ use crate::sys::counters::{SysKind, KINDS};
 use crate::{SysCounts, TrackerStats};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weft_core::metrics::{self, Group, JsonObject, Kind, Publish, Samples};
@@ -104,26 +107,74 @@ pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
             })?;
     }
     std::thread::Builder::new().name("weft-admin".into()).spawn(move || {
+        let open = Arc::new(AtomicUsize::new(0));
         for conn in l.incoming() {
-            let Ok(mut c) = conn else { continue };
-            let _ = c.set_read_timeout(Some(REQUEST_LINE_WAIT));
-            let mut buf = [0u8; 2048];
-            let (status, kind, body) = match read_request_line(&mut c, &mut buf) {
-                Ok(n) if buf[..n].starts_with(b"GET /history ") => {
-                    ("200 OK", "application/json", history_json(&history))
-                }
-                Ok(n) => answer(&buf[..n], &current(&pages)),
-                Err(Incomplete::Ended) => ("400 Bad Request", "application/json", INCOMPLETE.to_string()),
-                Err(Incomplete::TimedOut) => ("408 Request Timeout", "application/json", INCOMPLETE.to_string()),
-            };
-            let _ = write!(
-                c,
-                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let Ok(c) = conn else { continue };
+            // Each connection on its own thread, so one that sends nothing
+            // (or reads nothing) does not hold a scrape back for the
+            // request-line wait; a few at a time, then 503 at once.
+            if open.load(Ordering::Relaxed) >= OPEN_MAX {
+                reply(c, ("503 Service Unavailable", "application/json", BUSY.to_string()));
+                continue;
+            }
+            let held = Held::new(&open);
+            let (pages, history) = (pages.clone(), history.clone());
+            let spawned = std::thread::Builder::new()
+                .name("weft-admin-conn".into())
+                .spawn(move || {
+                    let _held = held;
+                    answer_connection(c, &current(&pages), &history);
+                });
+            // Not spawned: the closure, the socket and the count drop here.
+            drop(spawned);
         }
     })?;
     Ok(bound)
+}
+
+/// Admin connections answered at once; more wait for none of them.
+const OPEN_MAX: usize = 8;
+
+const BUSY: &str = "{\"error\":\"too many admin connections open\"}\n";
+
+/// One admin connection counted while it is open.
+struct Held(Arc<AtomicUsize>);
+
+impl Held {
+    fn new(open: &Arc<AtomicUsize>) -> Held {
+        open.fetch_add(1, Ordering::Relaxed);
+        Held(open.clone())
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Read one request line from `c` and answer it.
+fn answer_connection(mut c: TcpStream, pages: &Pages, history: &History) {
+    let _ = c.set_read_timeout(Some(REQUEST_LINE_WAIT));
+    let mut buf = [0u8; 2048];
+    let response = match read_request_line(&mut c, &mut buf) {
+        Ok(n) if buf[..n].starts_with(b"GET /history ") => ("200 OK", "application/json", history_json(history)),
+        Ok(n) => answer(&buf[..n], pages),
+        Err(Incomplete::Ended) => ("400 Bad Request", "application/json", INCOMPLETE.to_string()),
+        Err(Incomplete::TimedOut) => ("408 Request Timeout", "application/json", INCOMPLETE.to_string()),
+    };
+    reply(c, response);
+}
+
+/// Write a whole response and close; a reader that takes nothing is given
+/// up on after [`REQUEST_LINE_WAIT`].
+fn reply(mut c: TcpStream, (status, kind, body): (&str, &str, String)) {
+    let _ = c.set_write_timeout(Some(REQUEST_LINE_WAIT));
+    let _ = write!(
+        c,
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }
 
 /// Seconds of history the status page's charts show.
@@ -343,7 +394,6 @@ impl Group for TrackerStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpStream;
     use weft_core::metrics::Slot;
 
     fn get(addr: SocketAddr, path: &str) -> String {
@@ -356,6 +406,38 @@ mod tests {
         let mut s = String::new();
         c.read_to_string(&mut s).unwrap();
         s
+    }
+
+    /// A client that connects and sends nothing (or reads nothing) holds
+    /// back no other: the next request is answered while it waits; past
+    /// eight such clients the next is told 503 at once, and once they go,
+    /// requests are answered again.
+    #[test]
+    fn a_silent_client_holds_back_no_other() {
+        let addr = start("127.0.0.1:0".parse().unwrap(), Arc::new(|| "{\"ok\":1}".to_string())).unwrap();
+        let silent = TcpStream::connect(addr).unwrap();
+        let mut c = TcpStream::connect(addr).unwrap();
+        // Far below the 10 s a silent client may hold its own thread.
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(b"GET /stats HTTP/1.1\r\n\r\n").unwrap();
+        let mut s = String::new();
+        c.read_to_string(&mut s)
+            .expect("answered while another client was silent");
+        assert!(s.starts_with("HTTP/1.1 200 OK") && s.ends_with("{\"ok\":1}"), "{s}");
+        let mut more: Vec<TcpStream> = (1..OPEN_MAX).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        more.push(silent);
+        let mut s = String::new();
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.read_to_string(&mut s).expect("told at once");
+        assert!(s.starts_with("HTTP/1.1 503 "), "{s}");
+        drop(more);
+        // Their threads see the ends of stream and leave.
+        let answered = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            get(addr, "/stats").starts_with("HTTP/1.1 200 OK")
+        });
+        assert!(answered, "requests are answered again");
     }
 
     #[test]
