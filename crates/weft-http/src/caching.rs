@@ -309,7 +309,7 @@ pub enum StaleUse {
 
 /// May a response stored `lifetime` seconds fresh and `age` seconds old be
 /// used stale for `why`? Never where RFC 9111 §4.2.4 forbids serving stale
-/// ([`may_serve_stale`]). The window:
+/// (`may_serve_stale`). The window:
 /// - `IfError`: the request's `stale-if-error` if it has one, else the
 ///   larger of the response's and `configured` (the operator's default; 0:
 ///   only where the response asks);

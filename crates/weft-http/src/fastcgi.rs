@@ -21,7 +21,7 @@
 //!   [`Step::Stderr`] lengths of the input to take. END_REQUEST ends it.
 //! - [`head`]: the CGI response head (Status, Content-Type, Location, other
 //!   fields) at the start of STDOUT, with limits.
-//! - [`env`]: the CGI/1.1 meta-variables (RFC 3875 §4.1) built from a request
+//! - [`env`](mod@env): the CGI/1.1 meta-variables (RFC 3875 §4.1) built from a request
 //!   head, written as FastCGI params or as a fork-per-request environment.
 //!
 //! Malformed input is a [`FcgiError`]; the caller answers 502 and drops the

@@ -3,7 +3,7 @@
 //! (spliced, tee'd, copied, served from memory) and how each body transfer
 //! (a "session") ended — so an experiment can say *why* a CPU figure moved.
 //!
-//! Declared once in the metrics registry ([`weft_core::metrics`]): a worker
+//! Declared once in the metrics registry ([`weft_core::metrics`](mod@weft_core::metrics)): a worker
 //! bumps plain `u64` fields; the registry generates the sum, the slot the
 //! worker publishes into once per batch, and the JSON and Prometheus renderings.
 

@@ -2,7 +2,7 @@
 //!
 //! The structure follows `weft serve`'s worker (per-worker loop, slab with
 //! generation tokens, one timer per connection, deferred close, graceful
-//! drain). Per client connection, [`Worker::drive`] runs steps until one has
+//! drain). Per client connection, `Worker::drive` runs steps until one has
 //! to wait:
 //!
 //! 1. a CONNECT tunnel, if any, is pumped both ways (`txn.rs`);
