@@ -13,7 +13,7 @@
 //!   [`origin_stats`];
 //! - [`stats`]: counters, HDR histograms, one-second samples, Student-t
 //!   confidence intervals; [`report`]: the summary and `--json`;
-//! - [`run`]: threads, repeats, the live progress line.
+//! - [`run`](mod@run): threads, repeats, the live progress line.
 
 #![forbid(unsafe_code)]
 

@@ -1,5 +1,5 @@
 //! The counters of `weft origin`, declared once in the metrics registry
-//! ([`weft_core::metrics`]).
+//! ([`weft_core::metrics`](mod@weft_core::metrics)).
 //!
 //! Each origin worker owns an [`OriginStats`] and bumps its plain `u64`
 //! fields (`stats.requests += 1`): no atomic read-modify-write on a cache

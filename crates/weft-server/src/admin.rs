@@ -2,7 +2,7 @@
 //! total, as JSON at `/stats` (so an experiment can read system calls per
 //! request while the server runs) and as Prometheus text at `/metrics`. The
 //! listener thread is `weft_io::admin`'s; the slots and both renderings are
-//! the metrics registry's ([`weft_core::metrics`]).
+//! the metrics registry's ([`weft_core::metrics`](mod@weft_core::metrics)).
 //!
 //! Each worker publishes its counters into its own slot of relaxed atomics at
 //! the end of every event-loop batch (a few dozen plain stores, no lock, no

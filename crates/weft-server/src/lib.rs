@@ -18,6 +18,10 @@
 //! - [`stats`]: per-worker counters (bytes by send path, syscalls by kind).
 
 #![forbid(unsafe_code)]
+// The module docs name the private functions and types they describe, as
+// links that `cargo doc --document-private-items` renders: the crate's
+// readers are weft's developers.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod accesslog;
 pub mod admin;

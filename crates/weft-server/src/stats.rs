@@ -1,5 +1,5 @@
 //! Per-worker counters: what was served and by which path, declared once in
-//! the metrics registry ([`weft_core::metrics`]). A worker bumps plain `u64`
+//! the metrics registry ([`weft_core::metrics`](mod@weft_core::metrics)). A worker bumps plain `u64`
 //! fields; the registry generates the sum, the slot it publishes into, and
 //! the JSON (`--stats-on-exit`, `/stats`) and Prometheus (`/metrics`) renderings.
 
