@@ -109,12 +109,16 @@ pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
     std::thread::Builder::new().name("weft-admin".into()).spawn(move || {
         let open = Arc::new(AtomicUsize::new(0));
         for conn in l.incoming() {
-            let Ok(c) = conn else { continue };
+            let Ok(mut c) = conn else { continue };
             // Each connection on its own thread, so one that sends nothing
             // (or reads nothing) does not hold a scrape back for the
             // request-line wait; a few at a time, then 503 at once.
             if open.load(Ordering::Relaxed) >= OPEN_MAX {
-                reply(c, ("503 Service Unavailable", "application/json", BUSY.to_string()));
+                // No lingering here: it would hold the accept loop.
+                reply(
+                    &mut c,
+                    ("503 Service Unavailable", "application/json", BUSY.to_string()),
+                );
                 continue;
             }
             let held = Held::new(&open);
@@ -163,19 +167,49 @@ fn answer_connection(mut c: TcpStream, pages: &Pages, history: &History) {
         Err(Incomplete::Ended) => ("400 Bad Request", "application/json", INCOMPLETE.to_string()),
         Err(Incomplete::TimedOut) => ("408 Request Timeout", "application/json", INCOMPLETE.to_string()),
     };
-    reply(c, response);
+    reply_lingering(c, response);
 }
 
-/// Write a whole response and close; a reader that takes nothing is given
-/// up on after [`REQUEST_LINE_WAIT`].
-fn reply(mut c: TcpStream, (status, kind, body): (&str, &str, String)) {
+/// Write a whole response (one write: `write!` on the socket would send
+/// each piece of the format in its own segment) and close; a reader that
+/// takes nothing is given up on after [`REQUEST_LINE_WAIT`].
+fn reply(c: &mut TcpStream, (status, kind, body): (&str, &str, String)) {
     let _ = c.set_write_timeout(Some(REQUEST_LINE_WAIT));
-    let _ = write!(
-        c,
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
+    let mut all = head.into_bytes();
+    all.extend_from_slice(body.as_bytes());
+    let _ = c.write_all(&all);
 }
+
+/// [`reply`], then a lingering close: the end of stream first, then wait
+/// (up to [`LINGER`]) for the client's. Closed at once, a socket whose
+/// answer is still in flight becomes an orphan, and under TCP memory
+/// pressure (measured: 800 stalled sockmap tunnels holding buffers) the
+/// kernel resets orphans (`TCPAbortOnMemory`), so the scrape read a reset
+/// instead of its answer; a socket closed with request bytes unread is
+/// reset the same way. Each connection has its own thread, so waiting
+/// holds back no other.
+fn reply_lingering(mut c: TcpStream, response: (&str, &str, String)) {
+    reply(&mut c, response);
+    if c.shutdown(std::net::Shutdown::Write).is_err() {
+        return;
+    }
+    let _ = c.set_read_timeout(Some(LINGER));
+    let deadline = std::time::Instant::now() + LINGER;
+    let mut sink = [0u8; 1024];
+    while std::time::Instant::now() < deadline {
+        match c.read(&mut sink) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// How long a lingering close waits for the client's end of stream.
+const LINGER: Duration = Duration::from_secs(2);
 
 /// Seconds of history the status page's charts show.
 const HISTORY_POINTS: usize = 61;
