@@ -16,8 +16,8 @@
 //! path, kept off the workers so their system-call counts stay exactly the
 //! server's. The listener's thread hands each connection to a thread of its
 //! own (up to eight at once; more are answered 503), so a client that sends
-//! or reads nothing holds back no other reader. Workers publish their counters into atomics; the renderers read
-//! them.
+//! or reads nothing holds back no other reader. Workers publish their
+//! counters into atomics; the renderers read them.
 //!
 //! This module also registers weft-io's own counters with the metrics
 //! registry ([`weft_core::metrics::Group`] for [`SysCounts`] and
@@ -114,7 +114,14 @@ pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
             // (or reads nothing) does not hold a scrape back for the
             // request-line wait; a few at a time, then 503 at once.
             if open.load(Ordering::Relaxed) >= OPEN_MAX {
-                // No lingering here: it would hold the accept loop.
+                // No lingering here: it would hold the accept loop. What
+                // the request has sent so far is read without waiting, so
+                // the close does not turn the 503 into a reset (a socket
+                // closed with bytes unread is reset).
+                if c.set_nonblocking(true).is_ok() {
+                    let _ = c.read(&mut [0u8; 2048]);
+                    let _ = c.set_nonblocking(false);
+                }
                 reply(
                     &mut c,
                     ("503 Service Unavailable", "application/json", BUSY.to_string()),
@@ -463,6 +470,8 @@ mod tests {
         let mut s = String::new();
         let mut c = TcpStream::connect(addr).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // Its request unread would turn the 503's close into a reset.
+        c.write_all(b"GET /stats HTTP/1.1\r\n\r\n").unwrap();
         c.read_to_string(&mut s).expect("told at once");
         assert!(s.starts_with("HTTP/1.1 503 "), "{s}");
         drop(more);

@@ -74,12 +74,11 @@ const TOLERATED_ONE_IN: u64 = 1000;
 
 /// Whether `mismatched` faults among `joined` streams are more than a rare
 /// kernel fault: from the second on, more than one per [`TOLERATED_ONE_IN`]
-/// streams. One
-/// fault, as Linux 6.18 shows about once in 20,000–40,000 tunnels (and once
-/// in a few hundred takeovers), costs that stream a reset, caught; turning
-/// sockmap off for the process's life at the first would lose the
-/// forwarding for everyone after it. A kernel that forwards wrong often
-/// (a regression, a broken backport) is switched off at its second fault.
+/// streams. One fault, as Linux 6.18 showed about once in 20,000–40,000
+/// tunnels, costs that stream a reset, caught; turning sockmap off for the
+/// process's life at the first would lose the forwarding for everyone
+/// after it. A kernel that forwards wrong often (a regression, a broken
+/// backport) is switched off as soon as its faults pass that rate.
 fn distrusted(mismatched: u64, joined: u64) -> bool {
     mismatched >= 2 && mismatched.saturating_mul(TOLERATED_ONE_IN) > joined
 }
@@ -105,7 +104,9 @@ pub struct StampGauge {
     records: u64,
 }
 
-/// Records a count walks at most: more than any takeovers in flight hold.
+/// Records a count walks at most (a system call each, once a second): a
+/// gauge at this value means at least this many. Stalled takeovers hold
+/// about 45 each (docs/proxy.md), so it is reached at about 90 of them.
 const STAMP_COUNT_MAX: usize = 4096;
 
 impl StampGauge {
