@@ -365,6 +365,53 @@ fn write_file_fields(
     }
 }
 
+/// The answers to a file request that carry no part of the file: 412, 416
+/// and 304, written whole into `out`; None for 200 and 206.
+fn answer_without_body(
+    out: &mut Vec<u8>,
+    answer: &Answer,
+    date: &[u8],
+    f: &CachedFile,
+    (persist, head_only): (Persist, bool),
+    cache_control: Option<&[u8]>,
+    vary: &[u8],
+) -> Option<(u16, u64)> {
+    let status = answer.status();
+    match answer {
+        Answer::PreconditionFailed => {
+            let why = "a precondition of the request does not hold";
+            Some((status, respond::simple(out, status, date, b"", why, head_only, persist)))
+        }
+        Answer::RangeNotSatisfiable { .. } => {
+            let range = answer.content_range();
+            let extra = |o: &mut Vec<u8>| range.into_iter().for_each(|r| encode::content_range(o, r));
+            Some((
+                status,
+                respond::simple_with(
+                    out,
+                    status,
+                    date,
+                    extra,
+                    "no requested range is in the file",
+                    head_only,
+                    persist,
+                ),
+            ))
+        }
+        Answer::NotModified => {
+            // Only what RFC 9110 §15.4.5 lists: here the ETag (no Content-Type).
+            respond::not_modified(out, date, &f.fields);
+            if let Some(cc) = cache_control {
+                out.extend_from_slice(cc); // RFC 9110 §15.4.5 lists it too
+            }
+            out.extend_from_slice(vary); // and this
+            respond::end_head(out, None, persist);
+            Some((status, 0))
+        }
+        Answer::Full { .. } | Answer::Partial { .. } => None,
+    }
+}
+
 fn serve_file(
     c: &mut Conn,
     s: &mut Shared<'_>,
@@ -395,39 +442,16 @@ fn serve_file(
         Role::Origin,
     );
     let status = answer.status();
-    let out = c.out.own_mut();
-    match answer {
-        Answer::PreconditionFailed => {
-            let why = "a precondition of the request does not hold";
-            return (status, respond::simple(out, status, date, b"", why, head_only, persist));
-        }
-        Answer::RangeNotSatisfiable { .. } => {
-            let range = answer.content_range();
-            let extra = |o: &mut Vec<u8>| range.into_iter().for_each(|r| encode::content_range(o, r));
-            return (
-                status,
-                respond::simple_with(
-                    out,
-                    status,
-                    date,
-                    extra,
-                    "no requested range is in the file",
-                    head_only,
-                    persist,
-                ),
-            );
-        }
-        Answer::NotModified => {
-            // Only what RFC 9110 §15.4.5 lists: here the ETag (no Content-Type).
-            respond::not_modified(out, date, &f.fields);
-            if let Some(cc) = cache_control {
-                out.extend_from_slice(cc); // RFC 9110 §15.4.5 lists it too
-            }
-            out.extend_from_slice(vary); // and this
-            respond::end_head(out, None, persist);
-            return (status, 0);
-        }
-        Answer::Full { .. } | Answer::Partial { .. } => {}
+    if let Some(done) = answer_without_body(
+        c.out.own_mut(),
+        &answer,
+        date,
+        &f,
+        (persist, head_only),
+        cache_control,
+        vary,
+    ) {
+        return done;
     }
     let body = answer.body().filter(|r| !r.is_empty() && !head_only);
     // stream: a body fed by chunks is tested chunk by chunk instead.
