@@ -162,6 +162,17 @@ pub struct CgiConfig {
 }
 
 impl CgiConfig {
+    /// Does weft start processes for these routes (`--cgi`, either mode)?
+    /// Then a child holds a reference to every descriptor of weft's from its
+    /// vfork until its exec has closed them, and a descriptor weft closes in
+    /// that window stays open, and registered with epoll, until the child
+    /// gets the CPU.
+    pub fn starts_processes(&self) -> bool {
+        self.routes
+            .iter()
+            .any(|r| matches!(r.handler, Handler::Pool(_) | Handler::Fork(_)))
+    }
+
     /// Settings with the defaults for everything but the routes.
     pub fn new(mut routes: Vec<Route>) -> CgiConfig {
         routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
