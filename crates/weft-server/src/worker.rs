@@ -372,14 +372,11 @@ impl<'a> Worker<'a> {
 
     fn close<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) {
         if let Some(mut c) = self.conns.remove(token) {
-            // Another process may hold the socket open: then closing ours
-            // would leave it in our epoll set, and a level-triggered loop
-            // would be woken by its hang-up at every wait for a token that is
-            // gone. The front-end that handed it over may not have closed its
-            // copy yet; a CGI child between its vfork and its exec holds every
-            // descriptor of weft's (a debug build, four clients reconnecting
-            // for every CGI/1.1 request: 251 epoll_wait calls per request,
-            // 8 with the delete; 2026-12-02).
+            // If another process holds the socket (the front-end that handed
+            // it over; a CGI child between its vfork and its exec), closing
+            // ours leaves it in our epoll set, its hang-up reported at every
+            // wait (CGI/1.1, debug build, a connection per request: 251
+            // epoll_wait calls per request, 8 with the delete; 2026-12-02).
             let shared = c.handed.is_some() || self.shared.cfg.cgi.as_ref().is_some_and(|g| g.starts_processes());
             if shared && P::CAPS.close_deregisters {
                 let _ = cx.poller.delete(c.fd.raw());
