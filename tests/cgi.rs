@@ -301,7 +301,7 @@ fn cgi1_mode_runs_a_shell_script() {
 /// client socket's registration outlived the close, its hang-up reported at
 /// every wait until the child got the CPU (pipes: 31-40 epoll_wait calls per
 /// request with four clients, where 2 do; client sockets, closed as the first
-/// clients finish while the others' children start: 14-22 in 1 run of 5).
+/// clients finish while the others' children start: 14-22 in 3 of 8 runs).
 /// Four clients, 40 requests each; the program writes its body in one write
 /// that fits the pipe, so that the wake-ups it causes do not depend on how
 /// the machine schedules it (about 2.2 per request in all).
