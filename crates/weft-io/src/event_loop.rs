@@ -35,6 +35,9 @@ pub struct Ctx<P: Poller> {
     /// Heap length past which superseded entries are swept out ([`run`]).
     timers_sweep_at: usize,
     closing: Vec<Fd>,
+    /// Child processes may hold this process's descriptors (see
+    /// [`Ctx::set_children_share`]).
+    children_share: bool,
 }
 
 /// The timer heap is swept of superseded entries no sooner than at this
@@ -78,7 +81,20 @@ impl<P: Poller> Ctx<P> {
             timers: BinaryHeap::new(),
             timers_sweep_at: TIMERS_SWEEP_MIN,
             closing: Vec::new(),
+            children_share: false,
         })
+    }
+
+    /// This process starts child processes (CGI): a child holds a
+    /// reference to every descriptor from its vfork until its exec has
+    /// closed them, and the exec lets the parent run on before it does, so
+    /// a descriptor closed in that window stays open, and in an epoll set,
+    /// until the child gets the CPU; a level-triggered loop is then woken
+    /// by its hang-up at every wait. With this set, [`Ctx::close_later`]
+    /// takes registered descriptors out of the set before closing them
+    /// under every backend (one `epoll_ctl` per close).
+    pub fn set_children_share(&mut self, on: bool) {
+        self.children_share = on;
     }
 
     /// Register `fd`, refusing descriptors the backend cannot hold.
@@ -164,7 +180,7 @@ impl<P: Poller> Ctx<P> {
     /// Close `fd` at the end of this iteration. Backends whose interest set lives
     /// in user space forget it now, so it is never polled again.
     pub fn close_later(&mut self, fd: Fd, registered: bool) {
-        if registered && !P::CAPS.close_deregisters {
+        if registered && (!P::CAPS.close_deregisters || self.children_share) {
             let _ = self.poller.delete(fd.raw());
         }
         self.poller.forget(fd.raw());

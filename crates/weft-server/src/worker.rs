@@ -246,6 +246,10 @@ impl<'a> Worker<'a> {
     /// Register the listener and the shutdown waker.
     pub fn register<P: Poller>(&mut self, cx: &mut Ctx<P>) -> io::Result<()> {
         let reg = |e: RegisterError| io::Error::other(e.to_string());
+        // CGI children hold weft's descriptors from vfork to exec: what the
+        // loop closes leaves its set first (docs/serve.md, "Children").
+        let children = self.shared.cfg.cgi.as_ref().is_some_and(|g| g.starts_processes());
+        cx.set_children_share(children);
         self.door.register(cx)?;
         if let Some(h) = &self.helpers {
             cx.register(h.waker(), HELPERS, Interest::READ).map_err(reg)?;
@@ -372,18 +376,14 @@ impl<'a> Worker<'a> {
 
     fn close<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) {
         if let Some(mut c) = self.conns.remove(token) {
-            // If another process holds the socket (the front-end that handed
-            // it over; a CGI child between its vfork and its exec), closing
-            // ours leaves it in our epoll set, its hang-up reported at every
-            // wait (CGI/1.1, debug build, a connection per request: 251
-            // epoll_wait calls per request, 8 with the delete; 2026-12-02).
-            let shared = c.handed.is_some() || self.shared.cfg.cgi.as_ref().is_some_and(|g| g.starts_processes());
-            if shared && P::CAPS.close_deregisters {
-                let _ = cx.poller.delete(c.fd.raw());
-            }
             if let (Some(at), Some(h)) = (c.handed, self.handoff.as_mut()) {
                 let (channel, id) = at.get();
                 h.closed(channel, id);
+                // The front-end may not have closed its copy yet: then
+                // closing ours would leave the socket in our epoll set.
+                if P::CAPS.close_deregisters {
+                    let _ = cx.poller.delete(c.fd.raw());
+                }
             }
             pools::release_all(
                 &mut c.input,

@@ -799,19 +799,15 @@ pub(crate) fn after_batch<P: Poller>(s: &mut Shared<'_>, cx: &mut Ctx<P>) -> Vec
         return Vec::new();
     };
     for (fd, registered) in g.closing.drain(..) {
-        // Out of the interest set before the close: a CGI/1.1 child holds a
-        // reference to every descriptor of weft's from its vfork until its
-        // exec has closed them, and the exec lets weft run on before that, so
-        // a closed descriptor's registration could outlive the close. A
-        // pipe's hang-up then woke a level-triggered loop for a connection
-        // that was gone, at every wait until the child got the CPU: 31-40
-        // epoll_wait calls per request with four clients (89 on a loaded
-        // machine) where 2 do (2026-12-02).
-        if registered {
-            cx.close_shared_later(fd);
-        } else {
-            cx.close_later(fd, false);
-        }
+        // When weft starts processes, the loop takes a registered descriptor
+        // out of the interest set before the close (`Ctx::set_children_share`,
+        // set in `Worker::register`): a CGI/1.1 child holds a reference to
+        // every descriptor of weft's from its vfork until its exec has closed
+        // them, and a finished request's pipe kept reporting its hang-up to a
+        // connection that was gone, at every wait until the child got the
+        // CPU: 31-40 epoll_wait calls per request with four clients (89 on a
+        // loaded machine) where 2 do (2026-12-02).
+        cx.close_later(fd, registered);
     }
     for (t, read, write) in g.spent.drain(..) {
         // A connection closed in this batch is gone from the slab (its
