@@ -374,6 +374,31 @@ mod tests {
         assert!(cx.timers.iter().filter(|Reverse((d, t))| h.timer_armed(*t, *d)).count() == 500);
     }
 
+    /// A descriptor another process also holds (a CGI child between its
+    /// vfork and its exec) stays in the epoll set when it is only closed:
+    /// the set drops it with the open file's last reference. With children
+    /// sharing, the close takes it out first, so its hang-up wakes no one.
+    #[test]
+    fn a_shared_descriptor_leaves_the_set_before_its_close() {
+        use std::os::fd::AsFd;
+        for children_share in [false, true] {
+            let mut cx = Ctx::<Epoll>::new().unwrap();
+            cx.set_children_share(children_share);
+            let (r, w) = sys::pipe().unwrap();
+            cx.register(r.raw(), Token(7), Interest::READ).unwrap();
+            // The child's reference to the same open pipe.
+            let child = r.as_fd().try_clone_to_owned().unwrap();
+            drop(w); // the writer goes: the read end reports a hang-up
+            cx.close_later(r, true);
+            cx.closing.clear(); // the end of the iteration closes it
+            let mut events = Vec::new();
+            cx.poller.wait(&mut events, Some(Duration::ZERO)).unwrap();
+            let woken = events.iter().any(|e| e.token == Token(7));
+            assert_eq!(woken, !children_share, "children_share {children_share}: {events:?}");
+            drop(child);
+        }
+    }
+
     /// Sees the clock from inside the batches it runs.
     struct Publisher {
         clock: weft_core::metrics::PublishClock,
