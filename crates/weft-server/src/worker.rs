@@ -379,11 +379,6 @@ impl<'a> Worker<'a> {
             if let (Some(at), Some(h)) = (c.handed, self.handoff.as_mut()) {
                 let (channel, id) = at.get();
                 h.closed(channel, id);
-                // The front-end may not have closed its copy yet: then
-                // closing ours would leave the socket in our epoll set.
-                if P::CAPS.close_deregisters {
-                    let _ = cx.poller.delete(c.fd.raw());
-                }
             }
             pools::release_all(
                 &mut c.input,
@@ -397,7 +392,12 @@ impl<'a> Worker<'a> {
                 self.shared.tails.remove(&token);
             }
             crate::stream::closed(&c, &mut self.shared);
-            cx.close_later(c.fd, true);
+            if c.handed.is_some() {
+                // The front-end may still hold it: out of our set first.
+                cx.close_shared_later(c.fd);
+            } else {
+                cx.close_later(c.fd, true);
+            }
         }
     }
 

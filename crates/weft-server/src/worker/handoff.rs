@@ -308,18 +308,15 @@ impl Worker<'_> {
         let Some(mut c) = self.conns.remove(token) else {
             return true;
         };
-        // The socket lives on in the front-end: out of our epoll set
-        // explicitly (closing does not), closed here without a report.
-        if P::CAPS.close_deregisters {
-            let _ = cx.poller.delete(c.fd.raw());
-        }
         weft_io::pools::release_all(
             &mut c.input,
             &mut c.out,
             &mut self.shared.pool,
             &mut self.shared.own_pool,
         );
-        cx.close_later(c.fd, true);
+        // The socket lives on in the front-end: out of our epoll set
+        // explicitly (closing does not), closed here without a report.
+        cx.close_shared_later(c.fd);
         true
     }
 
