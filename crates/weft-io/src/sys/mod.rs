@@ -637,6 +637,17 @@ pub fn open_dir(path: &CStr) -> io::Result<Fd> {
     cvt(unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) }).map(Fd)
 }
 
+/// mkfifo(3) with mode 0600. Tests make their stuck-reader FIFOs with it
+/// rather than by running `mkfifo`: a process started from a multi-threaded
+/// test binary holds every descriptor of every other test between its fork
+/// and its exec, so a pipe another test just closed would not report end of
+/// file in that window.
+pub fn mkfifo(path: &CStr) -> io::Result<()> {
+    bump(SysKind::Other);
+    // SAFETY: path is a valid NUL-terminated string.
+    cvt(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }).map(drop)
+}
+
 /// How [`open_beneath`] treats the path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Resolve {
