@@ -22,7 +22,10 @@
 //!   invalidated, and writes queued for it before are dropped (a tombstone
 //!   per key until the removal has been carried out); a load re-checks the
 //!   index under its lock before it inserts, so an invalidated object never
-//!   comes back from disk. At shutdown the writer finishes its queue.
+//!   comes back from disk; it takes the objects still queued for writing in
+//!   the same lock hold as its last look at the index, so a write finishing
+//!   meanwhile is found in one place or the other. At shutdown the writer
+//!   finishes its queue.
 //!
 //! A file is `DIR/XX/XXXXXXXXXXXXXXXX`, named by a hash of the primary key
 //! and the secondary (Vary) key: a fixed header (magic, lengths, the
@@ -712,22 +715,65 @@ fn scan(inner: &Inner) {
     );
 }
 
+/// Rounds of file reads one load makes before it settles for what it has
+/// (a key whose files keep being replaced while they are read).
+const LOAD_ROUNDS: usize = 4;
+
 fn reader(inner: &Inner) {
     while let Some(key) = next(inner, &inner.loads, false) {
+        let objects: LoadedObjects = load_key(inner, &key).into();
+        let waiters = lock(&inner.loading).remove(&key).unwrap_or_default();
+        for (worker, token, wait) in waiters {
+            let objects = objects.clone();
+            inner.mailboxes.post(worker, Loaded { token, wait, objects });
+        }
+    }
+}
+
+/// Read `key`'s files and its objects still queued for writing into the
+/// memory store; the objects put there, one per variant.
+///
+/// The writer moves an object from `pending` to the index under one hold of
+/// the index lock, so the round that finds no file left to read takes the
+/// pending objects in that same hold: a write finishing while files are read
+/// is then seen in one of the two places, never in neither. A file replaced
+/// while it was read (its sequence number changed) is read again in the next
+/// round.
+fn load_key(inner: &Inner, key: &[u8]) -> Vec<(u64, Arc<Object>)> {
+    let mut objects: Vec<(u64, Arc<Object>)> = Vec::new();
+    // File → the write (sequence number) already read for this load.
+    let mut read: HashMap<u64, u64> = HashMap::new();
+    for round in 0..LOAD_ROUNDS {
         let files: Vec<(u64, u64)> = {
-            let ix = lock(&inner.index);
-            ix.by_key
-                .get(&key)
-                .map(|ids| {
-                    ids.iter()
-                        .filter_map(|id| ix.files.get(id).map(|e| (*id, e.seq)))
-                        .collect()
-                })
-                .unwrap_or_default()
+            let mut ix = lock(&inner.index);
+            let files: Vec<(u64, u64)> = ix.by_key.get(key).map_or_else(Vec::new, |ids| {
+                ids.iter()
+                    .filter_map(|id| ix.files.get(id).map(|e| (*id, e.seq)))
+                    .filter(|(id, seq)| read.get(id) != Some(seq))
+                    .collect()
+            });
+            if files.is_empty() || round + 1 == LOAD_ROUNDS {
+                // Objects still on their way to disk are newer than any file.
+                if let Some(p) = ix.pending.get(key) {
+                    let mut store = lock(&inner.store);
+                    for (_, obj) in p {
+                        if let Some(mem_id) = store.insert_shared(key, obj.clone()) {
+                            // It replaced any same-variant object read from a file.
+                            replace_variant(&mut objects, mem_id, obj);
+                        }
+                    }
+                    let n = p.len() as u64;
+                    ix.stats.loaded += n;
+                }
+                // (Files left unread after the last round stay indexed: a
+                // later request reads them.)
+                return objects;
+            }
+            files
         };
-        let mut objects = Vec::new();
         for (id, seq) in files {
-            let obj = load_file(inner, &inner.path(id), &key);
+            read.insert(id, seq);
+            let obj = load_file(inner, &inner.path(id), key);
             let mut ix = lock(&inner.index);
             match obj {
                 Ok(obj) => {
@@ -741,8 +787,8 @@ fn reader(inner: &Inner) {
                         }
                         ix.stats.loaded += 1;
                         let obj = Arc::new(obj);
-                        if let Some(mem_id) = lock(&inner.store).insert_shared(&key, obj.clone()) {
-                            objects.push((mem_id, obj));
+                        if let Some(mem_id) = lock(&inner.store).insert_shared(key, obj.clone()) {
+                            replace_variant(&mut objects, mem_id, &obj);
                         }
                     }
                 }
@@ -757,28 +803,15 @@ fn reader(inner: &Inner) {
                 Err(LoadError::Io) => ix.stats.errors += 1,
             }
         }
-        {
-            // Objects still on their way to disk are newer than any file.
-            let mut ix = lock(&inner.index);
-            if let Some(p) = ix.pending.get(&key) {
-                let mut store = lock(&inner.store);
-                for (_, obj) in p {
-                    if let Some(mem_id) = store.insert_shared(&key, obj.clone()) {
-                        // It replaced any same-variant object read from a file.
-                        objects.retain(|(_, o)| o.vary != obj.vary || o.vary_key != obj.vary_key);
-                        objects.push((mem_id, obj.clone()));
-                    }
-                }
-                ix.stats.loaded += p.len() as u64;
-            }
-        }
-        let objects: LoadedObjects = objects.into();
-        let waiters = lock(&inner.loading).remove(&key).unwrap_or_default();
-        for (worker, token, wait) in waiters {
-            let objects = objects.clone();
-            inner.mailboxes.post(worker, Loaded { token, wait, objects });
-        }
     }
+    objects
+}
+
+/// Put `obj` (now `mem_id` in the memory store) in the load's answer in
+/// place of any object of the same variant it replaced there.
+fn replace_variant(objects: &mut Vec<(u64, Arc<Object>)>, mem_id: u64, obj: &Arc<Object>) {
+    objects.retain(|(_, o)| o.vary != obj.vary || o.vary_key != obj.vary_key);
+    objects.push((mem_id, obj.clone()));
 }
 
 /// CRC-32 of the stored head and body. Files are not fsync'd (a cache can

@@ -370,3 +370,22 @@ fn an_invalidated_key_never_comes_back() {
     assert_eq!(d.stats().objects, 1);
     load(&d, b"k");
 }
+
+/// A write that the writer finishes while a load reads the key's files
+/// (it leaves the queue and enters the index under one lock hold) is still
+/// handed over: each round writes a newer object and loads at once, so the
+/// two threads race on every round (before the fix, the load's snapshot of
+/// files came before the write's end and its look at the queue after it,
+/// and the object was in neither).
+#[test]
+fn a_write_finishing_during_a_load_is_handed_over() {
+    let dir = tmpdir("race");
+    let (d, _store) = open(&dir, 1 << 20);
+    for round in 0..300 {
+        let body = format!("body of round {round}").into_bytes();
+        d.write(b"k", &object(&body, b""));
+        let l = load(&d, b"k");
+        let bodies: Vec<Vec<u8>> = l.objects.iter().map(|(_, o)| o.body.segments().concat()).collect();
+        assert_eq!(bodies, [body], "round {round}");
+    }
+}
