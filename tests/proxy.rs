@@ -518,17 +518,23 @@ mod scenarios {
                 "{what}: the GET behind the dropped body"
             );
             // A large answer (1 MiB), and a client that writes all of its
-            // body (1,000,000 bytes) before it reads: the proxy drops the
+            // body (1,000,000 bytes) before it reads on: the proxy drops the
             // body while the answer waits for the client, or both would stall.
             // Small socket buffers (no autotuning) so that neither the
-            // body nor the answer fits in the kernel's buffers.
+            // body nor the answer fits in the client's kernel buffers. The
+            // client sends the rest once the answer has begun to arrive: sent
+            // before the upstream answered, the whole body could go into the
+            // proxy's upstream send buffer (it grows to megabytes), the
+            // exchange would end with the body complete, and the proxy would
+            // rightly keep that connection, which this origin never reads a
+            // request from again.
             weft_io::sys::sockopt::set_sndbuf(c.stream.as_raw_fd(), 16 * 1024).unwrap();
             weft_io::sys::set_rcvbuf(c.stream.as_raw_fd(), 16 * 1024).unwrap();
             let big = format!("http://{}/big", early.addr);
             let mut first = format!("POST {big} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n").into_bytes();
             first.extend_from_slice(&pattern(1000));
             c.send(&first);
-            std::thread::sleep(Duration::from_millis(100));
+            assert!(c.fill() > 0, "{what}: the large early answer begins");
             c.send(&pattern(999_000));
             let r = c.read(false).unwrap();
             assert!(
