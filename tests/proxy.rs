@@ -406,6 +406,9 @@ impl Conn {
     fn to(addr: SocketAddr) -> Conn {
         let s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        // A proxy that stops reading (say, one that no longer drops an
+        // early-answered body) fails the test instead of hanging it.
+        s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
         s.set_nodelay(true).unwrap();
         Conn::new(s)
     }
