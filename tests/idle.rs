@@ -352,9 +352,14 @@ fn max_connections_refuses_beyond_the_bound() {
         };
         assert_eq!(t["refused_max_connections"], 1, "{role}: {t}");
         assert_eq!(t["open_connections"], 3, "{role}: {t}");
-        // Room again once one closes.
+        // Room again once one closes: wait until the worker has seen the
+        // close (a fixed pause is too short on a loaded host).
         drop(held.pop());
-        std::thread::sleep(Duration::from_millis(200));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while totals(admin)["open_connections"] != 2 {
+            assert!(Instant::now() < deadline, "{role}: the close was never seen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let mut again = Reader::new(w.connect());
         again.send(request(path).as_bytes());
         assert_eq!(again.response(false).status, 200, "{role}");
