@@ -253,11 +253,18 @@ fn thread_uids(pid: u32) -> Vec<String> {
 }
 
 /// A free loopback port below 1024: 80 if it is free.
-fn free_privileged_port() -> Option<u16> {
+/// A loopback address of this test process's own (from its pid; all of
+/// 127/8 is local) and a port below 1024 free on it: two test runs on one
+/// host would otherwise both find 127.0.0.1:80 free and race to bind it.
+fn free_privileged_port() -> Option<(std::net::Ipv4Addr, u16)> {
+    let pid = std::process::id();
+    let octet = |n: u32| (1 + n % 250) as u8;
+    let ip = std::net::Ipv4Addr::new(127, octet(pid / 62_500), octet(pid / 250), octet(pid));
     [80u16, 81, 88]
         .into_iter()
         .chain(100..1024)
-        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .find(|p| std::net::TcpListener::bind((ip, *p)).is_ok())
+        .map(|p| (ip, p))
 }
 
 /// Lines of `path` (empty when absent).
@@ -271,7 +278,7 @@ fn binds_a_privileged_port_as_root_then_serves_as_the_user() {
         eprintln!("SKIPPED: binding a port below 1024 and dropping privileges need root");
         return;
     }
-    let Some(port) = free_privileged_port() else {
+    let Some((ip, port)) = free_privileged_port() else {
         eprintln!("SKIPPED: no free loopback port below 1024");
         return;
     };
@@ -280,7 +287,7 @@ fn binds_a_privileged_port_as_root_then_serves_as_the_user() {
     let logs = TempDir::new("root-logs");
     let log = logs.path.join("access.log");
     let pid = logs.path.join("weft.pid");
-    let listen = format!("127.0.0.1:{port}");
+    let listen = format!("{ip}:{port}");
     let mut w = Weft::start(&[
         "serve",
         "--listen",
