@@ -20,18 +20,31 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 /// Every `weft wan` sweeps the namespaces that runs now gone left behind.
-/// A test that starts one holds this for reading until its run is past the
+/// A test that starts one holds this lock shared until its run is past the
 /// sweep (ready, or done); the test that leaves a stale namespace on purpose
-/// holds it for writing from the kill to its own next start, so that the
-/// sweep it asserts is its own and not a neighbour's.
-static STARTS: RwLock<()> = RwLock::new(());
+/// holds it exclusive from the kill to its own next start, so that the sweep
+/// it asserts is its own and not a neighbour's. A file lock (flock), not a
+/// lock in this process: another run of these tests on the same host sweeps
+/// too. Each call opens the file anew, so threads of one process exclude
+/// each other as processes do; the lock goes with the returned file.
+fn starts_lock(exclusive: bool) -> std::fs::File {
+    let path = std::env::temp_dir().join("weft-wan-tests.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let locked = if exclusive { f.lock() } else { f.lock_shared() };
+    locked.unwrap_or_else(|e| panic!("flock {}: {e}", path.display()));
+    f
+}
 
-fn starting() -> RwLockReadGuard<'static, ()> {
-    STARTS.read().unwrap_or_else(|e| e.into_inner())
+fn starting() -> std::fs::File {
+    starts_lock(false)
 }
 
 /// The far end, run inside the client namespace: UDP 9000 echoes `e...`
@@ -717,7 +730,7 @@ fn namespaces_and_tun_devices_removed_on_exit_and_after_sigkill() {
     let (ns, pid) = (w.ns.clone(), w.child.id());
     let mut w = w;
     // No other test's `weft wan` may start (and sweep) until ours has.
-    let _sole = STARTS.write().unwrap_or_else(|e| e.into_inner());
+    let _sole = starts_lock(true);
     w.child.kill().unwrap();
     w.child.wait().unwrap();
     assert!(
