@@ -63,7 +63,13 @@ impl Relay {
             Path::Splice { bytes, .. } => *bytes,
             Path::Tee { in_intake, in_out, .. } => in_intake + if self.client_gone { 0 } else { *in_out },
         };
-        if piped > 0 || (!self.client_gone && e.out.len() >= OUTQ_HIGH as u64) {
+        // The client's queue paces the reads, except for a fill that others
+        // follow (`Relay::decouple`): that one reads at the upstream's pace,
+        // as a Length body's does, and the queue holds the client's copy of
+        // what it has not taken (bounded by the object's limit: past it the
+        // fill stops and the queue paces again).
+        let paced = !(self.decouple && self.fill.is_some());
+        if piped > 0 || (paced && !self.client_gone && e.out.len() >= OUTQ_HIGH as u64) {
             return Ok(0);
         }
         if !buffered {
