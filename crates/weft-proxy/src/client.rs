@@ -17,12 +17,15 @@ use weft_io::{accept, pools, BufPool, Ctx, Fill, Interest, Poller, Token};
 
 /// The fill `txn` leads for `key`, if any, ended with `outcome`: its waiters
 /// are woken (collapsed forwarding, `fill.rs`). Once per fill. Its stream,
-/// if not completed first ([`crate::fill::Feed::complete`]), fails.
+/// if not completed first ([`crate::fill::Feed::complete`]), fails, after
+/// the key's state has changed: a follower cut by the failure whose client
+/// asks again at once finds the key passing (or free), not the failed
+/// stream still published under it.
 pub(crate) fn end_fill(sh: &Shared<'_>, key: &[u8], txn: &mut Txn, outcome: Outcome) {
-    txn.feed = None;
     if std::mem::take(&mut txn.fill) {
         sh.cache.finish_fill(key, outcome, Instant::now());
     }
+    txn.feed = None;
 }
 
 /// How long a closing connection may linger reading the client's leftovers.

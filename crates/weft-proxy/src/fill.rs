@@ -198,7 +198,9 @@ impl Fills {
         match s.filling.get_mut(key) {
             Some(f) => {
                 if let (Some(stream), Some(takes)) = (&f.stream, follow) {
-                    if takes(stream) {
+                    // A failed stream is never followed (its fill's end is
+                    // on its way): the request waits for that end instead.
+                    if !stream.failed() && takes(stream) {
                         stream.followers.fetch_add(1, Ordering::Relaxed);
                         return Join::Follow(stream.clone());
                     }
@@ -227,7 +229,7 @@ impl Fills {
     pub fn follow(&self, key: &[u8], takes: &mut dyn FnMut(&Stream) -> bool) -> Option<Arc<Stream>> {
         let s = self.lock();
         let stream = s.filling.get(key)?.stream.as_ref()?;
-        if !takes(stream) {
+        if stream.failed() || !takes(stream) {
             return None;
         }
         stream.followers.fetch_add(1, Ordering::Relaxed);
@@ -404,6 +406,11 @@ impl Stream {
     pub fn arrived(&self) -> u64 {
         let handed = self.lock().body.len() as u64;
         handed + self.unfed.load(Ordering::Relaxed)
+    }
+
+    /// Has the fill failed (its leader's [`Feed`] dropped before complete)?
+    pub fn failed(&self) -> bool {
+        self.lock().end == Some(false)
     }
 
     /// Up to `max` body bytes from offset `at`; when there are none yet,
@@ -703,6 +710,32 @@ mod tests {
             matches!(stream.read(0, 100, seat(0, 1, 3)), Read::Failed),
             "length differs"
         );
+    }
+
+    #[test]
+    fn a_failed_stream_is_not_followed_while_its_fill_ends() {
+        let f = Fills::new(1).unwrap();
+        let now = Instant::now();
+        assert_eq!(f.join(b"k", true, None, seat(0, 9, 0), now), Join::Lead);
+        let stream = f.stream(seed(), None, (0, Token::new(9, 0)));
+        f.publish(b"k", &stream);
+        let mut takes = |_: &Stream| true;
+        assert!(matches!(
+            f.join(b"k", true, Some(&mut takes), seat(0, 1, 1), now),
+            Join::Follow(_)
+        ));
+        // The leader's stream fails before its fill's end is recorded (a
+        // transaction dropped without `end_fill`, or a request between the
+        // two): a request for the key waits for that end, and neither
+        // follows the failed stream nor takes it for a Range.
+        drop(Feed::new(stream.clone()));
+        assert_eq!(f.join(b"k", true, Some(&mut takes), seat(0, 2, 2), now), Join::Wait);
+        assert!(f.follow(b"k", &mut takes).is_none());
+        f.finish(b"k", Outcome::Uncacheable, now);
+        let mut w = Vec::new();
+        f.take(0, &mut w);
+        assert!(w.contains(&(Token::new(2, 0), 2)), "the waiter is woken: {w:?}");
+        assert_eq!(f.join(b"k", true, Some(&mut takes), seat(0, 2, 3), now), Join::Pass);
     }
 
     #[test]
