@@ -837,8 +837,11 @@ fn response_time_stdev_and_cv() {
         rt["stdev"].as_f64().unwrap(),
         rt["cv"].as_f64().unwrap(),
     );
-    assert!((35.0..65.0).contains(&mean), "{rt}");
-    assert!((14.0..32.0).contains(&stdev), "{rt}");
+    // The lower bounds are the think time's own; the upper ones leave room
+    // for a loaded host's scheduling delay, which adds to every response
+    // time (a soak beside CPU hogs measured a mean of 69 ms).
+    assert!((35.0..100.0).contains(&mean), "{rt}");
+    assert!((14.0..45.0).contains(&stdev), "{rt}");
     assert!((cv - stdev / mean).abs() < 0.01, "{rt}");
     assert!((0.25..0.7).contains(&cv), "{rt}");
 }
