@@ -816,7 +816,13 @@ fn purge_removes_stored_responses_from_both_tiers() {
     get(&p, "/fresh/x/3");
     assert_eq!((asked("/fresh/2"), asked("/fresh/x/3")), (2, 2), "not back from disk");
     get(&p, "/fresh-kept");
-    assert_eq!(asked("/fresh-kept"), 1, "what was not purged comes back from disk");
+    assert_eq!(
+        asked("/fresh-kept"),
+        1,
+        "what was not purged comes back from disk: {}\n{}",
+        common::fetch(&p.admin.expect("admin").to_string(), "/stats"),
+        p.stderr()
+    );
 }
 
 /// `--cache-status` (RFC 9211): each answer says what the cache did, under
