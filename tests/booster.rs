@@ -196,8 +196,12 @@ fn origin_killed_and_restarted_mid_run_loses_no_get() {
         }
     });
     assert!(wait_until(Duration::from_secs(10), || done.load(Ordering::Relaxed) > 100));
+    // Its port held closed while it is down: another test's bind(0) could
+    // take a merely freed port, and this origin could not start again.
+    let down = ClosedPort::on(o.addr);
     drop(o);
     std::thread::sleep(Duration::from_millis(300));
+    drop(down);
     let (_o2, _) = origin(&listen, &d);
     for t in threads {
         t.join().unwrap();

@@ -326,10 +326,8 @@ fn proxy_answers_from_the_cache_are_complete() {
 #[test]
 fn proxy_errors_are_complete() {
     let (p, o) = proxy_and_origin();
-    let down = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let down_port = ClosedPort::new();
+    let down = down_port.addr;
     let long = format!("GET http://{}/{} HTTP/1.1\r\nHost: x\r\n\r\n", o.addr, "a".repeat(9000));
     let many: String = (0..120).map(|i| format!("X-{i}: v\r\n")).collect();
     for (request, status, what) in [

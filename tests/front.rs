@@ -190,8 +190,7 @@ mod scenarios {
             }));
         }
         std::thread::sleep(Duration::from_millis(200));
-        let _ = bs[0].0.child.kill();
-        let _ = bs[0].0.child.wait();
+        bs[0].0.kill_keeping_port();
         std::thread::sleep(Duration::from_millis(300));
         stop.store(1, Ordering::SeqCst);
         for c in clients {

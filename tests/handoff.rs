@@ -138,8 +138,7 @@ mod scenarios {
         let mut held = Reader::new(f.connect());
         assert_eq!(who(&get_on(&mut held, &format!("/t{victim}.txt")).body), 0);
         assert!(wait_until(Duration::from_secs(5), || in_flight(&admin) == "\"in_flight\":1"));
-        let _ = bs[0].weft.child.kill();
-        let _ = bs[0].weft.child.wait();
+        bs[0].weft.kill_keeping_port();
         let down = format!("\"addr\":\"{}\",\"state\":\"down\"", bs[0].weft.addr);
         assert!(
             wait_until(Duration::from_secs(5), || {
@@ -155,7 +154,6 @@ mod scenarios {
             assert_eq!(resp.status, 200);
             assert_ne!(who(&resp.body), 0);
         }
-        bs.remove(0);
     }
 
     /// `--handoff-next return`: the back-end gives the connection back after

@@ -7,8 +7,8 @@
 use crate::common;
 
 use common::{
-    counter, pattern, per_backend, send_with_fin, stop_stats, wait_until, weft_bin, ReadErr, Response as Resp, TempDir,
-    Weft,
+    counter, pattern, per_backend, send_with_fin, stop_stats, wait_until, weft_bin, ClosedPort, ReadErr,
+    Response as Resp, TempDir, Weft,
 };
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -1979,9 +1979,8 @@ fn upstream_errors_name_the_cause() {
     let o = Origin::start();
     let p = start_proxy(&["--upstream-timeout", "300ms", "--connect-timeout", "300ms"]);
     // Refused: a port nobody listens on.
-    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = closed.local_addr().unwrap();
-    drop(closed);
+    let closed = ClosedPort::new();
+    let dead = closed.addr;
     let r = fetch(&p, &format!("http://{dead}/"), "");
     assert_eq!(r.status, 502);
     assert!(String::from_utf8_lossy(&r.body).contains("refused"), "{:?}", r.body);

@@ -60,6 +60,8 @@ pub struct Weft {
     pub admin: Option<SocketAddr>,
     stderr_path: PathBuf,
     _log_dir: TempDir,
+    /// After [`Weft::kill_keeping_port`]: its port, held closed until drop.
+    port_hold: Option<ClosedPort>,
 }
 
 impl Weft {
@@ -101,6 +103,7 @@ impl Weft {
             admin: None,
             stderr_path,
             _log_dir: log_dir,
+            port_hold: None,
         };
         let mut reader = BufReader::new(stdout);
         let mut line = String::new();
@@ -142,6 +145,22 @@ impl Weft {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
+    /// Kill the process (SIGKILL) and reap it, keeping its port closed
+    /// until this guard is dropped: a test that kills a server while
+    /// something still connects to it (a front's health checks, a proxy's
+    /// retries) must not reach another test's server that bound the freed
+    /// port with bind(0) meanwhile. That happened: an idle MT server beside
+    /// the suite counted 28 wake-ups in a second, the ten health checks a
+    /// second of a front whose killed back-end's port it had been given.
+    pub fn kill_keeping_port(&mut self) {
+        // Bound while the process still listens (weft turns SO_REUSEPORT
+        // on once it holds its port), so the port is never free between the
+        // kill and the hold.
+        self.port_hold = Some(ClosedPort::on(self.addr));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Send SIGTERM.
     pub fn terminate(&self) {
         self.signal("TERM");
@@ -175,6 +194,35 @@ impl Drop for Weft {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A TCP port held closed: a socket bound to it that never listens.
+/// Connections to it are refused, as to a port nobody holds, and no other
+/// process's bind to port 0 is given it while the guard lives (a port
+/// merely freed can be, within milliseconds, to another test of the suite,
+/// which would then answer what was meant to be refused).
+pub struct ClosedPort {
+    pub addr: SocketAddr,
+    _socket: weft_io::sys::Fd,
+}
+
+impl ClosedPort {
+    /// A fresh port on 127.0.0.1, held closed.
+    pub fn new() -> ClosedPort {
+        ClosedPort::on(SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// `addr` held closed; SO_REUSEPORT lets the socket bind beside a weft
+    /// that still listens there (every weft turns it on once it holds its
+    /// port), and bind(0) never shares a port with a bound socket.
+    pub fn on(addr: SocketAddr) -> ClosedPort {
+        use weft_io::sys;
+        let socket = sys::tcp_socket(&addr).expect("socket");
+        sys::set_reuseport(&socket, true).expect("SO_REUSEPORT");
+        sys::bind(&socket, &addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+        let addr = sys::local_addr(&socket).expect("getsockname");
+        ClosedPort { addr, _socket: socket }
     }
 }
 
