@@ -91,6 +91,11 @@ impl Relay {
                 Err(_) => return Err(Some(Pump::UpstreamFailed("upstream connection failed mid-body"))),
             }
         }
+        // A decoupled fill's client may be far behind: its share of the
+        // data is queued as slices of the object (`share_pulled`), so the
+        // queue holds only the framing, not a second copy of the object.
+        let share = !paced && !self.client_gone;
+        let share_from = self.acc.len();
         let mut total = 0;
         while !e.up_buf.is_empty() && !dec.is_done() {
             let input = e.up_buf.pending();
@@ -102,22 +107,28 @@ impl Relay {
                 break;
             }
             let consumed = &input[..d.consumed];
-            if keep_framing {
+            // Chunk data, when reached, ends what this call consumed.
+            let data = d.data.map_or(&consumed[d.consumed..], |r| &consumed[r]);
+            let framing = &consumed[..d.consumed - data.len()];
+            if share {
+                if keep_framing {
+                    self.share_framing.extend_from_slice(framing);
+                }
+            } else if keep_framing {
                 e.out.push_copy(consumed);
+            } else if !self.client_gone {
+                e.out.push_copy(data);
             }
-            if let Some(r) = d.data.clone() {
-                let data = &consumed[r];
-                if !keep_framing && !self.client_gone {
-                    e.out.push_copy(data);
-                }
-                if !self.client_gone {
-                    st.bytes_copied += data.len() as u64;
-                }
-                if let Some(f) = &mut self.fill {
-                    self.acc.extend_from_slice(data);
-                    f.size += data.len() as u64;
-                    st.bytes_filled += data.len() as u64;
-                }
+            if !self.client_gone {
+                st.bytes_copied += data.len() as u64;
+            }
+            if let Some(f) = &mut self.fill {
+                self.acc.extend_from_slice(data);
+                f.size += data.len() as u64;
+                st.bytes_filled += data.len() as u64;
+            }
+            if share {
+                self.share_runs.push((self.share_framing.len(), self.acc.len()));
             }
             total += d.consumed;
             e.up_buf.consume(d.consumed);
@@ -126,11 +137,40 @@ impl Relay {
                 break;
             }
         }
-        self.sent = self.acc.len();
         if dec.is_done() {
             self.body_done = true;
         }
+        if share {
+            self.share_pulled(share_from, e.out);
+        }
+        self.sent = self.acc.len();
         self.check_fill_limit();
         Ok(total.max(1))
+    }
+
+    /// Queue for the client what a decoupled fill's pull read (the runs
+    /// recorded in `share_framing` / `share_runs`, their data in
+    /// `acc[from..]`): `acc` becomes a segment of the object, and the
+    /// client's data goes out as slices of it between copies of the
+    /// framing. One segment a pull: the reads' size, as a fill that others
+    /// follow is cut into anyway (`Relay::cut`).
+    fn share_pulled(&mut self, from: usize, out: &mut OutChain) {
+        let frozen = self.acc.split().freeze();
+        let (mut framing_at, mut data_at) = (0, from);
+        for &(framing_end, data_end) in &self.share_runs {
+            if framing_end > framing_at {
+                out.push_copy(&self.share_framing[framing_at..framing_end]);
+            }
+            if data_end > data_at {
+                out.push_shared(frozen.slice(data_at..data_end));
+            }
+            (framing_at, data_at) = (framing_end, data_end);
+        }
+        self.share_framing.clear();
+        self.share_runs.clear();
+        // A pull that read only framing leaves no data: no empty segment.
+        if let (Some(f), false) = (&mut self.fill, frozen.is_empty()) {
+            f.segs.push(frozen);
+        }
     }
 }

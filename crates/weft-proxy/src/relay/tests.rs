@@ -239,6 +239,72 @@ fn chunked_framing_is_kept_and_data_cached() {
     }
 }
 
+/// A fill that others follow reads at the upstream's pace whatever its own
+/// client takes (`Relay::decouple`). A chunked body's share for that client
+/// then waits in its queue as slices of the object: a client that takes
+/// nothing until the body is read costs the framing, not a second copy.
+#[test]
+fn a_decoupled_chunked_fill_queues_slices_of_the_object() {
+    let b = body(2_000_000);
+    let mut wire = Vec::new();
+    for c in b.chunks(10_007) {
+        weft_http::chunked::encode_chunk_head(c.len(), &mut wire);
+        wire.extend_from_slice(c);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire.extend_from_slice(b"0\r\n\r\n");
+    for (want, keep_framing) in [(Want::Copy, true), (Want::Copy, false), (Want::Tee, true)] {
+        let mut r = rig();
+        let framing = Framing::Chunked {
+            dec: ChunkedDecoder::new(),
+            keep_framing,
+        };
+        let mut relay = r.relay(framing, plan(want, Some(1 << 30)));
+        relay.decouple();
+        let feeder = feed(&r, wire.clone());
+        // Nobody reads the client socket until the body is in: once its
+        // buffer is full the client stays unwritable.
+        let (mut may_read, mut may_write) = (true, true);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            match r.pump(&mut relay, None, &mut may_read, &mut may_write) {
+                Pump::Done => break,
+                Pump::Yield => {}
+                Pump::Wait { .. } => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    may_read = true;
+                }
+                other => panic!("{want:?}: {other:?}"),
+            }
+            assert!(std::time::Instant::now() < deadline, "{want:?}: relay stuck");
+        }
+        feeder.join().unwrap();
+        let queued = r.out.memory_len();
+        assert!(
+            queued > b.len() / 2,
+            "{want:?}: the client took most of the body ({queued} queued)"
+        );
+        assert!(
+            r.out.own_len() < 16 * 1024,
+            "{want:?} keep_framing={keep_framing}: {} bytes copied into the queue for {queued} queued",
+            r.out.own_len()
+        );
+        let reader = drain(&r);
+        while !r.out.is_empty() {
+            r.out.flush(r.cl_w.as_fd(), &[], &mut []).unwrap();
+        }
+        let cached = relay.finish(&mut r.pool, &mut r.st).map(|a| a.to_vec());
+        drop(r.cl_w);
+        let got = reader.join().unwrap();
+        let expect = if keep_framing { &wire } else { &b };
+        assert!(
+            got == *expect,
+            "{want:?} keep_framing={keep_framing}: the client's bytes"
+        );
+        assert!(cached.as_deref() == Some(&b[..]), "{want:?}: the object");
+    }
+}
+
 #[test]
 fn splice_failure_falls_back_to_copying() {
     // splice(2) from an eventfd fails with EINVAL; read(2) of it works
