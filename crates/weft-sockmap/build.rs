@@ -30,5 +30,16 @@ fn main() {
     if !built {
         println!("cargo:warning=clang -target bpf failed or is missing: weft is built without sockmap forwarding (apt-get install clang)");
         std::fs::write(&out, b"").expect("write empty BPF object");
+        if std::env::var_os("WEFT_NO_BPF").is_none() {
+            // Without these, the missing clang would be remembered until the
+            // C source changes: installing clang adds an entry to a PATH
+            // directory, which changes that directory's mtime.
+            println!("cargo:rerun-if-env-changed=PATH");
+            for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+                if dir.is_absolute() && dir.is_dir() {
+                    println!("cargo:rerun-if-changed={}", dir.display());
+                }
+            }
+        }
     }
 }
