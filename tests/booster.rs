@@ -180,8 +180,10 @@ fn pipelined_requests_answered_in_order() {
 #[test]
 fn origin_killed_and_restarted_mid_run_loses_no_get() {
     let d = files();
-    let listen = free_addr();
-    let (o, _) = origin(&listen, &d);
+    // The port the kernel gave the first origin is the one its successor
+    // takes: no window between picking a free port and binding it.
+    let (o, _) = origin("127.0.0.1:0", &d);
+    let listen = o.addr.to_string();
     let (b, admin) = booster_for_all(&listen, &["--upstream-conns", "2"]);
     let done = Arc::new(AtomicUsize::new(0));
     let counted = done.clone();

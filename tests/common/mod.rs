@@ -677,13 +677,6 @@ pub fn cpu_ticks_with_children(pid: u32) -> u64 {
     ticks(pid) + children(pid).into_iter().map(ticks).sum::<u64>()
 }
 
-/// A free port on loopback, e.g. for an admin endpoint (a process prints
-/// only its first address where the test harness reads it).
-pub fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 /// A test server on a free loopback port: every accepted connection is
 /// handed to `serve` on a thread of its own. The accept loop lives as long
 /// as the test process.
