@@ -773,7 +773,10 @@ pub fn collapsing_proxy(upstream: &str, event: &str, extra: &[&str]) -> Weft {
 /// endpoint's `/stats`, whose document lists each worker first).
 pub fn admin_total(w: &Weft, name: &str) -> u64 {
     let doc = fetch(&w.admin.expect("admin").to_string(), "/stats");
-    counter(&doc[doc.find("\"total\":").expect("total")..], name)
+    let total = doc
+        .find("\"total\":")
+        .unwrap_or_else(|| panic!("no \"total\" in /stats: {doc:?}"));
+    counter(&doc[total..], name)
 }
 
 /// A number-valued key of a JSON text (the first one of that name).

@@ -15,7 +15,7 @@
 //! It runs on its own threads with blocking std sockets: a cold diagnostic
 //! path, kept off the workers so their system-call counts stay exactly the
 //! server's. The listener's thread hands each connection to a thread of its
-//! own (up to eight at once; more are answered 503), so a client that sends
+//! own (up to eight being answered at once; more are answered 503), so a client that sends
 //! or reads nothing holds back no other reader. Workers publish their
 //! counters into atomics; the renderers read them.
 //!
@@ -108,6 +108,7 @@ pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
     }
     std::thread::Builder::new().name("weft-admin".into()).spawn(move || {
         let open = Arc::new(AtomicUsize::new(0));
+        let lingering = Arc::new(AtomicUsize::new(0));
         for conn in l.incoming() {
             let Ok(mut c) = conn else { continue };
             // Each connection on its own thread, so one that sends nothing
@@ -129,12 +130,11 @@ pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
                 continue;
             }
             let held = Held::new(&open);
-            let (pages, history) = (pages.clone(), history.clone());
+            let (pages, history, lingering) = (pages.clone(), history.clone(), lingering.clone());
             let spawned = std::thread::Builder::new()
                 .name("weft-admin-conn".into())
                 .spawn(move || {
-                    let _held = held;
-                    answer_connection(c, &current(&pages), &history);
+                    answer_connection(c, held, &current(&pages), &history, &lingering);
                 });
             // Not spawned: the closure, the socket and the count drop here.
             drop(spawned);
@@ -145,6 +145,15 @@ pub fn serve(addr: SocketAddr, pages: Pages) -> io::Result<SocketAddr> {
 
 /// Admin connections answered at once; more wait for none of them.
 const OPEN_MAX: usize = 8;
+
+/// Answered connections waiting out their lingering close at once; past
+/// it, an answered connection is closed without waiting. A slot of
+/// [`OPEN_MAX`] is given back when the answer is written, not after the
+/// linger: a scraper that asks again at once must not find every slot held
+/// by its own earlier connections, whose threads a loaded host has not yet
+/// run to see the end of stream (a test reading `/stats` in a loop beside
+/// CPU hogs was told 503 that way).
+const LINGER_MAX: usize = 64;
 
 const BUSY: &str = "{\"error\":\"too many admin connections open\"}\n";
 
@@ -164,8 +173,9 @@ impl Drop for Held {
     }
 }
 
-/// Read one request line from `c` and answer it.
-fn answer_connection(mut c: TcpStream, pages: &Pages, history: &History) {
+/// Read one request line from `c` and answer it; `held` is its slot of
+/// [`OPEN_MAX`], given back once the answer is written ([`LINGER_MAX`]).
+fn answer_connection(mut c: TcpStream, held: Held, pages: &Pages, history: &History, lingering: &Arc<AtomicUsize>) {
     let _ = c.set_read_timeout(Some(REQUEST_LINE_WAIT));
     let mut buf = [0u8; 2048];
     let response = match read_request_line(&mut c, &mut buf) {
@@ -174,7 +184,12 @@ fn answer_connection(mut c: TcpStream, pages: &Pages, history: &History) {
         Err(Incomplete::Ended) => ("400 Bad Request", "application/json", INCOMPLETE.to_string()),
         Err(Incomplete::TimedOut) => ("408 Request Timeout", "application/json", INCOMPLETE.to_string()),
     };
-    reply_lingering(c, response);
+    reply(&mut c, response);
+    drop(held);
+    if lingering.load(Ordering::Relaxed) < LINGER_MAX {
+        let _lingers = Held::new(lingering);
+        linger(c);
+    }
 }
 
 /// Write a whole response (one write: `write!` on the socket would send
@@ -191,7 +206,7 @@ fn reply(c: &mut TcpStream, (status, kind, body): (&str, &str, String)) {
     let _ = c.write_all(&all);
 }
 
-/// [`reply`], then a lingering close: the end of stream first, then wait
+/// The lingering close after [`reply`]: the end of stream first, then wait
 /// (up to [`LINGER`]) for the client's. Closed at once, a socket whose
 /// answer is still in flight becomes an orphan, and under TCP memory
 /// pressure (measured: 800 stalled sockmap tunnels holding buffers) the
@@ -199,8 +214,7 @@ fn reply(c: &mut TcpStream, (status, kind, body): (&str, &str, String)) {
 /// instead of its answer; a socket closed with request bytes unread is
 /// reset the same way. Each connection has its own thread, so waiting
 /// holds back no other.
-fn reply_lingering(mut c: TcpStream, response: (&str, &str, String)) {
-    reply(&mut c, response);
+fn linger(mut c: TcpStream) {
     if c.shutdown(std::net::Shutdown::Write).is_err() {
         return;
     }
@@ -481,6 +495,28 @@ mod tests {
             get(addr, "/stats").starts_with("HTTP/1.1 200 OK")
         });
         assert!(answered, "requests are answered again");
+    }
+
+    /// Clients that have their answers but have not closed yet (their
+    /// connections linger, waiting for the end of stream) hold no slot: a
+    /// scraper asking again at once is answered, not told 503.
+    #[test]
+    fn answered_clients_that_linger_hold_no_slot() {
+        let addr = start("127.0.0.1:0".parse().unwrap(), Arc::new(|| "{\"ok\":1}".to_string())).unwrap();
+        let answered: Vec<TcpStream> = (0..2 * OPEN_MAX)
+            .map(|_| {
+                let mut c = TcpStream::connect(addr).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                c.write_all(b"GET /stats HTTP/1.1\r\n\r\n").unwrap();
+                let mut s = String::new();
+                c.read_to_string(&mut s).expect("answered");
+                assert!(s.starts_with("HTTP/1.1 200 OK"), "{s}");
+                // Kept open: its server side lingers up to LINGER.
+                c
+            })
+            .collect();
+        assert!(get(addr, "/stats").starts_with("HTTP/1.1 200 OK"));
+        drop(answered);
     }
 
     #[test]
