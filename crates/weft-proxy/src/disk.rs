@@ -715,8 +715,9 @@ fn scan(inner: &Inner) {
     );
 }
 
-/// Rounds of file reads one load makes before it settles for what it has
-/// (a key whose files keep being replaced while they are read).
+/// Rounds of file reads one load makes before it settles for what it has,
+/// beyond one for each write of the key queued when it starts (a key whose
+/// files keep being replaced while they are read).
 const LOAD_ROUNDS: usize = 4;
 
 fn reader(inner: &Inner) {
@@ -738,58 +739,53 @@ fn reader(inner: &Inner) {
 /// pending objects in that same hold: a write finishing while files are read
 /// is then seen in one of the two places, never in neither. A file replaced
 /// while it was read (its sequence number changed) is read again in the next
-/// round.
+/// round. Each such round is paid for by a write of the key that finished,
+/// so a load gets one round for each write queued when it starts: a writer
+/// far behind (a busy disk, a starved thread) that finishes them one by one
+/// during the load still leaves it the newest file. Nothing goes into the
+/// memory store before that last hold: an object read from a file replaced
+/// since (when the rounds run out) is dropped there, never put back in
+/// place of the newer object that replaced it.
 fn load_key(inner: &Inner, key: &[u8]) -> Vec<(u64, Arc<Object>)> {
-    let mut objects: Vec<(u64, Arc<Object>)> = Vec::new();
     // File → the write (sequence number) already read for this load.
-    let mut read: HashMap<u64, u64> = HashMap::new();
-    for round in 0..LOAD_ROUNDS {
+    let mut tried: HashMap<u64, u64> = HashMap::new();
+    // File → the write read from it and its object.
+    let mut got: HashMap<u64, (u64, Arc<Object>)> = HashMap::new();
+    let mut rounds = LOAD_ROUNDS;
+    let mut round = 0;
+    loop {
         let files: Vec<(u64, u64)> = {
             let mut ix = lock(&inner.index);
+            if round == 0 {
+                rounds += ix.pending.get(key).map_or(0, Vec::len);
+            }
             let files: Vec<(u64, u64)> = ix.by_key.get(key).map_or_else(Vec::new, |ids| {
                 ids.iter()
                     .filter_map(|id| ix.files.get(id).map(|e| (*id, e.seq)))
-                    .filter(|(id, seq)| read.get(id) != Some(seq))
+                    .filter(|(id, seq)| tried.get(id) != Some(seq))
                     .collect()
             });
-            if files.is_empty() || round + 1 == LOAD_ROUNDS {
-                // Objects still on their way to disk are newer than any file.
-                if let Some(p) = ix.pending.get(key) {
-                    let mut store = lock(&inner.store);
-                    for (_, obj) in p {
-                        if let Some(mem_id) = store.insert_shared(key, obj.clone()) {
-                            // It replaced any same-variant object read from a file.
-                            replace_variant(&mut objects, mem_id, obj);
-                        }
-                    }
-                    let n = p.len() as u64;
-                    ix.stats.loaded += n;
-                }
+            if files.is_empty() || round + 1 >= rounds {
                 // (Files left unread after the last round stay indexed: a
                 // later request reads them.)
-                return objects;
+                return settle(inner, &mut ix, key, got);
             }
             files
         };
         for (id, seq) in files {
-            read.insert(id, seq);
+            tried.insert(id, seq);
             let obj = load_file(inner, &inner.path(id), key);
             let mut ix = lock(&inner.index);
             match obj {
                 Ok(obj) => {
                     // Still the indexed file? (Not invalidated or replaced
-                    // meanwhile; the index lock is held over the insert so an
-                    // invalidation cannot slip in between.)
+                    // meanwhile: what was read may be either write.)
                     if ix.files.get(&id).is_some_and(|e| e.seq == seq) {
                         ix.lru.touch(&id);
                         if ix.scanning {
                             ix.used_in_scan.push(id);
                         }
-                        ix.stats.loaded += 1;
-                        let obj = Arc::new(obj);
-                        if let Some(mem_id) = lock(&inner.store).insert_shared(key, obj.clone()) {
-                            replace_variant(&mut objects, mem_id, &obj);
-                        }
+                        got.insert(id, (seq, Arc::new(obj)));
                     }
                 }
                 Err(LoadError::Damaged) => {
@@ -803,7 +799,28 @@ fn load_key(inner: &Inner, key: &[u8]) -> Vec<(u64, Arc<Object>)> {
                 Err(LoadError::Io) => ix.stats.errors += 1,
             }
         }
+        round += 1;
     }
+}
+
+/// The end of [`load_key`], under the index lock: the objects read from
+/// files that are still the indexed ones, then those of `key` still on
+/// their way to disk (newer than any file), go into the memory store.
+fn settle(inner: &Inner, ix: &mut Index, key: &[u8], got: HashMap<u64, (u64, Arc<Object>)>) -> Vec<(u64, Arc<Object>)> {
+    let current = got
+        .into_iter()
+        .filter(|(id, (seq, _))| ix.files.get(id).is_some_and(|e| e.seq == *seq))
+        .map(|(_, (_, obj))| obj);
+    let pending = ix.pending.get(key).into_iter().flatten().map(|(_, obj)| obj.clone());
+    let mut objects: Vec<(u64, Arc<Object>)> = Vec::new();
+    let mut store = lock(&inner.store);
+    for obj in current.chain(pending) {
+        if let Some(mem_id) = store.insert_shared(key, obj.clone()) {
+            // It replaced any same-variant object put there before it.
+            replace_variant(&mut objects, mem_id, &obj);
+        }
+    }
+    ix.stats.loaded += objects.len() as u64;
     objects
 }
 

@@ -386,6 +386,6 @@ fn a_write_finishing_during_a_load_is_handed_over() {
         d.write(b"k", &object(&body, b""));
         let l = load(&d, b"k");
         let bodies: Vec<Vec<u8>> = l.objects.iter().map(|(_, o)| o.body.segments().concat()).collect();
-        assert_eq!(bodies, [body], "round {round}");
+        assert_eq!(bodies, [body], "round {round}: {:?}", d.stats());
     }
 }
