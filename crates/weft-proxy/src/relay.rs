@@ -38,6 +38,7 @@
 
 use crate::stats::ProxyStats;
 use bytes::{Buf, BytesMut};
+use chunked::SharedPull;
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
 use weft_buf::Aggregate;
@@ -193,13 +194,8 @@ pub struct Relay {
     /// Others follow the fill: a client slower than the upstream must not
     /// hold it back ([`Relay::decouple`]).
     decouple: bool,
-    /// A decoupled chunked fill's pull (`relay/chunked.rs`): the framing
-    /// its client is still to be sent, and for each run of it, where that
-    /// run ends here and where the chunk data after it ends in `acc`. The
-    /// data goes to the client as slices of the object once the pull
-    /// freezes `acc`, not as a second copy. Empty (no allocation) otherwise.
-    share_framing: Vec<u8>,
-    share_runs: Vec<(usize, usize)>,
+    /// A decoupled chunked fill's pull: what its client is still to be sent.
+    shared_pull: SharedPull,
 }
 
 /// Splice what `pipe` holds (`bytes`) to the client while it takes it;
@@ -354,8 +350,7 @@ impl Relay {
             head_piped: 0,
             tainted: false,
             decouple: false,
-            share_framing: Vec::new(),
-            share_runs: Vec::new(),
+            shared_pull: SharedPull::default(),
         }
     }
 

@@ -6,6 +6,17 @@
 
 use super::*;
 
+/// The framing a decoupled fill's client is still to be sent, and for each
+/// run of it, where that run ends in `framing` and where the chunk data
+/// after it ends in the relay's `acc`. The data goes to the client as
+/// slices of the object once the pull freezes `acc`, not as a second copy.
+/// Empty (no allocation) for every other relay.
+#[derive(Default)]
+pub(super) struct SharedPull {
+    framing: Vec<u8>,
+    runs: Vec<(usize, usize)>,
+}
+
 impl Relay {
     /// Chunked bodies: framing through user space, long data runs through the pipe.
     pub(super) fn pull_chunked(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<usize, Option<Pump>> {
@@ -112,7 +123,7 @@ impl Relay {
             let framing = &consumed[..d.consumed - data.len()];
             if share {
                 if keep_framing {
-                    self.share_framing.extend_from_slice(framing);
+                    self.shared_pull.framing.extend_from_slice(framing);
                 }
             } else if keep_framing {
                 e.out.push_copy(consumed);
@@ -128,7 +139,9 @@ impl Relay {
                 st.bytes_filled += data.len() as u64;
             }
             if share {
-                self.share_runs.push((self.share_framing.len(), self.acc.len()));
+                self.shared_pull
+                    .runs
+                    .push((self.shared_pull.framing.len(), self.acc.len()));
             }
             total += d.consumed;
             e.up_buf.consume(d.consumed);
@@ -149,7 +162,7 @@ impl Relay {
     }
 
     /// Queue for the client what a decoupled fill's pull read (the runs
-    /// recorded in `share_framing` / `share_runs`, their data in
+    /// recorded in `shared_pull`, their data in
     /// `acc[from..]`): `acc` becomes a segment of the object, and the
     /// client's data goes out as slices of it between copies of the
     /// framing. One segment a pull: the reads' size, as a fill that others
@@ -157,17 +170,17 @@ impl Relay {
     fn share_pulled(&mut self, from: usize, out: &mut OutChain) {
         let frozen = self.acc.split().freeze();
         let (mut framing_at, mut data_at) = (0, from);
-        for &(framing_end, data_end) in &self.share_runs {
+        for &(framing_end, data_end) in &self.shared_pull.runs {
             if framing_end > framing_at {
-                out.push_copy(&self.share_framing[framing_at..framing_end]);
+                out.push_copy(&self.shared_pull.framing[framing_at..framing_end]);
             }
             if data_end > data_at {
                 out.push_shared(frozen.slice(data_at..data_end));
             }
             (framing_at, data_at) = (framing_end, data_end);
         }
-        self.share_framing.clear();
-        self.share_runs.clear();
+        self.shared_pull.framing.clear();
+        self.shared_pull.runs.clear();
         // A pull that read only framing leaves no data: no empty segment.
         if let (Some(f), false) = (&mut self.fill, frozen.is_empty()) {
             f.segs.push(frozen);
