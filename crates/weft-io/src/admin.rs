@@ -15,9 +15,9 @@
 //! It runs on its own threads with blocking std sockets: a cold diagnostic
 //! path, kept off the workers so their system-call counts stay exactly the
 //! server's. The listener's thread hands each connection to a thread of its
-//! own (up to eight being answered at once; more are answered 503), so a client that sends
-//! or reads nothing holds back no other reader. Workers publish their
-//! counters into atomics; the renderers read them.
+//! own (up to eight being answered at once; more are answered 503), so a
+//! client that sends or reads nothing holds back no other reader. Workers
+//! publish their counters into atomics; the renderers read them.
 //!
 //! This module also registers weft-io's own counters with the metrics
 //! registry ([`weft_core::metrics::Group`] for [`SysCounts`] and
