@@ -206,16 +206,22 @@ fn length_bodies_by_every_path() {
     }
 }
 
-#[test]
-fn chunked_framing_is_kept_and_data_cached() {
-    let b = body(500_000);
+/// `b` as a chunked body of `chunk`-byte chunks, with its last chunk.
+fn chunked_wire(b: &[u8], chunk: usize) -> Vec<u8> {
     let mut wire = Vec::new();
-    for c in b.chunks(70_001) {
+    for c in b.chunks(chunk) {
         weft_http::chunked::encode_chunk_head(c.len(), &mut wire);
         wire.extend_from_slice(c);
         wire.extend_from_slice(b"\r\n");
     }
     wire.extend_from_slice(b"0\r\n\r\n");
+    wire
+}
+
+#[test]
+fn chunked_framing_is_kept_and_data_cached() {
+    let b = body(500_000);
+    let wire = chunked_wire(&b, 70_001);
     for want in [Want::Copy, Want::Splice, Want::Tee] {
         let f = Framing::Chunked {
             dec: ChunkedDecoder::new(),
@@ -246,13 +252,7 @@ fn chunked_framing_is_kept_and_data_cached() {
 #[test]
 fn a_decoupled_chunked_fill_queues_slices_of_the_object() {
     let b = body(2_000_000);
-    let mut wire = Vec::new();
-    for c in b.chunks(10_007) {
-        weft_http::chunked::encode_chunk_head(c.len(), &mut wire);
-        wire.extend_from_slice(c);
-        wire.extend_from_slice(b"\r\n");
-    }
-    wire.extend_from_slice(b"0\r\n\r\n");
+    let wire = chunked_wire(&b, 10_007);
     for (want, keep_framing) in [(Want::Copy, true), (Want::Copy, false), (Want::Tee, true)] {
         let mut r = rig();
         let framing = Framing::Chunked {
