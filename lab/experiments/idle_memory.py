@@ -10,7 +10,8 @@ connection is (RSS now − RSS before) / connections. Kernel socket buffers
 are not in RSS: this is what the server's own user memory grows by.
 
 Servers: weft serve, weft proxy (reverse, the 8 KiB answer a cache hit from
-its memory store), nginx, h2o, lighttpd (static files), HAProxy (reverse,
+its memory store), weft front in relay and booster mode (one back-end: the
+origin), nginx, h2o, lighttpd (static files), HAProxy (reverse,
 no cache: every request forwarded) and Varnish (reverse, a cache hit), the
 proxies in front of `weft origin`. An anchor that is not installed (and
 cannot be with apt-get) is skipped and named in the summary.
@@ -36,7 +37,7 @@ from .. import core, env, proc, report, servers
 from ..wire import read_response
 
 NAME = "idle-memory"
-DESCRIPTION = "issue 21: RSS per idle keep-alive connection (one 8 KiB GET each) at 1k/10k/19k connections: weft serve, weft proxy vs nginx, h2o, lighttpd, HAProxy, Varnish"
+DESCRIPTION = "issue 21: RSS per idle keep-alive connection (one 8 KiB GET each) at 1k/10k/19k connections: weft serve, proxy, front vs nginx, h2o, lighttpd, HAProxy, Varnish"
 
 COUNTS = [1000, 10000, 19000]
 QUICK_COUNTS = [1000, 5000]
@@ -68,6 +69,11 @@ def plan(quick: bool) -> list[tuple[str, str, dict, str]]:
     rows = [
         ("weft serve", "weft", {"extra": weft_idle}, "/8k.bin"),
         ("weft proxy (hit)", "weft-proxy", {"extra": weft_idle}, ORIGIN_PATH),
+        # The cluster front-end's two terminating modes, one back-end (the
+        # origin): every request forwarded (relay) or multiplexed over
+        # pooled back-end connections and cached (booster, a hit).
+        ("weft front (relay)", "weft-front", {"extra": [*weft_idle, "--mode", "relay"]}, ORIGIN_PATH),
+        ("weft front (booster)", "weft-front", {"extra": [*weft_idle, "--mode", "booster"]}, ORIGIN_PATH),
         ("nginx", "nginx", {}, "/8k.bin"),
     ]
     if not quick:
@@ -187,7 +193,9 @@ def measure_server(lab: core.Lab, pool: servers.ServerPool, spec: servers.Server
                    "kib_per_conn": per_connection_kib(base, rss, held), "open_s": round(opened_s, 2)}  # fmt: skip
             if stopped:
                 row["failed"] = stopped
-            if stats:
+            # weft front's /stats has no per-worker totals (its document
+            # is the front-end's and the back-ends'): no pool gauges there.
+            if stats and "total" in stats:
                 t = stats["total"]
                 # The pool gauges are nested under "pools" (the same group in every role).
                 t = {**t, **t.get("pools", {})}
@@ -226,6 +234,8 @@ def run(lab: core.Lab) -> dict:
             o = dict(opts)
             if kind == "weft-proxy":
                 o["extra"] = ["--upstream", f"127.0.0.1:{origin.port}", *o.get("extra", [])]
+            elif kind == "weft-front":
+                o["extra"] = ["--backend", f"127.0.0.1:{origin.port}", *o.get("extra", [])]
             elif kind in ("haproxy-copy", "varnish-hit-idle"):
                 o["origin"] = ("127.0.0.1", origin.port)
             spec = servers.ServerSpec(label, kind, o)

@@ -3,11 +3,13 @@ import os
 from lab.experiments import idle_memory as im
 
 
-def test_plan_quick_has_weft_serve_proxy_and_nginx():
+def test_plan_quick_has_every_weft_role_and_nginx():
     quick = [label for label, *_ in im.plan(True)]
-    assert quick == ["weft serve", "weft proxy (hit)", "nginx"]
+    assert quick == ["weft serve", "weft proxy (hit)", "weft front (relay)", "weft front (booster)", "nginx"]
     full = [label for label, *_ in im.plan(False)]
-    assert len(full) == 7 and full[:3] == quick
+    assert len(full) == 9 and full[:5] == quick
+    modes = [opts["extra"][opts["extra"].index("--mode") + 1] for _, kind, opts, _ in im.plan(False) if kind == "weft-front"]
+    assert modes == ["relay", "booster"]
 
 
 def test_per_connection_and_rss_of_this_process():
