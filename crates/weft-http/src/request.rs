@@ -206,13 +206,32 @@ impl RequestHead {
     /// An empty head.
     pub fn new() -> RequestHead {
         RequestHead {
+            fields: Vec::with_capacity(32),
+            ..RequestHead::empty()
+        }
+    }
+
+    /// Back to an empty head, keeping the field table's capacity (a head
+    /// reused by another connection shows nothing of the last one's).
+    pub fn clear(&mut self) {
+        let mut fields = std::mem::take(&mut self.fields);
+        fields.clear();
+        *self = RequestHead {
+            fields,
+            ..RequestHead::empty()
+        };
+    }
+
+    /// An empty head without a field table (no allocation).
+    pub const fn empty() -> RequestHead {
+        RequestHead {
             method: Method::Get,
-            method_span: Span::default(),
+            method_span: Span { start: 0, len: 0 },
             extension_methods: false,
             version: Version::Http11,
-            target: Span::default(),
+            target: Span { start: 0, len: 0 },
             form: TargetForm::Origin,
-            fields: Vec::with_capacity(32),
+            fields: Vec::new(),
             framing: BodyFraming::None,
             keep_alive: true,
             expect_continue: false,

@@ -42,7 +42,7 @@
 //! client wait for the bytes before its range; Squid forwards the Range
 //! and stores nothing (`range_offset_limit 0`).
 
-use crate::conn::{Client, Entry, Txn};
+use crate::conn::{Client, Entry, IdleClient, Txn};
 use crate::store::{Object, Revalidating};
 use crate::worker::{client_of, Flow, Shared, Worker};
 use std::collections::HashSet;
@@ -168,7 +168,7 @@ impl Worker<'_> {
         let Some((head, claim)) = self.sh.background_wanted.take() else {
             return;
         };
-        let mut c = Client::new(None, None, true, Interest::NONE, cx.now, &self.sh.blank_head);
+        let mut c = self.sh.clients.lend(IdleClient::new(None, None, true, Interest::NONE, cx.now));
         let room = c.input.reserve(head.len(), head.len(), &mut self.sh.bufs);
         if room < head.len() {
             c.input.discard(&mut self.sh.bufs);
@@ -184,7 +184,7 @@ impl Worker<'_> {
             Claim::RangeFill { .. } => self.sh.stats.range_fills += 1,
         }
         c.background = Some(claim);
-        let token = self.slab.insert_with(|_| Entry::Client(Box::new(c)));
+        let token = self.slab.insert_with(|_| Entry::Client(c));
         self.sh.open_clients += 1;
         self.sh.backgrounds += 1;
         self.drive(cx, token);
@@ -201,7 +201,6 @@ impl Worker<'_> {
             return Flow::Wait;
         }
         if c.background.is_some() && !c.close_after && !c.input.is_empty() {
-            c.unpark(&mut self.sh.request_states);
             c.out.lend_own(&mut self.sh.own_pool);
             if let Some(f) = self.answer_next(cx, ct) {
                 return f;

@@ -5,7 +5,7 @@
 
 use crate::acl;
 use crate::config::ProxyConfig;
-use crate::conn::{Client, Entry, ReqBody, Txn};
+use crate::conn::{Client, Entry, IdleClient, ReqBody, Txn, INPUT_BUFS_KEPT};
 use crate::fill::Outcome;
 use crate::worker::{client_of, upstream_of, Flow, Shared, Worker};
 use std::net::SocketAddr;
@@ -141,10 +141,8 @@ impl Worker<'_> {
         self.sh.open_clients += 1;
         let allowed = peer.map(|p| acl::allowed(&self.sh.allow, p.ip())).unwrap_or(false);
         let now = cx.now;
-        let blank = &self.sh.blank_head;
-        let t = self
-            .slab
-            .insert_with(|_| Entry::Client(Box::new(Client::new(Some(fd), peer, allowed, initial, now, blank))));
+        let c = self.sh.clients.lend(IdleClient::new(Some(fd), peer, allowed, initial, now));
+        let t = self.slab.insert_with(|_| Entry::Client(c));
         debug_assert_eq!(t, token);
         if !read.is_empty() {
             if let Some(c) = client_of(&mut self.slab, token) {
@@ -165,6 +163,7 @@ impl Worker<'_> {
 
     /// Close a client and whatever it owns (transaction upstream, tunnel).
     pub(crate) fn close_client<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) {
+        self.wake_client(ct);
         let Some(Entry::Client(mut c)) = self.slab.remove(ct) else {
             return;
         };
@@ -208,6 +207,60 @@ impl Worker<'_> {
                 self.close_upstream(cx, ut);
             }
         }
+        self.sh.clients.give_back(c, INPUT_BUFS_KEPT);
+    }
+
+    // ------------------------------------------------------------------
+    // Idle keep-alive clients
+
+    /// An idle client (`Entry::Idle`) gets a record from the pool again,
+    /// before anything acts on it: an event, its timer, a close. No-op for
+    /// any other slot.
+    pub(crate) fn wake_client(&mut self, ct: Token) {
+        let Some(Entry::Idle(idle)) = self.slab.get_mut(ct) else {
+            return;
+        };
+        let now = idle.last_activity();
+        let idle = std::mem::replace(idle, IdleClient::new(None, None, false, Interest::NONE, now));
+        let c = self.sh.clients.lend(idle);
+        if let Some(slot) = self.slab.get_mut(ct) {
+            *slot = Entry::Client(c);
+        }
+        self.sh.idle_clients -= 1;
+    }
+
+    /// An idle client keeps only its idle record, inline in its slot; its
+    /// record goes back to the pool. Only when [`Client::may_sleep`], its
+    /// buffers already given back.
+    pub(crate) fn sleep_client(&mut self, ct: Token) {
+        let Some(slot) = self.slab.get_mut(ct) else {
+            return;
+        };
+        let Entry::Client(c) = slot else {
+            return;
+        };
+        let idle = c.sleep();
+        if let Entry::Client(c) = std::mem::replace(slot, Entry::Idle(idle)) {
+            self.sh.clients.give_back(c, INPUT_BUFS_KEPT);
+        }
+        self.sh.idle_clients += 1;
+    }
+
+    /// A stop request finds `ct` idle: it is closed, or kept until its
+    /// grace (`Drain`), asleep still. False: not an idle client.
+    pub(crate) fn drain_idle<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> bool {
+        let Some(Entry::Idle(i)) = self.slab.get_mut(ct) else {
+            return false;
+        };
+        match weft_io::group::Drain::of(true, i.last_activity(), cx.now) {
+            weft_io::group::Drain::KeepUntil(until) => {
+                i.deadline = Some(until);
+                crate::worker::arm(cx, ct, until, &mut i.timer_at);
+            }
+            weft_io::group::Drain::Close => self.close_client(cx, ct),
+            weft_io::group::Drain::Finish => i.close_after = true,
+        }
+        true
     }
 
     // ------------------------------------------------------------------
@@ -283,9 +336,8 @@ impl Worker<'_> {
             drop_overtaken_body(c, cx.now);
         }
         if !c.input.is_empty() {
-            // A request is arriving: lend the state it needs (given back by
-            // `Worker::drive` once the client is idle again).
-            c.unpark(&mut self.sh.request_states);
+            // A request is arriving: lend the output buffer it needs (given
+            // back by `Worker::drive` once the client is idle again).
             c.out.lend_own(&mut self.sh.own_pool);
             if c.began.is_none() {
                 c.began = Some(cx.now);
@@ -479,14 +531,8 @@ mod tests {
         let _peer = std::net::TcpStream::connect(sys::local_addr(&l).unwrap()).unwrap();
         let (fd, _) = sys::accept(&l).unwrap();
         let lowat = |c: &Client| sys::notsent_lowat(c.fd.as_ref().expect("open")).unwrap();
-        let mut c = Client::new(
-            Some(fd),
-            None,
-            true,
-            Interest::READ,
-            Instant::now(),
-            &weft_http::RequestHead::new(),
-        );
+        let mut pool = crate::conn::ClientPool::default();
+        let mut c = pool.lend(IdleClient::new(Some(fd), None, true, Interest::READ, Instant::now()));
         assert_eq!(lowat(&c), 0);
         set_notsent_lowat(&c.fd, &mut c.notsent_lowat, true, &cfg);
         assert_eq!(lowat(&c), cfg.notsent_lowat, "bounded while relaying");

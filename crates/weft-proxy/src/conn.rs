@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 use weft_http::{CacheControl, ChunkedDecoder, Method, RequestHead};
-use weft_io::{Fd, InputBuf, Interest, OutChain, Token};
+use weft_io::{Fd, InputBuf, Interest, OutChain, Slab, Token};
 
 /// Size of the input buffers a worker lends its connections (a request
 /// head, or a response head's first read, fits in one).
@@ -27,10 +27,139 @@ pub const INPUT_BUFS_KEPT: usize = 256;
 
 /// A slab slot.
 pub enum Entry {
-    /// A client connection.
+    /// A client connection with a request in flight (or about to be read).
     Client(Box<Client>),
+    /// A keep-alive client between requests: only what outlives a request,
+    /// inline in the slot. Its [`Client`] went back to the worker's
+    /// [`ClientPool`] and is lent again when the connection wakes
+    /// (`Worker::wake_client`): issue 21, an idle connection holds no
+    /// buffer and no request state.
+    Idle(IdleClient),
     /// An upstream connection.
     Upstream(Box<Upstream>),
+}
+
+/// The client in slot `t`, unless it is idle (`Worker::wake_client` lends
+/// it its record first) or not a client.
+pub(crate) fn client_of(slab: &mut Slab<Entry>, t: Token) -> Option<&mut Client> {
+    match slab.get_mut(t)? {
+        Entry::Client(c) => Some(&mut **c),
+        Entry::Idle(_) | Entry::Upstream(_) => None,
+    }
+}
+
+pub(crate) fn upstream_of(slab: &mut Slab<Entry>, t: Token) -> Option<&mut Upstream> {
+    match slab.get_mut(t)? {
+        Entry::Upstream(u) => Some(&mut **u),
+        Entry::Client(_) | Entry::Idle(_) => None,
+    }
+}
+
+pub(crate) fn pair(slab: &mut Slab<Entry>, ct: Token, ut: Token) -> Option<(&mut Client, &mut Upstream)> {
+    match slab.get2_mut(ct, ut)? {
+        (Entry::Client(c), Entry::Upstream(u)) => Some((&mut **c, &mut **u)),
+        _ => None,
+    }
+}
+
+/// What an idle keep-alive client keeps between requests: its socket, its
+/// peer and the state that spans requests (readiness, interest, counters,
+/// timers). Everything else a [`Client`] holds is empty while it is idle
+/// (see [`Client::sleep`]), so none of it is kept.
+pub struct IdleClient {
+    fd: Option<Fd>,
+    peer: Option<SocketAddr>,
+    requests: u64,
+    discard: u64,
+    last_activity: Instant,
+    pub deadline: Option<Instant>,
+    pub timer_at: Option<Instant>,
+    interest: Interest,
+    want: Interest,
+    allowed: bool,
+    pub may_read: bool,
+    pub may_write: bool,
+    pub read_closed: bool,
+    eof: bool,
+    pub close_after: bool,
+    linger_on_close: bool,
+    notsent_lowat: bool,
+}
+
+impl IdleClient {
+    /// A connection not yet driven: accepted (or handed back), or a
+    /// socketless background request (`fd` None).
+    pub fn new(fd: Option<Fd>, peer: Option<SocketAddr>, allowed: bool, interest: Interest, now: Instant) -> IdleClient {
+        IdleClient {
+            fd,
+            peer,
+            requests: 0,
+            discard: 0,
+            last_activity: now,
+            deadline: None,
+            timer_at: None,
+            interest,
+            want: Interest::NONE,
+            allowed,
+            may_read: true,
+            may_write: true,
+            read_closed: false,
+            eof: false,
+            close_after: false,
+            linger_on_close: false,
+            notsent_lowat: false,
+        }
+    }
+
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.fd.as_ref().map(Fd::raw)
+    }
+
+    pub fn last_activity(&self) -> Instant {
+        self.last_activity
+    }
+}
+
+/// [`Client`] records not in use, each with the capacity its request state
+/// grew to (head table, head copy, cache key, a transaction): lent to a
+/// connection when it wakes or is accepted, given back when it falls idle
+/// or closes, so neither allocates in the steady state.
+#[derive(Default)]
+pub struct ClientPool {
+    // Boxed on purpose: a record moves between the pool and a slot
+    // (`Entry::Client`) as the same allocation, never copied.
+    #[allow(clippy::vec_box)]
+    kept: Vec<Box<Client>>,
+}
+
+impl ClientPool {
+    /// A client record for `conn` (a reused one when the pool has any).
+    pub fn lend(&mut self, conn: IdleClient) -> Box<Client> {
+        let mut c = match self.kept.pop() {
+            Some(c) => c,
+            None => Box::new(Client::blank(conn.last_activity)),
+        };
+        c.wake(conn);
+        c
+    }
+
+    /// Take back a record whose connection fell idle or closed (its socket
+    /// already taken): cleared, kept while the pool holds fewer than `keep`.
+    pub fn give_back(&mut self, mut c: Box<Client>, keep: usize) {
+        if self.kept.len() < keep {
+            c.recycle();
+            self.kept.push(c);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Halve the pool, down to `floor` (after a burst).
+    pub fn decay(&mut self, floor: usize) {
+        self.kept.truncate((self.kept.len() / 2).max(floor));
+    }
 }
 
 /// A client connection.
@@ -110,10 +239,6 @@ pub struct Client {
     /// Answering from another request's fill as it arrives (collapsed
     /// forwarding's stream, `fill.rs`): the head is queued, the body follows.
     pub follow: Option<Box<Follow>>,
-    /// `req`, `req_data`, `key` and `spare` are blanks (no storage): their
-    /// [`RequestState`] went back to the worker's pool while the connection
-    /// is idle ([`Client::park`]).
-    pub parked: bool,
     /// Requests whose response time has been recorded.
     pub timed: u64,
     /// When the head of the oldest request not yet timed began.
@@ -153,56 +278,50 @@ pub enum OpenEnd {
     Close,
 }
 
-/// The per-request state a client needs only while a request is in flight:
-/// the parsed head's field table, the copy of the forwarded head, the cache
-/// key, a finished transaction kept for its buffers' capacity. Lent from the
-/// worker's pool when bytes arrive and given back when the client is idle
-/// again (issue 21: an idle keep-alive client holds none of it).
-pub struct RequestState {
+/// The request state a [`Client`] record keeps when it goes back to the
+/// pool: the capacity that a request grew (head table, head copy, cache
+/// key, a finished transaction, the access log's head copy).
+struct RequestState {
     req: RequestHead,
     req_data: Vec<u8>,
     key: Vec<u8>,
     spare: Option<Box<Txn>>,
+    log_head: Vec<u8>,
 }
 
-impl RequestState {
-    fn new() -> RequestState {
-        RequestState {
+impl Client {
+    /// A record with no connection yet, its request state made (the pool
+    /// had none to reuse).
+    fn blank(now: Instant) -> Client {
+        let state = RequestState {
             req: RequestHead::new(),
             req_data: Vec::new(),
             key: Vec::with_capacity(128),
             spare: None,
-        }
+            log_head: Vec::new(),
+        };
+        Client::with_state(now, state)
     }
-}
 
-/// A head with no field table: cloning an empty head allocates nothing.
-fn blank_head(template: &RequestHead) -> RequestHead {
-    template.clone()
-}
-
-impl Client {
-    /// A new client holding no request state yet (`blank`: an empty head to
-    /// copy, see [`Client::park`]).
-    pub fn new(
-        fd: Option<Fd>,
-        peer: Option<SocketAddr>,
-        allowed: bool,
-        interest: Interest,
-        now: Instant,
-        blank: &RequestHead,
-    ) -> Client {
+    fn with_state(now: Instant, state: RequestState) -> Client {
+        let RequestState {
+            req,
+            req_data,
+            key,
+            spare,
+            log_head,
+        } = state;
         Client {
-            fd,
-            peer,
-            allowed,
+            fd: None,
+            peer: None,
+            allowed: false,
             input: InputBuf::new(),
             may_read: true,
             may_write: true,
             read_closed: false,
             eof: false,
             out: OutChain::new(),
-            interest,
+            interest: Interest::NONE,
             want: Interest::NONE,
             requests: 0,
             close_after: false,
@@ -215,11 +334,11 @@ impl Client {
             deadline: None,
             timer_at: None,
             txn: None,
-            spare: None,
+            spare,
             tunnel: None,
-            req: blank_head(blank),
-            req_data: Vec::new(),
-            key: Vec::new(),
+            req,
+            req_data,
+            key,
             disk_wait: None,
             disk_checked: false,
             disk_loaded: None,
@@ -227,45 +346,97 @@ impl Client {
             fill_checked: false,
             fill_follow: false,
             follow: None,
-            parked: true,
             timed: 0,
             began: None,
-            log_head: Vec::new(),
+            log_head,
             background: None,
         }
     }
 
-    /// Take the request state from `pool` (or make one) before handling a
-    /// request. No-op when it is held.
-    pub fn unpark(&mut self, pool: &mut Vec<RequestState>) {
-        if !self.parked {
-            return;
-        }
-        let p = pool.pop().unwrap_or_else(RequestState::new);
-        self.req = p.req;
-        self.req_data = p.req_data;
-        self.key = p.key;
-        self.spare = p.spare;
-        self.parked = false;
-    }
-
-    /// Give the request state back to `pool` (keeping at most `keep`) and
-    /// hold blanks; `blank` is an empty head to copy. Only when idle.
-    pub fn park(&mut self, pool: &mut Vec<RequestState>, keep: usize, blank: &RequestHead) {
-        if self.parked || !self.is_idle() || self.disk_wait.is_some() || self.fill_wait.is_some() {
-            return;
-        }
-        let mut p = RequestState {
-            req: std::mem::replace(&mut self.req, blank_head(blank)),
+    /// Back to a blank record, keeping the capacity of its request state;
+    /// whatever else it still held (objects, a claim) is dropped here.
+    fn recycle(&mut self) {
+        let mut state = RequestState {
+            req: std::mem::replace(&mut self.req, RequestHead::empty()),
             req_data: std::mem::take(&mut self.req_data),
             key: std::mem::take(&mut self.key),
             spare: self.spare.take(),
+            log_head: std::mem::take(&mut self.log_head),
         };
-        self.parked = true;
-        if pool.len() < keep {
-            p.req_data.clear();
-            p.key.clear();
-            pool.push(p);
+        state.req.clear();
+        state.req_data.clear();
+        state.key.clear();
+        state.log_head.clear();
+        *self = Client::with_state(self.last_activity, state);
+    }
+
+    /// Take on the connection `conn` (a blank record: see [`ClientPool`]).
+    fn wake(&mut self, conn: IdleClient) {
+        let IdleClient {
+            fd,
+            peer,
+            requests,
+            discard,
+            last_activity,
+            deadline,
+            timer_at,
+            interest,
+            want,
+            allowed,
+            may_read,
+            may_write,
+            read_closed,
+            eof,
+            close_after,
+            linger_on_close,
+            notsent_lowat,
+        } = conn;
+        (self.fd, self.peer, self.allowed) = (fd, peer, allowed);
+        // Every request of an idle connection has had its time recorded
+        // (`Worker::after_drive` does it before it puts one to sleep).
+        (self.requests, self.timed, self.discard) = (requests, requests, discard);
+        (self.last_activity, self.deadline, self.timer_at) = (last_activity, deadline, timer_at);
+        (self.interest, self.want) = (interest, want);
+        (self.may_read, self.may_write, self.read_closed, self.eof) = (may_read, may_write, read_closed, eof);
+        (self.close_after, self.linger_on_close, self.notsent_lowat) = (close_after, linger_on_close, notsent_lowat);
+    }
+
+    /// Is there nothing here but what an [`IdleClient`] keeps? Idle (no
+    /// output, transaction, tunnel or partial request), not lingering, no
+    /// wait on the disk store or a fill, every response timed, a socket.
+    pub fn may_sleep(&self) -> bool {
+        self.is_idle()
+            && !self.lingering
+            && self.fd.is_some()
+            && self.disk_wait.is_none()
+            && self.fill_wait.is_none()
+            && self.background.is_none()
+            && self.timed == self.requests
+    }
+
+    /// The connection's idle record; the rest of the record is left for
+    /// [`ClientPool::give_back`]. Only when [`Client::may_sleep`], its
+    /// buffers given back first (`pools::release_idle`).
+    pub fn sleep(&mut self) -> IdleClient {
+        debug_assert!(self.may_sleep());
+        IdleClient {
+            fd: self.fd.take(),
+            peer: self.peer.take(),
+            requests: self.requests,
+            discard: self.discard,
+            last_activity: self.last_activity,
+            deadline: self.deadline,
+            timer_at: self.timer_at,
+            interest: self.interest,
+            want: self.want,
+            allowed: self.allowed,
+            may_read: self.may_read,
+            may_write: self.may_write,
+            read_closed: self.read_closed,
+            eof: self.eof,
+            close_after: self.close_after,
+            linger_on_close: self.linger_on_close,
+            notsent_lowat: self.notsent_lowat,
         }
     }
 
@@ -471,9 +642,10 @@ mod tests {
 
     #[test]
     fn connection_state_stays_small() {
-        // An idle client's whole cost is its slab entry and this box: its
-        // buffers and request state are lent only while a request is in
-        // flight (issue 21). A pooled upstream holds no buffer either.
+        // An idle client's whole cost is its slab entry (`Entry::Idle`):
+        // its record (`Client`), buffers and request state are lent only
+        // while it is not idle (issue 21). A pooled upstream holds no
+        // buffer either.
         let client = std::mem::size_of::<Client>();
         let upstream = std::mem::size_of::<Upstream>();
         let entry = std::mem::size_of::<Entry>();
@@ -481,32 +653,59 @@ mod tests {
         // 632 before `OutChain` counted the bytes a socket was handed.
         assert!(client <= 640, "Client grew to {client} bytes");
         assert!(upstream <= 320, "Upstream grew to {upstream} bytes");
+        assert!(entry <= 120, "Entry (an idle client's record) grew to {entry} bytes");
     }
 
     #[test]
-    fn an_idle_client_holds_no_request_state() {
+    fn an_idle_client_holds_only_its_idle_record() {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let blank = RequestHead::new();
-        let mut c = Client::new(
-            Some(Fd::from(std::os::fd::OwnedFd::from(a))),
-            None,
-            true,
-            Interest::READ,
-            Instant::now(),
-            &blank,
-        );
-        assert!(c.parked && c.key.capacity() == 0 && c.req_data.capacity() == 0);
-        let mut pool = Vec::new();
-        c.unpark(&mut pool);
-        assert!(!c.parked && c.key.capacity() >= 128);
+        let fd = Fd::from(std::os::fd::OwnedFd::from(a));
+        let raw = fd.raw();
+        let mut pool = ClientPool::default();
+        let now = Instant::now();
+        let mut c = pool.lend(IdleClient::new(Some(fd), None, true, Interest::READ, now));
+        assert!(c.key.capacity() >= 128 && c.fd.as_ref().map(Fd::raw) == Some(raw));
         c.key.extend_from_slice(b"http://x/");
-        c.park(&mut pool, 4, &blank);
-        assert!(c.parked && c.key.capacity() == 0);
+        c.requests = 3;
+        c.timed = 3;
+        c.discard = 7;
+        c.disk_checked = true;
+        assert!(c.may_sleep());
+        let idle = c.sleep();
+        assert!(c.fd.is_none() && idle.raw_fd() == Some(raw));
+        let record: *const Client = &*c;
+        pool.give_back(c, 4);
         assert_eq!(pool.len(), 1);
-        c.unpark(&mut pool);
-        assert!(
-            pool.is_empty() && c.key.is_empty() && c.key.capacity() >= 128,
-            "reused, cleared"
-        );
+        let c = pool.lend(idle);
+        assert!(pool.len() == 0 && std::ptr::eq(record, &*c), "the record is reused");
+        assert!(c.key.is_empty() && c.key.capacity() >= 128, "its key cleared, its capacity kept");
+        assert_eq!((c.requests, c.timed, c.discard), (3, 3, 7), "what spans requests comes back");
+        assert!(!c.disk_checked && c.fd.as_ref().map(Fd::raw) == Some(raw));
+        // A record given back to a full pool is dropped.
+        pool.give_back(c, 0);
+        assert_eq!(pool.len(), 0);
+    }
+
+    #[test]
+    fn a_client_with_anything_in_flight_stays_awake() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut pool = ClientPool::default();
+        let now = Instant::now();
+        let mut c = pool.lend(IdleClient::new(Some(Fd::from(std::os::fd::OwnedFd::from(a))), None, true, Interest::READ, now));
+        assert!(c.may_sleep());
+        c.head_started = Some(now);
+        assert!(!c.may_sleep(), "a partial request");
+        c.head_started = None;
+        c.requests = 1;
+        assert!(!c.may_sleep(), "a response not yet timed");
+        c.timed = 1;
+        c.disk_wait = Some(1);
+        assert!(!c.may_sleep(), "a wait on the disk store");
+        c.disk_wait = None;
+        c.lingering = true;
+        assert!(!c.may_sleep(), "lingering");
+        c.lingering = false;
+        let socketless = pool.lend(IdleClient::new(None, None, true, Interest::NONE, now));
+        assert!(!socketless.may_sleep(), "a background request has no socket");
     }
 }

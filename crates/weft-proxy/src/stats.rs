@@ -102,8 +102,9 @@ weft_core::metrics! {
         gauge upstream_connections,
         /// Upstream connections idle in the pool.
         gauge upstream_pooled,
-        /// Request state (head table, head copy, cache key, transaction) lent
-        /// to clients with a request in flight.
+        /// Client records (with their request state: head table, head copy,
+        /// cache key, transaction) waiting in the pool for a connection that
+        /// wakes or is accepted.
         gauge request_state_pooled,
         /// Reads of response body bytes from the upstream into user space
         /// (copy path, and chunked framing), EAGAINs included.
@@ -205,6 +206,9 @@ weft_core::metrics! {
         /// most once a second, up to 4,096): near zero unless takeovers are
         /// under way; one that stays up means records were left behind.
         gauge sockmap_stamp_records,
+        /// Client connections idle between requests, holding only their
+        /// idle record (no buffer, no request state: issue 21).
+        gauge idle_connections,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -304,7 +308,7 @@ mod tests {
             sockmap_bodies sockmap_body_bytes bodies_discarded sockmap_mismatches upstream_not_empty upgrades \
             stale_if_error collapsed stale_while_revalidate background_revalidations range_fills followed \
             followers_cut fills_decoupled sockmap_takeovers sockmap_reordered sockmap_unplaced \
-            sockmap_stamp_records";
+            sockmap_stamp_records idle_connections";
         let names: Vec<&str> = BEFORE.split_whitespace().chain(ADDED.split_whitespace()).collect();
         assert_eq!(ProxyStats::NAMES, names.as_slice());
         let mut s = ProxyStats::default();

@@ -29,7 +29,8 @@
 use crate::acl::Cidr;
 use crate::cache::TwoTier;
 use crate::config::ProxyConfig;
-use crate::conn::{Client, Entry, Phase, RequestState, Upstream, INPUT_BUF, INPUT_BUFS_KEPT};
+pub(crate) use crate::conn::{client_of, pair, upstream_of};
+use crate::conn::{ClientPool, Entry, Phase, INPUT_BUF, INPUT_BUFS_KEPT};
 use crate::disk::{DiskStore, Loaded};
 use crate::resolve::{Answer, DnsCache, Resolver};
 use crate::stats::{ProxyStats, Slot};
@@ -97,20 +98,6 @@ pub(crate) enum Flow {
     Closed,
 }
 
-pub(crate) fn client_of(slab: &mut Slab<Entry>, t: Token) -> Option<&mut Client> {
-    match slab.get_mut(t)? {
-        Entry::Client(c) => Some(&mut **c),
-        Entry::Upstream(_) => None,
-    }
-}
-
-pub(crate) fn upstream_of(slab: &mut Slab<Entry>, t: Token) -> Option<&mut Upstream> {
-    match slab.get_mut(t)? {
-        Entry::Upstream(u) => Some(&mut **u),
-        Entry::Client(_) => None,
-    }
-}
-
 /// A readable event on a pooled upstream: is it stale (nothing there: a
 /// completion posted for bytes already read)? Then the readiness is cleared
 /// and the connection stays pooled. False: a FIN, unasked bytes or an error.
@@ -126,13 +113,6 @@ fn still_idle<P: Poller>(cx: &mut Ctx<P>, slab: &mut Slab<Entry>, t: Token) -> b
     };
     cx.settled(u.fd.raw(), read, Readiness::default());
     true
-}
-
-pub(crate) fn pair(slab: &mut Slab<Entry>, ct: Token, ut: Token) -> Option<(&mut Client, &mut Upstream)> {
-    match slab.get2_mut(ct, ut)? {
-        (Entry::Client(c), Entry::Upstream(u)) => Some((&mut **c, &mut **u)),
-        _ => None,
-    }
 }
 
 #[inline]
@@ -161,9 +141,11 @@ pub(crate) struct Shared<'a> {
     /// Output buffers lent to client and upstream connections while a
     /// request is in flight.
     pub(crate) own_pool: OwnPool,
-    /// Request state lent to clients while a request is in flight.
-    pub(crate) request_states: Vec<RequestState>,
-    /// An empty head, copied into a parked client (no allocation).
+    /// Client records (with their request state) lent to connections
+    /// while they are not idle; the idle ones are `Entry::Idle`, counted.
+    pub(crate) clients: ClientPool,
+    pub(crate) idle_clients: usize,
+    /// An empty head (the access log's when a head did not parse).
     pub(crate) blank_head: weft_http::RequestHead,
     /// Client and upstream connections open.
     pub(crate) open_clients: usize,
@@ -289,8 +271,9 @@ impl<'a> Worker<'a> {
                 // so pooled upstreams need not keep theirs.
                 bufs: BufPool::new(INPUT_BUF, INPUT_BUFS_KEPT).keep_large(GROWN_BUFS_KEPT),
                 own_pool: OwnPool::new(OUTPUT_BUF, OUTPUT_BUF_MAX, INPUT_BUFS_KEPT),
-                request_states: Vec::new(),
-                blank_head: weft_http::RequestHead::new(),
+                clients: ClientPool::default(),
+                idle_clients: 0,
+                blank_head: weft_http::RequestHead::empty(),
                 open_clients: 0,
                 open_upstreams: 0,
                 latency: weft_core::metrics::Latency::new(),
@@ -362,7 +345,8 @@ impl<'a> Worker<'a> {
         s.upstream_connections = sh.open_upstreams as u64;
         s.upstream_pooled = sh.pool.len() as u64;
         s.pools = PoolGauges::of(&sh.bufs, &sh.own_pool);
-        s.request_state_pooled = sh.request_states.len() as u64;
+        s.request_state_pooled = sh.clients.len() as u64;
+        s.idle_connections = sh.idle_clients as u64;
         s.sockmap_stamp_records = sh.stamp_gauge.last();
         s
     }
@@ -378,20 +362,19 @@ impl<'a> Worker<'a> {
         if !pools::decay(&mut self.next_decay, now, &mut self.sh.bufs, &mut self.sh.own_pool) {
             return;
         }
-        let states = &mut self.sh.request_states;
-        states.truncate((states.len() / 2).max(weft_io::input::DECAY_FLOOR));
+        self.sh.clients.decay(weft_io::input::DECAY_FLOOR);
     }
 
     /// Do the pools hold more than they keep for good?
     fn pools_above_floor(&self) -> bool {
         self.sh.bufs.above_floor()
             || self.sh.own_pool.above_floor()
-            || self.sh.request_states.len() > weft_io::input::DECAY_FLOOR
+            || self.sh.clients.len() > weft_io::input::DECAY_FLOOR
     }
 
     /// A client's requests whose responses are out (no transaction, nothing
     /// queued) get their time recorded; an idle client gives its buffers
-    /// and request state back to the pools.
+    /// back and falls asleep (`Entry::Idle`, its record back in the pool).
     fn after_drive(&mut self, ct: Token) {
         let sh = &mut self.sh;
         let Some(c) = client_of(&mut self.slab, ct) else {
@@ -407,9 +390,9 @@ impl<'a> Worker<'a> {
             }
             c.timed = c.requests;
         }
-        if c.is_idle() && !c.lingering && c.fd.is_some() {
+        if c.may_sleep() {
             pools::release_idle(&mut c.input, &mut c.out, &mut sh.bufs, &mut sh.own_pool);
-            c.park(&mut sh.request_states, INPUT_BUFS_KEPT, &sh.blank_head);
+            self.sleep_client(ct);
         }
     }
 
@@ -417,6 +400,7 @@ impl<'a> Worker<'a> {
     // Driving a client
 
     pub(crate) fn drive<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) {
+        self.wake_client(ct);
         let before = self.views::<P>(ct);
         self.drive_steps(cx, ct);
         self.report_views(cx, before);
@@ -438,6 +422,7 @@ impl<'a> Worker<'a> {
     fn view(&self, t: Token) -> Option<(RawFd, Readiness)> {
         let (fd, readable, writable) = match self.slab.get(t)? {
             Entry::Client(c) => (c.fd.as_ref()?.raw(), c.may_read, c.may_write),
+            Entry::Idle(i) => (i.raw_fd()?, i.may_read, i.may_write),
             Entry::Upstream(u) => (u.fd.raw(), u.may_read, u.may_write),
         };
         Some((fd, Readiness { readable, writable }))
@@ -719,6 +704,9 @@ impl<'a> Worker<'a> {
         }
         self.booster_drain(cx);
         for t in self.slab.tokens() {
+            if self.drain_idle(cx, t) {
+                continue;
+            }
             let Some(c) = client_of(&mut self.slab, t) else {
                 continue;
             };
@@ -779,6 +767,12 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                         c.may_write |= ev.may_write();
                         Some(token)
                     }
+                    // `drive` wakes it.
+                    Some(Entry::Idle(i)) => {
+                        ev.merge_read(&mut i.may_read, &mut i.read_closed);
+                        i.may_write |= ev.may_write();
+                        Some(token)
+                    }
                     Some(Entry::Upstream(u)) => {
                         u.may_read |= ev.may_read();
                         u.may_write |= ev.may_write();
@@ -807,6 +801,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     fn timer_armed(&self, token: Token, due: Instant) -> bool {
         match self.slab.get(token) {
             Some(Entry::Client(c)) => c.timer_at == Some(due),
+            Some(Entry::Idle(i)) => i.timer_at == Some(due),
             Some(Entry::Upstream(u)) => u.timer_at == Some(due),
             None => token == BATCH_TIMER,
         }
@@ -825,6 +820,14 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 if let Err(next) = timer::expired(&mut c.timer_at, due, cx.now, c.deadline) {
                     return next;
                 }
+                Who::Client
+            }
+            // An idle keep-alive client timed out: woken to be closed.
+            Entry::Idle(i) => {
+                if let Err(next) = timer::expired(&mut i.timer_at, due, cx.now, i.deadline) {
+                    return next;
+                }
+                self.wake_client(token);
                 Who::Client
             }
             Entry::Upstream(u) => {
@@ -949,7 +952,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
         if self.door.grace_ended(cx.now, self.slab.len(), "transfers") {
             for t in self.slab.tokens() {
                 match self.slab.get(t) {
-                    Some(Entry::Client(_)) => self.close_client(cx, t),
+                    Some(Entry::Client(_) | Entry::Idle(_)) => self.close_client(cx, t),
                     Some(Entry::Upstream(_)) => self.close_upstream(cx, t),
                     None => {}
                 }
