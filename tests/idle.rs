@@ -226,8 +226,15 @@ fn large_body(r: &Role) {
     assert_eq!((resp.status, resp.body.len()), (200, 8192));
 }
 
+/// The proxy's idle clients keep only their idle record (`idle_connections`,
+/// a gauge serve has not): all `n` of them, or serve.
+fn all_asleep(t: &serde_json::Value, n: u64) -> bool {
+    t.get("idle_connections").is_none_or(|i| i == n)
+}
+
 /// 1,000 keep-alive connections, one 8 KiB GET each, then idle: the pools
-/// lend no buffer and the gauges say so.
+/// lend no buffer and the gauges say so; one of them asks again (the proxy
+/// wakes it) and falls idle again.
 fn idle_connections_hold_no_buffer(r: &Role) {
     let mut conns = Vec::with_capacity(1000);
     for _ in 0..1000 {
@@ -241,7 +248,8 @@ fn idle_connections_hold_no_buffer(r: &Role) {
     let t = loop {
         let t = totals(r.admin);
         let pools = &t["pools"];
-        if t["open_connections"] == 1000 && pools["input_bufs_lent"] == 0 && pools["output_bufs_lent"] == 0 {
+        let asleep = all_asleep(&t, 1000);
+        if t["open_connections"] == 1000 && pools["input_bufs_lent"] == 0 && pools["output_bufs_lent"] == 0 && asleep {
             break t;
         }
         assert!(Instant::now() < deadline, "buffers still lent while idle: {t}");
@@ -249,10 +257,22 @@ fn idle_connections_hold_no_buffer(r: &Role) {
     };
     assert_eq!(t["pools"]["input_bytes_lent"], 0, "{t}");
     assert_eq!(t["refused_max_connections"], 0, "{t}");
-    // The connections still work.
+    // The connections still work, the same one again and again.
     let c = &mut conns[500];
-    c.send(request(r.path).as_bytes());
-    assert_eq!(c.response(false).status, 200);
+    for _ in 0..3 {
+        c.send(request(r.path).as_bytes());
+        let resp = c.response(false);
+        assert_eq!((resp.status, resp.body.len()), (200, 8192));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !all_asleep(&totals(r.admin), 1000) {
+        assert!(
+            Instant::now() < deadline,
+            "the client woken did not fall idle again: {}",
+            totals(r.admin)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 mod scenarios {

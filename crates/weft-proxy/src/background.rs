@@ -168,7 +168,10 @@ impl Worker<'_> {
         let Some((head, claim)) = self.sh.background_wanted.take() else {
             return;
         };
-        let mut c = self.sh.clients.lend(IdleClient::new(None, None, true, Interest::NONE, cx.now));
+        let mut c = self
+            .sh
+            .clients
+            .lend(IdleClient::new(None, None, true, Interest::NONE, cx.now));
         let room = c.input.reserve(head.len(), head.len(), &mut self.sh.bufs);
         if room < head.len() {
             c.input.discard(&mut self.sh.bufs);

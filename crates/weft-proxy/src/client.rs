@@ -141,7 +141,10 @@ impl Worker<'_> {
         self.sh.open_clients += 1;
         let allowed = peer.map(|p| acl::allowed(&self.sh.allow, p.ip())).unwrap_or(false);
         let now = cx.now;
-        let c = self.sh.clients.lend(IdleClient::new(Some(fd), peer, allowed, initial, now));
+        let c = self
+            .sh
+            .clients
+            .lend(IdleClient::new(Some(fd), peer, allowed, initial, now));
         let t = self.slab.insert_with(|_| Entry::Client(c));
         debug_assert_eq!(t, token);
         if !read.is_empty() {

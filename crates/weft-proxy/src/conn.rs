@@ -89,7 +89,13 @@ pub struct IdleClient {
 impl IdleClient {
     /// A connection not yet driven: accepted (or handed back), or a
     /// socketless background request (`fd` None).
-    pub fn new(fd: Option<Fd>, peer: Option<SocketAddr>, allowed: bool, interest: Interest, now: Instant) -> IdleClient {
+    pub fn new(
+        fd: Option<Fd>,
+        peer: Option<SocketAddr>,
+        allowed: bool,
+        interest: Interest,
+        now: Instant,
+    ) -> IdleClient {
         IdleClient {
             fd,
             peer,
@@ -678,8 +684,15 @@ mod tests {
         assert_eq!(pool.len(), 1);
         let c = pool.lend(idle);
         assert!(pool.len() == 0 && std::ptr::eq(record, &*c), "the record is reused");
-        assert!(c.key.is_empty() && c.key.capacity() >= 128, "its key cleared, its capacity kept");
-        assert_eq!((c.requests, c.timed, c.discard), (3, 3, 7), "what spans requests comes back");
+        assert!(
+            c.key.is_empty() && c.key.capacity() >= 128,
+            "its key cleared, its capacity kept"
+        );
+        assert_eq!(
+            (c.requests, c.timed, c.discard),
+            (3, 3, 7),
+            "what spans requests comes back"
+        );
         assert!(!c.disk_checked && c.fd.as_ref().map(Fd::raw) == Some(raw));
         // A record given back to a full pool is dropped.
         pool.give_back(c, 0);
@@ -691,7 +704,13 @@ mod tests {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         let mut pool = ClientPool::default();
         let now = Instant::now();
-        let mut c = pool.lend(IdleClient::new(Some(Fd::from(std::os::fd::OwnedFd::from(a))), None, true, Interest::READ, now));
+        let mut c = pool.lend(IdleClient::new(
+            Some(Fd::from(std::os::fd::OwnedFd::from(a))),
+            None,
+            true,
+            Interest::READ,
+            now,
+        ));
         assert!(c.may_sleep());
         c.head_started = Some(now);
         assert!(!c.may_sleep(), "a partial request");
