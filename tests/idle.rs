@@ -69,6 +69,27 @@ impl Served {
     }
 }
 
+impl Served {
+    /// SIGTERM, then the exit code within `limit` (None: still running).
+    fn stop_within(&mut self, limit: Duration) -> Option<i32> {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -TERM");
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -141,15 +162,15 @@ fn serve(event: &str) -> Role {
 }
 
 fn proxy(event: &str) -> Role {
+    proxy_with(event, &[])
+}
+
+fn proxy_with(event: &str, extra: &[&str]) -> Role {
     let origin = Weft::role("origin", &[]);
     let up = origin.addr.to_string();
-    Role::start(
-        &["proxy", "--upstream", &up],
-        event,
-        Some(origin),
-        None,
-        "/size/8192/c60/a.bin",
-    )
+    let mut args = vec!["proxy", "--upstream", &up];
+    args.extend(extra);
+    Role::start(&args, event, Some(origin), None, "/size/8192/c60/a.bin")
 }
 
 fn request(path: &str) -> String {
@@ -275,6 +296,54 @@ fn idle_connections_hold_no_buffer(r: &Role) {
     }
 }
 
+/// `n` keep-alive connections, one GET each, then idle; returned once the
+/// proxy counts them all asleep (`idle_connections`).
+fn idle_clients(r: &Role, n: u64) -> Vec<Reader> {
+    let conns: Vec<Reader> = (0..n)
+        .map(|_| {
+            let mut c = Reader::new(r.w.connect());
+            c.send(request(r.path).as_bytes());
+            assert_eq!(c.response(false).status, 200);
+            c
+        })
+        .collect();
+    let ok = common::wait_until(Duration::from_secs(10), || {
+        let t = totals(r.admin);
+        t["open_connections"] == n && t["idle_connections"] == n
+    });
+    assert!(ok, "not all asleep: {}", totals(r.admin));
+    conns
+}
+
+/// The proxy's sleeping clients (`Entry::Idle`: a record inline in the slot,
+/// their state back in the pool) are woken by their idle timer and closed,
+/// and a stop closes them and exits.
+fn asleep_clients_time_out_and_drain(event: &str) {
+    let r = proxy_with(event, &["--idle-timeout", "1s"]);
+    let t0 = Instant::now();
+    for mut c in idle_clients(&r, 3) {
+        assert!(c.closed(), "{event}: an idle client outlived --idle-timeout");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(10), "{event}: {:?}", t0.elapsed());
+    let ok = common::wait_until(Duration::from_secs(5), || {
+        let t = totals(r.admin);
+        t["open_connections"] == 0 && t["idle_connections"] == 0 && t["timeouts"] == 3
+    });
+    assert!(ok, "{event}: {}", totals(r.admin));
+    // A stop keeps an idle client active within the last second that long
+    // (`Drain`), then closes it; the worker exits once none is left.
+    let mut r = proxy(event);
+    let conns = idle_clients(&r, 2);
+    assert_eq!(
+        r.w.stop_within(Duration::from_secs(10)),
+        Some(0),
+        "{event}: stop with idle clients"
+    );
+    for mut c in conns {
+        assert!(c.closed(), "{event}: an idle client left open at the stop");
+    }
+}
+
 mod scenarios {
     use super::*;
 
@@ -303,6 +372,10 @@ mod scenarios {
         large_body(&proxy(event));
     }
 
+    pub fn asleep_clients_time_out_and_drain(event: &str) {
+        super::asleep_clients_time_out_and_drain(event);
+    }
+
     pub fn idle_pools_lend_nothing(event: &str) {
         idle_connections_hold_no_buffer(&serve(event));
         idle_connections_hold_no_buffer(&proxy(event));
@@ -314,7 +387,8 @@ per_backend!(
     pipelined_100,
     head_one_byte_at_a_time,
     body_larger_than_a_lent_buffer,
-    idle_pools_lend_nothing
+    idle_pools_lend_nothing,
+    asleep_clients_time_out_and_drain
 );
 
 /// `--max-connections`: the connection beyond the bound is closed at accept
