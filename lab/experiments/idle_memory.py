@@ -199,8 +199,10 @@ def measure_server(lab: core.Lab, pool: servers.ServerPool, spec: servers.Server
                 t = stats["total"]
                 # The pool gauges are nested under "pools" (the same group in every role).
                 t = {**t, **t.get("pools", {})}
-                for k in ("open_connections", "input_bufs_lent", "input_bytes_pooled", "output_bufs_lent",
-                          "output_bytes_pooled", "request_state_pooled"):  # fmt: skip
+                # idle_connections: the proxy's clients asleep (a record in
+                # the slot, their state in the pool); serve has no such gauge.
+                for k in ("open_connections", "idle_connections", "input_bufs_lent", "input_bytes_pooled",
+                          "output_bufs_lent", "output_bytes_pooled", "request_state_pooled"):  # fmt: skip
                     if k in t:
                         row[f"weft_{k}"] = t[k]
             lab.log(f"  {spec.label:<20} {held:>6} conns: RSS {base:>7} → {rss:>7} KiB, {row['kib_per_conn']:.2f} KiB/conn")
