@@ -56,6 +56,21 @@ impl Drain {
             Drain::Close
         }
     }
+
+    /// How long a connection waiting for its next request is kept past its
+    /// last activity: `idle_timeout`, or while draining at most
+    /// [`DRAIN_QUIET`]. A role that sets an idle connection's deadline each
+    /// time it drives it uses this, so the deadline [`Drain::of`] gave it
+    /// holds however often it is driven meanwhile (epoll-once reports every
+    /// writable socket at every wait: the drain's deadline, reset each
+    /// time, held idle clients until the grace period ended).
+    pub fn idle_for(idle_timeout: std::time::Duration, draining: bool) -> std::time::Duration {
+        if draining {
+            idle_timeout.min(DRAIN_QUIET)
+        } else {
+            idle_timeout
+        }
+    }
 }
 
 /// Counters a worker returns when it stops, summed over the group.
@@ -179,6 +194,21 @@ impl<S: GroupStats> WorkerGroup<S> {
 mod tests {
     use super::*;
     use std::net::SocketAddr;
+
+    #[test]
+    fn an_idle_connection_is_kept_no_longer_than_the_drain_allows() {
+        use std::time::Duration;
+        let idle = Duration::from_secs(60);
+        assert_eq!(Drain::idle_for(idle, false), idle);
+        assert_eq!(Drain::idle_for(idle, true), DRAIN_QUIET);
+        // A shorter idle timeout still wins.
+        let short = Duration::from_millis(200);
+        assert_eq!(Drain::idle_for(short, true), short);
+        // The deadline it gives is the one `Drain::of` keeps a client until.
+        let now = Instant::now();
+        let last = now - Duration::from_millis(300);
+        assert_eq!(Drain::of(true, last, now), Drain::KeepUntil(last + Drain::idle_for(idle, true)));
+    }
 
     #[derive(Default, Debug, PartialEq)]
     struct Count(u64);

@@ -555,7 +555,7 @@ impl<'a> Worker<'a> {
         } else if let Some(t) = c.head_started {
             Some(t + cfg.header_timeout)
         } else {
-            Some(c.last_activity + cfg.idle_timeout)
+            Some(c.last_activity + Drain::idle_for(cfg.idle_timeout, self.sh.draining))
         };
         arm(cx, ct, c.deadline, &mut c.timer_at);
         let tunnel = c.tunnel.is_some();

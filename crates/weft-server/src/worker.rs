@@ -470,7 +470,7 @@ impl<'a> Worker<'a> {
                     c.resume_queued = true;
                     self.resume.push(token);
                 }
-                schedule(c, self.shared.cfg, cx);
+                schedule(c, self.shared.cfg, self.shared.draining, cx);
             }
         }
     }
@@ -670,8 +670,9 @@ fn wants_back(c: &Conn) -> bool {
         && !c.eof
 }
 
-/// Set the connection's deadline for its state and make sure a timer will see it.
-fn schedule<P: Poller>(c: &mut Conn, cfg: &ServeConfig, cx: &mut Ctx<P>) {
+/// Set the connection's deadline for its state and make sure a timer will see
+/// it (`draining`: an idle one is kept as the drain rule says).
+fn schedule<P: Poller>(c: &mut Conn, cfg: &ServeConfig, draining: bool, cx: &mut Ctx<P>) {
     c.deadline = if c.lingering {
         c.deadline
     } else if c.has_output() {
@@ -679,7 +680,7 @@ fn schedule<P: Poller>(c: &mut Conn, cfg: &ServeConfig, cx: &mut Ctx<P>) {
     } else if let Some(t) = c.head_started {
         t + cfg.header_timeout
     } else {
-        c.last_activity + cfg.idle_timeout
+        c.last_activity + Drain::idle_for(cfg.idle_timeout, draining)
     };
     timer::arm(cx, c.token, c.deadline, &mut c.timer_at);
 }

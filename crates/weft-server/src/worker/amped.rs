@@ -355,7 +355,7 @@ impl super::Worker<'_> {
             }
             c.interest = Interest::NONE;
         }
-        schedule(c, self.shared.cfg, cx);
+        schedule(c, self.shared.cfg, self.shared.draining, cx);
     }
 
     /// The helpers answered: adopt what they opened, resume the connections.
