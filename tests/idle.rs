@@ -77,16 +77,7 @@ impl Served {
             .status()
             .unwrap();
         assert!(sent.success(), "kill -TERM");
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st.code();
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::wait_child_exit(&mut self.child, limit)
     }
 }
 

@@ -177,16 +177,22 @@ impl Weft {
 
     /// Wait for exit up to `limit`; returns the exit code (None if killed or still running).
     pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st.code();
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        wait_child_exit(&mut self.child, limit)
+    }
+}
+
+/// Wait up to `limit` for `child` to exit; its exit code (None if killed
+/// by a signal or still running).
+pub fn wait_child_exit(child: &mut std::process::Child, limit: Duration) -> Option<i32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st.code();
         }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

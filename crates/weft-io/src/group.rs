@@ -207,7 +207,10 @@ mod tests {
         // The deadline it gives is the one `Drain::of` keeps a client until.
         let now = Instant::now();
         let last = now - Duration::from_millis(300);
-        assert_eq!(Drain::of(true, last, now), Drain::KeepUntil(last + Drain::idle_for(idle, true)));
+        assert_eq!(
+            Drain::of(true, last, now),
+            Drain::KeepUntil(last + Drain::idle_for(idle, true))
+        );
     }
 
     #[derive(Default, Debug, PartialEq)]
