@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 use weft_http::respond::{self, Persist};
+use weft_io::group::Drain;
 use weft_io::sys::{self, Fd};
 use weft_io::{accept, pools, BufPool, Ctx, Fill, Interest, Poller, Token};
 
@@ -249,19 +250,19 @@ impl Worker<'_> {
         self.sh.idle_clients += 1;
     }
 
-    /// A stop request finds `ct` idle: it is closed, or kept until its
-    /// grace (`Drain`), asleep still. False: not an idle client.
+    /// A stop request finds `ct` idle: it is closed, or kept asleep until
+    /// the drain's deadline (`Drain`). False: not an idle client.
     pub(crate) fn drain_idle<P: Poller>(&mut self, cx: &mut Ctx<P>, ct: Token) -> bool {
         let Some(Entry::Idle(i)) = self.slab.get_mut(ct) else {
             return false;
         };
-        match weft_io::group::Drain::of(true, i.last_activity(), cx.now) {
-            weft_io::group::Drain::KeepUntil(until) => {
+        match Drain::of(true, i.last_activity(), cx.now) {
+            Drain::KeepUntil(until) => {
                 i.deadline = Some(until);
                 crate::worker::arm(cx, ct, until, &mut i.timer_at);
             }
-            weft_io::group::Drain::Close => self.close_client(cx, ct),
-            weft_io::group::Drain::Finish => i.close_after = true,
+            // (An idle connection is never `Finish`: nothing is in flight.)
+            Drain::Close | Drain::Finish => self.close_client(cx, ct),
         }
         true
     }

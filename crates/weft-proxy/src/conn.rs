@@ -81,7 +81,7 @@ pub struct IdleClient {
     pub may_write: bool,
     pub read_closed: bool,
     eof: bool,
-    pub close_after: bool,
+    close_after: bool,
     linger_on_close: bool,
     notsent_lowat: bool,
 }
