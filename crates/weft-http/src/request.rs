@@ -517,6 +517,22 @@ mod tests {
     }
 
     #[test]
+    fn a_cleared_head_shows_nothing_of_the_last_and_keeps_its_table() {
+        // A proxy client record reused by another connection clears its head.
+        let req = b"POST /upload HTTP/1.0\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc";
+        let mut h = RequestHead::new();
+        h.parse(req, &Limits::default()).unwrap().unwrap();
+        let table = h.fields.capacity();
+        h.clear();
+        assert!(h.fields().is_empty() && h.fields.capacity() == table);
+        assert_eq!((h.method(), h.len(), h.host(b"")), (Method::Get, 0, None));
+        assert_eq!(h.framing(), BodyFraming::None);
+        assert!(h.keep_alive() && h.target(b"").is_empty());
+        // An empty head allocates no table at all.
+        assert_eq!(RequestHead::empty().fields.capacity(), 0);
+    }
+
+    #[test]
     fn empty_values_keep_their_colon() {
         let d = b"GET / HTTP/1.1\r\nHost: x\r\nX-Empty:\r\nX-B:   \r\nVary:\r\nVary: *\r\n\r\n";
         let h = RequestHead::parsed(d);
