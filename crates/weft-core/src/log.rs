@@ -1,8 +1,16 @@
 //! A minimal leveled logger to stderr.
 //!
 //! Servers log rarely (start-up, refusals, errors); a global level in an atomic
-//! and `eprintln!` are all that is needed, with no allocation when a message is
-//! filtered out. Use the [`crate::warn!`], [`crate::info!`] and [`crate::debug!`] macros.
+//! and one write to stderr per line are all that is needed, with no allocation
+//! when a message is filtered out. Use the [`crate::warn!`], [`crate::info!`] and
+//! [`crate::debug!`] macros.
+//!
+//! A line is formatted first and written with one `write(2)`: `eprintln!` on
+//! Rust's unbuffered stderr writes each formatted piece with its own call, so a
+//! reader of the log (an operator's `tail -f`, a test waiting for a message)
+//! could see half a line, and the processes of `--arch mp`, which share the
+//! descriptor, could interleave pieces. One write of a line shorter than
+//! `PIPE_BUF` is atomic on a pipe and on an `O_APPEND` file.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -46,9 +54,20 @@ crate::enum_names!(Level, "log level", {
 macro_rules! log_at {
     ($level:ident, $prefix:literal, $($arg:tt)*) => {
         if $crate::log::enabled($crate::log::Level::$level) {
-            eprintln!(concat!("weft: ", $prefix, "{}"), format_args!($($arg)*));
+            $crate::log::write_line(format_args!(concat!("weft: ", $prefix, "{}"), format_args!($($arg)*)));
         }
     };
+}
+
+/// Format `line` and write it, with its newline, to stderr in one call.
+/// Errors writing the log are ignored, as `eprintln!` would panic on them and
+/// a server must not stop because its log is gone.
+#[doc(hidden)]
+pub fn write_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut text = std::fmt::format(line);
+    text.push('\n');
+    let _ = std::io::stderr().write_all(text.as_bytes());
 }
 
 /// Log at warn level.
