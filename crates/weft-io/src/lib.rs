@@ -34,6 +34,9 @@
 //! - [`pools`]: a worker's two buffer pools seen together: what they hold
 //!   ([`PoolGauges`], one gauge group every role embeds in its stats) and a
 //!   connection's buffers given back to them;
+//! - [`records`]: connection records lent from a per-worker pool
+//!   ([`RecordPool`]) while a connection is busy, so an idle one keeps only a
+//!   small record inline in its slot and a request allocates none;
 //! - [`statefile`]: files other programs poll for (ready, pid), written
 //!   whole or not at all;
 //! - [`timer`]: a connection's deadline against the loop's timer heap
@@ -56,6 +59,7 @@ pub mod mapcache;
 pub mod output;
 pub mod pipes;
 pub mod pools;
+pub mod records;
 pub mod slab;
 pub mod statefile;
 pub mod sys;
@@ -76,6 +80,7 @@ pub use mailbox::Mailboxes;
 pub use output::{FileSend, Flushed, OutChain, OwnPool};
 pub use pipes::{Pipe, PipeBudget, PipeError, PipePool};
 pub use pools::PoolGauges;
+pub use records::RecordPool;
 pub use slab::Slab;
 pub use sys::{Fd, SysCounts, SysKind};
 pub use workers::{bind_reuseport, Shutdown};

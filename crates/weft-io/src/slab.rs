@@ -111,6 +111,26 @@ impl<T> Slab<T> {
         Some((sa.value.as_mut()?, sb.value.as_mut()?))
     }
 
+    /// Replace the value for `token` with `f` of it, the token staying valid
+    /// (a connection turning from busy to idle and back moves its state
+    /// between two forms). False if the token is stale. `f` must not panic:
+    /// the slot would be left empty.
+    pub fn update(&mut self, token: Token, f: impl FnOnce(T) -> T) -> bool {
+        let Some(s) = self.slots.get_mut(token.index() as usize) else {
+            return false;
+        };
+        if s.generation != token.generation() {
+            return false;
+        }
+        match s.value.take() {
+            Some(v) => {
+                s.value = Some(f(v));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Remove and return the value; the slot's generation moves on.
     pub fn remove(&mut self, token: Token) -> Option<T> {
         let s = self.slots.get_mut(token.index() as usize)?;
@@ -175,5 +195,16 @@ mod tests {
         let mut s = Slab::new();
         let t = s.insert_with(|t| t);
         assert_eq!(s.get(t), Some(&t));
+    }
+
+    #[test]
+    fn update_keeps_the_token() {
+        let mut s = Slab::new();
+        let t = s.insert_with(|_| String::from("busy"));
+        assert!(s.update(t, |v| v.replace("busy", "idle")));
+        assert_eq!(s.get(t).map(String::as_str), Some("idle"));
+        assert_eq!(s.len(), 1);
+        s.remove(t);
+        assert!(!s.update(t, |_| unreachable!()), "stale token");
     }
 }

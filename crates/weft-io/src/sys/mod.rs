@@ -13,6 +13,7 @@
 //! [`FdArg`]: a borrow (`&fd`, `fd.as_fd()`, `&file`), or, until every caller
 //! has moved to borrows, a bare `RawFd`.
 
+pub mod boxes;
 pub mod bpf;
 pub mod counters;
 mod errno;
