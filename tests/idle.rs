@@ -146,10 +146,16 @@ impl Role {
 }
 
 fn serve(event: &str) -> Role {
+    serve_with(event, &[])
+}
+
+fn serve_with(event: &str, extra: &[&str]) -> Role {
     let site = common::site();
     site.write("8k.bin", &common::pattern(8192));
     let root = common::path_str(&site.path).to_string();
-    Role::start(&["serve", &root], event, None, Some(site), "/8k.bin")
+    let mut args = vec!["serve", &root];
+    args.extend(extra);
+    Role::start(&args, event, None, Some(site), "/8k.bin")
 }
 
 fn proxy(event: &str) -> Role {
@@ -238,15 +244,16 @@ fn large_body(r: &Role) {
     assert_eq!((resp.status, resp.body.len()), (200, 8192));
 }
 
-/// The proxy's idle clients keep only their idle record (`idle_connections`,
-/// a gauge serve has not): all `n` of them, or serve.
+/// Idle clients keep only their idle record, inline in their slot (serve's
+/// `Slot::Idle`, the proxy's `Entry::Idle`): all `n` of them are counted in
+/// the `idle_connections` gauge.
 fn all_asleep(t: &serde_json::Value, n: u64) -> bool {
-    t.get("idle_connections").is_none_or(|i| i == n)
+    t["idle_connections"] == n
 }
 
 /// 1,000 keep-alive connections, one 8 KiB GET each, then idle: the pools
-/// lend no buffer and the gauges say so; one of them asks again (the proxy
-/// wakes it) and falls idle again.
+/// lend no buffer, every connection is asleep, and the gauges say so; one of
+/// them asks again (it wakes) and falls asleep again.
 fn idle_connections_hold_no_buffer(r: &Role) {
     let mut conns = Vec::with_capacity(1000);
     for _ in 0..1000 {
@@ -288,7 +295,7 @@ fn idle_connections_hold_no_buffer(r: &Role) {
 }
 
 /// `n` keep-alive connections, one GET each, then idle; returned once the
-/// role counts them open (and, the proxy, all asleep: `idle_connections`).
+/// role counts them open and all asleep (`idle_connections`).
 fn idle_clients(r: &Role, n: u64) -> Vec<Reader> {
     let conns: Vec<Reader> = (0..n)
         .map(|_| {
@@ -306,10 +313,9 @@ fn idle_clients(r: &Role, n: u64) -> Vec<Reader> {
     conns
 }
 
-/// The proxy's sleeping clients (`Entry::Idle`: a record inline in the slot,
-/// their state back in the pool) are woken by their idle timer and closed.
-fn asleep_clients_time_out(event: &str) {
-    let r = proxy_with(event, &["--idle-timeout", "1s"]);
+/// Sleeping clients (a record inline in the slot, the rest back in the pool)
+/// are found by their idle timer and closed.
+fn asleep_clients_time_out(r: Role, event: &str) {
     let t0 = Instant::now();
     for mut c in idle_clients(&r, 3) {
         assert!(c.closed(), "{event}: an idle client outlived --idle-timeout");
@@ -374,7 +380,8 @@ mod scenarios {
     }
 
     pub fn asleep_clients_time_out(event: &str) {
-        super::asleep_clients_time_out(event);
+        super::asleep_clients_time_out(serve_with(event, &["--idle-timeout", "1s"]), event);
+        super::asleep_clients_time_out(proxy_with(event, &["--idle-timeout", "1s"]), event);
     }
 
     pub fn stop_closes_idle_clients(event: &str) {

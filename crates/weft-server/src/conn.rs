@@ -195,14 +195,168 @@ impl Conn {
     }
 }
 
+/// A slot of the worker's connection table.
+pub enum Slot {
+    /// A connection with a request in flight (or about to be read): its
+    /// whole record, lent from the worker's [`weft_io::RecordPool`].
+    Busy(Box<Conn>),
+    /// A keep-alive connection between requests: only what outlives a
+    /// request, inline in the slot (issue 21: an idle connection holds no
+    /// buffer; here it holds no output chain or request state either).
+    Idle(IdleConn),
+}
+
+impl Slot {
+    /// The connection's socket, busy or idle.
+    pub fn fd(&self) -> &Fd {
+        match self {
+            Slot::Busy(c) => &c.fd,
+            Slot::Idle(i) => &i.fd,
+        }
+    }
+
+    /// When its timer is due, busy or idle.
+    pub fn timer_at(&self) -> Option<Instant> {
+        match self {
+            Slot::Busy(c) => c.timer_at,
+            Slot::Idle(i) => i.timer_at,
+        }
+    }
+
+    /// Its timer entry and its deadline, busy or idle (`weft_io::timer::expired`).
+    pub fn timer_mut(&mut self) -> (&mut Option<Instant>, Instant) {
+        match self {
+            Slot::Busy(c) => (&mut c.timer_at, c.deadline),
+            Slot::Idle(i) => (&mut i.timer_at, i.deadline),
+        }
+    }
+}
+
+/// What an idle keep-alive connection keeps between requests: its socket,
+/// its peer and the state that spans requests (readiness, interest, the
+/// request count, timers, where a handed-over connection came from).
+/// Everything else a [`Conn`] holds is empty while it is idle
+/// ([`Conn::may_sleep`]), so none of it is kept.
+pub struct IdleConn {
+    fd: Fd,
+    peer: Option<SocketAddr>,
+    requests: u64,
+    pub last_activity: Instant,
+    pub deadline: Instant,
+    pub timer_at: Option<Instant>,
+    pub handed: Option<HandedAt>,
+    interest: Interest,
+    may_read: bool,
+    read_closed: bool,
+}
+
+impl IdleConn {
+    /// The connection's socket and its handover record, at close.
+    pub fn into_parts(self) -> (Fd, Option<HandedAt>) {
+        (self.fd, self.handed)
+    }
+}
+
+impl Conn {
+    /// Is there nothing here but what an [`IdleConn`] keeps? Nothing read or
+    /// queued (buffers already given back to the pools), no body to skip, no
+    /// helper or stream in flight, not closing, not waiting to resume.
+    pub fn may_sleep(&self) -> bool {
+        self.is_idle()
+            && !self.input.has_storage()
+            && self.out.own_capacity() == 0
+            && !(self.eof || self.close_after || self.lingering || self.linger_on_close)
+            && self.discard == 0
+            && !(self.parked || self.snapshot || self.resume_queued)
+            && self.stream == 0
+    }
+
+    /// The connection's idle record (see [`Conn::may_sleep`]).
+    pub fn into_idle(self) -> IdleConn {
+        debug_assert!(self.may_sleep());
+        IdleConn {
+            fd: self.fd,
+            peer: self.peer,
+            requests: self.requests,
+            last_activity: self.last_activity,
+            deadline: self.deadline,
+            timer_at: self.timer_at,
+            handed: self.handed,
+            interest: self.interest,
+            may_read: self.may_read,
+            read_closed: self.read_closed,
+        }
+    }
+
+    /// The whole record of the idle connection `idle` in slot `token`.
+    pub fn from_idle(idle: IdleConn, token: Token) -> Conn {
+        let IdleConn {
+            fd,
+            peer,
+            requests,
+            last_activity,
+            deadline,
+            timer_at,
+            handed,
+            interest,
+            may_read,
+            read_closed,
+        } = idle;
+        Conn {
+            requests,
+            deadline,
+            timer_at,
+            handed,
+            may_read,
+            read_closed,
+            ..Conn::new(fd, token, peer, interest, last_activity)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    fn an_idle_connection_keeps_only_its_idle_record() {
+        // An idle connection's whole cost is its slot (issue 21): the idle
+        // record inline, its `Conn` back in the pool.
+        let slot = std::mem::size_of::<Slot>();
+        println!("size_of::<Slot>() = {slot}, IdleConn {}", std::mem::size_of::<IdleConn>());
+        assert!(slot <= 128, "Slot grew to {slot} bytes");
+        // Asleep and awake again, nothing of the connection is lost.
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let a = Fd::from(a);
+        let now = Instant::now();
+        let t = Token::new(3, 1);
+        let mut c = Conn::new(a, t, None, Interest::READ, now);
+        (c.requests, c.may_read, c.read_closed) = (5, true, true);
+        c.handed = Some(HandedAt::new(Token::new(1, 2), 9, weft_io::handoff::NextRule::Keep));
+        c.timer_at = Some(now);
+        assert!(c.may_sleep());
+        let raw = c.fd.raw();
+        let back = Conn::from_idle(c.into_idle(), t);
+        assert_eq!((back.fd.raw(), back.token, back.requests), (raw, t, 5));
+        assert!(back.may_read && back.read_closed && back.timer_at == Some(now));
+        assert_eq!(back.handed.map(HandedAt::get), Some((Token::new(1, 2), 9)));
+        // Anything in flight keeps it awake.
+        let mut busy = back;
+        busy.discard = 1;
+        assert!(!busy.may_sleep());
+        (busy.discard, busy.close_after) = (0, true);
+        assert!(!busy.may_sleep());
+        (busy.close_after, busy.parked) = (false, true);
+        assert!(!busy.may_sleep());
+        busy.parked = false;
+        busy.head_started = Some(now);
+        assert!(!busy.may_sleep());
+    }
+
+    #[test]
     fn connection_state_stays_small() {
-        // An idle connection's whole cost is this struct (its input buffer
-        // is lent only while bytes are pending): issue 21 tracks it.
+        // A busy connection's record (its input buffer is lent only while
+        // bytes are pending, the record itself only while it is busy).
         let size = std::mem::size_of::<Conn>();
         println!("size_of::<Conn>() = {size}");
         // 320 before handoff added `handed` (16 bytes, no tag); 336 before

@@ -22,7 +22,7 @@
 //! flight uses (they are rebuilt on demand) and its idle pooled buffers.
 //! `pressure_shrinks` and `pressure_released_bytes` count what it did.
 
-use crate::conn::Conn;
+use crate::conn::Slot;
 use crate::worker::Shared;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -109,10 +109,10 @@ pub fn watch(how: MemoryPressure) -> Result<(), String> {
 
 /// Once a second: sample the socket queues, and
 /// shrink the caches if memory pressure was reported since the last check.
-pub(crate) fn each_second(s: &mut Shared<'_>, conns: &Slab<Conn>) {
+pub(crate) fn each_second(s: &mut Shared<'_>, conns: &Slab<Slot>) {
     let (mut send, mut recv) = (0, 0);
     for t in conns.tokens() {
-        if let Some((o, i)) = conns.get(t).and_then(|c| sys::sockmem::queued(&c.fd).ok()) {
+        if let Some((o, i)) = conns.get(t).and_then(|c| sys::sockmem::queued(c.fd()).ok()) {
             send += o;
             recv += i;
         }
@@ -138,6 +138,7 @@ fn shrink(s: &mut Shared<'_>) {
     let pooled = (s.pool.idle_bytes() + s.own_pool.idle_bytes()) as u64;
     s.pool.trim(0);
     s.own_pool.trim(0);
+    s.records.trim(0);
     freed += pooled.saturating_sub((s.pool.idle_bytes() + s.own_pool.idle_bytes()) as u64);
     s.stats.pressure_shrinks += 1;
     s.stats.pressure_released_bytes += freed;

@@ -115,6 +115,12 @@ weft_core::metrics! {
         /// Sidecars passed over because they are older than their file
         /// (made from an earlier version of it; `--precompressed`).
         counter precompressed_stale,
+        /// Keep-alive connections asleep between requests: each keeps only
+        /// its idle record, inline in its slot (`conn::Slot::Idle`).
+        gauge idle_connections,
+        /// Connection records kept for reuse by the next connection that
+        /// wakes or is accepted.
+        gauge conn_records_pooled,
     }
     groups {
         /// What the worker's buffer pools hold now.
@@ -153,8 +159,9 @@ mod tests {
         s.syscalls.0[weft_io::SysKind::Sendfile as usize] = 10;
         // Keys before issue 21, then the gauges it added (the pool gauges
         // nested under "pools" since issue 14, the same group in every role),
-        // then issue 17's cache hits and misses, then `--precompressed`.
-        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"parked\":0,\"residency_tests\":0,\"residency_misses\":0,\"helper_jobs\":0,\"snapshot_aborts\":0,\"bytes_object\":0,\"bytes_mapped\":0,\"bytes_zerocopy\":0,\"zerocopy_copied\":0,\"object_lookups\":0,\"object_hits\":0,\"object_bytes_looked_up\":0,\"object_bytes_hit\":0,\"object_evictions\":0,\"object_invalidations\":0,\"object_entries\":0,\"object_heap_bytes\":0,\"object_mapped_bytes\":0,\"mapped_chunk_bytes\":0,\"file_cache_entries\":0,\"file_cache_bytes\":0,\"file_mapped_bytes\":0,\"file_cache_evictions\":0,\"helper_threads\":0,\"helper_queue\":0,\"helper_bytes\":0,\"socket_send_bytes\":0,\"socket_recv_bytes\":0,\"pressure_shrinks\":0,\"pressure_released_bytes\":0,\"cache_hits\":0,\"cache_misses\":0,\"admit_dropped_files\":0,\"admit_dropped_bytes\":0,\"precompressed\":0,\"precompressed_stale\":0,\"pools\":{\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0},\"syscalls\":{\"accept\":9,\"sendfile\":10},\"status\":{}";
+        // then issue 17's cache hits and misses, then `--precompressed`, then
+        // the sleeping connections and their pooled records.
+        let head = "{\"accepted\":1,\"refused_fd_limit\":2,\"requests\":3,\"bytes_sendfile\":4,\"bytes_copy\":5,\"bytes_memory\":6,\"timeouts\":7,\"bad_requests\":8,\"refused_max_connections\":0,\"handoffs\":0,\"given_back\":0,\"open_connections\":0,\"parked\":0,\"residency_tests\":0,\"residency_misses\":0,\"helper_jobs\":0,\"snapshot_aborts\":0,\"bytes_object\":0,\"bytes_mapped\":0,\"bytes_zerocopy\":0,\"zerocopy_copied\":0,\"object_lookups\":0,\"object_hits\":0,\"object_bytes_looked_up\":0,\"object_bytes_hit\":0,\"object_evictions\":0,\"object_invalidations\":0,\"object_entries\":0,\"object_heap_bytes\":0,\"object_mapped_bytes\":0,\"mapped_chunk_bytes\":0,\"file_cache_entries\":0,\"file_cache_bytes\":0,\"file_mapped_bytes\":0,\"file_cache_evictions\":0,\"helper_threads\":0,\"helper_queue\":0,\"helper_bytes\":0,\"socket_send_bytes\":0,\"socket_recv_bytes\":0,\"pressure_shrinks\":0,\"pressure_released_bytes\":0,\"cache_hits\":0,\"cache_misses\":0,\"admit_dropped_files\":0,\"admit_dropped_bytes\":0,\"precompressed\":0,\"precompressed_stale\":0,\"idle_connections\":0,\"conn_records_pooled\":0,\"pools\":{\"input_bufs_lent\":0,\"input_bytes_lent\":0,\"input_bufs_pooled\":0,\"input_bytes_pooled\":0,\"output_bufs_lent\":0,\"output_bufs_pooled\":0,\"output_bytes_pooled\":0},\"syscalls\":{\"accept\":9,\"sendfile\":10},\"status\":{}";
         assert_eq!(s.to_json(), format!("{head}}}"));
         s.tracker = Some(TrackerStats {
             user_passes: 11,

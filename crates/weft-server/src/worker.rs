@@ -14,13 +14,15 @@
 pub(crate) mod amped;
 mod blocking;
 mod handoff;
+mod slots;
 
 pub(crate) use amped::Wait;
 pub(crate) use handoff::Handoff;
+use slots::busy;
 
 use crate::accesslog::AccessLog;
 use crate::config::ServeConfig;
-use crate::conn::Conn;
+use crate::conn::{Conn, Slot};
 use crate::files::FileCache;
 use crate::respond::{self, Persist};
 use crate::stats::ServeStats;
@@ -33,8 +35,8 @@ use weft_io::group::Drain;
 use weft_io::sys::{self, Fd};
 use weft_io::{accept, pools, timer};
 use weft_io::{
-    BufPool, Ctx, Door, Event, Fill, Handler, Interest, OwnPool, Poller, PoolGauges, Readiness, RegisterError,
-    Shutdown, Slab, Token, TrackerStats,
+    BufPool, Ctx, Door, Event, Fill, Handler, Interest, OwnPool, Poller, PoolGauges, Readiness, RecordPool,
+    RegisterError, Shutdown, Slab, Token, TrackerStats,
 };
 
 /// The helper pool's eventfd (AMPED).
@@ -58,6 +60,10 @@ const OUTPUT_BUF: usize = 4096;
 /// Idle output buffers a worker keeps for reuse: enough that connections
 /// blocked on a full socket (which hold theirs) rarely empty the pool.
 const OUTPUT_POOL_KEEP: usize = 1024;
+/// Connection records a worker keeps for reuse (`worker/slots.rs`), and
+/// what a quiet second's decay leaves of them.
+const RECORDS_KEPT: usize = 256;
+const RECORDS_FLOOR: usize = 16;
 
 /// Requests one connection may have answered per pass of the loop: a client
 /// with a long pipelined backlog (or one that keeps its socket full) is
@@ -99,6 +105,9 @@ pub(crate) struct Shared<'a> {
     pub(crate) pool: BufPool,
     /// Output buffers lent to connections while they have bytes to send.
     pub(crate) own_pool: OwnPool,
+    /// Records of busy connections, lent while a connection is busy
+    /// (`worker/slots.rs`).
+    pub(crate) records: RecordPool<Conn>,
     pub(crate) stats: ServeStats,
     /// Response times (head start to response queued), published to the
     /// worker's latency slot about once a second.
@@ -140,7 +149,7 @@ pub(crate) struct Shared<'a> {
 pub struct Worker<'a> {
     shared: Shared<'a>,
     slot: &'a crate::admin::WorkerSlot,
-    conns: Slab<Conn>,
+    conns: Slab<Slot>,
     /// The listener, its accept pass and the shutdown waker.
     door: Door,
     refused_logged: u64,
@@ -188,6 +197,7 @@ impl<'a> Worker<'a> {
                     COALESCE_MAX + cfg.small_file_max as usize + OUTPUT_BUF,
                     OUTPUT_POOL_KEEP,
                 ),
+                records: RecordPool::default(),
                 stats: ServeStats::default(),
                 latency: weft_core::metrics::Latency::new(),
                 log,
@@ -270,6 +280,7 @@ impl<'a> Worker<'a> {
         s.syscalls = sys::SysCounts::current();
         s.tracker = self.tracker;
         s.open_connections = self.conns.len() as u64;
+        s.conn_records_pooled = self.shared.records.len() as u64;
         s.pools = PoolGauges::of(&self.shared.pool, &self.shared.own_pool);
         s.cgi = self.shared.cgi.as_ref().map(crate::cgi::Cgi::stats);
         crate::objects::report_caches(self.shared.files.as_ref(), self.shared.objects.as_ref(), &mut s);
@@ -289,6 +300,7 @@ impl<'a> Worker<'a> {
         ) {
             return;
         }
+        self.shared.records.decay(RECORDS_FLOOR);
         if let Some(n) = self.shared.files.as_mut().and_then(|f| f.notice()) {
             n.sweep();
         }
@@ -297,7 +309,9 @@ impl<'a> Worker<'a> {
 
     /// Do the pools hold more idle buffers than they keep for good?
     fn pools_above_floor(&self) -> bool {
-        self.shared.pool.above_floor() || self.shared.own_pool.above_floor()
+        self.shared.pool.above_floor()
+            || self.shared.own_pool.above_floor()
+            || self.shared.records.len() > RECORDS_FLOOR
     }
 
     fn accept<P: Poller>(&mut self, cx: &mut Ctx<P>) {
@@ -343,11 +357,14 @@ impl<'a> Worker<'a> {
         }
         self.shared.stats.accepted += 1;
         let now = cx.now;
-        let t = self.conns.insert_with(|t| Conn::new(fd, t, peer, interest, now));
+        let records = &mut self.shared.records;
+        let t = self
+            .conns
+            .insert_with(|t| Slot::Busy(records.lend(Conn::new(fd, t, peer, interest, now))));
         debug_assert_eq!(t, token);
         // A new connection usually has its request already queued (the client
         // wrote right after connecting): try to read it now.
-        if let Some(c) = self.conns.get_mut(token) {
+        if let Some(c) = busy(&mut self.conns, token) {
             c.may_read = true;
             if let Some(h) = handed {
                 self.shared.stats.handoffs += 1;
@@ -374,36 +391,10 @@ impl<'a> Worker<'a> {
         }
     }
 
-    fn close<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) {
-        if let Some(mut c) = self.conns.remove(token) {
-            if let (Some(at), Some(h)) = (c.handed, self.handoff.as_mut()) {
-                let (channel, id) = at.get();
-                h.closed(channel, id);
-            }
-            pools::release_all(
-                &mut c.input,
-                &mut c.out,
-                &mut self.shared.pool,
-                &mut self.shared.own_pool,
-            );
-            // cgi: drop its request in flight.
-            crate::cgi::client_closed(&mut self.shared, token);
-            if c.snapshot {
-                self.shared.tails.remove(&token);
-            }
-            crate::stream::closed(&c, &mut self.shared);
-            if c.handed.is_some() {
-                // The front-end may still hold it: out of our set first.
-                cx.close_shared_later(c.fd);
-            } else {
-                cx.close_later(c.fd, true);
-            }
-        }
-    }
-
     /// Run the connection's cycle and settle what it waits for.
     fn drive<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) {
-        let Some(c) = self.conns.get_mut(token) else {
+        self.wake(token);
+        let Some(c) = busy(&mut self.conns, token) else {
             return;
         };
         if c.parked {
@@ -423,7 +414,7 @@ impl<'a> Worker<'a> {
                 return;
             }
         }
-        let Some(c) = self.conns.get_mut(token) else {
+        let Some(c) = busy(&mut self.conns, token) else {
             return;
         };
         // Everything read is answered (and sent): the buffers go back to the
@@ -438,7 +429,7 @@ impl<'a> Worker<'a> {
         if back && self.give_back(cx, token) {
             return;
         }
-        let Some(c) = self.conns.get_mut(token) else {
+        let Some(c) = busy(&mut self.conns, token) else {
             return;
         };
         match next {
@@ -471,6 +462,9 @@ impl<'a> Worker<'a> {
                     self.resume.push(token);
                 }
                 schedule(c, self.shared.cfg, self.shared.draining, cx);
+                if matches!(next, Next::Read) {
+                    self.sleep(token);
+                }
             }
         }
     }
@@ -487,7 +481,10 @@ impl<'a> Worker<'a> {
             h.stop_listening(cx);
         }
         for t in self.conns.tokens() {
-            let Some(c) = self.conns.get_mut(t) else {
+            if self.drain_idle(cx, t) {
+                continue;
+            }
+            let Some(c) = busy(&mut self.conns, t) else {
                 continue;
             };
             match Drain::of(c.is_idle() && !c.lingering, c.last_activity, cx.now) {
@@ -537,7 +534,8 @@ impl<P: Poller> Handler<P> for Worker<'_> {
                 }
             }
             token => {
-                let Some(c) = self.conns.get_mut(token) else {
+                self.wake(token);
+                let Some(c) = busy(&mut self.conns, token) else {
                     // Stale: the connection was closed earlier in this batch.
                     return;
                 };
@@ -548,17 +546,19 @@ impl<P: Poller> Handler<P> for Worker<'_> {
     }
 
     fn timer_armed(&self, token: Token, due: Instant) -> bool {
-        self.conns.get(token).is_some_and(|c| c.timer_at == Some(due))
+        self.conns.get(token).is_some_and(|c| c.timer_at() == Some(due))
     }
 
     fn on_timer(&mut self, cx: &mut Ctx<P>, token: Token, due: Instant) -> Option<Instant> {
-        let c = self.conns.get_mut(token)?;
-        if let Err(next) = timer::expired(&mut c.timer_at, due, cx.now, c.deadline) {
+        let (timer_at, deadline) = self.conns.get_mut(token)?.timer_mut();
+        if let Err(next) = timer::expired(timer_at, due, cx.now, deadline) {
             return next;
         }
         // Timed out. A client that never finished its request head gets a 408
-        // (best effort, one send); the others are simply closed.
-        if !c.lingering && !c.has_output() && c.head_started.is_some() {
+        // (best effort, one send); the others (idle ones too) are simply closed.
+        if let Some(c) =
+            busy(&mut self.conns, token).filter(|c| !c.lingering && !c.has_output() && c.head_started.is_some())
+        {
             let mut out = Vec::with_capacity(256);
             respond::simple(
                 &mut out,
@@ -583,7 +583,7 @@ impl<P: Poller> Handler<P> for Worker<'_> {
             // those that use it up again wait for the next pass.
             let mut resume = std::mem::take(&mut self.resume);
             for &t in &resume {
-                if let Some(c) = self.conns.get_mut(t) {
+                if let Some(c) = busy(&mut self.conns, t) {
                     c.resume_queued = false;
                     self.drive(cx, t);
                 }

@@ -340,7 +340,7 @@ impl super::Worker<'_> {
             return;
         }
         self.shared.stats.parked += 1;
-        let Some(c) = self.conns.get_mut(token) else {
+        let Some(c) = super::busy(&mut self.conns, token) else {
             return;
         };
         c.parked = true;
@@ -379,7 +379,7 @@ impl super::Worker<'_> {
                 weft_io::helpers::DiskDone::Loaded { .. } => true,
             };
             for token in tokens {
-                let Some(c) = self.conns.get_mut(token) else {
+                let Some(c) = super::busy(&mut self.conns, token) else {
                     continue; // closed while it waited
                 };
                 c.parked = false;

@@ -20,7 +20,7 @@
 //! connection.
 
 use super::{Handed, Worker};
-use crate::conn::Conn;
+use crate::conn::{Conn, Slot};
 use std::io::{self, IoSlice};
 use weft_io::handoff::{self as proto, MAX_MESSAGE, MAX_REPORT_IDS};
 use weft_io::handoff::{NextRule, OwnerMap};
@@ -290,7 +290,7 @@ impl Worker<'_> {
     /// bytes read after its last answer (`wants_back`). False: kept (its
     /// channel is gone or full): it is served here as usual.
     pub(super) fn give_back<P: Poller>(&mut self, cx: &mut Ctx<P>, token: Token) -> bool {
-        let (Some(h), Some(c)) = (self.handoff.as_mut(), self.conns.get(token)) else {
+        let (Some(h), Some(Slot::Busy(c))) = (self.handoff.as_mut(), self.conns.get(token)) else {
             return false;
         };
         let Some((channel, id)) = c.handed.map(|at| at.get()) else {
@@ -305,9 +305,10 @@ impl Worker<'_> {
             return false;
         }
         self.shared.stats.given_back += 1;
-        let Some(mut c) = self.conns.remove(token) else {
+        let Some(Slot::Busy(c)) = self.conns.remove(token) else {
             return true;
         };
+        let mut c = self.shared.records.give_back(c, super::RECORDS_KEPT);
         weft_io::pools::release_all(
             &mut c.input,
             &mut c.out,
