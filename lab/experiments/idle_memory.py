@@ -199,10 +199,12 @@ def measure_server(lab: core.Lab, pool: servers.ServerPool, spec: servers.Server
                 t = stats["total"]
                 # The pool gauges are nested under "pools" (the same group in every role).
                 t = {**t, **t.get("pools", {})}
-                # idle_connections: the proxy's clients asleep (a record in
-                # the slot, their state in the pool); serve has no such gauge.
+                # idle_connections: the connections asleep (a record in the
+                # slot, the rest of their state in the pool: serve's
+                # conn_records_pooled, the proxy's request_state_pooled).
                 for k in ("open_connections", "idle_connections", "input_bufs_lent", "input_bytes_pooled",
-                          "output_bufs_lent", "output_bytes_pooled", "request_state_pooled"):  # fmt: skip
+                          "output_bufs_lent", "output_bytes_pooled", "request_state_pooled",
+                          "conn_records_pooled"):  # fmt: skip
                     if k in t:
                         row[f"weft_{k}"] = t[k]
             lab.log(f"  {spec.label:<20} {held:>6} conns: RSS {base:>7} → {rss:>7} KiB, {row['kib_per_conn']:.2f} KiB/conn")
