@@ -198,11 +198,11 @@ where
     while let Ok(event) = rx.recv() {
         match event {
             Event::Signal(Control::Stop(sig)) if stopping => {
-                eprintln!("weft: second signal {sig}, exiting immediately");
+                weft_core::stderr_line!("weft: second signal {sig}, exiting immediately");
                 std::process::exit(130);
             }
             Event::Signal(Control::Stop(sig)) => {
-                eprintln!("weft: signal {sig} received, shutting down gracefully");
+                weft_core::stderr_line!("weft: signal {sig} received, shutting down gracefully");
                 stopping = true;
                 current.trigger();
             }

@@ -3,7 +3,8 @@
 //! Servers log rarely (start-up, refusals, errors); a global level in an atomic
 //! and one write to stderr per line are all that is needed, with no allocation
 //! when a message is filtered out. Use the [`crate::warn!`], [`crate::info!`] and
-//! [`crate::debug!`] macros.
+//! [`crate::debug!`] macros, and [`crate::stderr_line!`] for a message that
+//! has its own prefix and no level.
 //!
 //! A line is formatted first and written with one `write(2)`: `eprintln!` on
 //! Rust's unbuffered stderr writes each formatted piece with its own call, so a
@@ -59,10 +60,16 @@ macro_rules! log_at {
     };
 }
 
+/// Write a line to stderr whatever the level, in one call (see the module
+/// doc): `eprintln!` for a running server's messages.
+#[macro_export]
+macro_rules! stderr_line {
+    ($($arg:tt)*) => { $crate::log::write_line(format_args!($($arg)*)) };
+}
+
 /// Format `line` and write it, with its newline, to stderr in one call.
 /// Errors writing the log are ignored, as `eprintln!` would panic on them and
 /// a server must not stop because its log is gone.
-#[doc(hidden)]
 pub fn write_line(line: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let mut text = std::fmt::format(line);

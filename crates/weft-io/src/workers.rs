@@ -182,11 +182,11 @@ impl Shutdown {
         let me = self.clone();
         std::thread::Builder::new().name("weft-signals".into()).spawn(move || {
             if let Ok(sig) = sys::wait_shutdown_signal() {
-                eprintln!("weft: signal {sig} received, shutting down gracefully");
+                weft_core::stderr_line!("weft: signal {sig} received, shutting down gracefully");
                 me.trigger();
                 // A second signal means "now".
                 if sys::wait_shutdown_signal().is_ok() {
-                    eprintln!("weft: second signal, exiting immediately");
+                    weft_core::stderr_line!("weft: second signal, exiting immediately");
                     std::process::exit(130);
                 }
             }

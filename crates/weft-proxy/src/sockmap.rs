@@ -138,7 +138,7 @@ impl KernelFwd {
     pub fn backend_fits(name: &str, tracks_readiness: bool) -> bool {
         let fits = name != "select" && !tracks_readiness;
         if !fits && !SAID_BACKEND.swap(true, Ordering::Relaxed) {
-            eprintln!(
+            weft_core::stderr_line!(
                 "weft proxy: --splice sockmap needs --event epoll, poll or uring (not {name}); tunnels and bodies splice instead"
             );
         }
@@ -169,14 +169,14 @@ impl KernelFwd {
                 Seen::Written => ("was written", "redirected"),
                 Seen::Taken => ("gave weft", "passed up"),
             };
-            eprintln!(
+            weft_core::stderr_line!(
                 "weft proxy: --splice sockmap: a socket {what} {count} bytes where the program {did} \
                  {redirected}; that connection was reset (sockmap_mismatches counts them; more than \
                  one in {TOLERATED_ONE_IN} streams turns sockmap off)"
             );
         }
         if distrusted(mismatched, joined) && !DISTRUSTED.swap(true, Ordering::Relaxed) {
-            eprintln!(
+            weft_core::stderr_line!(
                 "weft proxy: --splice sockmap: {mismatched} of {joined} streams forwarded in the kernel \
                  were caught wrong; new tunnels and bodies splice from now on"
             );
@@ -197,7 +197,7 @@ impl KernelFwd {
     pub fn unplaced(e: weft_sockmap::Unplaced, st: &mut crate::stats::ProxyStats) {
         st.sockmap_unplaced += 1;
         if !SAID_UNPLACED.swap(true, Ordering::Relaxed) {
-            eprintln!("weft proxy: --splice sockmap: {e}; that tunnel was reset");
+            weft_core::stderr_line!("weft proxy: --splice sockmap: {e}; that tunnel was reset");
         }
     }
 
@@ -213,7 +213,7 @@ impl KernelFwd {
                 Ok(f) => KernelFwd::Ready(Box::new(f)),
                 Err(e) => {
                     if !SAID.swap(true, Ordering::Relaxed) {
-                        eprintln!("weft proxy: --splice sockmap unavailable ({e}); tunnels and bodies splice instead");
+                        weft_core::stderr_line!("weft proxy: --splice sockmap unavailable ({e}); tunnels and bodies splice instead");
                     }
                     KernelFwd::Unavailable
                 }
@@ -231,7 +231,7 @@ impl KernelFwd {
         let f = self.get()?;
         if let Err(why) = f.bodies() {
             if !SAID_BODIES.swap(true, Ordering::Relaxed) {
-                eprintln!("weft proxy: --splice sockmap cannot carry response bodies here ({why}); they splice, tunnels use the sockmap");
+                weft_core::stderr_line!("weft proxy: --splice sockmap cannot carry response bodies here ({why}); they splice, tunnels use the sockmap");
             }
             return None;
         }
