@@ -213,7 +213,9 @@ impl KernelFwd {
                 Ok(f) => KernelFwd::Ready(Box::new(f)),
                 Err(e) => {
                     if !SAID.swap(true, Ordering::Relaxed) {
-                        weft_core::stderr_line!("weft proxy: --splice sockmap unavailable ({e}); tunnels and bodies splice instead");
+                        weft_core::stderr_line!(
+                            "weft proxy: --splice sockmap unavailable ({e}); tunnels and bodies splice instead"
+                        );
                     }
                     KernelFwd::Unavailable
                 }

@@ -323,7 +323,10 @@ mod tests {
         // An idle connection's whole cost is its slot (issue 21): the idle
         // record inline, its `Conn` back in the pool.
         let slot = std::mem::size_of::<Slot>();
-        println!("size_of::<Slot>() = {slot}, IdleConn {}", std::mem::size_of::<IdleConn>());
+        println!(
+            "size_of::<Slot>() = {slot}, IdleConn {}",
+            std::mem::size_of::<IdleConn>()
+        );
         assert!(slot <= 128, "Slot grew to {slot} bytes");
         // Asleep and awake again, nothing of the connection is lost.
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
