@@ -244,7 +244,7 @@ pub struct IdleConn {
     pub last_activity: Instant,
     pub deadline: Instant,
     pub timer_at: Option<Instant>,
-    pub handed: Option<HandedAt>,
+    handed: Option<HandedAt>,
     interest: Interest,
     may_read: bool,
     read_closed: bool,
