@@ -18,7 +18,8 @@
 //!   (`linux-mechanisms.md`). If the client goes away, the body keeps coming
 //!   into the cache (tee stops, reads go on) up to `--max-object-size`.
 //!
-//! Chunked bodies alternate (`relay/chunked.rs`): framing is read and parsed
+//! The cache's copy (the tee step, bytes kept for the fill, its size cap) is in
+//! `relay/keep.rs`. Chunked bodies alternate (`relay/chunked.rs`): framing is read and parsed
 //! in user space (`ChunkedDecoder`), chunk data of at least the splice threshold goes
 //! through the pipe (`data_remaining` / `consume_data`). Framing is forwarded
 //! verbatim to HTTP/1.1 clients and dropped for HTTP/1.0 ones.
@@ -414,32 +415,6 @@ impl Relay {
         self.check_fill_limit();
     }
 
-    /// Append body bytes to the object being filled (paths where the client
-    /// gets them some other way).
-    fn keep_for_cache(&mut self, data: &[u8], st: &mut ProxyStats) {
-        if let Some(f) = &mut self.fill {
-            self.acc.extend_from_slice(data);
-            self.sent = self.acc.len();
-            f.size += data.len() as u64;
-            st.bytes_filled += data.len() as u64;
-        }
-    }
-
-    fn check_fill_limit(&mut self) {
-        let over = self.fill.as_ref().is_some_and(|f| f.size > f.max);
-        if over {
-            // Too big to keep: stop filling. The relay buffer keeps only what
-            // the client still needs.
-            self.fill = None;
-            if self.tail_mode() {
-                self.acc.advance(self.sent);
-            } else {
-                self.acc = BytesMut::new();
-            }
-            self.sent = 0;
-        }
-    }
-
     /// Move the body along as far as readiness allows.
     pub fn pump(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats) -> Pump {
         self.idle_pump = false;
@@ -626,78 +601,6 @@ impl Relay {
             Path::Tee { out, in_out, .. } => (out, in_out),
         };
         Ok(total + splice_to_client(pipe, bytes, cfd, (e.client_may_write, e.out), st)?)
-    }
-
-    /// KeepCopy: duplicate intake bytes into the output pipe and read them
-    /// into the cache (or, without a client, only read them; without a fill,
-    /// only move them). Err: tee failed (fall back).
-    fn tee_step(&mut self, _e: &mut Ends<'_>, st: &mut ProxyStats) -> Result<usize, ()> {
-        let Path::Tee {
-            intake,
-            in_intake,
-            out,
-            in_out,
-        } = &mut self.path
-        else {
-            return Ok(0);
-        };
-        if *in_intake == 0 {
-            return Ok(0);
-        }
-        let n = if self.client_gone {
-            *in_intake
-        } else if self.fill.is_none() {
-            // Filling stopped (object too large): move, do not duplicate.
-            st.calls_tee += 1;
-            match sys::splice(intake.read_fd(), out.write_fd(), *in_intake, false) {
-                Ok(k) => {
-                    *in_intake -= k;
-                    *in_out += k;
-                    return Ok(k);
-                }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(0),
-                Err(_) => return Err(()),
-            }
-        } else {
-            st.calls_tee += 1;
-            match sys::tee(intake.read_fd(), out.write_fd(), *in_intake) {
-                Ok(0) => return Ok(0),
-                Ok(t) => {
-                    *in_out += t;
-                    st.bytes_teed += t as u64;
-                    t
-                }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Ok(0),
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => return Ok(0),
-                Err(_) => return Err(()),
-            }
-        };
-        let fd = intake.read_fd();
-        *in_intake -= n;
-        self.keep_teed(fd, n, st)?;
-        Ok(n)
-    }
-
-    /// Consume exactly the `n` duplicated bytes from the intake (read end
-    /// `intake`) into the object.
-    fn keep_teed(&mut self, intake: RawFd, n: usize, st: &mut ProxyStats) -> Result<(), ()> {
-        let mut got = 0;
-        while got < n {
-            st.calls_tee_read += 1;
-            match sys::read_to_bytes(intake, &mut self.acc, n - got) {
-                Ok(0) => return Err(()),
-                Ok(k) => got += k,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Err(()),
-            }
-        }
-        self.sent = self.acc.len();
-        if let Some(f) = &mut self.fill {
-            f.size += n as u64;
-            st.bytes_filled += n as u64;
-        }
-        self.check_fill_limit();
-        Ok(())
     }
 
     /// Read from the upstream. Err(Some): finished badly; Err(None): splice
@@ -991,6 +894,7 @@ impl Relay {
 mod batch;
 mod chunked;
 mod follow;
+mod keep;
 mod kernel;
 mod linked;
 pub(crate) use kernel::KERNEL_BODY_MAX;
