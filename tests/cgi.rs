@@ -353,6 +353,26 @@ fn counters_reach_the_admin_stats() {
     assert!(spliced > 0 && spliced <= 100_000, "bytes_spliced {spliced}: {stats}");
 }
 
+/// A stop lets a CGI request in flight finish. While the application works,
+/// the client's connection has nothing read or queued, so it looked idle:
+/// the stop closed it after the drain's quiet second like an idle one, and
+/// the answer (2 s later) was lost.
+#[test]
+fn a_stop_lets_a_cgi_request_in_flight_finish() {
+    let mut w = serve_pool(&["--cgi-workers", "1", "--admin", "127.0.0.1:0"]);
+    let admin = w.admin.expect("admin address").to_string();
+    let mut c = Conn::new(&w);
+    c.send(b"GET /app/x?wait=2000&size=5 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let passed = wait_until(Duration::from_secs(5), || {
+        common::fetch(&admin, "/stats").contains("\"cgi\":{\"requests\":1")
+    });
+    assert!(passed, "the request never reached the application");
+    w.terminate();
+    let r = c.response(false);
+    assert_eq!((r.status, r.body.as_slice()), (200, pattern(5).as_slice()));
+    assert_eq!(w.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
 /// A client that does not read its answer does not hold the application:
 /// with one process in the pool, the next client's request is answered while
 /// the first's 600,000 bytes wait in weft's pipe (1 MiB: the whole reply fits,

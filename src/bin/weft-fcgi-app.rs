@@ -17,6 +17,7 @@
 //! - `env=1`: the body is the CGI parameters, one `NAME=value` a line;
 //! - `crash=1`: the process exits without answering;
 //! - `hang=1`: the request never gets an answer;
+//! - `wait=MS`: the answer comes after MS milliseconds (at most 10 s);
 //! - `badhead=1`: a malformed CGI head;
 //! - `over=N`: N more body bytes than the Content-Length declared;
 //! - `local=PATH`: a local redirect to PATH (`Location` alone, RFC 3875
@@ -275,7 +276,7 @@ fn query_of(req: &Req) -> String {
 
 /// Does the response depend on the query alone?
 fn preparable(query: &str) -> bool {
-    ["echo", "env", "stderr", "crash", "hang", "seen"]
+    ["echo", "env", "stderr", "crash", "hang", "seen", "wait"]
         .iter()
         .all(|k| query_value(query, k).is_none())
 }
@@ -358,6 +359,9 @@ fn build<S: Write>(s: &mut S, req: &Req) -> io::Result<()> {
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
+    }
+    if let Some(ms) = q("wait").and_then(|v| v.parse::<u64>().ok()) {
+        std::thread::sleep(Duration::from_millis(ms.min(10_000)));
     }
     let record = q("record").and_then(|v| v.parse().ok()).unwrap_or(65_528);
     let body = if q("echo").is_some() {

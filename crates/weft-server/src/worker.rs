@@ -495,7 +495,9 @@ impl<'a> Worker<'a> {
             let Some(c) = busy(&mut self.conns, t) else {
                 continue;
             };
-            match Drain::of(c.is_idle() && !c.lingering, c.last_activity, cx.now) {
+            // A CGI request in flight is finished like a response being sent.
+            let idle = c.is_idle() && !c.lingering && !crate::cgi::busy(&self.shared, c);
+            match Drain::of(idle, c.last_activity, cx.now) {
                 Drain::KeepUntil(until) => {
                     c.deadline = until;
                     timer::arm(cx, t, until, &mut c.timer_at);

@@ -41,9 +41,11 @@ impl Worker<'_> {
 
     /// A connection with nothing in flight keeps only its idle record; the
     /// rest goes back to the pool. No-op unless [`Conn::may_sleep`] (its
-    /// buffers given back first).
+    /// buffers given back first) and no CGI request of it is in flight (the
+    /// application's answer is what it waits for).
     pub(super) fn sleep(&mut self, t: Token) {
-        if !matches!(self.conns.get(t), Some(Slot::Busy(c)) if c.may_sleep()) {
+        let quiet = |c: &Conn| c.may_sleep() && !crate::cgi::busy(&self.shared, c);
+        if !matches!(self.conns.get(t), Some(Slot::Busy(c)) if quiet(c)) {
             return;
         }
         let records = &mut self.shared.records;
