@@ -119,6 +119,14 @@ impl<'a> TwoTier<'a> {
         }
     }
 
+    /// Is `key` in the memory store now (any variant)? A miss that has just
+    /// become its key's fill leader asks, because the lookup and the join
+    /// take two locks: another worker may have stored the key and ended its
+    /// fill between them (`request.rs`, `from_cache`).
+    pub fn stored(&self, key: &[u8]) -> bool {
+        self.store.is_some_and(|s| lock(s).contains(key))
+    }
+
     /// The fills' mailbox descriptor for this worker (collapsed forwarding on).
     pub fn fill_waker(&self) -> Option<RawFd> {
         self.fills.map(|f| f.waker(self.worker))
@@ -286,6 +294,31 @@ mod tests {
         let keys: [&[u8]; 2] = [b"k", b"other"];
         assert_eq!(tiers.invalidate(keys.iter().copied()), 1);
         assert!(matches!(tiers.lookup(b"k", None, true, token, |_| true), Lookup::Miss));
+    }
+
+    /// Worker 1 misses in memory; before it joins the key's fills, worker 0
+    /// stores the key and ends its fill. The join then makes worker 1 a
+    /// leader: `stored` is how it learns the origin need not be asked
+    /// (`request.rs` ends that fill as stored and looks again).
+    #[test]
+    fn a_leader_sees_a_key_stored_between_its_lookup_and_its_join() {
+        let store = Mutex::new(Store::new(1 << 20, 1 << 20, CachePolicy::Lru));
+        let fills = Fills::new(2).unwrap();
+        let now = Instant::now();
+        let mut a = TwoTier::new(Some(&store), None, Some(&fills), 0);
+        let mut b = TwoTier::new(Some(&store), None, Some(&fills), 1);
+        let (ta, tb) = (Token::new(1, 0), Token::new(2, 0));
+        assert!(matches!(a.lookup(b"k", None, true, ta, |_| true), Lookup::Miss));
+        assert_eq!(a.join_fill(b"k", true, None, ta, now).0, Join::Lead);
+        assert!(!a.stored(b"k"));
+        assert!(matches!(b.lookup(b"k", None, true, tb, |_| true), Lookup::Miss));
+        assert!(a.insert(b"k", object(b"one")));
+        a.finish_fill(b"k", Outcome::Stored, now);
+        assert_eq!(b.join_fill(b"k", true, None, tb, now).0, Join::Lead);
+        assert!(b.stored(b"k"), "the stored key is seen after the join");
+        b.finish_fill(b"k", Outcome::Stored, now);
+        assert!(matches!(b.lookup(b"k", None, true, tb, |_| true), Lookup::Found(..)));
+        assert_eq!(fills.counts(), (0, 0), "no fill left behind");
     }
 
     #[test]

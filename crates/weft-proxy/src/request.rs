@@ -289,7 +289,21 @@ fn from_cache(
     txn: &mut Txn,
     ct: Token,
     n: usize,
+    at: (u64, Instant),
+) -> Option<Result<Flow, Refusal>> {
+    from_cache_once(sh, c, txn, ct, n, at, true)
+}
+
+/// [`from_cache`]; `recheck`: a miss that leads its key's fill looks in
+/// memory once more (and only once) before it goes upstream.
+fn from_cache_once(
+    sh: &mut Shared<'_>,
+    c: &mut Client,
+    txn: &mut Txn,
+    ct: Token,
+    n: usize,
     (now, mono): (u64, Instant),
+    recheck: bool,
 ) -> Option<Result<Flow, Refusal>> {
     let data = &c.input.pending()[..n];
     let req = &c.req;
@@ -392,6 +406,15 @@ fn from_cache(
             let mut takes = |s: &Stream| stream_serves(s, rules, (req, data), scratch, req_cc, now);
             let follow = may_follow(txn).then_some(&mut takes as &mut dyn FnMut(&Stream) -> bool);
             match sh.cache.join_fill(&c.key, may_lead, follow, ct, mono) {
+                // The lookup and the join take two locks: another worker
+                // may have stored the key and ended its fill between them,
+                // and this request would ask the origin again. Its own fill
+                // ends as stored (anyone who joined it finds the object) and
+                // the request is looked up again, once.
+                (Join::Lead, _) if recheck && sh.cache.stored(&c.key) => {
+                    sh.cache.finish_fill(&c.key, crate::fill::Outcome::Stored, mono);
+                    from_cache_once(sh, c, txn, ct, n, (now, mono), false)
+                }
                 (Join::Lead, _) => {
                     txn.fill = true;
                     None

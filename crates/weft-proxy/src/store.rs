@@ -295,6 +295,11 @@ impl Store {
     }
 
     /// The first variant of `key` that `select` accepts; a hit for the policy.
+    /// Is anything stored under `key` (any variant)? Touches nothing.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.index.get(key).is_some_and(|ids| !ids.is_empty())
+    }
+
     pub fn lookup(&mut self, key: &[u8], mut select: impl FnMut(&Object) -> bool) -> Option<(u64, Arc<Object>)> {
         let ids = self.index.get(key)?;
         let id = *ids
