@@ -126,6 +126,12 @@ pub struct Ends<'a> {
 /// What a pump call ended with.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Pump {
+    /// The object being filled holds the whole body, and the client has not
+    /// been sent its last bytes yet: take it ([`Relay::take_whole`]), store
+    /// it, and pump again. Stored before the client has all of it, the object
+    /// is there for whatever request that client (or anyone who saw the
+    /// response end) sends next, on any worker.
+    Whole,
     /// The body is complete and handed to the client socket (the output queue
     /// may still hold some of it) or, after a client abort, to the cache.
     Done,
@@ -421,6 +427,10 @@ impl Relay {
         if let Some(r) = self.pump_kernel(e, st) {
             return r;
         }
+        if self.fill_whole() {
+            // The bytes that came with the head completed it.
+            return Pump::Whole;
+        }
         let mut moved: u64 = 0;
         let mut chain_idle = false;
         let mut any = false;
@@ -446,9 +456,13 @@ impl Relay {
                     Err(r) => return r,
                 },
             }
-            let intake_left = matches!(self.path, Path::Tee { in_intake, .. } if in_intake > 0);
+            if self.fill_whole() {
+                return Pump::Whole;
+            }
+            // Never with a fill: a whole one was taken (above), and one not
+            // whole yet still has bytes to read.
             if self.body_done
-                && !intake_left
+                && !self.intake_left()
                 && (self.client_gone || (self.piped() == 0 && self.sent == self.acc.len()))
             {
                 return Pump::Done;
@@ -555,7 +569,9 @@ impl Relay {
     fn on_client_error(&mut self, _e: io::Error, ends: &mut Ends<'_>) -> Option<Pump> {
         self.client_gone = true;
         ends.out.clear();
-        if self.fill.is_none() {
+        // With the whole body read (a whole object is stored already), the
+        // session ends as Done: the upstream connection stays reusable.
+        if self.fill.is_none() && !self.body_done {
             return Some(Pump::ClientAborted);
         }
         self.sent = self.acc.len();
@@ -600,7 +616,12 @@ impl Relay {
             Path::Splice { pipe, bytes } => (pipe, bytes),
             Path::Tee { out, in_out, .. } => (out, in_out),
         };
-        Ok(total + splice_to_client(pipe, bytes, cfd, (e.client_may_write, e.out), st)?)
+        let n = splice_to_client(pipe, bytes, cfd, (e.client_may_write, e.out), st)?;
+        // Head bytes a chain wrote into the pipe (`linked.rs`) are not body.
+        let head = n.min(self.head_piped);
+        self.head_piped -= head;
+        st.bytes_spliced -= head as u64;
+        Ok(total + n)
     }
 
     /// Read from the upstream. Err(Some): finished badly; Err(None): splice
@@ -829,10 +850,11 @@ impl Relay {
         Some(std::mem::take(&mut self.acc))
     }
 
-    /// End of a completed session: give the pipes back and hand over the
-    /// filled object's body (None when not filling or the client aborted a
-    /// non-filling session).
-    pub fn finish(mut self, pool: &mut PipePool, st: &mut ProxyStats) -> Option<Aggregate> {
+    /// End of a completed session: give the pipes back, and hand over the
+    /// filled object's body if [`Pump::Whole`] has not (None when not
+    /// filling, or the client aborted a non-filling session).
+    pub fn finish(mut self, out: &mut OutChain, pool: &mut PipePool, st: &mut ProxyStats) -> Option<Aggregate> {
+        let body = self.take_whole(out, st);
         match std::mem::replace(&mut self.path, Path::Copy) {
             Path::Copy => st.sessions_copy += 1,
             Path::Splice { pipe, bytes } => {
@@ -861,22 +883,7 @@ impl Relay {
         if self.client_gone && !self.no_client {
             st.sessions_client_abort += 1;
         }
-        let mut fill = self.fill.take()?;
-        if !self.body_done {
-            return None;
-        }
-        if !self.acc.is_empty() {
-            fill.segs.push(self.acc.split().freeze());
-        }
-        if fill.segs.len() as u64 != fill.size {
-            // Never store an object whose bytes do not add up.
-            debug_assert!(false, "fill of {} bytes holds {}", fill.size, fill.segs.len());
-            return None;
-        }
-        if self.client_gone && !self.no_client {
-            st.sessions_orphan_fill += 1;
-        }
-        Some(fill.segs)
+        body
     }
 
     /// Abandon the session (errors): pipes are closed, nothing is cached.

@@ -333,6 +333,14 @@ impl Worker<'_> {
             }
         }
         match result {
+            Pump::Whole => {
+                // Stored before the client has the last bytes: the request
+                // it sends once it has them finds the object, on any worker.
+                let relay = txn.relay.as_mut().expect("present");
+                let body = relay.take_whole(&mut c.out, &mut sh.stats);
+                complete_fill(sh, &c.key, txn, body);
+                Flow::Again
+            }
             Pump::Done => {
                 let mut relay = txn.relay.take().expect("present");
                 if relay.upstream_tainted() {
@@ -343,23 +351,8 @@ impl Worker<'_> {
                         sh.relay_bufs.push(b);
                     }
                 }
-                let body = relay.finish(&mut sh.pipes, &mut sh.stats);
-                let outcome = match (txn.plan.take(), body) {
-                    (Some(plan), Some(body)) => {
-                        if let Some(feed) = txn.feed.take() {
-                            feed.complete(&body);
-                        }
-                        store_object(sh, &c.key, plan, body, txn.request_time);
-                        crate::fill::Outcome::Stored
-                    }
-                    // Read through but not kept (too large for the cache once
-                    // its length showed): the key passes, as for an
-                    // uncacheable head.
-                    (Some(_), None) => crate::fill::Outcome::Uncacheable,
-                    (None, _) => crate::fill::Outcome::Failed,
-                };
-                // Requests waiting for this fill find the object now.
-                crate::client::end_fill(sh, &c.key, txn, outcome);
+                let body = relay.finish(&mut c.out, &mut sh.pipes, &mut sh.stats);
+                complete_fill(sh, &c.key, txn, body);
                 self.finish_txn(cx, ct)
             }
             Pump::Wait { up_read, client_write } => {
@@ -660,7 +653,27 @@ impl Client {
 /// so its followers are cut now (the rest would not be kept for them) and
 /// its waiters go upstream, rather than each waiting for the end of the
 /// leader's transfer; the key passes.
-fn feed_followers(sh: &Shared<'_>, key: &[u8], txn: &mut Txn, out: &mut weft_io::OutChain) {
+/// The relay's fill ended with `body` (None: not kept): store it and tell
+/// the requests waiting for this fill. Once per fill (`end_fill` forgets it).
+fn complete_fill(sh: &mut Shared<'_>, key: &[u8], txn: &mut Txn, body: Option<weft_buf::Aggregate>) {
+    let outcome = match (txn.plan.take(), body) {
+        (Some(plan), Some(body)) => {
+            if let Some(feed) = txn.feed.take() {
+                feed.complete(&body);
+            }
+            store_object(sh, key, plan, body, txn.request_time);
+            crate::fill::Outcome::Stored
+        }
+        // Read through but not kept (too large for the cache once its length
+        // showed): the key passes, as for an uncacheable head.
+        (Some(_), None) => crate::fill::Outcome::Uncacheable,
+        (None, _) => crate::fill::Outcome::Failed,
+    };
+    // Requests waiting for this fill find the object now.
+    crate::client::end_fill(sh, key, txn, outcome);
+}
+
+fn feed_followers(sh: &mut Shared<'_>, key: &[u8], txn: &mut Txn, out: &mut weft_io::OutChain) {
     if txn.fill && txn.relay.as_ref().is_some_and(|r| !r.filling()) {
         crate::client::end_fill(sh, key, txn, crate::fill::Outcome::Uncacheable);
         return;
@@ -669,7 +682,7 @@ fn feed_followers(sh: &Shared<'_>, key: &[u8], txn: &mut Txn, out: &mut weft_io:
         return;
     };
     if feed.wants(relay.unfed()) {
-        if let Some(part) = relay.cut(out) {
+        if let Some(part) = relay.cut(out, &mut sh.stats) {
             feed.append(part);
         }
     }

@@ -3,6 +3,7 @@
 //! filled over in parts, and it does not let its own client pace the fill.
 
 use super::Relay;
+use crate::stats::ProxyStats;
 use bytes::Bytes;
 use weft_io::OutChain;
 
@@ -25,21 +26,11 @@ impl Relay {
     /// body of unknown length, block by block). The rest of the buffer's
     /// room stays for the next reads (no reallocation). The segments come
     /// as shared slices, without an aggregate of their own.
-    pub fn cut(&mut self, out: &mut OutChain) -> Option<impl Iterator<Item = Bytes> + '_> {
+    pub fn cut(&mut self, out: &mut OutChain, st: &mut ProxyStats) -> Option<impl Iterator<Item = Bytes> + '_> {
         if self.unfed() == 0 {
             return None;
         }
-        if !self.acc.is_empty() {
-            let tail_mode = self.tail_mode();
-            let frozen = self.acc.split().freeze();
-            if tail_mode && self.sent < frozen.len() && !self.client_gone {
-                out.push_shared(frozen.slice(self.sent..));
-            }
-            self.sent = 0;
-            if let Some(f) = &mut self.fill {
-                f.segs.push(frozen);
-            }
-        }
+        self.seal_fill(out, st);
         let f = self.fill.as_mut()?;
         let from = std::mem::replace(&mut f.handed, f.segs.len());
         Some(f.segs.range(from, f.handed))

@@ -24,7 +24,9 @@
 //!   session waits for readiness as before.
 //! - KeepCopy reads the tee'd bytes from the intake into the object after
 //!   the chain (their count is known only then): one enter and one read per
-//!   chunk instead of splice, tee, read, splice.
+//!   chunk instead of splice, tee, read, splice. The chain of the chunk that
+//!   may complete the object ends at the tee: the object is stored before
+//!   the client's last bytes leave (one splice after it).
 //!
 //! The ring is the worker's own (a thread-local: a worker is a thread), apart
 //! from the event backend's: the chain is submitted and waited for in one
@@ -152,12 +154,18 @@ impl Relay {
             };
             n += 1;
         }
-        ops[n] = LinkOp::Splice {
-            fd_in: out_r,
-            fd_out: cfd,
-            len: pipe_len,
-        };
-        n += 1;
+        // A chunk that may complete the object being filled stops at the
+        // tee: the object is stored (`Pump::Whole`) before the client is
+        // sent its last bytes, by the per-call step after it.
+        let completes_fill = tee && u64::from(want) == left;
+        if !completes_fill {
+            ops[n] = LinkOp::Splice {
+                fd_in: out_r,
+                fd_out: cfd,
+                len: pipe_len,
+            };
+            n += 1;
+        }
         let head_len = head.map_or(0, |h| h.len());
         let mut res = [0i32; 4];
         match run_chain(head, &ops[..n], &mut res[..n]) {
@@ -201,6 +209,9 @@ impl Relay {
                 return Some(r);
             }
             i += 1;
+        }
+        if completes_fill {
+            return Some(Ok(t.moved));
         }
         Some(self.linked_out(res[i], e, st, &mut t).map(|()| t.moved))
     }

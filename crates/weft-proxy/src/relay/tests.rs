@@ -21,6 +21,8 @@ struct Rig {
     pool: PipePool,
     st: ProxyStats,
     kernel: crate::sockmap::KernelFwd,
+    /// The object a relay handed over whole (`Pump::Whole`).
+    whole: Option<Aggregate>,
 }
 
 impl Rig {
@@ -55,6 +57,7 @@ impl Rig {
         loop {
             match self.pump(relay, up, &mut may_read, &mut may_write) {
                 Pump::Done => break,
+                Pump::Whole => self.take_whole(relay),
                 Pump::Yield => {}
                 Pump::Wait { .. } => {
                     on_wait();
@@ -70,6 +73,23 @@ impl Rig {
 }
 
 impl Rig {
+    /// Keep the object `relay` says is whole (once).
+    fn take_whole(&mut self, relay: &mut Relay) {
+        assert!(self.whole.is_none(), "Whole twice");
+        self.whole = relay.take_whole(&mut self.out, &mut self.st);
+        assert!(self.whole.is_some(), "Whole without an object");
+    }
+
+    /// End `relay`: the object it handed over, whole, or at the end.
+    fn finish(&mut self, relay: Relay) -> Option<Vec<u8>> {
+        let at_end = relay.finish(&mut self.out, &mut self.pool, &mut self.st);
+        assert!(
+            self.whole.is_none() || at_end.is_none(),
+            "the object was handed over twice"
+        );
+        self.whole.take().or(at_end).map(|a| a.to_vec())
+    }
+
     /// A relay from this rig's pipe pool, without a cache fill.
     fn relay(&mut self, framing: Framing, plan: Plan) -> Relay {
         Relay::new(framing, plan, None, &mut self.pool, &mut self.st)
@@ -108,6 +128,7 @@ fn rig() -> Rig {
         st: ProxyStats::default(),
         // Never loaded here: a Kernel session declines and splices.
         kernel: crate::sockmap::KernelFwd::Unavailable,
+        whole: None,
     }
 }
 
@@ -163,7 +184,7 @@ fn run_plan(
         r.out.flush(r.cl_w.as_fd(), &[], &mut []).unwrap();
     }
     feeder.join().unwrap();
-    let cached = relay.finish(&mut r.pool, &mut r.st).map(|a| a.to_vec());
+    let cached = r.finish(relay);
     drop(r.cl_w);
     let got = reader.join().unwrap();
     (got, cached, r.st)
@@ -269,6 +290,7 @@ fn a_decoupled_chunked_fill_queues_slices_of_the_object() {
         loop {
             match r.pump(&mut relay, None, &mut may_read, &mut may_write) {
                 Pump::Done => break,
+                Pump::Whole => r.take_whole(&mut relay),
                 Pump::Yield => {}
                 Pump::Wait { .. } => {
                     std::thread::sleep(std::time::Duration::from_millis(1));
@@ -293,7 +315,7 @@ fn a_decoupled_chunked_fill_queues_slices_of_the_object() {
         while !r.out.is_empty() {
             r.out.flush(r.cl_w.as_fd(), &[], &mut []).unwrap();
         }
-        let cached = relay.finish(&mut r.pool, &mut r.st).map(|a| a.to_vec());
+        let cached = r.finish(relay);
         drop(r.cl_w);
         let got = reader.join().unwrap();
         let expect = if keep_framing { &wire } else { &b };
@@ -392,7 +414,7 @@ fn read_batches_follow_the_body() {
     settle(300_000 - sent);
     assert_eq!(pump(&mut relay, &mut r), Pump::Done);
     assert_eq!(lowat(), 1, "a complete body leaves the socket as it was");
-    relay.finish(&mut r.pool, &mut r.st);
+    r.finish(relay);
     drop(r.cl_w);
     assert!(reader.join().unwrap() == b);
 }
@@ -471,7 +493,9 @@ fn linked_keep_copy_survives_a_client_abort() {
     if uring_refused() {
         return;
     }
-    let b = body(1_500_000);
+    // Larger than the pipes can hold while the client takes nothing: the
+    // abort is seen before the body is whole.
+    let b = body(6_000_000);
     let mut r = rig();
     let mut relay = r.relay(
         Framing::Length(b.len() as u64),
@@ -505,7 +529,79 @@ fn linked_keep_copy_survives_a_client_abort() {
     feeder.join().unwrap();
     assert!(first[..] == b[..first.len()]);
     assert!(relay.client_gone(), "the abort was seen");
-    let cached = relay.finish(&mut r.pool, &mut r.st).map(|a| a.to_vec());
+    let cached = r.finish(relay);
     assert!(cached.as_deref() == Some(&b[..]), "object completed after the abort");
     assert_eq!(r.st.sessions_orphan_fill, 1);
+}
+
+/// The object is handed over whole (`Pump::Whole`) before the client has
+/// been sent the last of it, on every filling path: the request a client
+/// sends once it has the whole response finds the object stored, whichever
+/// worker takes it.
+#[test]
+fn the_object_is_whole_before_the_client_has_the_last_bytes() {
+    let b = body(50_000);
+    // (path, linked chains, chunked)
+    let cases = [
+        (Want::Copy, false, false),
+        (Want::Tee, false, false),
+        (Want::Tee, true, false),
+        (Want::Copy, false, true),
+        (Want::Tee, false, true),
+    ];
+    for (want, linked, chunked) in cases {
+        if linked && uring_refused() {
+            continue;
+        }
+        let what = format!("{want:?} linked={linked} chunked={chunked}");
+        let (framing, wire) = if chunked {
+            let dec = ChunkedDecoder::new();
+            let framing = Framing::Chunked {
+                dec,
+                keep_framing: true,
+            };
+            (framing, chunked_wire(&b, 10_007))
+        } else {
+            (Framing::Length(b.len() as u64), b.clone())
+        };
+        let mut r = rig();
+        let mut relay = r.relay(
+            framing,
+            Plan {
+                linked,
+                ..plan(want, Some(1 << 30))
+            },
+        );
+        // All of it is there from the start (it fits the socket's buffer).
+        r.up_w.write_all(&wire).unwrap();
+        let mut pumps = 0;
+        loop {
+            let (mut may_read, mut may_write) = (true, true);
+            match r.pump(&mut relay, None, &mut may_read, &mut may_write) {
+                Pump::Whole => break,
+                Pump::Yield | Pump::Wait { .. } => {}
+                other => panic!("{what}: {other:?}"),
+            }
+            pumps += 1;
+            assert!(pumps < 1000, "{what}: never whole");
+        }
+        let delivered = sys::bytes_readable(r.cl_r.as_fd()).unwrap();
+        assert!(
+            delivered < wire.len(),
+            "{what}: the client had it all ({delivered}) first"
+        );
+        r.take_whole(&mut relay);
+        let reader = drain(&r);
+        r.pump_to_done(&mut relay, None, || {});
+        while !r.out.is_empty() {
+            r.out.flush(r.cl_w.as_fd(), &[], &mut []).unwrap();
+        }
+        let cached = r.finish(relay);
+        drop(r.cl_w);
+        assert!(reader.join().unwrap() == wire, "{what}: the client's bytes");
+        assert!(cached.as_deref() == Some(&b[..]), "{what}: the object");
+        if want == Want::Copy && !chunked {
+            assert_eq!(r.st.bytes_copied, b.len() as u64, "{what}: copied bytes counted once");
+        }
+    }
 }
