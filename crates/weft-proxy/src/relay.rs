@@ -473,7 +473,8 @@ impl Relay {
             if moved >= PUMP_BUDGET {
                 return Pump::Yield;
             }
-            if !progress && self.decouple && !*e.client_may_write {
+            // (A fill that is whole is stored already: nothing to decouple.)
+            if !progress && self.decouple && self.fill.is_some() && !*e.client_may_write {
                 if let Path::Tee { .. } = self.path {
                     // The client holds the tee back, and with it the fill
                     // that others follow (what is read, what waits in the

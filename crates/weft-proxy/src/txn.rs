@@ -646,13 +646,6 @@ impl Client {
     }
 }
 
-/// Requests following the fill `txn` leads (for `key`) get what its relay
-/// has read (`fill.rs`), in parts of the object being filled. A body of
-/// unknown length that has grown past `--max-object-size` stops being
-/// filled: its fill ends here, as one whose head showed it too large does,
-/// so its followers are cut now (the rest would not be kept for them) and
-/// its waiters go upstream, rather than each waiting for the end of the
-/// leader's transfer; the key passes.
 /// The relay's fill ended with `body` (None: not kept): store it and tell
 /// the requests waiting for this fill. Once per fill (`end_fill` forgets it).
 fn complete_fill(sh: &mut Shared<'_>, key: &[u8], txn: &mut Txn, body: Option<weft_buf::Aggregate>) {
@@ -673,6 +666,13 @@ fn complete_fill(sh: &mut Shared<'_>, key: &[u8], txn: &mut Txn, body: Option<we
     crate::client::end_fill(sh, key, txn, outcome);
 }
 
+/// Requests following the fill `txn` leads (for `key`) get what its relay
+/// has read (`fill.rs`), in parts of the object being filled. A body of
+/// unknown length that has grown past `--max-object-size` stops being
+/// filled: its fill ends here, as one whose head showed it too large does,
+/// so its followers are cut now (the rest would not be kept for them) and
+/// its waiters go upstream, rather than each waiting for the end of the
+/// leader's transfer; the key passes.
 fn feed_followers(sh: &mut Shared<'_>, key: &[u8], txn: &mut Txn, out: &mut weft_io::OutChain) {
     if txn.fill && txn.relay.as_ref().is_some_and(|r| !r.filling()) {
         crate::client::end_fill(sh, key, txn, crate::fill::Outcome::Uncacheable);
