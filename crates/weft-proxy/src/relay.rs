@@ -860,7 +860,10 @@ impl Relay {
             Path::Copy => st.sessions_copy += 1,
             Path::Splice { pipe, bytes } => {
                 st.sessions_splice += 1;
-                pool.put(pipe, bytes);
+                // A client that left may have left bytes in it: closed, as
+                // the tee path's output pipe is (a session that read the
+                // whole body ends as Done even so).
+                pool.put(pipe, if self.client_gone { bytes.max(1) } else { bytes });
             }
             Path::Tee {
                 intake,
@@ -877,7 +880,7 @@ impl Relay {
             Path::Kernel(mut k) => {
                 st.sockmap_bodies += 1;
                 if let Some(pipe) = k.take_pipe() {
-                    pool.put(pipe, 0);
+                    pool.put(pipe, usize::from(self.client_gone));
                 }
             }
         }

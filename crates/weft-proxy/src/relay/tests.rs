@@ -605,3 +605,44 @@ fn the_object_is_whole_before_the_client_has_the_last_bytes() {
         }
     }
 }
+
+/// A client that goes away once the whole body has been read from the
+/// upstream ends the session as Done (the upstream connection stays
+/// reusable), and the pipe that held its bytes is closed, never pooled.
+#[test]
+fn a_client_gone_after_the_whole_body_ends_done_and_its_pipe_is_not_pooled() {
+    let b = body(20_000);
+    let mut r = rig();
+    let mut relay = r.relay(Framing::Length(b.len() as u64), plan(Want::Splice, None));
+    r.up_w.write_all(&b).unwrap();
+    // The client is gone before anything was sent to it.
+    let (dead_w, dead_r) = UnixStream::pair().unwrap();
+    dead_w.set_nonblocking(true).unwrap();
+    drop(dead_r);
+    let (mut may_read, mut may_write) = (true, true);
+    let mut e = Ends {
+        client: Some(dead_w.as_fd()),
+        client_may_write: &mut may_write,
+        out: &mut r.out,
+        up: r.up_r.as_fd(),
+        up_may_read: &mut may_read,
+        up_buf: &mut r.up_buf,
+        bufs: &mut r.bufs,
+        kernel: &mut r.kernel,
+    };
+    let mut pumps = 0;
+    let end = loop {
+        match relay.pump(&mut e, &mut r.st) {
+            Pump::Yield | Pump::Wait { .. } => {}
+            p => break p,
+        }
+        pumps += 1;
+        assert!(pumps < 1000, "never ended");
+    };
+    assert_eq!(end, Pump::Done);
+    assert!(relay.client_gone());
+    let idle = r.pool.idle();
+    assert!(r.finish(relay).is_none());
+    assert_eq!(r.pool.idle(), idle, "a pipe a gone client used is not pooled");
+    assert_eq!(r.st.sessions_client_abort, 1);
+}
