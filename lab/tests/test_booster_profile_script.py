@@ -1,17 +1,11 @@
 """scripts/booster_profile.py's reading of perf's reports: shares are of one
 command's own samples, kernel and user together."""
 
-import importlib.util
-import pathlib
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "booster_profile.py"
+from .script_module import load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("booster_profile", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("booster_profile")
 
 
 OWN = """\

@@ -1,20 +1,11 @@
 """scripts/herd.py's pieces that need no proxy: a client's request records
 when its first byte came, and --size goes with --rate."""
 
-import importlib.util
-import pathlib
 import subprocess
 import sys
 import time
 
-SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from .script_module import SCRIPTS, load_script as load
 
 
 def test_a_request_records_its_first_byte():

@@ -2,18 +2,13 @@
 ranges byte-exact (206 with Content-Range, 200 without a Range) and counts
 what it sent; a viewer session checks every chunk it reads."""
 
-import importlib.util
-import pathlib
 import socket
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "seek.py"
+from .script_module import load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("seek", SCRIPT)
-    seek = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(seek)
-    return seek
+    return load_script("seek")
 
 
 def test_a_session_reads_its_chunks_byte_exact():
