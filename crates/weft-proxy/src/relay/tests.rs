@@ -606,6 +606,55 @@ fn the_object_is_whole_before_the_client_has_the_last_bytes() {
     }
 }
 
+/// An upstream that stops part way through a filling linked chain's body
+/// (its FIN found by the chain after the one that read the last bytes, or
+/// by the first chain): the client has the head and every byte read before
+/// the session ends, as on the other paths. (The chain that may complete
+/// the object ends at the tee, so the head is sent before it, and the
+/// client's pipe is flushed before another such chain runs.)
+#[test]
+fn a_linked_fill_cut_short_has_sent_the_client_what_came() {
+    if uring_refused() {
+        return;
+    }
+    let head = b"HTTP/1.1 200 OK\r\nContent-Length: 60000\r\n\r\n";
+    for (linked_head, sent) in [(true, 50_000), (false, 50_000), (true, 0), (false, 0)] {
+        let b = body(sent);
+        let mut r = rig();
+        let mut relay = r.relay(
+            Framing::Length(60_000),
+            Plan {
+                linked: true,
+                linked_head,
+                ..plan(Want::Tee, Some(1 << 30))
+            },
+        );
+        r.out.push_copy(head);
+        r.up_w.write_all(&b).unwrap();
+        r.up_w.shutdown(std::net::Shutdown::Write).unwrap();
+        let reader = drain(&r);
+        let mut pumps = 0;
+        loop {
+            let (mut may_read, mut may_write) = (true, true);
+            match r.pump(&mut relay, None, &mut may_read, &mut may_write) {
+                Pump::UpstreamFailed(_) => break,
+                Pump::Yield | Pump::Wait { .. } => {}
+                other => panic!("linked_head={linked_head} sent={sent}: {other:?}"),
+            }
+            pumps += 1;
+            assert!(pumps < 1000, "linked_head={linked_head} sent={sent}: never failed");
+        }
+        while !r.out.is_empty() {
+            r.out.flush(r.cl_w.as_fd(), &[], &mut []).unwrap();
+        }
+        assert!(r.finish(relay).is_none(), "a cut object is not kept");
+        drop(r.cl_w);
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), head.len() + b.len(), "linked_head={linked_head} sent={sent}");
+        assert!(&got[..head.len()] == head && got[head.len()..] == b[..]);
+    }
+}
+
 /// A client that goes away once the whole body has been read from the
 /// upstream ends the session as Done (the upstream connection stays
 /// reusable), and the pipe that held its bytes is closed, never pooled.
