@@ -31,8 +31,11 @@ After each target:
 The proxy-bad-origin targets put a caching reverse proxy in front of
 BadOrigin, an upstream that misbehaves on purpose (cut and overrun bodies,
 endless chunks, mutated heads, 1xx, stray 304s, slow starts), with clients
-that pipeline, ask for ranges and validators, and abort; afterwards every
-object the proxy answers with only-if-cached must be the whole true body.
+that pipeline, ask for ranges and validators, and abort. Each answer must
+be its request's, no connection may be closed before its first answer
+(uring linked chains once held a head back and lost it with the session),
+and afterwards every object the proxy answers with only-if-cached must be
+the whole true body.
 
 Exit 1 naming the target and the check that failed; the seed makes a run
 repeatable.
@@ -452,12 +455,19 @@ def one_proxied(port, rng, tally):
         reqs[-1] += b"Connection: close\r\n"
     data = b"\r\n".join(reqs) + b"\r\n"
     reply = b""
+    unanswered = False
     s = socket.socket()
     s.settimeout(0.5)
     try:
         s.connect(("127.0.0.1", port))
         s.sendall(data)
+        began = time.monotonic()
         reply = read_reply(s, 0.5, 4 << 20, rng, 0.05)
+        # Every request here is well formed: the proxy answers the first
+        # (a 502 or 504 when the origin fails before its head), so a close
+        # with nothing sent is a lost answer. (A slow origin ends the read
+        # by its timeout instead, and is not counted.)
+        unanswered = not reply and time.monotonic() - began < 0.4
     except OSError:
         pass
     finally:
@@ -465,6 +475,8 @@ def one_proxied(port, rng, tally):
         tally.add(data, reply if b"\r\n" in reply[:200] else b"")
         for b in answers(reply, asked):
             tally.fail(b)
+        if unanswered:
+            tally.fail(f"/obj/{asked[0][0]}: the proxy closed the connection without an answer")
 
 
 def stored_objects_intact(port):
