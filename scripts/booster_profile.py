@@ -63,8 +63,8 @@ def shares(data: str, comm: str) -> dict:
     """Percent of `comm`'s samples under each of PATHS, and in user space,
     from the perf data file `data`."""
     base = ["perf", "report", "-i", data, "-q", "-g", "none"]
-    own = subprocess.run(base + ["--no-children", "--sort", "comm,dso"], capture_output=True, text=True).stdout
-    kids = subprocess.run(base + ["--children", "--sort", "comm,sym"], capture_output=True, text=True).stdout
+    own = subprocess.run(base + ["--no-children", "--sort", "comm,dso"], capture_output=True, text=True, timeout=300).stdout
+    kids = subprocess.run(base + ["--children", "--sort", "comm,sym"], capture_output=True, text=True, timeout=300).stdout
     return parse_shares(own, kids, comm)
 
 
@@ -104,6 +104,8 @@ def main() -> int:
         ap.error(f"unknown configuration {bad[0]}" if bad else "--secs is at least 5, --rounds at least 1")
     if os.geteuid() != 0 or not os.access(a.weft, os.X_OK):
         ap.error("needs root and a release build of weft (--weft)")
+    if not a.no_perf and shutil.which("perf") is None:
+        ap.error("perf not found (Debian: apt-get install linux-perf), or run with --no-perf")
 
     # Nothing is written to the results folder: the table goes to stdout.
     lab = core.Lab("booster-profile", quick=True, results_root=tempfile.gettempdir())
