@@ -533,6 +533,15 @@ impl Relay {
                 progress |= n > 0;
                 *moved += n as u64;
             }
+            Err(Some(r @ Pump::UpstreamFailed(_))) => {
+                // What the tee step above put in the client's pipe would go
+                // with the session: send what the client takes now, as the
+                // copy and splice paths have by this point.
+                if !self.client_gone && self.client_piped() > 0 {
+                    let _ = self.push_client(e, st);
+                }
+                return Err(r);
+            }
             Err(Some(r)) => return Err(r),
             Err(None) => {
                 self.fallback(e, st)?;
