@@ -447,13 +447,13 @@ impl Relay {
                     any |= n > 0;
                     moved += n as u64;
                 }
-                Some(Err(r)) => return r,
+                Some(Err(r)) => return self.ended(r, e, st),
                 None => match self.steps(e, st, &mut moved) {
                     Ok(p) => {
                         progress = p;
                         any |= p;
                     }
-                    Err(r) => return r,
+                    Err(r) => return self.ended(r, e, st),
                 },
             }
             if self.fill_whole() {
@@ -503,6 +503,18 @@ impl Relay {
         }
     }
 
+    /// The session ends with `r`. On an upstream failure the client is first
+    /// sent what its pipe holds, as much as its socket takes now: those
+    /// bytes were read, and the read that finds the upstream's end often
+    /// comes right after the tee that put the last of them there.
+    fn ended(&mut self, r: Pump, e: &mut Ends<'_>, st: &mut ProxyStats) -> Pump {
+        if matches!(r, Pump::UpstreamFailed(_)) && !self.client_gone && self.client_piped() > 0 {
+            // A client error here changes nothing: the session ends anyway.
+            let _ = self.push_client(e, st);
+        }
+        r
+    }
+
     /// One call per step: flush to the client, tee, read from the upstream.
     /// Ok(progress), or how the session ended.
     fn steps(&mut self, e: &mut Ends<'_>, st: &mut ProxyStats, moved: &mut u64) -> Result<bool, Pump> {
@@ -532,15 +544,6 @@ impl Relay {
             Ok(n) => {
                 progress |= n > 0;
                 *moved += n as u64;
-            }
-            Err(Some(r @ Pump::UpstreamFailed(_))) => {
-                // What the tee step above put in the client's pipe would go
-                // with the session: send what the client takes now, as the
-                // copy and splice paths have by this point.
-                if !self.client_gone && self.client_piped() > 0 {
-                    let _ = self.push_client(e, st);
-                }
-                return Err(r);
             }
             Err(Some(r)) => return Err(r),
             Err(None) => {

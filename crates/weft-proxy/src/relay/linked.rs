@@ -214,20 +214,24 @@ impl Relay {
             t.client_pipe += head_len;
             self.set_client_piped(t.client_pipe);
         }
-        if let Err(r) = self.linked_in(res[i], e, &mut t) {
-            return Some(r);
-        }
+        // Every step's result is counted before an error ends this turn:
+        // the steps are hard-linked, so a tee and a splice out run after a
+        // splice in that found the upstream's end, and the pipes' counts
+        // must say what they moved (on an upstream failure the client is
+        // then sent what its pipe holds, `Relay::ended`).
+        let pulled = self.linked_in(res[i], e, &mut t);
         i += 1;
+        let mut teed = Ok(());
         if tee {
-            if let Err(r) = self.linked_tee(res[i], e, st, &mut t) {
-                return Some(r);
-            }
+            teed = self.linked_tee(res[i], e, st, &mut t);
             i += 1;
         }
-        if completes_fill {
-            return Some(Ok(t.moved));
-        }
-        Some(self.linked_out(res[i], e, st, &mut t).map(|()| t.moved))
+        let sent = if completes_fill {
+            Ok(())
+        } else {
+            self.linked_out(res[i], e, st, &mut t).map_err(Err)
+        };
+        Some(pulled.and(teed).and(sent).map_or_else(|r| r, |()| Ok(t.moved)))
     }
 
     fn set_client_piped(&mut self, n: usize) {
