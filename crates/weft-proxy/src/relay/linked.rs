@@ -26,11 +26,11 @@
 //!   the chain (their count is known only then): one enter and one read per
 //!   chunk instead of splice, tee, read, splice. The chain of the chunk that
 //!   may complete the object ends at the tee: the object is stored before
-//!   the client's last bytes leave (one splice after it). Such a chain
-//!   never carries the head (sent first) and runs only with the client's
-//!   pipe empty (the per-call steps flush it), so what the client is owed
-//!   never waits in a pipe for the object to be whole: an upstream that
-//!   stops short would take it with the session.
+//!   the client's last bytes leave (one splice after it). Whatever such
+//!   chains leave in the client's pipe (the head too) goes out at the next
+//!   per-call step: when the upstream pauses, when the pipes are full, once
+//!   the object is stored, or, if the upstream stops short, before the
+//!   session ends (`Relay::ended`).
 //!
 //! The ring is the worker's own (a thread-local: a worker is a thread), apart
 //! from the event backend's: the chain is submitted and waited for in one
@@ -93,14 +93,8 @@ impl Relay {
             _ => return None,
         };
         // A chunk that may complete the object being filled ends its chain
-        // at the tee (below). Before such a chain the client's pipe is
-        // flushed by the per-call steps: otherwise what earlier chunks left
-        // there would wait for the object to be whole, and be lost with the
-        // session if the upstream stops short.
+        // at the tee (below).
         let completes_fill = tee && u64::from(want) == left;
-        if completes_fill && self.client_piped() > 0 {
-            return None;
-        }
         let (client_pipe, in_fd, out_w, out_r, cap) = match &self.path {
             Path::Splice { pipe, bytes } => (
                 *bytes,
@@ -121,10 +115,8 @@ impl Relay {
             Path::Copy | Path::Kernel(_) => return None,
         };
         // What is queued ahead of the body goes into the client's pipe, or
-        // the chain waits until the queue is flushed. Not into a chain that
-        // ends at the tee: the head would wait there for the whole object
-        // (and be lost if the upstream stops short).
-        let stageable = self.linked_head && client_pipe == 0 && !completes_fill;
+        // the chain waits until the queue is flushed.
+        let stageable = self.linked_head && client_pipe == 0;
         let head = match e.out.pending_own() {
             _ if e.out.is_empty() => None,
             Some(own) if stageable && own.len() <= cap / 2 => Some(own),

@@ -611,9 +611,9 @@ fn the_object_is_whole_before_the_client_has_the_last_bytes() {
 /// the copy and splice paths. Per call, the FIN is found by the read right
 /// after the tee that put the last bytes in the client's pipe. With linked
 /// chains it is found by the chain after the one that read the last bytes,
-/// or by the first chain (the chain that may complete the object ends at
-/// the tee, so the head is sent before it, and the client's pipe is flushed
-/// before another such chain runs).
+/// or by the first chain, while the bytes (and the head) wait in the
+/// client's pipe: a chain that may complete the object ends at the tee.
+/// Either way `Relay::ended` sends them before the session ends.
 #[test]
 fn a_fill_cut_short_has_sent_the_client_what_came() {
     let head = b"HTTP/1.1 200 OK\r\nContent-Length: 60000\r\n\r\n";
