@@ -72,6 +72,12 @@ def tree_cpu_ticks(root: int, proc: str = "/proc") -> int:
     return sum(stats[p].utime + stats[p].stime for p in tree if p in stats)
 
 
+def tree_pids(root: int, proc: str = "/proc") -> list[int]:
+    """`root` and its live descendants, sorted (for `perf record -p`)."""
+    stats = _read_all_stats(proc)
+    return sorted(p for p in descendants(root, {pid: s.ppid for pid, s in stats.items()}) if p in stats)
+
+
 def ticks_to_seconds(ticks: int) -> float:
     return ticks / CLK_TCK
 

@@ -35,56 +35,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lab import boostlab, core, netlab  # noqa: E402
+from lab import boostlab, core, netlab, perfshares  # noqa: E402
 from lab.experiments import booster as lab_booster  # noqa: E402
 
-# Children-mode shares of these kernel functions, and what the table calls them.
-PATHS = [("tcp_write_xmit", "xmit"), ("net_rps_send_ipi", "ipi-send"), ("tcp_v4_rcv", "tcp-rcv"), ("ksys_read", "read"), ("__sys_recvfrom", "recv"), ("do_epoll_wait", "epoll")]
-
-
-def profile(out: str, delay: float, secs: float) -> threading.Thread:
-    """`perf record -g` of CPU 1 for `secs`, starting `delay` into the run."""
-
-    def rec():
-        time.sleep(delay)
-        subprocess.run(["perf", "record", "-q", "-g", "-C", str(boostlab.ORIGIN_CPU), "-o", out, "--", "sleep", f"{secs:g}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    t = threading.Thread(target=rec, daemon=True)
-    t.start()
-    return t
-
-
-def shares(data: str, comm: str) -> dict:
-    """Percent of `comm`'s samples under each of PATHS, and in user space,
-    from the perf data file `data`."""
-    base = ["perf", "report", "-i", data, "-q", "-g", "none"]
-    own = subprocess.run(base + ["--no-children", "--sort", "comm,dso"], capture_output=True, text=True, timeout=300).stdout
-    kids = subprocess.run(base + ["--children", "--sort", "comm,sym"], capture_output=True, text=True, timeout=300).stdout
-    return parse_shares(own, kids, comm)
-
-
-def parse_shares(own: str, kids: str, comm: str) -> dict:
-    """`own`: `perf report --no-children --sort comm,dso`; `kids`: `perf
-    report --children --sort comm,sym`. Both are sorted by comm rather than
-    filtered with `--comm`: with that filter, perf report sometimes leaves
-    the kernel's line out of a sort by dso, and every sample looks like user
-    time. Shares are of `comm`'s own samples."""
-    rows = [ln.split(None, 2) for ln in own.splitlines() if ln.strip()]
-    rows = [(float(r[0].rstrip("%")), r[2].strip()) for r in rows if len(r) == 3 and r[1] == comm]
-    total = sum(pct for pct, _ in rows) or 1.0
-    got = {"user": 100.0 * sum(pct for pct, dso in rows if not dso.startswith("[kernel")) / total}
-    for line in kids.splitlines():
-        parts = line.split()
-        if len(parts) >= 5 and parts[2] == comm:
-            for sym, name in PATHS:
-                if parts[-1] == sym:
-                    got[name] = 100.0 * float(parts[0].rstrip("%")) / total
-    return got
+# The kernel paths whose shares of the origin's samples the table shows.
+PATHS = [("xmit", ["tcp_write_xmit"]), ("ipi-send", ["net_rps_send_ipi"]), ("tcp-rcv", ["tcp_v4_rcv"]), ("read", ["ksys_read"]), ("recv", ["__sys_recvfrom"]), ("epoll", ["do_epoll_wait"])]
 
 
 def main() -> int:
@@ -124,7 +82,7 @@ def run(lab, a, configs: list[str]) -> None:
     os.sched_setaffinity(0, {boostlab.OTHER_CPU})
     head = f"{'config':<14} {'req/s':>7} {'origin us/req':>13} {'usr':>5} {'sys':>5} {'in/req':>6} {'out/req':>7} {'ipi/req':>7}"
     if not a.no_perf:
-        head += "".join(f" {name:>8}" for _, name in PATHS) + f" {'user':>6}"
+        head += "".join(f" {name:>8}" for name, _ in PATHS) + f" {'user':>6}"
     with netlab.WanNet(lab.weft, [{"name": "client"}, {"name": "server"}], [{"a": "client", "b": "server"}], mode="veth", log=lab.log) as net:
         net.run("client", ["sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1", "net.ipv4.ip_local_port_range=1024 65000"], timeout=10)
         for host, cpu in (("client", boostlab.OTHER_CPU), ("server", boostlab.ORIGIN_CPU)):
@@ -136,7 +94,7 @@ def run(lab, a, configs: list[str]) -> None:
         for r in range(a.rounds):
             for kind in configs[r % len(configs):] + configs[: r % len(configs)]:
                 data = os.path.join(lab.scratch, f"perf-{done}.data")
-                rec = None if a.no_perf else profile(data, 2.5, a.secs - 4)
+                rec = None if a.no_perf else perfshares.record(data, ["-C", str(boostlab.ORIGIN_CPU)], 2.5, a.secs - 4)
                 before = boostlab.interrupts(boostlab.OTHER_CPU)["CAL"]
                 row, _ = lab_booster.one(lab, net, kind, www, a.ues, a.secs, a.think)
                 ipis = boostlab.interrupts(boostlab.OTHER_CPU)["CAL"] - before
@@ -145,9 +103,9 @@ def run(lab, a, configs: list[str]) -> None:
                 line = f"{kind:<14} {row['rps']:>7.0f} {row['cpu_us_per_req']:>13.1f} {row['user_us']:>5.1f} {row['system_us']:>5.1f} {row['pkts_in_per_req']:>6.2f} {row['pkts_out_per_req']:>7.2f} {ipis / n:>7.2f}"
                 if rec is not None:
                     rec.join()
-                    s = shares(data, "nginx" if kind.startswith("nginx") else "weft-worker-0")
+                    s = perfshares.shares(data, PATHS, "nginx" if kind.startswith("nginx") else "weft-worker-0")
                     os.remove(data)
-                    line += "".join(f" {s.get(name, 0.0):>7.1f}%" for _, name in PATHS) + f" {s['user']:>5.1f}%"
+                    line += "".join(f" {s.get(name, 0.0):>7.1f}%" for name, _ in PATHS) + f" {s['user']:>5.1f}%"
                 print(f"{line}   [{done}/{total}]" + (f" {row['errors']} failed" if row["errors"] else ""), flush=True)
 
 

@@ -25,6 +25,18 @@ it is machine-wide, so it also counts whatever else runs meanwhile.
     scripts/proxy_bench.py --baseline /path/to/old/weft  # also base-splice, base-copy
     scripts/proxy_bench.py --netns --congestion reno     # own loopback, no pacing (root)
     scripts/proxy_bench.py --netns --tcp-rmem '4096 131072 262144'  # receive windows of a network path
+    scripts/proxy_bench.py --sizes 64KiB,100KiB --perf  # and where each proxy's CPU goes
+
+With `--perf` (perf, root for the anchors' processes) each proxy serves one
+more run per size after the rounds, not counted in the medians, with a
+`perf record -g` of its process tree over the middle of the run. The table
+that follows gives the shares of its samples in user space, in the kernel's
+copies of body bytes (`copy`), and under each kind of system call, with
+`tcp-rcv` the loopback receive work the kernel does for a peer inside the
+proxy's sends; and each proxy's kernel time: its median times its share
+outside user space, what it would cost if its own code cost nothing and its
+system calls stayed as they are. The profiled runs are slower (perf runs
+too): compare their shares, not their µs, with the medians.
 
 With `--netns` (root) everything runs in a new network namespace: its own
 loopback, so other traffic on the machine neither collides on ports nor shows
@@ -48,7 +60,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lab import proxylab as pl, servers  # noqa: E402
+from lab import perfshares, proc, proxylab as pl, servers  # noqa: E402
 
 ANCHOR_KINDS = {
     "haproxy-splice": ("haproxy-splice", "haproxy"),
@@ -57,6 +69,23 @@ ANCHOR_KINDS = {
     "varnish": (None, "varnishd"),  # varnish-hit or varnish-pass by --mode
     "squid": ("squid-reverse", "squid"),
 }
+
+
+# The groups of kernel functions `--perf` reports, as shares of a proxy's
+# samples (a share counts the callees: `copy` and `tcp-rcv` run inside the
+# system calls). The copies are the three routines a body's bytes cross
+# user space through on this kernel (reads and writes alike); a system call
+# is its kernel body (its work, not the scheduling on the way back out),
+# named as perf sees it on this kernel (read's and write's x64 entries are
+# inlined, their ksys_ bodies are not).
+PERF_PATHS = [
+    ("copy", ["_copy_to_iter", "_copy_from_iter", "_copy_from_iter_nocache", "__check_object_size"]),
+    ("send", ["__sys_sendto", "__sys_sendmsg", "ksys_write", "do_writev"]),
+    ("splice", ["__do_splice", "__x64_sys_tee"]),
+    ("recv", ["__sys_recvfrom", "__sys_recvmsg", "ksys_read", "do_readv"]),
+    ("epoll", ["do_epoll_wait", "do_epoll_ctl"]),
+    ("tcp-rcv", ["tcp_v4_rcv"]),
+]
 
 
 def enter_netns():
@@ -93,10 +122,13 @@ def main():
                          "origin can send ahead of the proxy's reads, as a window-limited network path does")
     ap.add_argument("--weft-arg", action="append", default=[], help="extra argument for every weft proxy (repeatable)")
     ap.add_argument("--json", default=None, help="write every sample and the medians to this file")
+    ap.add_argument("--perf", action="store_true", help="one more run per proxy and size, profiled: where its CPU goes")
     a = ap.parse_args()
 
     if (a.congestion or a.tcp_rmem) and not a.netns:
         raise SystemExit("proxy_bench: --congestion and --tcp-rmem need --netns (they change the namespace's defaults)")
+    if a.perf and not shutil.which("perf"):
+        raise SystemExit("proxy_bench: --perf needs perf (Debian: apt-get install linux-perf)")
     if a.netns and os.environ.get("PROXY_BENCH_IN_NETNS") != "1":
         enter_netns()
     for value, name, key in ((a.congestion, "--congestion", "tcp_congestion_control"), (a.tcp_rmem, "--tcp-rmem", "tcp_rmem")):
@@ -147,11 +179,76 @@ def bench(lab, a, weft, names, variants, sizes):
         print(f"congestion control {cc}; load average at start {open('/proc/loadavg').read().split()[:3]}", file=sys.stderr)
         samples = pl.bench_rounds(a, running, names, sizes, scratch=os.path.join(lab.scratch, "client"), path=f"{path}/",
                                   origin=origin, role="proxy", line=progress_line)
+        profiles = profile_runs(a, lab.scratch, running, names, sizes, path, origin) if a.perf else []
         for name, rs in running.items():
             st = servers.weft_exit_stats(pool.stop(rs)) if rs.spec.kind == "weft-proxy" else None
             if st:
                 weft_stats[name] = st
-    return samples, weft_stats
+    return samples, weft_stats, profiles
+
+
+def profile_runs(a, scratch, running, names, sizes, path, origin):
+    """One more run per size and proxy, with `perf record -g` of the proxy's
+    process tree over its middle 60 %; a row each, with the shares."""
+    rows = []
+    for n in sizes:
+        for name in names:
+            rs = running[name]
+            url = f"http://{rs.addr}/{path}/{pl.size_name(n)}"
+            data = os.path.join(scratch, "perf.data")
+            pids = ",".join(str(p) for p in proc.tree_pids(rs.pid))
+            if a.warmup:
+                pl.run_wrk(url, connections=a.conns, duration_s=a.warmup, scratch=os.path.join(scratch, "client"))
+            rec = perfshares.record(data, ["-p", pids], 0.2 * a.duration, 0.6 * a.duration)
+            s = pl.measure(rs, origin, lambda: pl.run_wrk(url, connections=a.conns, duration_s=a.duration, scratch=os.path.join(scratch, "client")))
+            rec.join()
+            row = s.row(size=n, proxy=name)
+            row["shares"] = {}
+            if os.path.exists(data):
+                row["shares"] = perfshares.shares(data, PERF_PATHS)
+                os.remove(data)
+            print(f"profiled {pl.size_name(n):>7} {name:<15} {row['proxy_us']:8.1f} µs/req", file=sys.stderr)
+            rows.append(row)
+    return rows
+
+
+def kernel_times(rows, med):
+    """Each profiled proxy's time in the kernel, µs per request: its median
+    times its samples' share outside user space. What it would cost if its
+    own code cost nothing, its system calls and their work left as they
+    are: a floor that no change to the proxy's own code goes below."""
+    floor = {}
+    for r in rows:
+        m = med.get((r["size"], r["proxy"]), {}).get("proxy_us")
+        if r["shares"] and m:
+            floor[(r["size"], r["proxy"])] = m * (1 - r["shares"]["user"] / 100)
+    return floor
+
+
+def report_profiles(rows, med):
+    """The shares of each profiled run, and the kernel time of weft's
+    spliced miss against the lines of issue 27's targets."""
+    print("\nwhere each proxy's CPU went (perf record -g, one more run each, perf running; % of the proxy's samples)")
+    print(f"{'size':>7} {'proxy':<15} {'µs/req':>7} {'user':>6}" + "".join(f" {name:>8}" for name, _ in PERF_PATHS) + f" {'kernel µs':>10}")
+    floor = kernel_times(rows, med)
+    for r in rows:
+        sh = r["shares"]
+        kernel = floor.get((r["size"], r["proxy"]))
+        print(f"{pl.size_name(r['size']):>7} {r['proxy']:<15} {r['proxy_us']:7.1f} {sh.get('user', 0):5.1f}%"
+              + "".join(f" {sh.get(name, 0.0):7.1f}%" for name, _ in PERF_PATHS)
+              + (f" {kernel:10.1f}" if kernel else ""))  # fmt: skip
+    print("(kernel µs: the median's share outside user space; copy and tcp-rcv run inside the system calls)")
+    for n in sorted({r["size"] for r in rows}):
+        f = floor.get((n, "weft-splice"))
+        if f is None:
+            continue
+        parts = []
+        for other, word in (("haproxy-splice", "HAProxy splice"), ("weft-copy", "weft copy")):
+            m = med.get((n, other), {}).get("proxy_us")
+            if m:
+                parts.append(f"{f / m:.2f}× {word}")
+        if parts:
+            print(f"{pl.size_name(n):>7}: weft-splice's kernel time alone is {f:.1f} µs = " + ", ".join(parts))
 
 
 def progress_line(r, n, name, row):
@@ -166,7 +263,7 @@ def variants_of(names):
 
 
 def report(a, names, sizes, result):
-    samples, weft_stats = result
+    samples, weft_stats, profiles = result
     med = pl.median_rows(samples, ["size", "proxy"], ["proxy_us", "origin_us", "client_us", "kthreads_us", "rps", "proxy_ms_per_mib"])
     cc = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
     what = "/nc/ (no-store) misses" if a.mode == "miss" else "/c/ cache hits"
@@ -205,10 +302,12 @@ def report(a, names, sizes, result):
             calls = tot.get("syscalls", {})
             line = ", ".join(f"{k} {v / reqs:.2f}" for k, v in sorted(calls.items(), key=lambda kv: -kv[1]) if v)
             print(f"  {name}: {line}; body bytes {pl.body_paths(tot)}")
+    if profiles:
+        report_profiles(profiles, med)
     if a.json:
         with open(a.json, "w") as f:
             medians = [{"size": n, "proxy": name, **m} for (n, name), m in med.items()]
-            json.dump({"config": vars(a), "samples": samples, "medians": medians, "weft_stats": weft_stats}, f, indent=1)
+            json.dump({"config": vars(a), "samples": samples, "medians": medians, "weft_stats": weft_stats, "profiles": profiles}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""Where a process's CPU goes, from `perf record -g`: the share of its
+samples in user space and under named kernel functions. Used by the
+developer scripts that explain a figure (scripts/booster_profile.py for the
+origin behind the booster, scripts/proxy_bench.py --perf for a proxy's miss).
+
+A share under a function counts its callees (perf's children mode), so one
+path's share may hold another's: `tcp_v4_rcv` runs inside a `sendto` on
+loopback, where the sender also does the receiver's work. The groups a
+caller names should not nest within one group (a copy routine and the
+routine it calls would count the same sample twice).
+"""
+
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+
+# (name, kernel functions): each group's share is the sum of its functions'.
+Paths = Sequence[tuple[str, Sequence[str]]]
+
+
+def record(out: str, target: Sequence[str], delay: float, secs: float) -> threading.Thread:
+    """`perf record -g` of `target` (perf's own selector, e.g. `["-C", "1"]`
+    or `["-p", "12,34"]`) for `secs`, starting `delay` from now, into the
+    file `out`; a thread to join."""
+
+    def rec():
+        time.sleep(delay)
+        cmd = ["perf", "record", "-q", "-g", *target, "-o", out, "--", "sleep", f"{secs:g}"]
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=secs + 60)
+
+    t = threading.Thread(target=rec, daemon=True)
+    t.start()
+    return t
+
+
+def shares(data: str, paths: Paths, comm: str | None = None) -> dict:
+    """Percent of the samples in the perf data file `data` (of `comm`'s
+    alone when given) under each group of `paths`, and in user space."""
+    base = ["perf", "report", "-i", data, "-q", "-g", "none"]
+    own = subprocess.run(base + ["--no-children", "--sort", "comm,dso"], capture_output=True, text=True, timeout=300).stdout
+    kids = subprocess.run(base + ["--children", "--sort", "comm,sym"], capture_output=True, text=True, timeout=300).stdout
+    return parse_shares(own, kids, paths, comm)
+
+
+def parse_shares(own: str, kids: str, paths: Paths, comm: str | None = None) -> dict:
+    """`own`: `perf report --no-children --sort comm,dso`; `kids`: `perf
+    report --children --sort comm,sym`. Both are sorted by comm rather than
+    filtered with `--comm`: with that filter, perf report sometimes leaves
+    the kernel's line out of a sort by dso, and every sample looks like user
+    time. Shares are of the samples of `comm` (of every command when None);
+    a group with no sample is left out, `user` is always there."""
+    rows = [ln.split(None, 2) for ln in own.splitlines() if ln.strip()]
+    rows = [(float(r[0].rstrip("%")), r[2].strip()) for r in rows if len(r) == 3 and comm in (None, r[1])]
+    total = sum(pct for pct, _ in rows) or 1.0
+    got = {"user": 100.0 * sum(pct for pct, dso in rows if not dso.startswith("[kernel")) / total}
+    group_of = {sym: name for name, syms in paths for sym in syms}
+    for line in kids.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and comm in (None, parts[2]) and parts[-1] in group_of:
+            name = group_of[parts[-1]]
+            got[name] = got.get(name, 0.0) + 100.0 * float(parts[0].rstrip("%")) / total
+    return got
