@@ -26,7 +26,9 @@ kworker. So the script reports, per MiB moved:
 A third mode, `direct`, runs the same tunnels straight to the upstream (no
 proxy): its `involved` is what the load generator, the upstream and
 loopback TCP cost anyway. The forwarding cost of a mode is its `involved`
-minus direct's; the target (issue 27) is sockmap's <= 0.5x splice's.
+minus direct's; the target (issue 27) is sockmap's <= 0.5x splice's. The
+last line gives sockmap's forwarding cost less weft's own: what it would
+cost if weft's process cost nothing.
 
   python3 scripts/sockmap_bench.py [--quick] [--weft target/release/weft]
                                    [--baseline /tmp/weft-old] [--size MIB]
@@ -235,6 +237,11 @@ def main():
         print(f"sockmap/splice forwarding cost: {fsm / fon:.2f}x  (target <= 0.5x)")
     if on["weft"] > 0:
         print(f"sockmap/splice weft alone: {sm['weft'] / on['weft']:.2f}x")
+    if fon > 0:
+        # What sockmap would cost with weft's own process at zero: the
+        # kernel's forwarding (the verdict in the senders' softirq, the psock
+        # worker's sends), which no change in weft can take away.
+        print(f"sockmap's forwarding outside weft: {fsm - sm['weft']:.3f} ms/MiB = {(fsm - sm['weft']) / fon:.2f}x splice's forwarding cost")
     if "sockmap-before" in med and fon > 0 and on["weft"] > 0:
         bf = med["sockmap-before"]
         print(f"sockmap-before/splice forwarding cost: {(bf['involved'] - base) / fon:.2f}x  "
