@@ -18,6 +18,21 @@ from collections.abc import Sequence
 # (name, kernel functions): each group's share is the sum of its functions'.
 Paths = Sequence[tuple[str, Sequence[str]]]
 
+# Groups a server's or proxy's profile is read by (scripts/proxy_bench.py and
+# scripts/serve_bench.py --perf). The copies are the three routines a body's
+# bytes cross user space through on this kernel, reads and writes alike. A
+# system call is its kernel body (its work, not the scheduling on the way
+# back out), named as perf sees it on this kernel: read's and write's x64
+# entries are inlined, their ksys_ bodies are not. `tcp-rcv` is the loopback
+# receive the kernel runs for a peer inside a send.
+COPY = ("copy", ["_copy_to_iter", "_copy_from_iter", "_copy_from_iter_nocache", "__check_object_size"])
+SEND = ("send", ["__sys_sendto", "__sys_sendmsg", "ksys_write", "do_writev"])
+SPLICE = ("splice", ["__do_splice", "__x64_sys_tee"])
+SENDFILE = ("sendfile", ["do_sendfile"])
+RECV = ("recv", ["__sys_recvfrom", "__sys_recvmsg", "ksys_read", "do_readv"])
+EPOLL = ("epoll", ["do_epoll_wait", "do_epoll_ctl"])
+TCP_RCV = ("tcp-rcv", ["tcp_v4_rcv"])
+
 
 def record(out: str, target: Sequence[str], delay: float, secs: float) -> threading.Thread:
     """`perf record -g` of `target` (perf's own selector, e.g. `["-C", "1"]`

@@ -34,7 +34,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from . import core, drivers, env, proc, report, servers
+from . import core, drivers, env, perfshares, proc, report, servers
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -649,6 +649,66 @@ def bench_rounds(a, running: dict, names: Sequence[str], sizes: Sequence[int], *
                 samples.append(row)
                 print(line(r, n, name, row), file=sys.stderr)
     return samples
+
+
+def profile_runs(a, scratch: str, running: dict, names: Sequence[str], sizes: Sequence[int], path: str,
+                 origin: servers.RunningServer | None, role: str, paths: perfshares.Paths) -> list[dict]:  # fmt: skip
+    """`--perf` of scripts/proxy_bench.py and scripts/serve_bench.py: one
+    more run per size and server after the rounds (not in the medians), with
+    `perf record -g` of the server's process tree over the middle 60 % of
+    it; a row each (the server's name under `role`), with the shares of its
+    samples under `paths` (`shares`)."""
+    rows = []
+    client = os.path.join(scratch, "client")
+    for n in sizes:
+        for name in names:
+            rs = running[name]
+            url = f"http://{rs.addr}/{path}{size_name(n)}"
+            data = os.path.join(scratch, "perf.data")
+            pids = ",".join(str(p) for p in proc.tree_pids(rs.pid))
+            if a.warmup:
+                run_wrk(url, connections=a.conns, duration_s=a.warmup, scratch=client)
+            rec = perfshares.record(data, ["-p", pids], 0.2 * a.duration, 0.6 * a.duration)
+            s = measure(rs, origin, lambda: run_wrk(url, connections=a.conns, duration_s=a.duration, scratch=client))
+            rec.join()
+            row = s.row(size=n, **{role: name})
+            row["shares"] = {}
+            if os.path.exists(data):
+                row["shares"] = perfshares.shares(data, paths)
+                os.remove(data)
+            print(f"profiled {size_name(n):>7} {name:<15} {row['proxy_us']:8.1f} µs/req", file=sys.stderr)
+            rows.append(row)
+    return rows
+
+
+def kernel_times(rows: Sequence[dict], med: dict, role: str) -> dict[tuple, float]:
+    """Each profiled server's time in the kernel, µs per request: its median
+    (`med[(size, name)]["proxy_us"]`) times its samples' share outside user
+    space. What it would cost if its own code cost nothing, its system calls
+    and their work left as they are: a floor that no change to its own code
+    goes below."""
+    floor = {}
+    for r in rows:
+        m = med.get((r["size"], r[role]), {}).get("proxy_us")
+        if r["shares"] and m:
+            floor[(r["size"], r[role])] = m * (1 - r["shares"]["user"] / 100)
+    return floor
+
+
+def print_profiles(rows: Sequence[dict], med: dict, role: str, paths: perfshares.Paths) -> dict[tuple, float]:
+    """The table of `profile_runs`' rows: µs of the profiled run, shares,
+    and the kernel time (`kernel_times`), which it returns."""
+    print(f"\nwhere each {role}'s CPU went (perf record -g, one more run each, perf running; % of the {role}'s samples)")
+    print(f"{'size':>7} {role:<15} {'µs/req':>7} {'user':>6}" + "".join(f" {name:>8}" for name, _ in paths) + f" {'kernel µs':>10}")
+    floor = kernel_times(rows, med, role)
+    for r in rows:
+        sh = r["shares"]
+        kernel = floor.get((r["size"], r[role]))
+        print(f"{size_name(r['size']):>7} {r[role]:<15} {r['proxy_us']:7.1f} {sh.get('user', 0):5.1f}%"
+              + "".join(f" {sh.get(name, 0.0):7.1f}%" for name, _ in paths)
+              + (f" {kernel:10.1f}" if kernel else ""))  # fmt: skip
+    print("(kernel µs: the median's share outside user space; copies and receive work run inside the system calls)")
+    return floor
 
 
 def bench_sizes(prog: str, a) -> list[int]:

@@ -60,7 +60,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lab import perfshares, proc, proxylab as pl, servers  # noqa: E402
+from lab import perfshares, proxylab as pl, servers  # noqa: E402
 
 ANCHOR_KINDS = {
     "haproxy-splice": ("haproxy-splice", "haproxy"),
@@ -71,21 +71,9 @@ ANCHOR_KINDS = {
 }
 
 
-# The groups of kernel functions `--perf` reports, as shares of a proxy's
-# samples (a share counts the callees: `copy` and `tcp-rcv` run inside the
-# system calls). The copies are the three routines a body's bytes cross
-# user space through on this kernel (reads and writes alike); a system call
-# is its kernel body (its work, not the scheduling on the way back out),
-# named as perf sees it on this kernel (read's and write's x64 entries are
-# inlined, their ksys_ bodies are not).
-PERF_PATHS = [
-    ("copy", ["_copy_to_iter", "_copy_from_iter", "_copy_from_iter_nocache", "__check_object_size"]),
-    ("send", ["__sys_sendto", "__sys_sendmsg", "ksys_write", "do_writev"]),
-    ("splice", ["__do_splice", "__x64_sys_tee"]),
-    ("recv", ["__sys_recvfrom", "__sys_recvmsg", "ksys_read", "do_readv"]),
-    ("epoll", ["do_epoll_wait", "do_epoll_ctl"]),
-    ("tcp-rcv", ["tcp_v4_rcv"]),
-]
+# The groups `--perf` reports, as shares of a proxy's samples (a share
+# counts the callees: `copy` and `tcp-rcv` run inside the system calls).
+PERF_PATHS = [perfshares.COPY, perfshares.SEND, perfshares.SPLICE, perfshares.RECV, perfshares.EPOLL, perfshares.TCP_RCV]
 
 
 def enter_netns():
@@ -179,7 +167,7 @@ def bench(lab, a, weft, names, variants, sizes):
         print(f"congestion control {cc}; load average at start {open('/proc/loadavg').read().split()[:3]}", file=sys.stderr)
         samples = pl.bench_rounds(a, running, names, sizes, scratch=os.path.join(lab.scratch, "client"), path=f"{path}/",
                                   origin=origin, role="proxy", line=progress_line)
-        profiles = profile_runs(a, lab.scratch, running, names, sizes, path, origin) if a.perf else []
+        profiles = pl.profile_runs(a, lab.scratch, running, names, sizes, f"{path}/", origin, "proxy", PERF_PATHS) if a.perf else []
         for name, rs in running.items():
             st = servers.weft_exit_stats(pool.stop(rs)) if rs.spec.kind == "weft-proxy" else None
             if st:
@@ -187,57 +175,10 @@ def bench(lab, a, weft, names, variants, sizes):
     return samples, weft_stats, profiles
 
 
-def profile_runs(a, scratch, running, names, sizes, path, origin):
-    """One more run per size and proxy, with `perf record -g` of the proxy's
-    process tree over its middle 60 %; a row each, with the shares."""
-    rows = []
-    for n in sizes:
-        for name in names:
-            rs = running[name]
-            url = f"http://{rs.addr}/{path}/{pl.size_name(n)}"
-            data = os.path.join(scratch, "perf.data")
-            pids = ",".join(str(p) for p in proc.tree_pids(rs.pid))
-            if a.warmup:
-                pl.run_wrk(url, connections=a.conns, duration_s=a.warmup, scratch=os.path.join(scratch, "client"))
-            rec = perfshares.record(data, ["-p", pids], 0.2 * a.duration, 0.6 * a.duration)
-            s = pl.measure(rs, origin, lambda: pl.run_wrk(url, connections=a.conns, duration_s=a.duration, scratch=os.path.join(scratch, "client")))
-            rec.join()
-            row = s.row(size=n, proxy=name)
-            row["shares"] = {}
-            if os.path.exists(data):
-                row["shares"] = perfshares.shares(data, PERF_PATHS)
-                os.remove(data)
-            print(f"profiled {pl.size_name(n):>7} {name:<15} {row['proxy_us']:8.1f} µs/req", file=sys.stderr)
-            rows.append(row)
-    return rows
-
-
-def kernel_times(rows, med):
-    """Each profiled proxy's time in the kernel, µs per request: its median
-    times its samples' share outside user space. What it would cost if its
-    own code cost nothing, its system calls and their work left as they
-    are: a floor that no change to the proxy's own code goes below."""
-    floor = {}
-    for r in rows:
-        m = med.get((r["size"], r["proxy"]), {}).get("proxy_us")
-        if r["shares"] and m:
-            floor[(r["size"], r["proxy"])] = m * (1 - r["shares"]["user"] / 100)
-    return floor
-
-
 def report_profiles(rows, med):
     """The shares of each profiled run, and the kernel time of weft's
     spliced miss against the lines of issue 27's targets."""
-    print("\nwhere each proxy's CPU went (perf record -g, one more run each, perf running; % of the proxy's samples)")
-    print(f"{'size':>7} {'proxy':<15} {'µs/req':>7} {'user':>6}" + "".join(f" {name:>8}" for name, _ in PERF_PATHS) + f" {'kernel µs':>10}")
-    floor = kernel_times(rows, med)
-    for r in rows:
-        sh = r["shares"]
-        kernel = floor.get((r["size"], r["proxy"]))
-        print(f"{pl.size_name(r['size']):>7} {r['proxy']:<15} {r['proxy_us']:7.1f} {sh.get('user', 0):5.1f}%"
-              + "".join(f" {sh.get(name, 0.0):7.1f}%" for name, _ in PERF_PATHS)
-              + (f" {kernel:10.1f}" if kernel else ""))  # fmt: skip
-    print("(kernel µs: the median's share outside user space; copy and tcp-rcv run inside the system calls)")
+    floor = pl.print_profiles(rows, med, "proxy", PERF_PATHS)
     for n in sorted({r["size"] for r in rows}):
         f = floor.get((n, "weft-splice"))
         if f is None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Static-serving cost, quick A/B: weft serve (this build, and optionally an
-older build given with --baseline) against nginx, same files, same run.
+"""Static-serving cost, quick A/B: weft serve (this build, variants of it,
+and optionally an older build given with --baseline) against nginx,
+lighttpd and h2o, same files, same run.
 
 A developer's tool on top of the lab (`python3 -m lab run static-baseline` is
 the full experiment with h2o and lighttpd). For each size and server it runs
@@ -14,20 +15,38 @@ change to the serving path: run it with the previous commit's binary as
     scripts/serve_bench.py                                   # 1 B and 100 KiB; 3 rounds of 5 s
     scripts/serve_bench.py --baseline /tmp/weft-old --rounds 5
     scripts/serve_bench.py --sizes 1B,8KiB,1MiB --only weft,nginx --json out.json
+    scripts/serve_bench.py --sizes 8KiB,100KiB --variant 'objects=--object-cache 64MiB' \
+        --only weft,objects,lighttpd,h2o --perf                # and where each server's CPU goes
 
-Needs nginx and wrk (the lab installs them with apt-get) and a release build
-of weft (built by the lab when cargo is there, or --weft).
+`--variant NAME=ARGS` adds `weft serve` with these extra arguments. With
+`--perf` (perf; root for the anchors' processes) each server serves one more
+run per size after the rounds, not counted in the medians, with a `perf
+record -g` of its process tree over the middle of the run; the table that
+follows gives the shares of its samples in user space, in copies, under
+each kind of system call and in the loopback receive work done for the
+client inside its sends, and its kernel time: its median times its share
+outside user space, what it would cost if its own code cost nothing.
+
+Needs nginx and wrk (the lab installs them with apt-get; lighttpd and h2o
+when named) and a release build of weft (built by the lab when cargo is
+there, or --weft).
 """
 
 import argparse
 import json
 import os
 import resource
+import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lab import proxylab as pl, servers  # noqa: E402
+from lab import perfshares, proxylab as pl, servers  # noqa: E402
+
+ANCHORS = ("nginx", "lighttpd", "h2o")
+
+# The groups `--perf` reports, as shares of a server's samples.
+PERF_PATHS = [perfshares.COPY, perfshares.SEND, perfshares.SENDFILE, perfshares.RECV, perfshares.EPOLL, perfshares.TCP_RCV]
 
 
 def main():
@@ -41,54 +60,83 @@ def main():
     ap.add_argument("--weft", default=None, help="weft binary (default: target/release/weft, built when cargo is there)")
     ap.add_argument("--baseline", default=None, help="another weft binary, run as `base`")
     ap.add_argument("--only", default=None, help="servers to run (comma-separated; default weft,nginx and base with --baseline)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                    help="another weft serve with these extra arguments (repeatable)")
     ap.add_argument("--json", default=None, help="write every sample and the medians to this file")
+    ap.add_argument("--perf", action="store_true", help="one more run per server and size, profiled: where its CPU goes")
     a = ap.parse_args()
 
     sizes = pl.bench_sizes("serve_bench", a)
-    known = ["weft", "nginx"] + (["base"] if a.baseline else [])
+    if a.perf and not shutil.which("perf"):
+        raise SystemExit("serve_bench: --perf needs perf (Debian: apt-get install linux-perf)")
+    variants = {}
+    for v in a.variant:
+        name, sep, args = v.partition("=")
+        if not sep or not name or name in ("weft", "base", *ANCHORS):
+            raise SystemExit(f"serve_bench: --variant {v!r}: expected NAME=ARGS with a NAME of its own")
+        variants[name] = args.split()
+    known = ["weft", "nginx"] + (["base"] if a.baseline else []) + list(variants)
     names = [n.strip() for n in (a.only or ",".join(known)).split(",") if n.strip()]
+    allowed = set(known) | set(ANCHORS)
     for n in names:
-        if n not in known:
-            raise SystemExit(f"serve_bench: --only: unknown server `{n}` (known: {', '.join(known)})")
-    samples = pl.run_bench("serve_bench", ["nginx", "wrk"], a, lambda lab, weft: bench(lab, a, weft, names, sizes))
-    report(a, names, sizes, samples)
+        if n not in allowed:
+            raise SystemExit(f"serve_bench: --only: unknown server `{n}` (known: {', '.join(sorted(allowed))})")
+    commands = ["wrk"] + [n for n in ANCHORS if n in names or n == "nginx"]
+    result = pl.run_bench("serve_bench", commands, a, lambda lab, weft: bench(lab, a, weft, names, sizes, variants))
+    report(a, names, sizes, result)
 
 
-def bench(lab, a, weft, names, sizes):
+def bench(lab, a, weft, names, sizes, variants):
     www = pl.size_files(lab.scratch, sizes)
     with lab.pool(www) as pool:
         running = {}
         for name in names:
-            if name == "nginx":
-                spec = servers.ServerSpec("nginx", "nginx")
+            if name in ANCHORS:
+                spec = servers.ServerSpec(name, name)
             else:
-                spec = servers.ServerSpec(name, "weft", {"event": a.event, "send": "auto"})
+                spec = servers.ServerSpec(name, "weft", {"event": a.event, "send": "auto", "extra": variants.get(name, [])})
             pool.weft_binary = a.baseline if name == "base" else weft
             running[name] = pool.start(spec)
         print(f"load average at start {open('/proc/loadavg').read().split()[:3]}", file=sys.stderr)
-        return pl.bench_rounds(a, running, names, sizes, scratch=os.path.join(lab.scratch, "client"), path="",
-                               origin=None, role="server", line=progress_line)
+        samples = pl.bench_rounds(a, running, names, sizes, scratch=os.path.join(lab.scratch, "client"), path="",
+                                  origin=None, role="server", line=progress_line)
+        profiles = pl.profile_runs(a, lab.scratch, running, names, sizes, "", None, "server", PERF_PATHS) if a.perf else []
+        return samples, profiles
 
 
 def progress_line(r, n, name, row):
-    return (f"round {r + 1} {pl.size_name(n):>7} {name:<6} {row['requests']:>8} req  server {row['proxy_us']:7.2f}"
+    return (f"round {r + 1} {pl.size_name(n):>7} {name:<10} {row['requests']:>8} req  server {row['proxy_us']:7.2f}"
             f" µs/req  client {row['client_us']:7.2f} µs/req")  # fmt: skip
 
 
-def report(a, names, sizes, samples):
+def report(a, names, sizes, result):
+    samples, profiles = result
     med = pl.median_rows(samples, ["size", "server"], ["proxy_us", "client_us", "rps"])
     print(f"\nmedian of {a.rounds} x wrk -t1 -c{a.conns} -d{a.duration:g}s keep-alive, one worker each,"
           f" weft --event {a.event} --send auto; server CPU µs per request")  # fmt: skip
-    pl.print_median_table(med, sizes, names, f"{'size':>7} {'server':<6} {'µs/req':>8} {'client':>8} {'req/s':>8}",
-                          lambda name, m: f"{name:<6} {m['proxy_us']:8.2f} {m['client_us']:8.2f} {m['rps']:8.0f}")  # fmt: skip
+    pl.print_median_table(med, sizes, names, f"{'size':>7} {'server':<10} {'µs/req':>8} {'client':>8} {'req/s':>8}",
+                          lambda name, m: f"{name:<10} {m['proxy_us']:8.2f} {m['client_us']:8.2f} {m['rps']:8.0f}")  # fmt: skip
     print("\nratios of medians (server CPU per request)")
+    weftish = [n for n in names if n not in ANCHORS]
+    anchors = [n for n in names if n in ANCHORS]
     for n in sizes:
-        parts = pl.median_ratios(med, n, (("weft", "base"), ("weft", "nginx"), ("base", "nginx")), digits=3)
+        pairs = [("weft", "base")] + [(w, x) for w in weftish for x in anchors]
+        parts = pl.median_ratios(med, n, pairs, digits=3)
         print(f"{pl.size_name(n):>7}: " + "; ".join(parts))
+    if profiles:
+        floor = pl.print_profiles(profiles, med, "server", PERF_PATHS)
+        for n in sizes:
+            at = {x: med[(n, x)]["proxy_us"] for x in anchors if med.get((n, x), {}).get("proxy_us")}
+            if not at:
+                continue
+            best = min(at, key=at.get)
+            parts = [f"{w} {floor[(n, w)]:.1f} µs = {floor[(n, w)] / at[best]:.2f}×" for w in weftish if (n, w) in floor]
+            if parts:
+                print(f"{pl.size_name(n):>7}: kernel time alone against the best anchor ({best}, {at[best]:.1f} µs): " + ", ".join(parts))
     if a.json:
         with open(a.json, "w") as f:
             medians = [{"size": n, "server": name, **m} for (n, name), m in med.items()]
-            json.dump({"config": vars(a), "samples": samples, "medians": medians}, f, indent=1)
+            json.dump({"config": vars(a), "samples": samples, "medians": medians, "profiles": profiles}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -251,3 +251,14 @@ def test_proxy_ssl_and_polymix_summaries_from_rows(tmp_path):
     assert out["problems"] == 1 and out["weft_problems"] == 0, "Squid's 5xx are reported, not weft's"
     md = open(os.path.join(lab.results_dir, "summary.md")).read()
     assert "3 5xx" in md and "| weft splice | 300 |" in md
+
+
+def test_kernel_time_is_the_median_less_the_user_share():
+    rows = [
+        {"size": 65536, "proxy": "weft-splice", "shares": {"user": 20.0, "copy": 2.0}},
+        {"size": 65536, "proxy": "haproxy-splice", "shares": {"user": 25.0}},
+        {"size": 65536, "proxy": "weft-copy", "shares": {}},  # perf recorded nothing
+    ]
+    med = {(65536, "weft-splice"): {"proxy_us": 10.0}, (65536, "weft-copy"): {"proxy_us": 14.0}}
+    got = pl.kernel_times(rows, med, "proxy")
+    assert got == {(65536, "weft-splice"): 8.0}  # HAProxy has no median here, weft-copy no shares
