@@ -59,7 +59,8 @@ def main():
     ap.add_argument("--event", default="epoll", help="weft's event backend (both builds)")
     ap.add_argument("--weft", default=None, help="weft binary (default: target/release/weft, built when cargo is there)")
     ap.add_argument("--baseline", default=None, help="another weft binary, run as `base`")
-    ap.add_argument("--only", default=None, help="servers to run (comma-separated; default weft,nginx and base with --baseline)")
+    ap.add_argument("--only", default=None, help="servers to run (comma-separated; default weft, nginx, the variants, and base with --baseline; "
+                                            "also known: lighttpd, h2o)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                     help="another weft serve with these extra arguments (repeatable)")
     ap.add_argument("--json", default=None, help="write every sample and the medians to this file")
