@@ -32,7 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from . import core, drivers, env, perfshares, proc, report, servers
 
@@ -620,12 +620,23 @@ def size_files(scratch: str, sizes: Sequence[int]) -> str:
     return core.size_site(scratch, sizes, size_name)
 
 
-def bench_rounds(a, running: dict, names: Sequence[str], sizes: Sequence[int], *, scratch: str, path: str,
+def bench_url(rs: servers.RunningServer, path: str | Mapping[str, str], name: str, n: int) -> str:
+    """The URL of size `n` on server `name` (`rs`): its path (`path`, or
+    `path[name]`) followed by the size's name, or, where the path holds
+    `{bytes}`, the path with the size in bytes there (an application's
+    query: `app/x?size={bytes}`)."""
+    p = path if isinstance(path, str) else path[name]
+    if "{bytes}" in p:
+        return f"http://{rs.addr}/{p.replace('{bytes}', str(n))}"
+    return f"http://{rs.addr}/{p}{size_name(n)}"
+
+
+def bench_rounds(a, running: dict, names: Sequence[str], sizes: Sequence[int], *, scratch: str, path: str | Mapping[str, str],
                  origin: servers.RunningServer | None, role: str, line: Callable[[int, int, str, dict], str]) -> list[dict]:
     """The A/B loop of scripts/serve_bench.py and scripts/proxy_bench.py:
     `a.rounds` rounds; in each, every size; for each, every server of
     `running` in an order rotated by the round (no server always first). A
-    run is checked with one fetch of `/{path}{size}`, warmed with wrk for
+    run is checked with one fetch of `bench_url`, warmed with wrk for
     `a.warmup` s when asked, then measured with wrk for `a.duration` s on
     `a.conns` connections. Returns the sample rows (the server's name under
     `role`); `line(round, size, name, row)` is printed to stderr after each.
@@ -635,7 +646,7 @@ def bench_rounds(a, running: dict, names: Sequence[str], sizes: Sequence[int], *
         for n in sizes:
             for name in rotate(names, r):
                 rs = running[name]
-                url = f"http://{rs.addr}/{path}{size_name(n)}"
+                url = bench_url(rs, path, name, n)
                 check_fetch(name, url, n)
 
                 def warmup():
@@ -651,7 +662,7 @@ def bench_rounds(a, running: dict, names: Sequence[str], sizes: Sequence[int], *
     return samples
 
 
-def profile_runs(a, scratch: str, running: dict, names: Sequence[str], sizes: Sequence[int], path: str,
+def profile_runs(a, scratch: str, running: dict, names: Sequence[str], sizes: Sequence[int], path: str | Mapping[str, str],
                  origin: servers.RunningServer | None, role: str, paths: perfshares.Paths) -> list[dict]:  # fmt: skip
     """`--perf` of scripts/proxy_bench.py and scripts/serve_bench.py: one
     more run per size and server after the rounds (not in the medians), with
@@ -663,7 +674,7 @@ def profile_runs(a, scratch: str, running: dict, names: Sequence[str], sizes: Se
     for n in sizes:
         for name in names:
             rs = running[name]
-            url = f"http://{rs.addr}/{path}{size_name(n)}"
+            url = bench_url(rs, path, name, n)
             data = os.path.join(scratch, "perf.data")
             pids = ",".join(str(p) for p in proc.tree_pids(rs.pid))
             if a.warmup:
@@ -683,15 +694,21 @@ def profile_runs(a, scratch: str, running: dict, names: Sequence[str], sizes: Se
 
 def kernel_times(rows: Sequence[dict], med: dict, role: str) -> dict[tuple, float]:
     """Each profiled server's time in the kernel, µs per request: its median
-    (`med[(size, name)]["proxy_us"]`) times its samples' share outside user
-    space. What it would cost if its own code cost nothing, its system calls
-    and their work left as they are: a floor that no change to its own code
-    goes below."""
+    (`med[(size, name)]["proxy_us"]`) less its time in user space. What it
+    would cost if its own code cost nothing, its system calls and their work
+    left as they are: a floor that no change to its own code goes below.
+
+    The time in user space is its samples' share there times the median, or
+    times the profiled run's µs where that run cost more: perf's own work
+    (in the kernel, at every context switch of a profiled thread) can make a
+    run of many processes and switches dearer, and a user time read from
+    that run as measured keeps the floor a floor (it only lowers it)."""
     floor = {}
     for r in rows:
         m = med.get((r["size"], r[role]), {}).get("proxy_us")
         if r["shares"] and m:
-            floor[(r["size"], r[role])] = m * (1 - r["shares"]["user"] / 100)
+            user_us = r["shares"]["user"] / 100 * max(m, r.get("proxy_us") or 0)
+            floor[(r["size"], r[role])] = max(m - user_us, 0.0)
     return floor
 
 
@@ -707,7 +724,7 @@ def print_profiles(rows: Sequence[dict], med: dict, role: str, paths: perfshares
         print(f"{size_name(r['size']):>7} {r[role]:<15} {r['proxy_us']:7.1f} {sh.get('user', 0):5.1f}%"
               + "".join(f" {sh.get(name, 0.0):7.1f}%" for name, _ in paths)
               + (f" {kernel:10.1f}" if kernel else ""))  # fmt: skip
-    print("(kernel µs: the median's share outside user space; copies and receive work run inside the system calls)")
+    print("(kernel µs: the median less the time in user space, read from the profiled run where it cost more; copies and receive work run inside the system calls)")
     return floor
 
 

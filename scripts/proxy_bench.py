@@ -33,8 +33,9 @@ more run per size after the rounds, not counted in the medians, with a
 that follows gives the shares of its samples in user space, in the kernel's
 copies of body bytes (`copy`), and under each kind of system call, with
 `tcp-rcv` the loopback receive work the kernel does for a peer inside the
-proxy's sends; and each proxy's kernel time: its median times its share
-outside user space, what it would cost if its own code cost nothing and its
+proxy's sends; and each proxy's kernel time: its median less its time in
+user space (its share of the samples, times the profiled run's µs where that
+run cost more), what it would cost if its own code cost nothing and its
 system calls stayed as they are. The profiled runs are slower (perf runs
 too): compare their shares, not their µs, with the medians.
 
