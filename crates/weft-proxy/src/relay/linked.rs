@@ -60,6 +60,16 @@ fn run_chain(head: Option<&[u8]>, ops: &[LinkOp], results: &mut [i32]) -> Option
     })
 }
 
+/// The steps of one linked chain besides its splice in.
+struct Chain {
+    /// The queue's bytes written into the client's pipe first: their length.
+    staged: Option<usize>,
+    /// A tee from the intake to the client's pipe follows the splice in.
+    tee: bool,
+    /// The chain stops at the tee (no splice out to the client).
+    completes_fill: bool,
+}
+
 /// Where a chunk's bytes are as the chain's results are taken in order.
 struct Tally {
     /// Bytes in the pipe the client is served from.
@@ -172,7 +182,6 @@ impl Relay {
             };
             n += 1;
         }
-        let head_len = head.map_or(0, |h| h.len());
         let mut res = [0i32; 4];
         match run_chain(head, &ops[..n], &mut res[..n]) {
             None => {
@@ -186,20 +195,39 @@ impl Relay {
             Some(Ok(())) => {}
         }
         st.calls_linked += 1;
+        let chain = Chain {
+            staged: head.map(|h| h.len()),
+            tee,
+            completes_fill,
+        };
+        Some(self.linked_results(&res[..n], chain, client_pipe, e, st))
+    }
+
+    /// Takes in a linked chain's results, in the order of its steps (`res`,
+    /// shaped as `chain` says), into the pipes' counts: the bytes moved, or
+    /// how the session ends.
+    fn linked_results(
+        &mut self,
+        res: &[i32],
+        chain: Chain,
+        client_pipe: usize,
+        e: &mut Ends<'_>,
+        st: &mut ProxyStats,
+    ) -> Result<usize, Pump> {
         let mut t = Tally { client_pipe, moved: 0 };
         let mut i = 0;
-        if head.is_some() {
+        if let Some(head_len) = chain.staged {
             let r = res[0];
             i = 1;
             if r as usize != head_len || r < 0 {
                 if r > 0 {
                     // Never seen (an empty pipe takes half its size whole);
                     // the queue cannot be cut, so the session cannot go on.
-                    return Some(Err(Pump::UpstreamFailed("uring linked head write came up short")));
+                    return Err(Pump::UpstreamFailed("uring linked head write came up short"));
                 }
                 // Nothing ran: leave the queue to the per-call steps.
                 self.linked = false;
-                return Some(Ok(0));
+                return Ok(0);
             }
             e.out.clear();
             self.head_piped += head_len;
@@ -214,16 +242,16 @@ impl Relay {
         let pulled = self.linked_in(res[i], e, &mut t);
         i += 1;
         let mut teed = Ok(());
-        if tee {
+        if chain.tee {
             teed = self.linked_tee(res[i], e, st, &mut t);
             i += 1;
         }
-        let sent = if completes_fill {
+        let sent = if chain.completes_fill {
             Ok(())
         } else {
             self.linked_out(res[i], e, st, &mut t).map_err(Err)
         };
-        Some(pulled.and(teed).and(sent).map_or_else(|r| r, |()| Ok(t.moved)))
+        pulled.and(teed).and(sent).map_or_else(|r| r, |()| Ok(t.moved))
     }
 
     fn set_client_piped(&mut self, n: usize) {
