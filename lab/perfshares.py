@@ -32,6 +32,11 @@ SENDFILE = ("sendfile", ["do_sendfile"])
 RECV = ("recv", ["__sys_recvfrom", "__sys_recvmsg", "ksys_read", "do_readv"])
 EPOLL = ("epoll", ["do_epoll_wait", "do_epoll_ctl"])
 TCP_RCV = ("tcp-rcv", ["tcp_v4_rcv"])
+# Switching a CPU to another task and waking one: what an exchange between
+# processes (a server and its FastCGI application) costs beyond the bytes.
+# Both run inside system calls (a read that sleeps, a send that wakes the
+# peer), so this group overlaps the system calls' groups, not itself.
+SWITCH = ("switch", ["__schedule", "try_to_wake_up"])
 
 
 def record(out: str, target: Sequence[str], delay: float, secs: float) -> threading.Thread:

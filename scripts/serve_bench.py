@@ -60,7 +60,8 @@ from lab import perfshares, proxylab as pl, servers  # noqa: E402
 ANCHORS = ("nginx", "lighttpd", "h2o")
 
 # The groups `--perf` reports, as shares of a server's samples.
-PERF_PATHS = [perfshares.COPY, perfshares.SEND, perfshares.SENDFILE, perfshares.RECV, perfshares.EPOLL, perfshares.TCP_RCV]
+PERF_PATHS = [perfshares.COPY, perfshares.SEND, perfshares.SENDFILE, perfshares.RECV, perfshares.EPOLL, perfshares.TCP_RCV,
+              perfshares.SWITCH]
 
 
 def main():
