@@ -37,9 +37,10 @@ follows gives the shares of its samples in user space, in copies, under
 each kind of system call and in the loopback receive work done for the
 client inside its sends, and its kernel time: its median less its time in
 user space (`lab/proxylab.py`'s `kernel_times`), what it would cost if its
-own code cost nothing. Then, for each weft variant against plain `weft`, the
-requests/s it could reach at most with its own code free and both CPUs busy:
-the CPUs divided by the client's CPU plus its kernel time per request.
+own code cost nothing. Then, for each variant given a `--path`, against
+plain `weft`'s static file: the requests/s it could reach at most with its
+own code free and both CPUs busy, the CPUs divided by the client's CPU plus
+its kernel time per request.
 
 Needs nginx and wrk (the lab installs them with apt-get; lighttpd and h2o
 when named) and a release build of weft (built by the lab when cargo is
