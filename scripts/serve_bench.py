@@ -121,6 +121,8 @@ def parse_servers(variant_args, path_args):
 
 def bench(lab, a, weft, names, sizes, variants, paths):
     app = os.path.join(os.path.dirname(os.path.abspath(weft)), "weft-fcgi-app")
+    if any("{fcgi_app}" in x for name in names for x in variants.get(name, [])) and not os.access(app, os.X_OK):
+        raise SystemExit(f"serve_bench: {{fcgi_app}}: no {app} beside the weft binary (cargo build --release builds it)")
     www = pl.size_files(lab.scratch, sizes)
     with lab.pool(www) as pool:
         running = {}
@@ -185,10 +187,11 @@ def rate_ceiling(cpus: int, client_us: float, kernel_us: float) -> float:
 
 
 def print_ceilings(med, sizes, weftish, floor):
-    """Each profiled weft variant's (of `weftish`) rate ceiling (`rate_ceiling`) as a share
-    of plain `weft`'s measured requests/s of the same size: how far a
-    variant (a FastCGI application, say) could at best come to the static
-    file, with this machine's CPUs shared by client and server."""
+    """The rate ceiling (`rate_ceiling`) of each profiled variant of
+    `weftish` as a share of plain `weft`'s measured requests/s of the same
+    size: how near a variant (a FastCGI application, say) could at best come
+    to the static file, with this machine's CPUs shared by client and
+    server."""
     cpus = os.cpu_count() or 1
     for n in sizes:
         ref = med.get((n, "weft"), {}).get("rps")

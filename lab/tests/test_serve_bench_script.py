@@ -31,4 +31,7 @@ def test_ceilings_are_printed_against_plain_weft(capsys, monkeypatch):
     sb.print_ceilings(med, [65536], ["weft", "pool"], {(65536, "weft"): 8.0, (65536, "pool"): 28.0})
     out = capsys.readouterr().out
     assert "pool 50,000 req/s = 0.62× weft's 80,000" in out
-    assert "weft 1" not in out  # plain weft is the reference, not a row
+    assert out.count("req/s =") == 1, "plain weft is the reference, not a row of its own"
+    # A size where plain weft was not measured has no reference: no line.
+    sb.print_ceilings({(8192, "pool"): {"rps": 1.0, "client_us": 5.0}}, [8192], ["pool"], {(8192, "pool"): 4.0})
+    assert capsys.readouterr().out == ""
